@@ -1,0 +1,1 @@
+"""Pallas operator: reconciles PallasDeployment and PallasAgent resources into running agents."""

@@ -1,0 +1,59 @@
+"""The `pallas` command.
+
+Subcommands are discovered through the ``pallas.commands`` entry-point group, so the operator
+package can add ``pallas operator`` without the runtime ever importing the operator (the layering
+rule in docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
+from typing import Protocol
+
+from pallas_runtime import __version__
+
+
+class Command(Protocol):
+    """What a ``pallas.commands`` entry point provides."""
+
+    help: str
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        """Add this command's arguments to its sub-parser."""
+
+    def run(self, args: argparse.Namespace) -> int:
+        """Run the command and return the process exit code."""
+
+
+def _discovered_commands() -> dict[str, Callable[[], Command]]:
+    return {ep.name: ep.load for ep in entry_points(group="pallas.commands")}
+
+
+def build_parser(commands: dict[str, Command]) -> argparse.ArgumentParser:
+    """Build the top-level parser with one sub-parser per command."""
+    parser = argparse.ArgumentParser(
+        prog="pallas", description="Run LLM agents as MCP servers, locally or on Kubernetes."
+    )
+    parser.add_argument("--version", action="version", version=f"pallas {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, command in sorted(commands.items()):
+        command.configure(sub.add_parser(name, help=command.help, description=command.help))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``pallas`` program."""
+    commands = {name: load() for name, load in _discovered_commands().items()}
+    parser = build_parser(commands)
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    return commands[args.command].run(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,27 @@
+"""Test tiers and the shared fixtures.
+
+Tiers are marked from their folder (tests/unit, tests/integration, tests/e2e), so `-m unit` or
+`pytest tests/unit` select the same tests. Only tests that ask for `kube_cluster` (directly or via
+`namespace` / `kube_client`) start the local control plane.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.support.cluster import kube_client, kube_cluster, namespace
+
+TESTS = Path(__file__).resolve().parent
+TIERS = ("unit", "integration", "e2e")
+
+__all__ = ["kube_client", "kube_cluster", "namespace"]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        tier = item.path.relative_to(TESTS).parts[0]
+        if tier not in TIERS:
+            raise pytest.UsageError(f"{item.nodeid}: tests live under one of tests/{{{','.join(TIERS)}}}/")
+        item.add_marker(getattr(pytest.mark, tier))

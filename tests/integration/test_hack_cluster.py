@@ -1,0 +1,152 @@
+"""hack/cluster and hack/build-k8s-bins.sh: lifecycle and bad input.
+
+Each run uses its own state folder and ports, so these tests never disturb the session's cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.cluster import REPO, LocalCluster
+
+HACK = REPO / "hack"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run(args: list[str], env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, capture_output=True, text=True, env={**os.environ, **env}, timeout=timeout)
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.strip()]
+
+
+@pytest.fixture
+def isolated(tmp_path: Path) -> dict[str, str]:
+    return {
+        "PALLAS_CLUSTER_DIR": str(tmp_path / "cluster"),
+        "PALLAS_ETCD_PORT": str(free_port()),
+        "PALLAS_ETCD_PEER_PORT": str(free_port()),
+        "PALLAS_APISERVER_PORT": str(free_port()),
+    }
+
+
+def pids_running(pids: list[int]) -> list[int]:
+    return [
+        pid
+        for pid in pids
+        if Path(f"/proc/{pid}").exists()
+        and Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    ]
+
+
+def test_up_with_a_port_taken_says_which_and_starts_nothing(isolated: dict[str, str]) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        res = run([str(HACK / "cluster"), "up"], {**isolated, "PALLAS_APISERVER_PORT": str(taken)})
+    assert res.returncode == 1
+    assert error_lines(res.stderr) == [
+        f"hack/cluster: port {taken} (kube-apiserver) is already in use on 127.0.0.1; "
+        "stop what holds it, or set PALLAS_APISERVER_PORT"
+    ]
+    assert not (Path(isolated["PALLAS_CLUSTER_DIR"]) / "state.json").exists()
+
+
+def test_up_with_a_bad_port_number_names_the_variable(isolated: dict[str, str]) -> None:
+    res = run([str(HACK / "cluster"), "up"], {**isolated, "PALLAS_ETCD_PORT": "70000"})
+    assert res.returncode == 1
+    assert error_lines(res.stderr) == [
+        "hack/cluster: PALLAS_ETCD_PORT='70000' is not a TCP port number (1-65535)"
+    ]
+
+
+def test_up_with_a_half_built_cache_says_so_in_one_line(isolated: dict[str, str], tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    bins = Path(
+        run([str(HACK / "build-k8s-bins.sh"), "--print-dir"], {"PALLAS_CACHE_DIR": str(cache)}).stdout.strip()
+    )
+    bins.mkdir(parents=True)
+    for name in ("etcd", "kube-apiserver"):  # present but truncated, as after a killed build
+        (bins / name).write_text("")
+        (bins / name).chmod(0o755)
+    res = run([str(HACK / "cluster"), "up"], {**isolated, "PALLAS_CACHE_DIR": str(cache)})
+    assert res.returncode == 1
+    [line] = error_lines(res.stderr)
+    assert line.startswith(f"hack/cluster: {bins / 'etcd'} does not run"), line
+    assert line.endswith("the cache is corrupt: delete it and run `make k8s-bins`"), line
+    assert not (Path(isolated["PALLAS_CLUSTER_DIR"]) / "state.json").exists()
+
+
+def test_building_without_go_says_so_in_one_line(tmp_path: Path) -> None:
+    go = shutil.which("go")
+    assert go is not None, "the Go toolchain is a prerequisite of the test machine"
+    # A PATH with bash and coreutils but without the Go toolchain's folder.
+    path = ":".join(p for p in os.environ["PATH"].split(":") if not (Path(p) / "go").exists())
+    res = run([str(HACK / "build-k8s-bins.sh")], {"PALLAS_CACHE_DIR": str(tmp_path / "cache"), "PATH": path})
+    assert res.returncode == 1
+    assert error_lines(res.stderr) == [
+        "build-k8s-bins: the Go toolchain (go ≥ 1.24) is not on PATH; "
+        "install Go to build the control-plane binaries"
+    ]
+
+
+@pytest.fixture
+def second_cluster(isolated: dict[str, str], kube_cluster: LocalCluster) -> Iterator[dict[str, str]]:
+    # kube_cluster first: the binaries are built and the first cluster is up, so this proves two
+    # independent clusters (state folders, ports) coexist.
+    yield isolated
+    run([str(HACK / "cluster"), "down"], isolated)
+
+
+def test_up_is_idempotent_status_and_env_tell_and_down_leaves_nothing(second_cluster: dict[str, str]) -> None:
+    env = second_cluster
+    first = run([str(HACK / "cluster"), "up"], env)
+    assert first.returncode == 0, first.stderr
+    state = json.loads((Path(env["PALLAS_CLUSTER_DIR"]) / "state.json").read_text())
+    pids = [int(p["pid"]) for p in state["processes"]]
+    assert [p["name"] for p in state["processes"]] == [
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+    ]
+    assert pids_running(pids) == pids
+
+    again = run([str(HACK / "cluster"), "up"], env)
+    assert again.returncode == 0
+    assert "already running" in again.stderr
+    assert json.loads((Path(env["PALLAS_CLUSTER_DIR"]) / "state.json").read_text()) == state
+
+    status = run([str(HACK / "cluster"), "status"], env)
+    assert status.returncode == 0, status.stdout
+    assert status.stdout.count("running") == 4
+
+    exports = run([str(HACK / "cluster"), "env"], env).stdout
+    kubeconfig = Path(env["PALLAS_CLUSTER_DIR"]) / "kubeconfig"
+    assert f"export KUBECONFIG={kubeconfig}" in exports
+    shell = subprocess.run(
+        ["bash", "-c", f"{exports}\nkubectl get --raw /readyz"], capture_output=True, text=True
+    )
+    assert shell.stdout == "ok", shell.stderr
+
+    down = run([str(HACK / "cluster"), "down"], env)
+    assert down.returncode == 0
+    assert pids_running(pids) == []
+    assert not kubeconfig.exists()
+    assert (Path(env["PALLAS_CLUSTER_DIR"]) / "logs" / "kube-apiserver.log").exists()
+    assert run([str(HACK / "cluster"), "status"], env).returncode == 3

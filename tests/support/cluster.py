@@ -1,0 +1,112 @@
+"""The real local control plane for integration and e2e tests.
+
+`kube_cluster` starts the control plane with hack/cluster (or reuses one that runs already) and
+stops it at the end of the session only if it started it. `PALLAS_KUBECONFIG=/path` points the
+tests at an existing cluster instead; `PALLAS_KEEP_CLUSTER=1` leaves a started one running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from lightkube import AsyncClient, Client, KubeConfig
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Namespace, ServiceAccount
+
+REPO = Path(__file__).resolve().parents[2]
+HACK_CLUSTER = REPO / "hack" / "cluster"
+
+
+@dataclass(frozen=True)
+class LocalCluster:
+    """Where the control plane is and how to reach it."""
+
+    kubeconfig: Path
+    kubectl_path: str
+
+    def kubectl(
+        self, *args: str, stdin: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        """Run kubectl against this cluster; on failure the error names the command and its stderr."""
+        res = subprocess.run(
+            [self.kubectl_path, f"--kubeconfig={self.kubeconfig}", *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if check and res.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed ({res.returncode}): {res.stderr.strip()}")
+        return res
+
+    def config(self) -> KubeConfig:
+        return KubeConfig.from_file(self.kubeconfig)
+
+
+def _hack_cluster(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(HACK_CLUSTER), *args], capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="session")
+def kube_cluster() -> Iterator[LocalCluster]:
+    external = os.environ.get("PALLAS_KUBECONFIG")
+    if external:
+        kubectl = shutil.which("kubectl")
+        if kubectl is None:
+            pytest.fail("PALLAS_KUBECONFIG is set but kubectl is not on PATH")
+        yield LocalCluster(Path(external), kubectl)
+        return
+
+    was_running = _hack_cluster("status").returncode == 0
+    up = _hack_cluster("up")
+    if up.returncode != 0:
+        pytest.fail(f"hack/cluster up failed:\n{up.stderr}", pytrace=False)
+    env = json.loads(_hack_cluster("env", "--json").stdout)
+    try:
+        yield LocalCluster(Path(env["kubeconfig"]), str(Path(env["bin_dir"]) / "kubectl"))
+    finally:
+        if not was_running and not os.environ.get("PALLAS_KEEP_CLUSTER"):
+            _hack_cluster("down")
+
+
+@pytest.fixture
+def namespace(kube_cluster: LocalCluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A namespace of the test's own, deleted afterwards (the namespace controller empties it)."""
+    slug = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"t-{slug}-{secrets.token_hex(3)}"
+    client = Client(config=kube_cluster.config(), field_manager="pallas-tests")
+    client.create(Namespace(metadata=ObjectMeta(name=name, labels={"pallas.dev/test": "true"})))
+    # Pods are refused until the serviceaccount controller made the default ServiceAccount.
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            client.get(ServiceAccount, "default", namespace=name)
+            break
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+    try:
+        yield name
+    finally:
+        client.delete(Namespace, name)
+        client.close()
+
+
+@pytest.fixture
+async def kube_client(kube_cluster: LocalCluster) -> AsyncIterator[AsyncClient]:
+    client = AsyncClient(config=kube_cluster.config(), field_manager="pallas-tests")
+    try:
+        yield client
+    finally:
+        await client.close()
