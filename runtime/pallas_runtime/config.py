@@ -1,0 +1,223 @@
+"""One agent's runtime configuration: the contract between the operator and an agent pod.
+
+The operator renders this model into the agent's ConfigMap (`pallas agent --config FILE`);
+`pallas run -f` builds it from manifests. It never holds a secret value: API keys and secret
+header values are named environment variables, filled from Secrets by `secretKeyRef` in the pod.
+Field names are camelCase in files (like the CRDs) and snake_case in Python.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Literal, Self
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+ENV_VAR_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+HTTP_URL = r"^https?://[^\s]+$"
+HEADER_NAME = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$"
+MiB = 1024 * 1024
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, validate_default=True
+    )
+
+
+class ModelCapabilities(_Model):
+    """What the model can do; published in the registry and enforced on input."""
+
+    vision: bool = False
+    context_window: Annotated[int, Field(gt=0)] = 131072
+    max_output_tokens: Annotated[int, Field(gt=0)] = 16384
+
+
+class ProviderConfig(_Model):
+    """The LLM endpoint the agent's model is served by."""
+
+    name: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]
+    type: Literal["openai", "anthropic"]
+    base_url: Annotated[str | None, Field(pattern=HTTP_URL)] = None
+    api_key_env: Annotated[str | None, Field(pattern=ENV_VAR_NAME)] = None
+    """Name of the environment variable holding the API key (never the key itself)."""
+    timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 120.0
+    max_retries: Annotated[int, Field(ge=0, le=10)] = 3
+    """Retries with exponential backoff on 429, 5xx and connection errors."""
+
+
+class HeaderConfig(_Model):
+    """One HTTP header sent to a downstream server: a literal value or a named env var."""
+
+    name: Annotated[str, Field(pattern=HEADER_NAME, max_length=256)]
+    value: str | None = None
+    value_from_env: Annotated[str | None, Field(pattern=ENV_VAR_NAME)] = None
+
+    @model_validator(mode="after")
+    def _exactly_one_source(self) -> Self:
+        if (self.value is None) == (self.value_from_env is None):
+            raise ValueError(f"header {self.name!r} needs exactly one of value or valueFromEnv")
+        return self
+
+    def resolve(self, environ: dict[str, str] | None = None) -> str | None:
+        """The header's value now; None when its env var is unset."""
+        if self.value is not None:
+            return self.value
+        env = os.environ if environ is None else environ
+        return env.get(self.value_from_env or "")
+
+
+class DownstreamServer(_Model):
+    """A downstream MCP server the agent may call."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$", max_length=63)]
+    url: Annotated[str, Field(pattern=HTTP_URL)]
+    transport: Literal["streamable-http", "sse"] = "streamable-http"
+    headers: list[HeaderConfig] = Field(default_factory=list)
+    forward_inbound_auth: bool = False
+    """Send the caller's `Authorization` header on, per request (an explicit header wins)."""
+    timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 30.0
+
+
+class PeerAgent(_Model):
+    """Another Pallas agent offered to the model as the tool `<name>__send_message`."""
+
+    name: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]
+    url: Annotated[str, Field(pattern=HTTP_URL)]
+    forward_inbound_auth: bool = True
+    """Agents of one deployment share a trust boundary, so the caller's bearer rides along."""
+    timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 600.0
+
+
+class RequestParams(_Model):
+    """Sampling parameters; those a provider does not support are dropped with one warning."""
+
+    temperature: Annotated[float | None, Field(ge=0, le=2)] = None
+    top_p: Annotated[float | None, Field(gt=0, le=1)] = None
+    top_k: Annotated[int | None, Field(gt=0)] = None
+    max_tokens: Annotated[int | None, Field(gt=0)] = None
+    stop: Annotated[list[str] | None, Field(max_length=16)] = None
+    seed: int | None = None
+    effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None
+
+
+class ToolPolicy(_Model):
+    """Globs over `<server>__<tool>`: a tool is offered when allowed and not denied."""
+
+    allow: list[str] = Field(default_factory=lambda: ["*"])
+    deny: list[str] = Field(default_factory=list)
+
+    def permits(self, qualified_name: str) -> bool:
+        """Whether the model may see and call `qualified_name`."""
+        allowed = any(fnmatch.fnmatchcase(qualified_name, glob) for glob in self.allow)
+        return allowed and not any(fnmatch.fnmatchcase(qualified_name, glob) for glob in self.deny)
+
+
+class HistoryLimits(_Model):
+    """Bounds on stored conversations (least recently used ones are dropped first)."""
+
+    max_messages: Annotated[int, Field(gt=0, le=100_000)] = 200
+    max_conversations: Annotated[int, Field(gt=0, le=1_000_000)] = 1000
+
+
+class InputLimits(_Model):
+    """Bounds on what one `send_message` may carry."""
+
+    max_message_bytes: Annotated[int, Field(gt=0)] = MiB
+    max_images: Annotated[int, Field(ge=0, le=100)] = 8
+    max_image_bytes: Annotated[int, Field(gt=0)] = 10 * MiB
+    image_types: list[str] = Field(
+        default_factory=lambda: ["image/png", "image/jpeg", "image/gif", "image/webp"]
+    )
+
+
+class HealthSettings(_Model):
+    """How `get_health` probes; it never calls the LLM."""
+
+    probe_timeout_seconds: Annotated[float, Field(gt=0, le=60)] = 3.0
+    provider_recheck_seconds: Annotated[float, Field(gt=0)] = 300.0
+    """TTL of the provider preflight result; an older one is re-probed by `get_health`."""
+
+
+class AgentConfig(_Model):
+    """Everything one agent process needs; rendered into the agent's ConfigMap."""
+
+    name: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]
+    title: str = ""
+    description: Annotated[str, Field(max_length=100)] = ""
+    version: str = "1.0.0"
+    instruction: str = ""
+    model: Annotated[str, Field(min_length=1)]
+    """The model id the provider knows (without the `<provider>.` prefix)."""
+    provider: ProviderConfig
+    capabilities: ModelCapabilities = ModelCapabilities()
+    servers: list[DownstreamServer] = Field(default_factory=list)
+    agents: list[PeerAgent] = Field(default_factory=list)
+    request_params: RequestParams = RequestParams()
+    max_iterations: Annotated[int, Field(gt=0, le=1000)] = 12
+    tools: ToolPolicy = ToolPolicy()
+    history: HistoryLimits = HistoryLimits()
+    limits: InputLimits = InputLimits()
+    health: HealthSettings = HealthSettings()
+
+    @model_validator(mode="after")
+    def _unique_tool_sources(self) -> Self:
+        seen: set[str] = set()
+        for source in [*(s.name for s in self.servers), *(a.name for a in self.agents)]:
+            if source in seen:
+                raise ValueError(f"{source!r} is listed twice among servers and agents")
+            seen.add(source)
+        if self.name in {a.name for a in self.agents}:
+            raise ValueError(f"agent {self.name!r} lists itself among its agents")
+        return self
+
+    @property
+    def display_title(self) -> str:
+        return self.title or self.name.replace("-", " ").title()
+
+
+class ConfigError(Exception):
+    """A config file that cannot be used; the message names the file and the field."""
+
+
+def _describe(exc: ValidationError, source: str) -> str:
+    problems = []
+    for err in exc.errors(include_url=False):
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        problems.append(f"{where}: {err['msg']}")
+    return f"{source}: " + "; ".join(problems)
+
+
+def parse_config(data: object, source: str = "config") -> AgentConfig:
+    """Validate already-loaded data; errors name the source and each bad field."""
+    try:
+        return AgentConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, source)) from None
+
+
+def load_config(path: str | Path) -> AgentConfig:
+    """Load an agent config from a YAML or JSON file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise ConfigError(
+            f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}"
+        ) from None
+    return parse_config(data, str(path))
+
+
+def render_config(config: AgentConfig) -> str:
+    """The YAML the operator writes into the ConfigMap (camelCase, defaults included)."""
+    return yaml.safe_dump(config.model_dump(mode="json", by_alias=True), sort_keys=False)

@@ -1,0 +1,1 @@
+"""The LLM boundary: provider-neutral conversation types and the OpenAI / Anthropic adapters."""

@@ -1,0 +1,369 @@
+"""Anthropic Messages adapter on the official `anthropic` SDK.
+
+The translation functions are pure: `messages_blocks` and `messages_tools` build the wire JSON of
+a request, `completion_from_messages` reads the wire JSON of a response. The provider sends them
+with `AsyncAnthropic`, whose own retries (`max_retries`, backoff honouring `retry-after`) and
+timeout apply. Responses are read as JSON, like the Chat Completions adapter, so that
+Anthropic-compatible servers that omit fields are read the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+
+import anthropic
+
+from pallas_runtime.config import AgentConfig
+from pallas_runtime.llm.params import anthropic_plan, dropped_warning
+from pallas_runtime.llm.provider import LLMError, ProviderCheck
+from pallas_runtime.messages import (
+    AssistantMessage,
+    Completion,
+    ContentPart,
+    Message,
+    TextPart,
+    ToolCall,
+    ToolResultsMessage,
+    ToolSpec,
+    Usage,
+    UserMessage,
+)
+
+log = logging.getLogger("pallas.llm")
+
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+"""The SDK's default, passed explicitly so an ambient ANTHROPIC_BASE_URL cannot redirect the agent."""
+PREFLIGHT_TIMEOUT_SECONDS = 5.0
+MAX_ERROR_TEXT = 400
+"""LLMError texts are cut here: they end up in logs, health messages and tool results."""
+
+
+def _content_blocks(parts: Sequence[ContentPart]) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    for part in parts:
+        if isinstance(part, TextPart):
+            # The API rejects empty text blocks.
+            if part.text:
+                blocks.append({"type": "text", "text": part.text})
+        else:
+            blocks.append(
+                {
+                    "type": "image",
+                    "source": {"type": "base64", "media_type": part.mime_type, "data": part.data},
+                }
+            )
+    return blocks
+
+
+def _assistant_blocks(message: AssistantMessage) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": message.text}] if message.text else []
+    blocks.extend(
+        {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments}
+        for call in message.tool_calls
+    )
+    return blocks
+
+
+def _tool_result_blocks(message: ToolResultsMessage) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "tool_result",
+            "tool_use_id": result.call_id,
+            "content": _content_blocks(result.content),
+            "is_error": result.is_error,
+        }
+        for result in message.results
+    ]
+
+
+def messages_blocks(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Translate a conversation into Messages API `messages`.
+
+    Tool results become one user message of `tool_result` blocks. Messages of the same role in a
+    row are merged into one, because the API wants user and assistant turns to alternate (a user
+    message after tool results is the usual case); an assistant message with neither text nor
+    tool calls carries nothing and is left out.
+
+    Args:
+        messages: The conversation in provider-neutral types.
+
+    Returns:
+        The wire `messages` list.
+    """
+    wire: list[dict[str, Any]] = []
+    for message in messages:
+        if isinstance(message, UserMessage):
+            role, blocks = "user", _content_blocks(message.content)
+        elif isinstance(message, AssistantMessage):
+            role, blocks = "assistant", _assistant_blocks(message)
+        else:
+            role, blocks = "user", _tool_result_blocks(message)
+        if not blocks:
+            continue
+        if wire and wire[-1]["role"] == role:
+            wire[-1]["content"].extend(blocks)
+        else:
+            wire.append({"role": role, "content": blocks})
+    return wire
+
+
+def messages_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    """Translate tool specs into Messages API tools.
+
+    Args:
+        tools: The tools offered to the model.
+
+    Returns:
+        The wire `tools` list (empty when there are none).
+    """
+    return [
+        {"name": tool.name, "description": tool.description, "input_schema": tool.input_schema}
+        for tool in tools
+    ]
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) else 0
+
+
+def usage_from_messages(usage: object) -> Usage:
+    """Map Messages API usage onto token kinds.
+
+    Anthropic counts cached prompt tokens apart from `input_tokens`, so each field maps straight
+    across: `input_tokens` → input, `output_tokens` → output, `cache_read_input_tokens` →
+    cache_read, `cache_creation_input_tokens` → cache_write. Thinking tokens are part of
+    `output_tokens` and not reported apart, so `reasoning` stays 0. Missing or null counts are 0.
+
+    Args:
+        usage: The response's `usage` object, or None.
+
+    Returns:
+        The token counts.
+    """
+    if not isinstance(usage, Mapping):
+        return Usage()
+    return Usage(
+        input=_count(usage.get("input_tokens")),
+        output=_count(usage.get("output_tokens")),
+        cache_read=_count(usage.get("cache_read_input_tokens")),
+        cache_write=_count(usage.get("cache_creation_input_tokens")),
+    )
+
+
+def _tool_input(raw: object) -> tuple[dict[str, Any], str | None]:
+    # The API sends an object; compatible servers have been seen sending the JSON as a string.
+    value = raw
+    if isinstance(raw, str):
+        try:
+            value = json.loads(raw)
+        except ValueError as exc:
+            return {}, f"arguments are not valid JSON ({exc}): {raw[:200]!r}"
+    if value is None:
+        return {}, None
+    if not isinstance(value, dict):
+        return {}, f"arguments must be a JSON object, got {type(value).__name__}"
+    return value, None
+
+
+def completion_from_messages(body: Mapping[str, Any]) -> Completion:
+    """Translate a Messages API response body into a Completion.
+
+    Text blocks are concatenated; `tool_use` blocks become tool calls, and an `input` that is not
+    an object gives `arguments={}` with `arguments_error` instead of raising. Other blocks
+    (thinking, server tools) are not part of the neutral conversation and are skipped.
+
+    Args:
+        body: The decoded JSON response.
+
+    Returns:
+        The completion.
+
+    Raises:
+        ValueError: The body has no `content` list.
+    """
+    content = body.get("content")
+    if not isinstance(content, list):
+        raise ValueError("the response has no content list")
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    for index, block in enumerate(content):
+        if not isinstance(block, Mapping):
+            continue
+        if block.get("type") == "text" and isinstance(block.get("text"), str):
+            texts.append(block["text"])
+        elif block.get("type") == "tool_use":
+            arguments, error = _tool_input(block.get("input"))
+            calls.append(
+                ToolCall(
+                    id=str(block.get("id") or f"toolu_{index}"),
+                    name=str(block.get("name") or ""),
+                    arguments=arguments,
+                    arguments_error=error,
+                )
+            )
+    stop_reason = body.get("stop_reason")
+    return Completion(
+        text="".join(texts),
+        tool_calls=tuple(calls),
+        usage=usage_from_messages(body.get("usage")),
+        stop_reason=str(stop_reason) if stop_reason is not None else None,
+    )
+
+
+def _redact(text: str, secret: str | None) -> str:
+    if secret:
+        text = text.replace(f"Bearer {secret}", "Bearer [redacted]").replace(secret, "[redacted]")
+    return text
+
+
+def _error_detail(exc: anthropic.APIStatusError) -> str:
+    if exc.api_message:
+        return exc.api_message
+    body = exc.body
+    if isinstance(body, Mapping):
+        inner = body.get("error", body)
+        message = inner.get("message") if isinstance(inner, Mapping) else inner
+        if isinstance(message, str) and message:
+            return message
+    if isinstance(body, str) and body:
+        return body
+    return f"Error code: {exc.status_code}"
+
+
+class AnthropicMessagesProvider:
+    """One Claude model (or an Anthropic-compatible server) behind the Messages API.
+
+    Args:
+        config: The agent's configuration (provider, model, capabilities, request parameters).
+        api_key: The key to send; None when the variable named by `provider.apiKeyEnv` is
+            unset, in which case `preflight` reports it and `complete` raises LLMError.
+    """
+
+    preflight_timeout: float = PREFLIGHT_TIMEOUT_SECONDS
+
+    def __init__(self, config: AgentConfig, *, api_key: str | None) -> None:
+        provider = config.provider
+        self._name = provider.name
+        self._model = config.model
+        self._label = f"anthropic provider '{provider.name}'"
+        self._timeout = provider.timeout_seconds
+        self._base_url = (provider.base_url or DEFAULT_BASE_URL).rstrip("/")
+        self._key = api_key
+        self._plan = anthropic_plan(
+            config.request_params, model=config.model, capabilities=config.capabilities
+        )
+        self._warned = False
+        self._key_problem: str | None = None
+        self._client: anthropic.AsyncAnthropic | None = None
+        if api_key:
+            self._client = anthropic.AsyncAnthropic(
+                api_key=api_key,
+                base_url=self._base_url,
+                timeout=provider.timeout_seconds,
+                max_retries=provider.max_retries,
+            )
+        else:
+            variable = provider.api_key_env or "(none configured)"
+            self._key_problem = f"{self._label}: API key variable {variable} is not set"
+
+    @property
+    def name(self) -> str:
+        """The provider's name in the deployment."""
+        return self._name
+
+    @property
+    def model(self) -> str:
+        """The model id sent to the provider."""
+        return self._model
+
+    async def complete(
+        self, *, system: str, messages: Sequence[Message], tools: Sequence[ToolSpec]
+    ) -> Completion:
+        """One model turn; see `LLMProvider.complete`.
+
+        Raises:
+            LLMError: The key is missing, the call failed after retries, or the reply is unusable.
+        """
+        if self._client is None:
+            raise LLMError(self._key_problem or self._label)
+        self._warn_dropped_once()
+        wire_tools = messages_tools(tools)
+        try:
+            raw = await self._client.messages.with_raw_response.create(
+                model=self._model,
+                messages=cast(Any, messages_blocks(messages)),
+                system=system or anthropic.omit,
+                tools=cast(Any, wire_tools) if wire_tools else anthropic.omit,
+                extra_body=self._plan.extra_body or None,
+                **self._plan.kwargs,
+            )
+            body = await raw.json()
+        except anthropic.AnthropicError as exc:
+            raise self._error(exc, self._timeout) from None
+        except ValueError:
+            raise LLMError(f"{self._label}: the response is not JSON") from None
+        try:
+            if not isinstance(body, Mapping):
+                raise ValueError("the response is not a JSON object")
+            return completion_from_messages(body)
+        except ValueError as exc:
+            raise LLMError(self._safe(f"{self._label}: unusable response: {exc}")) from None
+
+    async def preflight(self) -> ProviderCheck:
+        """Fetch `/v1/models/{model}`: the key works and the model exists; never raises."""
+        if self._client is None:
+            return ProviderCheck(False, self._key_problem or self._label, time.monotonic())
+        url = f"{self._base_url}/v1/models/{self._model}"
+        try:
+            async with asyncio.timeout(self.preflight_timeout):
+                probe = self._client.with_options(timeout=self.preflight_timeout, max_retries=0)
+                await probe.models.retrieve(self._model)
+        except TimeoutError:
+            message = f"{self._label}: GET {url} timed out after {self.preflight_timeout:g}s"
+            return ProviderCheck(False, message, time.monotonic())
+        except anthropic.NotFoundError:
+            return ProviderCheck(
+                False, f"{self._label}: model '{self._model}' not found at {url}", time.monotonic()
+            )
+        except anthropic.AnthropicError as exc:
+            return ProviderCheck(False, str(self._error(exc, self.preflight_timeout)), time.monotonic())
+        except Exception as exc:  # a health probe reports every failure instead of raising it
+            message = self._safe(f"{self._label}: GET {url} failed: {type(exc).__name__}: {exc}")
+            return ProviderCheck(False, message, time.monotonic())
+        return ProviderCheck(True, f"{self._label}: model '{self._model}' is available", time.monotonic())
+
+    async def aclose(self) -> None:
+        """Close the SDK client's connections."""
+        if self._client is not None:
+            await self._client.close()
+
+    def _warn_dropped_once(self) -> None:
+        if self._warned:
+            return
+        self._warned = True
+        warning = dropped_warning(self._plan, f"{self._label} (model {self._model})")
+        if warning:
+            log.warning(warning)
+
+    def _safe(self, text: str) -> str:
+        # Redact before cutting, so a key straddling the cut cannot leak in part.
+        return _redact(text, self._key)[:MAX_ERROR_TEXT]
+
+    def _error(self, exc: anthropic.AnthropicError, timeout: float) -> LLMError:
+        if isinstance(exc, anthropic.APITimeoutError):
+            return LLMError(f"{self._label}: request to {self._base_url} timed out after {timeout:g}s")
+        if isinstance(exc, anthropic.APIConnectionError):
+            cause = exc.__cause__
+            reason = f"{type(cause).__name__}: {cause}" if cause else exc.message
+            return LLMError(self._safe(f"{self._label}: cannot reach {self._base_url}: {reason}"))
+        if isinstance(exc, anthropic.APIStatusError):
+            detail = _error_detail(exc)
+            return LLMError(
+                self._safe(f"{self._label}: HTTP {exc.status_code}: {detail}"), status=exc.status_code
+            )
+        return LLMError(self._safe(f"{self._label}: {type(exc).__name__}: {exc}"))

@@ -1,0 +1,51 @@
+"""Build the agent's LLM provider from its configuration and the process environment."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from pallas_runtime.config import AgentConfig, ProviderConfig
+from pallas_runtime.llm.anthropic_messages import AnthropicMessagesProvider
+from pallas_runtime.llm.openai_chat import OpenAIChatProvider
+from pallas_runtime.llm.provider import LLMProvider
+
+NO_KEY_PLACEHOLDER = "not-needed"
+"""Sent when the provider names no key variable: local vLLM or llama.cpp servers check none, but
+the SDKs refuse to build a client without one."""
+
+
+def resolve_api_key(provider: ProviderConfig, environ: Mapping[str, str] | None = None) -> str | None:
+    """The API key to send to `provider`.
+
+    Args:
+        provider: The provider configuration; `api_key_env` names the variable holding the key.
+        environ: Where to read it; the process environment by default.
+
+    Returns:
+        The key; `NO_KEY_PLACEHOLDER` when the provider names no variable; None when the named
+        variable is unset or empty.
+    """
+    if provider.api_key_env is None:
+        return NO_KEY_PLACEHOLDER
+    env = os.environ if environ is None else environ
+    return env.get(provider.api_key_env) or None
+
+
+def create_provider(config: AgentConfig, environ: Mapping[str, str] | None = None) -> LLMProvider:
+    """The provider adapter for `config.provider.type`, holding the key read from the environment.
+
+    A missing key does not fail here, so the agent still starts and reports it: the provider's
+    `preflight()` says which variable is unset and `complete()` raises LLMError saying the same.
+
+    Args:
+        config: The agent's configuration.
+        environ: Where to read the key variable; the process environment by default.
+
+    Returns:
+        An OpenAIChatProvider (type `openai`) or an AnthropicMessagesProvider (type `anthropic`).
+    """
+    api_key = resolve_api_key(config.provider, environ)
+    if config.provider.type == "anthropic":
+        return AnthropicMessagesProvider(config, api_key=api_key)
+    return OpenAIChatProvider(config, api_key=api_key)

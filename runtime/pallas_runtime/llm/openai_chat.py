@@ -1,0 +1,404 @@
+"""Chat Completions adapter (OpenAI, vLLM, llama.cpp, LiteLLM, Ollama…) on the official `openai` SDK.
+
+The translation functions are pure: `chat_messages` and `chat_tools` build the wire JSON of a
+request, `completion_from_chat` reads the wire JSON of a response. The provider sends them with
+`AsyncOpenAI`, whose own retries (`max_retries`, backoff honouring `retry-after`) and timeout
+apply. Responses are read as JSON rather than as SDK models because OpenAI-compatible servers
+differ in what they omit, and this module decides how to read each gap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+
+import openai
+
+from pallas_runtime.config import AgentConfig
+from pallas_runtime.llm.params import dropped_warning, is_native_openai, openai_plan
+from pallas_runtime.llm.provider import LLMError, ProviderCheck
+from pallas_runtime.messages import (
+    AssistantMessage,
+    Completion,
+    ContentPart,
+    ImagePart,
+    Message,
+    TextPart,
+    ToolCall,
+    ToolResultsMessage,
+    ToolSpec,
+    Usage,
+    UserMessage,
+)
+
+log = logging.getLogger("pallas.llm")
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+"""The SDK's default, passed explicitly so an ambient OPENAI_BASE_URL cannot redirect the agent."""
+PREFLIGHT_TIMEOUT_SECONDS = 5.0
+MAX_ERROR_TEXT = 400
+"""LLMError texts are cut here: they end up in logs, health messages and tool results."""
+
+
+def _image_part(image: ImagePart) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": f"data:{image.mime_type};base64,{image.data}"}}
+
+
+def _user_content(parts: Sequence[ContentPart]) -> str | list[dict[str, Any]]:
+    # A lone text part goes as a plain string: every OpenAI-compatible server's chat template
+    # takes that, while some older ones mishandle a list of parts.
+    if len(parts) == 1 and isinstance(parts[0], TextPart):
+        return parts[0].text
+    return [
+        {"type": "text", "text": part.text} if isinstance(part, TextPart) else _image_part(part)
+        for part in parts
+    ]
+
+
+def _assistant_message(message: AssistantMessage) -> dict[str, Any]:
+    wire: dict[str, Any] = {"role": "assistant", "content": message.text or None}
+    if message.tool_calls:
+        wire["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+            }
+            for call in message.tool_calls
+        ]
+    elif not message.text:
+        wire["content"] = ""
+    return wire
+
+
+def _tool_results(message: ToolResultsMessage) -> list[dict[str, Any]]:
+    """Tool messages are text-only in Chat Completions, so images follow in one user message."""
+    wire: list[dict[str, Any]] = []
+    image_content: list[dict[str, Any]] = []
+    for result in message.results:
+        text = "\n".join(part.text for part in result.content if isinstance(part, TextPart))
+        images = [part for part in result.content if isinstance(part, ImagePart)]
+        if result.is_error:
+            # The wire has no error flag for tool results; the model must read it from the text.
+            text = f"Error: {text}" if text else "Error"
+        if images:
+            note = f"[{len(images)} image(s) attached in the next message]"
+            text = f"{text}\n{note}" if text else note
+            image_content.append(
+                {"type": "text", "text": f"Images returned by tool {result.name} (call {result.call_id}):"}
+            )
+            image_content.extend(_image_part(image) for image in images)
+        wire.append({"role": "tool", "tool_call_id": result.call_id, "content": text})
+    if image_content:
+        wire.append({"role": "user", "content": image_content})
+    return wire
+
+
+def chat_messages(system: str, messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Translate a conversation into Chat Completions `messages`.
+
+    Args:
+        system: The system prompt; sent as the first `system` message unless empty.
+        messages: The conversation in provider-neutral types.
+
+    Returns:
+        The wire `messages` list.
+    """
+    wire: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    for message in messages:
+        if isinstance(message, UserMessage):
+            wire.append({"role": "user", "content": _user_content(message.content)})
+        elif isinstance(message, AssistantMessage):
+            wire.append(_assistant_message(message))
+        else:
+            wire.extend(_tool_results(message))
+    return wire
+
+
+def chat_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    """Translate tool specs into Chat Completions function tools.
+
+    Args:
+        tools: The tools offered to the model.
+
+    Returns:
+        The wire `tools` list (empty when there are none).
+    """
+    return [
+        {
+            "type": "function",
+            "function": {"name": tool.name, "description": tool.description, "parameters": tool.input_schema},
+        }
+        for tool in tools
+    ]
+
+
+def parse_arguments(raw: object) -> tuple[dict[str, Any], str | None]:
+    """Read a tool call's `arguments` string.
+
+    Args:
+        raw: The `arguments` field as received: normally a JSON string; some servers send an
+            object, or nothing for a call without arguments.
+
+    Returns:
+        The arguments, and None; or `{}` and why the arguments are unusable.
+    """
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return {}, None
+    value = raw
+    if isinstance(raw, str):
+        try:
+            value = json.loads(raw)
+        except ValueError as exc:
+            return {}, f"arguments are not valid JSON ({exc}): {raw[:200]!r}"
+    if not isinstance(value, dict):
+        return {}, f"arguments must be a JSON object, got {type(value).__name__}"
+    return value, None
+
+
+def _text_of(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        # Some servers answer with a list of content parts; only text parts carry the reply.
+        return "".join(
+            part["text"]
+            for part in content
+            if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+        )
+    return ""
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) else 0
+
+
+def usage_from_chat(usage: object) -> Usage:
+    """Map Chat Completions usage onto token kinds.
+
+    `prompt_tokens` includes cached prompt tokens, so `input` is `prompt_tokens - cached_tokens`
+    and `cache_read` is `cached_tokens`; `output` is `completion_tokens` (reasoning included,
+    as billed) and `reasoning` is `completion_tokens_details.reasoning_tokens`. Chat Completions
+    reports no cache writes. vLLM and llama.cpp omit the details objects or send null: missing
+    counts are 0.
+
+    Args:
+        usage: The response's `usage` object, or None.
+
+    Returns:
+        The token counts.
+    """
+    if not isinstance(usage, Mapping):
+        return Usage()
+    prompt_details = usage.get("prompt_tokens_details")
+    completion_details = usage.get("completion_tokens_details")
+    cached = _count(prompt_details.get("cached_tokens")) if isinstance(prompt_details, Mapping) else 0
+    reasoning = (
+        _count(completion_details.get("reasoning_tokens")) if isinstance(completion_details, Mapping) else 0
+    )
+    return Usage(
+        input=max(_count(usage.get("prompt_tokens")) - cached, 0),
+        output=_count(usage.get("completion_tokens")),
+        cache_read=cached,
+        reasoning=reasoning,
+    )
+
+
+def completion_from_chat(body: Mapping[str, Any]) -> Completion:
+    """Translate a Chat Completions response body into a Completion (first choice only).
+
+    Malformed tool-call arguments do not raise: the call gets `arguments={}` and
+    `arguments_error`, so the loop can tell the model what went wrong.
+
+    Args:
+        body: The decoded JSON response.
+
+    Returns:
+        The completion.
+
+    Raises:
+        ValueError: The body has no choice with a message.
+    """
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+        raise ValueError("the response has no choices")
+    message = choices[0].get("message")
+    if not isinstance(message, Mapping):
+        raise ValueError("the first choice has no message")
+    calls: list[ToolCall] = []
+    for index, call in enumerate(message.get("tool_calls") or ()):
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(function, Mapping):
+            continue
+        arguments, error = parse_arguments(function.get("arguments"))
+        calls.append(
+            ToolCall(
+                # llama.cpp used to omit ids; the loop needs one to pair the result with the call.
+                id=str(call.get("id") or f"call_{index}"),
+                name=str(function.get("name") or ""),
+                arguments=arguments,
+                arguments_error=error,
+            )
+        )
+    finish_reason = choices[0].get("finish_reason")
+    return Completion(
+        text=_text_of(message.get("content")),
+        tool_calls=tuple(calls),
+        usage=usage_from_chat(body.get("usage")),
+        stop_reason=str(finish_reason) if finish_reason is not None else None,
+    )
+
+
+def _redact(text: str, secret: str | None) -> str:
+    if secret:
+        text = text.replace(f"Bearer {secret}", "Bearer [redacted]").replace(secret, "[redacted]")
+    return text
+
+
+def _error_detail(body: object, fallback: str) -> str:
+    # OpenAI and llama.cpp nest {"error": {"message"}}; vLLM sends {"object": "error", "message"}.
+    # The SDK has already unwrapped "error" into `body`.
+    if isinstance(body, Mapping):
+        inner = body.get("error", body)
+        message = inner.get("message") if isinstance(inner, Mapping) else inner
+        if isinstance(message, str) and message:
+            return message
+    if isinstance(body, str) and body:
+        return body
+    return fallback
+
+
+class OpenAIChatProvider:
+    """One model behind a Chat Completions endpoint.
+
+    Args:
+        config: The agent's configuration (provider, model, request parameters).
+        api_key: The key to send; None when the variable named by `provider.apiKeyEnv` is
+            unset, in which case `preflight` reports it and `complete` raises LLMError.
+    """
+
+    preflight_timeout: float = PREFLIGHT_TIMEOUT_SECONDS
+
+    def __init__(self, config: AgentConfig, *, api_key: str | None) -> None:
+        provider = config.provider
+        self._name = provider.name
+        self._model = config.model
+        self._label = f"openai provider '{provider.name}'"
+        self._timeout = provider.timeout_seconds
+        self._base_url = (provider.base_url or DEFAULT_BASE_URL).rstrip("/")
+        self._key = api_key
+        self._plan = openai_plan(config.request_params, native=is_native_openai(provider.base_url))
+        self._warned = False
+        self._key_problem: str | None = None
+        self._client: openai.AsyncOpenAI | None = None
+        if api_key:
+            self._client = openai.AsyncOpenAI(
+                api_key=api_key,
+                base_url=self._base_url,
+                timeout=provider.timeout_seconds,
+                max_retries=provider.max_retries,
+            )
+        else:
+            variable = provider.api_key_env or "(none configured)"
+            self._key_problem = f"{self._label}: API key variable {variable} is not set"
+
+    @property
+    def name(self) -> str:
+        """The provider's name in the deployment."""
+        return self._name
+
+    @property
+    def model(self) -> str:
+        """The model id sent to the provider."""
+        return self._model
+
+    async def complete(
+        self, *, system: str, messages: Sequence[Message], tools: Sequence[ToolSpec]
+    ) -> Completion:
+        """One model turn; see `LLMProvider.complete`.
+
+        Raises:
+            LLMError: The key is missing, the call failed after retries, or the reply is unusable.
+        """
+        if self._client is None:
+            raise LLMError(self._key_problem or self._label)
+        self._warn_dropped_once()
+        wire_tools = chat_tools(tools)
+        try:
+            raw = await self._client.chat.completions.with_raw_response.create(
+                model=self._model,
+                messages=cast(Any, chat_messages(system, messages)),
+                tools=cast(Any, wire_tools) if wire_tools else openai.omit,
+                extra_body=self._plan.extra_body or None,
+                **self._plan.kwargs,
+            )
+            body = raw.http_response.json()
+        except openai.OpenAIError as exc:
+            raise self._error(exc, self._timeout) from None
+        except ValueError:
+            raise LLMError(f"{self._label}: the response is not JSON") from None
+        try:
+            if not isinstance(body, Mapping):
+                raise ValueError("the response is not a JSON object")
+            return completion_from_chat(body)
+        except ValueError as exc:
+            raise LLMError(self._safe(f"{self._label}: unusable response: {exc}")) from None
+
+    async def preflight(self) -> ProviderCheck:
+        """List `{base}/models` and look for the configured model; never raises."""
+        if self._client is None:
+            return ProviderCheck(False, self._key_problem or self._label, time.monotonic())
+        url = f"{self._base_url}/models"
+        try:
+            # The overall deadline also bounds what a per-request timeout does not (pagination).
+            async with asyncio.timeout(self.preflight_timeout):
+                probe = self._client.with_options(timeout=self.preflight_timeout, max_retries=0)
+                listed = {model.id async for model in probe.models.list()}
+        except TimeoutError:
+            message = f"{self._label}: GET {url} timed out after {self.preflight_timeout:g}s"
+            return ProviderCheck(False, message, time.monotonic())
+        except openai.OpenAIError as exc:
+            return ProviderCheck(False, str(self._error(exc, self.preflight_timeout)), time.monotonic())
+        except Exception as exc:  # a health probe reports every failure instead of raising it
+            message = self._safe(f"{self._label}: GET {url} failed: {type(exc).__name__}: {exc}")
+            return ProviderCheck(False, message, time.monotonic())
+        if self._model not in listed:
+            return ProviderCheck(
+                False, f"{self._label}: model '{self._model}' not found at {url}", time.monotonic()
+            )
+        return ProviderCheck(True, f"{self._label}: model '{self._model}' is available", time.monotonic())
+
+    async def aclose(self) -> None:
+        """Close the SDK client's connections."""
+        if self._client is not None:
+            await self._client.close()
+
+    def _warn_dropped_once(self) -> None:
+        if self._warned:
+            return
+        self._warned = True
+        warning = dropped_warning(self._plan, f"{self._label} ({self._base_url})")
+        if warning:
+            log.warning(warning)
+
+    def _safe(self, text: str) -> str:
+        # Redact before cutting, so a key straddling the cut cannot leak in part.
+        return _redact(text, self._key)[:MAX_ERROR_TEXT]
+
+    def _error(self, exc: openai.OpenAIError, timeout: float) -> LLMError:
+        if isinstance(exc, openai.APITimeoutError):
+            return LLMError(f"{self._label}: request to {self._base_url} timed out after {timeout:g}s")
+        if isinstance(exc, openai.APIConnectionError):
+            cause = exc.__cause__
+            reason = f"{type(cause).__name__}: {cause}" if cause else exc.message
+            return LLMError(self._safe(f"{self._label}: cannot reach {self._base_url}: {reason}"))
+        if isinstance(exc, openai.APIStatusError):
+            detail = _error_detail(exc.body, exc.message)
+            return LLMError(
+                self._safe(f"{self._label}: HTTP {exc.status_code}: {detail}"), status=exc.status_code
+            )
+        return LLMError(self._safe(f"{self._label}: {type(exc).__name__}: {exc}"))

@@ -1,0 +1,50 @@
+"""What the agent loop needs from an LLM provider; adapters live beside this module."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from pallas_runtime.messages import Completion, Message, ToolSpec
+
+
+class LLMError(Exception):
+    """A model call that failed after retries. The text is safe to show: it never holds a key."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderCheck:
+    """The result of probing a provider's models endpoint (never a completion)."""
+
+    ok: bool
+    message: str
+    checked_at: float
+    """time.monotonic() when the check finished."""
+
+
+class LLMProvider(Protocol):
+    """One configured provider serving one model, with the agent's sampling parameters."""
+
+    @property
+    def name(self) -> str:
+        """The provider's name in the deployment (`vllm`, `anthropic`, …)."""
+
+    @property
+    def model(self) -> str:
+        """The model id sent to the provider."""
+
+    async def complete(
+        self, *, system: str, messages: Sequence[Message], tools: Sequence[ToolSpec]
+    ) -> Completion:
+        """One model turn. Raises LLMError once retries are exhausted."""
+
+    async def preflight(self) -> ProviderCheck:
+        """Check the key and that the model exists via the models endpoint; never raises."""
+
+    async def aclose(self) -> None:
+        """Release connections."""

@@ -1,0 +1,109 @@
+"""Provider-neutral conversation types shared by the agent loop, the LLM adapters and MCP edges.
+
+Translation to and from each wire format happens only at the edges (llm/openai_chat.py,
+llm/anthropic_messages.py, downstream/); everything in between speaks these types.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+
+@dataclass(frozen=True, slots=True)
+class TextPart:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ImagePart:
+    data: str
+    """Base64 (standard alphabet, no data: prefix)."""
+    mime_type: str
+
+
+ContentPart = TextPart | ImagePart
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A tool call the model asked for.
+
+    `arguments_error` is set (and `arguments` empty) when the model produced arguments that are not
+    a JSON object; the loop answers such a call with an error result instead of dispatching it.
+    """
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+    arguments_error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    call_id: str
+    name: str
+    content: tuple[ContentPart, ...]
+    is_error: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class UserMessage:
+    content: tuple[ContentPart, ...]
+    role: Literal["user"] = "user"
+
+
+@dataclass(frozen=True, slots=True)
+class AssistantMessage:
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    role: Literal["assistant"] = "assistant"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResultsMessage:
+    """The results of one round of tool calls, in the order the calls were made."""
+
+    results: tuple[ToolResult, ...]
+    role: Literal["tool"] = "tool"
+
+
+Message = UserMessage | AssistantMessage | ToolResultsMessage
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A tool offered to the model: `<server>__<tool>` or `<agent>__send_message`."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    reasoning: int = 0
+
+    def by_kind(self) -> dict[str, int]:
+        """Token counts keyed by the `kind` label of pallas_llm_tokens_total."""
+        return {
+            "input": self.input,
+            "output": self.output,
+            "cache_read": self.cache_read,
+            "cache_write": self.cache_write,
+            "reasoning": self.reasoning,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """One model turn: final text, tool calls to make, or both."""
+
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage = field(default_factory=Usage)
+    stop_reason: str | None = None

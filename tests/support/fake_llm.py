@@ -1,0 +1,543 @@
+"""Scripted fake LLM servers that speak the real OpenAI Chat Completions and Anthropic Messages wire formats.
+
+Each fake is a Starlette app served by uvicorn on 127.0.0.1 (a free port), so the code under test
+uses its normal SDK client against it. Every request is recorded (headers and JSON body) and
+answered from a script: a queue of steps, consumed one per completion request. When the queue is
+empty the fake's `default` step answers. Replies are immediate unless a step says otherwise.
+
+Steps (all provider-neutral; each fake renders them in its own wire format):
+
+- `Text("hello")`: a text reply (`finish_reason` "stop" / `stop_reason` "end_turn").
+- `ToolCalls([Call("weather__forecast", '{"city": "Oslo"}'), Call("x__y", "not json")])`: one or
+  several tool calls; `arguments` is sent as given (a raw string, so it may be malformed JSON,
+  or a dict); optional `text` alongside.
+- `HttpError(429, "slow down")`: an error status with the provider's real error JSON; it carries
+  `retry-after-ms: 1` by default so the SDKs retry without sleeping.
+- `Delay(2.0, then=Text("late"))`: wait first (to trigger client timeouts), then answer `then`
+  (or the default). A fake that is closing cuts its delays short.
+- `Raw(200, {...})`: any status, JSON body and headers, sent as is.
+- a callable `fn(request_json) -> dict | step` (or an async one): a dict is sent as a 200 JSON
+  body, a step is rendered.
+
+`Text` and `ToolCalls` take `usage=FakeUsage(input=..., output=..., cache_read=..., cache_write=...,
+reasoning=...)` (rendered per provider), a dict (sent verbatim as the wire `usage`), or None (no
+`usage` at all, like some local servers). `stop_reason=` overrides the finish/stop reason.
+
+Usage::
+
+    async with FakeOpenAI(models=["my-model"]) as fake:
+        fake.script(
+            ToolCalls([Call("weather__forecast", '{"city": "Oslo"}')]),
+            Text("It will rain."),
+        )
+        ...  # point the agent at fake.base_url ("http://127.0.0.1:PORT/v1")
+        assert fake.completions[0].json["messages"][0] == {"role": "system", "content": "..."}
+
+`FakeAnthropic` is used the same way; its `base_url` has no `/v1` (the Anthropic SDK adds it).
+Pass `api_key="k"` to make a fake answer 401 to requests that do not carry that key. Preflight
+endpoints (`GET /v1/models`, `GET /v1/models/{model}`) answer from `models`, or from the steps
+queued with `script_models(...)` (errors, delays, raw bodies or callables).
+The pytest fixtures `fake_openai` and `fake_anthropic` yield a started fake.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import itertools
+import json
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Self
+
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+# --- script steps ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FakeUsage:
+    """Token counts in provider-neutral kinds; each fake renders them in its wire shape."""
+
+    input: int = 10
+    output: int = 5
+    cache_read: int = 0
+    cache_write: int = 0
+    reasoning: int = 0
+
+
+UsageSpec = FakeUsage | Mapping[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Text:
+    text: str
+    usage: UsageSpec = FakeUsage()
+    stop_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    name: str
+    arguments: str | Mapping[str, Any] = "{}"
+    """A raw JSON string (sent as is, so it may be malformed) or a dict."""
+    id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCalls:
+    calls: Sequence[Call]
+    text: str = ""
+    usage: UsageSpec = FakeUsage()
+    stop_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HttpError:
+    status: int
+    message: str = "fake error"
+    type: str | None = None
+    """The provider's error type; derived from the status when None."""
+    headers: Mapping[str, str] = field(default_factory=lambda: {"retry-after-ms": "1"})
+
+
+@dataclass(frozen=True, slots=True)
+class Raw:
+    status: int = 200
+    body: Any = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Delay:
+    seconds: float
+    then: Step | None = None
+
+
+Handler = Callable[[Any], "Mapping[str, Any] | Step | Awaitable[Mapping[str, Any] | Step]"]
+Step = Text | ToolCalls | HttpError | Raw | Delay | Handler
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedRequest:
+    method: str
+    path: str
+    headers: dict[str, str]
+    """Lower-cased names."""
+    json: Any
+    """The decoded body; None for a GET or a body that is not JSON."""
+
+
+# --- server ---------------------------------------------------------------------------------
+
+
+class _QuietServer(uvicorn.Server):
+    # Tests run in the main thread: leave Ctrl-C to pytest instead of uvicorn's handlers.
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class _FakeServer:
+    completion_path = ""
+    base_path = ""
+
+    def __init__(
+        self,
+        *,
+        default: Step | None = None,
+        models: Sequence[str] = ("fake-model",),
+        api_key: str | None = None,
+    ) -> None:
+        self.default: Step = default if default is not None else Text("ok")
+        self.models = list(models)
+        self.api_key = api_key
+        self.requests: list[RecordedRequest] = []
+        self._steps: deque[Step] = deque()
+        self._model_steps: deque[Step] = deque()
+        self._ids = itertools.count(1)
+        self._closing = asyncio.Event()
+        self._server: _QuietServer | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._port = 0
+
+    # scripting
+
+    def script(self, *steps: Step) -> None:
+        """Queue steps answering the next completion requests, in order."""
+        self._steps.extend(steps)
+
+    def script_models(self, *steps: Step) -> None:
+        """Queue steps answering the next models-endpoint requests, in order."""
+        self._model_steps.extend(steps)
+
+    @property
+    def pending(self) -> int:
+        """Completion steps not consumed yet."""
+        return len(self._steps)
+
+    def reset(self) -> None:
+        """Forget recorded requests and queued steps."""
+        self.requests.clear()
+        self._steps.clear()
+        self._model_steps.clear()
+
+    @property
+    def completions(self) -> list[RecordedRequest]:
+        """The recorded completion requests."""
+        return [r for r in self.requests if r.path == self.completion_path]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._port}"
+
+    @property
+    def base_url(self) -> str:
+        """What the provider's `baseUrl` should be."""
+        return self.url + self.base_path
+
+    # lifecycle
+
+    async def start(self) -> Self:
+        self._closing = asyncio.Event()
+        config = uvicorn.Config(
+            Starlette(routes=self._routes()),
+            host="127.0.0.1",
+            port=0,
+            lifespan="off",
+            log_config=None,
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=1,
+        )
+        self._server = _QuietServer(config)
+        self._task = asyncio.create_task(self._server.serve())
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()
+            await asyncio.sleep(0.001)
+        # Port 0 lets the kernel pick a free port; uvicorn's own listening socket gets
+        # TCP_NODELAY on accepted connections (a socket passed in without proto=TCP does not,
+        # and each reply would then wait ~40 ms for a delayed ACK).
+        self._port = self._server.servers[0].sockets[0].getsockname()[1]
+        return self
+
+    async def stop(self) -> None:
+        self._closing.set()
+        if self._server is not None and self._task is not None:
+            self._server.should_exit = True
+            await self._task
+        self._server = self._task = None
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    # request handling
+
+    def _routes(self) -> list[Route]:
+        raise NotImplementedError
+
+    async def _record(self, request: Request) -> RecordedRequest:
+        raw = await request.body()
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        recorded = RecordedRequest(request.method, request.url.path, dict(request.headers), body)
+        self.requests.append(recorded)
+        return recorded
+
+    async def _handle_completion(self, request: Request) -> Response:
+        recorded = await self._record(request)
+        if not self._authorized(recorded):
+            return self._error(HttpError(401, "invalid api key", headers={}))
+        step = self._steps.popleft() if self._steps else self.default
+        return await self._respond(step, recorded, self._render_reply)
+
+    async def _handle_models(self, request: Request) -> Response:
+        recorded = await self._record(request)
+        if not self._authorized(recorded):
+            return self._error(HttpError(401, "invalid api key", headers={}))
+        if self._model_steps:
+            return await self._respond(self._model_steps.popleft(), recorded, self._render_models_reply)
+        return self._models_response(recorded)
+
+    async def _respond(
+        self,
+        step: Step,
+        recorded: RecordedRequest,
+        render: Callable[[Text | ToolCalls, RecordedRequest], Response],
+    ) -> Response:
+        if isinstance(step, Delay):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), step.seconds)
+            return await self._respond(step.then if step.then is not None else self.default, recorded, render)
+        if isinstance(step, HttpError):
+            return self._error(step)
+        if isinstance(step, Raw):
+            return JSONResponse(step.body, status_code=step.status, headers=dict(step.headers))
+        if isinstance(step, Text | ToolCalls):
+            return render(step, recorded)
+        outcome = step(recorded.json)
+        if inspect.isawaitable(outcome):
+            outcome = await outcome
+        if isinstance(outcome, Mapping):
+            return JSONResponse(dict(outcome))
+        return await self._respond(outcome, recorded, render)
+
+    def _render_models_reply(self, step: Text | ToolCalls, recorded: RecordedRequest) -> Response:
+        return self._error(HttpError(500, f"fake: {type(step).__name__} cannot answer {recorded.path}"))
+
+    def _next_id(self) -> int:
+        return next(self._ids)
+
+    def _authorized(self, recorded: RecordedRequest) -> bool:
+        raise NotImplementedError
+
+    def _render_reply(self, step: Text | ToolCalls, recorded: RecordedRequest) -> Response:
+        raise NotImplementedError
+
+    def _models_response(self, recorded: RecordedRequest) -> Response:
+        raise NotImplementedError
+
+    def _error(self, error: HttpError) -> Response:
+        raise NotImplementedError
+
+
+def _model_of(recorded: RecordedRequest) -> str:
+    body = recorded.json
+    return str(body.get("model", "")) if isinstance(body, dict) else ""
+
+
+# --- OpenAI Chat Completions -----------------------------------------------------------------
+
+_OPENAI_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "invalid_request_error",
+    404: "invalid_request_error",
+}
+
+
+class FakeOpenAI(_FakeServer):
+    """`POST /v1/chat/completions` and `GET /v1/models`, as api.openai.com answers them."""
+
+    completion_path = "/v1/chat/completions"
+    base_path = "/v1"
+
+    def _routes(self) -> list[Route]:
+        return [
+            Route(self.completion_path, self._handle_completion, methods=["POST"]),
+            Route("/v1/models", self._handle_models, methods=["GET"]),
+        ]
+
+    def _authorized(self, recorded: RecordedRequest) -> bool:
+        return self.api_key is None or recorded.headers.get("authorization") == f"Bearer {self.api_key}"
+
+    @staticmethod
+    def _usage(usage: FakeUsage) -> dict[str, Any]:
+        prompt = usage.input + usage.cache_read
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": usage.output,
+            "total_tokens": prompt + usage.output,
+            "prompt_tokens_details": {"cached_tokens": usage.cache_read},
+            "completion_tokens_details": {"reasoning_tokens": usage.reasoning},
+        }
+
+    def _render_reply(self, step: Text | ToolCalls, recorded: RecordedRequest) -> Response:
+        n = self._next_id()
+        message: dict[str, Any] = {"role": "assistant", "content": step.text or None, "refusal": None}
+        finish = "stop"
+        if isinstance(step, ToolCalls):
+            finish = "tool_calls"
+            message["tool_calls"] = [
+                {
+                    "id": call.id or f"call_fake_{n}_{i}",
+                    "type": "function",
+                    "function": {
+                        "name": call.name,
+                        "arguments": call.arguments
+                        if isinstance(call.arguments, str)
+                        else json.dumps(call.arguments),
+                    },
+                }
+                for i, call in enumerate(step.calls)
+            ]
+        body: dict[str, Any] = {
+            "id": f"chatcmpl-fake-{n}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": _model_of(recorded),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "logprobs": None,
+                    "finish_reason": step.stop_reason or finish,
+                }
+            ],
+        }
+        if isinstance(step.usage, FakeUsage):
+            body["usage"] = self._usage(step.usage)
+        elif step.usage is not None:
+            body["usage"] = dict(step.usage)
+        return JSONResponse(body, headers={"x-request-id": f"req_fake_{n}"})
+
+    def _models_response(self, recorded: RecordedRequest) -> Response:
+        data = [{"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in self.models]
+        return JSONResponse({"object": "list", "data": data})
+
+    def _error(self, error: HttpError) -> Response:
+        kind = error.type or _OPENAI_ERROR_TYPES.get(
+            error.status, "rate_limit_error" if error.status == 429 else "server_error"
+        )
+        body = {"error": {"message": error.message, "type": kind, "param": None, "code": None}}
+        return JSONResponse(body, status_code=error.status, headers=dict(error.headers))
+
+
+# --- Anthropic Messages ---------------------------------------------------------------------
+
+_ANTHROPIC_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
+
+
+class FakeAnthropic(_FakeServer):
+    """`POST /v1/messages` and `GET /v1/models/{model}`, as api.anthropic.com answers them."""
+
+    completion_path = "/v1/messages"
+    base_path = ""
+
+    def __init__(
+        self,
+        *,
+        default: Step | None = None,
+        models: Sequence[str] = ("claude-fake",),
+        api_key: str | None = None,
+    ) -> None:
+        super().__init__(default=default, models=models, api_key=api_key)
+
+    def _routes(self) -> list[Route]:
+        return [
+            Route(self.completion_path, self._handle_completion, methods=["POST"]),
+            Route("/v1/models/{model_id:path}", self._handle_models, methods=["GET"]),
+        ]
+
+    def _authorized(self, recorded: RecordedRequest) -> bool:
+        # The SDK sends the key as a bearer token; older clients send `x-api-key`.
+        if self.api_key is None:
+            return True
+        headers = recorded.headers
+        return (
+            headers.get("x-api-key") == self.api_key
+            or headers.get("authorization") == f"Bearer {self.api_key}"
+        )
+
+    @staticmethod
+    def _usage(usage: FakeUsage) -> dict[str, Any]:
+        return {
+            "input_tokens": usage.input,
+            "output_tokens": usage.output,
+            "cache_read_input_tokens": usage.cache_read,
+            "cache_creation_input_tokens": usage.cache_write,
+        }
+
+    @staticmethod
+    def _tool_input(arguments: str | Mapping[str, Any]) -> Any:
+        if not isinstance(arguments, str):
+            return dict(arguments)
+        try:
+            return json.loads(arguments)
+        except ValueError:
+            # Malformed on purpose: send the string where the object belongs.
+            return arguments
+
+    def _render_reply(self, step: Text | ToolCalls, recorded: RecordedRequest) -> Response:
+        n = self._next_id()
+        content: list[dict[str, Any]] = [{"type": "text", "text": step.text}] if step.text else []
+        stop = "end_turn"
+        if isinstance(step, ToolCalls):
+            stop = "tool_use"
+            content.extend(
+                {
+                    "type": "tool_use",
+                    "id": call.id or f"toolu_fake_{n}_{i}",
+                    "name": call.name,
+                    "input": self._tool_input(call.arguments),
+                }
+                for i, call in enumerate(step.calls)
+            )
+        body: dict[str, Any] = {
+            "id": f"msg_fake_{n}",
+            "type": "message",
+            "role": "assistant",
+            "model": _model_of(recorded),
+            "content": content,
+            "stop_reason": step.stop_reason or stop,
+            "stop_sequence": None,
+        }
+        if isinstance(step.usage, FakeUsage):
+            body["usage"] = self._usage(step.usage)
+        elif step.usage is not None:
+            body["usage"] = dict(step.usage)
+        return JSONResponse(body, headers={"request-id": f"req_fake_{n}"})
+
+    def _models_response(self, recorded: RecordedRequest) -> Response:
+        model = recorded.path.removeprefix("/v1/models/")
+        if model not in self.models:
+            return self._error(HttpError(404, f"model: {model}", headers={}))
+        return JSONResponse(
+            {
+                "type": "model",
+                "id": model,
+                "display_name": model,
+                "created_at": "2026-01-01T00:00:00Z",
+                "lifecycle": "active",
+            }
+        )
+
+    def _error(self, error: HttpError) -> Response:
+        kind = error.type or _ANTHROPIC_ERROR_TYPES.get(error.status, "api_error")
+        body = {
+            "type": "error",
+            "error": {"type": kind, "message": error.message},
+            "request_id": f"req_fake_{self._next_id()}",
+        }
+        return JSONResponse(body, status_code=error.status, headers=dict(error.headers))
+
+
+# --- pytest fixtures ------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def fake_openai() -> AsyncIterator[FakeOpenAI]:
+    """A started FakeOpenAI serving the model `fake-model`."""
+    async with FakeOpenAI() as fake:
+        yield fake
+
+
+@pytest.fixture
+async def fake_anthropic() -> AsyncIterator[FakeAnthropic]:
+    """A started FakeAnthropic serving the model `claude-fake`."""
+    async with FakeAnthropic() as fake:
+        yield fake
