@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 # Re-install only when the dependency list changes.
 STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-16)
 
-.PHONY: help venv k8s-bins lint test test-unit test-integration test-e2e cluster-up cluster-down \
+.PHONY: help venv k8s-bins mcp-peers lint test test-unit test-integration test-e2e cluster-up cluster-down \
         cluster-status demo clean
 
 help: ## list the targets
@@ -28,6 +28,9 @@ venv: $(STAMP) ## create .venv with the pinned dependencies
 k8s-bins: ## build (or reuse) etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, helm
 	hack/build-k8s-bins.sh
 
+mcp-peers: ## install (or reuse) the pinned MCP peers: Node 22, server-everything, inspector-cli, conformance
+	hack/mcp-peers.sh
+
 lint: venv ## ruff, mypy (strict) and the import-layering contracts
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -37,13 +40,13 @@ lint: venv ## ruff, mypy (strict) and the import-layering contracts
 test-unit: venv ## pure tests: nothing but Python
 	$(BIN)/pytest tests/unit
 
-test-integration: venv k8s-bins ## tests against the real local control plane
+test-integration: venv k8s-bins mcp-peers ## tests against the real local control plane
 	$(BIN)/pytest tests/integration
 
-test-e2e: venv k8s-bins ## the whole product on the local control plane
+test-e2e: venv k8s-bins mcp-peers ## the whole product on the local control plane
 	$(BIN)/pytest tests/e2e
 
-test: lint k8s-bins ## lint and every test tier (what CI runs)
+test: lint k8s-bins mcp-peers ## lint and every test tier (what CI runs)
 	$(BIN)/pytest tests
 
 cluster-up: k8s-bins ## start (or reuse) the local control plane

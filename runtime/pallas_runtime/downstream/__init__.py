@@ -1,0 +1,1 @@
+"""MCP clients to downstream servers and other agents, and their health probes."""

@@ -1,0 +1,128 @@
+"""Why a downstream request failed, in a few words and as a decision (pure; no I/O).
+
+The SDK reports failures as exception groups, JSON-RPC errors it synthesised from HTTP statuses,
+and httpx2 errors wrapping OS errors. `describe_failure` boils them down to a short reason
+(`connection refused`, `HTTP 401`) without stack traces and without header values; `classify`
+says whether the session that saw the failure is still worth using.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+from collections.abc import Iterator
+from typing import Literal
+
+import anyio
+import httpx2
+import mcp_types
+from mcp import MCPError
+
+Failure = Literal["transport", "session_gone", "protocol", "other"]
+
+# The SDK's stand-in errors for HTTP failures; the status itself is kept by HttpErrorRecorder.
+_HTTP_FALLBACK_MESSAGES = frozenset({"Server returned an error response", "Not Found"})
+_SESSION_GONE_MESSAGE = "Session terminated"
+
+
+class SourceClosedError(Exception):
+    """The source was closed; it makes no new connections."""
+
+
+class HttpErrorRecorder:
+    """Remembers the HTTP errors one session's client saw (an httpx2 response hook).
+
+    The SDK turns an HTTP error on a POST into a JSON-RPC error and drops the status; this keeps
+    it, so a failure can say `HTTP 401` rather than `server returned an error`, and so a 404 to a
+    request carrying our session id (the spec's "this session is gone", however the server words
+    its error body) can be told apart from other errors.
+    """
+
+    def __init__(self) -> None:
+        self.last_status: int | None = None
+        self.session_gone = False
+
+    async def __call__(self, response: httpx2.Response) -> None:
+        if response.status_code >= 400:
+            self.last_status = response.status_code
+            if response.status_code == 404 and "mcp-session-id" in response.request.headers:
+                self.session_gone = True
+
+
+def _leaves(exc: BaseException) -> Iterator[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            yield from _leaves(inner)
+    else:
+        yield exc
+
+
+def _root(exc: BaseException) -> BaseException:
+    """The first leaf that is not a cancellation (task groups collect those alongside the cause)."""
+    leaves = list(_leaves(exc))
+    return next((e for e in leaves if not isinstance(e, asyncio.CancelledError)), leaves[0])
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _session_gone(error: MCPError, recorder: HttpErrorRecorder | None) -> bool:
+    return error.error.message == _SESSION_GONE_MESSAGE or (recorder is not None and recorder.session_gone)
+
+
+def classify(exc: BaseException, recorder: HttpErrorRecorder | None = None) -> Failure:
+    """What a failure means for the session: `transport` and `session_gone` ones end it."""
+    root = _root(exc)
+    if isinstance(root, MCPError):
+        if _session_gone(root, recorder):
+            return "session_gone"
+        if root.error.code == mcp_types.CONNECTION_CLOSED or root.error.message in _HTTP_FALLBACK_MESSAGES:
+            return "transport"
+        return "protocol"
+    if isinstance(root, httpx2.HTTPError | OSError | anyio.BrokenResourceError | anyio.ClosedResourceError):
+        return "transport"
+    return "other"
+
+
+def describe_failure(exc: BaseException, recorder: HttpErrorRecorder | None = None) -> str:
+    """A short reason for a failed connection or request: no stack trace, no header values."""
+    root = _root(exc)
+    if isinstance(root, SourceClosedError):
+        return "the source is closed"
+    for link in _chain(root):
+        if isinstance(link, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(link, socket.gaierror):
+            return "cannot resolve host"
+        if isinstance(link, ssl.SSLError):
+            return "TLS handshake failed"
+    if isinstance(root, MCPError):
+        status = recorder.last_status if recorder is not None else None
+        if _session_gone(root, recorder):
+            return "session ended by the server"
+        if root.error.message in _HTTP_FALLBACK_MESSAGES:
+            return f"HTTP {status}" if status else "server returned an HTTP error"
+        if root.error.code == mcp_types.CONNECTION_CLOSED:
+            return "connection closed"
+        if root.error.code == mcp_types.REQUEST_TIMEOUT:
+            return "request timed out"
+        return f"MCP error {root.error.code}: {root.error.message[:200]}"
+    if isinstance(root, httpx2.HTTPStatusError):
+        return f"HTTP {root.response.status_code}"
+    if isinstance(root, httpx2.TimeoutException):
+        return "timed out"
+    if isinstance(root, httpx2.ConnectError):
+        return "cannot connect"
+    if isinstance(root, httpx2.RemoteProtocolError | httpx2.ReadError | httpx2.WriteError):
+        return "connection lost"
+    if isinstance(root, httpx2.HTTPError | OSError | anyio.BrokenResourceError | anyio.ClosedResourceError):
+        return f"transport error ({type(root).__name__})"
+    # Unknown exception text may quote anything (a header, a payload); name only the type.
+    return f"unexpected {type(root).__name__}"

@@ -1,0 +1,289 @@
+"""The ToolSource behaviour common to downstream MCP servers and peer agents.
+
+Sessions and credentials:
+
+- Calls that carry no forwarded bearer share one long-lived session (`SharedSession`) whose HTTP
+  headers are the configured ones and nothing else.
+- A call that forwards the caller's bearer gets a session of its own, opened with that bearer and
+  closed when the call ends. A stateful downstream session is therefore never shared between
+  users, and the bearer lives only in that call's HTTP client: it is never cached, never set on
+  shared state, never read from a contextvar (the fast-agent incident: a bearer cached on a
+  persistent connection reached the next user).
+- An explicitly configured `Authorization` header always wins over forwarding.
+
+The tool list is cached and fetched again after `notifications/tools/list_changed`, a failed
+call or a lost connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+import anyio
+import mcp_types
+from mcp import ClientSession
+from mcp.client.session import IncomingMessage
+
+from pallas_runtime.downstream.connection import SharedSession, Transport, open_session
+from pallas_runtime.downstream.content import parts_from_result
+from pallas_runtime.downstream.failures import HttpErrorRecorder, classify, describe_failure
+from pallas_runtime.downstream.probe import probe_endpoint
+from pallas_runtime.downstream.source import (
+    DownstreamError,
+    ProbeResult,
+    ProgressHandler,
+    RemoteTool,
+    ToolOutcome,
+)
+from pallas_runtime.messages import TextPart
+
+log = logging.getLogger("pallas.downstream")
+T = TypeVar("T")
+
+
+class _ProgressRelay:
+    """Passes progress on to the caller's handler until the call is over; never fails the call."""
+
+    def __init__(self, label: str, handler: ProgressHandler) -> None:
+        self._label = label
+        self._handler = handler
+        self._open = True
+
+    def close(self) -> None:
+        self._open = False
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
+        if not self._open:
+            return
+        try:
+            await self._handler(progress, total, message)
+        except Exception as exc:
+            log.warning("%s: progress handler failed (%s)", self._label, type(exc).__name__)
+
+
+class _Failure(Exception):
+    """A failed request together with the HTTP evidence of the session it ran on."""
+
+    def __init__(self, cause: Exception, recorder: HttpErrorRecorder) -> None:
+        super().__init__(type(cause).__name__)
+        self.cause = cause
+        self.recorder = recorder
+        self.kind = classify(cause, recorder)
+
+    def reason(self) -> str:
+        return describe_failure(self.cause, self.recorder)
+
+
+class RemoteMcpSource:
+    """A ToolSource backed by an MCP endpoint reached over Streamable HTTP or SSE."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        url: str,
+        transport: Transport,
+        timeout: float,
+        probe_timeout: float,
+        headers: Mapping[str, str],
+        forward_inbound_auth: bool,
+    ) -> None:
+        self._name = name
+        self._url = url
+        self._transport: Transport = transport
+        self._timeout = timeout
+        self._probe_timeout = probe_timeout
+        self._headers = dict(headers)
+        explicit_auth = any(key.lower() == "authorization" for key in self._headers)
+        self._forwards_bearer = forward_inbound_auth and not explicit_auth
+        # Per shared session, so a 404 is pinned on the session that got it (see HttpErrorRecorder).
+        self._recorders: weakref.WeakKeyDictionary[ClientSession, HttpErrorRecorder] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._connect_recorder = HttpErrorRecorder()
+        self._shared = SharedSession(name, self._open_shared, on_lost=self._tools_changed)
+        self._tools: list[RemoteTool] | None = None
+        self._generation = 0
+        self._cached_generation = -1
+        self._list_lock = asyncio.Lock()
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def forwards_inbound_auth(self) -> bool:
+        """Whether a caller's `Authorization` is sent on (forwarding on, no explicit header)."""
+        return self._forwards_bearer
+
+    def _keep(self, tool: mcp_types.Tool) -> bool:
+        """Which of the endpoint's tools this source offers; subclasses narrow it."""
+        return True
+
+    @contextlib.asynccontextmanager
+    async def _open_shared(self) -> AsyncIterator[ClientSession]:
+        recorder = HttpErrorRecorder()
+        self._connect_recorder = recorder  # SharedSession opens one at a time
+        async with open_session(
+            self._url, self._transport, self._headers, on_message=self._on_message, recorder=recorder
+        ) as session:
+            self._recorders[session] = recorder
+            yield session
+
+    async def _on_message(self, message: IncomingMessage) -> None:
+        if isinstance(message, mcp_types.ToolListChangedNotification):
+            log.info("%s: tool list changed; it is fetched again on next use", self._name)
+            self._tools_changed()
+        elif isinstance(message, Exception):
+            log.debug("%s: transport reported %s", self._name, describe_failure(message))
+
+    def _tools_changed(self) -> None:
+        self._generation += 1
+
+    async def _with_shared(self, op: Callable[[ClientSession], Awaitable[T]]) -> T:
+        """Run `op` on the shared session; reconnect and retry once if the server forgot it.
+
+        Raises:
+            _Failure: Connecting or the request failed.
+        """
+        for attempt in (1, 2):
+            try:
+                session = await self._shared.get()
+            except Exception as exc:
+                raise _Failure(exc, self._connect_recorder) from exc
+            try:
+                return await op(session)
+            except Exception as exc:
+                failure = _Failure(exc, self._recorders.get(session) or HttpErrorRecorder())
+                if failure.kind in ("transport", "session_gone"):
+                    self._shared.discard(session)
+                # The server rejected the session id without running the request: safe to retry.
+                if failure.kind == "session_gone" and attempt == 1:
+                    log.info("%s: the server ended our session; reconnecting", self._name)
+                    continue
+                raise failure from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def list_tools(self) -> list[RemoteTool]:
+        """The endpoint's tools, cached; fetched again after list_changed or a failure.
+
+        Raises:
+            DownstreamError: The endpoint cannot be reached or does not answer in time.
+        """
+        async with self._list_lock:
+            if self._tools is not None and self._cached_generation == self._generation:
+                return list(self._tools)
+            generation = self._generation
+            listed: list[mcp_types.Tool] | None = None
+            try:
+                with anyio.move_on_after(self._timeout):
+                    listed = await self._with_shared(self._list_all)
+            except _Failure as failure:
+                if failure.kind == "other":
+                    log.debug("%s: listing tools failed", self._name, exc_info=failure.cause)
+                raise DownstreamError(f"{self._name}: listing tools failed: {failure.reason()}") from None
+            if listed is None:
+                raise DownstreamError(f"{self._name}: listing tools timed out after {self._timeout:g}s")
+            self._tools = [self._remote_tool(t) for t in listed if self._keep(t)]
+            self._cached_generation = generation
+            return list(self._tools)
+
+    @staticmethod
+    async def _list_all(session: ClientSession) -> list[mcp_types.Tool]:
+        tools: list[mcp_types.Tool] = []
+        params: mcp_types.PaginatedRequestParams | None = None
+        while True:
+            page = await session.list_tools(params=params)
+            tools.extend(page.tools)
+            if not page.next_cursor:
+                return tools
+            params = mcp_types.PaginatedRequestParams(cursor=page.next_cursor)
+
+    def _remote_tool(self, tool: mcp_types.Tool) -> RemoteTool:
+        return RemoteTool(
+            source=self._name,
+            name=tool.name,
+            description=tool.description or tool.title or "",
+            input_schema=dict(tool.input_schema),
+        )
+
+    async def call_tool(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        *,
+        inbound_auth: str | None,
+        on_progress: ProgressHandler | None,
+    ) -> ToolOutcome:
+        """Call one tool within the configured timeout.
+
+        `inbound_auth` is sent only when this source forwards inbound auth; such a call runs on a
+        session of its own. A tool error (`isError`) or a JSON-RPC error answer is an outcome with
+        `is_error=True`, not an exception.
+
+        Raises:
+            DownstreamError: Timeout, transport failure or an unusable answer.
+        """
+        bearer = inbound_auth if self._forwards_bearer and inbound_auth else None
+        relay = _ProgressRelay(f"{self._name}: {tool}", on_progress) if on_progress is not None else None
+        result: mcp_types.CallToolResult | None = None
+        try:
+            with anyio.move_on_after(self._timeout):
+                if bearer is None:
+                    result = await self._with_shared(lambda s: self._call(s, tool, arguments, relay))
+                else:
+                    result = await self._call_with_bearer(tool, arguments, bearer, relay)
+        except _Failure as failure:
+            self._tools_changed()
+            if failure.kind == "protocol":
+                text = f"{self._name}: {tool} failed: {failure.reason()}"
+                return ToolOutcome(content=(TextPart(text),), is_error=True)
+            if failure.kind == "other":
+                log.debug("%s: calling %s failed", self._name, tool, exc_info=failure.cause)
+            raise DownstreamError(f"{self._name}: calling {tool} failed: {failure.reason()}") from None
+        finally:
+            if relay is not None:
+                relay.close()
+        if result is None:
+            self._tools_changed()
+            raise DownstreamError(f"{self._name}: {tool} timed out after {self._timeout:g}s")
+        return ToolOutcome(content=parts_from_result(result), is_error=result.is_error)
+
+    @staticmethod
+    async def _call(
+        session: ClientSession, tool: str, arguments: dict[str, Any], relay: _ProgressRelay | None
+    ) -> mcp_types.CallToolResult:
+        return await session.call_tool(tool, arguments, progress_callback=relay)
+
+    async def _call_with_bearer(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        bearer: str,
+        relay: _ProgressRelay | None,
+    ) -> mcp_types.CallToolResult:
+        # A session (and HTTP client) of this call's own: the bearer goes nowhere else.
+        headers = {**self._headers, "Authorization": bearer}
+        recorder = HttpErrorRecorder()
+        try:
+            async with open_session(
+                self._url, self._transport, headers, on_message=self._on_message, recorder=recorder
+            ) as session:
+                return await self._call(session, tool, arguments, relay)
+        except Exception as exc:
+            raise _Failure(exc, recorder) from exc
+
+    async def probe(self) -> ProbeResult:
+        """MCP initialize (and DELETE of the session) within the probe timeout; never raises."""
+        return await probe_endpoint(
+            self._name, self._url, self._transport, self._headers, budget=self._probe_timeout
+        )
+
+    async def aclose(self) -> None:
+        """Close the shared session; calls that forward a bearer close their own sessions."""
+        await self._shared.aclose()

@@ -1,0 +1,72 @@
+"""What the agent loop needs from a source of tools: a downstream MCP server or another agent."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pallas_runtime.messages import ContentPart
+
+ProgressHandler = Callable[[float, float | None, str | None], Awaitable[None]]
+"""(progress, total, message) as received from the downstream server."""
+
+QUALIFIER = "__"
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteTool:
+    source: str
+    """The downstream server's or peer agent's name."""
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+    @property
+    def qualified_name(self) -> str:
+        """What the model sees: `<server>__<tool>`."""
+        return f"{self.source}{QUALIFIER}{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutcome:
+    content: tuple[ContentPart, ...]
+    is_error: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeResult:
+    source: str
+    ok: bool
+    message: str = ""
+    """Why it failed: `timed out after 3s`, `HTTP 503`, `connection refused`…"""
+
+
+class DownstreamError(Exception):
+    """A downstream call that could not be made or completed; the text names the source."""
+
+
+class ToolSource(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    async def list_tools(self) -> list[RemoteTool]:
+        """The source's tools, cached; refreshed after tools/list_changed or a failure."""
+
+    async def call_tool(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        *,
+        inbound_auth: str | None,
+        on_progress: ProgressHandler | None,
+    ) -> ToolOutcome:
+        """Call one tool. `inbound_auth` is this request's caller `Authorization` header value;
+        it is sent only when the source forwards inbound auth and has no explicit Authorization
+        header. Raises DownstreamError on transport failures and timeouts."""
+
+    async def probe(self) -> ProbeResult:
+        """MCP initialize (then DELETE of the session) within the configured probe timeout
+        (`health.probeTimeoutSeconds`, 3 s by default); never raises."""
+
+    async def aclose(self) -> None: ...

