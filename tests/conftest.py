@@ -12,11 +12,22 @@ from pathlib import Path
 import pytest
 
 from tests.support.cluster import kube_client, kube_cluster, namespace
+from tests.support.fake_llm import fake_anthropic, fake_openai
+from tests.support.mcp_peers import mcp_peers, server_everything
 
 TESTS = Path(__file__).resolve().parent
 TIERS = ("unit", "integration", "e2e")
 
-__all__ = ["kube_client", "kube_cluster", "namespace"]
+# Fixtures shared by every tier; each module in tests/support owns its own.
+__all__ = [
+    "fake_anthropic",
+    "fake_openai",
+    "kube_client",
+    "kube_cluster",
+    "mcp_peers",
+    "namespace",
+    "server_everything",
+]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -1,0 +1,159 @@
+"""Specs → one agent's runtime config. Pure: shared by the operator and `pallas run`.
+
+Secret values never enter the config. Each secret is bound to an environment variable with a
+stable name (`SecretBinding`); the operator turns the bindings into `env.valueFrom.secretKeyRef`
+and `pallas run` fills them from Secret manifests or the environment.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pallas_runtime.config.agent import (
+    AgentConfig,
+    DownstreamServer,
+    HeaderConfig,
+    HealthSettings,
+    HistoryLimits,
+    PeerAgent,
+    ProviderConfig,
+)
+from pallas_runtime.config.resources import PallasAgentSpec, PallasDeploymentSpec, SecretKeyRef
+
+
+class RenderError(Exception):
+    """A reference in the specs that cannot be resolved.
+
+    `reason` is a CamelCase condition reason; `missing` names what is missing.
+    """
+
+    def __init__(self, reason: str, message: str, missing: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.missing = missing
+
+
+@dataclass(frozen=True, slots=True)
+class SecretBinding:
+    """Environment variable `env` of the agent process holds the value of `ref`."""
+
+    env: str
+    ref: SecretKeyRef
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedAgent:
+    config: AgentConfig
+    secrets: tuple[SecretBinding, ...]
+
+
+def env_name(*parts: str) -> str:
+    """A stable environment variable name: `PALLAS_` + upper-cased parts joined by `_`."""
+    return "PALLAS_" + "_".join(re.sub(r"[^A-Za-z0-9]", "_", p).upper() for p in parts)
+
+
+def split_model(ref: str) -> tuple[str, str]:
+    """`<provider>.<model>` → (provider, model); the model id may itself contain dots."""
+    provider, _, model = ref.partition(".")
+    return provider, model
+
+
+def render_agent(
+    name: str,
+    agent: PallasAgentSpec,
+    deployment: PallasDeploymentSpec,
+    agent_urls: Mapping[str, str],
+) -> RenderedAgent:
+    """Build the runtime config of agent `name`.
+
+    Args:
+        name: The PallasAgent's name.
+        agent: Its spec.
+        deployment: The spec of the PallasDeployment it belongs to.
+        agent_urls: MCP URLs of the agents it may call, by name.
+
+    Raises:
+        RenderError: a model provider, server or agent that does not exist.
+    """
+    secrets: list[SecretBinding] = []
+    model_ref = agent.model or deployment.model.default
+    provider_name, model = split_model(model_ref)
+    provider_spec = deployment.providers.get(provider_name)
+    if provider_spec is None:
+        raise RenderError(
+            "ProviderNotFound",
+            f"model {model_ref!r} names provider {provider_name!r}, which the deployment does not define",
+            (provider_name,),
+        )
+    api_key_env = None
+    if provider_spec.api_key is not None:
+        api_key_env = env_name("PROVIDER", provider_name, "API_KEY")
+        secrets.append(SecretBinding(api_key_env, provider_spec.api_key.secret_key_ref))
+    provider = ProviderConfig(
+        name=provider_name,
+        type=provider_spec.type,
+        base_url=provider_spec.base_url,
+        api_key_env=api_key_env,
+        timeout_seconds=provider_spec.timeout_seconds,
+        max_retries=provider_spec.max_retries,
+    )
+
+    missing_servers = [s for s in agent.servers if s not in deployment.mcp_servers]
+    if missing_servers:
+        raise RenderError(
+            "ServerNotFound",
+            f"mcpServers {', '.join(missing_servers)} not defined by the deployment",
+            tuple(missing_servers),
+        )
+    servers = []
+    for server_name in agent.servers:
+        spec = deployment.mcp_servers[server_name]
+        headers = []
+        for index, header in enumerate(spec.headers):
+            if header.value_from is not None:
+                var = env_name("SERVER", server_name, "HEADER", str(index))
+                secrets.append(SecretBinding(var, header.value_from.secret_key_ref))
+                headers.append(HeaderConfig(name=header.name, value_from_env=var))
+            else:
+                headers.append(HeaderConfig(name=header.name, value=header.value))
+        servers.append(
+            DownstreamServer(
+                name=server_name,
+                url=spec.url,
+                transport=spec.transport,
+                headers=headers,
+                forward_inbound_auth=spec.forward_inbound_auth,
+                timeout_seconds=spec.timeout_seconds,
+            )
+        )
+
+    missing_agents = [a for a in agent.agents if a not in agent_urls]
+    if missing_agents:
+        raise RenderError(
+            "AgentNotFound", f"agents {', '.join(missing_agents)} not found", tuple(missing_agents)
+        )
+    peers = [PeerAgent(name=peer, url=agent_urls[peer]) for peer in agent.agents]
+
+    config = AgentConfig(
+        name=name,
+        title=agent.title,
+        description=agent.description,
+        version=deployment.version,
+        instruction=agent.instruction,
+        model=model,
+        provider=provider,
+        capabilities=deployment.model.capabilities,
+        servers=servers,
+        agents=peers,
+        request_params=agent.request_params,
+        max_iterations=agent.max_iterations,
+        tools=agent.tools,
+        history=HistoryLimits(
+            max_messages=agent.history.max_messages, max_conversations=agent.history.max_conversations
+        ),
+        limits=agent.limits,
+        health=HealthSettings(probe_timeout_seconds=deployment.health_check.timeout_seconds),
+    )
+    return RenderedAgent(config, tuple(dict.fromkeys(secrets)))

@@ -1,0 +1,321 @@
+"""The PallasDeployment and PallasAgent specs: the single schema source for users' manifests.
+
+The operator generates the CRDs from these models (descriptions come from the attribute
+docstrings, so `kubectl explain` reads them); `pallas run -f` validates manifests with them.
+Rules the API server can only check with the whole object (immutability, self-reference) are
+added by the operator's CRD generator.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+from pallas_runtime.config.agent import (
+    DNS_LABEL,
+    HEADER_NAME,
+    HTTP_URL,
+    InputLimits,
+    ModelCapabilities,
+    RequestParams,
+    ToolPolicy,
+)
+
+API_GROUP = "pallas.dev"
+API_VERSION = "v1alpha1"
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+MODEL_REF = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\.[A-Za-z0-9][A-Za-z0-9._:/@+-]*$"
+"""`<provider>.<model>`: the provider is a key of spec.providers, the model its model id."""
+REVERSE_DNS = r"^[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?)+$"
+SERVER_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
+DURATION = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
+
+NameList = Annotated[
+    list[Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]],
+    Field(max_length=64, json_schema_extra={"x-kubernetes-list-type": "set"}),
+]
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        use_attribute_docstrings=True,
+    )
+
+
+class SecretKeyRef(_Spec):
+    """A key of a Secret in the resource's namespace."""
+
+    name: Annotated[str, Field(pattern=DNS_SUBDOMAIN, max_length=253)]
+    """Name of the Secret."""
+    key: Annotated[str, Field(pattern=r"^[-._a-zA-Z0-9]+$", max_length=253)]
+    """Key within the Secret. `pallas run` falls back to the environment variable of this name."""
+
+
+class SecretSource(_Spec):
+    """Where a secret value comes from: only by reference, never inline."""
+
+    secret_key_ref: SecretKeyRef
+    """The Secret key holding the value."""
+
+
+class ModelSpec(_Spec):
+    """The deployment's default model and what it can do."""
+
+    default: Annotated[str, Field(pattern=MODEL_REF, max_length=253)]
+    """Default model of every agent, as `<provider>.<model>`."""
+    capabilities: ModelCapabilities = ModelCapabilities()
+    """Capabilities of the model, published in the registry and enforced on input (vision)."""
+
+
+class ProviderSpec(_Spec):
+    """An LLM endpoint."""
+
+    type: Literal["openai", "anthropic"]
+    """Wire protocol: `openai` (Chat Completions: OpenAI, vLLM, llama.cpp, LiteLLM, Ollama…) or
+    `anthropic` (Messages)."""
+    base_url: Annotated[str | None, Field(alias="baseURL", pattern=HTTP_URL)] = None
+    """Endpoint base URL, e.g. `http://vllm.llm.svc:8000/v1`; default: the vendor's public API."""
+    api_key: SecretSource | None = None
+    """API key, by Secret reference. Optional for local OpenAI-compatible servers."""
+    timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 120.0
+    """Timeout of one model request."""
+    max_retries: Annotated[int, Field(ge=0, le=10)] = 3
+    """Retries with backoff on 429, 5xx and connection errors."""
+
+
+class HeaderSpec(_Spec):
+    """An HTTP header sent to a downstream MCP server."""
+
+    name: Annotated[str, Field(pattern=HEADER_NAME, max_length=256)]
+    """Header name."""
+    value: str | None = None
+    """Literal value (not for secrets)."""
+    value_from: SecretSource | None = None
+    """Value from a Secret."""
+
+    @model_validator(mode="after")
+    def _exactly_one_source(self) -> Self:
+        if (self.value is None) == (self.value_from is None):
+            raise ValueError(f"header {self.name!r} needs exactly one of value or valueFrom")
+        return self
+
+
+class McpServerSpec(_Spec):
+    """A downstream MCP server agents of the deployment may use."""
+
+    url: Annotated[str, Field(pattern=HTTP_URL, max_length=2048)]
+    """MCP endpoint URL."""
+    transport: Literal["streamable-http", "sse"] = "streamable-http"
+    """MCP transport."""
+    timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    """Timeout of one tool call."""
+    forward_inbound_auth: bool = False
+    """Forward the caller's Authorization header on each call (an explicit header wins)."""
+    headers: Annotated[list[HeaderSpec], Field(max_length=32)] = Field(default_factory=list)
+    """Headers sent on every request."""
+
+
+class RegistrySpec(_Spec):
+    """The catalogue Service of the deployment."""
+
+    enabled: bool = True
+    """Run the registry."""
+    port: Annotated[int, Field(ge=1, le=65535)] = 8080
+    """Service port of the registry."""
+    name_prefix: Annotated[str | None, Field(pattern=REVERSE_DNS, max_length=200)] = None
+    """Reverse-DNS part of each server.name; default derived from the namespace."""
+    public_url_template: Annotated[str, Field(alias="publicURLTemplate", max_length=2048)] = ""
+    """Public agent URL, e.g. `https://agents.example.com/{agent}/mcp`; default: cluster DNS."""
+
+
+class ResourceRequirements(_Spec):
+    """Compute resources of a container (as in a Pod spec)."""
+
+    limits: dict[str, str] = Field(default_factory=dict)
+    """Maximum resources, e.g. `{cpu: "1", memory: 512Mi}`."""
+    requests: dict[str, str] = Field(default_factory=dict)
+    """Guaranteed resources."""
+
+
+EnvVar = Annotated[dict[str, Any], Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})]
+Toleration = Annotated[
+    dict[str, Any], Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
+]
+
+
+class RuntimeSpec(_Spec):
+    """Pod defaults for every agent of the deployment."""
+
+    image: str = ""
+    """Runtime image; default: the operator's own runtime image."""
+    resources: ResourceRequirements | None = None
+    """Container resources; default: the operator's defaults."""
+    env: Annotated[list[EnvVar], Field(max_length=64)] = Field(default_factory=list)
+    """Extra environment variables (Kubernetes EnvVar objects)."""
+
+
+class HealthCheckSpec(_Spec):
+    """How the operator checks agents."""
+
+    interval_seconds: Annotated[int, Field(ge=5, le=86400)] = 60
+    """Seconds between get_health calls by the operator."""
+    timeout_seconds: Annotated[float, Field(gt=0, le=60)] = 3.0
+    """Timeout of each downstream probe inside get_health."""
+
+
+class ServiceMonitorSpec(_Spec):
+    """A Prometheus Operator ServiceMonitor for agents and registry."""
+
+    enabled: bool = False
+    """Create ServiceMonitors (needs the monitoring.coreos.com CRD)."""
+    interval: Annotated[str, Field(pattern=DURATION)] = "30s"
+    """Scrape interval."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Extra labels, e.g. the one your Prometheus selects ServiceMonitors by."""
+
+
+class MonitoringSpec(_Spec):
+    """Monitoring integration."""
+
+    service_monitor: ServiceMonitorSpec = ServiceMonitorSpec()
+    """ServiceMonitor settings."""
+
+
+class PallasDeploymentSpec(_Spec):
+    """A group of agents sharing model, providers and tools."""
+
+    version: Annotated[str, Field(min_length=1, max_length=255)] = "1.0.0"
+    """Version published in every registry entry."""
+    model: ModelSpec
+    """The default model."""
+    providers: Annotated[dict[str, ProviderSpec], Field(min_length=1, max_length=32)]
+    """LLM endpoints by name; model references are `<name>.<model>`."""
+    mcp_servers: Annotated[dict[str, McpServerSpec], Field(max_length=128)] = Field(default_factory=dict)
+    """Downstream MCP servers agents may use, by name."""
+    registry: RegistrySpec = RegistrySpec()
+    """The registry."""
+    runtime: RuntimeSpec = RuntimeSpec()
+    """Pod defaults."""
+    health_check: HealthCheckSpec = HealthCheckSpec()
+    """Health checking."""
+    monitoring: MonitoringSpec = MonitoringSpec()
+    """Monitoring."""
+
+    @model_validator(mode="after")
+    def _names(self) -> Self:
+        for provider in self.providers:
+            if not re.fullmatch(DNS_LABEL, provider):
+                raise ValueError(f"provider name {provider!r} must be a DNS label (lower case, digits, '-')")
+        for server in self.mcp_servers:
+            if not re.fullmatch(SERVER_NAME, server) or len(server) > 63:
+                raise ValueError(f"mcpServers name {server!r} must match {SERVER_NAME} (at most 63 chars)")
+        default_provider = self.model.default.split(".", 1)[0]
+        if default_provider not in self.providers:
+            raise ValueError(
+                f"model.default {self.model.default!r} names provider {default_provider!r}, "
+                f"which is not in providers ({', '.join(sorted(self.providers))})"
+            )
+        return self
+
+
+class Icon(_Spec):
+    """An icon shown by clients (MCP registry `icons`)."""
+
+    src: Annotated[str, Field(pattern=r"^(https?|data):", max_length=2048)]
+    """Icon URL (https or data: URI)."""
+    mime_type: Annotated[str | None, Field(pattern=r"^image/[A-Za-z0-9.+-]+$")] = None
+    """MIME type, e.g. image/svg+xml."""
+    sizes: Annotated[list[Annotated[str, Field(pattern=r"^(any|[0-9]+x[0-9]+)$")]], Field(max_length=16)] = (
+        Field(default_factory=list)
+    )
+    """Sizes, e.g. `["48x48"]` or `["any"]`."""
+    theme: Literal["light", "dark"] | None = None
+    """Background theme the icon is designed for."""
+
+
+class ServiceSpec(_Spec):
+    """The agent's Service."""
+
+    port: Annotated[int, Field(ge=1, le=65535)] = 8000
+    """Service and container port."""
+    session_affinity: Literal["ClientIP", "None"] = "ClientIP"
+    """ClientIP keeps a client on one pod (MCP sessions are stateful); None turns it off."""
+
+
+class AgentPodSpec(_Spec):
+    """Pod settings of one agent (over the deployment's runtime defaults)."""
+
+    resources: ResourceRequirements | None = None
+    """Container resources."""
+    env: Annotated[list[EnvVar], Field(max_length=64)] = Field(default_factory=list)
+    """Extra environment variables (Kubernetes EnvVar objects)."""
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    """Node selector."""
+    tolerations: Annotated[list[Toleration], Field(max_length=32)] = Field(default_factory=list)
+    """Tolerations (Kubernetes Toleration objects)."""
+    annotations: dict[str, str] = Field(default_factory=dict)
+    """Pod annotations."""
+
+
+class HistorySpec(_Spec):
+    """Conversation history kept by the agent."""
+
+    max_messages: Annotated[int, Field(gt=0, le=100_000)] = 200
+    """Messages kept per conversation."""
+    max_conversations: Annotated[int, Field(gt=0, le=1_000_000)] = 1000
+    """Conversations kept per pod (least recently used dropped first)."""
+
+
+class PallasAgentSpec(_Spec):
+    """One LLM agent, served as one MCP endpoint."""
+
+    deployment: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]
+    """The PallasDeployment in the same namespace this agent belongs to (immutable)."""
+    title: Annotated[str, Field(max_length=200)] = ""
+    """Display name; default: the name in title case."""
+    description: Annotated[str, Field(max_length=100)] = ""
+    """One line shown by clients (at most 100 characters, as in the MCP registry schema)."""
+    icons: Annotated[list[Icon], Field(max_length=8)] = Field(default_factory=list)
+    """Icons for clients."""
+    instruction: Annotated[str, Field(max_length=262144)] = ""
+    """The system prompt."""
+    model: Annotated[str | None, Field(pattern=MODEL_REF, max_length=253)] = None
+    """`<provider>.<model>` overriding the deployment's default."""
+    servers: NameList = Field(default_factory=list)
+    """Names from the deployment's mcpServers this agent may use."""
+    agents: NameList = Field(default_factory=list)
+    """Other PallasAgents usable as tools (they are also dependencies)."""
+    depends_on: NameList = Field(default_factory=list)
+    """Agents that must be Ready before this one starts."""
+    request_params: RequestParams = RequestParams()
+    """Sampling parameters; those a provider does not support are dropped with a warning."""
+    max_iterations: Annotated[int, Field(gt=0, le=1000)] = 12
+    """LLM/tool rounds per send_message."""
+    tools: ToolPolicy = ToolPolicy()
+    """Allow/deny globs over `<server>__<tool>`."""
+    history: HistorySpec = HistorySpec()
+    """Conversation history limits."""
+    limits: InputLimits = InputLimits()
+    """Limits on what one send_message may carry."""
+    capabilities: Annotated[
+        list[Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]],
+        Field(max_length=32, json_schema_extra={"x-kubernetes-list-type": "set"}),
+    ] = Field(default_factory=list)
+    """Discovery tags (registry `?capability=`)."""
+    replicas: Annotated[int, Field(ge=0, le=100)] = 1
+    """Pods serving this agent."""
+    service: ServiceSpec = ServiceSpec()
+    """The agent's Service."""
+    pod: AgentPodSpec = AgentPodSpec()
+    """Pod settings."""
+
+    def dependencies(self) -> list[str]:
+        """Agents that must be Ready first: `agents` and `dependsOn`, in order, without repeats."""
+        return list(dict.fromkeys([*self.agents, *self.depends_on]))
