@@ -49,7 +49,7 @@ class ProviderConfig(_Model):
 
     name: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]
     type: Literal["openai", "anthropic"]
-    base_url: Annotated[str | None, Field(pattern=HTTP_URL)] = None
+    base_url: Annotated[str | None, Field(alias="baseURL", pattern=HTTP_URL)] = None
     api_key_env: Annotated[str | None, Field(pattern=ENV_VAR_NAME)] = None
     """Name of the environment variable holding the API key (never the key itself)."""
     timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 120.0

@@ -1,0 +1,1 @@
+"""The agent: its loop (LLM ↔ tools), conversation store and progress reporting."""

@@ -1,0 +1,97 @@
+"""`get_health`: downstream probes plus the active LLM provider's last check; never calls the LLM.
+
+Semantics (seed 001 §2, docs/api.md §3):
+- every downstream server and peer agent is probed in parallel (MCP initialize, then DELETE of
+  the session), each bounded by `health.probeTimeoutSeconds` (3 s);
+- the provider's preflight result (models endpoint) is reused until it is older than
+  `health.providerRecheckSeconds`, then re-probed alongside the downstream probes;
+- `ok` when everything passed; `degraded` when a downstream or the provider check failed;
+  `error` when the agent cannot serve any request: its provider's API key is not configured.
+  `message` names each problem.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from pallas_runtime.config import AgentConfig
+from pallas_runtime.downstream.source import ProbeResult, ToolSource
+from pallas_runtime.llm.factory import resolve_api_key
+from pallas_runtime.llm.provider import LLMProvider, ProviderCheck
+from pallas_runtime.metrics import HEALTH_VALUES, RuntimeMetrics
+
+
+class HealthChecker:
+    """Computes health reports and keeps the health gauges current."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        provider: LLMProvider,
+        sources: Sequence[ToolSource],
+        metrics: RuntimeMetrics,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self._config = config
+        self._provider = provider
+        self._sources = list(sources)
+        self._metrics = metrics
+        self._key_missing = resolve_api_key(config.provider, environ) is None
+        self._provider_check: ProviderCheck | None = None
+        self._provider_probe: asyncio.Task[ProviderCheck] | None = None
+
+    @property
+    def provider_check(self) -> ProviderCheck | None:
+        return self._provider_check
+
+    async def check_provider(self) -> ProviderCheck:
+        """Probe the provider's models endpoint; concurrent callers share one probe."""
+        if self._provider_probe is None or self._provider_probe.done():
+            self._provider_probe = asyncio.create_task(self._provider.preflight())
+        check = await asyncio.shield(self._provider_probe)
+        self._provider_check = check
+        self._metrics.llm_provider_up.labels(self._config.provider.name).set(1 if check.ok else 0)
+        return check
+
+    async def _current_provider_check(self) -> ProviderCheck:
+        check = self._provider_check
+        max_age = self._config.health.provider_recheck_seconds
+        if check is None or time.monotonic() - check.checked_at > max_age:
+            return await self.check_provider()
+        return check
+
+    async def report(self) -> dict[str, Any]:
+        """The `get_health` document: status, timestamp and, when not ok, a message."""
+        probes, provider = await asyncio.gather(
+            asyncio.gather(*(s.probe() for s in self._sources)), self._current_provider_check()
+        )
+        return self._summarize(list(probes), provider)
+
+    def _summarize(self, probes: list[ProbeResult], provider: ProviderCheck) -> dict[str, Any]:
+        agent = self._config.name
+        for probe in probes:
+            self._metrics.downstream_up.labels(agent, probe.source).set(1 if probe.ok else 0)
+        problems = []
+        unreachable = [f"{p.source} ({p.message})" if p.message else p.source for p in probes if not p.ok]
+        if unreachable:
+            problems.append("Unreachable: " + ", ".join(unreachable))
+        if not provider.ok:
+            problems.append(f"LLM: {provider.message}")
+        if self._key_missing:
+            status = "error"
+        elif problems:
+            status = "degraded"
+        else:
+            status = "ok"
+        self._metrics.agent_health_status.labels(agent).set(HEALTH_VALUES[status])
+        report: dict[str, Any] = {
+            "status": status,
+            "timestamp": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        }
+        if problems:
+            report["message"] = "; ".join(problems)
+        return report

@@ -1,0 +1,82 @@
+"""Validation of what one `send_message` carries; each problem is one clear sentence."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict
+
+from pallas_runtime.config import AgentConfig
+from pallas_runtime.messages import ContentPart, ImagePart, TextPart, UserMessage
+
+# File signatures, so a mislabelled or corrupt image is refused here rather than by the provider
+# halfway through a turn.
+_SIGNATURES: dict[str, tuple[bytes, ...]] = {
+    "image/png": (b"\x89PNG\r\n\x1a\n",),
+    "image/jpeg": (b"\xff\xd8\xff",),
+    "image/gif": (b"GIF87a", b"GIF89a"),
+}
+
+
+class ImageInput(BaseModel):
+    """An image attached to a message: base64 data and its MIME type."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    data: str
+    mime_type: str
+
+
+class InvalidInput(ValueError):
+    """The message or its images break the agent's limits."""
+
+
+def _matches_type(raw: bytes, mime_type: str) -> bool:
+    if mime_type == "image/webp":
+        return raw[:4] == b"RIFF" and raw[8:12] == b"WEBP"
+    signatures = _SIGNATURES.get(mime_type)
+    return signatures is None or raw.startswith(signatures)
+
+
+def user_message(config: AgentConfig, message: str, images: Sequence[ImageInput] | None) -> UserMessage:
+    """Check the inputs against the agent's limits and capabilities and build the user turn.
+
+    Raises:
+        InvalidInput: naming the first problem found.
+    """
+    limits = config.limits
+    if not message.strip():
+        raise InvalidInput("message is empty")
+    size = len(message.encode("utf-8"))
+    if size > limits.max_message_bytes:
+        raise InvalidInput(f"message is {size} bytes; the limit is {limits.max_message_bytes}")
+    parts: list[ContentPart] = [TextPart(message)]
+    images = images or []
+    if images and not config.capabilities.vision:
+        raise InvalidInput(
+            f"model {config.model!r} does not accept images (its capabilities say vision: false)"
+        )
+    if len(images) > limits.max_images:
+        raise InvalidInput(f"{len(images)} images attached; the limit is {limits.max_images}")
+    for index, image in enumerate(images):
+        where = f"images[{index}]"
+        if image.mime_type not in limits.image_types:
+            raise InvalidInput(
+                f"{where}: unsupported type {image.mime_type!r}; accepted: {', '.join(limits.image_types)}"
+            )
+        if image.data.startswith("data:"):
+            raise InvalidInput(f"{where}: data must be plain base64, without a data: URI prefix")
+        try:
+            raw = base64.b64decode(image.data, validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidInput(f"{where}: data is not valid base64") from None
+        if not raw:
+            raise InvalidInput(f"{where}: data is empty")
+        if len(raw) > limits.max_image_bytes:
+            raise InvalidInput(f"{where}: image is {len(raw)} bytes; the limit is {limits.max_image_bytes}")
+        if not _matches_type(raw, image.mime_type):
+            raise InvalidInput(f"{where}: data is not a {image.mime_type} image")
+        parts.append(ImagePart(image.data, image.mime_type))
+    return UserMessage(tuple(parts))

@@ -1,0 +1,213 @@
+"""The agent loop: instruction + history + user turn → LLM → tools in parallel → … → final text.
+
+Tools offered to the model are `<server>__<tool>` for the allowed tools of every downstream
+server and `<agent>__send_message` for every peer agent. The tool policy filters what the model
+sees and is enforced again at dispatch: a call to a denied tool gets an error result and counts
+in `pallas_tool_denied_total`. Every failure the model can recover from (unknown tool, bad
+arguments, downstream errors) goes back to it as an error result; LLM failures and running out
+of iterations end the call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pallas_runtime.agent.progress import ProgressReporter
+from pallas_runtime.config import AgentConfig
+from pallas_runtime.downstream.source import DownstreamError, RemoteTool, ToolOutcome, ToolSource
+from pallas_runtime.llm.provider import LLMError, LLMProvider
+from pallas_runtime.messages import (
+    AssistantMessage,
+    Completion,
+    Message,
+    TextPart,
+    ToolCall,
+    ToolResult,
+    ToolResultsMessage,
+    ToolSpec,
+    UserMessage,
+)
+from pallas_runtime.metrics import RuntimeMetrics
+
+log = logging.getLogger("pallas.agent")
+
+_LLM_NAME = re.compile(r"[^A-Za-z0-9_-]")
+_LLM_NAME_MAX = 64  # OpenAI's limit on function names; Anthropic's is the same
+
+
+class MaxIterationsExceeded(Exception):
+    """The model kept calling tools past `maxIterations`."""
+
+
+@dataclass(frozen=True, slots=True)
+class OfferedTool:
+    source: ToolSource
+    tool: RemoteTool
+    allowed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TurnResult:
+    text: str
+    messages: list[Message]
+    """The turn's messages to keep: the user message, then every assistant and tool message."""
+
+
+def llm_tool_name(qualified: str) -> str:
+    """A name every provider accepts (`[A-Za-z0-9_-]{1,64}`), stable for a given tool."""
+    name = _LLM_NAME.sub("_", qualified)
+    if len(name) <= _LLM_NAME_MAX and name == qualified:
+        return name
+    digest = hashlib.sha256(qualified.encode()).hexdigest()[:8]
+    return f"{name[: _LLM_NAME_MAX - 9]}_{digest}"
+
+
+def _error(call: ToolCall, text: str) -> ToolResult:
+    return ToolResult(call.id, call.name, (TextPart(text),), is_error=True)
+
+
+class AgentLoop:
+    """Runs turns of one agent; safe to use from many concurrent requests."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        provider: LLMProvider,
+        sources: Sequence[ToolSource],
+        metrics: RuntimeMetrics,
+    ) -> None:
+        self._config = config
+        self._provider = provider
+        self._sources = list(sources)
+        self._metrics = metrics
+
+    async def offered_tools(self) -> dict[str, OfferedTool]:
+        """Every tool of every reachable source by its model-facing name, denied ones flagged.
+
+        A source that cannot list its tools is left out of this turn (and logged); the model
+        still works with the others.
+        """
+        listings = await asyncio.gather(*(s.list_tools() for s in self._sources), return_exceptions=True)
+        offered: dict[str, OfferedTool] = {}
+        for source, listing in zip(self._sources, listings, strict=True):
+            if isinstance(listing, BaseException):
+                log.warning("tools of %s unavailable this turn: %s", source.name, listing)
+                continue
+            for tool in listing:
+                name = llm_tool_name(tool.qualified_name)
+                if name in offered:
+                    log.warning("tool name %s is ambiguous; keeping the first", tool.qualified_name)
+                    continue
+                offered[name] = OfferedTool(source, tool, self._config.tools.permits(tool.qualified_name))
+        return offered
+
+    async def run(
+        self,
+        history: Sequence[Message],
+        user: UserMessage,
+        *,
+        inbound_auth: str | None,
+        progress: ProgressReporter,
+    ) -> TurnResult:
+        """One `send_message`: loop until the model answers without tool calls.
+
+        Raises:
+            LLMError: the provider failed after its retries.
+            MaxIterationsExceeded: no final answer within `maxIterations` rounds.
+        """
+        offered = await self.offered_tools()
+        specs = [
+            ToolSpec(name, o.tool.description, o.tool.input_schema)
+            for name, o in offered.items()
+            if o.allowed
+        ]
+        messages: list[Message] = [*history, user]
+        turn: list[Message] = [user]
+        for _ in range(self._config.max_iterations):
+            completion = await self._complete(messages, specs, progress)
+            assistant = AssistantMessage(completion.text, completion.tool_calls)
+            messages.append(assistant)
+            turn.append(assistant)
+            if not completion.tool_calls:
+                return TurnResult(completion.text, turn)
+            await progress.step("tool")
+            results = await asyncio.gather(
+                *(self._dispatch(call, offered, inbound_auth, progress) for call in completion.tool_calls)
+            )
+            round_results = ToolResultsMessage(tuple(results))
+            messages.append(round_results)
+            turn.append(round_results)
+        raise MaxIterationsExceeded(
+            f"agent {self._config.name} stopped after {self._config.max_iterations} LLM/tool rounds "
+            "without a final answer (raise spec.maxIterations if the task needs more)"
+        )
+
+    async def _complete(
+        self, messages: list[Message], specs: list[ToolSpec], progress: ProgressReporter
+    ) -> Completion:
+        await progress.step("llm")
+        agent, model = self._config.name, self._config.model
+        started = time.perf_counter()
+        try:
+            completion = await self._provider.complete(
+                system=self._config.instruction, messages=messages, tools=specs
+            )
+        except LLMError:
+            self._metrics.llm_request_duration.labels(agent, model, "error").observe(
+                time.perf_counter() - started
+            )
+            raise
+        self._metrics.llm_request_duration.labels(agent, model, "ok").observe(time.perf_counter() - started)
+        self._metrics.llm_turns_total.labels(agent, model).inc()
+        for kind, count in completion.usage.by_kind().items():
+            if count:
+                self._metrics.llm_tokens_total.labels(agent, model, kind).inc(count)
+        return completion
+
+    async def _dispatch(
+        self,
+        call: ToolCall,
+        offered: dict[str, OfferedTool],
+        inbound_auth: str | None,
+        progress: ProgressReporter,
+    ) -> ToolResult:
+        entry = offered.get(call.name)
+        if entry is None:
+            available = ", ".join(sorted(n for n, o in offered.items() if o.allowed)) or "none"
+            return _error(call, f"unknown tool {call.name!r}; available tools: {available}")
+        source, tool = entry.source.name, entry.tool
+        if not (entry.allowed and self._config.tools.permits(tool.qualified_name)):
+            self._metrics.tool_denied_total.labels(self._config.name, source).inc()
+            log.info("denied tool call %s for agent %s", tool.qualified_name, self._config.name)
+            return _error(call, f"tool {call.name!r} is not allowed for this agent")
+        if call.arguments_error is not None:
+            return _error(call, f"arguments for {call.name!r} are invalid: {call.arguments_error}")
+
+        await progress.tool_started(source, tool.name)
+        started = time.perf_counter()
+        try:
+            outcome = await entry.source.call_tool(
+                tool.name,
+                call.arguments,
+                inbound_auth=inbound_auth,
+                on_progress=progress.relay(source, tool.name),
+            )
+        except DownstreamError as exc:
+            outcome = ToolOutcome((TextPart(str(exc)),), is_error=True)
+        except Exception:
+            log.exception("calling %s failed unexpectedly", tool.qualified_name)
+            outcome = ToolOutcome((TextPart(f"calling {tool.qualified_name} failed (see agent logs)"),), True)
+        elapsed = time.perf_counter() - started
+        agent = self._config.name
+        self._metrics.tool_call_duration.labels(agent, source, "tool").observe(elapsed)
+        self._metrics.tool_calls_total.labels(
+            agent, source, "tool", "error" if outcome.is_error else "ok"
+        ).inc()
+        await progress.tool_finished(source, tool.name, ok=not outcome.is_error)
+        return ToolResult(call.id, call.name, outcome.content, outcome.is_error)

@@ -1,0 +1,119 @@
+"""Prometheus metrics of agent processes (docs/api.md §5).
+
+One `RuntimeMetrics` per process holds its own CollectorRegistry (no clashes across tests or
+with libraries using the default registry); every agent served by the process labels its
+series with `agent`. Labels stay bounded: never a user, conversation or message.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+
+# `*_created` series double the exposition size and nothing in our dashboards reads them.
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+"""Classic text format: what every Prometheus version and promtool accept."""
+
+_MESSAGE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
+_LLM_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300)
+_TOOL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+HEALTH_VALUES = {"ok": 1.0, "degraded": 0.5, "error": 0.0}
+
+
+class RuntimeMetrics:
+    """The metric families of an agent process."""
+
+    def __init__(self, *, process_collectors: bool = True) -> None:
+        self.registry = CollectorRegistry()
+        if process_collectors:
+            ProcessCollector(registry=self.registry)
+            PlatformCollector(registry=self.registry)
+            GCCollector(registry=self.registry)
+        r = self.registry
+        self.up = Gauge("pallas_up", "1 while the Pallas process runs.", registry=r)
+        self.up.set(1)
+        self.agent_info = Gauge(
+            "pallas_agent_info", "1 per agent served; a join source.", ["agent", "model"], registry=r
+        )
+        self.send_message_total = Counter(
+            "pallas_send_message_total", "send_message calls.", ["agent", "outcome"], registry=r
+        )
+        self.send_message_duration = Histogram(
+            "pallas_send_message_duration_seconds",
+            "send_message wall-clock duration, the whole agent loop.",
+            ["agent"],
+            buckets=_MESSAGE_BUCKETS,
+            registry=r,
+        )
+        self.llm_turns_total = Counter(
+            "pallas_llm_turns_total", "LLM round trips.", ["agent", "model"], registry=r
+        )
+        self.llm_request_duration = Histogram(
+            "pallas_llm_request_duration_seconds",
+            "Duration of one LLM request, retries included.",
+            ["agent", "model", "outcome"],
+            buckets=_LLM_BUCKETS,
+            registry=r,
+        )
+        self.llm_tokens_total = Counter(
+            "pallas_llm_tokens_total",
+            "Tokens by kind (input, output, cache_read, cache_write, reasoning).",
+            ["agent", "model", "kind"],
+            registry=r,
+        )
+        self.tool_calls_total = Counter(
+            "pallas_tool_calls_total",
+            "Downstream MCP operations.",
+            ["agent", "server", "operation", "outcome"],
+            registry=r,
+        )
+        self.tool_call_duration = Histogram(
+            "pallas_tool_call_duration_seconds",
+            "Downstream MCP operation duration.",
+            ["agent", "server", "operation"],
+            buckets=_TOOL_BUCKETS,
+            registry=r,
+        )
+        self.tool_denied_total = Counter(
+            "pallas_tool_denied_total",
+            "Tool calls refused by the agent's tool policy.",
+            ["agent", "server"],
+            registry=r,
+        )
+        self.downstream_up = Gauge(
+            "pallas_downstream_up",
+            "1 when the downstream server passed the last get_health probe.",
+            ["agent", "server"],
+            registry=r,
+        )
+        self.llm_provider_up = Gauge(
+            "pallas_llm_provider_up",
+            "1 when the active LLM provider passed its last check.",
+            ["provider"],
+            registry=r,
+        )
+        self.agent_health_status = Gauge(
+            "pallas_agent_health_status",
+            "Last get_health: 1 ok, 0.5 degraded, 0 error.",
+            ["agent"],
+            registry=r,
+        )
+        self.active_conversations = Gauge(
+            "pallas_active_conversations", "Conversations held in memory.", ["agent"], registry=r
+        )
+
+    def exposition(self) -> bytes:
+        """The registry in Prometheus text format."""
+        return generate_latest(self.registry)
