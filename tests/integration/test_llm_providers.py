@@ -58,7 +58,7 @@ async def anthropic_server():
 def config(kind, base_url, *, model=None, key_env="LLM_KEY", **agent):
     provider = {"name": "llm", "type": kind, "apiKeyEnv": key_env, "timeoutSeconds": 5, "maxRetries": 2}
     if base_url is not None:
-        provider["baseUrl"] = base_url
+        provider["baseURL"] = base_url
     provider.update(agent.pop("provider", {}))
     default_model = "qwen3" if kind == "openai" else "claude-haiku-4-5"
     return parse_config({"name": "a", "model": model or default_model, "provider": provider, **agent})
@@ -248,7 +248,7 @@ async def test_openai_compatible_server_gets_top_k_in_the_body(openai_server, pr
 
 
 async def test_native_openai_drops_top_k_with_one_warning(openai_server, providers, monkeypatch, caplog):
-    # No baseUrl means api.openai.com; point the SDK default at the fake to watch the wire.
+    # No baseURL means api.openai.com; point the SDK default at the fake to watch the wire.
     monkeypatch.setattr(openai_chat, "DEFAULT_BASE_URL", openai_server.base_url)
     params = {"topK": 40, "maxTokens": 256, "effort": "low"}
     provider = providers(config("openai", None, requestParams=params))

@@ -202,7 +202,7 @@ class _FakeServer:
 
     @property
     def base_url(self) -> str:
-        """What the provider's `baseUrl` should be."""
+        """What the provider's `baseURL` should be."""
         return self.url + self.base_path
 
     # lifecycle
