@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from typing import Protocol
 
 from pallas_runtime import __version__
@@ -28,8 +28,17 @@ class Command(Protocol):
         """Run the command and return the process exit code."""
 
 
+def _instantiate(entry_point: EntryPoint) -> Callable[[], Command]:
+    def make() -> Command:
+        command: Command = entry_point.load()()
+        return command
+
+    return make
+
+
 def _discovered_commands() -> dict[str, Callable[[], Command]]:
-    return {ep.name: ep.load for ep in entry_points(group="pallas.commands")}
+    """Command factories by name; an entry point names a class whose instances are commands."""
+    return {ep.name: _instantiate(ep) for ep in entry_points(group="pallas.commands")}
 
 
 def build_parser(commands: dict[str, Command]) -> argparse.ArgumentParser:

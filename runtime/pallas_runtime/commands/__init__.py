@@ -1,0 +1,1 @@
+"""The runtime's `pallas` subcommands (registered as `pallas.commands` entry points)."""

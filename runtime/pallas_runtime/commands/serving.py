@@ -1,0 +1,73 @@
+"""Serving ASGI apps with uvicorn the same way in every command."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator, Sequence
+
+import uvicorn
+from fastmcp import FastMCP
+from starlette.types import ASGIApp
+
+from pallas_runtime.config import AgentConfig
+
+
+def agent_app(server: FastMCP, allowed_hosts: Sequence[str] = ()) -> ASGIApp:
+    """The agent's HTTP app: MCP at /mcp plus the probe and metrics routes.
+
+    fastmcp guards loopback-bound servers against DNS rebinding by itself; listed hosts turn
+    the Host/Origin check on for any bind address (e.g. the Service DNS names of a pod).
+    """
+    if allowed_hosts:
+        return server.http_app(path="/mcp", allowed_hosts=list(allowed_hosts))
+    return server.http_app(path="/mcp")
+
+
+def uvicorn_server(app: ASGIApp, host: str, port: int) -> uvicorn.Server:
+    """A uvicorn server whose logs go through ours (no access log: metrics cover requests)."""
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=10,
+        server_header=False,
+    )
+    return uvicorn.Server(config)
+
+
+async def wait_started(server: uvicorn.Server, task: asyncio.Task[None]) -> None:
+    """Wait until uvicorn listens; raise if it exited first (e.g. the port is taken)."""
+    while not server.started:
+        if task.done():
+            await task
+            raise OSError("the server stopped while starting")
+        await asyncio.sleep(0.01)
+
+
+def secret_env_names(config: AgentConfig) -> list[str]:
+    """Environment variables of `config` that hold secrets (redacted from logs)."""
+    names = [config.provider.api_key_env] if config.provider.api_key_env else []
+    names += [h.value_from_env for s in config.servers for h in s.headers if h.value_from_env]
+    return names
+
+
+class EmbeddedServer(uvicorn.Server):
+    """A uvicorn server that leaves signal handling to its host process.
+
+    `pallas run` serves many apps in one event loop; each uvicorn server would otherwise install
+    its own SIGINT/SIGTERM handlers over the others'.
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def embedded_server(app: ASGIApp, host: str, port: int) -> EmbeddedServer:
+    """Like `uvicorn_server`, for one of several servers in a process."""
+    server = uvicorn_server(app, host, port)
+    return EmbeddedServer(server.config)

@@ -1,0 +1,210 @@
+"""Reading PallasDeployment / PallasAgent / Secret manifests and planning a local run.
+
+`pallas run -f` uses this to run the same manifests users apply to Kubernetes: the specs are
+validated with the same models and rendered with the same `render_agent` as the operator's.
+Errors name the file, the object and the field, in one line.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from graphlib import CycleError, TopologicalSorter
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from pallas_runtime.config.render import RenderedAgent, RenderError, render_agent
+from pallas_runtime.config.resources import API_GROUP, API_VERSION, PallasAgentSpec, PallasDeploymentSpec
+
+PALLAS_API = f"{API_GROUP}/{API_VERSION}"
+LOOPBACK = "127.0.0.1"
+
+
+class ManifestError(Exception):
+    """A manifest that cannot be run; the text names file, object and field."""
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    kind: str
+    namespace: str
+    name: str
+    source: str
+    """`FILE` or `FILE#N` (N = 1-based document index), for messages."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentManifest(Resource):
+    spec: PallasDeploymentSpec
+
+
+@dataclass(frozen=True, slots=True)
+class AgentManifest(Resource):
+    spec: PallasAgentSpec
+
+
+@dataclass
+class Manifests:
+    deployments: dict[tuple[str, str], DeploymentManifest] = field(default_factory=dict)
+    agents: list[AgentManifest] = field(default_factory=list)
+    secrets: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
+    ignored: list[str] = field(default_factory=list)
+    """Objects of other kinds, as `FILE: Kind/name`, so the command can say it skipped them."""
+
+
+def _where(source: str, kind: str, name: str) -> str:
+    return f"{source}: {kind}/{name}"
+
+
+def _validate(model: type[BaseModel], data: object, where: str) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        path = ".".join(str(p) for p in err["loc"])
+        more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+        raise ManifestError(
+            f"{where}: spec.{path}: {err['msg']}{more}".replace("spec.: ", "spec: ")
+        ) from None
+
+
+def _secret_data(doc: Mapping[str, Any], where: str) -> dict[str, str]:
+    data: dict[str, str] = {}
+    for key, value in (doc.get("data") or {}).items():
+        try:
+            data[key] = base64.b64decode(str(value), validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            raise ManifestError(f"{where}: data.{key}: not base64-encoded UTF-8 text") from None
+    data.update({k: str(v) for k, v in (doc.get("stringData") or {}).items()})
+    return data
+
+
+def _add(manifests: Manifests, doc: object, source: str) -> None:
+    if doc is None:
+        return
+    if not isinstance(doc, dict):
+        raise ManifestError(f"{source}: a manifest must be a mapping with apiVersion, kind and metadata")
+    kind, api = doc.get("kind"), doc.get("apiVersion")
+    raw_metadata = doc.get("metadata")
+    metadata: dict[str, Any] = raw_metadata if isinstance(raw_metadata, dict) else {}
+    name = metadata.get("name")
+    if not isinstance(kind, str) or not isinstance(name, str) or not name:
+        raise ManifestError(f"{source}: every object needs kind and metadata.name")
+    namespace = str(metadata.get("namespace") or "default")
+    where = _where(source, kind, name)
+    if kind in ("PallasDeployment", "PallasAgent") and api != PALLAS_API:
+        raise ManifestError(f"{where}: apiVersion must be {PALLAS_API} (got {api!r})")
+    if kind == "PallasDeployment":
+        spec = _validate(PallasDeploymentSpec, doc.get("spec"), where)
+        if (namespace, name) in manifests.deployments:
+            raise ManifestError(f"{where}: defined twice")
+        manifests.deployments[namespace, name] = DeploymentManifest(kind, namespace, name, source, spec)
+    elif kind == "PallasAgent":
+        spec = _validate(PallasAgentSpec, doc.get("spec"), where)
+        if any(a.namespace == namespace and a.name == name for a in manifests.agents):
+            raise ManifestError(f"{where}: defined twice")
+        manifests.agents.append(AgentManifest(kind, namespace, name, source, spec))
+    elif kind == "Secret" and api == "v1":
+        manifests.secrets[namespace, name] = _secret_data(doc, where)
+    else:
+        manifests.ignored.append(where)
+
+
+def load_manifests(paths: Sequence[str | Path]) -> Manifests:
+    """Read every YAML document of every file, in order."""
+    manifests = Manifests()
+    for path in map(Path, paths):
+        try:
+            docs = list(yaml.safe_load_all(path.read_text()))
+        except OSError as exc:
+            raise ManifestError(f"{path}: cannot read ({exc.strerror})") from None
+        except yaml.YAMLError as exc:
+            raise ManifestError(f"{path}: not valid YAML: {exc}".replace("\n", " ")) from None
+        for index, doc in enumerate(docs, start=1):
+            _add(manifests, doc, f"{path}#{index}" if len(docs) > 1 else str(path))
+    if not manifests.agents:
+        raise ManifestError(f"{', '.join(map(str, paths))}: no PallasAgent to run")
+    return manifests
+
+
+@dataclass(frozen=True, slots=True)
+class LocalAgent:
+    manifest: AgentManifest
+    deployment: DeploymentManifest
+    port: int
+    rendered: RenderedAgent
+    environ: dict[str, str]
+    """The process environment plus this agent's secret variables."""
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}/mcp"
+
+
+@dataclass(frozen=True, slots=True)
+class LocalPlan:
+    agents: list[LocalAgent]
+    """In start order: every agent after the agents it depends on."""
+    registry_port: int | None
+
+
+def plan_local(
+    manifests: Manifests,
+    base_port: int,
+    only_agent: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> LocalPlan:
+    """Ports (registry on base, agents on base+1… in manifest order), configs and start order."""
+    env = dict(os.environ if environ is None else environ)
+    ports = {(a.namespace, a.name): base_port + i for i, a in enumerate(manifests.agents, start=1)}
+    if max(ports.values()) > 65535:
+        raise ManifestError(f"--base-port {base_port} leaves no room for {len(ports)} agents below 65536")
+    by_key = {(a.namespace, a.name): a for a in manifests.agents}
+    graph = {}
+    for agent in manifests.agents:
+        where = _where(agent.source, agent.kind, agent.name)
+        if (agent.namespace, agent.spec.deployment) not in manifests.deployments:
+            raise ManifestError(
+                f"{where}: spec.deployment: PallasDeployment {agent.spec.deployment!r} "
+                f"not found in namespace {agent.namespace!r}"
+            )
+        for dep in agent.spec.dependencies():
+            if (agent.namespace, dep) not in by_key:
+                raise ManifestError(f"{where}: spec.agents/dependsOn: PallasAgent {dep!r} not found")
+            if dep == agent.name:
+                raise ManifestError(f"{where}: spec.agents/dependsOn: an agent cannot depend on itself")
+        graph[agent.namespace, agent.name] = {(agent.namespace, d) for d in agent.spec.dependencies()}
+    try:
+        order = list(TopologicalSorter(graph).static_order())
+    except CycleError as exc:
+        cycle = " -> ".join(name for _, name in exc.args[1])
+        raise ManifestError(f"dependency cycle between agents: {cycle}") from None
+
+    planned = []
+    for key in order:
+        agent = by_key[key]
+        if only_agent is not None and agent.name != only_agent:
+            continue
+        deployment = manifests.deployments[agent.namespace, agent.spec.deployment]
+        urls = {d: f"http://{LOOPBACK}:{ports[agent.namespace, d]}/mcp" for d in agent.spec.agents}
+        try:
+            rendered = render_agent(agent.name, agent.spec, deployment.spec, urls)
+        except RenderError as exc:
+            raise ManifestError(f"{_where(agent.source, agent.kind, agent.name)}: {exc}") from None
+        agent_env = dict(env)
+        for binding in rendered.secrets:
+            secret = manifests.secrets.get((agent.namespace, binding.ref.name), {})
+            value = secret.get(binding.ref.key, env.get(binding.ref.key))
+            if value is not None:
+                agent_env[binding.env] = value
+        planned.append(LocalAgent(agent, deployment, ports[key], rendered, agent_env))
+    if only_agent is not None and not planned:
+        names = ", ".join(a.name for a in manifests.agents)
+        raise ManifestError(f"--agent {only_agent}: no such PallasAgent (have: {names})")
+    return LocalPlan(planned, None if only_agent is not None else base_port)
