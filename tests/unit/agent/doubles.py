@@ -1,0 +1,116 @@
+"""In-memory stand-ins for an LLM provider and tool sources, for unit tests of the loop and health."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pallas_runtime.downstream.source import (
+    DownstreamError,
+    ProbeResult,
+    ProgressHandler,
+    RemoteTool,
+    ToolOutcome,
+)
+from pallas_runtime.llm.provider import LLMError, ProviderCheck
+from pallas_runtime.messages import Completion, Message, TextPart, ToolCall, ToolSpec, Usage
+
+
+@dataclass
+class ScriptedProvider:
+    """Answers each complete() with the next scripted Completion (or raises a scripted LLMError)."""
+
+    script: list[Completion | LLMError]
+    check: ProviderCheck = field(default_factory=lambda: ProviderCheck(True, "", time.monotonic()))
+    calls: list[tuple[str, list[Message], list[ToolSpec]]] = field(default_factory=list)
+    preflights: int = 0
+
+    @property
+    def name(self) -> str:
+        return "fake"
+
+    @property
+    def model(self) -> str:
+        return "m"
+
+    async def complete(
+        self, *, system: str, messages: Sequence[Message], tools: Sequence[ToolSpec]
+    ) -> Completion:
+        self.calls.append((system, list(messages), list(tools)))
+        step = self.script.pop(0) if self.script else Completion("(script exhausted)")
+        if isinstance(step, LLMError):
+            raise step
+        return step
+
+    async def preflight(self) -> ProviderCheck:
+        self.preflights += 1
+        return self.check
+
+    async def aclose(self) -> None:
+        return None
+
+
+Handler = Callable[[str, dict[str, Any], str | None, ProgressHandler | None], Awaitable[ToolOutcome]]
+
+
+async def echo(
+    tool: str, arguments: dict[str, Any], auth: str | None, progress: ProgressHandler | None
+) -> ToolOutcome:
+    if progress is not None:
+        await progress(0.5, 1, "halfway")
+    return ToolOutcome((TextPart(f"{tool}:{sorted(arguments.items())}:{auth}"),))
+
+
+@dataclass
+class FakeSource:
+    name: str
+    tools: list[str]
+    handler: Handler = echo
+    probe_result: ProbeResult | None = None
+    list_error: Exception | None = None
+    calls: list[tuple[str, dict[str, Any], str | None]] = field(default_factory=list)
+
+    async def list_tools(self) -> list[RemoteTool]:
+        if self.list_error is not None:
+            raise self.list_error
+        return [RemoteTool(self.name, t, f"the {t} tool", {"type": "object"}) for t in self.tools]
+
+    async def call_tool(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        *,
+        inbound_auth: str | None,
+        on_progress: ProgressHandler | None,
+    ) -> ToolOutcome:
+        self.calls.append((tool, arguments, inbound_auth))
+        return await self.handler(tool, arguments, inbound_auth, on_progress)
+
+    async def probe(self) -> ProbeResult:
+        await asyncio.sleep(0)
+        return self.probe_result or ProbeResult(self.name, True)
+
+    async def aclose(self) -> None:
+        return None
+
+
+def calls(*names: str, args: str = "{}") -> Completion:
+    """A completion asking for tool calls by name (arguments parsed as in the adapters)."""
+    return Completion(
+        "",
+        tuple(ToolCall(f"id{i}", n, {} if args == "{}" else {"q": args}) for i, n in enumerate(names)),
+        Usage(input=10, output=2),
+    )
+
+
+def text(answer: str) -> Completion:
+    return Completion(answer, (), Usage(input=20, output=5, cache_read=3, reasoning=1))
+
+
+async def failing(
+    tool: str, arguments: dict[str, Any], auth: str | None, progress: ProgressHandler | None
+) -> ToolOutcome:
+    raise DownstreamError(f"argos: calling {tool} failed: connection refused")

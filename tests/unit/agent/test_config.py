@@ -1,0 +1,191 @@
+"""The agent config contract: loading, errors naming fields, rendering from specs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pallas_runtime.config import AgentConfig, ConfigError, load_config, parse_config, render_config
+from pallas_runtime.config.render import RenderError, env_name, render_agent, split_model
+from pallas_runtime.config.resources import PallasAgentSpec, PallasDeploymentSpec
+
+
+def minimal(**overrides: object) -> dict[str, object]:
+    data: dict[str, object] = {
+        "name": "research",
+        "model": "m",
+        "provider": {"name": "vllm", "type": "openai"},
+    }
+    data.update(overrides)
+    return data
+
+
+def deployment(**overrides: object) -> PallasDeploymentSpec:
+    data: dict[str, object] = {
+        "model": {"default": "vllm.qwen3-8b", "capabilities": {"vision": True}},
+        "providers": {
+            "vllm": {
+                "type": "openai",
+                "baseURL": "http://vllm:8000/v1",
+                "apiKey": {"secretKeyRef": {"name": "llm", "key": "VLLM_KEY"}},
+            },
+            "anthropic": {"type": "anthropic"},
+        },
+        "mcpServers": {
+            "argos": {"url": "http://argos:8000/mcp", "timeoutSeconds": 10},
+            "mnemosyne": {
+                "url": "https://mn.example/mcp/",
+                "forwardInboundAuth": True,
+                "headers": [
+                    {"name": "X-Api-Key", "valueFrom": {"secretKeyRef": {"name": "mn", "key": "k"}}},
+                    {"name": "X-Team", "value": "blue"},
+                ],
+            },
+        },
+        "healthCheck": {"timeoutSeconds": 2},
+    }
+    data.update(overrides)
+    return PallasDeploymentSpec.model_validate(data)
+
+
+def agent(**overrides: object) -> PallasAgentSpec:
+    data: dict[str, object] = {"deployment": "ouranos", "servers": ["argos", "mnemosyne"]}
+    data.update(overrides)
+    return PallasAgentSpec.model_validate(data)
+
+
+def test_defaults_are_the_documented_ones() -> None:
+    config = parse_config(minimal())
+    assert config.max_iterations == 12
+    assert config.history.max_messages == 200
+    assert config.limits.max_message_bytes == 1024 * 1024
+    assert config.health.probe_timeout_seconds == 3.0
+    assert config.tools.permits("anything__at_all")
+    assert config.display_title == "Research"
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (minimal(name="Bad_Name"), "name: String should match pattern"),
+        (
+            minimal(provider={"name": "p", "type": "gemini"}),
+            "provider.type: Input should be 'openai' or 'anthropic'",
+        ),
+        (minimal(maxIterations=0), "maxIterations: Input should be greater than 0"),
+        (minimal(description="x" * 101), "description: String should have at most 100 characters"),
+        (minimal(servers=[{"name": "a", "url": "ftp://x"}]), "servers.0.url: String should match pattern"),
+        (
+            minimal(servers=[{"name": "a", "url": "http://x", "headers": [{"name": "X"}]}]),
+            "header 'X' needs exactly one of value or valueFromEnv",
+        ),
+        (minimal(unknownField=1), "unknownField: Extra inputs are not permitted"),
+        (minimal(agents=[{"name": "research", "url": "http://x/mcp"}]), "lists itself"),
+        (
+            minimal(servers=[{"name": "a", "url": "http://x"}], agents=[{"name": "a", "url": "http://y"}]),
+            "'a' is listed twice",
+        ),
+    ],
+)
+def test_errors_name_the_field(data: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError) as exc_info:
+        parse_config(data, "agent.yaml")
+    assert str(exc_info.value).startswith("agent.yaml: ")
+    assert message in str(exc_info.value)
+
+
+def test_load_config_reports_unreadable_and_malformed_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"missing\.yaml: cannot read \(No such file or directory\)"):
+        load_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed")
+    with pytest.raises(ConfigError, match=r"bad\.yaml: not valid YAML"):
+        load_config(bad)
+    bad_json = tmp_path / "bad.json"
+    bad_json.write_text("{")
+    with pytest.raises(ConfigError, match=r"bad\.json: not valid JSON"):
+        load_config(bad_json)
+
+
+def test_render_config_round_trips_through_a_file(tmp_path: Path) -> None:
+    config = parse_config(minimal(servers=[{"name": "argos", "url": "http://argos/mcp"}]))
+    path = tmp_path / "agent.yaml"
+    path.write_text(render_config(config))
+    assert load_config(path) == config
+    assert "baseURL" in yaml.safe_load(render_config(config))["provider"]
+
+
+def test_tool_policy_globs() -> None:
+    policy = parse_config(minimal(tools={"allow": ["argos__*"], "deny": ["argos__delete_*"]})).tools
+    assert policy.permits("argos__search")
+    assert not policy.permits("argos__delete_index")
+    assert not policy.permits("mnemosyne__search")
+
+
+def test_render_agent_binds_secrets_to_env_vars_and_keeps_values_out() -> None:
+    rendered = render_agent("research", agent(), deployment(), {})
+    config = rendered.config
+    assert (config.model, config.provider.name, config.provider.type) == ("qwen3-8b", "vllm", "openai")
+    assert config.provider.base_url == "http://vllm:8000/v1"
+    assert config.provider.api_key_env == "PALLAS_PROVIDER_VLLM_API_KEY"
+    assert config.capabilities.vision is True
+    assert config.health.probe_timeout_seconds == 2
+    mnemosyne = config.servers[1]
+    assert mnemosyne.forward_inbound_auth is True
+    assert [(h.name, h.value, h.value_from_env) for h in mnemosyne.headers] == [
+        ("X-Api-Key", None, "PALLAS_SERVER_MNEMOSYNE_HEADER_0"),
+        ("X-Team", "blue", None),
+    ]
+    assert [(b.env, b.ref.name, b.ref.key) for b in rendered.secrets] == [
+        ("PALLAS_PROVIDER_VLLM_API_KEY", "llm", "VLLM_KEY"),
+        ("PALLAS_SERVER_MNEMOSYNE_HEADER_0", "mn", "k"),
+    ]
+    assert "VLLM_KEY" not in render_config(config)
+
+
+def test_render_agent_model_override_and_peers() -> None:
+    rendered = render_agent(
+        "boss",
+        agent(model="anthropic.claude-sonnet-4-5", agents=["research"], servers=[]),
+        deployment(),
+        {"research": "http://research.ns.svc.cluster.local:8000/mcp"},
+    )
+    assert (rendered.config.provider.type, rendered.config.model) == ("anthropic", "claude-sonnet-4-5")
+    assert rendered.config.agents[0].url == "http://research.ns.svc.cluster.local:8000/mcp"
+    assert rendered.secrets == ()
+
+
+@pytest.mark.parametrize(
+    ("spec", "reason", "missing"),
+    [
+        (agent(model="bedrock.titan"), "ProviderNotFound", ("bedrock",)),
+        (agent(servers=["argos", "nope"]), "ServerNotFound", ("nope",)),
+        (agent(agents=["ghost"]), "AgentNotFound", ("ghost",)),
+    ],
+)
+def test_render_agent_names_what_is_missing(
+    spec: PallasAgentSpec, reason: str, missing: tuple[str, ...]
+) -> None:
+    with pytest.raises(RenderError) as exc_info:
+        render_agent("research", spec, deployment(), {})
+    assert (exc_info.value.reason, exc_info.value.missing) == (reason, missing)
+    assert missing[0] in str(exc_info.value)
+
+
+def test_model_refs_and_env_names() -> None:
+    assert split_model("vllm.qwen3.5-8b") == ("vllm", "qwen3.5-8b")
+    assert env_name("server", "my-tools", "header", "0") == "PALLAS_SERVER_MY_TOOLS_HEADER_0"
+
+
+def test_deployment_default_model_must_name_a_provider() -> None:
+    with pytest.raises(ValueError, match="names provider 'nope'"):
+        deployment(model={"default": "nope.model"})
+
+
+def test_agent_config_is_immutable() -> None:
+    config = parse_config(minimal())
+    with pytest.raises(ValueError, match="frozen"):
+        config.name = "other"  # type: ignore[misc]
+    assert isinstance(config, AgentConfig)

@@ -1,0 +1,101 @@
+"""get_health semantics: parallel probes, the provider check with a TTL, status and gauges."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime
+
+from pallas_runtime.agent.health import HealthChecker
+from pallas_runtime.config import parse_config
+from pallas_runtime.downstream.source import ProbeResult
+from pallas_runtime.llm.provider import ProviderCheck
+from pallas_runtime.metrics import RuntimeMetrics
+from tests.unit.agent.doubles import FakeSource, ScriptedProvider
+
+
+def checker(
+    sources: list[FakeSource],
+    check: ProviderCheck | None = None,
+    api_key_env: str | None = None,
+    environ: dict[str, str] | None = None,
+    recheck: float = 300,
+) -> tuple[HealthChecker, ScriptedProvider, RuntimeMetrics]:
+    provider_cfg: dict[str, object] = {"name": "vllm", "type": "openai"}
+    if api_key_env:
+        provider_cfg["apiKeyEnv"] = api_key_env
+    cfg = parse_config(
+        {
+            "name": "harper",
+            "model": "m",
+            "provider": provider_cfg,
+            "health": {"providerRecheckSeconds": recheck},
+        }
+    )
+    provider = ScriptedProvider([], check or ProviderCheck(True, "", time.monotonic()))
+    metrics = RuntimeMetrics(process_collectors=False)
+    return HealthChecker(cfg, provider, sources, metrics, environ or {}), provider, metrics
+
+
+def gauge(metrics: RuntimeMetrics, name: str, **labels: str) -> float | None:
+    return metrics.registry.get_sample_value(name, labels)
+
+
+async def test_all_reachable_is_ok_and_sets_the_gauges() -> None:
+    health, provider, metrics = checker([FakeSource("argos", []), FakeSource("neo4j", [])])
+    report = await health.report()
+    assert report["status"] == "ok"
+    assert "message" not in report
+    assert datetime.fromisoformat(report["timestamp"].replace("Z", "+00:00"))
+    json.dumps(report)
+    assert gauge(metrics, "pallas_downstream_up", agent="harper", server="neo4j") == 1
+    assert gauge(metrics, "pallas_llm_provider_up", provider="vllm") == 1
+    assert gauge(metrics, "pallas_agent_health_status", agent="harper") == 1
+    assert provider.preflights == 1
+
+
+async def test_an_unreachable_downstream_degrades_naming_it() -> None:
+    down = FakeSource(
+        "neo4j_cypher", [], probe_result=ProbeResult("neo4j_cypher", False, "timed out after 3s")
+    )
+    health, _, metrics = checker([FakeSource("argos", []), down])
+    report = await health.report()
+    assert report["status"] == "degraded"
+    assert report["message"] == "Unreachable: neo4j_cypher (timed out after 3s)"
+    assert gauge(metrics, "pallas_downstream_up", agent="harper", server="neo4j_cypher") == 0
+    assert gauge(metrics, "pallas_agent_health_status", agent="harper") == 0.5
+
+
+async def test_a_failed_provider_check_degrades_with_its_message() -> None:
+    bad = ProviderCheck(False, "openai provider 'vllm': model 'bad-model' not found", time.monotonic())
+    health, _, metrics = checker([], bad)
+    report = await health.report()
+    assert report == {
+        **report,
+        "status": "degraded",
+        "message": "LLM: openai provider 'vllm': model 'bad-model' not found",
+    }
+    assert gauge(metrics, "pallas_llm_provider_up", provider="vllm") == 0
+
+
+async def test_a_missing_api_key_is_an_error_because_no_request_can_succeed() -> None:
+    missing = ProviderCheck(
+        False, "openai provider 'vllm': API key variable VLLM_KEY is not set", time.monotonic()
+    )
+    health, _, metrics = checker([], missing, api_key_env="VLLM_KEY", environ={})
+    report = await health.report()
+    assert report["status"] == "error"
+    assert "VLLM_KEY is not set" in report["message"]
+    assert gauge(metrics, "pallas_agent_health_status", agent="harper") == 0
+
+
+async def test_the_provider_check_is_reused_until_its_ttl_then_reprobed() -> None:
+    health, provider, _ = checker([], recheck=0.2)
+    await health.check_provider()  # the startup preflight
+    await health.report()
+    await health.report()
+    assert provider.preflights == 1
+    provider.check = ProviderCheck(True, "", time.monotonic() - 1)  # an old result
+    await health.check_provider()
+    await health.report()
+    assert provider.preflights == 3

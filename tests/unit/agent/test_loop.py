@@ -1,0 +1,212 @@
+"""The agent loop with an in-memory provider and sources: tools, policy, errors, limits, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from pallas_runtime.agent.loop import AgentLoop, MaxIterationsExceeded, llm_tool_name
+from pallas_runtime.agent.progress import ProgressReporter
+from pallas_runtime.config import parse_config
+from pallas_runtime.downstream.source import ProgressHandler, ToolOutcome
+from pallas_runtime.llm.provider import LLMError
+from pallas_runtime.messages import (
+    AssistantMessage,
+    Completion,
+    TextPart,
+    ToolCall,
+    ToolResultsMessage,
+    UserMessage,
+)
+from pallas_runtime.metrics import RuntimeMetrics
+from tests.unit.agent.doubles import FakeSource, ScriptedProvider, calls, failing, text
+
+
+def make(
+    script: list[Any], sources: list[FakeSource], **config: Any
+) -> tuple[AgentLoop, ScriptedProvider, RuntimeMetrics]:
+    cfg = parse_config(
+        {
+            "name": "harper",
+            "model": "m",
+            "provider": {"name": "p", "type": "openai"},
+            "instruction": "be useful",
+            **config,
+        }
+    )
+    provider = ScriptedProvider(script)
+    metrics = RuntimeMetrics(process_collectors=False)
+    return AgentLoop(cfg, provider, sources, metrics), provider, metrics
+
+
+def value(metrics: RuntimeMetrics, name: str, **labels: str) -> float:
+    return metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+USER = UserMessage((TextPart("hello"),))
+
+
+async def run(loop: AgentLoop, auth: str | None = None, reporter: ProgressReporter | None = None) -> Any:
+    return await loop.run([], USER, inbound_auth=auth, progress=reporter or ProgressReporter("harper", None))
+
+
+async def test_a_plain_answer_takes_one_llm_turn() -> None:
+    loop, provider, metrics = make([text("hi there")], [])
+    result = await run(loop)
+    assert result.text == "hi there"
+    assert result.messages == [USER, AssistantMessage("hi there")]
+    system, messages, tools = provider.calls[0]
+    assert (system, messages, tools) == ("be useful", [USER], [])
+    assert value(metrics, "pallas_llm_turns_total", agent="harper", model="m") == 1
+    assert value(metrics, "pallas_llm_tokens_total", agent="harper", model="m", kind="input") == 20
+    assert value(metrics, "pallas_llm_tokens_total", agent="harper", model="m", kind="cache_read") == 3
+    assert value(metrics, "pallas_llm_tokens_total", agent="harper", model="m", kind="reasoning") == 1
+
+
+async def test_tool_calls_run_in_parallel_and_results_go_back_to_the_model() -> None:
+    started: list[str] = []
+    gate = asyncio.Event()
+
+    async def slow(
+        tool: str, arguments: dict[str, Any], auth: str | None, p: ProgressHandler | None
+    ) -> ToolOutcome:
+        started.append(tool)
+        if len(started) == 2:
+            gate.set()
+        await asyncio.wait_for(gate.wait(), 2)  # both calls must be in flight at once
+        return ToolOutcome((TextPart(f"{tool} done"),))
+
+    argos = FakeSource("argos", ["search", "fetch"], handler=slow)
+    loop, provider, metrics = make([calls("argos__search", "argos__fetch"), text("summary")], [argos])
+    result = await run(loop, auth="Bearer t")
+    assert result.text == "summary"
+    tool_round = result.messages[2]
+    assert isinstance(tool_round, ToolResultsMessage)
+    assert [(r.call_id, r.content[0]) for r in tool_round.results] == [
+        ("id0", TextPart("search done")),
+        ("id1", TextPart("fetch done")),
+    ]
+    assert [t.name for t in provider.calls[0][2]] == ["argos__search", "argos__fetch"]
+    assert provider.calls[1][1][-1] == tool_round
+    assert (
+        value(
+            metrics, "pallas_tool_calls_total", agent="harper", server="argos", operation="tool", outcome="ok"
+        )
+        == 2
+    )
+
+
+async def test_the_policy_hides_denied_tools_and_refuses_them_at_dispatch() -> None:
+    argos = FakeSource("argos", ["search", "delete_index"])
+    loop, provider, metrics = make(
+        [calls("argos__delete_index"), text("ok")],
+        [argos],
+        tools={"allow": ["argos__*"], "deny": ["argos__delete_*"]},
+    )
+    result = await run(loop)
+    assert [t.name for t in provider.calls[0][2]] == ["argos__search"]
+    denied = result.messages[2].results[0]
+    assert denied.is_error
+    assert denied.content == (TextPart("tool 'argos__delete_index' is not allowed for this agent"),)
+    assert argos.calls == []
+    assert value(metrics, "pallas_tool_denied_total", agent="harper", server="argos") == 1
+
+
+async def test_unknown_tools_and_malformed_arguments_become_error_results() -> None:
+    argos = FakeSource("argos", ["search"])
+    bad_args = Completion("", (ToolCall("x1", "argos__search", {}, arguments_error="not valid JSON"),))
+    loop, _, _ = make([calls("nope__tool"), bad_args, text("gave up")], [argos])
+    result = await run(loop)
+    unknown = result.messages[2].results[0]
+    assert unknown.content == (TextPart("unknown tool 'nope__tool'; available tools: argos__search"),)
+    malformed = result.messages[4].results[0]
+    assert malformed.content == (TextPart("arguments for 'argos__search' are invalid: not valid JSON"),)
+    assert argos.calls == []
+    assert result.text == "gave up"
+
+
+async def test_downstream_failures_go_back_to_the_model_and_count_as_errors() -> None:
+    argos = FakeSource("argos", ["search"], handler=failing)
+    loop, _, metrics = make([calls("argos__search"), text("sorry")], [argos])
+    result = await run(loop)
+    failed = result.messages[2].results[0]
+    assert failed.is_error
+    assert failed.content == (TextPart("argos: calling search failed: connection refused"),)
+    assert (
+        value(
+            metrics,
+            "pallas_tool_calls_total",
+            agent="harper",
+            server="argos",
+            operation="tool",
+            outcome="error",
+        )
+        == 1
+    )
+
+
+async def test_a_source_that_cannot_list_is_left_out_of_the_turn() -> None:
+    down = FakeSource("down", ["x"], list_error=ConnectionError("refused"))
+    up = FakeSource("up", ["y"])
+    loop, provider, _ = make([text("fine")], [down, up])
+    assert (await run(loop)).text == "fine"
+    assert [t.name for t in provider.calls[0][2]] == ["up__y"]
+
+
+async def test_max_iterations_ends_the_call_with_a_clear_error() -> None:
+    argos = FakeSource("argos", ["search"])
+    loop, provider, _ = make([calls("argos__search")] * 5, [argos], maxIterations=3)
+    with pytest.raises(MaxIterationsExceeded, match="stopped after 3 LLM/tool rounds"):
+        await run(loop)
+    assert len(provider.calls) == 3
+
+
+async def test_llm_errors_propagate_and_are_timed_as_errors() -> None:
+    loop, _, metrics = make([LLMError("openai provider 'p': HTTP 500: boom", status=500)], [])
+    with pytest.raises(LLMError, match="HTTP 500"):
+        await run(loop)
+    assert (
+        metrics.registry.get_sample_value(
+            "pallas_llm_request_duration_seconds_count", {"agent": "harper", "model": "m", "outcome": "error"}
+        )
+        == 1
+    )
+
+
+async def test_the_inbound_bearer_is_passed_per_call() -> None:
+    argos = FakeSource("argos", ["search"])
+    results = []
+    for token in ("Bearer alice", "Bearer bob", None):
+        loop, _, _ = make([calls("argos__search"), text("ok")], [argos])
+        results.append(await run(loop, auth=token))
+    assert [auth for _, _, auth in argos.calls] == ["Bearer alice", "Bearer bob", None]
+
+
+async def test_progress_covers_steps_tools_and_relayed_progress() -> None:
+    sent: list[tuple[float, float | None, str]] = []
+
+    async def send(progress: float, total: float | None, message: str) -> None:
+        sent.append((progress, total, message))
+
+    research = FakeSource("research", ["send_message"])
+    loop, _, _ = make([calls("research__send_message"), text("done")], [research])
+    await run(loop, reporter=ProgressReporter("harper", send))
+    assert sent == [
+        (1, None, "harper step 1 (llm)"),
+        (2, None, "harper step 2 (tool)"),
+        (0, None, "research/send_message: started"),
+        (0.5, 1, "research/send_message: halfway"),
+        (1, 1, "research/send_message: completed"),
+        (3, None, "harper step 3 (llm)"),
+    ]
+
+
+def test_llm_tool_names_are_valid_for_every_provider() -> None:
+    assert llm_tool_name("argos__search") == "argos__search"
+    odd = llm_tool_name("server__tool.with/odd:chars")
+    assert odd.startswith("server__tool_with_odd_chars")
+    long = llm_tool_name("s__" + "x" * 100)
+    assert len(long) == 64
+    assert long != llm_tool_name("s__" + "x" * 99 + "y")
