@@ -1,0 +1,315 @@
+"""An agent served over real HTTP, thinking with scripted fake LLMs (real OpenAI/Anthropic wire
+formats through the official SDKs) and acting through real downstream MCP servers and peer agents.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx2
+import pytest
+from fastmcp import Client
+from fastmcp.client.transports import StreamableHttpTransport
+
+from pallas_runtime.commands.serving import agent_app
+from pallas_runtime.config import AgentConfig, parse_config
+from pallas_runtime.metrics import RuntimeMetrics
+from pallas_runtime.server import build_server
+from tests.support.fake_llm import Call, Delay, FakeAnthropic, FakeOpenAI, HttpError, Text, ToolCalls
+from tests.support.mcp_servers import RunningServer, header_echo_server, serve_app, silent_server
+
+PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 32).decode()
+
+
+def config(llm: FakeOpenAI | FakeAnthropic, name: str = "harper", **extra: Any) -> AgentConfig:
+    provider_type = "anthropic" if isinstance(llm, FakeAnthropic) else "openai"
+    return parse_config(
+        {
+            "name": name,
+            "model": llm.models[0],
+            "instruction": "You help.",
+            "provider": {
+                "name": "llm",
+                "type": provider_type,
+                "baseURL": llm.base_url,
+                "maxRetries": 1,
+                "timeoutSeconds": 5,
+            },
+            **extra,
+        }
+    )
+
+
+@contextlib.asynccontextmanager
+async def agent(cfg: AgentConfig, metrics: RuntimeMetrics | None = None) -> AsyncIterator[RunningServer]:
+    async with serve_app(agent_app(build_server(cfg, metrics=metrics, environ={}))) as running:
+        yield running
+
+
+def client(url: str, bearer: str | None = None, mode: str = "legacy") -> Client:
+    headers = {"Authorization": bearer} if bearer else None
+    return Client(StreamableHttpTransport(url, headers=headers), mode=mode, timeout=30)  # type: ignore[arg-type]
+
+
+async def send(url: str, arguments: dict[str, Any], **kwargs: Any) -> Any:
+    async with client(url, **kwargs) as c:
+        return await c.call_tool_mcp("send_message", arguments)
+
+
+def last_tool_text(request_json: dict[str, Any]) -> str | None:
+    """The content of the newest tool result in an OpenAI request, if the last message is one."""
+    message = request_json["messages"][-1]
+    return str(message["content"]) if message["role"] == "tool" else None
+
+
+async def test_openai_tool_call_through_a_downstream_server(fake_openai: FakeOpenAI) -> None:
+    async with header_echo_server() as echo:
+        cfg = config(fake_openai, servers=[{"name": "echo", "url": echo.url, "forwardInboundAuth": True}])
+        fake_openai.script(ToolCalls([Call("echo__echo_headers", "{}")]), Text("All done."))
+        async with agent(cfg) as running:
+            result = await send(running.url, {"message": "who am i?"}, bearer="Bearer alice")
+    assert (result.is_error, result.content[0].text) == (False, "All done.")
+    first, second = fake_openai.completions
+    assert first.json["messages"][0] == {"role": "system", "content": "You help."}
+    assert [t["function"]["name"] for t in first.json["tools"]] == ["echo__echo_headers"]
+    assert json.loads(second.json["messages"][-1]["content"])["authorization"] == "Bearer alice"
+
+
+async def test_anthropic_tool_use_and_images(fake_anthropic: FakeAnthropic) -> None:
+    async with header_echo_server() as echo:
+        cfg = config(
+            fake_anthropic, servers=[{"name": "echo", "url": echo.url}], capabilities={"vision": True}
+        )
+        fake_anthropic.script(ToolCalls([Call("echo__echo_headers", {"delay": 0})]), Text("Seen."))
+        async with agent(cfg) as running:
+            result = await send(
+                running.url, {"message": "look", "images": [{"data": PNG, "mime_type": "image/png"}]}
+            )
+    assert result.content[0].text == "Seen."
+    first, second = fake_anthropic.completions
+    user_blocks = first.json["messages"][0]["content"]
+    assert user_blocks[1] == {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": PNG},
+    }
+    assert second.json["messages"][-1]["content"][0]["type"] == "tool_result"
+
+
+async def test_concurrent_bearers_never_leak_between_requests(fake_openai: FakeOpenAI) -> None:
+    """The original's worst incident: a bearer from one request reaching another's downstream call."""
+
+    def step(request_json: dict[str, Any]) -> Any:
+        tool_text = last_tool_text(request_json)
+        if tool_text is None:
+            return ToolCalls(
+                [Call("fwd__echo_headers", {"delay": 0.05}), Call("plain__echo_headers", {"delay": 0})]
+            )
+        # Answer with both tool results, in order, so the test sees what each server received.
+        results = [m["content"] for m in request_json["messages"] if m["role"] == "tool"]
+        return Text(json.dumps([json.loads(r)["authorization"] for r in results]))
+
+    fake_openai.default = step
+    async with header_echo_server() as fwd, header_echo_server() as plain:
+        cfg = config(
+            fake_openai,
+            servers=[
+                {"name": "fwd", "url": fwd.url, "forwardInboundAuth": True},
+                {"name": "plain", "url": plain.url},
+            ],
+        )
+        async with agent(cfg) as running:
+            bearers = [f"Bearer user-{i}" for i in range(24)]
+            results = await asyncio.gather(*(send(running.url, {"message": "hi"}, bearer=b) for b in bearers))
+    for bearer, result in zip(bearers, results, strict=True):
+        assert json.loads(result.content[0].text) == [bearer, None]
+
+
+async def test_progress_only_with_a_token_and_relayed_from_a_sub_agent(fake_openai: FakeOpenAI) -> None:
+    def step(request_json: dict[str, Any]) -> Any:
+        system = request_json["messages"][0]["content"]
+        if last_tool_text(request_json) is not None:
+            return Text("final")
+        if system == "boss":
+            return ToolCalls([Call("worker__send_message", {"message": "do it"})])
+        return ToolCalls([Call("echo__echo_headers", {"delay": 0})])
+
+    fake_openai.default = step
+    async with header_echo_server() as echo:
+        worker_cfg = config(fake_openai, "worker", servers=[{"name": "echo", "url": echo.url}])
+        async with agent(worker_cfg) as worker:
+            boss_cfg = config(fake_openai, "boss", agents=[{"name": "worker", "url": worker.url}])
+            boss_cfg = boss_cfg.model_copy(update={"instruction": "boss"})
+            async with agent(boss_cfg) as boss:
+                seen: list[tuple[float, float | None, str | None]] = []
+
+                async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+                    seen.append((progress, total, message))
+
+                async with client(boss.url) as c:
+                    await c.call_tool("send_message", {"message": "go"}, progress_handler=on_progress)
+                    silent = await c.call_tool_mcp("send_message", {"message": "again"})
+    messages = [m for _, _, m in seen]
+    assert messages[:3] == ["boss step 1 (llm)", "boss step 2 (tool)", "worker/send_message: started"]
+    assert "worker/send_message: worker step 1 (llm)" in messages
+    assert "worker/send_message: echo/echo_headers: completed" in messages
+    assert messages[-2:] == ["worker/send_message: completed", "boss step 3 (llm)"]
+    assert (seen[-2][0], seen[-2][1]) == (1, 1)
+    assert not silent.is_error
+    assert len(seen) == len(messages)  # the second call (no token) added nothing
+
+
+async def test_history_prompt_by_session_and_by_conversation_id(fake_openai: FakeOpenAI) -> None:
+    fake_openai.script(Text("first answer"), Text("second answer"), Text("by id"))
+    cfg = config(fake_openai, capabilities={"vision": True})
+    async with agent(cfg) as running, client(running.url) as c:
+        await c.call_tool(
+            "send_message", {"message": "one", "images": [{"data": PNG, "mime_type": "image/png"}]}
+        )
+        await c.call_tool("send_message", {"message": "two"})
+        history = await c.get_prompt("harper_history")
+        await c.call_tool("send_message", {"message": "three", "conversation_id": "c-1"})
+        by_id = await c.get_prompt("harper_history", {"conversation_id": "c-1"})
+        with pytest.raises(Exception, match="no stored conversation for conversation_id 'nope'"):
+            await c.get_prompt("harper_history", {"conversation_id": "nope"})
+    roles = [(m.role, getattr(m.content, "text", None) or m.content.type) for m in history.messages]
+    assert roles == [
+        ("user", "one"),
+        ("user", "image"),
+        ("assistant", "first answer"),
+        ("user", "two"),
+        ("assistant", "second answer"),
+    ]
+    # The second turn was sent with the first one as history.
+    assert [m["role"] for m in fake_openai.completions[1].json["messages"]] == [
+        "system",
+        "user",
+        "assistant",
+        "user",
+    ]
+    assert [m.content.text for m in by_id.messages] == ["three", "by id"]
+
+
+async def test_turns_on_one_conversation_are_serialized(fake_openai: FakeOpenAI) -> None:
+    fake_openai.script(Delay(0.3, Text("slow first")), Text("second"))
+    async with agent(config(fake_openai)) as running:
+        first = asyncio.create_task(send(running.url, {"message": "a", "conversation_id": "x"}))
+        await asyncio.sleep(0.1)
+        second = await send(running.url, {"message": "b", "conversation_id": "x"})
+        assert (await first).content[0].text == "slow first"
+    assert second.content[0].text == "second"
+    # b was sent to the model only after a's turn was stored.
+    assert [m["content"] for m in fake_openai.completions[1].json["messages"][1:]] == ["a", "slow first", "b"]
+
+
+BAD_INPUTS = [
+    ({"message": ""}, "message is empty"),
+    ({"message": "x" * 2048}, "message is 2048 bytes; the limit is 1024"),
+    ({"message": "hi", "images": [{"data": "%%%", "mime_type": "image/png"}]}, "data is not valid base64"),
+    ({"message": "hi", "images": [{"data": PNG, "mime_type": "image/bmp"}]}, "unsupported type 'image/bmp'"),
+    (
+        {"message": "hi", "images": [{"data": PNG, "mime_type": "image/png"}] * 3},
+        "3 images attached; the limit is 2",
+    ),
+    ({"message": "hi", "bogus": 1}, "bogus"),
+    ({"message": "hi", "images": [{"data": PNG}]}, "mime_type"),
+]
+
+
+async def test_bad_input_is_a_clear_tool_error_counted_and_the_server_keeps_serving(
+    fake_openai: FakeOpenAI,
+) -> None:
+    metrics = RuntimeMetrics(process_collectors=False)
+    cfg = config(fake_openai, capabilities={"vision": True}, limits={"maxMessageBytes": 1024, "maxImages": 2})
+    no_vision = config(fake_openai, "blind")
+    async with agent(cfg, metrics) as running, agent(no_vision, metrics) as blind:
+        for arguments, error in BAD_INPUTS:
+            result = await send(running.url, arguments)
+            assert result.is_error, arguments
+            assert error in result.content[0].text
+        result = await send(blind.url, {"message": "hi", "images": [{"data": PNG, "mime_type": "image/png"}]})
+        assert "does not accept images" in result.content[0].text
+        ok = await send(running.url, {"message": "still there?"})
+    assert not ok.is_error
+    assert fake_openai.completions and len(fake_openai.completions) == 1
+    errors = metrics.registry.get_sample_value(
+        "pallas_send_message_total", {"agent": "harper", "outcome": "error"}
+    )
+    assert errors == len(BAD_INPUTS)
+
+
+@pytest.mark.parametrize(
+    ("step", "error"),
+    [
+        (
+            HttpError(400, "bad request: unknown model"),
+            "the language model call failed: openai provider 'llm': HTTP 400",
+        ),
+        (HttpError(503, "overloaded"), "HTTP 503"),
+        (Delay(1.5, Text("too late")), "timed out"),
+    ],
+)
+async def test_llm_failures_end_the_call_with_a_clear_error(
+    fake_openai: FakeOpenAI, step: Any, error: str
+) -> None:
+    fake_openai.script(step, step)  # one retry (maxRetries: 1) for 5xx and timeouts
+    cfg = config(fake_openai)
+    cfg = cfg.model_copy(update={"provider": cfg.provider.model_copy(update={"timeout_seconds": 0.5})})
+    async with agent(cfg) as running:
+        result = await send(running.url, {"message": "hi"})
+        assert result.is_error
+        assert error in result.content[0].text
+        fake_openai.reset()
+        fake_openai.script(Text("recovered"))
+        assert (await send(running.url, {"message": "again"})).content[0].text == "recovered"
+
+
+async def test_downstream_down_or_slow_and_bad_tool_calls_go_back_to_the_model(
+    fake_openai: FakeOpenAI,
+) -> None:
+    async with silent_server() as slow, header_echo_server() as echo:
+        cfg = config(
+            fake_openai,
+            servers=[
+                {"name": "slow", "url": slow.url, "timeoutSeconds": 0.5},
+                {"name": "gone", "url": "http://127.0.0.1:9/mcp", "timeoutSeconds": 2},
+                {"name": "echo", "url": echo.url},
+            ],
+            tools={"deny": ["echo__*"]},
+        )
+        fake_openai.script(
+            ToolCalls([Call("gone__anything"), Call("echo__echo_headers"), Call("echo__nope", "{not json")]),
+            Text("coped"),
+        )
+        async with agent(cfg) as running:
+            result = await send(running.url, {"message": "try"})
+    assert result.content[0].text == "coped"
+    tool_messages = [m["content"] for m in fake_openai.completions[1].json["messages"] if m["role"] == "tool"]
+    assert "unknown tool 'gone__anything'" in tool_messages[0]
+    assert tool_messages[1] == "Error: tool 'echo__echo_headers' is not allowed for this agent"
+    assert "unknown tool 'echo__nope'" in tool_messages[2]
+    assert fake_openai.completions[0].json.get("tools") is None  # nothing listable and allowed
+
+
+async def test_probe_routes_and_health(fake_openai: FakeOpenAI) -> None:
+    async with silent_server() as silent:
+        cfg = config(
+            fake_openai, servers=[{"name": "silent", "url": silent.url}], health={"probeTimeoutSeconds": 0.5}
+        )
+        async with agent(cfg) as running:
+            base = running.url.removesuffix("/mcp")
+            async with httpx2.AsyncClient() as http:
+                assert (await http.get(f"{base}/healthz")).json()["status"] == "alive"
+                assert (await http.get(f"{base}/readyz")).status_code == 200
+                async with client(running.url) as c:
+                    health = json.loads((await c.call_tool("get_health", {})).content[0].text)
+                scrape = (await http.get(f"{base}/metrics")).text
+    assert health["status"] == "degraded"
+    assert health["message"].startswith("Unreachable: silent (timed out")
+    assert 'pallas_downstream_up{agent="harper",server="silent"} 0.0' in scrape
+    assert 'pallas_agent_health_status{agent="harper"} 0.5' in scrape
+    assert not [r for r in fake_openai.completions]  # get_health never calls the LLM
