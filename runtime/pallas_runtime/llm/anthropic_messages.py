@@ -14,9 +14,10 @@ import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
 import anthropic
+import httpx2
 
 from pallas_runtime.config import AgentConfig
 from pallas_runtime.llm.params import anthropic_plan, dropped_warning
@@ -294,15 +295,19 @@ class AnthropicMessagesProvider:
         self._warn_dropped_once()
         wire_tools = messages_tools(tools)
         try:
-            raw = await self._client.messages.with_raw_response.create(
-                model=self._model,
-                messages=cast(Any, messages_blocks(messages)),
-                system=system or anthropic.omit,
-                tools=cast(Any, wire_tools) if wire_tools else anthropic.omit,
-                extra_body=self._plan.extra_body or None,
-                **self._plan.kwargs,
-            )
-            body = await raw.json()
+            # As for OpenAI: post() skips the SDK's per-call TypedDict transform of every block
+            # but keeps its retries, timeouts, headers and errors.
+            request: dict[str, Any] = {
+                "model": self._model,
+                "messages": messages_blocks(messages),
+                **self._plan.wire_fields(),
+            }
+            if system:
+                request["system"] = system
+            if wire_tools:
+                request["tools"] = wire_tools
+            response = await self._client.post("/v1/messages", cast_to=httpx2.Response, body=request)
+            body = response.json()
         except anthropic.AnthropicError as exc:
             raise self._error(exc, self._timeout) from None
         except ValueError:

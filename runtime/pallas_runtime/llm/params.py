@@ -65,9 +65,9 @@ DEFAULT_ANTHROPIC_RULE = ModelRule("", sampling=True, effort=False)
 class ParamPlan:
     """Where each configured parameter goes for one provider and model.
 
-    `kwargs` are keyword arguments of the SDK's create call; `extra_body` is merged into the
-    request JSON by the SDK (`extra_body=`) for fields it has no keyword for; `dropped` names
-    the configured parameters the target does not take.
+    `kwargs` are the fields the SDK's typed create call has keywords for and `extra_body` those
+    it has none for; the adapters send both as top-level request fields (`wire_fields()`).
+    `dropped` names the configured parameters the target does not take.
     """
 
     kwargs: dict[str, Any] = field(default_factory=dict)
