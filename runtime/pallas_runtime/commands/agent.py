@@ -7,7 +7,7 @@ import asyncio
 import logging
 import sys
 
-from pallas_runtime.commands.serving import agent_app, secret_env_names, uvicorn_server
+from pallas_runtime.commands.serving import agent_app, listen, secret_env_names, uvicorn_server
 from pallas_runtime.config import ConfigError, load_config
 from pallas_runtime.log import setup_logging
 from pallas_runtime.server import build_server
@@ -44,14 +44,15 @@ class AgentCommand:
         except ValueError as exc:
             print(f"pallas agent: {exc}", file=sys.stderr)
             return 2
+        try:
+            sock = listen(args.host, args.port)
+        except OSError as exc:
+            print(f"pallas agent: cannot listen on {args.host}:{args.port}: {exc.strerror}", file=sys.stderr)
+            return 1
         app = agent_app(build_server(config), args.allowed_host)
         server = uvicorn_server(app, args.host, args.port)
         log.info(
             "agent %s serving on http://%s:%d/mcp (model %s)", config.name, args.host, args.port, config.model
         )
-        try:
-            asyncio.run(server.serve())
-        except OSError as exc:
-            print(f"pallas agent: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
-            return 1
+        asyncio.run(server.serve(sockets=[sock]))
         return 0 if server.started else 1

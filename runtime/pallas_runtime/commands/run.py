@@ -14,7 +14,13 @@ import logging
 import signal
 import sys
 
-from pallas_runtime.commands.serving import EmbeddedServer, agent_app, embedded_server, wait_started
+from pallas_runtime.commands.serving import (
+    EmbeddedServer,
+    agent_app,
+    embedded_server,
+    listen,
+    wait_started,
+)
 from pallas_runtime.log import setup_logging
 from pallas_runtime.manifests import LOOPBACK, LocalPlan, ManifestError, load_manifests, plan_local
 from pallas_runtime.metrics import RuntimeMetrics
@@ -74,19 +80,20 @@ async def serve_plan(plan: LocalPlan) -> int:
     try:
         for agent in plan.agents:
             config = agent.rendered.config
-            app = agent_app(build_server(config, metrics=metrics, environ=agent.environ))
-            server = embedded_server(app, LOOPBACK, agent.port)
-            task = asyncio.create_task(server.serve())
-            servers.append((server, task))
             try:
-                await wait_started(server, task)
-            except (OSError, SystemExit):
+                sock = listen(LOOPBACK, agent.port)
+            except OSError as exc:
                 print(
-                    f"pallas run: agent {config.name}: cannot listen on {LOOPBACK}:{agent.port} "
-                    "(port in use? try another --base-port)",
+                    f"pallas run: agent {config.name}: cannot listen on {LOOPBACK}:{agent.port}: "
+                    f"{exc.strerror} (try another --base-port)",
                     file=sys.stderr,
                 )
                 return 1
+            app = agent_app(build_server(config, metrics=metrics, environ=agent.environ))
+            server = embedded_server(app, LOOPBACK, agent.port)
+            task = asyncio.create_task(server.serve(sockets=[sock]))
+            servers.append((server, task))
+            await wait_started(server, task)
             print(f"agent {config.name:<24} {agent.url}", flush=True)
         log.info("running %d agent(s); stop with Ctrl-C", len(plan.agents))
         waiters = [asyncio.create_task(stop.wait()), *(task for _, task in servers)]

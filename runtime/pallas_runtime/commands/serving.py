@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import Iterator, Sequence
 
 import uvicorn
@@ -39,8 +40,24 @@ def uvicorn_server(app: ASGIApp, host: str, port: int) -> uvicorn.Server:
     return uvicorn.Server(config)
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """A bound listening socket, so a taken port is an OSError here rather than uvicorn's
+    sys.exit() from inside the event loop."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
 async def wait_started(server: uvicorn.Server, task: asyncio.Task[None]) -> None:
-    """Wait until uvicorn listens; raise if it exited first (e.g. the port is taken)."""
+    """Wait until uvicorn serves; raise if it stopped first."""
     while not server.started:
         if task.done():
             await task

@@ -1,0 +1,175 @@
+"""`pallas run -f`: manifests run locally, agents call agents, errors are one line, no secret leaks."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import yaml
+from fastmcp import Client
+from fastmcp.client.transports import StreamableHttpTransport
+
+from tests.support.fake_llm import Call, FakeOpenAI, Text, ToolCalls
+from tests.support.mcp_peers import free_port
+
+PALLAS = [sys.executable, "-m", "pallas_runtime.cli"]
+API_KEY = "sk-test-secret-0123456789"
+
+
+def manifests(llm: FakeOpenAI) -> list[dict[str, Any]]:
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "llm"},
+            "data": {"KEY": base64.b64encode(API_KEY.encode()).decode()},
+        },
+        {
+            "apiVersion": "pallas.dev/v1alpha1",
+            "kind": "PallasDeployment",
+            "metadata": {"name": "local"},
+            "spec": {
+                "model": {"default": f"fake.{llm.models[0]}"},
+                "providers": {
+                    "fake": {
+                        "type": "openai",
+                        "baseURL": llm.base_url,
+                        "apiKey": {"secretKeyRef": {"name": "llm", "key": "KEY"}},
+                    }
+                },
+            },
+        },
+        {
+            "apiVersion": "pallas.dev/v1alpha1",
+            "kind": "PallasAgent",
+            "metadata": {"name": "boss"},
+            "spec": {"deployment": "local", "instruction": "boss", "agents": ["worker"]},
+        },
+        {
+            "apiVersion": "pallas.dev/v1alpha1",
+            "kind": "PallasAgent",
+            "metadata": {"name": "worker"},
+            "spec": {"deployment": "local", "instruction": "worker"},
+        },
+    ]
+
+
+@contextlib.asynccontextmanager
+async def pallas_run(path: Path, base_port: int) -> AsyncIterator[subprocess.Popen[str]]:
+    env = {**os.environ, "PALLAS_LOG_LEVEL": "DEBUG", "PALLAS_ROOT_LOG_LEVEL": "DEBUG"}
+    proc = subprocess.Popen(
+        [*PALLAS, "run", "-f", str(path), "--base-port", str(base_port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        async with httpx2.AsyncClient() as http:
+            for port in (base_port + 1, base_port + 2):
+                for _ in range(300):
+                    assert proc.poll() is None, proc.communicate()[1]
+                    with contextlib.suppress(httpx2.HTTPError):
+                        if (await http.get(f"http://127.0.0.1:{port}/readyz")).status_code == 200:
+                            break
+                    await asyncio.sleep(0.05)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        proc.wait(15)
+
+
+async def test_agents_call_agents_and_nothing_secret_is_logged(
+    fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    def step(request_json: dict[str, Any]) -> Any:
+        role, system = request_json["messages"][-1]["role"], request_json["messages"][0]["content"]
+        if role == "tool":
+            return Text(f"boss heard: {request_json['messages'][-1]['content']}")
+        if system == "boss":
+            return ToolCalls([Call("worker__send_message", {"message": "what is 6*7?"})])
+        return Text("42")
+
+    fake_openai.default = step
+    path = tmp_path / "agents.yaml"
+    path.write_text(yaml.safe_dump_all(manifests(fake_openai)))
+    base = free_port()
+    async with pallas_run(path, base) as proc:
+        transport = StreamableHttpTransport(
+            f"http://127.0.0.1:{base + 1}/mcp", headers={"Authorization": "Bearer caller-jwt-abc"}
+        )
+        async with Client(transport, mode="legacy") as client:
+            result = await client.call_tool("send_message", {"message": "ask the worker"})
+        assert result.content[0].text == "boss heard: 42"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0
+    # Ports in manifest order: boss on base+1, worker on base+2, started worker first.
+    assert out.splitlines() == [
+        f"agent worker{' ' * 18} http://127.0.0.1:{base + 2}/mcp",
+        f"agent boss{' ' * 20} http://127.0.0.1:{base + 1}/mcp",
+    ]
+    assert all(r.headers["authorization"] == f"Bearer {API_KEY}" for r in fake_openai.completions)
+    for line in err.splitlines():
+        json.loads(line)  # every log line is JSON
+    assert API_KEY not in err
+    assert "caller-jwt-abc" not in err
+
+
+def test_bad_manifests_and_flags_fail_in_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "pallas.dev/v1alpha1",
+                "kind": "PallasAgent",
+                "metadata": {"name": "a"},
+                "spec": {"deployment": "d", "maxIterations": -1},
+            }
+        )
+    )
+    cases = [
+        (
+            ["run", "-f", str(bad)],
+            f"pallas run: {bad}: PallasAgent/a: spec.maxIterations: Input should be greater than 0",
+        ),
+        (
+            ["run", "-f", str(tmp_path / "missing.yaml")],
+            f"pallas run: {tmp_path / 'missing.yaml'}: cannot read",
+        ),
+        (
+            ["run", "-f", str(bad), "--base-port", "70000"],
+            "pallas run: --base-port 70000 is not a TCP port number",
+        ),
+    ]
+    for args, message in cases:
+        res = subprocess.run([*PALLAS, *args], capture_output=True, text=True, timeout=60)
+        assert res.returncode == 2, res.stderr
+        assert res.stderr.strip().startswith(message), res.stderr
+        assert len(res.stderr.strip().splitlines()) == 1
+
+
+async def test_a_taken_port_is_reported(fake_openai: FakeOpenAI, tmp_path: Path) -> None:
+    path = tmp_path / "agents.yaml"
+    path.write_text(yaml.safe_dump_all(manifests(fake_openai)))
+    base = free_port()
+    async with pallas_run(path, base):
+        res = subprocess.run(
+            [*PALLAS, "run", "-f", str(path), "--base-port", str(base), "--agent", "worker"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert res.returncode == 1
+    assert f"pallas run: agent worker: cannot listen on 127.0.0.1:{base + 2}" in res.stderr
