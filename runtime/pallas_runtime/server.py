@@ -177,12 +177,17 @@ def build_server(
             if key is None:
                 return (await loop.run([], user, inbound_auth=inbound_auth, progress=progress)).text
             conversation = conversations.open(key)
-            metrics.active_conversations.labels(agent).set(len(conversations))
             async with conversation.lock:
-                turn = await loop.run(
-                    list(conversation.messages), user, inbound_auth=inbound_auth, progress=progress
-                )
+                try:
+                    turn = await loop.run(
+                        list(conversation.messages), user, inbound_auth=inbound_auth, progress=progress
+                    )
+                except BaseException:
+                    if not conversation.messages:  # a failed first turn leaves nothing behind
+                        conversations.discard(conversation)
+                    raise
                 conversations.extend(conversation, turn.messages)
+            metrics.active_conversations.labels(agent).set(len(conversations))
             return turn.text
         except LLMError as exc:
             raise ToolError(f"the language model call failed: {exc}") from None

@@ -44,19 +44,36 @@ class ConversationStore:
         conversation = self.get(key)
         if conversation is None:
             conversation = Conversation(key)
-            self._items[key] = conversation
-            while len(self._items) > self._max_conversations:
-                self._items.popitem(last=False)
+            self._store(conversation)
         return conversation
+
+    def _store(self, conversation: Conversation) -> None:
+        self._items[conversation.key] = conversation
+        while len(self._items) > self._max_conversations:
+            self._items.popitem(last=False)
+
+    def discard(self, conversation: Conversation) -> None:
+        """Drop this conversation object (not a newer one under the same key)."""
+        if self._items.get(conversation.key) is conversation:
+            del self._items[conversation.key]
 
     def clear(self, key: str) -> bool:
         """Forget one conversation; whether it existed."""
         return self._items.pop(key, None) is not None
 
     def extend(self, conversation: Conversation, messages: list[Message]) -> None:
-        """Append a finished turn, then trim to the limit at a turn boundary."""
+        """Append a finished turn, then trim to the limit at a turn boundary.
+
+        A conversation dropped meanwhile (evicted, or discarded after a failed turn while this
+        one waited for its lock) is stored again, so a finished turn is never lost.
+        """
         conversation.messages.extend(messages)
         conversation.messages[:] = trim(conversation.messages, self._max_messages)
+        current = self._items.get(conversation.key)
+        if current is None:
+            self._store(conversation)
+        elif current is conversation:
+            self._items.move_to_end(conversation.key)
 
 
 def trim(messages: list[Message], limit: int) -> list[Message]:

@@ -17,12 +17,14 @@ from pallas_runtime.config import AgentConfig
 def agent_app(server: FastMCP, allowed_hosts: Sequence[str] = ()) -> ASGIApp:
     """The agent's HTTP app: MCP at /mcp plus the probe and metrics routes.
 
-    fastmcp guards loopback-bound servers against DNS rebinding by itself; listed hosts turn
-    the Host/Origin check on for any bind address (e.g. the Service DNS names of a pod).
+    DNS-rebinding protection is explicit: fastmcp 4.1.2's setting defaults to off. In "auto"
+    mode it checks Host and Origin for servers bound to loopback (all of `pallas run`); listed
+    hosts turn the check on for any bind address (e.g. the Service DNS names of a pod), and the
+    server's own address is always accepted, so probes and scrapes by pod IP still work.
     """
-    if allowed_hosts:
-        return server.http_app(path="/mcp", allowed_hosts=list(allowed_hosts))
-    return server.http_app(path="/mcp")
+    return server.http_app(
+        path="/mcp", host_origin_protection="auto", allowed_hosts=list(allowed_hosts) or None
+    )
 
 
 def uvicorn_server(app: ASGIApp, host: str, port: int) -> uvicorn.Server:

@@ -6,7 +6,7 @@ import base64
 
 import pytest
 
-from pallas_runtime.agent.conversation import ConversationStore, trim
+from pallas_runtime.agent.conversation import Conversation, ConversationStore, trim
 from pallas_runtime.agent.inputs import ImageInput, InvalidInput, user_message
 from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.config import AgentConfig, parse_config
@@ -176,3 +176,15 @@ async def test_progress_is_best_effort_and_silent_without_a_token() -> None:
     assert not silent.enabled
     assert silent.relay("s", "t") is None
     await silent.tool_started("s", "t")
+
+
+def test_a_discarded_conversation_comes_back_when_a_waiting_turn_finishes() -> None:
+    store = ConversationStore(max_conversations=5, max_messages=10)
+    conversation = store.open("k")
+    store.discard(conversation)
+    assert store.get("k") is None
+    store.extend(conversation, turn(1))
+    assert store.get("k") is conversation
+    newer = store.open("other")
+    store.discard(Conversation("other"))  # a different object under the same key stays
+    assert store.get("other") is newer
