@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the tests need, when a command they provide is missing:
+#   promtool    (package prometheus: `promtool check metrics`; the prometheus server is used later)
+# Idempotent and instant when every command is present: it then exits 0 without touching apt.
+# Otherwise it runs `apt-get update` once and installs only the missing packages, without
+# recommended extras and without prompts. Services shipped by a package are never started
+# (an existing /usr/sbin/policy-rc.d is respected; without one a temporary deny-all one is used).
+# Needs root to install; a non-root user without the commands gets one line on stderr and exit 1.
+set -euo pipefail
+
+# command | Debian package that provides it
+NEEDS=(
+  "promtool|prometheus"
+)
+
+missing=()
+for need in "${NEEDS[@]}"; do
+  IFS='|' read -r cmd pkg <<<"$need"
+  command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+if [[ "$(id -u)" -ne 0 ]]; then
+  echo "system-deps: missing Debian package(s) ${missing[*]}; run as root: apt-get install ${missing[*]}" >&2
+  exit 1
+fi
+command -v apt-get >/dev/null 2>&1 \
+  || { echo "system-deps: apt-get not found; install ${missing[*]} with this system's package manager" >&2; exit 1; }
+
+export DEBIAN_FRONTEND=noninteractive
+policy=/usr/sbin/policy-rc.d
+if [[ ! -e "$policy" ]]; then
+  # Keep maintainer scripts from starting daemons (prometheus would listen on every interface).
+  printf '#!/bin/sh\nexit 101\n' >"$policy"
+  chmod 755 "$policy"
+  trap 'rm -f "$policy"' EXIT
+fi
+
+echo "system-deps: installing ${missing[*]}" >&2
+# apt's progress goes to stderr so the caller's stdout stays clean.
+apt-get update -qq >&2
+apt-get install -y -qq --no-install-recommends -o Dpkg::Options::=--force-confdef \
+  -o Dpkg::Options::=--force-confold "${missing[@]}" >&2
+
+for need in "${NEEDS[@]}"; do
+  IFS='|' read -r cmd pkg <<<"$need"
+  command -v "$cmd" >/dev/null 2>&1 || { echo "system-deps: $pkg installed but $cmd is still missing" >&2; exit 1; }
+done
