@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 
 from pallas_runtime.commands.serving import agent_app, listen, secret_env_names, uvicorn_server
@@ -21,7 +22,11 @@ class AgentCommand:
     def configure(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--config", required=True, metavar="FILE", help="agent config (YAML or JSON)")
         parser.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000)")
-        parser.add_argument("--host", default="0.0.0.0", help="bind address (default 0.0.0.0)")
+        parser.add_argument(
+            "--host",
+            default=os.environ.get("PALLAS_BIND_HOST", "0.0.0.0"),
+            help="bind address (default $PALLAS_BIND_HOST, else 0.0.0.0)",
+        )
         parser.add_argument(
             "--allowed-host",
             action="append",
