@@ -55,7 +55,13 @@ def build_parser(commands: dict[str, Command]) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``pallas`` program."""
-    commands = {name: load() for name, load in _discovered_commands().items()}
+    factories = _discovered_commands()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Importing a command can take seconds (kopf, the LLM SDKs); load only the one asked for,
+    # and all of them just for the top-level help.
+    chosen = next((arg for arg in argv if not arg.startswith("-")), None)
+    wanted = [chosen] if chosen in factories else list(factories)
+    commands = {name: factories[name]() for name in wanted}
     parser = build_parser(commands)
     args = parser.parse_args(argv)
     if args.command is None:

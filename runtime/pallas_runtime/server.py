@@ -132,6 +132,9 @@ def build_server(
     agent = config.name
     metrics.agent_info.labels(agent, config.model).set(1)
     metrics.active_conversations.labels(agent).set(0)
+    # Both outcome series exist from the start, so rate() sees the first error of a new agent.
+    for outcome in ("ok", "error"):
+        metrics.send_message_total.labels(agent, outcome)
 
     async def preflight() -> None:
         check = await health.check_provider()

@@ -1,0 +1,60 @@
+# syntax=docker/dockerfile:1
+# The Pallas image: one `pallas` program for every part of the product (docs/api.md §2):
+#   pallas operator | pallas agent --config FILE | pallas registry | pallas run -f FILE | pallas chat URL
+# Build: docker build -t pallas:0.1.0 .
+#
+# Base image: pinned to an exact Python patch release and Debian release (the same tag in both
+# stages, so the venv's interpreter path exists in the final stage). The digest pin
+# (`python:3.11.17-slim-bookworm@sha256:…`) is added by the release pipeline, which resolves it
+# where the registry is reachable; none is written here because none could be verified from
+# the machines this file is developed on (they have no container engine).
+
+# --- builder: a wheel of the project, installed with its pinned dependencies into a venv ---------
+FROM python:3.11.17-slim-bookworm AS builder
+
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_ROOT_USER_ACTION=ignore \
+    PYTHONDONTWRITEBYTECODE=1
+
+WORKDIR /src
+# Only what the wheel is built from (.dockerignore keeps everything else out of the context).
+COPY pyproject.toml README.md ./
+COPY runtime/ runtime/
+COPY operator/ operator/
+
+# Every dependency ships binary wheels for CPython 3.11 on Linux, so no compiler is needed even
+# here. The venv has no pip of its own: pip from the base image installs into it.
+RUN pip wheel --no-deps --wheel-dir /wheels . \
+    && python -m venv --without-pip /opt/pallas \
+    && pip --python /opt/pallas/bin/python install --only-binary=:all: /wheels/pallas-*.whl \
+    && /opt/pallas/bin/pallas --version
+
+# --- runtime: the venv alone, on the same slim base, as a non-root user --------------------------
+FROM python:3.11.17-slim-bookworm
+
+LABEL org.opencontainers.image.title="pallas" \
+      org.opencontainers.image.description="Kubernetes-native platform that runs LLM agents as MCP servers: operator, agent runtime, registry" \
+      org.opencontainers.image.version="0.1.0" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.base.name="docker.io/library/python:3.11.17-slim-bookworm"
+
+# HOME: the numeric user has no passwd entry; /tmp is the one place a pod may make writable.
+# fastmcp must not phone home for update checks or print its banner in a pod's log.
+ENV PATH="/opt/pallas/bin:${PATH}" \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    HOME=/tmp \
+    FASTMCP_CHECK_FOR_UPDATES=off \
+    FASTMCP_SHOW_SERVER_BANNER=false
+
+COPY --from=builder /opt/pallas /opt/pallas
+
+# 65532: the conventional "nonroot" id; numeric, so runAsNonRoot can verify it.
+USER 65532:65532
+WORKDIR /tmp
+# Agents serve on 8000 and the registry on 8080 by default.
+EXPOSE 8000 8080
+
+ENTRYPOINT ["pallas"]
+CMD ["--help"]
