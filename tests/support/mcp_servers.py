@@ -74,7 +74,8 @@ class _Recorder:
 
 def bound_socket(port: int = 0) -> socket.socket:
     """A listening-ready TCP socket on 127.0.0.1 (`port=0` picks a free port)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP so asyncio sets TCP_NODELAY on accepted connections (no delayed-ACK stalls).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((LOOPBACK, port))
     return sock

@@ -18,7 +18,7 @@ import anyio
 import httpx2
 
 from pallas_runtime import __version__
-from pallas_runtime.downstream.connection import Transport
+from pallas_runtime.downstream.connection import Transport, tls_context
 from pallas_runtime.downstream.failures import describe_failure
 from pallas_runtime.downstream.source import ProbeResult
 
@@ -135,7 +135,7 @@ async def probe_endpoint(
     session_id: str | None = None
     version: str | None = None
     try:
-        async with httpx2.AsyncClient(timeout=httpx2.Timeout(budget)) as client:
+        async with httpx2.AsyncClient(timeout=httpx2.Timeout(budget), verify=tls_context()) as client:
             with anyio.move_on_at(deadline):
                 if transport == "sse":
                     failure = await _open_event_stream(client, url, headers)
