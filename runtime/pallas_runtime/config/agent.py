@@ -40,8 +40,11 @@ class ModelCapabilities(_Model):
     """What the model can do; published in the registry and enforced on input."""
 
     vision: bool = False
+    """Whether the model accepts images; images sent to a model without vision are refused."""
     context_window: Annotated[int, Field(gt=0)] = 131072
+    """Context window in tokens (published in the registry)."""
     max_output_tokens: Annotated[int, Field(gt=0)] = 16384
+    """Largest completion in tokens; the default max_tokens for Anthropic models."""
 
 
 class ProviderConfig(_Model):
@@ -104,19 +107,28 @@ class RequestParams(_Model):
     """Sampling parameters; those a provider does not support are dropped with one warning."""
 
     temperature: Annotated[float | None, Field(ge=0, le=2)] = None
+    """Sampling temperature."""
     top_p: Annotated[float | None, Field(gt=0, le=1)] = None
+    """Nucleus sampling probability mass."""
     top_k: Annotated[int | None, Field(gt=0)] = None
+    """Top-k sampling (OpenAI-compatible servers and Anthropic; not native OpenAI)."""
     max_tokens: Annotated[int | None, Field(gt=0)] = None
+    """Largest completion in tokens."""
     stop: Annotated[list[str] | None, Field(max_length=16)] = None
+    """Stop sequences."""
     seed: int | None = None
+    """Sampling seed (OpenAI-compatible providers)."""
     effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None
+    """Reasoning effort for models that take it (OpenAI reasoning_effort, Anthropic output_config)."""
 
 
 class ToolPolicy(_Model):
     """Globs over `<server>__<tool>`: a tool is offered when allowed and not denied."""
 
     allow: list[str] = Field(default_factory=lambda: ["*"])
+    """Globs of tools offered to the model (default: all)."""
     deny: list[str] = Field(default_factory=list)
+    """Globs of tools never offered or dispatched, even when allowed."""
 
     def permits(self, qualified_name: str) -> bool:
         """Whether the model may see and call `qualified_name`."""
@@ -128,18 +140,24 @@ class HistoryLimits(_Model):
     """Bounds on stored conversations (least recently used ones are dropped first)."""
 
     max_messages: Annotated[int, Field(gt=0, le=100_000)] = 200
+    """Messages kept per conversation."""
     max_conversations: Annotated[int, Field(gt=0, le=1_000_000)] = 1000
+    """Conversations kept per process."""
 
 
 class InputLimits(_Model):
     """Bounds on what one `send_message` may carry."""
 
     max_message_bytes: Annotated[int, Field(gt=0)] = MiB
+    """Largest message text in UTF-8 bytes."""
     max_images: Annotated[int, Field(ge=0, le=100)] = 8
+    """Most images in one message."""
     max_image_bytes: Annotated[int, Field(gt=0)] = 10 * MiB
+    """Largest decoded image in bytes."""
     image_types: list[str] = Field(
         default_factory=lambda: ["image/png", "image/jpeg", "image/gif", "image/webp"]
     )
+    """Accepted image MIME types."""
 
 
 class HealthSettings(_Model):

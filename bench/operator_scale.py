@@ -1,0 +1,218 @@
+"""Operator scale benchmark against the local control plane: prints figures; not a timed test.
+
+    .venv/bin/python bench/operator_scale.py [--agents 200 1000] [--idle 60]
+
+For each size: a fresh namespace, one Secret, one PallasDeployment (registry on) and N
+PallasAgents created at once (concurrently, as fast as the API server takes them), with the
+operator running as a `pallas operator` process watching that namespace. Measured:
+
+- convergence: from the first create until every agent has its ConfigMap, Deployment and
+  Service and a status with `observedGeneration` (there is no kubelet: agents stay Progressing);
+- writes per agent: the operator's own writes (its `pallas_operator_api_writes_total`) plus
+  kopf's patches of the custom resources (the API server's `apiserver_request_total`), over N;
+- the operator process's peak RSS (VmHWM);
+- idle writes per minute once converged (Lease renewals reported apart: they are the HA
+  heartbeat, one every 10 s whatever the load).
+
+Targets (issue 4): 200 agents converged ≤ 60 s; ≤ 10 API writes per agent; 0 writes per minute
+at idle apart from health-status changes; RSS ≤ 200 MB at 1000 agents.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+from lightkube import AsyncClient, KubeConfig
+from lightkube.codecs import from_dict
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import ConfigMap, Namespace, Service
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from pallas_operator.k8s.resources import PallasAgent  # noqa: E402
+from tests.support.operator import agent, deployment, in_namespace, secret  # noqa: E402
+
+CRD_WRITES = ("pallasagents", "pallasdeployments")
+
+
+# A control plane of its own (own state directory and ports), so that tests running against the
+# shared one neither disturb the figures nor get disturbed; stopped at the end if started here.
+BENCH_CLUSTER = {
+    "PALLAS_CLUSTER_DIR": "/tmp/pallas-bench-cluster",
+    "PALLAS_ETCD_PORT": "33790",
+    "PALLAS_ETCD_PEER_PORT": "33800",
+    "PALLAS_APISERVER_PORT": "36443",
+}
+
+
+def hack_cluster(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **BENCH_CLUSTER}
+    return subprocess.run(
+        [str(REPO / "hack" / "cluster"), *args], capture_output=True, text=True, env=env, check=False
+    )
+
+
+def cluster_env() -> dict[str, Any]:
+    up = hack_cluster("up")
+    if up.returncode != 0:
+        sys.exit(f"hack/cluster up failed: {up.stderr}")
+    return dict(json.loads(hack_cluster("env", "--json").stdout))
+
+
+def kubectl(env: dict[str, Any], *args: str) -> str:
+    cmd = [str(Path(env["bin_dir"]) / "kubectl"), f"--kubeconfig={env['kubeconfig']}", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+
+
+def apiserver_kopf_patches(env: dict[str, Any]) -> float:
+    """PATCHes of the custom resources themselves (not /status): kopf's annotations."""
+    count = 0.0
+    for line in kubectl(env, "get", "--raw", "/metrics").splitlines():
+        wanted = line.startswith("apiserver_request_total{") and 'verb="PATCH"' in line
+        if wanted and 'subresource=""' in line and any(f'resource="{r}"' in line for r in CRD_WRITES):
+            count += float(line.rsplit(" ", 1)[1])
+    return count
+
+
+def operator_writes(metrics: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for line in metrics.splitlines():
+        if line.startswith("pallas_operator_api_writes_total{"):
+            labels = line[line.index("{") + 1 : line.index("}")]
+            verb = labels.split('verb="')[1].split('"')[0]
+            out[verb] = out.get(verb, 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+@contextlib.asynccontextmanager
+async def operator_process(
+    env: dict[str, Any], namespace: str, port: int
+) -> AsyncIterator[subprocess.Popen[str]]:
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "pallas"), "operator", "-n", namespace, "--http-port", str(port),
+         "--lease-namespace", namespace],
+        env={**os.environ, "KUBECONFIG": env["kubeconfig"]},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )  # fmt: skip
+    try:
+        async with httpx2.AsyncClient(timeout=2) as http:
+            for _ in range(300):
+                with contextlib.suppress(httpx2.TransportError):
+                    if (await http.get(f"http://127.0.0.1:{port}/readyz")).status_code == 200:
+                        break
+                await asyncio.sleep(0.1)
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+async def converged(client: AsyncClient, namespace: str, names: list[str]) -> int:
+    """How many agents have all three children and a status."""
+    selector = {"app.kubernetes.io/managed-by": "pallas-operator", "app.kubernetes.io/component": "agent"}
+    cms = {o.metadata.name async for o in client.list(ConfigMap, namespace=namespace, labels=selector)}
+    deps = {o.metadata.name async for o in client.list(Deployment, namespace=namespace, labels=selector)}
+    svcs = {o.metadata.name async for o in client.list(Service, namespace=namespace, labels=selector)}
+    statused = {
+        o.metadata.name
+        async for o in client.list(PallasAgent, namespace=namespace)
+        if (o.status or {}).get("phase")
+    }
+    return sum(1 for n in names if f"{n}-config" in cms and n in deps and n in svcs and n in statused)
+
+
+async def run_size(env: dict[str, Any], n: int, idle: float) -> dict[str, Any]:
+    client = AsyncClient(config=KubeConfig.from_file(env["kubeconfig"]), field_manager="bench")
+    namespace = f"bench-{n}-{secrets.token_hex(3)}"
+    await client.create(Namespace(metadata=ObjectMeta(name=namespace)))
+    port = 18000 + n % 1000
+    names = [f"agent-{i:04d}" for i in range(n)]
+    try:
+        async with operator_process(env, namespace, port) as proc, httpx2.AsyncClient(timeout=5) as http:
+            metrics_url = f"http://127.0.0.1:{port}/metrics"
+            kopf_before = apiserver_kopf_patches(env)
+            mod = in_namespace(namespace)
+            objects = [
+                secret("llm", None, mod),
+                deployment("ouranos", mod),
+                *(agent(name, mod) for name in names),
+            ]
+            started = time.monotonic()
+            limit = asyncio.Semaphore(32)
+
+            async def create(obj: dict[str, Any]) -> None:
+                async with limit:
+                    await client.create(from_dict(obj))
+
+            await asyncio.gather(*(create(o) for o in objects))
+            created = time.monotonic() - started
+            while (done := await converged(client, namespace, names)) < n:
+                if time.monotonic() - started > 600:
+                    raise SystemExit(f"{n} agents: only {done} converged after 600 s")
+                await asyncio.sleep(0.5)
+            converge = time.monotonic() - started
+            await asyncio.sleep(5)  # let the Deployment controller's status updates play out
+            writes = operator_writes((await http.get(metrics_url)).text)
+            kopf = apiserver_kopf_patches(env) - kopf_before
+            idle_start = (sum(writes.values()), apiserver_kopf_patches(env))
+            await asyncio.sleep(idle)
+            after = operator_writes((await http.get(metrics_url)).text)
+            idle_writes = sum(after.values()) - idle_start[0] + apiserver_kopf_patches(env) - idle_start[1]
+            return {
+                "agents": n,
+                "create_s": round(created, 1),
+                "converged_s": round(converge, 1),
+                "writes_per_agent": round((sum(writes.values()) + kopf) / n, 2),
+                "writes_by_verb": {**{k: int(v) for k, v in writes.items()}, "kopf-patch": int(kopf)},
+                "peak_rss_mb": round(peak_rss_mb(proc.pid), 1),
+                "idle_writes_per_min": round(idle_writes * 60 / idle, 2),
+                "lease_renewals_per_min": 6.0,
+            }
+    finally:
+        await client.delete(Namespace, namespace)
+        await client.close()
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--agents", type=int, nargs="+", default=[200, 1000])
+    parser.add_argument("--idle", type=float, default=60.0, help="seconds of idling measured")
+    parser.add_argument("--keep-cluster", action="store_true", help="leave the bench control plane running")
+    args = parser.parse_args()
+    was_running = hack_cluster("status").returncode == 0
+    env = cluster_env()
+    try:
+        kubectl(env, "apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
+        for n in args.agents:
+            result = await run_size(env, n, args.idle)
+            print(json.dumps(result), flush=True)
+    finally:
+        if not was_running and not args.keep_cluster:
+            hack_cluster("down")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,67 @@
+"""Names shared by every layer: the API group, kinds, labels, annotations and child names.
+
+Child names are derived, never stored, so any replica of the operator (and a human reading
+`kubectl get`) computes the same ones.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from pallas_runtime.config.resources import API_GROUP, API_VERSION
+
+GROUP: Final = API_GROUP
+VERSION: Final = API_VERSION
+API_VERSION_STRING: Final = f"{GROUP}/{VERSION}"
+CATEGORY: Final = "pallas"
+
+AGENT_KIND: Final = "PallasAgent"
+AGENT_PLURAL: Final = "pallasagents"
+DEPLOYMENT_KIND: Final = "PallasDeployment"
+DEPLOYMENT_PLURAL: Final = "pallasdeployments"
+
+FIELD_MANAGER: Final = "pallas-operator"
+"""The one field manager of every server-side apply the operator makes."""
+
+LABEL_NAME: Final = "app.kubernetes.io/name"
+LABEL_INSTANCE: Final = "app.kubernetes.io/instance"
+LABEL_COMPONENT: Final = "app.kubernetes.io/component"
+LABEL_PART_OF: Final = "app.kubernetes.io/part-of"
+LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+LABEL_DEPLOYMENT: Final = "pallas.dev/deployment"
+LABEL_AGENT: Final = "pallas.dev/agent"
+MANAGED_BY: Final = "pallas-operator"
+
+ANNOTATION_CONFIG_HASH: Final = "pallas.dev/config-hash"
+"""On the pod template: sha256 of the rendered config and the referenced Secret keys."""
+
+CONFIG_FILE: Final = "agent.yaml"
+CONFIG_DIR: Final = "/etc/pallas"
+METRICS_PORT_NAME: Final = "http"
+
+
+def config_map_name(agent: str) -> str:
+    """The ConfigMap holding an agent's runtime config."""
+    return f"{agent}-config"
+
+
+def registry_name(deployment: str) -> str:
+    """The name of every registry child (Deployment, Service, ServiceAccount, Role, RoleBinding)."""
+    return f"{deployment}-registry"
+
+
+def service_monitor_name(deployment: str, component: str) -> str:
+    """The ServiceMonitor for the agents (`agent`) or the registry (`registry`) of a deployment."""
+    return f"{deployment}-{component}s" if component == "agent" else registry_name(deployment)
+
+
+def agent_url(agent: str, namespace: str, port: int) -> str:
+    """The in-cluster MCP URL of an agent: its Service's cluster DNS name."""
+    return f"http://{agent}.{namespace}.svc.cluster.local:{port}/mcp"
+
+
+def registry_url(deployment: str, namespace: str, port: int) -> str:
+    """The in-cluster catalogue URL of a deployment's registry."""
+    return (
+        f"http://{registry_name(deployment)}.{namespace}.svc.cluster.local:{port}/.well-known/mcp/server.json"
+    )

@@ -1,0 +1,130 @@
+"""The status of both resources: what the operator writes and `kubectl`/the registry read.
+
+The models are the schema source of the CRDs' `status` (as the runtime's spec models are of
+`spec`), and the status policy builds instances of them, so what is written always validates.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+Phase = Literal["Pending", "Waiting", "Progressing", "Ready", "Degraded", "Failed"]
+ConditionStatus = Literal["True", "False", "Unknown"]
+HealthStatus = Literal["ok", "degraded", "error"]
+
+
+class _Status(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="ignore",
+        frozen=True,
+        use_attribute_docstrings=True,
+    )
+
+    def to_wire(self) -> dict[str, object]:
+        """The camelCase dict as stored in the API server (unset optionals left out)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class Condition(_Status):
+    """One aspect of the resource's state, as in every Kubernetes API."""
+
+    type: Annotated[str, Field(max_length=316)]
+    """CamelCase kind of condition, e.g. `Ready`."""
+    status: ConditionStatus
+    """`True`, `False` or `Unknown`."""
+    reason: Annotated[str, Field(max_length=1024)]
+    """CamelCase reason for the last transition, e.g. `DeploymentNotFound`."""
+    message: Annotated[str, Field(max_length=32768)] = ""
+    """What is wrong and how to fix it, for humans."""
+    observed_generation: Annotated[int, Field(ge=0)] = 0
+    """The metadata.generation this condition was computed from."""
+    last_transition_time: str
+    """When `status` last changed (RFC 3339)."""
+
+
+class Health(_Status):
+    """The last answer of the agent's `get_health` tool."""
+
+    status: HealthStatus
+    """`ok`, `degraded` or `error`."""
+    message: str = ""
+    """What is wrong when not ok."""
+    checked_at: str
+    """When this result was first seen (RFC 3339); it moves only when status or message change."""
+
+
+class ServerInfo(_Status):
+    """What the agent said about itself in the MCP initialize handshake."""
+
+    name: str
+    """MCP server name."""
+    version: str = ""
+    """MCP server version."""
+    protocol_version: str = ""
+    """Negotiated MCP protocol version."""
+
+
+class PallasAgentStatus(_Status):
+    """The observed state of a PallasAgent."""
+
+    phase: Phase = "Pending"
+    """One-word summary: Pending, Waiting, Progressing, Ready, Degraded or Failed."""
+    conditions: Annotated[
+        list[Condition],
+        Field(
+            json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+        ),
+    ] = Field(default_factory=list)
+    """Accepted, DependenciesReady, Available, Verified, Healthy and Ready."""
+    url: str | None = None
+    """The agent's MCP endpoint inside the cluster."""
+    model: str | None = None
+    """The model id the agent runs (without the provider prefix)."""
+    replicas: int | None = None
+    """Pods wanted."""
+    ready_replicas: int | None = None
+    """Pods ready."""
+    health: Health | None = None
+    """The last get_health result."""
+    server_info: ServerInfo | None = None
+    """The MCP server identity seen at verification."""
+    tools: Annotated[list[str], Field(json_schema_extra={"x-kubernetes-list-type": "set"})] = Field(
+        default_factory=list
+    )
+    """Tool names the agent lists over MCP."""
+    observed_generation: int | None = None
+    """The metadata.generation the status was computed from."""
+
+
+class AgentCounts(_Status):
+    """How many agents of the deployment there are and how they do."""
+
+    total: int = 0
+    """PallasAgents naming this deployment."""
+    ready: int = 0
+    """Of those, Ready."""
+    healthy: int = 0
+    """Of those, reporting health `ok`."""
+
+
+class PallasDeploymentStatus(_Status):
+    """The observed state of a PallasDeployment."""
+
+    observed_generation: int | None = None
+    """The metadata.generation the status was computed from."""
+    conditions: Annotated[
+        list[Condition],
+        Field(
+            json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+        ),
+    ] = Field(default_factory=list)
+    """Ready, RegistryAvailable and MonitoringReady."""
+    agents: AgentCounts = AgentCounts()
+    """Agent counts."""
+    registry_url: Annotated[str | None, Field(alias="registryURL")] = None
+    """The registry's catalogue URL inside the cluster."""

@@ -1,0 +1,34 @@
+"""Pure builders: one function per child object kind, from specs to plain manifests.
+
+No client, no kopf, no clock: the same inputs always give the same objects, which is what makes
+server-side apply idempotent and the golden tests meaningful.
+"""
+
+from pallas_operator.builders.agent import (
+    AgentWorkload,
+    agent_deployment,
+    agent_disruption_budget,
+    agent_service,
+)
+from pallas_operator.builders.configmap import agent_config_map
+from pallas_operator.builders.hashing import SecretDigests, config_hash, value_digest
+from pallas_operator.builders.meta import Manifest, Owner, agent_labels, registry_labels
+from pallas_operator.builders.monitoring import service_monitors
+from pallas_operator.builders.registry import registry_children
+
+__all__ = [
+    "AgentWorkload",
+    "Manifest",
+    "Owner",
+    "SecretDigests",
+    "agent_config_map",
+    "agent_deployment",
+    "agent_disruption_budget",
+    "agent_labels",
+    "agent_service",
+    "config_hash",
+    "registry_children",
+    "registry_labels",
+    "service_monitors",
+    "value_digest",
+]

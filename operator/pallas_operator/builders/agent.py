@@ -1,0 +1,121 @@
+"""An agent's workload: its Deployment, Service and (with more than one replica) PodDisruptionBudget."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pallas_operator.api import names
+from pallas_operator.builders.meta import Manifest, Owner, agent_labels, agent_selector, metadata
+from pallas_operator.builders.pod import container_security, environment, pod_security, probes, resources
+from pallas_runtime.config.render import SecretBinding
+from pallas_runtime.config.resources import PallasAgentSpec, PallasDeploymentSpec
+
+
+@dataclass(frozen=True, slots=True)
+class AgentWorkload:
+    """Everything the agent's Deployment is built from."""
+
+    owner: Owner
+    deployment_name: str
+    agent: PallasAgentSpec
+    deployment: PallasDeploymentSpec
+    secrets: tuple[SecretBinding, ...]
+    config_hash: str
+    default_image: str
+
+
+def agent_deployment(w: AgentWorkload) -> Manifest:
+    """The Deployment running `pallas agent` with the ConfigMap mounted and secrets as env refs."""
+    labels = agent_labels(w.owner.name, w.deployment_name)
+    port = w.agent.service.port
+    container = {
+        "name": "agent",
+        "image": w.deployment.runtime.image or w.default_image,
+        "command": [
+            "pallas",
+            "agent",
+            "--config",
+            f"{names.CONFIG_DIR}/{names.CONFIG_FILE}",
+            "--port",
+            str(port),
+        ],
+        "ports": [{"name": names.METRICS_PORT_NAME, "containerPort": port, "protocol": "TCP"}],
+        "env": environment([w.deployment.runtime.env, w.agent.pod.env], w.secrets),
+        "resources": resources(w.agent.pod.resources, w.deployment.runtime.resources),
+        "securityContext": container_security(),
+        "volumeMounts": [
+            {"name": "config", "mountPath": names.CONFIG_DIR, "readOnly": True},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+        **probes(),
+    }
+    pod_spec = {
+        "automountServiceAccountToken": False,
+        "securityContext": pod_security(),
+        "containers": [container],
+        "volumes": [
+            {"name": "config", "configMap": {"name": names.config_map_name(w.owner.name)}},
+            {"name": "tmp", "emptyDir": {}},
+        ],
+    }
+    if w.agent.pod.node_selector:
+        pod_spec["nodeSelector"] = dict(w.agent.pod.node_selector)
+    if w.agent.pod.tolerations:
+        pod_spec["tolerations"] = [dict(t) for t in w.agent.pod.tolerations]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata(w.owner.name, w.owner, labels),
+        "spec": {
+            "replicas": w.agent.replicas,
+            "revisionHistoryLimit": 3,
+            "selector": {"matchLabels": agent_selector(w.owner.name)},
+            "template": {
+                "metadata": {
+                    "labels": labels,
+                    "annotations": {**w.agent.pod.annotations, names.ANNOTATION_CONFIG_HASH: w.config_hash},
+                },
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+def agent_service(owner: Owner, deployment_name: str, agent: PallasAgentSpec) -> Manifest:
+    """The Service in front of the agent's pods; ClientIP affinity keeps MCP sessions on one pod."""
+    spec: dict[str, object] = {
+        "type": "ClusterIP",
+        "selector": agent_selector(owner.name),
+        "ports": [
+            {
+                "name": names.METRICS_PORT_NAME,
+                "port": agent.service.port,
+                "targetPort": names.METRICS_PORT_NAME,
+                "protocol": "TCP",
+            }
+        ],
+        "sessionAffinity": agent.service.session_affinity,
+    }
+    if agent.service.session_affinity == "ClientIP":
+        # Set explicitly so the field is ours: switching to None then removes it (the API server
+        # refuses a sessionAffinityConfig next to sessionAffinity None).
+        spec["sessionAffinityConfig"] = {"clientIP": {"timeoutSeconds": 10800}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(owner.name, owner, agent_labels(owner.name, deployment_name)),
+        "spec": spec,
+    }
+
+
+def agent_disruption_budget(owner: Owner, deployment_name: str, agent: PallasAgentSpec) -> Manifest | None:
+    """With more than one replica, at most one pod is evicted at a time; none for a single pod
+    (a PDB there would block node drains forever)."""
+    if agent.replicas <= 1:
+        return None
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": metadata(owner.name, owner, agent_labels(owner.name, deployment_name)),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": agent_selector(owner.name)}},
+    }

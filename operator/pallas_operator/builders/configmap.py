@@ -1,0 +1,17 @@
+"""The agent's ConfigMap: the runtime config `pallas agent --config` reads. No secret values."""
+
+from __future__ import annotations
+
+from pallas_operator.api import names
+from pallas_operator.builders.meta import Manifest, Owner, agent_labels, metadata
+from pallas_runtime.config import AgentConfig, render_config
+
+
+def agent_config_map(owner: Owner, deployment: str, config: AgentConfig) -> Manifest:
+    """The ConfigMap `<agent>-config` holding `agent.yaml`."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(names.config_map_name(owner.name), owner, agent_labels(owner.name, deployment)),
+        "data": {names.CONFIG_FILE: render_config(config)},
+    }

@@ -1,0 +1,94 @@
+"""What every Pallas pod shares: hardening, probes, resources and environment merging."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from pallas_operator.api import names
+from pallas_runtime.config.render import SecretBinding
+from pallas_runtime.config.resources import ResourceRequirements
+
+RUN_AS = 65532
+"""A fixed non-root uid (distroless `nonroot`), so pods run unprivileged whatever the image says."""
+DEFAULT_RESOURCES: dict[str, dict[str, str]] = {
+    "requests": {"cpu": "100m", "memory": "256Mi"},
+    # No CPU limit: throttling an LLM tool loop helps nobody; memory is the resource that kills.
+    "limits": {"memory": "1Gi"},
+}
+REGISTRY_RESOURCES: dict[str, dict[str, str]] = {
+    "requests": {"cpu": "50m", "memory": "128Mi"},
+    "limits": {"memory": "256Mi"},
+}
+
+
+def pod_security() -> dict[str, Any]:
+    """Pod-level security context (restricted Pod Security Standard)."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS,
+        "runAsGroup": RUN_AS,
+        "fsGroup": RUN_AS,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def container_security() -> dict[str, Any]:
+    """Container-level security context (restricted Pod Security Standard)."""
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
+def probes() -> dict[str, Any]:
+    """Readiness on /readyz, liveness on /healthz, both on the named HTTP port."""
+    port = names.METRICS_PORT_NAME
+    return {
+        "readinessProbe": {
+            "httpGet": {"path": "/readyz", "port": port},
+            "periodSeconds": 5,
+            "timeoutSeconds": 3,
+            "failureThreshold": 3,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": port},
+            "initialDelaySeconds": 5,
+            "periodSeconds": 10,
+            "timeoutSeconds": 3,
+            "failureThreshold": 6,
+        },
+    }
+
+
+def resources(
+    *choices: ResourceRequirements | None, default: Mapping[str, Mapping[str, str]] = DEFAULT_RESOURCES
+) -> dict[str, dict[str, str]]:
+    """The first resources given (agent over deployment), else the defaults."""
+    for choice in choices:
+        if choice is not None:
+            out = {"requests": dict(choice.requests), "limits": dict(choice.limits)}
+            return {k: v for k, v in out.items() if v}
+    return {kind: dict(values) for kind, values in default.items()}
+
+
+def environment(
+    user: Iterable[Sequence[Mapping[str, Any]]], secrets: Iterable[SecretBinding]
+) -> list[dict[str, Any]]:
+    """User env lists (later ones override earlier by name), then the secret bindings.
+
+    Names are unique in the result: the API server treats `env` as a map keyed by name, and
+    the secret bindings always win so a user entry cannot shadow an API key reference.
+    """
+    merged: dict[str, dict[str, Any]] = {}
+    for env_list in user:
+        for entry in env_list:
+            merged[str(entry["name"])] = dict(entry)
+    for binding in secrets:
+        merged[binding.env] = {
+            "name": binding.env,
+            "valueFrom": {"secretKeyRef": {"name": binding.ref.name, "key": binding.ref.key}},
+        }
+    return list(merged.values())

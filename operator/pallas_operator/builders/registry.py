@@ -1,0 +1,132 @@
+"""A deployment's registry: the catalogue Deployment and Service, and its read-only RBAC."""
+
+from __future__ import annotations
+
+from pallas_operator.api import names
+from pallas_operator.builders.meta import Manifest, Owner, metadata, registry_labels, registry_selector
+from pallas_operator.builders.pod import (
+    REGISTRY_RESOURCES,
+    container_security,
+    pod_security,
+    probes,
+    resources,
+)
+from pallas_runtime.config.resources import PallasDeploymentSpec
+
+
+def registry_deployment(owner: Owner, spec: PallasDeploymentSpec, default_image: str) -> Manifest:
+    """The Deployment running `pallas registry` for this PallasDeployment's namespace."""
+    name = names.registry_name(owner.name)
+    labels = registry_labels(owner.name)
+    port = spec.registry.port
+    container = {
+        "name": "registry",
+        "image": spec.runtime.image or default_image,
+        "command": [
+            "pallas",
+            "registry",
+            "--namespace",
+            owner.namespace,
+            "--deployment",
+            owner.name,
+            "--port",
+            str(port),
+        ],
+        "ports": [{"name": names.METRICS_PORT_NAME, "containerPort": port, "protocol": "TCP"}],
+        "resources": resources(default=REGISTRY_RESOURCES),
+        "securityContext": container_security(),
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+        **probes(),
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata(name, owner, labels),
+        "spec": {
+            "replicas": 1,
+            "revisionHistoryLimit": 3,
+            "selector": {"matchLabels": registry_selector(owner.name)},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "serviceAccountName": name,
+                    "securityContext": pod_security(),
+                    "containers": [container],
+                    "volumes": [{"name": "tmp", "emptyDir": {}}],
+                },
+            },
+        },
+    }
+
+
+def registry_service(owner: Owner, spec: PallasDeploymentSpec) -> Manifest:
+    """The Service clients find the catalogue at."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(names.registry_name(owner.name), owner, registry_labels(owner.name)),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": registry_selector(owner.name),
+            "ports": [
+                {
+                    "name": names.METRICS_PORT_NAME,
+                    "port": spec.registry.port,
+                    "targetPort": names.METRICS_PORT_NAME,
+                    "protocol": "TCP",
+                }
+            ],
+        },
+    }
+
+
+def registry_service_account(owner: Owner) -> Manifest:
+    """The identity of the registry pods."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": metadata(names.registry_name(owner.name), owner, registry_labels(owner.name)),
+    }
+
+
+def registry_role(owner: Owner) -> Manifest:
+    """Read-only access to the PallasAgents (and PallasDeployments) of this namespace, nothing else.
+
+    The registry builds its catalogue from agent status and publishes the deployment's version,
+    name prefix and model capabilities, so it reads both kinds; never Secrets, never writes.
+    """
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": metadata(names.registry_name(owner.name), owner, registry_labels(owner.name)),
+        "rules": [
+            {
+                "apiGroups": [names.GROUP],
+                "resources": [names.AGENT_PLURAL, names.DEPLOYMENT_PLURAL],
+                "verbs": ["get", "list", "watch"],
+            }
+        ],
+    }
+
+
+def registry_role_binding(owner: Owner) -> Manifest:
+    """Binds the registry's Role to its ServiceAccount."""
+    name = names.registry_name(owner.name)
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": metadata(name, owner, registry_labels(owner.name)),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": owner.namespace}],
+    }
+
+
+def registry_children(owner: Owner, spec: PallasDeploymentSpec, default_image: str) -> list[Manifest]:
+    """Every registry object, in an order that lets each find what it needs already there."""
+    return [
+        registry_service_account(owner),
+        registry_role(owner),
+        registry_role_binding(owner),
+        registry_service(owner, spec),
+        registry_deployment(owner, spec, default_image),
+    ]

@@ -1,0 +1,79 @@
+"""`pallas operator`: the command registered under the `pallas.commands` entry point."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+from pathlib import Path
+
+from pallas_operator import DEFAULT_RUNTIME_IMAGE
+from pallas_operator.services import ServiceResolver
+from pallas_operator.settings import OperatorSettings
+
+
+class OperatorCommand:
+    """Run the operator against the current kubeconfig or in-cluster credentials."""
+
+    help = "run the Kubernetes operator (watches PallasDeployments and PallasAgents)"
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        """Add the operator's flags."""
+        parser.add_argument(
+            "--namespace", "-n", action="append", default=[], metavar="NS",
+            help="watch this namespace (repeatable); default: all namespaces",
+        )  # fmt: skip
+        parser.add_argument(
+            "--all-namespaces", "-A", action="store_true", help="watch every namespace (default)"
+        )
+        parser.add_argument(
+            "--runtime-image",
+            default=os.environ.get("PALLAS_RUNTIME_IMAGE", DEFAULT_RUNTIME_IMAGE),
+            help="image of agent and registry pods (env PALLAS_RUNTIME_IMAGE; default %(default)s)",
+        )
+        parser.add_argument(
+            "--http-port",
+            type=int,
+            default=8080,
+            help="port of /healthz, /readyz and /metrics (default 8080)",
+        )
+        parser.add_argument(
+            "--lease-namespace",
+            default=os.environ.get("POD_NAMESPACE", "default"),
+            help="namespace of the leader-election Lease (env POD_NAMESPACE; default %(default)s)",
+        )
+        parser.add_argument(
+            "--service-host-map", type=Path, metavar="FILE",
+            help="HOST[:PORT]=HOST[:PORT] lines mapping agent Service addresses to reachable ones",
+        )  # fmt: skip
+        parser.add_argument("--verbose", "-v", action="store_true", help="log at debug level")
+
+    def run(self, args: argparse.Namespace) -> int:
+        """Run until SIGTERM; exit 1 if leadership is lost (the pod restarts as a standby)."""
+        from pallas_operator.handlers.run import run_operator
+
+        logging.basicConfig(
+            level=logging.DEBUG if args.verbose else logging.INFO,
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        )
+        # One line per HTTP request is noise at info level (and kopf logs its own watches).
+        quiet = logging.DEBUG if args.verbose else logging.WARNING
+        for noisy in ("httpx2", "kopf.objects"):
+            logging.getLogger(noisy).setLevel(quiet)
+        if args.all_namespaces and args.namespace:
+            logging.error("pallas operator: --namespace and --all-namespaces exclude each other")
+            return 2
+        try:
+            resolver = ServiceResolver.from_env(args.service_host_map)
+        except ValueError as exc:
+            logging.error("pallas operator: %s", exc)
+            return 2
+        settings = OperatorSettings(
+            namespaces=tuple(args.namespace),
+            runtime_image=args.runtime_image,
+            resolver=resolver,
+            http_port=args.http_port,
+            lease_namespace=args.lease_namespace,
+        )
+        return asyncio.run(run_operator(settings))

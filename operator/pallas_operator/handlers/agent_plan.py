@@ -1,0 +1,109 @@
+"""What an agent should have: its references checked, its config rendered, its children built.
+
+Pure apart from reading the world: no API calls. The reconcile then applies what this decides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pydantic import ValidationError
+
+from pallas_operator.api import names
+from pallas_operator.builders import (
+    AgentWorkload,
+    Manifest,
+    Owner,
+    agent_config_map,
+    agent_deployment,
+    agent_disruption_budget,
+    agent_service,
+    config_hash,
+)
+from pallas_operator.handlers.world import ChildRecord, OwnerRecord, World
+from pallas_operator.status import Problem, check_agent, check_secrets, waiting_for
+from pallas_runtime.config import render_config
+from pallas_runtime.config.render import RenderError, render_agent, split_model
+from pallas_runtime.config.resources import PallasAgentSpec, PallasDeploymentSpec
+
+INVALID_SPEC = "InvalidSpec"
+
+
+@dataclass
+class AgentPlan:
+    """The decision for one agent."""
+
+    spec: PallasAgentSpec | None
+    problem: Problem | None = None
+    waiting: list[str] = field(default_factory=list)
+    desired: list[Manifest] = field(default_factory=list)
+    unwanted: list[tuple[str, str]] = field(default_factory=list)
+    """(kind, name) of children to delete."""
+    config_hash: str | None = None
+    model: str | None = None
+    secrets: set[str] = field(default_factory=set)
+    health_interval: float = 60.0
+    health_timeout: float = 3.0
+
+
+def _invalid(what: str, exc: ValidationError) -> Problem:
+    first = exc.errors(include_url=False)[0]
+    where = ".".join(str(p) for p in first["loc"])
+    return Problem(INVALID_SPEC, f"{what} is invalid at {where}: {first['msg']}")
+
+
+def plan_agent(
+    world: World, record: OwnerRecord, children: dict[tuple[str, str], ChildRecord], default_image: str
+) -> AgentPlan:
+    """Decide what the agent `record` should have, given what the world holds."""
+    try:
+        spec = PallasAgentSpec.model_validate(record.spec)
+    except ValidationError as exc:  # only when the CRD in the cluster is older than the operator
+        return AgentPlan(None, _invalid("spec", exc))
+    plan = AgentPlan(spec)
+    ns, name = record.namespace, record.name
+    dep_record = world.deployment(ns, spec.deployment)
+    deployment: PallasDeploymentSpec | None = None
+    if dep_record is not None:
+        try:
+            deployment = PallasDeploymentSpec.model_validate(dep_record.spec)
+        except ValidationError as exc:
+            plan.problem = _invalid(f"PallasDeployment {spec.deployment!r}", exc)
+            return plan
+        plan.model = split_model(spec.model or deployment.model.default)[1]
+        plan.health_interval = float(deployment.health_check.interval_seconds)
+        plan.health_timeout = deployment.health_check.timeout_seconds
+    peers = world.agents_in(ns)
+    plan.problem = check_agent(name, spec, deployment, peers)
+    if plan.problem is not None or deployment is None:
+        return plan
+    urls = {a: names.agent_url(a, ns, peers[a].port) for a in spec.agents}
+    try:
+        rendered = render_agent(name, spec, deployment, urls)
+    except RenderError as exc:
+        plan.problem = Problem(exc.reason, str(exc))
+        return plan
+    secrets = world.secrets(ns)
+    plan.secrets = {b.ref.name for b in rendered.secrets}
+    plan.problem = check_secrets(rendered.secrets, secrets)
+    if plan.problem is not None:
+        return plan
+    plan.waiting = waiting_for(spec, peers)
+    plan.config_hash = config_hash(render_config(rendered.config), rendered.secrets, secrets)
+    owner = Owner(names.AGENT_KIND, name, ns, record.uid)
+    plan.desired = [
+        agent_config_map(owner, spec.deployment, rendered.config),
+        agent_service(owner, spec.deployment, spec),
+    ]
+    # Gate only the start: once pods run, a dependency turning unready does not stop them.
+    if not plan.waiting or ("Deployment", name) in children:
+        workload = AgentWorkload(
+            owner, spec.deployment, spec, deployment, rendered.secrets, plan.config_hash, default_image
+        )
+        plan.desired.append(agent_deployment(workload))
+        budget = agent_disruption_budget(owner, spec.deployment, spec)
+        if budget is not None:
+            plan.desired.append(budget)
+    wanted = {(m["kind"], m["metadata"]["name"]) for m in plan.desired}
+    plan.unwanted = [key for key in children if key not in wanted and key[0] == "PodDisruptionBudget"]
+    return plan

@@ -1,0 +1,91 @@
+"""The running operator's shared state: the client, the world, the queue, the prober, metrics."""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
+
+from lightkube import AsyncClient
+
+from pallas_operator.handlers.health import Prober
+from pallas_operator.handlers.queue import WorkQueue
+from pallas_operator.handlers.world import World
+from pallas_operator.k8s.apply import Applier
+from pallas_operator.metrics import OperatorMetrics
+from pallas_operator.settings import OperatorSettings
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+AGENT = "agent"
+DEPLOYMENT = "deployment"
+Key = tuple[str, str, str]
+"""(AGENT | DEPLOYMENT, namespace, name)"""
+
+
+@dataclass(frozen=True, slots=True)
+class MonitoringCheck:
+    """The last look for a deployment's ServiceMonitors."""
+
+    generation: int
+    at: float
+    present: bool
+    """Whether the ServiceMonitor CRD existed."""
+
+
+def now() -> str:
+    """The current time as Kubernetes writes it (RFC 3339, seconds, UTC)."""
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Operator:
+    """Everything handlers and reconciles share, for one operator run."""
+
+    def __init__(self, settings: OperatorSettings, client: AsyncClient, metrics: OperatorMetrics) -> None:
+        self.settings = settings
+        self.client = client
+        self.world = World()
+        self.metrics = metrics
+        self.applier = Applier(client, on_write=self.metrics.count_write)
+        self.prober = Prober(settings.resolver, notify=self._probed)
+        self.queue = WorkQueue(self._reconcile, workers=settings.workers)
+        self.secret_users: dict[tuple[str, str], set[str]] = {}
+        """(namespace, Secret) → agents whose pods read it (so a rotation re-reconciles them)."""
+        self.monitoring_checked: dict[tuple[str, str], MonitoringCheck] = {}
+        """(namespace, deployment) → when its ServiceMonitors were last listed, and what was found."""
+        self.reconcilers: dict[str, Callable[[Operator, str, str], Awaitable[float | None]]] = {}
+
+    def enqueue(self, kind: str, namespace: str, name: str) -> None:
+        self.queue.add((kind, namespace, name))
+
+    def _probed(self, key: Hashable) -> None:
+        self.queue.add(key)
+
+    def uses_secrets(self, namespace: str, agent: str, secrets: set[str]) -> None:
+        """Record which Secrets an agent reads, replacing what it read before."""
+        for (ns, secret), users in list(self.secret_users.items()):
+            if ns == namespace and secret not in secrets:
+                users.discard(agent)
+                if not users:
+                    del self.secret_users[(ns, secret)]
+        for secret in secrets:
+            self.secret_users.setdefault((namespace, secret), set()).add(agent)
+
+    async def _reconcile(self, key: Hashable) -> float | None:
+        kind, namespace, name = cast(Key, key)
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            again = await self.reconcilers[kind](self, namespace, name)
+            outcome = "ok"
+            return again
+        finally:
+            self.metrics.reconciles.labels(kind=kind, outcome=outcome).inc()
+            self.metrics.duration.labels(kind=kind).observe(time.perf_counter() - started)
+
+    async def close(self) -> None:
+        await self.queue.stop()
+        await self.prober.stop()

@@ -1,0 +1,165 @@
+"""Writes to the API server: server-side apply of children, status, deletes. The only writer.
+
+Every write uses one field manager, `pallas-operator`, and `force`: the operator owns the
+fields it sets and takes them back from whoever changed them (that is drift repair).
+
+An apply is skipped when it would change nothing: the same desired object was applied before,
+and the observed object still carries exactly the fields this manager set (its managedFields
+entry is unchanged). A hand edit of one of those fields moves it to another manager, which
+changes the entry, so the next reconcile applies again; other writers (the Deployment
+controller's status) leave it alone, so they cost no write.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from lightkube import ApiError, AsyncClient
+from lightkube.types import PatchType
+
+from pallas_operator.api import names
+from pallas_operator.k8s.resources import CHILD_KINDS, OWNER_KINDS
+
+log = logging.getLogger(__name__)
+ChildKey = tuple[str, str, str]
+"""(namespace, kind, name)"""
+WriteHook = Callable[[str, str], None]
+"""Called with (kind, verb) for every write request, for the metrics."""
+
+
+def fingerprint(obj: Mapping[str, Any]) -> str:
+    """A digest of the fields this operator's field manager owns in `obj` ("" if none)."""
+    entries = [
+        {"apiVersion": m.get("apiVersion"), "fields": m.get("fieldsV1")}
+        for m in (obj.get("metadata") or {}).get("managedFields") or []
+        if m.get("manager") == names.FIELD_MANAGER
+        and m.get("operation") == "Apply"
+        and not m.get("subresource")
+    ]
+    if not entries:
+        return ""
+    return hashlib.sha256(json.dumps(entries, sort_keys=True).encode()).hexdigest()
+
+
+def _digest(manifest: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
+
+
+def child_key(manifest: Mapping[str, Any]) -> ChildKey:
+    meta = manifest["metadata"]
+    return (meta["namespace"], manifest["kind"], meta["name"])
+
+
+@dataclass(frozen=True, slots=True)
+class _Applied:
+    digest: str
+    fingerprint: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Written:
+    status: dict[str, Any]
+    resource_version: int
+
+
+def _rv(value: str | None) -> int:
+    try:
+        return int(value or 0)
+    except ValueError:  # resourceVersions are opaque by contract; etcd-backed ones are integers
+        return 0
+
+
+class Applier:
+    """Applies children and writes status, skipping what would be a no-op."""
+
+    def __init__(self, client: AsyncClient, on_write: WriteHook | None = None) -> None:
+        self._client = client
+        self._on_write = on_write or (lambda kind, verb: None)
+        self._applied: dict[ChildKey, _Applied] = {}
+        self._written: dict[tuple[str, str, str], _Written] = {}
+
+    async def apply(
+        self, manifest: Mapping[str, Any], observed_fingerprint: str | None
+    ) -> dict[str, Any] | None:
+        """Apply `manifest` unless nothing would change; returns the applied object, or None if skipped.
+
+        `observed_fingerprint` is `fingerprint()` of the object as last seen by the watch, or
+        None when the watch has not seen it (not created yet, or created by the last apply and
+        not seen yet: a deletion makes the caller `forget()` the object first).
+        """
+        key = child_key(manifest)
+        digest = _digest(manifest)
+        before = self._applied.get(key)
+        if (
+            before is not None
+            and before.digest == digest
+            and observed_fingerprint in (None, before.fingerprint)
+        ):
+            return None
+        resource = CHILD_KINDS[manifest["kind"]]
+        obj = await self._client.patch(
+            resource, key[2], dict(manifest), namespace=key[0], patch_type=PatchType.APPLY,
+            field_manager=names.FIELD_MANAGER, force=True,
+        )  # fmt: skip
+        self._on_write(manifest["kind"], "apply")
+        applied: dict[str, Any] = obj.to_dict()
+        self._applied[key] = _Applied(digest, fingerprint(applied))
+        return applied
+
+    def forget(self, key: ChildKey) -> None:
+        """The object is gone (or changed by someone else): the next apply must not be skipped."""
+        self._applied.pop(key, None)
+
+    async def delete(self, namespace: str, kind: str, name: str) -> None:
+        """Delete a child that should no longer exist; already gone is fine."""
+        self.forget((namespace, kind, name))
+        try:
+            await self._client.delete(CHILD_KINDS[kind], name, namespace=namespace)
+        except ApiError as exc:
+            if exc.status.code != 404:
+                raise
+        self._on_write(kind, "delete")
+
+    async def write_status(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        status: dict[str, Any],
+        observed: Mapping[str, Any] | None,
+        observed_version: str | None,
+    ) -> bool:
+        """Write `status` through the status subresource unless it is what the object has.
+
+        What the object has is what this operator last wrote, until the watch shows a newer
+        version (then the watch is right: someone else may have written). Returns whether it wrote.
+        """
+        key = (namespace, kind, name)
+        written = self._written.get(key)
+        fresh = written is not None and _rv(observed_version) <= written.resource_version
+        current = written.status if written is not None and fresh else observed
+        if current is not None and dict(current) == status:
+            return False
+        resource = OWNER_KINDS[kind]
+        body = {
+            "apiVersion": names.API_VERSION_STRING,
+            "kind": kind,
+            "metadata": {"name": name, "namespace": namespace},
+            "status": status,
+        }
+        obj = await self._client.patch(
+            resource.Status, name, body, namespace=namespace, patch_type=PatchType.APPLY,
+            field_manager=names.FIELD_MANAGER, force=True,
+        )  # fmt: skip
+        self._on_write(kind, "status")
+        self._written[key] = _Written(status, _rv(obj.metadata.resourceVersion if obj.metadata else None))
+        return True
+
+    def forget_owner(self, namespace: str, kind: str, name: str) -> None:
+        """The owner is gone: drop what is remembered about its status."""
+        self._written.pop((namespace, kind, name), None)

@@ -1,0 +1,57 @@
+"""Kubernetes Events about PallasAgents and PallasDeployments (what `kubectl describe` shows)."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import socket
+
+from lightkube import ApiError, AsyncClient
+from lightkube.models.core_v1 import EventSource, ObjectReference
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Event
+
+from pallas_operator.api import names
+
+log = logging.getLogger(__name__)
+_INSTANCE = socket.gethostname()
+
+
+async def post_event(
+    client: AsyncClient,
+    *,
+    kind: str,
+    namespace: str,
+    name: str,
+    uid: str,
+    reason: str,
+    message: str,
+    warning: bool = True,
+) -> None:
+    """Post one Event about an owner; best effort, a failure is only logged.
+
+    Callers post on transitions only (a new reason), never on every reconcile, so a stuck agent
+    does not flood the namespace.
+    """
+    now = datetime.datetime.now(datetime.UTC)
+    event = Event(
+        metadata=ObjectMeta(generateName=f"{name}.", namespace=namespace),
+        involvedObject=ObjectReference(
+            apiVersion=names.API_VERSION_STRING, kind=kind, name=name, namespace=namespace, uid=uid
+        ),
+        reason=reason,
+        message=message[:1024],
+        type="Warning" if warning else "Normal",
+        source=EventSource(component=names.FIELD_MANAGER),
+        reportingComponent=f"{names.GROUP}/operator",
+        reportingInstance=_INSTANCE,
+        firstTimestamp=now,
+        lastTimestamp=now,
+        count=1,
+    )
+    try:
+        await client.create(event)
+    except ApiError as exc:
+        log.warning(
+            "could not post event %s on %s %s/%s: %s", reason, kind, namespace, name, exc.status.message
+        )

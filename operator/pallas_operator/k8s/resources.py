@@ -1,0 +1,35 @@
+"""The Kubernetes kinds the operator reads and writes, as lightkube resource classes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightkube.generic_resource import create_namespaced_resource
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import ConfigMap, Service, ServiceAccount
+from lightkube.resources.policy_v1 import PodDisruptionBudget
+from lightkube.resources.rbac_authorization_v1 import Role, RoleBinding
+
+from pallas_operator.api import names
+
+PallasAgent = create_namespaced_resource(names.GROUP, names.VERSION, names.AGENT_KIND, names.AGENT_PLURAL)
+PallasDeployment = create_namespaced_resource(
+    names.GROUP, names.VERSION, names.DEPLOYMENT_KIND, names.DEPLOYMENT_PLURAL
+)
+ServiceMonitor = create_namespaced_resource(
+    "monitoring.coreos.com", "v1", "ServiceMonitor", "servicemonitors"
+)
+
+CHILD_KINDS: dict[str, Any] = {
+    "ConfigMap": ConfigMap,
+    "Deployment": Deployment,
+    "Service": Service,
+    "PodDisruptionBudget": PodDisruptionBudget,
+    "ServiceAccount": ServiceAccount,
+    "Role": Role,
+    "RoleBinding": RoleBinding,
+    "ServiceMonitor": ServiceMonitor,
+}
+"""Every kind of child, by `kind`; the operator writes no other."""
+
+OWNER_KINDS: dict[str, Any] = {names.AGENT_KIND: PallasAgent, names.DEPLOYMENT_KIND: PallasDeployment}

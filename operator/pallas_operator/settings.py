@@ -1,0 +1,42 @@
+"""The operator's settings, from `pallas operator` flags and environment variables."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+
+from pallas_operator import DEFAULT_RUNTIME_IMAGE
+from pallas_operator.services import ServiceResolver
+
+
+def _default_identity() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass
+class OperatorSettings:
+    """Everything a running operator is told."""
+
+    namespaces: tuple[str, ...] = ()
+    """Namespaces to watch; empty means all namespaces."""
+    runtime_image: str = DEFAULT_RUNTIME_IMAGE
+    """Image of agent and registry pods unless a deployment's spec.runtime.image says otherwise."""
+    resolver: ServiceResolver = field(default_factory=ServiceResolver)
+    """Maps agent Service URLs to where the operator can reach them (see `services`)."""
+    http_host: str = field(default_factory=lambda: os.environ.get("PALLAS_BIND_HOST", "0.0.0.0"))
+    """Bind address of the HTTP server (a node running several pods on one host sets it)."""
+    http_port: int | None = 8080
+    """Port of /healthz, /readyz and /metrics; None for no HTTP server, 0 for any free port."""
+    lease_name: str = "pallas-operator"
+    lease_namespace: str = field(default_factory=lambda: os.environ.get("POD_NAMESPACE", "default"))
+    identity: str = field(default_factory=_default_identity)
+    lease_duration: float = 30.0
+    lease_renew_every: float = 10.0
+    lease_retry_every: float = 2.0
+    workers: int = 8
+    """Concurrent reconciles."""
+    verify_timeout: float = 10.0
+    """Budget of one MCP verification (initialize + tools/list)."""
+    monitoring_recheck: float = 60.0
+    """Seconds until a deployment wanting ServiceMonitors looks again for their missing CRD."""

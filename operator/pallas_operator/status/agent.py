@@ -1,0 +1,178 @@
+"""The status policy of a PallasAgent: observations in, status out. Pure.
+
+A chain of small checks gives one verdict per condition; `Ready` and `phase` summarize them.
+Without fresh probe results, the last verdicts of Verified and Healthy stand while the agent
+stays available: an operator restart or a leader change must not flap every agent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from pallas_operator.api.status import Health, HealthStatus, PallasAgentStatus, Phase, ServerInfo
+from pallas_operator.status import conditions as c
+from pallas_operator.status.references import Problem
+from pallas_operator.status.workload import Workload
+
+AGENT_READY: Final = "AgentReady"
+DEPENDENCIES_NOT_READY: Final = "DependenciesNotReady"
+NOT_ACCEPTED: Final = "NotAccepted"
+DEPLOYMENT_NOT_CREATED: Final = "DeploymentNotCreated"
+SCALED_TO_ZERO: Final = "ScaledToZero"
+DEPLOYMENT_UNAVAILABLE: Final = "DeploymentUnavailable"
+AWAITING_AVAILABILITY: Final = "AwaitingAvailability"
+VERIFYING: Final = "Verifying"
+VERIFICATION_FAILED: Final = "VerificationFailed"
+NOT_CHECKED: Final = "NotChecked"
+HEALTH_CHECK_FAILED: Final = "HealthCheckFailed"
+HEALTH_REASONS: Final[dict[HealthStatus, str]] = {
+    "ok": "HealthOk",
+    "degraded": "HealthDegraded",
+    "error": "HealthError",
+}
+NOT_SERVING: Final = frozenset({HEALTH_REASONS["error"], HEALTH_CHECK_FAILED})
+
+
+@dataclass(frozen=True, slots=True)
+class Verification:
+    """The outcome of MCP initialize + tools/list against the agent."""
+
+    ok: bool
+    message: str = ""
+    server_info: ServerInfo | None = None
+    tools: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class HealthResult:
+    """The outcome of one get_health call; `status` None when the call itself failed."""
+
+    status: HealthStatus | None
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentObservation:
+    """Everything the status of one agent is computed from."""
+
+    generation: int
+    problem: Problem | None = None
+    waiting_for: tuple[str, ...] = ()
+    workload: Workload | None = None
+    verification: Verification | None = None
+    health: HealthResult | None = None
+    url: str | None = None
+    model: str | None = None
+    replicas: int = 1
+    dependencies: tuple[str, ...] = ()
+
+
+def _previous(previous: PallasAgentStatus, type_: str) -> c.Verdict | None:
+    for cond in previous.conditions:
+        if cond.type == type_:
+            return c.Verdict(cond.type, cond.status, cond.reason, cond.message)
+    return None
+
+
+def _available(obs: AgentObservation) -> c.Verdict:
+    w = obs.workload
+    if w is None:
+        return c.false(c.AVAILABLE, DEPLOYMENT_NOT_CREATED, "the agent's Deployment does not exist yet")
+    if w.replicas == 0:
+        return c.false(c.AVAILABLE, SCALED_TO_ZERO, "spec.replicas is 0")
+    if w.available:
+        return c.true(c.AVAILABLE, "MinimumReplicasAvailable", w.message)
+    return c.false(c.AVAILABLE, DEPLOYMENT_UNAVAILABLE, w.message)
+
+
+def _verified(obs: AgentObservation, available: bool, previous: PallasAgentStatus) -> c.Verdict:
+    if not available:
+        return c.unknown(c.VERIFIED, AWAITING_AVAILABILITY)
+    v = obs.verification
+    if v is None:
+        return _previous(previous, c.VERIFIED) or c.unknown(c.VERIFIED, VERIFYING)
+    if v.ok:
+        return c.true(
+            c.VERIFIED, "Verified", f"MCP initialize and tools/list answered ({len(v.tools)} tools)"
+        )
+    return c.false(c.VERIFIED, VERIFICATION_FAILED, v.message)
+
+
+def _healthy(obs: AgentObservation, available: bool, previous: PallasAgentStatus) -> c.Verdict:
+    if not available:
+        return c.unknown(c.HEALTHY, AWAITING_AVAILABILITY)
+    h = obs.health
+    if h is None:
+        return _previous(previous, c.HEALTHY) or c.unknown(c.HEALTHY, NOT_CHECKED)
+    if h.status is None:
+        return c.false(c.HEALTHY, HEALTH_CHECK_FAILED, h.message)
+    reason = HEALTH_REASONS[h.status]
+    return c.true(c.HEALTHY, reason) if h.status == "ok" else c.false(c.HEALTHY, reason, h.message)
+
+
+def _ready(chain: list[c.Verdict]) -> c.Verdict:
+    for v in chain:
+        blocking = v.type == c.HEALTHY and v.reason in NOT_SERVING
+        if blocking or (v.type != c.HEALTHY and not v.true):
+            return c.false(c.READY, v.reason, v.message)
+    return c.true(c.READY, AGENT_READY)
+
+
+def _phase(verdicts: dict[str, c.Verdict], has_workload: bool) -> Phase:
+    if not verdicts[c.ACCEPTED].true:
+        return "Failed"
+    if not verdicts[c.DEPENDENCIES_READY].true:
+        return "Waiting"
+    healthy = verdicts[c.HEALTHY]
+    if verdicts[c.READY].true:
+        return "Degraded" if healthy.status == "False" else "Ready"
+    if verdicts[c.AVAILABLE].true and (verdicts[c.VERIFIED].status == "False" or healthy.status == "False"):
+        return "Degraded"
+    return "Progressing" if has_workload else "Pending"
+
+
+def _health(obs: AgentObservation, previous: PallasAgentStatus, now: str) -> Health | None:
+    h = obs.health
+    if h is None:
+        return previous.health
+    status: HealthStatus = h.status or "error"
+    message = h.message if h.status is not None else f"get_health failed: {h.message}"
+    old = previous.health
+    if old is not None and old.status == status and old.message == message:
+        return old
+    return Health(status=status, message=message, checked_at=now)
+
+
+def agent_status(obs: AgentObservation, previous: PallasAgentStatus, now: str) -> PallasAgentStatus:
+    """The status to write for an agent, given what was observed and the status written before."""
+    if obs.problem is not None:
+        accepted = c.false(c.ACCEPTED, obs.problem.reason, obs.problem.message)
+        deps = c.unknown(c.DEPENDENCIES_READY, NOT_ACCEPTED)
+    else:
+        accepted = c.true(c.ACCEPTED, "Accepted")
+        deps = (
+            c.false(
+                c.DEPENDENCIES_READY, DEPENDENCIES_NOT_READY, "waiting for: " + ", ".join(obs.waiting_for)
+            )
+            if obs.waiting_for
+            else c.true(c.DEPENDENCIES_READY, "DependenciesReady" if obs.dependencies else "NoDependencies")
+        )
+    available = _available(obs)
+    verified = _verified(obs, available.true, previous)
+    healthy = _healthy(obs, available.true, previous)
+    ready = _ready([accepted, deps, available, verified, healthy])
+    verdicts = {v.type: v for v in (accepted, deps, available, verified, healthy, ready)}
+    v = obs.verification
+    return PallasAgentStatus(
+        phase=_phase(verdicts, obs.workload is not None),
+        conditions=c.stamp(verdicts.values(), previous.conditions, obs.generation, now),
+        url=obs.url,
+        model=obs.model,
+        replicas=obs.replicas,
+        ready_replicas=obs.workload.ready_replicas if obs.workload else 0,
+        health=_health(obs, previous, now),
+        server_info=v.server_info if v is not None and v.ok else previous.server_info,
+        tools=list(v.tools) if v is not None and v.ok else previous.tools,
+        observed_generation=obs.generation,
+    )

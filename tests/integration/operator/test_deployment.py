@@ -1,0 +1,141 @@
+"""A PallasDeployment on the real control plane: the registry, its RBAC, ServiceMonitors, status."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from lightkube import AsyncClient
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import Service, ServiceAccount
+from lightkube.resources.rbac_authorization_v1 import Role, RoleBinding
+
+from pallas_operator.k8s.resources import PallasDeployment, ServiceMonitor
+from tests.support.cluster import LocalCluster
+from tests.support.operator import (
+    RunningOperator,
+    at,
+    condition,
+    deployment,
+    eventually,
+    get_object,
+    in_namespace,
+    install_crds,
+    kubectl_apply,
+    pods_ready,
+    running_operator,
+)
+
+# The upstream prometheus-operator CRD, as Prometheus Operator installs it.
+SERVICE_MONITOR_CRD = Path(__file__).parent / "data" / "monitoring.coreos.com_servicemonitors.yaml"
+
+
+async def _deployment_condition(client: AsyncClient, ns: str, type_: str, expected: tuple[str, str]) -> Any:
+    async def check() -> Any:
+        obj = await get_object(client, PallasDeployment, ns, "ouranos")
+        return obj if condition(obj, type_) == expected else None
+
+    return await eventually(check, 30, f"{type_}={expected}")
+
+
+async def test_a_deployment_gets_a_registry_with_read_only_rbac(
+    pallas_crds: LocalCluster, pallas_operator: RunningOperator, kube_client: AsyncClient, namespace: str
+) -> None:
+    kubectl_apply(pallas_crds, deployment("ouranos", in_namespace(namespace), at("spec.registry.port", 9090)))
+    obj = await _deployment_condition(
+        kube_client, namespace, "RegistryAvailable", ("False", "RegistryUnavailable")
+    )
+    assert obj["status"]["registryURL"] == (
+        f"http://ouranos-registry.{namespace}.svc.cluster.local:9090/.well-known/mcp/server.json"
+    )
+    dep = await get_object(kube_client, Deployment, namespace, "ouranos-registry")
+    assert dep is not None
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "ouranos-registry"
+    assert pod["containers"][0]["command"] == [
+        "pallas", "registry", "--namespace", namespace, "--deployment", "ouranos", "--port", "9090"
+    ]  # fmt: skip
+    svc = await get_object(kube_client, Service, namespace, "ouranos-registry")
+    assert svc is not None
+    assert svc["spec"]["ports"][0]["port"] == 9090
+    for kind in (ServiceAccount, Role, RoleBinding):
+        child = await get_object(kube_client, kind, namespace, "ouranos-registry")
+        assert child is not None
+        assert child["metadata"]["labels"]["app.kubernetes.io/component"] == "registry"
+
+    who = f"--as=system:serviceaccount:{namespace}:ouranos-registry"
+    can = lambda *args: pallas_crds.kubectl("auth", "can-i", who, *args, check=False).stdout.strip()  # noqa: E731
+    assert can("watch", "pallasagents.pallas.dev", "-n", namespace) == "yes"
+    assert can("list", "pallasagents.pallas.dev", "-n", "default") == "no"
+    assert can("update", "pallasagents.pallas.dev", "-n", namespace) == "no"
+    assert can("get", "secrets", "-n", namespace) == "no"
+
+    await pods_ready(
+        kube_client,
+        namespace,
+        {"pallas.dev/deployment": "ouranos", "app.kubernetes.io/component": "registry"},
+    )
+    obj = await _deployment_condition(kube_client, namespace, "Ready", ("True", "AllAgentsReady"))
+    assert obj["status"]["agents"] == {"total": 0, "ready": 0, "healthy": 0}
+
+    kubectl_apply(
+        pallas_crds, deployment("ouranos", in_namespace(namespace), at("spec.registry.enabled", False))
+    )
+
+    async def registry_removed() -> bool:
+        return await get_object(kube_client, Deployment, namespace, "ouranos-registry") is None
+
+    await eventually(registry_removed, 30, "the registry removed when disabled")
+    obj = await _deployment_condition(
+        kube_client, namespace, "RegistryAvailable", ("True", "RegistryDisabled")
+    )
+    assert "registryURL" not in obj["status"]
+
+
+async def test_service_monitors_follow_the_crd_and_the_setting(
+    pallas_crds: LocalCluster, kube_client: AsyncClient, namespace: str, monkeypatch: Any
+) -> None:
+    # The ServiceMonitor CRD is test data on this throw-away cluster: start without it.
+    pallas_crds.kubectl(
+        "delete", "crd", "servicemonitors.monitoring.coreos.com", "--ignore-not-found", "--wait"
+    )
+    monkeypatch.setenv("KUBECONFIG", str(pallas_crds.kubeconfig))
+    monitored = deployment(
+        "ouranos",
+        in_namespace(namespace),
+        at("spec.monitoring.serviceMonitor", {"enabled": True, "labels": {"team": "a"}}),
+    )
+    async with running_operator(pallas_crds, namespace, monitoring_recheck=1.0):
+        kubectl_apply(pallas_crds, monitored)
+        obj = await _deployment_condition(
+            kube_client, namespace, "MonitoringReady", ("False", "ServiceMonitorCRDNotFound")
+        )
+        assert "install the Prometheus Operator CRDs" in json.dumps(obj["status"])
+
+        install_crds(pallas_crds, SERVICE_MONITOR_CRD)
+        await _deployment_condition(
+            kube_client, namespace, "MonitoringReady", ("True", "ServiceMonitorsApplied")
+        )
+
+        async def monitors() -> Any:
+            found = [await get_object(kube_client, ServiceMonitor, namespace, n)
+                     for n in ("ouranos-agents", "ouranos-registry")]  # fmt: skip
+            return found if all(found) else None
+
+        agents_sm, registry_sm = await eventually(monitors, 20, "both ServiceMonitors")
+        assert agents_sm["spec"]["selector"]["matchLabels"] == {
+            "pallas.dev/deployment": "ouranos", "app.kubernetes.io/component": "agent"
+        }  # fmt: skip
+        assert agents_sm["metadata"]["labels"]["team"] == "a"
+        assert registry_sm["spec"]["endpoints"] == [{"port": "http", "path": "/metrics", "interval": "30s"}]
+
+        kubectl_apply(pallas_crds, deployment("ouranos", in_namespace(namespace)))
+
+        async def pruned() -> bool:
+            return not any([await get_object(kube_client, ServiceMonitor, namespace, n)
+                            for n in ("ouranos-agents", "ouranos-registry")])  # fmt: skip
+
+        await eventually(pruned, 20, "ServiceMonitors removed when disabled")
+        obj = await get_object(kube_client, PallasDeployment, namespace, "ouranos")
+        assert condition(obj, "MonitoringReady") is None

@@ -1,0 +1,97 @@
+"""The operator runs with exactly the permissions api/rbac.py lists (what docs/operator.md says)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from lightkube import AsyncClient, KubeConfig
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.rbac_authorization_v1 import Role
+
+from pallas_operator.api.rbac import CLUSTER_RULES, LEASE_RULES
+from pallas_operator.handlers.run import Runner
+from pallas_operator.k8s.resources import PallasAgent
+from tests.support.cluster import LocalCluster
+from tests.support.operator import (
+    agent,
+    condition,
+    deployment,
+    eventually,
+    get_object,
+    in_namespace,
+    kubectl_apply,
+    operator_settings,
+    secret,
+)
+
+
+def _service_account_kubeconfig(cluster: LocalCluster, namespace: str, path: Path) -> Path:
+    token = cluster.kubectl(
+        "create", "token", "pallas-operator", "-n", namespace, "--duration=1h"
+    ).stdout.strip()
+    admin = yaml.safe_load(cluster.kubeconfig.read_text())
+    cluster_entry = admin["clusters"][0]
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [cluster_entry],
+        "users": [{"name": "operator", "user": {"token": token}}],
+        "contexts": [{"name": "operator", "context": {"cluster": cluster_entry["name"], "user": "operator"}}],
+        "current-context": "operator",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+async def test_the_operator_works_with_the_documented_least_privilege_rbac(
+    pallas_crds: LocalCluster,
+    kube_client: AsyncClient,
+    namespace: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    role = f"pallas-operator-{secrets.token_hex(3)}"
+    subjects = [{"kind": "ServiceAccount", "name": "pallas-operator", "namespace": namespace}]
+    rbac = "rbac.authorization.k8s.io"
+    lease = {"name": "pallas-operator-lease", "namespace": namespace}
+    manifests: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {**lease, "name": "pallas-operator"}},
+        {"apiVersion": f"{rbac}/v1", "kind": "ClusterRole", "metadata": {"name": role},
+         "rules": CLUSTER_RULES},
+        {"apiVersion": f"{rbac}/v1", "kind": "ClusterRoleBinding", "metadata": {"name": role},
+         "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": role}, "subjects": subjects},
+        {"apiVersion": f"{rbac}/v1", "kind": "Role", "metadata": lease, "rules": LEASE_RULES},
+        {"apiVersion": f"{rbac}/v1", "kind": "RoleBinding", "metadata": lease,
+         "roleRef": {"apiGroup": rbac, "kind": "Role", "name": lease["name"]}, "subjects": subjects},
+    ]  # fmt: skip
+    pallas_crds.kubectl("apply", "-f", "-", stdin="\n---\n".join(json.dumps(m) for m in manifests))
+    try:
+        kubeconfig = _service_account_kubeconfig(pallas_crds, namespace, tmp_path / "kubeconfig")
+        monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+        runner = Runner(operator_settings(namespace), KubeConfig.from_file(kubeconfig))
+        task = asyncio.create_task(runner.run())
+        try:
+            mod = in_namespace(namespace)
+            kubectl_apply(
+                pallas_crds, secret("llm", None, mod), deployment("ouranos", mod), agent("research", mod)
+            )
+
+            async def reconciled() -> Any:
+                obj = await get_object(kube_client, PallasAgent, namespace, "research")
+                return obj if condition(obj, "Accepted") == ("True", "Accepted") else None
+
+            await eventually(reconciled, 30, "the agent reconciled under least privilege")
+            assert await get_object(kube_client, Deployment, namespace, "research") is not None
+            assert await get_object(kube_client, Role, namespace, "ouranos-registry") is not None
+            assert task.done() is False
+        finally:
+            runner.stop.set()
+            assert await asyncio.wait_for(task, 30) == 0
+    finally:
+        pallas_crds.kubectl("delete", "clusterrole,clusterrolebinding", role, "--ignore-not-found")

@@ -1,0 +1,166 @@
+"""Self-healing and lifecycle: drift repair, garbage collection, Secret rotation, restarts, idling."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from lightkube import AsyncClient
+from lightkube.resources.apps_v1 import Deployment, ReplicaSet
+from lightkube.resources.core_v1 import ConfigMap, Service
+
+from pallas_operator.k8s.resources import PallasAgent, PallasDeployment
+from tests.support.cluster import LocalCluster
+from tests.support.operator import (
+    RunningOperator,
+    agent,
+    condition,
+    deployment,
+    eventually,
+    get_object,
+    in_namespace,
+    kubectl_apply,
+    resource_versions,
+    running_operator,
+    secret,
+    spec,
+    total,
+)
+
+OUR_RESOURCES = (PallasAgent, PallasDeployment, ConfigMap, Deployment, Service)
+
+
+def _setup(cluster: LocalCluster, ns: str, *agents: str) -> None:
+    mod = in_namespace(ns)
+    kubectl_apply(
+        cluster, secret("llm", None, mod), deployment("ouranos", mod), *(agent(name, mod) for name in agents)
+    )
+
+
+async def _exists(client: AsyncClient, resource: Any, ns: str, name: str) -> dict[str, Any]:
+    async def check() -> Any:
+        return await get_object(client, resource, ns, name)
+
+    found: dict[str, Any] = await eventually(check, 30, f"{resource.__name__} {name}")
+    return found
+
+
+async def _pod_hash(client: AsyncClient, ns: str) -> str:
+    dep = await _exists(client, Deployment, ns, "research")
+    return str(dep["spec"]["template"]["metadata"]["annotations"]["pallas.dev/config-hash"])
+
+
+async def test_children_deleted_or_edited_by_hand_are_restored(
+    pallas_crds: LocalCluster, pallas_operator: RunningOperator, kube_client: AsyncClient, namespace: str
+) -> None:
+    _setup(pallas_crds, namespace, "research")
+    original = await _exists(kube_client, Service, namespace, "research")
+    await _exists(kube_client, Deployment, namespace, "research")
+    await _exists(kube_client, ConfigMap, namespace, "research-config")
+
+    pallas_crds.kubectl("delete", "service", "research", "-n", namespace)
+    restored = await _exists(kube_client, Service, namespace, "research")
+    assert restored["metadata"]["uid"] != original["metadata"]["uid"]
+
+    pallas_crds.kubectl("scale", "deployment", "research", "--replicas=3", "-n", namespace)
+    pallas_crds.kubectl(
+        "patch",
+        "configmap",
+        "research-config",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"data":{"agent.yaml":"x"}}',
+    )
+
+    async def repaired() -> bool:
+        dep = await get_object(kube_client, Deployment, namespace, "research")
+        cm = await get_object(kube_client, ConfigMap, namespace, "research-config")
+        return bool(
+            dep and cm and dep["spec"]["replicas"] == 1 and cm["data"]["agent.yaml"].startswith("name:")
+        )
+
+    await eventually(repaired, 10, "replicas and config restored")
+
+
+async def test_deleting_an_agent_garbage_collects_its_children(
+    pallas_crds: LocalCluster, pallas_operator: RunningOperator, kube_client: AsyncClient, namespace: str
+) -> None:
+    _setup(pallas_crds, namespace, "research")
+    await _exists(kube_client, Deployment, namespace, "research")
+    pallas_crds.kubectl("delete", "pallasagent", "research", "-n", namespace)
+
+    async def gone() -> bool:
+        children = ((Deployment, "research"), (Service, "research"), (ConfigMap, "research-config"))
+        left = [await get_object(kube_client, kind, namespace, name) for kind, name in children]
+        return not any(left)
+
+    await eventually(gone, 90, "garbage collection of the agent's children")
+
+
+async def test_secret_rotation_and_spec_edits_roll_the_pods(
+    pallas_crds: LocalCluster, pallas_operator: RunningOperator, kube_client: AsyncClient, namespace: str
+) -> None:
+    _setup(pallas_crds, namespace, "research")
+    first = await _pod_hash(kube_client, namespace)
+    generation = ((await get_object(kube_client, PallasAgent, namespace, "research")) or {})["metadata"][
+        "generation"
+    ]
+
+    kubectl_apply(pallas_crds, secret("llm", {"VLLM_KEY": "sk-rotated"}, in_namespace(namespace)))
+
+    async def rolled(than: str) -> Any:
+        now = await _pod_hash(kube_client, namespace)
+        return now if now != than else None
+
+    second = await eventually(lambda: rolled(first), 15, "a new pod-template hash after the key rotation")
+    agent_now = (await get_object(kube_client, PallasAgent, namespace, "research")) or {}
+    assert agent_now["metadata"]["generation"] == generation, "the agent itself was not touched"
+
+    kubectl_apply(pallas_crds, agent("research", in_namespace(namespace), spec(instruction="Be brief.")))
+    await eventually(lambda: rolled(second), 15, "a new pod-template hash after the spec edit")
+
+
+async def test_a_restart_mid_reconcile_converges_without_duplicates(
+    pallas_crds: LocalCluster, kube_client: AsyncClient, namespace: str, monkeypatch: Any
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(pallas_crds.kubeconfig))
+    names = [f"agent-{i}" for i in range(12)]
+    async with running_operator(pallas_crds, namespace):
+        _setup(pallas_crds, namespace, *names)
+        await _exists(kube_client, Deployment, namespace, names[0])
+    # Stopped while the others were still in flight; a fresh operator takes over.
+    async with running_operator(pallas_crds, namespace):
+
+        async def converged() -> bool:
+            statuses = [await get_object(kube_client, PallasAgent, namespace, n) for n in names]
+            return all(condition(s, "Accepted") == ("True", "Accepted") for s in statuses)
+
+        await eventually(converged, 60, "every agent accepted")
+        deployments = [d.metadata.name async for d in kube_client.list(Deployment, namespace=namespace)]
+        assert sorted(d for d in deployments if d.startswith("agent-")) == sorted(names)
+        await asyncio.sleep(2)  # the Deployment controller creates one ReplicaSet per Deployment
+        replicasets = [rs async for rs in kube_client.list(ReplicaSet, namespace=namespace)]
+        per_owner = [rs.metadata.ownerReferences[0].name for rs in replicasets if rs.metadata.ownerReferences]
+        assert sorted(o for o in per_owner if o.startswith("agent-")) == sorted(names)
+
+
+async def test_an_idle_operator_writes_nothing(
+    pallas_crds: LocalCluster, pallas_operator: RunningOperator, kube_client: AsyncClient, namespace: str
+) -> None:
+    _setup(pallas_crds, namespace, "research", "helper")
+    for name in ("research", "helper"):
+        await _exists(kube_client, Deployment, namespace, name)
+
+    async def settled() -> bool:
+        before = total(pallas_operator.runner.metrics, "pallas_operator_api_writes_total")
+        await asyncio.sleep(1.5)
+        return total(pallas_operator.runner.metrics, "pallas_operator_api_writes_total") == before
+
+    await eventually(settled, 30, "the operator settling")
+    versions = await resource_versions(kube_client, namespace, *OUR_RESOURCES)
+    ours_before = total(pallas_operator.runner.metrics, "pallas_operator_api_writes_total")
+    await asyncio.sleep(6)
+    assert total(pallas_operator.runner.metrics, "pallas_operator_api_writes_total") == ours_before
+    assert await resource_versions(kube_client, namespace, *OUR_RESOURCES) == versions

@@ -1,0 +1,196 @@
+"""Golden tests of every builder, plus the properties that must hold whatever the golden says.
+
+The golden files under golden/ are the reviewed output; `PALLAS_UPDATE_GOLDEN=1 pytest ...`
+rewrites them after an intended change (then read the diff before committing).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pallas_operator.api import names
+from pallas_operator.builders import (
+    AgentWorkload,
+    Owner,
+    agent_config_map,
+    agent_deployment,
+    agent_disruption_budget,
+    agent_service,
+    config_hash,
+    registry_children,
+    service_monitors,
+)
+from pallas_runtime.config import render_config
+from pallas_runtime.config.agent import parse_config
+from pallas_runtime.config.render import render_agent
+from pallas_runtime.config.resources import PallasAgentSpec, PallasDeploymentSpec
+from tests.support.operator import agent, at, deployment, spec
+
+GOLDEN = Path(__file__).parent / "golden"
+SECRETS = {"llm": {"VLLM_KEY": "d1"}, "mn": {"key": "d2"}}
+AGENT_OWNER = Owner(names.AGENT_KIND, "research", "agents", "uid-agent")
+DEPLOYMENT_OWNER = Owner(names.DEPLOYMENT_KIND, "ouranos", "agents", "uid-deployment")
+
+
+def _deployment_spec(*mods: Any) -> PallasDeploymentSpec:
+    manifest = deployment(
+        "ouranos",
+        at("spec.mcpServers.mnemosyne", {
+            "url": "https://mnemosyne.example/mcp/",
+            "headers": [{"name": "X-Api-Key", "valueFrom": {"secretKeyRef": {"name": "mn", "key": "key"}}}],
+        }),
+        *mods,
+    )  # fmt: skip
+    return PallasDeploymentSpec.model_validate(manifest["spec"])
+
+
+def _agent_spec(*mods: Any) -> PallasAgentSpec:
+    manifest = agent("research", spec(servers=["argos", "mnemosyne"]), *mods)
+    return PallasAgentSpec.model_validate(manifest["spec"])
+
+
+def _workload(agent_spec: PallasAgentSpec | None = None, secrets: Any = None) -> AgentWorkload:
+    agent_spec = agent_spec or _agent_spec()
+    dep = _deployment_spec()
+    rendered = render_agent("research", agent_spec, dep, {})
+    digest = config_hash(render_config(rendered.config), rendered.secrets, secrets or SECRETS)
+    return AgentWorkload(AGENT_OWNER, "ouranos", agent_spec, dep, rendered.secrets, digest, "pallas:test")
+
+
+def _golden(name: str, objects: Any) -> None:
+    path = GOLDEN / f"{name}.yaml"
+    text = yaml.safe_dump(objects, sort_keys=False, width=100)
+    if os.environ.get("PALLAS_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert path.exists(), f"{path} missing: run with PALLAS_UPDATE_GOLDEN=1 and review it"
+    assert yaml.safe_load(path.read_text()) == objects, f"{name} differs from {path}"
+
+
+def test_agent_children_golden() -> None:
+    w = _workload()
+    rendered = render_agent("research", w.agent, w.deployment, {})
+    _golden(
+        "agent",
+        [
+            agent_config_map(AGENT_OWNER, "ouranos", rendered.config),
+            agent_deployment(w),
+            agent_service(AGENT_OWNER, "ouranos", w.agent),
+        ],
+    )
+
+
+def test_agent_with_replicas_and_no_affinity_golden() -> None:
+    agent_spec = _agent_spec(spec(replicas=3), at("spec.service.sessionAffinity", "None"))
+    _golden(
+        "agent-replicas",
+        [
+            agent_service(AGENT_OWNER, "ouranos", agent_spec),
+            agent_disruption_budget(AGENT_OWNER, "ouranos", agent_spec),
+        ],
+    )
+
+
+def test_registry_children_golden() -> None:
+    _golden("registry", registry_children(DEPLOYMENT_OWNER, _deployment_spec(), "pallas:test"))
+
+
+def test_service_monitors_golden() -> None:
+    dep = _deployment_spec(
+        at("spec.monitoring", {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}})
+    )
+    _golden("service-monitors", service_monitors(DEPLOYMENT_OWNER, dep))
+
+
+def test_config_map_holds_a_loadable_config_and_no_secret_values() -> None:
+    rendered = render_agent("research", _agent_spec(), _deployment_spec(), {})
+    cm = agent_config_map(AGENT_OWNER, "ouranos", rendered.config)
+    text = cm["data"]["agent.yaml"]
+    config = parse_config(yaml.safe_load(text))
+    assert config.provider.api_key_env == "PALLAS_PROVIDER_VLLM_API_KEY"
+    assert "sk-" not in text
+    assert "secretKeyRef" not in text
+
+
+def test_secrets_reach_the_pod_only_as_secret_key_refs() -> None:
+    container = agent_deployment(_workload())["spec"]["template"]["spec"]["containers"][0]
+    by_name = {e["name"]: e for e in container["env"]}
+    assert by_name["PALLAS_PROVIDER_VLLM_API_KEY"] == {
+        "name": "PALLAS_PROVIDER_VLLM_API_KEY",
+        "valueFrom": {"secretKeyRef": {"name": "llm", "key": "VLLM_KEY"}},
+    }
+    assert all("value" not in e for e in container["env"] if e["name"].startswith("PALLAS_"))
+
+
+def test_user_env_cannot_shadow_a_secret_binding() -> None:
+    agent_spec = _agent_spec(at("spec.pod.env", [{"name": "PALLAS_PROVIDER_VLLM_API_KEY", "value": "x"},
+                                                   {"name": "LOG_LEVEL", "value": "debug"}]))  # fmt: skip
+    env = agent_deployment(_workload(agent_spec))["spec"]["template"]["spec"]["containers"][0]["env"]
+    names_ = [e["name"] for e in env]
+    assert len(names_) == len(set(names_))
+    assert {"name": "LOG_LEVEL", "value": "debug"} in env
+    assert next(e for e in env if e["name"] == "PALLAS_PROVIDER_VLLM_API_KEY")["valueFrom"]
+
+
+def test_pods_are_hardened() -> None:
+    pod = agent_deployment(_workload())["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["command"] == ["pallas", "agent", "--config", "/etc/pallas/agent.yaml", "--port", "8000"]
+    assert container["resources"]["requests"]
+
+
+def test_config_hash_moves_with_the_config_and_with_a_rotated_secret_only() -> None:
+    base = _workload().config_hash
+    assert _workload().config_hash == base
+    assert _workload(secrets={**SECRETS, "llm": {"VLLM_KEY": "rotated"}}).config_hash != base
+    assert _workload(secrets={**SECRETS, "unrelated": {"x": "y"}}).config_hash == base
+    assert _workload(_agent_spec(spec(instruction="Something else."))).config_hash != base
+    template = agent_deployment(_workload())["spec"]["template"]
+    assert template["metadata"]["annotations"][names.ANNOTATION_CONFIG_HASH] == base
+
+
+def test_image_comes_from_the_deployment_else_the_operator_default() -> None:
+    w = _workload()
+    assert agent_deployment(w)["spec"]["template"]["spec"]["containers"][0]["image"] == "pallas:test"
+    custom = _deployment_spec(at("spec.runtime.image", "registry.example/pallas:9"))
+    image = agent_deployment(dataclasses.replace(w, deployment=custom))
+    assert image["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.example/pallas:9"
+    dep = registry_children(DEPLOYMENT_OWNER, custom, "pallas:test")[-1]
+    assert dep["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.example/pallas:9"
+
+
+def test_single_replica_has_no_disruption_budget() -> None:
+    assert agent_disruption_budget(AGENT_OWNER, "ouranos", _agent_spec()) is None
+
+
+@pytest.mark.parametrize(
+    "objects",
+    [
+        lambda: [agent_deployment(_workload()), agent_service(AGENT_OWNER, "ouranos", _agent_spec())],
+        lambda: registry_children(DEPLOYMENT_OWNER, _deployment_spec(), "pallas:test"),
+    ],
+    ids=["agent", "registry"],
+)
+def test_every_child_carries_the_contract_labels_and_an_owner(objects: Any) -> None:
+    for obj in objects():
+        labels = obj["metadata"]["labels"]
+        for key in (names.LABEL_NAME, names.LABEL_INSTANCE, names.LABEL_COMPONENT, names.LABEL_PART_OF,
+                    names.LABEL_MANAGED_BY, names.LABEL_DEPLOYMENT):  # fmt: skip
+            assert labels[key], (obj["kind"], key)
+        assert labels[names.LABEL_MANAGED_BY] == "pallas-operator"
+        assert obj["metadata"]["ownerReferences"][0]["controller"] is True

@@ -1,0 +1,172 @@
+"""The operator's small moving parts: service resolution, the work queue, the prober, probes,
+the HTTP endpoint, the command line and managed-fields fingerprints."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+from collections.abc import Hashable
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from pallas_operator.cli import OperatorCommand
+from pallas_operator.handlers.health import Prober, ProbeTarget
+from pallas_operator.handlers.queue import WorkQueue
+from pallas_operator.http import ProbeServer
+from pallas_operator.k8s.apply import fingerprint
+from pallas_operator.probe import parse_health
+from pallas_operator.services import ServiceResolver, parse_pairs
+from pallas_operator.status import HealthResult, Verification
+
+SVC = "http://research.agents.svc.cluster.local:8000/mcp"
+
+
+def test_resolver_maps_host_and_port_or_host_only() -> None:
+    resolver = ServiceResolver(parse_pairs("research.agents.svc.cluster.local:8000=127.0.0.1:4100", "test"))
+    assert resolver.resolve(SVC) == "http://127.0.0.1:4100/mcp"
+    assert resolver.resolve(SVC.replace("8000", "9000")) == SVC.replace("8000", "9000")
+    by_host = ServiceResolver({"research.agents.svc.cluster.local": "localhost"})
+    assert by_host.resolve(SVC) == "http://localhost:8000/mcp"
+
+
+def test_resolver_rereads_its_map_file(tmp_path: Path) -> None:
+    path = tmp_path / "hosts"
+    path.write_text("# agents\nresearch.agents.svc.cluster.local:8000=127.0.0.1:1\n")
+    resolver = ServiceResolver(map_file=path)
+    assert resolver.resolve(SVC) == "http://127.0.0.1:1/mcp"
+    path.write_text("research.agents.svc.cluster.local:8000=127.0.0.1:2\n")
+    os.utime(path, (1, 1))
+    assert resolver.resolve(SVC) == "http://127.0.0.1:2/mcp"
+
+
+def test_bad_pairs_are_refused_with_the_source_named() -> None:
+    with pytest.raises(ValueError, match="PALLAS_SERVICE_HOST_OVERRIDES: 'nonsense'"):
+        parse_pairs("a=b,nonsense", "PALLAS_SERVICE_HOST_OVERRIDES")
+
+
+async def test_queue_collapses_repeats_and_never_runs_a_key_twice_at_once() -> None:
+    running: set[Hashable] = set()
+    calls: list[Hashable] = []
+
+    async def reconcile(key: Hashable) -> float | None:
+        assert key not in running
+        running.add(key)
+        calls.append(key)
+        await asyncio.sleep(0.05)
+        running.discard(key)
+        return None
+
+    queue = WorkQueue(reconcile, workers=3)
+    queue.start()
+    for _ in range(5):
+        queue.add("a")
+    queue.add("b")
+    await asyncio.sleep(0.01)
+    queue.add("a")  # while "a" runs: once more afterwards, not in parallel
+    await asyncio.sleep(0.2)
+    await queue.drained()
+    await queue.stop()
+    assert sorted(calls) == ["a", "a", "b"]
+
+
+async def test_queue_retries_failures_with_backoff() -> None:
+    attempts: list[float] = []
+
+    async def reconcile(key: Hashable) -> float | None:
+        attempts.append(asyncio.get_running_loop().time())
+        if len(attempts) < 3:
+            raise RuntimeError("API server unavailable")
+        return None
+
+    queue = WorkQueue(reconcile, workers=1, max_backoff=0.1)
+    queue.start()
+    queue.add("a")
+    await asyncio.sleep(0.5)
+    await queue.stop()
+    assert len(attempts) == 3
+
+
+async def test_prober_verifies_once_per_rollout_and_reports_only_changes() -> None:
+    verified: list[str] = []
+    health = HealthResult("ok")
+    notified: list[Hashable] = []
+
+    async def verify(url: str, budget: float) -> Verification:
+        verified.append(url)
+        return Verification(ok=True, tools=("get_health",))
+
+    async def check(url: str, budget: float) -> HealthResult:
+        return health
+
+    prober = Prober(ServiceResolver({"a.ns.svc.cluster.local": "127.0.0.1"}), notified.append, verify, check)
+    target = ProbeTarget("http://a.ns.svc.cluster.local:8000/mcp", 0.05, 1, 1, "hash-1")
+    prober.track("a", target)
+    await asyncio.sleep(0.2)
+    assert verified == ["http://127.0.0.1:8000/mcp"]
+    assert notified == ["a"]
+    health = HealthResult("degraded", "argos down")
+    await asyncio.sleep(0.15)
+    assert notified == ["a", "a"]
+    assert prober.results("a") == (Verification(ok=True, tools=("get_health",)), health)
+    prober.track("a", ProbeTarget(target.url, 0.05, 1, 1, "hash-2"))
+    await asyncio.sleep(0.1)
+    assert len(verified) == 2
+    prober.track("a", None)
+    assert prober.results("a") == (None, None)
+    await prober.stop()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"status": "ok", "timestamp": "t"}', HealthResult("ok")),
+        ('{"status": "degraded", "message": "argos down"}', HealthResult("degraded", "argos down")),
+        ('{"status": "fine"}', HealthResult(None, "get_health returned no valid status")),
+        ("not json", HealthResult(None, "get_health did not return JSON")),
+    ],
+)
+def test_parse_health(text: str, expected: HealthResult) -> None:
+    assert parse_health(text) == expected
+
+
+async def test_probe_server_answers_probes_and_metrics() -> None:
+    ready = False
+    server = ProbeServer(lambda: b"pallas_operator_reconcile_total 1\n", lambda: ready)
+    await server.start("127.0.0.1", 0)
+    try:
+        async with httpx2.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as http:
+            assert (await http.get("/healthz")).status_code == 200
+            assert (await http.get("/readyz")).status_code == 503
+            ready = True
+            assert (await http.get("/readyz")).status_code == 200
+            assert (await http.get("/metrics")).text == "pallas_operator_reconcile_total 1\n"
+            assert (await http.post("/metrics")).status_code == 405
+    finally:
+        await server.stop()
+
+
+def test_command_refuses_namespaces_with_all_namespaces() -> None:
+    command = OperatorCommand()
+    parser = argparse.ArgumentParser()
+    command.configure(parser)
+    args = parser.parse_args(["--namespace", "a", "--all-namespaces"])
+    assert command.run(args) == 2
+    assert parser.parse_args([]).runtime_image.startswith("pallas:")
+
+
+def test_fingerprint_covers_only_the_operators_own_apply_entry() -> None:
+    entry = {
+        "manager": "pallas-operator",
+        "operation": "Apply",
+        "apiVersion": "v1",
+        "fieldsV1": {"f:data": {}},
+    }
+    other = {"manager": "kubectl-edit", "operation": "Update", "apiVersion": "v1", "fieldsV1": {"f:x": {}}}
+    status = {**entry, "subresource": "status", "fieldsV1": {"f:status": {}}}
+    obj = {"metadata": {"managedFields": [entry, other, status]}}
+    assert fingerprint(obj) == fingerprint({"metadata": {"managedFields": [entry]}})
+    assert fingerprint(obj) != fingerprint({"metadata": {"managedFields": [{**entry, "fieldsV1": {}}]}})
+    assert fingerprint({"metadata": {}}) == ""

@@ -1,0 +1,194 @@
+"""The status policy: conditions, transitions, phase and references checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from pallas_operator.api.status import PallasAgentStatus, PallasDeploymentStatus, ServerInfo
+from pallas_operator.status import (
+    AgentFacts,
+    AgentObservation,
+    AgentSummary,
+    DeploymentObservation,
+    HealthResult,
+    Problem,
+    Verification,
+    Workload,
+    agent_status,
+    check_agent,
+    check_secrets,
+    deployment_status,
+    find_cycle,
+    waiting_for,
+    workload,
+)
+from pallas_runtime.config.render import SecretBinding
+from pallas_runtime.config.resources import PallasAgentSpec, PallasDeploymentSpec, SecretKeyRef
+from tests.support.operator import agent, deployment, spec
+
+T0, T1, T2 = "2026-11-21T10:00:00Z", "2026-11-21T10:01:00Z", "2026-11-21T10:02:00Z"
+EMPTY = PallasAgentStatus()
+UP = Workload(replicas=1, ready_replicas=1, available=True, rolled_out=True, message="1/1 pods ready")
+DOWN = Workload(replicas=1, ready_replicas=0, available=False, rolled_out=False, message="0/1 pods ready")
+VERIFIED = Verification(
+    ok=True, server_info=ServerInfo(name="research", version="1.0.0"), tools=("get_health",)
+)
+
+
+def _cond(status: PallasAgentStatus | PallasDeploymentStatus, type_: str) -> tuple[str, str]:
+    found = next(c for c in status.conditions if c.type == type_)
+    return found.status, found.reason
+
+
+def _facts(name: str, *deps: str, ready: bool = True) -> AgentFacts:
+    return AgentFacts(name=name, deployment="ouranos", dependencies=deps, ready=ready, port=8000)
+
+
+@pytest.mark.parametrize(
+    ("obs", "phase", "ready_reason"),
+    [
+        (AgentObservation(1, problem=Problem("DeploymentNotFound", "x")), "Failed", "DeploymentNotFound"),
+        (AgentObservation(1, waiting_for=("b",), dependencies=("b",)), "Waiting", "DependenciesNotReady"),
+        (AgentObservation(1), "Pending", "DeploymentNotCreated"),
+        (AgentObservation(1, workload=DOWN), "Progressing", "DeploymentUnavailable"),
+        (AgentObservation(1, workload=UP), "Progressing", "Verifying"),
+        (AgentObservation(1, workload=UP, verification=Verification(ok=False, message="HTTP 502")),
+         "Degraded", "VerificationFailed"),
+        (AgentObservation(1, workload=UP, verification=VERIFIED, health=HealthResult("ok")),
+         "Ready", "AgentReady"),
+        (AgentObservation(1, workload=UP, verification=VERIFIED, health=HealthResult("degraded", "argos")),
+         "Degraded", "AgentReady"),
+        (AgentObservation(1, workload=UP, verification=VERIFIED, health=HealthResult("error", "no LLM")),
+         "Degraded", "HealthError"),
+        (AgentObservation(1, workload=UP, verification=VERIFIED, health=HealthResult(None, "timed out")),
+         "Degraded", "HealthCheckFailed"),
+    ],
+    ids=["failed", "waiting", "pending", "progressing", "verifying", "unverified", "ready", "degraded-health",
+         "health-error", "health-call-failed"],
+)  # fmt: skip
+def test_phase_and_ready_summarize_the_conditions(
+    obs: AgentObservation, phase: str, ready_reason: str
+) -> None:
+    status = agent_status(obs, EMPTY, T0)
+    assert status.phase == phase
+    assert _cond(status, "Ready")[1] == ready_reason
+    assert [c.type for c in status.conditions] == [
+        "Accepted", "DependenciesReady", "Available", "Verified", "Healthy", "Ready"
+    ]  # fmt: skip
+
+
+def test_transition_time_moves_only_when_the_status_does() -> None:
+    first = agent_status(AgentObservation(1, workload=DOWN), EMPTY, T0)
+    again = agent_status(AgentObservation(2, workload=DOWN), first, T1)
+    times = {c.type: c.last_transition_time for c in again.conditions}
+    assert set(times.values()) == {T0}
+    assert {c.observed_generation for c in again.conditions} == {2}
+    up = agent_status(AgentObservation(2, workload=UP), again, T2)
+    moved = {c.type for c in up.conditions if c.last_transition_time == T2}
+    assert moved == {"Available"}  # Verified and Healthy stay Unknown: only their reasons change
+
+
+def test_same_observation_gives_an_identical_status() -> None:
+    obs = AgentObservation(
+        3, workload=UP, verification=VERIFIED, health=HealthResult("ok"), url="u", model="m"
+    )
+    first = agent_status(obs, EMPTY, T0)
+    assert agent_status(obs, first, T1) == first
+
+
+def test_without_fresh_probes_the_last_verdicts_stand_while_available() -> None:
+    ready = agent_status(
+        AgentObservation(1, workload=UP, verification=VERIFIED, health=HealthResult("ok")), EMPTY, T0
+    )
+    after_restart = agent_status(AgentObservation(1, workload=UP), ready, T1)
+    assert after_restart == ready
+    down = agent_status(AgentObservation(1, workload=DOWN), ready, T1)
+    assert _cond(down, "Verified") == ("Unknown", "AwaitingAvailability")
+    assert down.tools == ["get_health"]
+
+
+def test_health_checked_at_moves_only_when_the_result_changes() -> None:
+    obs = AgentObservation(
+        1, workload=UP, verification=VERIFIED, health=HealthResult("degraded", "argos down")
+    )
+    first = agent_status(obs, EMPTY, T0)
+    assert first.health is not None
+    assert agent_status(obs, first, T1).health == first.health
+    changed = agent_status(AgentObservation(1, workload=UP, health=HealthResult("ok")), first, T2)
+    assert changed.health is not None
+    assert (changed.health.status, changed.health.checked_at) == ("ok", T2)
+
+
+def test_find_cycle_names_the_path() -> None:
+    agents = {"a": _facts("a", "b"), "b": _facts("b", "c"), "c": _facts("c", "a")}
+    assert find_cycle("a", ["b"], agents) == ["a", "b", "c", "a"]
+    assert find_cycle("a", ["c"], {"c": _facts("c")}) is None
+    # A dependency of a cycle is not itself in one.
+    assert find_cycle("d", ["a"], agents) is None
+
+
+def _agent_spec(*mods: object) -> PallasAgentSpec:
+    return PallasAgentSpec.model_validate(agent("a", *mods)["spec"])  # type: ignore[arg-type]
+
+
+def test_check_agent_reports_in_the_order_a_user_fixes_things() -> None:
+    dep = PallasDeploymentSpec.model_validate(deployment()["spec"])
+    assert check_agent("a", _agent_spec(), None, {}).reason == "DeploymentNotFound"  # type: ignore[union-attr]
+    assert check_agent("ouranos-registry", _agent_spec(), dep, {}).reason == "NameConflict"  # type: ignore[union-attr]
+    missing = check_agent("a", _agent_spec(spec(agents=["x"], dependsOn=["y"])), dep, {})
+    assert missing == Problem("AgentNotFound", "PallasAgents not found in this namespace: x, y")
+    cycle = check_agent("a", _agent_spec(spec(dependsOn=["b"])), dep, {"b": _facts("b", "a")})
+    assert cycle == Problem("DependencyCycle", "agents and dependsOn form a cycle: a -> b -> a")
+    assert check_agent("a", _agent_spec(spec(dependsOn=["b"])), dep, {"b": _facts("b")}) is None
+
+
+def test_waiting_for_lists_dependencies_not_ready() -> None:
+    spec_ = _agent_spec(spec(agents=["b"], dependsOn=["c"]))
+    assert waiting_for(spec_, {"b": _facts("b"), "c": _facts("c", ready=False)}) == ["c"]
+
+
+def test_check_secrets_names_secrets_and_keys_never_values() -> None:
+    binding = SecretBinding("E", SecretKeyRef(name="llm", key="VLLM_KEY"))
+    assert check_secrets([binding], {}) == Problem(
+        "SecretNotFound", "Secrets not found in this namespace: llm"
+    )
+    assert check_secrets([binding], {"llm": {"OTHER": "digest"}}) == Problem(
+        "SecretKeyNotFound", "Secret keys not found: llm/VLLM_KEY"
+    )
+    assert check_secrets([binding], {"llm": {"VLLM_KEY": "digest"}}) is None
+
+
+def test_workload_reads_a_deployment_object() -> None:
+    obj = {
+        "metadata": {"generation": 2},
+        "spec": {"replicas": 2},
+        "status": {"observedGeneration": 2, "replicas": 2, "updatedReplicas": 2, "readyReplicas": 1,
+                   "conditions": [{"type": "Available", "status": "True"}]},
+    }  # fmt: skip
+    assert workload(obj) == Workload(2, 1, True, True, "1/2 pods ready")
+    assert workload(None) is None
+    stale = {**obj, "metadata": {"generation": 3}}
+    assert workload(stale).rolled_out is False  # type: ignore[union-attr]
+
+
+def test_deployment_status_counts_agents_and_reports_monitoring() -> None:
+    obs = DeploymentObservation(
+        generation=1,
+        agents=(AgentSummary(True, True), AgentSummary(False, False)),
+        registry_enabled=True,
+        registry=UP,
+        registry_url="http://r",
+        monitoring_enabled=True,
+        monitoring_crd_present=False,
+    )
+    status = deployment_status(obs, PallasDeploymentStatus(), T0)
+    assert (status.agents.total, status.agents.ready, status.agents.healthy) == (2, 1, 1)
+    assert _cond(status, "Ready") == ("False", "AgentsNotReady")
+    assert _cond(status, "MonitoringReady") == ("False", "ServiceMonitorCRDNotFound")
+    assert status.registry_url == "http://r"
+    no_registry = deployment_status(
+        DeploymentObservation(1, (), False, None, "http://r", False, False), PallasDeploymentStatus(), T0
+    )
+    assert _cond(no_registry, "Ready") == ("True", "AllAgentsReady")
+    assert no_registry.registry_url is None
+    assert "MonitoringReady" not in {c.type for c in no_registry.conditions}
