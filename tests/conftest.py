@@ -14,6 +14,7 @@ import pytest
 from tests.support.cluster import kube_client, kube_cluster, namespace
 from tests.support.fake_llm import fake_anthropic, fake_openai
 from tests.support.mcp_peers import mcp_peers, server_everything
+from tests.support.operator import pallas_crds, pallas_operator  # noqa: F401
 
 TESTS = Path(__file__).resolve().parent
 TIERS = ("unit", "integration", "e2e")

@@ -141,6 +141,8 @@ class LocalAgent:
     rendered: RenderedAgent
     environ: dict[str, str]
     """The process environment plus this agent's secret variables."""
+    unresolved: tuple[str, ...] = ()
+    """Secret references with no value (no Secret manifest key, no environment variable)."""
 
     @property
     def url(self) -> str:
@@ -198,12 +200,15 @@ def plan_local(
         except RenderError as exc:
             raise ManifestError(f"{_where(agent.source, agent.kind, agent.name)}: {exc}") from None
         agent_env = dict(env)
+        unresolved = []
         for binding in rendered.secrets:
             secret = manifests.secrets.get((agent.namespace, binding.ref.name), {})
             value = secret.get(binding.ref.key, env.get(binding.ref.key))
             if value is not None:
                 agent_env[binding.env] = value
-        planned.append(LocalAgent(agent, deployment, ports[key], rendered, agent_env))
+            else:
+                unresolved.append(f"secretKeyRef {binding.ref.name}/{binding.ref.key}")
+        planned.append(LocalAgent(agent, deployment, ports[key], rendered, agent_env, tuple(unresolved)))
     if only_agent is not None and not planned:
         names = ", ".join(a.name for a in manifests.agents)
         raise ManifestError(f"--agent {only_agent}: no such PallasAgent (have: {names})")

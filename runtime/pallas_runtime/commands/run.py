@@ -59,6 +59,14 @@ class RunCommand:
         except ManifestError as exc:
             print(f"pallas run: {exc}", file=sys.stderr)
             return 2
+        for agent in plan.agents:
+            for ref in agent.unresolved:
+                key = ref.rsplit("/", 1)[1]
+                print(
+                    f"pallas run: warning: agent {agent.manifest.name}: {ref} has no value "
+                    f"(no such Secret manifest key and ${key} is unset)",
+                    file=sys.stderr,
+                )
         secrets = {b.env for a in plan.agents for b in a.rendered.secrets}
         merged_env = {k: v for a in plan.agents for k, v in a.environ.items()}
         try:
@@ -73,6 +81,7 @@ async def serve_plan(plan: LocalPlan) -> int:
     """Start every agent in dependency order and serve until SIGINT/SIGTERM; stop them all."""
     metrics = RuntimeMetrics()
     servers: list[tuple[EmbeddedServer, asyncio.Task[None]]] = []
+    servers_extra: list[asyncio.Task[None]] = []
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -95,14 +104,63 @@ async def serve_plan(plan: LocalPlan) -> int:
             servers.append((server, task))
             await wait_started(server, task)
             print(f"agent {config.name:<24} {agent.url}", flush=True)
+        if plan.registry_port is not None:
+            listening = asyncio.Event()
+            registry = asyncio.create_task(_serve_registry(plan, plan.registry_port, listening))
+            if not await _registry_started(registry, listening, plan.registry_port):
+                return 1
+            servers_extra.append(registry)
+            print(
+                f"registry {'':<21} http://{LOOPBACK}:{plan.registry_port}/.well-known/mcp/server.json",
+                flush=True,
+            )
         log.info("running %d agent(s); stop with Ctrl-C", len(plan.agents))
-        waiters = [asyncio.create_task(stop.wait()), *(task for _, task in servers)]
+        waiters = [asyncio.create_task(stop.wait()), *(task for _, task in servers), *servers_extra]
         await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         waiters[0].cancel()
         return 0
     finally:
+        for task in servers_extra:
+            task.cancel()
         for server, _ in servers:
             server.should_exit = True
-        await asyncio.gather(*(task for _, task in servers), return_exceptions=True)
+        await asyncio.gather(*servers_extra, *(task for _, task in servers), return_exceptions=True)
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
+
+
+async def _serve_registry(plan: LocalPlan, port: int, listening: asyncio.Event) -> None:
+    # Imported here: the registry pulls in its own dependencies, which `--agent` runs never need.
+    from pallas_runtime.registry import serve_registry
+    from pallas_runtime.registry.static import LocalAgent, StaticSource
+
+    source = StaticSource(
+        [
+            LocalAgent(
+                agent.manifest.name,
+                agent.manifest.spec,
+                agent.deployment.spec,
+                agent.url,
+                deployment_name=agent.deployment.name,
+                namespace=agent.manifest.namespace,
+            )
+            for agent in plan.agents
+        ]
+    )
+    await serve_registry(source, LOOPBACK, port, started=listening)
+
+
+async def _registry_started(task: asyncio.Task[None], listening: asyncio.Event, port: int) -> bool:
+    """Wait until the registry listens; say why in one line if it cannot."""
+    waiter = asyncio.create_task(listening.wait())
+    await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
+    if listening.is_set():
+        return True
+    waiter.cancel()
+    error = None if task.cancelled() else task.exception()
+    reason = getattr(error, "strerror", None) or error
+    print(
+        f"pallas run: registry: cannot listen on {LOOPBACK}:{port}: {reason} (try another --base-port)",
+        file=sys.stderr,
+    )
+    return False

@@ -112,6 +112,7 @@ async def test_agents_call_agents_and_nothing_secret_is_logged(
         async with Client(transport, mode="legacy") as client:
             result = await client.call_tool("send_message", {"message": "ask the worker"})
         assert result.content[0].text == "boss heard: 42"
+        catalogue = await registry_listing(base)
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=15)
     assert proc.returncode == 0
@@ -119,12 +120,31 @@ async def test_agents_call_agents_and_nothing_secret_is_logged(
     assert out.splitlines() == [
         f"agent worker{' ' * 18} http://127.0.0.1:{base + 2}/mcp",
         f"agent boss{' ' * 20} http://127.0.0.1:{base + 1}/mcp",
+        f"registry{' ' * 22} http://127.0.0.1:{base}/.well-known/mcp/server.json",
     ]
+    assert catalogue == {
+        "boss": f"http://127.0.0.1:{base + 1}/mcp",
+        "worker": f"http://127.0.0.1:{base + 2}/mcp",
+    }
     assert all(r.headers["authorization"] == f"Bearer {API_KEY}" for r in fake_openai.completions)
     for line in err.splitlines():
         json.loads(line)  # every log line is JSON
     assert API_KEY not in err
     assert "caller-jwt-abc" not in err
+
+
+async def registry_listing(base: int) -> dict[str, str]:
+    """Agent name -> URL from the registry on the base port, once it lists both as active."""
+    async with httpx2.AsyncClient() as http:
+        for _ in range(200):
+            response = await http.get(f"http://127.0.0.1:{base}/.well-known/mcp/server.json")
+            if response.status_code == 200 and len(response.json()["servers"]) == 2:
+                entries = response.json()["servers"]
+                return {
+                    e["server"]["name"].rsplit("/", 1)[1]: e["server"]["remotes"][0]["url"] for e in entries
+                }
+            await asyncio.sleep(0.1)
+    raise AssertionError("the registry never listed both agents as active")
 
 
 def test_bad_manifests_and_flags_fail_in_one_line(tmp_path: Path) -> None:

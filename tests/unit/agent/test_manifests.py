@@ -128,3 +128,10 @@ def test_the_shipped_examples_plan_cleanly() -> None:
     for example in sorted((REPO / "examples").glob("*.yaml")):
         plan = plan_local(load_manifests([example]), 24200, environ={})
         assert plan.agents, example
+
+
+def test_unresolved_secrets_are_reported(tmp_path: Path) -> None:
+    path = write(tmp_path, DEPLOYMENT, agent("a"))
+    [local] = plan_local(load_manifests([path]), 25000, environ={}).agents
+    assert local.unresolved == ("secretKeyRef llm/P_KEY",)
+    assert "PALLAS_PROVIDER_P_API_KEY" not in local.environ

@@ -1,0 +1,99 @@
+"""What the catalogue is built from: one provider-neutral record per agent.
+
+Both sources (the Kubernetes watch and the local `pallas run` poller) reduce what they observe to
+an `AgentState`; the builder never sees a Kubernetes object or an MCP client. Spec-derived fields
+come first, status-derived ones after; every field has a safe default so a source fills in only
+what it knows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Literal
+
+from pallas_runtime.config.agent import ModelCapabilities
+from pallas_runtime.config.resources import Icon
+
+HealthStatus = Literal["ok", "degraded", "error"]
+HEALTH_STATUSES: tuple[HealthStatus, ...] = ("ok", "degraded", "error")
+PHASES = ("Pending", "Waiting", "Progressing", "Ready", "Degraded", "Failed")
+"""PallasAgent `status.phase` values (docs/api.md §1)."""
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware in UTC (the clock every source uses)."""
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """The agent's last `get_health` answer as its status reports it."""
+
+    status: HealthStatus
+    message: str = ""
+    checked_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AgentState:
+    """Everything the catalogue needs to know about one agent.
+
+    Attributes:
+        name: The agent's name (PallasAgent `metadata.name`).
+        namespace: Its namespace; the default name prefix derives from it.
+        deployment: The PallasDeployment it belongs to.
+        title: Display title; empty means "the name in title case".
+        description: One line; empty means a generated one.
+        icons: Icons from the spec (the builder drops those the registry schema would refuse).
+        tags: Discovery tags (`spec.capabilities`).
+        model_ref: The configured model, `<provider>.<model>` (agent override or deployment default).
+        model_capabilities: What the model can do (the deployment's `model.capabilities`).
+        provider_type: Wire protocol of the model's provider (`openai`/`anthropic`) when known.
+        version: The deployment's `spec.version`.
+        name_prefix: The deployment's `registry.namePrefix`; None derives one from the namespace.
+        public_url_template: The deployment's `registry.publicURLTemplate` ("" = use `url`).
+        service_port: The agent Service port, for the cluster DNS URL when status has none yet.
+        phase: `status.phase`.
+        ready: Whether clients should use the agent now (listed without `?include=all`).
+        status_message: Why it is not ready (the Ready condition's message), for `statusMessage`.
+        health: The last health check.
+        tools: Tool names the agent serves (`status.tools`).
+        url: The agent's MCP URL (`status.url`).
+        model: The model id the agent reports (`status.model`).
+        published_at: When the agent first appeared (creation time).
+        updated_at: When anything about it last changed.
+        ready_changed_at: When `ready` last flipped (the Ready condition's transition time).
+        deleting: The agent is being deleted.
+    """
+
+    name: str
+    namespace: str = "default"
+    deployment: str = ""
+    title: str = ""
+    description: str = ""
+    icons: tuple[Icon, ...] = ()
+    tags: tuple[str, ...] = ()
+    model_ref: str = ""
+    model_capabilities: ModelCapabilities = field(default_factory=ModelCapabilities)
+    provider_type: str | None = None
+    version: str = "1.0.0"
+    name_prefix: str | None = None
+    public_url_template: str = ""
+    service_port: int = 8000
+    phase: str = "Pending"
+    ready: bool = False
+    status_message: str = ""
+    health: Health | None = None
+    tools: tuple[str, ...] = ()
+    url: str | None = None
+    model: str | None = None
+    published_at: datetime | None = None
+    updated_at: datetime | None = None
+    ready_changed_at: datetime | None = None
+    deleting: bool = False
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """Identity within a source: (namespace, name)."""
+        return (self.namespace, self.name)

@@ -1,0 +1,188 @@
+"""The static source for `pallas run -f`: local agents, with live health from their `get_health`.
+
+The agents are fixed (from the manifests); what changes is their state, polled over MCP: every
+`poll_interval` seconds each agent is asked for `tools/list` and `get_health` (in parallel,
+bounded by `probe_timeout`), at `startup_interval` while some agent has not answered yet so the
+catalogue fills as soon as agents come up. Phases: `Pending` until the first answer, then
+`Ready` (ok), `Degraded` (degraded: still usable; error: not), `Failed` when it stops answering.
+
+Remotes are the loopback URLs given; the deployment's `publicURLTemplate` is for clusters and is
+not applied here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from fastmcp import Client
+from fastmcp.client.transports import StreamableHttpTransport
+
+from pallas_runtime.config.resources import PallasAgentSpec, PallasDeploymentSpec
+from pallas_runtime.registry.catalogue import CatalogueStore
+from pallas_runtime.registry.source import CatalogueSource
+from pallas_runtime.registry.state import HEALTH_STATUSES, AgentState, Health, utcnow
+
+
+@dataclass(frozen=True, slots=True)
+class LocalAgent:
+    """One agent `pallas run` serves: its manifests and where it listens."""
+
+    name: str
+    spec: PallasAgentSpec
+    deployment: PallasDeploymentSpec
+    url: str
+    deployment_name: str = ""
+    namespace: str = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What one probe of an agent found."""
+
+    reachable: bool
+    health: Health
+    tools: tuple[str, ...] = ()
+
+
+def _parse_health(result: Any, now: datetime) -> Health:
+    texts = [block.text for block in result.content if getattr(block, "type", None) == "text"]
+    try:
+        report = json.loads(texts[0]) if texts else None
+    except ValueError:
+        report = None
+    if result.is_error or not isinstance(report, dict) or report.get("status") not in HEALTH_STATUSES:
+        return Health("error", "get_health did not return a health report", now)
+    checked = now
+    if isinstance(report.get("timestamp"), str):
+        try:
+            checked = datetime.fromisoformat(report["timestamp"].replace("Z", "+00:00"))
+        except ValueError:
+            checked = now
+    message = report.get("message")
+    return Health(report["status"], message if isinstance(message, str) else "", checked)
+
+
+async def probe_agent(url: str, budget: float) -> Observation:
+    """Ask the agent at `url` for its tools and `get_health`, within `budget` seconds in total."""
+    now = utcnow()
+    try:
+        async with asyncio.timeout(budget):
+            transport = StreamableHttpTransport(url)
+            async with Client(transport, timeout=budget, init_timeout=budget) as client:
+                tools = tuple(tool.name for tool in await client.list_tools())
+                result = await client.call_tool_mcp("get_health", {})
+    except Exception as exc:
+        problem = "timed out" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
+        return Observation(False, Health("error", f"unreachable: {problem}"[:300], now))
+    return Observation(True, _parse_health(result, now), tools)
+
+
+def base_state(agent: LocalAgent) -> AgentState:
+    """The spec-derived part of a local agent's state (Pending, not probed yet)."""
+    spec, deployment = agent.spec, agent.deployment
+    model_ref = spec.model or deployment.model.default
+    provider = deployment.providers.get(model_ref.partition(".")[0])
+    return AgentState(
+        name=agent.name,
+        namespace=agent.namespace,
+        deployment=agent.deployment_name,
+        title=spec.title,
+        description=spec.description,
+        icons=tuple(spec.icons),
+        tags=tuple(spec.capabilities),
+        model_ref=model_ref,
+        model_capabilities=deployment.model.capabilities,
+        provider_type=provider.type if provider else None,
+        version=deployment.version,
+        name_prefix=deployment.registry.name_prefix,
+        url=agent.url,
+        service_port=spec.service.port,
+    )
+
+
+def observed_state(previous: AgentState, seen: Observation, now: datetime) -> AgentState:
+    """`previous` updated with one probe; timestamps move only when something visible changed."""
+    if seen.reachable:
+        status = seen.health.status
+        phase = "Ready" if status == "ok" else "Degraded"
+        ready = status != "error"
+        tools = seen.tools
+    else:
+        phase = "Pending" if previous.phase == "Pending" else "Failed"
+        ready = False
+        tools = previous.tools
+    message = "" if ready else seen.health.message
+    state = replace(
+        previous, phase=phase, ready=ready, status_message=message, health=seen.health, tools=tools
+    )
+    visible = (phase, ready, message, seen.health.status, seen.health.message, tools)
+    before = (
+        previous.phase,
+        previous.ready,
+        previous.status_message,
+        previous.health.status if previous.health else None,
+        previous.health.message if previous.health else None,
+        previous.tools,
+    )
+    if visible == before:
+        # Keep checkedAt of the earlier report too: a new timestamp alone is not a change.
+        return replace(state, health=previous.health)
+    ready_changed = now if ready != previous.ready else previous.ready_changed_at
+    return replace(state, updated_at=now, ready_changed_at=ready_changed)
+
+
+class StaticSource(CatalogueSource):
+    """Local agents whose state comes from polling their MCP endpoints."""
+
+    def __init__(
+        self,
+        agents: Sequence[LocalAgent],
+        *,
+        poll_interval: float = 5.0,
+        startup_interval: float = 0.5,
+        probe_timeout: float = 5.0,
+        store: CatalogueStore | None = None,
+    ) -> None:
+        """Publish `agents` as Pending; `run()` starts polling them.
+
+        Args:
+            agents: The local agents, in manifest order.
+            poll_interval: Seconds between polls once every agent has answered.
+            startup_interval: Seconds between polls while some agent has never answered.
+            probe_timeout: Budget of one agent's probe (tools/list + get_health), in seconds.
+            store: The store to fill; default: a new one.
+        """
+        super().__init__(store)
+        now = utcnow()
+        self.agents = list(agents)
+        self._states = {a.name: replace(base_state(a), published_at=now, updated_at=now) for a in self.agents}
+        self._poll_interval = poll_interval
+        self._startup_interval = startup_interval
+        self._probe_timeout = probe_timeout
+        self._answered: set[str] = set()
+        self.store.replace(self._states.values())
+
+    async def refresh(self) -> None:
+        """Probe every agent once and publish what was found."""
+        observations = await asyncio.gather(*(probe_agent(a.url, self._probe_timeout) for a in self.agents))
+        now = utcnow()
+        for agent, seen in zip(self.agents, observations, strict=True):
+            if seen.reachable:
+                self._answered.add(agent.name)
+            state = observed_state(self._states[agent.name], seen, now)
+            self._states[agent.name] = state
+            self.store.upsert(state)
+        self._connected = all(seen.reachable for seen in observations)
+        self.mark_ready()
+
+    async def run(self) -> None:
+        """Poll until cancelled."""
+        while True:
+            await self.refresh()
+            starting = len(self._answered) < len(self.agents)
+            await asyncio.sleep(self._startup_interval if starting else self._poll_interval)

@@ -1,0 +1,227 @@
+"""AgentState → catalogue entry: the Daedalus shape, the schema, and the edge cases."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from pallas_runtime.config.agent import ModelCapabilities
+from pallas_runtime.config.resources import Icon
+from pallas_runtime.registry.builder import VENDOR_META, InvalidAgent, build_response, one_line
+from pallas_runtime.registry.schema import OFFICIAL_META, SCHEMA_URL
+from pallas_runtime.registry.state import Health
+from tests.support.registry import assert_valid_entry, state
+
+
+def entry(**changes: Any) -> dict[str, Any]:
+    built = build_response(state(**changes))
+    assert_valid_entry(built)
+    return built
+
+
+def test_the_seed_shape_daedalus_reads() -> None:
+    built = entry(name_prefix="ca.helu.ouranos", name="pallas-research")
+    assert built["server"] == {
+        "$schema": SCHEMA_URL,
+        "name": "ca.helu.ouranos/pallas-research",
+        "title": "Research Agent",
+        "description": "Web search via Argos and knowledge graph via Neo4j",
+        "version": "1.0.0",
+        "icons": [{"src": "https://example.com/icons/research.svg", "sizes": ["any"]}],
+        "remotes": [
+            {"type": "streamable-http", "url": "http://pallas-research.agents.svc.cluster.local:8000/mcp"}
+        ],
+        "capabilities": {
+            "model": "qwen3-8b",
+            "vision": False,
+            "context_window": 200000,
+            "max_output_tokens": 32000,
+        },
+    }
+    assert built["_meta"][OFFICIAL_META] == {
+        "status": "active",
+        "statusChangedAt": "2026-11-21T10:00:00Z",
+        "publishedAt": "2026-11-21T10:00:00Z",
+        "updatedAt": "2026-11-21T10:00:00Z",
+        "isLatest": True,
+    }
+
+
+def test_vendor_meta_carries_live_state_and_discovery_info() -> None:
+    vendor = entry()["_meta"][VENDOR_META]
+    assert vendor == {
+        "id": "research",
+        "namespace": "agents",
+        "deployment": "ouranos",
+        "status": "ready",
+        "phase": "Ready",
+        "health": {"status": "ok", "message": "", "checkedAt": "2026-11-21T10:00:00Z"},
+        "tools": ["send_message", "get_health"],
+        "capabilities": ["web-search", "knowledge-graph"],
+        "provider": "vllm",
+        "model": "qwen3-8b",
+        "modelCapabilities": {"vision": False, "contextWindow": 200000, "maxOutputTokens": 32000},
+        "providers": [
+            {
+                "id": "vllm",
+                "kind": "llm",
+                "models": ["qwen3-8b"],
+                "type": "openai",
+                "capabilities": {"vision": False, "tools": True},
+            }
+        ],
+    }
+
+
+def test_model_falls_back_to_the_configured_one() -> None:
+    built = entry(model=None, model_ref="anthropic.claude-sonnet-4-5", provider_type=None)
+    assert built["server"]["capabilities"]["model"] == "claude-sonnet-4-5"
+    assert built["_meta"][VENDOR_META]["providers"][0] == {
+        "id": "anthropic",
+        "kind": "llm",
+        "models": ["claude-sonnet-4-5"],
+        "capabilities": {"vision": False, "tools": True},
+    }
+
+
+def test_no_model_known_means_no_capabilities() -> None:
+    built = entry(model=None, model_ref="")
+    assert "capabilities" not in built["server"]
+    assert built["_meta"][VENDOR_META]["providers"] == []
+
+
+def test_vision_model_capabilities() -> None:
+    caps = ModelCapabilities(vision=True, context_window=1_000_000, max_output_tokens=64000)
+    assert entry(model_capabilities=caps)["server"]["capabilities"] == {
+        "model": "qwen3-8b",
+        "vision": True,
+        "context_window": 1_000_000,
+        "max_output_tokens": 64000,
+    }
+
+
+@pytest.mark.parametrize(
+    ("changes", "status", "message"),
+    [
+        ({"ready": False, "phase": "Progressing"}, "deprecated", "agent is Progressing, not ready"),
+        (
+            {"ready": False, "phase": "Failed", "status_message": "image pull failed"},
+            "deprecated",
+            "agent is Failed, not ready: image pull failed",
+        ),
+        ({"deleting": True}, "deleted", "agent is being deleted"),
+    ],
+)
+def test_official_status_of_agents_not_ready(changes: dict[str, Any], status: str, message: str) -> None:
+    official = entry(**changes)["_meta"][OFFICIAL_META]
+    assert official["status"] == status
+    assert official["statusMessage"] == message
+
+
+def test_status_message_is_capped_at_500() -> None:
+    official = entry(ready=False, phase="Failed", status_message="x" * 2000)["_meta"][OFFICIAL_META]
+    assert len(official["statusMessage"]) == 500
+
+
+def test_long_title_and_description_are_cut_to_100() -> None:
+    built = entry(title="T" * 300, description="d " * 200)
+    assert len(built["server"]["title"]) == 100
+    assert built["server"]["title"].endswith("…")
+    assert len(built["server"]["description"]) <= 100
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Агент исследований 🔬🧪 — ünïcödé",
+        "👩‍👩‍👧‍👦" * 60,
+        "مساعد البحث" * 20,
+        "e\u0301" * 80,
+        "line\nbreaks\tand\r\nspaces   ",
+    ],
+)
+def test_unicode_titles_and_descriptions(text: str) -> None:
+    built = entry(title=text, description=text)
+    assert "\n" not in built["server"]["title"]
+    assert len(built["server"]["title"]) <= 100
+    assert json.loads(json.dumps(built, ensure_ascii=False)) == built
+
+
+def test_empty_title_and_description_get_defaults() -> None:
+    built = entry(name="tech-research", title="", description="   ")
+    assert built["server"]["title"] == "Tech Research"
+    assert built["server"]["description"] == "Tech Research (Pallas agent)"
+
+
+def test_many_icons_keep_only_what_the_schema_accepts() -> None:
+    icons = [
+        Icon(src=f"https://example.com/{i}.png", mime_type="image/png", sizes=[f"{i}x{i}"])
+        for i in range(1, 60)
+    ]
+    icons += [
+        Icon(src="https://example.com/" + "x" * 300),
+        Icon(src="https://example.com/ä.png"),
+        Icon(src="https://example.com/a.gif", mime_type="image/gif", theme="dark"),
+        Icon(src="data:image/png;base64,iVBORw0KGgo="),
+    ]
+    built = entry(icons=tuple(icons))
+    sources = [icon["src"] for icon in built["server"]["icons"]]
+    assert len(sources) == 61
+    assert "https://example.com/ä.png" not in sources
+    gif = built["server"]["icons"][59]
+    assert gif == {"src": "https://example.com/a.gif", "theme": "dark"}
+
+
+def test_no_usable_icon_means_no_icons_key() -> None:
+    assert "icons" not in entry(icons=(Icon(src="https://example.com/" + "x" * 300),))["server"]
+
+
+def test_timestamps_are_utc_whole_seconds() -> None:
+    moment = datetime(2026, 11, 21, 12, 30, 15, 999_999, tzinfo=timezone(timedelta(hours=2)))
+    official = entry(updated_at=moment)["_meta"][OFFICIAL_META]
+    assert official["updatedAt"] == "2026-11-21T10:30:15Z"
+
+
+def test_naive_timestamps_are_taken_as_utc() -> None:
+    naive = datetime(2026, 1, 2, 3, 4, 5)
+    assert entry(published_at=naive)["_meta"][OFFICIAL_META]["publishedAt"] == "2026-01-02T03:04:05Z"
+
+
+def test_without_timestamps_the_official_meta_has_none() -> None:
+    official = entry(published_at=None, updated_at=None, ready_changed_at=None)["_meta"][OFFICIAL_META]
+    assert official == {"status": "active", "isLatest": True}
+
+
+def test_health_without_check_time() -> None:
+    vendor = entry(health=Health("degraded", "slow"))["_meta"][VENDOR_META]
+    assert vendor["health"] == {"status": "degraded", "message": "slow"}
+
+
+def test_public_url_in_remotes() -> None:
+    built = entry(public_url_template="https://agents.example.com/{agent}/mcp")
+    assert built["server"]["remotes"] == [
+        {"type": "streamable-http", "url": "https://agents.example.com/research/mcp"}
+    ]
+
+
+def test_agent_without_valid_url_is_refused() -> None:
+    with pytest.raises(InvalidAgent, match="no valid http"):
+        build_response(state(url="mailto:x@example.com"))
+
+
+def test_over_long_version_is_refused_not_published() -> None:
+    with pytest.raises(InvalidAgent, match="version"):
+        build_response(state(version="1" * 256))
+
+
+def test_one_line() -> None:
+    assert one_line("  a \n b  ", 10) == "a b"
+    assert one_line("abcdef", 4) == "abc…"
+
+
+def test_updated_at_defaults_to_published_at() -> None:
+    official = entry(updated_at=None, published_at=datetime(2026, 1, 1, tzinfo=UTC))["_meta"][OFFICIAL_META]
+    assert official["updatedAt"] == "2026-01-01T00:00:00Z"

@@ -1,0 +1,48 @@
+"""`pallas registry`: flags and the failures it reports in one line."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from pallas_runtime import cli
+from pallas_runtime.registry.command import DEFAULT_PORT, RegistryCommand
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    RegistryCommand().configure(parser)
+    return parser.parse_args(argv)
+
+
+def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PALLAS_NAMESPACE", raising=False)
+    monkeypatch.delenv("PALLAS_DEPLOYMENT", raising=False)
+    args = parse()
+    assert (args.namespace, args.deployment, args.port, args.host) == (None, None, DEFAULT_PORT, "0.0.0.0")
+
+
+def test_environment_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PALLAS_NAMESPACE", "agents")
+    monkeypatch.setenv("PALLAS_DEPLOYMENT", "ouranos")
+    args = parse()
+    assert (args.namespace, args.deployment) == ("agents", "ouranos")
+    assert parse("--namespace", "x").namespace == "x"
+
+
+def test_registered_as_a_pallas_command() -> None:
+    assert "registry" in cli._discovered_commands()
+
+
+def test_without_credentials_it_says_so(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", "/nonexistent/kubeconfig")
+    assert RegistryCommand().run(parse("--namespace", "agents")) == 1
+    assert capsys.readouterr().err.startswith("pallas registry: no Kubernetes credentials:")
+
+
+def test_bad_port(capsys: pytest.CaptureFixture[str]) -> None:
+    assert RegistryCommand().run(parse("--port", "70000")) == 1
+    assert "--port 70000 is not a TCP port" in capsys.readouterr().err

@@ -1,0 +1,196 @@
+"""PallasAgent / PallasDeployment objects → AgentState, including broken ones."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from pallas_runtime.config.agent import ModelCapabilities
+from pallas_runtime.registry.builder import InvalidAgent, build_response
+from pallas_runtime.registry.objects import (
+    DeploymentSettings,
+    MissingStatus,
+    agent_state,
+    deployment_settings,
+)
+from pallas_runtime.registry.state import Health
+from tests.support.operator import agent, at, deployment, spec, without
+from tests.support.registry import assert_valid_entry, ready_status
+
+SETTINGS = DeploymentSettings(
+    name="ouranos",
+    version="2.1.0",
+    name_prefix="ca.helu.ouranos",
+    model_default="vllm.qwen3-8b",
+    capabilities=ModelCapabilities(vision=True, context_window=200000, max_output_tokens=32000),
+    provider_types={"vllm": "openai"},
+)
+
+
+def ready_agent(*mods: Any) -> dict[str, Any]:
+    return agent(
+        "research",
+        at("metadata.namespace", "agents"),
+        at("metadata.creationTimestamp", "2026-11-20T08:00:00Z"),
+        at("status", ready_status("research", "agents")),
+        *mods,
+    )
+
+
+def test_deployment_settings() -> None:
+    obj = deployment(
+        "ouranos",
+        spec(
+            version="2.1.0",
+            registry={"namePrefix": "ca.helu.ouranos", "publicURLTemplate": "https://x/{agent}"},
+        ),
+        at("spec.model.capabilities", {"vision": True, "contextWindow": 1000, "maxOutputTokens": 10}),
+    )
+    settings = deployment_settings(obj)
+    assert settings == DeploymentSettings(
+        name="ouranos",
+        version="2.1.0",
+        name_prefix="ca.helu.ouranos",
+        public_url_template="https://x/{agent}",
+        model_default="vllm.qwen3-8b",
+        capabilities=ModelCapabilities(vision=True, context_window=1000, max_output_tokens=10),
+        provider_types={"vllm": "openai"},
+    )
+
+
+def test_deployment_defaults_and_bad_capabilities() -> None:
+    obj = deployment("d", at("spec.model.capabilities", {"contextWindow": "lots"}), without("spec.providers"))
+    settings = deployment_settings(obj)
+    assert settings.version == "1.0.0"
+    assert settings.name_prefix is None
+    assert settings.capabilities == ModelCapabilities()
+    assert settings.provider_types == {}
+
+
+def test_a_ready_agent() -> None:
+    obj = ready_agent(
+        spec(
+            title="Research Agent",
+            capabilities=["web-search", "Bad Tag", 7],
+            icons=[{"src": "https://x/i.svg", "sizes": ["any"]}, {"src": "ftp://nope"}, "junk"],
+            service={"port": 9000},
+        ),
+        at("metadata.managedFields", [{"manager": "op", "time": "2026-11-21T11:00:00Z"}, {"manager": "x"}]),
+    )
+    state = agent_state(obj, SETTINGS)
+    assert state.key == ("agents", "research")
+    assert (state.title, state.description) == ("Research Agent", "Researches questions")
+    assert state.tags == ("web-search",)
+    assert [icon.src for icon in state.icons] == ["https://x/i.svg"]
+    assert (state.model_ref, state.model, state.provider_type) == ("vllm.qwen3-8b", "qwen3-8b", "openai")
+    assert (state.version, state.name_prefix, state.service_port) == ("2.1.0", "ca.helu.ouranos", 9000)
+    assert state.model_capabilities.vision
+    assert (state.phase, state.ready) == ("Ready", True)
+    assert state.health == Health("ok", "", datetime(2026, 11, 21, 10, tzinfo=UTC))
+    assert state.tools == ("send_message", "get_health")
+    assert state.url == "http://research.agents.svc.cluster.local:8000/mcp"
+    assert state.published_at == datetime(2026, 11, 20, 8, tzinfo=UTC)
+    assert state.updated_at == datetime(2026, 11, 21, 11, tzinfo=UTC)
+    assert state.ready_changed_at == datetime(2026, 11, 21, 10, tzinfo=UTC)
+    assert not state.deleting
+    built = build_response(state)
+    assert_valid_entry(built)
+    assert built["server"]["name"] == "ca.helu.ouranos/research"
+
+
+def test_agent_model_override() -> None:
+    state = agent_state(ready_agent(spec(model="anthropic.claude-sonnet-4-5")), SETTINGS)
+    assert state.model_ref == "anthropic.claude-sonnet-4-5"
+    assert state.provider_type is None
+
+
+def test_unknown_deployment_gives_defaults() -> None:
+    state = agent_state(ready_agent(), None)
+    assert (state.deployment, state.version, state.name_prefix, state.model_ref) == (
+        "ouranos",
+        "1.0.0",
+        None,
+        "",
+    )
+    assert_valid_entry(build_response(state))
+
+
+def test_ready_comes_from_the_ready_condition() -> None:
+    condition = {"type": "Ready", "status": "False", "message": "dependency tech-research is not Ready"}
+    state = agent_state(ready_agent(at("status.conditions", [condition])), SETTINGS)
+    assert not state.ready
+    assert state.status_message == "dependency tech-research is not Ready"
+
+
+def test_without_a_ready_condition_the_phase_decides() -> None:
+    assert agent_state(ready_agent(at("status.conditions", [])), SETTINGS).ready
+    assert not agent_state(ready_agent(at("status", {"phase": "Waiting"})), SETTINGS).ready
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        None,
+        {},
+        "Ready",
+        [],
+        {"phase": "Running"},
+        {"phase": None},
+        {"url": "http://x/mcp"},
+        {"phase": ["Ready"]},
+    ],
+)
+def test_missing_or_invalid_status(status: Any) -> None:
+    obj = ready_agent(at("status", status))
+    with pytest.raises(MissingStatus):
+        agent_state(obj, SETTINGS)
+
+
+def test_status_without_url_publishes_the_cluster_dns_url() -> None:
+    state = agent_state(ready_agent(at("status", {"phase": "Pending"})), SETTINGS)
+    assert state.url is None
+    built = build_response(state)
+    assert built["server"]["remotes"][0]["url"] == "http://research.agents.svc.cluster.local:8000/mcp"
+
+
+def test_deleting_agent() -> None:
+    state = agent_state(ready_agent(at("metadata.deletionTimestamp", "2026-11-21T12:00:00Z")), SETTINGS)
+    assert state.deleting
+
+
+def test_bad_health_is_dropped() -> None:
+    state = agent_state(ready_agent(at("status.health", {"status": "fine"})), SETTINGS)
+    assert state.health is None
+
+
+def mangle(value: Any, rng: random.Random) -> Any:
+    junk = [None, 7, "x", [], {}, ["a", 3], {"k": None}, True, 1.5, "2026-99-99T00:00:00Z"]
+    if isinstance(value, dict):
+        return {k: (rng.choice(junk) if rng.random() < 0.3 else mangle(v, rng)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [rng.choice(junk) if rng.random() < 0.3 else mangle(v, rng) for v in value]
+    return value
+
+
+def test_garbage_anywhere_never_crashes() -> None:
+    rng = random.Random(11)
+    base = ready_agent(
+        spec(icons=[{"src": "https://x/i.svg"}], capabilities=["a"], service={"port": 1}),
+        at("metadata.managedFields", [{"time": "2026-11-21T11:00:00Z"}]),
+    )
+    built = 0
+    for _ in range(400):
+        obj = mangle(base, rng)
+        try:
+            state = agent_state(obj, SETTINGS)
+        except MissingStatus:
+            continue
+        try:
+            assert_valid_entry(build_response(state))
+            built += 1
+        except InvalidAgent:
+            continue
+    assert built > 50

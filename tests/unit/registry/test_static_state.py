@@ -1,0 +1,111 @@
+"""The static source's pure parts: spec → state, probe results → phases, health parsing."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import mcp_types
+import pytest
+
+from pallas_runtime.config.resources import PallasAgentSpec, PallasDeploymentSpec
+from pallas_runtime.registry.builder import build_response
+from pallas_runtime.registry.state import Health
+from pallas_runtime.registry.static import LocalAgent, Observation, _parse_health, base_state, observed_state
+from tests.support.registry import assert_valid_entry
+
+NOW = datetime(2026, 11, 21, 10, tzinfo=UTC)
+
+DEPLOYMENT = PallasDeploymentSpec.model_validate(
+    {
+        "version": "3.0.0",
+        "model": {"default": "vllm.qwen3-8b", "capabilities": {"vision": True}},
+        "providers": {"vllm": {"type": "openai"}, "anthropic": {"type": "anthropic"}},
+        "registry": {"namePrefix": "ca.helu.ouranos", "publicURLTemplate": "https://public/{agent}/mcp"},
+    }
+)
+
+
+def local(name: str = "research", **spec: object) -> LocalAgent:
+    agent_spec = PallasAgentSpec.model_validate({"deployment": "ouranos", **spec})
+    return LocalAgent(name, agent_spec, DEPLOYMENT, "http://127.0.0.1:24201/mcp", "ouranos", "agents")
+
+
+def test_base_state_from_the_manifests() -> None:
+    state = base_state(
+        local(title="Research", capabilities=["web-search"], model="anthropic.claude-sonnet-4-5")
+    )
+    assert state.key == ("agents", "research")
+    assert (state.title, state.tags, state.version) == ("Research", ("web-search",), "3.0.0")
+    assert (state.model_ref, state.provider_type) == ("anthropic.claude-sonnet-4-5", "anthropic")
+    assert state.model_capabilities.vision
+    assert (state.phase, state.ready) == ("Pending", False)
+    # Local agents are published at their loopback URL, never the cluster's public template.
+    assert state.public_url_template == ""
+    assert build_response(state)["server"]["remotes"][0]["url"] == "http://127.0.0.1:24201/mcp"
+    assert build_response(state)["server"]["name"] == "ca.helu.ouranos/research"
+
+
+def seen(status: str, message: str = "", tools: tuple[str, ...] = ("get_health",)) -> Observation:
+    return Observation(True, Health(status, message, NOW), tools)  # type: ignore[arg-type]
+
+
+DOWN = Observation(False, Health("error", "unreachable: ConnectError", NOW))
+
+
+@pytest.mark.parametrize(
+    ("observation", "phase", "ready"),
+    [
+        (seen("ok"), "Ready", True),
+        (seen("degraded", "slow"), "Degraded", True),
+        (seen("error", "no key"), "Degraded", False),
+    ],
+)
+def test_probe_results_map_to_phases(observation: Observation, phase: str, ready: bool) -> None:
+    state = observed_state(base_state(local()), observation, NOW)
+    assert (state.phase, state.ready) == (phase, ready)
+    assert state.updated_at == NOW
+    assert_valid_entry(build_response(state))
+
+
+def test_unreachable_before_first_answer_is_pending_after_it_failed() -> None:
+    start = base_state(local())
+    assert observed_state(start, DOWN, NOW).phase == "Pending"
+    up = observed_state(start, seen("ok"), NOW)
+    down = observed_state(up, DOWN, NOW + timedelta(seconds=5))
+    assert (down.phase, down.ready, down.tools) == ("Failed", False, ("get_health",))
+    assert down.status_message == "unreachable: ConnectError"
+    assert down.ready_changed_at == NOW + timedelta(seconds=5)
+
+
+def test_an_unchanged_report_does_not_move_timestamps() -> None:
+    first = observed_state(base_state(local()), seen("ok"), NOW)
+    later = observed_state(
+        first, Observation(True, Health("ok", "", NOW + timedelta(minutes=1)), ("get_health",)), NOW
+    )
+    assert later == first
+
+
+def result(text: str, is_error: bool = False) -> mcp_types.CallToolResult:
+    return mcp_types.CallToolResult(
+        content=[mcp_types.TextContent(type="text", text=text)], is_error=is_error
+    )
+
+
+def test_parse_health_report() -> None:
+    report = json.dumps({"status": "degraded", "timestamp": "2026-11-21T09:00:00Z", "message": "argos down"})
+    assert _parse_health(result(report), NOW) == Health("degraded", "argos down", NOW - timedelta(hours=1))
+
+
+@pytest.mark.parametrize("text", ["not json", "[]", '{"status": "fine"}', '{"message": "no status"}', '"ok"'])
+def test_parse_health_garbage_is_an_error(text: str) -> None:
+    health = _parse_health(result(text), NOW)
+    assert (health.status, health.message) == ("error", "get_health did not return a health report")
+
+
+def test_parse_health_tool_error() -> None:
+    assert _parse_health(result('{"status": "ok"}', is_error=True), NOW).status == "error"
+
+
+def test_parse_health_bad_timestamp_uses_now() -> None:
+    assert _parse_health(result('{"status": "ok", "timestamp": "soon"}'), NOW).checked_at == NOW
