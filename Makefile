@@ -9,8 +9,8 @@ BIN := $(VENV)/bin
 # Re-install only when the dependency list changes.
 STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-16)
 
-.PHONY: help venv k8s-bins mcp-peers lint test test-unit test-integration test-e2e cluster-up cluster-down \
-        cluster-status demo clean
+.PHONY: help venv k8s-bins mcp-peers system-deps lint verify test test-unit test-integration test-e2e cluster-up \
+        cluster-down cluster-status demo demo-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -31,22 +31,35 @@ k8s-bins: ## build (or reuse) etcd, kube-apiserver, kube-controller-manager, kub
 mcp-peers: ## install (or reuse) the pinned MCP peers: Node 22, server-everything, inspector-cli, conformance
 	hack/mcp-peers.sh
 
+system-deps: ## install (if missing) the Debian packages the tests need: prometheus (promtool)
+	hack/system-deps.sh
+
 lint: venv ## ruff, mypy (strict) and the import-layering contracts
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test-unit: venv ## pure tests: nothing but Python
+verify: venv ## regenerate crds/ from the models and fail if the committed files differ
+	hack/gen-crds
+	hack/gen-chart
+	@generated="crds/ charts/pallas/templates/crds/ charts/pallas/templates/_rbac-rules.tpl \
+	    charts/pallas/values.yaml charts/pallas/values.schema.json"; \
+	  stale="$$(git diff --name-only -- $$generated; git ls-files --others --exclude-standard -- $$generated)"; \
+	  if [[ -n "$$stale" ]]; then \
+	    echo "make verify: generated files are stale or untracked (run hack/gen-crds, hack/gen-chart and commit):" >&2; \
+	    echo "$$stale" | sed 's/^/  /' >&2; exit 1; fi
+
+test-unit: venv k8s-bins ## pure tests (the chart tests run helm template)
 	$(BIN)/pytest tests/unit
 
-test-integration: venv k8s-bins mcp-peers ## tests against the real local control plane
+test-integration: venv k8s-bins mcp-peers system-deps ## tests against the real local control plane
 	$(BIN)/pytest tests/integration
 
 test-e2e: venv k8s-bins mcp-peers ## the whole product on the local control plane
 	$(BIN)/pytest tests/e2e
 
-test: lint k8s-bins mcp-peers ## lint and every test tier (what CI runs)
+test: lint verify k8s-bins mcp-peers system-deps ## lint and every test tier (what CI runs)
 	$(BIN)/pytest tests
 
 cluster-up: k8s-bins ## start (or reuse) the local control plane
@@ -58,12 +71,11 @@ cluster-down: ## stop the local control plane
 cluster-status: ## say what runs
 	hack/cluster status
 
-demo: venv cluster-up ## bring up the local control plane and show it
-	@eval "$$(hack/cluster env)"; \
-	  echo; echo "== kubectl version"; kubectl version; \
-	  echo; echo "== kubectl get namespaces"; kubectl get namespaces; \
-	  echo; echo "Use it from your shell:  eval \"\$$(hack/cluster env)\""; \
-	  echo "Stop it:                  make cluster-down"
+demo: venv k8s-bins cluster-up ## the whole product locally: operator, agents and registry as pods, then chat
+	hack/demo up
+
+demo-down: ## remove the demo and stop the stand-in kubelet (the cluster keeps running)
+	hack/demo down
 
 clean: cluster-down ## stop the cluster and remove the virtualenv and caches in the repo
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .cluster
