@@ -7,6 +7,7 @@ Child names are derived, never stored, so any replica of the operator (and a hum
 from __future__ import annotations
 
 from typing import Final
+from urllib.parse import urlsplit
 
 from pallas_runtime.config.resources import API_GROUP, API_VERSION
 
@@ -58,6 +59,24 @@ def service_monitor_name(deployment: str, component: str) -> str:
 def agent_url(agent: str, namespace: str, port: int) -> str:
     """The in-cluster MCP URL of an agent: its Service's cluster DNS name."""
     return f"http://{agent}.{namespace}.svc.cluster.local:{port}/mcp"
+
+
+def service_hosts(service: str, namespace: str) -> list[str]:
+    """The DNS names a client inside the cluster may use for a Service, shortest first."""
+    return [
+        service,
+        f"{service}.{namespace}",
+        f"{service}.{namespace}.svc",
+        f"{service}.{namespace}.svc.cluster.local",
+    ]
+
+
+def public_host(template: str, agent: str, namespace: str) -> str | None:
+    """The host of an agent's public URL (`publicURLTemplate`), if one is configured."""
+    if not template:
+        return None
+    url = template.replace("{agent}", agent).replace("{namespace}", namespace)
+    return urlsplit(url).hostname
 
 
 def registry_url(deployment: str, namespace: str, port: int) -> str:

@@ -24,6 +24,19 @@ class AgentWorkload:
     default_image: str
 
 
+def allowed_host_args(w: AgentWorkload) -> list[str]:
+    """`--allowed-host` for each name clients use: the agent's Service DNS names and public host.
+
+    The agent rejects other Host headers (DNS-rebinding protection). Addresses of the pod itself
+    are always accepted, so probes and scrapes by pod IP keep working.
+    """
+    hosts = names.service_hosts(w.owner.name, w.owner.namespace)
+    public = names.public_host(w.deployment.registry.public_url_template, w.owner.name, w.owner.namespace)
+    if public and public not in hosts:
+        hosts.append(public)
+    return [arg for host in hosts for arg in ("--allowed-host", host)]
+
+
 def agent_deployment(w: AgentWorkload) -> Manifest:
     """The Deployment running `pallas agent` with the ConfigMap mounted and secrets as env refs."""
     labels = agent_labels(w.owner.name, w.deployment_name)
@@ -38,6 +51,7 @@ def agent_deployment(w: AgentWorkload) -> Manifest:
             f"{names.CONFIG_DIR}/{names.CONFIG_FILE}",
             "--port",
             str(port),
+            *allowed_host_args(w),
         ],
         "ports": [{"name": names.METRICS_PORT_NAME, "containerPort": port, "protocol": "TCP"}],
         "env": environment([w.deployment.runtime.env, w.agent.pod.env], w.secrets),

@@ -150,8 +150,32 @@ def test_pods_are_hardened() -> None:
     }
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    assert container["command"] == ["pallas", "agent", "--config", "/etc/pallas/agent.yaml", "--port", "8000"]
+    assert container["command"][:6] == [
+        "pallas",
+        "agent",
+        "--config",
+        "/etc/pallas/agent.yaml",
+        "--port",
+        "8000",
+    ]
     assert container["resources"]["requests"]
+
+
+def test_agents_accept_only_their_service_names_and_public_host() -> None:
+    command = agent_deployment(_workload())["spec"]["template"]["spec"]["containers"][0]["command"]
+    allowed = command[7::2]
+    assert command[6::2] == ["--allowed-host"] * 4
+    assert allowed == [
+        "research",
+        "research.agents",
+        "research.agents.svc",
+        "research.agents.svc.cluster.local",
+    ]
+    assert (
+        names.public_host("https://agents.example.com/{agent}/mcp", "research", "agents")
+        == "agents.example.com"
+    )
+    assert names.public_host("", "research", "agents") is None
 
 
 def test_config_hash_moves_with_the_config_and_with_a_rotated_secret_only() -> None:
