@@ -62,6 +62,12 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1000:7.2f} ms"
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -205,9 +211,12 @@ async def main(args: argparse.Namespace) -> None:
             for _ in range(per_client):
                 await c.call_tool("send_message", {"message": "hi"})
 
-        started = time.perf_counter()
+        started, cpu_before = time.perf_counter(), cpu_seconds(agent.pid)
         await asyncio.gather(*(worker(c) for c in clients))
-        rate = per_client * args.concurrency / (time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        rate = per_client * args.concurrency / elapsed
+        agent_cpu = (cpu_seconds(agent.pid) - cpu_before) / (per_client * args.concurrency)
+        agent_busy = (cpu_seconds(agent.pid) - cpu_before) / elapsed
         loaded_rss = rss_mb(agent.pid)
 
         # get_health with one downstream that never answers.
@@ -248,6 +257,10 @@ async def main(args: argparse.Namespace) -> None:
     print(
         f"throughput, {args.concurrency} clients, agent on 1 core  {rate:7.1f} send_message/s"
         "   target >= 200/s"
+    )
+    print(
+        f"  agent CPU per send_message {ms(agent_cpu)}; agent core busy {agent_busy:5.0%} during the load"
+        " (below 100%: the client side is the limit)"
     )
     print(
         f"get_health, 5 healthy downstreams       P50 {ms(pct(health, 0.5))}  P95 {ms(pct(health, 0.95))}"
