@@ -59,7 +59,8 @@ class OperatorCommand:
         )
         # One line per HTTP request is noise at info level (and kopf logs its own watches).
         quiet = logging.DEBUG if args.verbose else logging.WARNING
-        for noisy in ("httpx2", "kopf.objects"):
+        # The MCP client logs every session at info level; the operator probes agents all the time.
+        for noisy in ("httpx2", "kopf.objects", "mcp"):
             logging.getLogger(noisy).setLevel(quiet)
         if args.all_namespaces and args.namespace:
             logging.error("pallas operator: --namespace and --all-namespaces exclude each other")

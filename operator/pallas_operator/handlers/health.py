@@ -18,8 +18,10 @@ from pallas_operator.services import ServiceResolver
 from pallas_operator.status import HealthResult, Verification
 
 log = logging.getLogger(__name__)
-RETRY_UNVERIFIED = 10.0
-"""Seconds between verification attempts of an agent that failed it (if shorter than its interval)."""
+RETRY_UNVERIFIED = (1.0, 2.0, 4.0, 10.0)
+"""Seconds before each new verification attempt of an agent that failed it (the last repeats;
+never longer than its interval). A new pod is often probed before its Service name resolves,
+so the first retries come quickly."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +40,7 @@ class _Agent:
     target: ProbeTarget
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     verified_rollout: str | None = None
+    failed_verifications: int = 0
     verification: Verification | None = None
     health: HealthResult | None = None
     task: asyncio.Task[None] | None = None
@@ -119,7 +122,13 @@ class Prober:
             except Exception:  # a probe never takes the operator down; the next round retries
                 log.exception("probing %s failed", key)
             ok = agent.verification is not None and agent.verification.ok
-            wait = agent.target.interval if ok else min(agent.target.interval, RETRY_UNVERIFIED)
+            if ok:
+                agent.failed_verifications = 0
+                wait = agent.target.interval
+            else:
+                backoff = RETRY_UNVERIFIED[min(agent.failed_verifications, len(RETRY_UNVERIFIED) - 1)]
+                agent.failed_verifications += 1
+                wait = min(agent.target.interval, backoff)
             agent.wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(agent.wake.wait(), wait)
