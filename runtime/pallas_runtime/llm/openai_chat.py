@@ -20,6 +20,7 @@ import httpx2
 import openai
 
 from pallas_runtime.config import AgentConfig
+from pallas_runtime.llm.errors import SdkErrors, describe, safe
 from pallas_runtime.llm.params import dropped_warning, is_native_openai, openai_plan
 from pallas_runtime.llm.provider import LLMError, ProviderCheck
 from pallas_runtime.messages import (
@@ -37,11 +38,11 @@ from pallas_runtime.messages import (
 )
 
 log = logging.getLogger("pallas.llm")
+SDK_ERRORS = SdkErrors(openai.APITimeoutError, openai.APIConnectionError, openai.APIStatusError)
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 """The SDK's default, passed explicitly so an ambient OPENAI_BASE_URL cannot redirect the agent."""
 PREFLIGHT_TIMEOUT_SECONDS = 5.0
-MAX_ERROR_TEXT = 400
 """LLMError texts are cut here: they end up in logs, health messages and tool results."""
 
 
@@ -254,25 +255,6 @@ def completion_from_chat(body: Mapping[str, Any]) -> Completion:
     )
 
 
-def _redact(text: str, secret: str | None) -> str:
-    if secret:
-        text = text.replace(f"Bearer {secret}", "Bearer [redacted]").replace(secret, "[redacted]")
-    return text
-
-
-def _error_detail(body: object, fallback: str) -> str:
-    # OpenAI and llama.cpp nest {"error": {"message"}}; vLLM sends {"object": "error", "message"}.
-    # The SDK has already unwrapped "error" into `body`.
-    if isinstance(body, Mapping):
-        inner = body.get("error", body)
-        message = inner.get("message") if isinstance(inner, Mapping) else inner
-        if isinstance(message, str) and message:
-            return message
-    if isinstance(body, str) and body:
-        return body
-    return fallback
-
-
 class OpenAIChatProvider:
     """One model behind a Chat Completions endpoint.
 
@@ -391,19 +373,9 @@ class OpenAIChatProvider:
             log.warning(warning)
 
     def _safe(self, text: str) -> str:
-        # Redact before cutting, so a key straddling the cut cannot leak in part.
-        return _redact(text, self._key)[:MAX_ERROR_TEXT]
+        return safe(text, self._key)
 
     def _error(self, exc: openai.OpenAIError, timeout: float) -> LLMError:
-        if isinstance(exc, openai.APITimeoutError):
-            return LLMError(f"{self._label}: request to {self._base_url} timed out after {timeout:g}s")
-        if isinstance(exc, openai.APIConnectionError):
-            cause = exc.__cause__
-            reason = f"{type(cause).__name__}: {cause}" if cause else exc.message
-            return LLMError(self._safe(f"{self._label}: cannot reach {self._base_url}: {reason}"))
-        if isinstance(exc, openai.APIStatusError):
-            detail = _error_detail(exc.body, exc.message)
-            return LLMError(
-                self._safe(f"{self._label}: HTTP {exc.status_code}: {detail}"), status=exc.status_code
-            )
-        return LLMError(self._safe(f"{self._label}: {type(exc).__name__}: {exc}"))
+        return describe(
+            exc, sdk=SDK_ERRORS, label=self._label, base_url=self._base_url, secret=self._key, timeout=timeout
+        )

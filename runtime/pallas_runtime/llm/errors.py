@@ -1,0 +1,70 @@
+"""Turning SDK failures into short LLMErrors that never carry the API key.
+
+Both official SDKs are generated from the same template, so their timeout, connection and
+status exceptions have the same shape; each adapter passes its SDK's classes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pallas_runtime.llm.provider import LLMError
+
+MAX_ERROR_TEXT = 400
+
+
+@dataclass(frozen=True, slots=True)
+class SdkErrors:
+    """One SDK's exception classes."""
+
+    timeout: type[Exception]
+    connection: type[Exception]
+    status: type[Exception]
+
+
+def redact(text: str, secret: str | None) -> str:
+    """`text` with the key (and `Bearer <key>`) replaced."""
+    if secret:
+        text = text.replace(f"Bearer {secret}", "Bearer [redacted]").replace(secret, "[redacted]")
+    return text
+
+
+def safe(text: str, secret: str | None) -> str:
+    """Redacted, then cut, so a key straddling the cut cannot leak in part."""
+    return redact(text, secret)[:MAX_ERROR_TEXT]
+
+
+def error_detail(body: object, fallback: str) -> str:
+    """The provider's own error message from a decoded error body.
+
+    OpenAI, Anthropic and llama.cpp nest {"error": {"message"}}; vLLM sends
+    {"object": "error", "message"}; the SDKs may already have unwrapped "error".
+    """
+    if isinstance(body, Mapping):
+        inner = body.get("error", body)
+        message = inner.get("message") if isinstance(inner, Mapping) else inner
+        if isinstance(message, str) and message:
+            return message
+    if isinstance(body, str) and body:
+        return body
+    return fallback
+
+
+def describe(
+    exc: Exception, *, sdk: SdkErrors, label: str, base_url: str, secret: str | None, timeout: float
+) -> LLMError:
+    """The LLMError for an SDK exception: what failed, where, and the provider's own words."""
+    if isinstance(exc, sdk.timeout):
+        return LLMError(f"{label}: request to {base_url} timed out after {timeout:g}s")
+    if isinstance(exc, sdk.connection):
+        cause = exc.__cause__
+        reason = f"{type(cause).__name__}: {cause}" if cause else str(getattr(exc, "message", exc))
+        return LLMError(safe(f"{label}: cannot reach {base_url}: {reason}", secret))
+    if isinstance(exc, sdk.status):
+        status = getattr(exc, "status_code", None)
+        detail = getattr(exc, "api_message", None) or error_detail(
+            getattr(exc, "body", None), f"Error code: {status}"
+        )
+        return LLMError(safe(f"{label}: HTTP {status}: {detail}", secret), status=status)
+    return LLMError(safe(f"{label}: {type(exc).__name__}: {exc}", secret))
