@@ -242,7 +242,7 @@ def set_hostname(name: str) -> None:
 
 def setup_mounts(spec: dict[str, Any]) -> None:
     """Enter a private mount namespace and make the container's mounts there."""
-    mounts: list[dict[str, Any]] = spec.get("mounts", [])
+    mounts = _not_hiding_ourselves(spec.get("mounts", []), spec["venv_bin"])
     _check(_libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     rooted = _needs_new_root([m["target"] for m in mounts])
@@ -263,6 +263,30 @@ def setup_mounts(spec: dict[str, Any]) -> None:
     if spec.get("read_only_root"):
         namespace.seal_root(root_binds)
     namespace.close()
+
+
+def _not_hiding_ourselves(mounts: list[dict[str, Any]], venv_bin: str) -> list[dict[str, Any]]:
+    """The mounts that leave the interpreter, the virtualenv and the checkout visible.
+
+    A container's emptyDir at /tmp would otherwise cover a checkout that lives under /tmp, and
+    the container's own program could no longer start. Such a volume is not mounted (the process
+    uses the host's directory there), and the container log says so.
+    """
+    needed = [os.path.realpath(venv_bin), os.path.realpath(sys.executable), os.path.realpath(sys.base_prefix)]
+    kept = []
+    for mount in mounts:
+        target = os.path.realpath(mount["target"])
+        hidden = next((path for path in needed if _within(path, target)), None)
+        if hidden is None:
+            kept.append(mount)
+        else:
+            print(
+                f"dev-kubelet: volume at {mount['target']} not mounted: it would hide {hidden} "
+                "(the development checkout); the container uses the host's directory there",
+                file=sys.stderr,
+                flush=True,
+            )
+    return kept
 
 
 def resolve_command(argv0: str, venv_bin: str, env: dict[str, str]) -> str:

@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -23,6 +24,29 @@ from tests.support.fake_llm import Call, FakeOpenAI, Text, ToolCalls
 from tests.support.mcp_peers import free_port
 
 PALLAS = [sys.executable, "-m", "pallas_runtime.cli"]
+
+
+def free_ports(count: int) -> int:
+    """A base port such that base .. base+count-1 are all free now (pallas run uses a block)."""
+    for _ in range(50):
+        base = free_port()
+        if base + count > 65535:
+            continue
+        sockets = []
+        try:
+            for port in range(base, base + count):
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+                sockets.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
+    raise AssertionError("no block of free ports found")
+
+
 API_KEY = "sk-test-secret-0123456789"
 
 
@@ -104,7 +128,7 @@ async def test_agents_call_agents_and_nothing_secret_is_logged(
     fake_openai.default = step
     path = tmp_path / "agents.yaml"
     path.write_text(yaml.safe_dump_all(manifests(fake_openai)))
-    base = free_port()
+    base = free_ports(3)
     async with pallas_run(path, base) as proc:
         transport = StreamableHttpTransport(
             f"http://127.0.0.1:{base + 1}/mcp", headers={"Authorization": "Bearer caller-jwt-abc"}
@@ -183,7 +207,7 @@ def test_bad_manifests_and_flags_fail_in_one_line(tmp_path: Path) -> None:
 async def test_a_taken_port_is_reported(fake_openai: FakeOpenAI, tmp_path: Path) -> None:
     path = tmp_path / "agents.yaml"
     path.write_text(yaml.safe_dump_all(manifests(fake_openai)))
-    base = free_port()
+    base = free_ports(3)
     async with pallas_run(path, base):
         res = subprocess.run(
             [*PALLAS, "run", "-f", str(path), "--base-port", str(base), "--agent", "worker"],
