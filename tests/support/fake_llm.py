@@ -42,6 +42,7 @@ The pytest fixtures `fake_openai` and `fake_anthropic` yield a started fake.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import inspect
@@ -147,7 +148,7 @@ class _QuietServer(uvicorn.Server):
         yield
 
 
-class _FakeServer:
+class _FakeServer(abc.ABC):
     completion_path = ""
     base_path = ""
 
@@ -248,8 +249,9 @@ class _FakeServer:
 
     # request handling
 
+    @abc.abstractmethod
     def _routes(self) -> list[Route]:
-        raise NotImplementedError
+        """Provided by each provider's fake."""
 
     async def _record(self, request: Request) -> RecordedRequest:
         raw = await request.body()
@@ -305,17 +307,21 @@ class _FakeServer:
     def _next_id(self) -> int:
         return next(self._ids)
 
+    @abc.abstractmethod
     def _authorized(self, recorded: RecordedRequest) -> bool:
-        raise NotImplementedError
+        """Provided by each provider's fake."""
 
+    @abc.abstractmethod
     def _render_reply(self, step: Text | ToolCalls, recorded: RecordedRequest) -> Response:
-        raise NotImplementedError
+        """Provided by each provider's fake."""
 
+    @abc.abstractmethod
     def _models_response(self, recorded: RecordedRequest) -> Response:
-        raise NotImplementedError
+        """Provided by each provider's fake."""
 
+    @abc.abstractmethod
     def _error(self, error: HttpError) -> Response:
-        raise NotImplementedError
+        """Provided by each provider's fake."""
 
 
 def _model_of(recorded: RecordedRequest) -> str:
