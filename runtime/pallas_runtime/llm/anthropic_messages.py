@@ -9,20 +9,17 @@ Anthropic-compatible servers that omit fields are read the same way.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import anthropic
-import httpx2
 
-from pallas_runtime.config import AgentConfig
-from pallas_runtime.llm.errors import SdkErrors, describe, safe
-from pallas_runtime.llm.params import anthropic_plan, dropped_warning
-from pallas_runtime.llm.provider import LLMError, ProviderCheck
+from pallas_runtime.config import AgentConfig, ProviderConfig
+from pallas_runtime.llm.adapter import SdkProvider
+from pallas_runtime.llm.errors import SdkErrors
+from pallas_runtime.llm.params import ParamPlan, anthropic_plan
 from pallas_runtime.messages import (
     AssistantMessage,
     Completion,
@@ -37,11 +34,9 @@ from pallas_runtime.messages import (
 )
 
 log = logging.getLogger("pallas.llm")
-SDK_ERRORS = SdkErrors(anthropic.APITimeoutError, anthropic.APIConnectionError, anthropic.APIStatusError)
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 """The SDK's default, passed explicitly so an ambient ANTHROPIC_BASE_URL cannot redirect the agent."""
-PREFLIGHT_TIMEOUT_SECONDS = 5.0
 """LLMError texts are cut here: they end up in logs, health messages and tool results."""
 
 
@@ -217,7 +212,7 @@ def completion_from_messages(body: Mapping[str, Any]) -> Completion:
     )
 
 
-class AnthropicMessagesProvider:
+class AnthropicMessagesProvider(SdkProvider):
     """One Claude model (or an Anthropic-compatible server) behind the Messages API.
 
     Args:
@@ -226,120 +221,51 @@ class AnthropicMessagesProvider:
             unset, in which case `preflight` reports it and `complete` raises LLMError.
     """
 
-    preflight_timeout: float = PREFLIGHT_TIMEOUT_SECONDS
+    kind = "anthropic"
+    completion_path = "/v1/messages"
+    sdk_errors = SdkErrors(
+        anthropic.AnthropicError,
+        anthropic.APITimeoutError,
+        anthropic.APIConnectionError,
+        anthropic.APIStatusError,
+    )
 
-    def __init__(self, config: AgentConfig, *, api_key: str | None) -> None:
-        provider = config.provider
-        self._name = provider.name
-        self._model = config.model
-        self._label = f"anthropic provider '{provider.name}'"
-        self._timeout = provider.timeout_seconds
-        self._base_url = (provider.base_url or DEFAULT_BASE_URL).rstrip("/")
-        self._key = api_key
-        self._plan = anthropic_plan(
-            config.request_params, model=config.model, capabilities=config.capabilities
+    def _default_base_url(self) -> str:
+        return DEFAULT_BASE_URL
+
+    def _make_plan(self, config: AgentConfig) -> ParamPlan:
+        return anthropic_plan(config.request_params, model=config.model, capabilities=config.capabilities)
+
+    def _make_client(self, api_key: str, provider: ProviderConfig) -> anthropic.AsyncAnthropic:
+        return anthropic.AsyncAnthropic(
+            api_key=api_key,
+            base_url=self._base_url,
+            timeout=provider.timeout_seconds,
+            max_retries=provider.max_retries,
         )
-        self._warned = False
-        self._key_problem: str | None = None
-        self._client: anthropic.AsyncAnthropic | None = None
-        if api_key:
-            self._client = anthropic.AsyncAnthropic(
-                api_key=api_key,
-                base_url=self._base_url,
-                timeout=provider.timeout_seconds,
-                max_retries=provider.max_retries,
-            )
-        else:
-            variable = provider.api_key_env or "(none configured)"
-            self._key_problem = f"{self._label}: API key variable {variable} is not set"
 
-    @property
-    def name(self) -> str:
-        """The provider's name in the deployment."""
-        return self._name
+    def _request_body(
+        self, system: str, messages: Sequence[Message], tools: Sequence[ToolSpec]
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"messages": messages_blocks(messages)}
+        if system:
+            body["system"] = system
+        if wire_tools := messages_tools(tools):
+            body["tools"] = wire_tools
+        return body
 
-    @property
-    def model(self) -> str:
-        """The model id sent to the provider."""
-        return self._model
+    def _parse(self, body: Mapping[str, Any]) -> Completion:
+        return completion_from_messages(body)
 
-    async def complete(
-        self, *, system: str, messages: Sequence[Message], tools: Sequence[ToolSpec]
-    ) -> Completion:
-        """One model turn; see `LLMProvider.complete`.
+    def _preflight_url(self) -> str:
+        return f"{self._base_url}/v1/models/{self._model}"
 
-        Raises:
-            LLMError: The key is missing, the call failed after retries, or the reply is unusable.
-        """
-        if self._client is None:
-            raise LLMError(self._key_problem or self._label)
-        self._warn_dropped_once()
-        wire_tools = messages_tools(tools)
+    async def _model_available(self, client: Any) -> bool:
         try:
-            # As for OpenAI: post() skips the SDK's per-call TypedDict transform of every block
-            # but keeps its retries, timeouts, headers and errors.
-            request: dict[str, Any] = {
-                "model": self._model,
-                "messages": messages_blocks(messages),
-                **self._plan.wire_fields(),
-            }
-            if system:
-                request["system"] = system
-            if wire_tools:
-                request["tools"] = wire_tools
-            response = await self._client.post("/v1/messages", cast_to=httpx2.Response, body=request)
-            body = response.json()
-        except anthropic.AnthropicError as exc:
-            raise self._error(exc, self._timeout) from None
-        except ValueError:
-            raise LLMError(f"{self._label}: the response is not JSON") from None
-        try:
-            if not isinstance(body, Mapping):
-                raise ValueError("the response is not a JSON object")
-            return completion_from_messages(body)
-        except ValueError as exc:
-            raise LLMError(self._safe(f"{self._label}: unusable response: {exc}")) from None
-
-    async def preflight(self) -> ProviderCheck:
-        """Fetch `/v1/models/{model}`: the key works and the model exists; never raises."""
-        if self._client is None:
-            return ProviderCheck(False, self._key_problem or self._label, time.monotonic())
-        url = f"{self._base_url}/v1/models/{self._model}"
-        try:
-            async with asyncio.timeout(self.preflight_timeout):
-                probe = self._client.with_options(timeout=self.preflight_timeout, max_retries=0)
-                await probe.models.retrieve(self._model)
-        except TimeoutError:
-            message = f"{self._label}: GET {url} timed out after {self.preflight_timeout:g}s"
-            return ProviderCheck(False, message, time.monotonic())
+            await client.models.retrieve(self._model)
         except anthropic.NotFoundError:
-            return ProviderCheck(
-                False, f"{self._label}: model '{self._model}' not found at {url}", time.monotonic()
-            )
-        except anthropic.AnthropicError as exc:
-            return ProviderCheck(False, str(self._error(exc, self.preflight_timeout)), time.monotonic())
-        except Exception as exc:  # a health probe reports every failure instead of raising it
-            message = self._safe(f"{self._label}: GET {url} failed: {type(exc).__name__}: {exc}")
-            return ProviderCheck(False, message, time.monotonic())
-        return ProviderCheck(True, f"{self._label}: model '{self._model}' is available", time.monotonic())
+            return False
+        return True
 
-    async def aclose(self) -> None:
-        """Close the SDK client's connections."""
-        if self._client is not None:
-            await self._client.close()
-
-    def _warn_dropped_once(self) -> None:
-        if self._warned:
-            return
-        self._warned = True
-        warning = dropped_warning(self._plan, f"{self._label} (model {self._model})")
-        if warning:
-            log.warning(warning)
-
-    def _safe(self, text: str) -> str:
-        return safe(text, self._key)
-
-    def _error(self, exc: anthropic.AnthropicError, timeout: float) -> LLMError:
-        return describe(
-            exc, sdk=SDK_ERRORS, label=self._label, base_url=self._base_url, secret=self._key, timeout=timeout
-        )
+    def _warning_subject(self) -> str:
+        return f"{self._label} (model {self._model})"

@@ -18,6 +18,8 @@ MAX_ERROR_TEXT = 400
 class SdkErrors:
     """One SDK's exception classes."""
 
+    base: type[Exception]
+    """Every error the SDK raises."""
     timeout: type[Exception]
     connection: type[Exception]
     status: type[Exception]

@@ -9,20 +9,17 @@ differ in what they omit, and this module decides how to read each gap.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import httpx2
 import openai
 
-from pallas_runtime.config import AgentConfig
-from pallas_runtime.llm.errors import SdkErrors, describe, safe
-from pallas_runtime.llm.params import dropped_warning, is_native_openai, openai_plan
-from pallas_runtime.llm.provider import LLMError, ProviderCheck
+from pallas_runtime.config import AgentConfig, ProviderConfig
+from pallas_runtime.llm.adapter import SdkProvider
+from pallas_runtime.llm.errors import SdkErrors
+from pallas_runtime.llm.params import ParamPlan, is_native_openai, openai_plan
 from pallas_runtime.messages import (
     AssistantMessage,
     Completion,
@@ -38,11 +35,9 @@ from pallas_runtime.messages import (
 )
 
 log = logging.getLogger("pallas.llm")
-SDK_ERRORS = SdkErrors(openai.APITimeoutError, openai.APIConnectionError, openai.APIStatusError)
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 """The SDK's default, passed explicitly so an ambient OPENAI_BASE_URL cannot redirect the agent."""
-PREFLIGHT_TIMEOUT_SECONDS = 5.0
 """LLMError texts are cut here: they end up in logs, health messages and tool results."""
 
 
@@ -255,7 +250,7 @@ def completion_from_chat(body: Mapping[str, Any]) -> Completion:
     )
 
 
-class OpenAIChatProvider:
+class OpenAIChatProvider(SdkProvider):
     """One model behind a Chat Completions endpoint.
 
     Args:
@@ -264,118 +259,42 @@ class OpenAIChatProvider:
             unset, in which case `preflight` reports it and `complete` raises LLMError.
     """
 
-    preflight_timeout: float = PREFLIGHT_TIMEOUT_SECONDS
+    kind = "openai"
+    completion_path = "/chat/completions"
+    sdk_errors = SdkErrors(
+        openai.OpenAIError, openai.APITimeoutError, openai.APIConnectionError, openai.APIStatusError
+    )
 
-    def __init__(self, config: AgentConfig, *, api_key: str | None) -> None:
-        provider = config.provider
-        self._name = provider.name
-        self._model = config.model
-        self._label = f"openai provider '{provider.name}'"
-        self._timeout = provider.timeout_seconds
-        self._base_url = (provider.base_url or DEFAULT_BASE_URL).rstrip("/")
-        self._key = api_key
-        self._plan = openai_plan(config.request_params, native=is_native_openai(provider.base_url))
-        self._warned = False
-        self._key_problem: str | None = None
-        self._client: openai.AsyncOpenAI | None = None
-        if api_key:
-            self._client = openai.AsyncOpenAI(
-                api_key=api_key,
-                base_url=self._base_url,
-                timeout=provider.timeout_seconds,
-                max_retries=provider.max_retries,
-            )
-        else:
-            variable = provider.api_key_env or "(none configured)"
-            self._key_problem = f"{self._label}: API key variable {variable} is not set"
+    def _default_base_url(self) -> str:
+        return DEFAULT_BASE_URL
 
-    @property
-    def name(self) -> str:
-        """The provider's name in the deployment."""
-        return self._name
+    def _make_plan(self, config: AgentConfig) -> ParamPlan:
+        return openai_plan(config.request_params, native=is_native_openai(config.provider.base_url))
 
-    @property
-    def model(self) -> str:
-        """The model id sent to the provider."""
-        return self._model
-
-    async def complete(
-        self, *, system: str, messages: Sequence[Message], tools: Sequence[ToolSpec]
-    ) -> Completion:
-        """One model turn; see `LLMProvider.complete`.
-
-        Raises:
-            LLMError: The key is missing, the call failed after retries, or the reply is unusable.
-        """
-        if self._client is None:
-            raise LLMError(self._key_problem or self._label)
-        self._warn_dropped_once()
-        wire_tools = chat_tools(tools)
-        try:
-            # The SDK's typed create() walks every message through its TypedDict transform,
-            # ~60 ms per call on a long conversation; post() keeps its retries, timeouts and
-            # errors and sends our already-wire-shaped body as is.
-            request: dict[str, Any] = {
-                "model": self._model,
-                "messages": chat_messages(system, messages),
-                **self._plan.wire_fields(),
-            }
-            if wire_tools:
-                request["tools"] = wire_tools
-            response = await self._client.post("/chat/completions", cast_to=httpx2.Response, body=request)
-            body = response.json()
-        except openai.OpenAIError as exc:
-            raise self._error(exc, self._timeout) from None
-        except ValueError:
-            raise LLMError(f"{self._label}: the response is not JSON") from None
-        try:
-            if not isinstance(body, Mapping):
-                raise ValueError("the response is not a JSON object")
-            return completion_from_chat(body)
-        except ValueError as exc:
-            raise LLMError(self._safe(f"{self._label}: unusable response: {exc}")) from None
-
-    async def preflight(self) -> ProviderCheck:
-        """List `{base}/models` and look for the configured model; never raises."""
-        if self._client is None:
-            return ProviderCheck(False, self._key_problem or self._label, time.monotonic())
-        url = f"{self._base_url}/models"
-        try:
-            # The overall deadline also bounds what a per-request timeout does not (pagination).
-            async with asyncio.timeout(self.preflight_timeout):
-                probe = self._client.with_options(timeout=self.preflight_timeout, max_retries=0)
-                listed = {model.id async for model in probe.models.list()}
-        except TimeoutError:
-            message = f"{self._label}: GET {url} timed out after {self.preflight_timeout:g}s"
-            return ProviderCheck(False, message, time.monotonic())
-        except openai.OpenAIError as exc:
-            return ProviderCheck(False, str(self._error(exc, self.preflight_timeout)), time.monotonic())
-        except Exception as exc:  # a health probe reports every failure instead of raising it
-            message = self._safe(f"{self._label}: GET {url} failed: {type(exc).__name__}: {exc}")
-            return ProviderCheck(False, message, time.monotonic())
-        if self._model not in listed:
-            return ProviderCheck(
-                False, f"{self._label}: model '{self._model}' not found at {url}", time.monotonic()
-            )
-        return ProviderCheck(True, f"{self._label}: model '{self._model}' is available", time.monotonic())
-
-    async def aclose(self) -> None:
-        """Close the SDK client's connections."""
-        if self._client is not None:
-            await self._client.close()
-
-    def _warn_dropped_once(self) -> None:
-        if self._warned:
-            return
-        self._warned = True
-        warning = dropped_warning(self._plan, f"{self._label} ({self._base_url})")
-        if warning:
-            log.warning(warning)
-
-    def _safe(self, text: str) -> str:
-        return safe(text, self._key)
-
-    def _error(self, exc: openai.OpenAIError, timeout: float) -> LLMError:
-        return describe(
-            exc, sdk=SDK_ERRORS, label=self._label, base_url=self._base_url, secret=self._key, timeout=timeout
+    def _make_client(self, api_key: str, provider: ProviderConfig) -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(
+            api_key=api_key,
+            base_url=self._base_url,
+            timeout=provider.timeout_seconds,
+            max_retries=provider.max_retries,
         )
+
+    def _request_body(
+        self, system: str, messages: Sequence[Message], tools: Sequence[ToolSpec]
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"messages": chat_messages(system, messages)}
+        if wire_tools := chat_tools(tools):
+            body["tools"] = wire_tools
+        return body
+
+    def _parse(self, body: Mapping[str, Any]) -> Completion:
+        return completion_from_chat(body)
+
+    def _preflight_url(self) -> str:
+        return f"{self._base_url}/models"
+
+    async def _model_available(self, client: Any) -> bool:
+        return self._model in {model.id async for model in client.models.list()}
+
+    def _warning_subject(self) -> str:
+        return f"{self._label} ({self._base_url})"

@@ -1,0 +1,194 @@
+"""What both SDK-backed providers share: key handling, the request/response frame, preflight.
+
+Each adapter supplies the wire specifics (client, request body, response parsing, how to find
+its model) through a few hooks; retries, timeouts and errors stay the SDKs' own.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import httpx2
+
+from pallas_runtime.config import AgentConfig, ProviderConfig
+from pallas_runtime.llm.errors import SdkErrors, describe, safe
+from pallas_runtime.llm.params import ParamPlan, dropped_warning
+from pallas_runtime.llm.provider import LLMError, ProviderCheck
+from pallas_runtime.messages import Completion, Message, ToolSpec
+
+log = logging.getLogger("pallas.llm")
+
+PREFLIGHT_TIMEOUT_SECONDS = 5.0
+
+
+class SdkProvider(abc.ABC):
+    """An LLMProvider on an official SDK client.
+
+    Args:
+        config: The agent's configuration (provider, model, request parameters).
+        api_key: The key to send; None when the variable named by `provider.apiKeyEnv` is
+            unset, in which case `preflight` reports it and `complete` raises LLMError.
+    """
+
+    kind: ClassVar[str]
+    """`openai` or `anthropic`, as in `provider.type`."""
+    completion_path: ClassVar[str]
+    sdk_errors: ClassVar[SdkErrors]
+
+    preflight_timeout: float = PREFLIGHT_TIMEOUT_SECONDS
+
+    def __init__(self, config: AgentConfig, *, api_key: str | None) -> None:
+        provider = config.provider
+        self._name = provider.name
+        self._model = config.model
+        self._label = f"{self.kind} provider '{provider.name}'"
+        self._timeout = provider.timeout_seconds
+        self._base_url = (provider.base_url or self._default_base_url()).rstrip("/")
+        self._key = api_key
+        self._plan = self._make_plan(config)
+        self._warned = False
+        self._key_problem: str | None = None
+        self._client: Any = None
+        if api_key:
+            self._client = self._make_client(api_key, provider)
+        else:
+            variable = provider.api_key_env or "(none configured)"
+            self._key_problem = f"{self._label}: API key variable {variable} is not set"
+
+    # hooks
+
+    @abc.abstractmethod
+    def _default_base_url(self) -> str:
+        """The vendor's public API, used when `baseURL` is not set."""
+
+    @abc.abstractmethod
+    def _make_plan(self, config: AgentConfig) -> ParamPlan:
+        """Where each configured sampling parameter goes for this provider and model."""
+
+    @abc.abstractmethod
+    def _make_client(self, api_key: str, provider: ProviderConfig) -> Any:
+        """The SDK client (retries and timeouts from the provider config)."""
+
+    @abc.abstractmethod
+    def _request_body(
+        self, system: str, messages: Sequence[Message], tools: Sequence[ToolSpec]
+    ) -> dict[str, Any]:
+        """The wire fields of one completion request besides model and sampling parameters."""
+
+    @abc.abstractmethod
+    def _parse(self, body: Mapping[str, Any]) -> Completion:
+        """The completion in a decoded response body; ValueError when it is unusable."""
+
+    @abc.abstractmethod
+    def _preflight_url(self) -> str:
+        """What the preflight asks, for messages."""
+
+    @abc.abstractmethod
+    async def _model_available(self, client: Any) -> bool:
+        """Whether the provider knows the model (False for 'not found'; errors propagate)."""
+
+    @abc.abstractmethod
+    def _warning_subject(self) -> str:
+        """How the dropped-parameters warning names this provider."""
+
+    # LLMProvider
+
+    @property
+    def name(self) -> str:
+        """The provider's name in the deployment."""
+        return self._name
+
+    @property
+    def model(self) -> str:
+        """The model id sent to the provider."""
+        return self._model
+
+    async def complete(
+        self, *, system: str, messages: Sequence[Message], tools: Sequence[ToolSpec]
+    ) -> Completion:
+        """One model turn; see `LLMProvider.complete`.
+
+        Raises:
+            LLMError: The key is missing, the call failed after retries, or the reply is unusable.
+        """
+        if self._client is None:
+            raise LLMError(self._key_problem or self._label)
+        self._warn_dropped_once()
+        request = {
+            "model": self._model,
+            **self._request_body(system, messages, tools),
+            **self._plan.wire_fields(),
+        }
+        try:
+            # The SDKs' typed create() walks every message through a TypedDict transform (~60 ms
+            # per call on a short conversation); post() keeps their retries, timeouts, auth
+            # headers and errors and sends our wire-shaped body as is.
+            response = await self._client.post(self.completion_path, cast_to=httpx2.Response, body=request)
+            body = response.json()
+        except self.sdk_errors.base as exc:
+            raise self._error(exc, self._timeout) from None
+        except ValueError:
+            raise LLMError(f"{self._label}: the response is not JSON") from None
+        try:
+            if not isinstance(body, Mapping):
+                raise ValueError("the response is not a JSON object")
+            return self._parse(body)
+        except ValueError as exc:
+            raise LLMError(self._safe(f"{self._label}: unusable response: {exc}")) from None
+
+    async def preflight(self) -> ProviderCheck:
+        """Check the key and that the model exists; never raises."""
+        if self._client is None:
+            return ProviderCheck(False, self._key_problem or self._label, time.monotonic())
+        url = self._preflight_url()
+        try:
+            # The overall deadline also bounds what a per-request timeout does not (pagination).
+            async with asyncio.timeout(self.preflight_timeout):
+                probe = self._client.with_options(timeout=self.preflight_timeout, max_retries=0)
+                available = await self._model_available(probe)
+        except TimeoutError:
+            message = f"{self._label}: GET {url} timed out after {self.preflight_timeout:g}s"
+            return ProviderCheck(False, message, time.monotonic())
+        except self.sdk_errors.base as exc:
+            return ProviderCheck(False, str(self._error(exc, self.preflight_timeout)), time.monotonic())
+        except Exception as exc:  # a health probe reports every failure instead of raising it
+            message = self._safe(f"{self._label}: GET {url} failed: {type(exc).__name__}: {exc}")
+            return ProviderCheck(False, message, time.monotonic())
+        if not available:
+            return ProviderCheck(
+                False, f"{self._label}: model '{self._model}' not found at {url}", time.monotonic()
+            )
+        return ProviderCheck(True, f"{self._label}: model '{self._model}' is available", time.monotonic())
+
+    async def aclose(self) -> None:
+        """Close the SDK client's connections."""
+        if self._client is not None:
+            await self._client.close()
+
+    # helpers
+
+    def _warn_dropped_once(self) -> None:
+        if self._warned:
+            return
+        self._warned = True
+        warning = dropped_warning(self._plan, self._warning_subject())
+        if warning:
+            log.warning(warning)
+
+    def _safe(self, text: str) -> str:
+        return safe(text, self._key)
+
+    def _error(self, exc: Exception, timeout: float) -> LLMError:
+        return describe(
+            exc,
+            sdk=self.sdk_errors,
+            label=self._label,
+            base_url=self._base_url,
+            secret=self._key,
+            timeout=timeout,
+        )
