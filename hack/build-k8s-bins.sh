@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the local control-plane binaries (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl, helm) from the Go module proxy into a version-stamped cache outside the
+# Builds the local Kubernetes binaries (etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler, kubectl, the node's kubelet and kube-proxy, CoreDNS, helm) from the Go module proxy into a version-stamped cache outside the
 # repo. A second run with the cache complete returns in well under a second.
 #
 # Why build instead of download: these machines reach only package registries; the Go module
@@ -10,12 +10,13 @@ set -euo pipefail
 K8S_VERSION="${PALLAS_K8S_VERSION:-v1.34.10}"
 ETCD_VERSION="${PALLAS_ETCD_VERSION:-v3.6.4}"
 HELM_VERSION="${PALLAS_HELM_VERSION:-v3.19.5}"
+COREDNS_VERSION="${PALLAS_COREDNS_VERSION:-v1.12.4}"
 CACHE_ROOT="${PALLAS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/pallas}"
 BIN_DIR="$CACHE_ROOT/k8s-bins/$K8S_VERSION"
 WORK_DIR="$CACHE_ROOT/k8s-build"
-BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl helm)
+BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy coredns helm)
 STAMP="$BIN_DIR/.complete"
-expected_stamp="k8s=$K8S_VERSION etcd=$ETCD_VERSION helm=$HELM_VERSION"
+expected_stamp="k8s=$K8S_VERSION etcd=$ETCD_VERSION helm=$HELM_VERSION coredns=$COREDNS_VERSION"
 
 die() { echo "build-k8s-bins: $*" >&2; exit 1; }
 
@@ -69,6 +70,8 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kubelet"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
 )
 GO
   go mod tidy
@@ -81,7 +84,8 @@ GO
   done
   go build -trimpath -ldflags "$ldflags" -o "$tmp_out/" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl \
+    k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy
 }
 
 build_etcd() {
@@ -103,12 +107,23 @@ build_helm() {
     -o "$tmp_out/helm" helm.sh/helm/v3/cmd/helm
 }
 
+build_coredns() {
+  local mod="$WORK_DIR/coredns-$COREDNS_VERSION"
+  mkdir -p "$mod"
+  cd "$mod"
+  [[ -f go.mod ]] || go mod init local.invalid/coredns-bin >/dev/null 2>&1
+  go get "github.com/coredns/coredns@$COREDNS_VERSION"
+  go build -trimpath -ldflags "-s -w" -o "$tmp_out/coredns" github.com/coredns/coredns
+}
+
 need() { [[ -x "$BIN_DIR/$1" ]] && return 1 || return 0; }
 
 echo "build-k8s-bins: building into $BIN_DIR (a cold build takes 20-40 minutes on 2 cores)" >&2
 if need etcd; then ( build_etcd ) || die "building etcd $ETCD_VERSION failed (see output above)"; fi
 if need helm; then ( build_helm ) || die "building helm $HELM_VERSION failed (see output above)"; fi
-if need kube-apiserver || need kube-controller-manager || need kube-scheduler || need kubectl; then
+if need coredns; then ( build_coredns ) || die "building CoreDNS $COREDNS_VERSION failed (see output above)"; fi
+if need kube-apiserver || need kube-controller-manager || need kube-scheduler || need kubectl \
+  || need kubelet || need kube-proxy; then
   ( build_kubernetes ) || die "building Kubernetes $K8S_VERSION failed (see output above)"
 fi
 # Move finished binaries in one by one so an interrupted build never leaves a half-written binary
