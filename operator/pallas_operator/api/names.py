@@ -35,6 +35,8 @@ MANAGED_BY: Final = "pallas-operator"
 
 ANNOTATION_CONFIG_HASH: Final = "pallas.dev/config-hash"
 """On the pod template: sha256 of the rendered config and the referenced Secret keys."""
+ANNOTATION_APPLIED_HASH: Final = "pallas.dev/applied-hash"
+"""On every child: sha256 of the manifest last applied, so a restarted operator knows it is current."""
 
 CONFIG_FILE: Final = "agent.yaml"
 CONFIG_DIR: Final = "/etc/pallas"

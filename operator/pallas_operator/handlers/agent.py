@@ -34,7 +34,7 @@ async def _apply(
         current = seen.workload
     for manifest in plan.desired:
         observed = children.get((manifest["kind"], manifest["metadata"]["name"]))
-        applied = await op.applier.apply(manifest, observed.fingerprint if observed else None)
+        applied = await op.applier.apply(manifest, observed.seen if observed else None)
         if applied is not None and manifest["kind"] == "Deployment":
             current = workload(applied)
     for kind, name in plan.unwanted:

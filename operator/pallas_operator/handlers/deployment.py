@@ -49,7 +49,7 @@ async def _monitoring(op: Operator, record: OwnerRecord, owner: Owner, spec: Pal
     existing = await owned_service_monitors(op.client, record.namespace, record.name)
     if existing is not None:
         for manifest in wanted:
-            await op.applier.apply(manifest, None)
+            await op.applier.apply(manifest, existing.get(manifest["metadata"]["name"]))
         for name in set(existing) - {m["metadata"]["name"] for m in wanted}:
             await op.applier.delete(record.namespace, "ServiceMonitor", name)
     op.monitoring_checked[key] = MonitoringCheck(record.generation, time.monotonic(), existing is not None)
@@ -79,7 +79,7 @@ async def reconcile_deployment(op: Operator, namespace: str, name: str) -> float
         registry = seen.workload
     for manifest in desired:
         observed = children.get((manifest["kind"], manifest["metadata"]["name"]))
-        applied = await op.applier.apply(manifest, observed.fingerprint if observed else None)
+        applied = await op.applier.apply(manifest, observed.seen if observed else None)
         if applied is not None and manifest["kind"] == "Deployment":
             registry = workload(applied)
     wanted = {(m["kind"], m["metadata"]["name"]) for m in desired}

@@ -14,7 +14,7 @@ from typing import Any
 
 from pallas_operator.api import names
 from pallas_operator.builders import value_digest
-from pallas_operator.k8s.apply import fingerprint
+from pallas_operator.k8s.apply import Seen, seen
 from pallas_operator.status import AgentFacts, Workload, workload
 
 CHILD_RESOURCES: dict[str, tuple[str, str, str]] = {
@@ -55,7 +55,7 @@ class ChildRecord:
     kind: str
     name: str
     owner_kind: str
-    fingerprint: str
+    seen: Seen
     workload: Workload | None
 
 
@@ -89,7 +89,7 @@ def child_record(body: Mapping[str, Any]) -> ChildRecord | None:
         kind=kind,
         name=str((body.get("metadata") or {}).get("name")),
         owner_kind=owner[0],
-        fingerprint=fingerprint(body),
+        seen=seen(body),
         workload=workload(body) if kind == "Deployment" else None,
     )
 

@@ -3,11 +3,14 @@
 Every write uses one field manager, `pallas-operator`, and `force`: the operator owns the
 fields it sets and takes them back from whoever changed them (that is drift repair).
 
-An apply is skipped when it would change nothing: the same desired object was applied before,
-and the observed object still carries exactly the fields this manager set (its managedFields
-entry is unchanged). A hand edit of one of those fields moves it to another manager, which
-changes the entry, so the next reconcile applies again; other writers (the Deployment
-controller's status) leave it alone, so they cost no write.
+An apply is skipped when it would change nothing: the observed object carries the digest of
+exactly the desired manifest (the `pallas.dev/applied-hash` annotation every apply sets) and
+still carries exactly the fields this manager set (its managedFields entry is unchanged since
+this process first saw or applied it). A hand edit of one of those fields moves it to another
+manager, which changes the entry, so the next reconcile applies again; other writers (the
+Deployment controller's status) leave it alone, so they cost no write. Because the digest
+lives on the object, a restarted operator (or a new leader) writes nothing to children that are
+already what it wants.
 """
 
 from __future__ import annotations
@@ -50,6 +53,29 @@ def _digest(manifest: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
 
 
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """What the watch last showed of a child: enough to tell whether applying it would change anything."""
+
+    fingerprint: str
+    """`fingerprint()` of the object: the fields this operator's manager owns."""
+    applied_hash: str
+    """The digest of the manifest last applied to it ("" when it carries none)."""
+
+
+def seen(obj: Mapping[str, Any]) -> Seen:
+    """The `Seen` of an object as the API server returned it."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    return Seen(fingerprint(obj), str(annotations.get(names.ANNOTATION_APPLIED_HASH, "")))
+
+
+def _stamped(manifest: Mapping[str, Any], digest: str) -> dict[str, Any]:
+    """A copy of the manifest carrying its own digest as an annotation."""
+    meta = dict(manifest["metadata"])
+    meta["annotations"] = {**(meta.get("annotations") or {}), names.ANNOTATION_APPLIED_HASH: digest}
+    return {**manifest, "metadata": meta}
+
+
 def child_key(manifest: Mapping[str, Any]) -> ChildKey:
     meta = manifest["metadata"]
     return (meta["namespace"], manifest["kind"], meta["name"])
@@ -83,27 +109,34 @@ class Applier:
         self._applied: dict[ChildKey, _Applied] = {}
         self._written: dict[tuple[str, str, str], _Written] = {}
 
-    async def apply(
-        self, manifest: Mapping[str, Any], observed_fingerprint: str | None
-    ) -> dict[str, Any] | None:
+    def _current(self, key: ChildKey, digest: str, observed: Seen | None) -> bool:
+        """Whether the object already is what applying `digest` would make it."""
+        before = self._applied.get(key)
+        if observed is None:  # not seen by the watch: created by our last apply, or not at all
+            return before is not None and before.digest == digest
+        if observed.applied_hash != digest or not observed.fingerprint:
+            return False
+        if before is None or before.digest != digest:
+            # First sight in this process (a restart, a new leader) of a child that already
+            # carries what we want: it becomes the baseline later drift is measured against.
+            self._applied[key] = _Applied(digest, observed.fingerprint)
+            return True
+        return observed.fingerprint == before.fingerprint
+
+    async def apply(self, manifest: Mapping[str, Any], observed: Seen | None) -> dict[str, Any] | None:
         """Apply `manifest` unless nothing would change; returns the applied object, or None if skipped.
 
-        `observed_fingerprint` is `fingerprint()` of the object as last seen by the watch, or
-        None when the watch has not seen it (not created yet, or created by the last apply and
-        not seen yet: a deletion makes the caller `forget()` the object first).
+        `observed` is what the watch last showed of the object, or None when the watch has not
+        seen it (not created yet, or created by the last apply and not seen yet: a deletion
+        makes the caller `forget()` the object first).
         """
         key = child_key(manifest)
         digest = _digest(manifest)
-        before = self._applied.get(key)
-        if (
-            before is not None
-            and before.digest == digest
-            and observed_fingerprint in (None, before.fingerprint)
-        ):
+        if self._current(key, digest, observed):
             return None
         resource = CHILD_KINDS[manifest["kind"]]
         obj = await self._client.patch(
-            resource, key[2], dict(manifest), namespace=key[0], patch_type=PatchType.APPLY,
+            resource, key[2], _stamped(manifest, digest), namespace=key[0], patch_type=PatchType.APPLY,
             field_manager=names.FIELD_MANAGER, force=True,
         )  # fmt: skip
         self._on_write(manifest["kind"], "apply")

@@ -1,0 +1,94 @@
+"""When the applier writes a child, and when it knows the child is already what it wants."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from lightkube.resources.core_v1 import ConfigMap
+
+from pallas_operator.api import names
+from pallas_operator.k8s.apply import Applier, Seen, seen
+
+ENTRY = {"manager": "pallas-operator", "operation": "Apply", "apiVersion": "v1", "fieldsV1": {"f:data": {}}}
+
+
+def config_map(value: str = "1") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "research-config", "namespace": "agents"},
+        "data": {"agent.yaml": value},
+    }
+
+
+class RecordingClient:
+    """Answers server-side applies like the API server: the object with our managedFields entry."""
+
+    def __init__(self, fields: dict[str, Any] | None = None) -> None:
+        self.applied: list[dict[str, Any]] = []
+        self.fields = fields or ENTRY["fieldsV1"]
+
+    async def patch(self, resource: Any, name: str, body: dict[str, Any], **kw: Any) -> ConfigMap:
+        self.applied.append(copy.deepcopy(body))
+        obj = copy.deepcopy(body)
+        obj["metadata"]["managedFields"] = [{**ENTRY, "fieldsV1": self.fields}]
+        obj["metadata"]["resourceVersion"] = str(len(self.applied))
+        return ConfigMap.from_dict(obj)
+
+
+def applier() -> tuple[Applier, RecordingClient]:
+    client = RecordingClient()
+    return Applier(client), client  # type: ignore[arg-type]
+
+
+async def test_every_apply_carries_the_digest_of_its_manifest() -> None:
+    apply, client = applier()
+    applied = await apply.apply(config_map(), None)
+    assert applied is not None
+    digest = client.applied[0]["metadata"]["annotations"][names.ANNOTATION_APPLIED_HASH]
+    assert len(digest) == 64
+    assert seen(applied) == Seen(seen(applied).fingerprint, digest)
+
+
+async def test_a_restarted_operator_writes_nothing_to_a_child_that_is_current() -> None:
+    first, _ = applier()
+    applied = await first.apply(config_map(), None)
+    assert applied is not None
+    restarted, fresh_client = applier()
+    assert await restarted.apply(config_map(), seen(applied)) is None
+    assert fresh_client.applied == []
+    # ... but a changed spec is applied, and so is a child written by an older operator.
+    assert await restarted.apply(config_map("2"), seen(applied)) is not None
+    legacy = Seen(fingerprint=seen(applied).fingerprint, applied_hash="")
+    assert await applier()[0].apply(config_map(), legacy) is not None
+
+
+async def test_drift_after_the_first_sight_is_repaired() -> None:
+    first, _ = applier()
+    applied = await first.apply(config_map(), None)
+    assert applied is not None
+    restarted, client = applier()
+    baseline = seen(applied)
+    assert await restarted.apply(config_map(), baseline) is None
+    # Someone took a field over (kubectl edit): our managedFields entry changed.
+    drifted = Seen(fingerprint="another", applied_hash=baseline.applied_hash)
+    assert await restarted.apply(config_map(), drifted) is not None
+    assert len(client.applied) == 1
+
+
+async def test_a_child_created_but_not_yet_seen_is_not_applied_twice() -> None:
+    apply, client = applier()
+    await apply.apply(config_map(), None)
+    assert await apply.apply(config_map(), None) is None
+    apply.forget(("agents", "ConfigMap", "research-config"))  # deleted: apply again
+    assert await apply.apply(config_map(), None) is not None
+    assert len(client.applied) == 2
+
+
+async def test_a_child_without_our_fields_is_applied_even_with_the_right_digest() -> None:
+    apply, _ = applier()
+    applied = await apply.apply(config_map(), None)
+    assert applied is not None
+    replaced = Seen(fingerprint="", applied_hash=seen(applied).applied_hash)  # kubectl replace
+    assert await applier()[0].apply(config_map(), replaced) is not None
