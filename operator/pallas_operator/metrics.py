@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter as Tally
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -49,6 +49,23 @@ class OperatorMetrics:
             "pallas_operator_api_writes",
             "Write requests to the API server by kind and verb (apply, status, delete, event)",
             ["kind", "verb"],
+            registry=self.registry,
+        )
+        self.watch_events = Counter(
+            "pallas_operator_watch_events",
+            "Watched objects' events by kind and stage: indexed (kopf indexes filled) and handled "
+            "(handlers ran); handled stays 0 while the start-up barrier holds",
+            ["kind", "stage"],
+            registry=self.registry,
+        )
+        self.ready = Gauge(
+            "pallas_operator_ready",
+            "1 once initial indexing finished and handlers run (what /readyz says), else 0",
+            registry=self.registry,
+        )
+        self.queue_depth = Gauge(
+            "pallas_operator_queue_depth",
+            "Reconciles queued or running",
             registry=self.registry,
         )
         self._resources = _Resources()

@@ -38,5 +38,7 @@ class OperatorSettings:
     """Concurrent reconciles."""
     verify_timeout: float = 10.0
     """Budget of one MCP verification (initialize + tools/list)."""
+    stall_after: float = 30.0
+    """Seconds of unfinished initial indexing after which (and every as many after) a warning says so."""
     monitoring_recheck: float = 60.0
     """Seconds until a deployment wanting ServiceMonitors looks again for their missing CRD."""

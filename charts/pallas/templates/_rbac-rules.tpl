@@ -7,7 +7,7 @@ ClusterRole with rbac.scope=cluster, a Role in each watched namespace with rbac.
 {{- define "pallas.rbac.namespacedRules" -}}
 - apiGroups: [pallas.dev]
   resources: [pallasagents, pallasdeployments]
-  verbs: [get, list, watch, patch]
+  verbs: [get, list, watch]
 - apiGroups: [pallas.dev]
   resources: [pallasagents/status, pallasdeployments/status]
   verbs: [get, patch]

@@ -11,10 +11,10 @@ _WRITE_CHILDREN: Final = ["get", "list", "watch", "create", "patch", "delete"]
 
 CLUSTER_RULES: Final[list[dict[str, Any]]] = [
     {
-        # Watched and indexed; patched by kopf for its last-handled annotation.
+        # Watched and indexed. Never patched: kopf only runs event handlers, which write nothing.
         "apiGroups": [names.GROUP],
         "resources": [names.AGENT_PLURAL, names.DEPLOYMENT_PLURAL],
-        "verbs": ["get", "list", "watch", "patch"],
+        "verbs": ["get", "list", "watch"],
     },
     {
         # Status is written by server-side apply on the status subresource.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import threading
 import time
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from lightkube import AsyncClient
 
 from pallas_operator.handlers.health import Prober
 from pallas_operator.handlers.queue import WorkQueue
+from pallas_operator.handlers.startup import StartupTracker
 from pallas_operator.handlers.world import World
 from pallas_operator.k8s.apply import Applier
 from pallas_operator.metrics import OperatorMetrics
@@ -44,7 +46,13 @@ def now() -> str:
 class Operator:
     """Everything handlers and reconciles share, for one operator run."""
 
-    def __init__(self, settings: OperatorSettings, client: AsyncClient, metrics: OperatorMetrics) -> None:
+    def __init__(
+        self,
+        settings: OperatorSettings,
+        client: AsyncClient,
+        metrics: OperatorMetrics,
+        ready: threading.Event | None = None,
+    ) -> None:
         self.settings = settings
         self.client = client
         self.world = World()
@@ -52,6 +60,8 @@ class Operator:
         self.applier = Applier(client, on_write=self.metrics.count_write)
         self.prober = Prober(settings.resolver, notify=self._probed)
         self.queue = WorkQueue(self._reconcile, workers=settings.workers)
+        self.metrics.queue_depth.set_function(lambda: self.queue.depth)
+        self.startup = StartupTracker(metrics, ready or threading.Event(), settings.stall_after)
         self.secret_users: dict[tuple[str, str], set[str]] = {}
         """(namespace, Secret) → agents whose pods read it (so a rotation re-reconciles them)."""
         self.monitoring_checked: dict[tuple[str, str], MonitoringCheck] = {}

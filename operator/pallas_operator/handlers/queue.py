@@ -35,6 +35,11 @@ class WorkQueue:
         self._idle = asyncio.Event()
         self._idle.set()
 
+    @property
+    def depth(self) -> int:
+        """Reconciles queued or running."""
+        return len(self._pending) + len(self._running)
+
     def add(self, key: Hashable, delay: float = 0.0) -> None:
         """Ask for a reconcile of `key` (after `delay` seconds); repeated asks collapse into one."""
         if delay > 0:

@@ -8,10 +8,14 @@ take `**kw`: kopf passes everything by keyword, and its typed protocols want exa
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import kopf
+from lightkube import operators
+from lightkube.core.selector import build_selector
+from lightkube.resources.core_v1 import Secret
 
 from pallas_operator.api import names
 from pallas_operator.handlers.agent import reconcile_agent
@@ -25,9 +29,10 @@ from pallas_operator.handlers.world import (
     owner_record,
     secret_digests,
 )
+from pallas_operator.k8s.listing import ALL_NAMESPACES, none_exist
+from pallas_operator.k8s.resources import CHILD_KINDS, PallasAgent, PallasDeployment
 
-MANAGED = {names.LABEL_MANAGED_BY: names.MANAGED_BY}
-KOPF_WORKERS = 32
+MANAGED: dict[str, Any] = {names.LABEL_MANAGED_BY: names.MANAGED_BY}
 G, V = names.GROUP, names.VERSION
 AGENTS, DEPLOYMENTS = names.AGENT_PLURAL, names.DEPLOYMENT_PLURAL
 INDEXES = (
@@ -41,31 +46,91 @@ INDEXES = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class Watched:
+    """One watched kind, with the server-side selectors its watch uses."""
+
+    resource: Any
+    """The lightkube resource class (for the start-up emptiness check)."""
+    selector: tuple[str, str] | tuple[str, str, str]
+    """kopf's resource selector: (group, version, plural), or (version, plural) for the core group."""
+    labels: dict[str, Any] | None = None
+    fields: dict[str, Any] | None = None
+
+
+SECRET_FIELDS: dict[str, Any] = {
+    "type": operators.not_in(["helm.sh/release.v1", "kubernetes.io/service-account-token"])
+}
+"""Secrets nobody references for an LLM key or a header, and that are many and large on real
+clusters (one per Helm release revision; legacy token Secrets): the API server leaves them out."""
+
+WATCHED: dict[str, Watched] = {
+    names.AGENT_KIND: Watched(PallasAgent, (G, V, AGENTS)),
+    names.DEPLOYMENT_KIND: Watched(PallasDeployment, (G, V, DEPLOYMENTS)),
+    "Secret": Watched(Secret, ("v1", "secrets"), fields=SECRET_FIELDS),
+    **{
+        kind: Watched(CHILD_KINDS[kind], (group, version, plural) if group else (version, plural), MANAGED)
+        for kind, (group, version, plural) in CHILD_RESOURCES.items()
+    },
+}
+"""Every kind kopf watches; only these selectors' objects travel over the watches."""
+
+
 def _configure(op: Operator, settings: kopf.OperatorSettings, indexes: dict[str, Any]) -> None:
     settings.posting.enabled = False  # Events are posted by k8s.events, on transitions only
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=names.GROUP, key="last-handled-configuration"
-    )
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=names.GROUP)
     settings.watching.server_timeout = 600
     settings.watching.client_timeout = 660
-    # kopf runs one worker per object with pending events and its HTTP pool has no limit, so
-    # a burst of 1000 objects meant ~1000 workers and TLS connections (RSS 140 MB at 200
-    # agents). Bounded, with workers leaving soon when idle (the default 5 s held a slot per
-    # object and made 200 agents take 67 s): 113 MB and 12 s (bench/operator_scale.py).
-    settings.queueing.worker_limit = KOPF_WORKERS
+    # No worker limit: kopf holds every object's handlers until all objects of all indexed kinds
+    # are indexed, and indexing an object needs a worker of its own, so any limit below the
+    # number of existing objects deadlocks start-up (kopf docs, "Precautions for huge clusters";
+    # kopf#1243). Workers are cheap tasks here (handlers only record and enqueue, kopf writes
+    # nothing to our objects) and leave soon when idle; the reconciles themselves run on the
+    # work queue's fixed workers.
+    settings.queueing.worker_limit = None
     settings.queueing.idle_timeout = 0.5
-    for group, version, plural in CHILD_RESOURCES.values():
-        # Server-side filter: only the operator's own children travel over the watch.
-        selector = (group, version, plural) if group else (version, plural)
-        settings.watching.label_selectors[selector] = f"{names.LABEL_MANAGED_BY}={names.MANAGED_BY}"
+    for watched in WATCHED.values():
+        if watched.labels:
+            settings.watching.label_selectors[watched.selector] = build_selector(watched.labels)
+        if watched.fields:
+            fields = build_selector(watched.fields, for_fields=True)
+            settings.watching.field_selectors[watched.selector] = fields
     op.world.bind({name: indexes[name] for name in INDEXES})
     op.queue.start()
 
 
+async def world_is_empty(op: Operator) -> bool:
+    """Whether no watched object exists at all (then kopf has nothing to index, no handler runs)."""
+    namespaces = op.settings.namespaces or (ALL_NAMESPACES,)
+    for watched in WATCHED.values():
+        if not await none_exist(op.client, watched.resource, namespaces, watched.labels, watched.fields):
+            return False
+    return True
+
+
+class _Generations:
+    """The generation each object was last reconciled for: its own status writes need no reconcile."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, str], int] = {}
+
+    def changed(self, kw: dict[str, Any]) -> bool:
+        key = (kw["namespace"], kw["name"])
+        if kw["type"] == "DELETED":
+            self._seen.pop(key, None)
+            return True
+        generation = int(kw["meta"].get("generation") or 0)
+        if kw["type"] is None or self._seen.get(key) != generation:  # listed, created or edited
+            self._seen[key] = generation
+            return True
+        return False
+
+
 def _register_agents(reg: kopf.OperatorRegistry, op: Operator) -> None:
+    kind = names.AGENT_KIND
+
     @kopf.index(G, V, AGENTS, registry=reg, id="agents")
     async def agents(**kw: Any) -> dict[Any, Any]:
+        op.startup.indexed(kind)
         return {(kw["namespace"], kw["name"]): owner_record(kw["body"])}
 
     @kopf.index(G, V, AGENTS, registry=reg, id="agents_by_namespace")
@@ -80,84 +145,86 @@ def _register_agents(reg: kopf.OperatorRegistry, op: Operator) -> None:
     async def agents_by_deployment(**kw: Any) -> dict[Any, Any]:
         return {(kw["namespace"], kw["spec"].get("deployment")): kw["name"]}
 
-    @kopf.on.resume(G, V, AGENTS, registry=reg, id="reconcile")
-    @kopf.on.create(G, V, AGENTS, registry=reg, id="reconcile")
-    @kopf.on.update(G, V, AGENTS, registry=reg, id="reconcile")
-    async def agent_changed(**kw: Any) -> None:
-        op.enqueue(AGENT, kw["namespace"], kw["name"])
+    generations = _Generations()
 
     @kopf.on.event(G, V, AGENTS, registry=reg, id="agent-events")
     async def agent_event(**kw: Any) -> None:
-        # Whoever depends on this agent, and its deployment's counts, may see a change.
+        # Events, not kopf's create/update/resume handlers: those make kopf patch every object
+        # it handles (its diff-base and progress annotations), a write per object at every start.
+        op.startup.handled(kind)
         namespace, name = kw["namespace"], kw["name"]
+        if generations.changed(kw):
+            op.enqueue(AGENT, namespace, name)
+        # Whoever depends on this agent, and its deployment's counts, may see a change.
         for dependent in op.world.dependents_of(namespace, name):
             op.enqueue(AGENT, namespace, dependent)
         op.enqueue(DEPLOYMENT, namespace, str(kw["spec"].get("deployment")))
-        if kw["type"] == "DELETED":
-            op.enqueue(AGENT, namespace, name)
 
 
 def _register_deployments(reg: kopf.OperatorRegistry, op: Operator) -> None:
+    kind = names.DEPLOYMENT_KIND
+
     @kopf.index(G, V, DEPLOYMENTS, registry=reg, id="deployments")
     async def deployments(**kw: Any) -> dict[Any, Any]:
+        op.startup.indexed(kind)
         return {(kw["namespace"], kw["name"]): owner_record(kw["body"])}
 
-    @kopf.on.resume(G, V, DEPLOYMENTS, registry=reg, id="reconcile")
-    @kopf.on.create(G, V, DEPLOYMENTS, registry=reg, id="reconcile")
-    @kopf.on.update(G, V, DEPLOYMENTS, registry=reg, id="reconcile")
-    async def deployment_changed(**kw: Any) -> None:
-        op.enqueue(DEPLOYMENT, kw["namespace"], kw["name"])
-
-    seen_generations: dict[tuple[str, str], int] = {}
+    generations = _Generations()
 
     @kopf.on.event(G, V, DEPLOYMENTS, registry=reg, id="deployment-events")
     async def deployment_event(**kw: Any) -> None:
         # Agents render the deployment's spec: re-reconcile them when it changes or goes away,
         # not on the deployment's own status writes.
+        op.startup.handled(kind)
         namespace, name = kw["namespace"], kw["name"]
-        deleted = kw["type"] == "DELETED"
-        generation = -1 if deleted else int(kw["meta"].get("generation") or 0)
-        if seen_generations.get((namespace, name)) == generation:
+        if not generations.changed(kw):
             return
-        seen_generations[(namespace, name)] = generation
+        op.enqueue(DEPLOYMENT, namespace, name)
         for agent in op.world.agents_of(namespace, name):
             op.enqueue(AGENT, namespace, agent.name)
-        if deleted:
-            seen_generations.pop((namespace, name), None)
-            op.enqueue(DEPLOYMENT, namespace, name)
 
 
 def _register_secrets(reg: kopf.OperatorRegistry, op: Operator) -> None:
     @kopf.index("v1", "secrets", registry=reg, id="secrets_by_namespace")
     async def secrets_by_namespace(**kw: Any) -> dict[Any, Any]:
+        op.startup.indexed("Secret")
         return {kw["namespace"]: (kw["name"], secret_digests(kw["body"]))}
 
     @kopf.on.event("v1", "secrets", registry=reg, id="secret-events")
     async def secret_event(**kw: Any) -> None:
+        op.startup.handled("Secret")
         namespace = kw["namespace"]
         for agent in op.secret_users.get((namespace, kw["name"]), set()).copy():
             op.enqueue(AGENT, namespace, agent)
 
 
 def _register_children(reg: kopf.OperatorRegistry, op: Operator) -> None:
-    async def child_index(**kw: Any) -> dict[Any, Any] | None:
-        body = kw["body"]
-        record, owner = child_record(body), controller_of(body)
-        return {(kw["namespace"], owner[2]): record} if record is not None and owner is not None else None
+    def child_index(kind: str) -> Any:
+        async def index(**kw: Any) -> dict[Any, Any] | None:
+            op.startup.indexed(kind)
+            body = kw["body"]
+            record, owner = child_record(body), controller_of(body)
+            return {(kw["namespace"], owner[2]): record} if record is not None and owner is not None else None
 
-    async def child_event(**kw: Any) -> None:
-        body, namespace = kw["body"], kw["namespace"]
-        owner = controller_of(body)
-        if owner is None:
-            return
-        if kw["type"] == "DELETED":
-            op.applier.forget((namespace, str(body.get("kind")), kw["name"]))
-        op.enqueue(AGENT if owner[0] == names.AGENT_KIND else DEPLOYMENT, namespace, owner[1])
+        return index
+
+    def child_event(kind: str) -> Any:
+        async def event(**kw: Any) -> None:
+            op.startup.handled(kind)
+            body, namespace = kw["body"], kw["namespace"]
+            owner = controller_of(body)
+            if owner is None:
+                return
+            if kw["type"] == "DELETED":
+                op.applier.forget((namespace, str(body.get("kind")), kw["name"]))
+            op.enqueue(AGENT if owner[0] == names.AGENT_KIND else DEPLOYMENT, namespace, owner[1])
+
+        return event
 
     for kind, (group, version, plural) in CHILD_RESOURCES.items():
         where = (f"{plural}.{version}.{group}",) if group else (version, plural)
-        kopf.index(*where, labels=MANAGED, registry=reg, id=f"children-{kind}")(child_index)
-        kopf.on.event(*where, labels=MANAGED, registry=reg, id=f"child-events-{kind}")(child_event)
+        kopf.index(*where, labels=MANAGED, registry=reg, id=f"children-{kind}")(child_index(kind))
+        kopf.on.event(*where, labels=MANAGED, registry=reg, id=f"child-events-{kind}")(child_event(kind))
 
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")

@@ -8,6 +8,7 @@ and the operator's, never a caller's (an embedding application, a test runner).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import threading
@@ -17,7 +18,7 @@ from lightkube import KubeConfig
 from lightkube.core.exceptions import ConfigError
 
 from pallas_operator.handlers.context import Operator
-from pallas_operator.handlers.registry import build_registry
+from pallas_operator.handlers.registry import build_registry, world_is_empty
 from pallas_operator.http import ProbeServer
 from pallas_operator.k8s.client import make_client
 from pallas_operator.k8s.lease import LeaderElector, LeaseConfig
@@ -39,7 +40,7 @@ class Runner:
         self.stop = asyncio.Event()
         self.leading = threading.Event()
         self.ready = threading.Event()
-        """Set once kopf has listed everything and handlers run."""
+        """Set once kopf's initial indexing finished and handlers run (see handlers.startup)."""
         self.operator: Operator | None = None
         self._kopf_stop = threading.Event()
         self.http = ProbeServer(self.metrics.render, ready=self.ready.is_set)
@@ -96,8 +97,9 @@ class Runner:
 
     async def _kopf_main(self) -> None:
         client = make_client(self.config)
-        operator = self.operator = Operator(self.settings, client, self.metrics)
+        operator = self.operator = Operator(self.settings, client, self.metrics, self.ready)
         kopf_stop = asyncio.Event()
+        kopf_started = asyncio.Event()
         task = asyncio.create_task(
             kopf.operator(
                 registry=build_registry(operator),
@@ -105,20 +107,30 @@ class Runner:
                 namespaces=self.settings.namespaces,
                 standalone=True,  # the Lease, not kopf peering, decides who acts
                 stop_flag=kopf_stop,
-                ready_flag=self.ready,
+                ready_flag=kopf_started,  # start-up activities done; not yet able to act
             ),
             name="kopf",
         )
+        startup = asyncio.create_task(self._track_startup(operator, kopf_started), name="startup")
         try:
             while not task.done() and not self._kopf_stop.is_set():
                 await asyncio.wait({task}, timeout=POLL)
             # Our own tasks first, so kopf finds nothing left to wait for or cancel.
+            startup.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await startup
             await operator.close()
             kopf_stop.set()
             await task
         finally:
             self.ready.clear()
+            self.metrics.ready.set(0)
             await client.close()
+
+    @staticmethod
+    async def _track_startup(operator: Operator, kopf_started: asyncio.Event) -> None:
+        await kopf_started.wait()
+        await operator.startup.watch(lambda: world_is_empty(operator))
 
 
 async def run_operator(settings: OperatorSettings) -> int:
