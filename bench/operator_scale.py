@@ -1,10 +1,19 @@
 """Operator scale benchmark against the local control plane: prints figures; not a timed test.
 
-    .venv/bin/python bench/operator_scale.py [--agents 200 1000] [--idle 60]
+    .venv/bin/python bench/operator_scale.py [--agents 200 1000] [--idle 60] [--unrelated 500]
 
-For each size: a fresh namespace, one Secret, one PallasDeployment (registry on) and N
-PallasAgents created at once (concurrently, as fast as the API server takes them), with the
-operator running as a `pallas operator` process watching that namespace. Measured:
+For each size, three cases, each with the operator as a `pallas operator` process watching one
+namespace holding one Secret, one PallasDeployment (registry on), N PallasAgents and
+`--unrelated` Secrets that no agent uses:
+
+- `start`: the objects exist before the operator starts (an install over existing resources,
+  the case that deadlocked kopf's start-up barrier); timed from the process start;
+- `restart`: the same operator stopped and started again over converged objects; converged when
+  /metrics says ready, every agent's event handled and the work queue empty; expect 0 writes;
+- `create`: the operator runs, then the objects are created at once (concurrently, as fast as
+  the API server takes them); timed from the first create.
+
+Measured:
 
 - convergence: from the first create until every agent has its ConfigMap, Deployment and
   Service and a status with `observedGeneration` (there is no kubelet: agents stay Progressing);
@@ -14,8 +23,9 @@ operator running as a `pallas operator` process watching that namespace. Measure
 - idle writes per minute once converged (Lease renewals reported apart: they are the HA
   heartbeat, one every 10 s whatever the load).
 
-Targets (issue 4): 200 agents converged ≤ 60 s; ≤ 10 API writes per agent; 0 writes per minute
-at idle apart from health-status changes; RSS ≤ 200 MB at 1000 agents.
+Targets (issues 4 and 15): 200 agents converged ≤ 60 s and 1000 ≤ 60 s in every case; ≤ 10 API
+writes per agent; 0 writes after a restart; 0 writes per minute at idle apart from health-status
+changes; RSS ≤ 200 MB at 1000 agents.
 """
 
 from __future__ import annotations
@@ -144,6 +154,90 @@ async def converged(client: AsyncClient, namespace: str, names: list[str]) -> in
     return sum(1 for n in names if f"{n}-config" in cms and n in deps and n in svcs and n in statused)
 
 
+def metric(metrics: str, name: str, **labels: str) -> float:
+    """The sum of a metric's samples whose labels include `labels`."""
+    out = 0.0
+    for line in metrics.splitlines():
+        if line.startswith(name) and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            out += float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def objects_of(namespace: str, names: list[str], unrelated: int) -> list[dict[str, Any]]:
+    mod = in_namespace(namespace)
+    return [
+        secret("llm", None, mod),
+        deployment("ouranos", mod),
+        *(secret(f"unrelated-{i:04d}", {"token": str(i)}, mod) for i in range(unrelated)),
+        *(agent(name, mod) for name in names),
+    ]
+
+
+async def create_all(client: AsyncClient, objects: list[dict[str, Any]]) -> None:
+    limit = asyncio.Semaphore(32)
+
+    async def create(obj: dict[str, Any]) -> None:
+        async with limit:
+            await client.create(from_dict(obj))
+
+    await asyncio.gather(*(create(o) for o in objects))
+
+
+async def until_converged(client: AsyncClient, namespace: str, names: list[str], started: float) -> float:
+    while (done := await converged(client, namespace, names)) < len(names):
+        if time.monotonic() - started > 600:
+            raise SystemExit(f"{len(names)} agents: only {done} converged after 600 s")
+        await asyncio.sleep(0.5)
+    return time.monotonic() - started
+
+
+async def run_existing(env: dict[str, Any], n: int, unrelated: int) -> list[dict[str, Any]]:
+    """The `start` and `restart` cases: the objects exist before the operator starts."""
+    client = AsyncClient(config=KubeConfig.from_file(env["kubeconfig"]), field_manager="bench")
+    namespace = f"bench-start-{n}-{secrets.token_hex(3)}"
+    await client.create(Namespace(metadata=ObjectMeta(name=namespace)))
+    port = 19000 + n % 1000
+    names = [f"agent-{i:04d}" for i in range(n)]
+    results = []
+    try:
+        await create_all(client, objects_of(namespace, names, unrelated))
+        metrics_url = f"http://127.0.0.1:{port}/metrics"
+        started = time.monotonic()
+        async with operator_process(env, namespace, port) as proc, httpx2.AsyncClient(timeout=5) as http:
+            converge = await until_converged(client, namespace, names, started)
+            await asyncio.sleep(5)
+            writes = operator_writes((await http.get(metrics_url)).text)
+            results.append({
+                "case": "start", "agents": n, "unrelated_secrets": unrelated,
+                "converged_s": round(converge, 1), "writes_per_agent": round(sum(writes.values()) / n, 2),
+                "peak_rss_mb": round(peak_rss_mb(proc.pid), 1),
+            })  # fmt: skip
+        started = time.monotonic()
+        async with operator_process(env, namespace, port) as proc, httpx2.AsyncClient(timeout=5) as http:
+            while True:
+                text = (await http.get(metrics_url)).text
+                events = "pallas_operator_watch_events_total"
+                handled = metric(text, events, kind="PallasAgent", stage="handled")
+                depth = metric(text, "pallas_operator_queue_depth")
+                if metric(text, "pallas_operator_ready") == 1 and handled >= n and depth == 0:
+                    break
+                if time.monotonic() - started > 600:
+                    raise SystemExit(f"restart with {n} agents: not converged after 600 s")
+                await asyncio.sleep(0.2)
+            converge = time.monotonic() - started
+            await asyncio.sleep(5)
+            writes = operator_writes((await http.get(metrics_url)).text)
+            results.append({
+                "case": "restart", "agents": n, "unrelated_secrets": unrelated,
+                "converged_s": round(converge, 1), "writes": int(sum(writes.values())),
+                "peak_rss_mb": round(peak_rss_mb(proc.pid), 1),
+            })  # fmt: skip
+        return results
+    finally:
+        await client.delete(Namespace, namespace)
+        await client.close()
+
+
 async def run_size(env: dict[str, Any], n: int, idle: float) -> dict[str, Any]:
     client = AsyncClient(config=KubeConfig.from_file(env["kubeconfig"]), field_manager="bench")
     namespace = f"bench-{n}-{secrets.token_hex(3)}"
@@ -154,26 +248,11 @@ async def run_size(env: dict[str, Any], n: int, idle: float) -> dict[str, Any]:
         async with operator_process(env, namespace, port) as proc, httpx2.AsyncClient(timeout=5) as http:
             metrics_url = f"http://127.0.0.1:{port}/metrics"
             kopf_before = apiserver_kopf_patches(env)
-            mod = in_namespace(namespace)
-            objects = [
-                secret("llm", None, mod),
-                deployment("ouranos", mod),
-                *(agent(name, mod) for name in names),
-            ]
+            objects = objects_of(namespace, names, 0)
             started = time.monotonic()
-            limit = asyncio.Semaphore(32)
-
-            async def create(obj: dict[str, Any]) -> None:
-                async with limit:
-                    await client.create(from_dict(obj))
-
-            await asyncio.gather(*(create(o) for o in objects))
+            await create_all(client, objects)
             created = time.monotonic() - started
-            while (done := await converged(client, namespace, names)) < n:
-                if time.monotonic() - started > 600:
-                    raise SystemExit(f"{n} agents: only {done} converged after 600 s")
-                await asyncio.sleep(0.5)
-            converge = time.monotonic() - started
+            converge = await until_converged(client, namespace, names, started)
             await asyncio.sleep(5)  # let the Deployment controller's status updates play out
             writes = operator_writes((await http.get(metrics_url)).text)
             kopf = apiserver_kopf_patches(env) - kopf_before
@@ -182,6 +261,7 @@ async def run_size(env: dict[str, Any], n: int, idle: float) -> dict[str, Any]:
             after = operator_writes((await http.get(metrics_url)).text)
             idle_writes = sum(after.values()) - idle_start[0] + apiserver_kopf_patches(env) - idle_start[1]
             return {
+                "case": "create",
                 "agents": n,
                 "create_s": round(created, 1),
                 "converged_s": round(converge, 1),
@@ -200,6 +280,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--agents", type=int, nargs="+", default=[200, 1000])
     parser.add_argument("--idle", type=float, default=60.0, help="seconds of idling measured")
+    parser.add_argument("--unrelated", type=int, default=500, help="Secrets no agent uses (start/restart)")
     parser.add_argument("--keep-cluster", action="store_true", help="leave the bench control plane running")
     args = parser.parse_args()
     was_running = hack_cluster("status").returncode == 0
@@ -207,8 +288,9 @@ async def main() -> None:
     try:
         kubectl(env, "apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
         for n in args.agents:
-            result = await run_size(env, n, args.idle)
-            print(json.dumps(result), flush=True)
+            for result in await run_existing(env, n, args.unrelated):
+                print(json.dumps(result), flush=True)
+            print(json.dumps(await run_size(env, n, args.idle)), flush=True)
     finally:
         if not was_running and not args.keep_cluster:
             hack_cluster("down")
