@@ -53,7 +53,7 @@ from lightkube.resources.core_v1 import ConfigMap, Namespace, Service
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pallas_operator.k8s.resources import PallasAgent  # noqa: E402
+from pallas_api.kube import PallasAgent  # noqa: E402
 from tests.support.operator import agent, deployment, in_namespace, secret  # noqa: E402
 
 CRD_WRITES = ("pallasagents", "pallasdeployments")

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
+import sys
 from pathlib import Path
 
+from pallas_api.commands import EXIT_USAGE, port_number
+from pallas_api.logs import setup_logging
 from pallas_operator import DEFAULT_RUNTIME_IMAGE
 from pallas_operator.services import ServiceResolver
 from pallas_operator.settings import OperatorSettings
@@ -34,9 +36,9 @@ class OperatorCommand:
         )
         parser.add_argument(
             "--http-port",
-            type=int,
+            type=port_number,
             default=8080,
-            help="port of /healthz, /readyz and /metrics (default 8080)",
+            help="port of /healthz, /readyz and /metrics (default 8080; 0: any free port)",
         )
         parser.add_argument(
             "--lease-namespace",
@@ -51,25 +53,22 @@ class OperatorCommand:
 
     def run(self, args: argparse.Namespace) -> int:
         """Run until SIGTERM; exit 1 if leadership is lost (the pod restarts as a standby)."""
-        from pallas_operator.handlers.run import run_operator
+        from pallas_operator.runner import run_operator
 
-        logging.basicConfig(
-            level=logging.DEBUG if args.verbose else logging.INFO,
-            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        )
-        # One line per HTTP request is noise at info level (and kopf logs its own watches).
-        quiet = logging.DEBUG if args.verbose else logging.WARNING
-        # The MCP client logs every session at info level; the operator probes agents all the time.
-        for noisy in ("httpx2", "kopf.objects", "mcp"):
-            logging.getLogger(noisy).setLevel(quiet)
+        environ = {**os.environ, **({"PALLAS_LOG_LEVEL": "DEBUG"} if args.verbose else {})}
+        try:
+            setup_logging(environ)
+        except ValueError as exc:
+            print(f"pallas operator: {exc}", file=sys.stderr)
+            return EXIT_USAGE
         if args.all_namespaces and args.namespace:
-            logging.error("pallas operator: --namespace and --all-namespaces exclude each other")
-            return 2
+            print("pallas operator: --namespace and --all-namespaces exclude each other", file=sys.stderr)
+            return EXIT_USAGE
         try:
             resolver = ServiceResolver.from_env(args.service_host_map)
         except ValueError as exc:
-            logging.error("pallas operator: %s", exc)
-            return 2
+            print(f"pallas operator: {exc}", file=sys.stderr)
+            return EXIT_USAGE
         settings = OperatorSettings(
             namespaces=tuple(args.namespace),
             runtime_image=args.runtime_image,

@@ -11,21 +11,10 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import EntryPoint, entry_points
-from typing import Protocol
+from typing import NoReturn
 
+from pallas_api.commands import EXIT_USAGE, Command
 from pallas_runtime import __version__
-
-
-class Command(Protocol):
-    """What a ``pallas.commands`` entry point provides."""
-
-    help: str
-
-    def configure(self, parser: argparse.ArgumentParser) -> None:
-        """Add this command's arguments to its sub-parser."""
-
-    def run(self, args: argparse.Namespace) -> int:
-        """Run the command and return the process exit code."""
 
 
 def _instantiate(entry_point: EntryPoint) -> Callable[[], Command]:
@@ -41,11 +30,16 @@ def _discovered_commands() -> dict[str, Callable[[], Command]]:
     return {ep.name: _instantiate(ep) for ep in entry_points(group="pallas.commands")}
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with usage errors in one line (`pallas run: argument --port: …`), exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser(commands: dict[str, Command]) -> argparse.ArgumentParser:
     """Build the top-level parser with one sub-parser per command."""
-    parser = argparse.ArgumentParser(
-        prog="pallas", description="Run LLM agents as MCP servers, locally or on Kubernetes."
-    )
+    parser = _Parser(prog="pallas", description="Run LLM agents as MCP servers, locally or on Kubernetes.")
     parser.add_argument("--version", action="version", version=f"pallas {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, command in sorted(commands.items()):
@@ -66,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)
-        return 2
+        return EXIT_USAGE
     return commands[args.command].run(args)
 
 

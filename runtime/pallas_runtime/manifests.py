@@ -19,10 +19,11 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from pallas_runtime.config.render import RenderedAgent, RenderError, render_agent
-from pallas_runtime.config.resources import API_GROUP, API_VERSION, PallasAgentSpec, PallasDeploymentSpec
+from pallas_api import names
+from pallas_api.render import RenderedAgent, RenderError, render_agent
+from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
 
-PALLAS_API = f"{API_GROUP}/{API_VERSION}"
+PALLAS_API = names.API_VERSION_STRING
 LOOPBACK = "127.0.0.1"
 
 

@@ -10,7 +10,6 @@ is how `pallas run` and benchmarks share process-wide pieces.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -26,14 +25,15 @@ from fastmcp.tools import ToolResult
 from mcp_types import CallToolRequestParams, ImageContent
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.types import ASGIApp
 
+from pallas_api.config import AgentConfig
 from pallas_runtime import __version__
 from pallas_runtime.agent.conversation import ConversationStore
 from pallas_runtime.agent.health import HealthChecker
 from pallas_runtime.agent.inputs import ImageInput, InvalidInput, user_message
 from pallas_runtime.agent.loop import AgentLoop, MaxIterationsExceeded
 from pallas_runtime.agent.progress import ProgressReporter
-from pallas_runtime.config import AgentConfig
 from pallas_runtime.downstream.source import ToolSource
 from pallas_runtime.downstream.sources import build_sources
 from pallas_runtime.llm.factory import create_provider
@@ -204,7 +204,7 @@ def build_server(
         annotations={"readOnlyHint": True, "idempotentHint": True},
     )
     async def get_health() -> str:
-        return json.dumps(await health.report())
+        return (await health.report()).to_json()
 
     @server.prompt(
         name=f"{agent}_history",
@@ -237,3 +237,23 @@ def build_server(
         return PlainTextResponse(metrics.exposition(), media_type=CONTENT_TYPE)
 
     return server
+
+
+def agent_app(server: FastMCP, allowed_hosts: Sequence[str] = ()) -> ASGIApp:
+    """The agent's HTTP app: MCP at /mcp plus the probe and metrics routes.
+
+    DNS-rebinding protection is explicit: fastmcp 4.1.2's setting defaults to off. In "auto"
+    mode it checks Host and Origin for servers bound to loopback (all of `pallas run`); listed
+    hosts turn the check on for any bind address (e.g. the Service DNS names of a pod), and the
+    server's own address is always accepted, so probes and scrapes by pod IP still work.
+    """
+    return server.http_app(
+        path="/mcp", host_origin_protection="auto", allowed_hosts=list(allowed_hosts) or None
+    )
+
+
+def secret_env_names(config: AgentConfig) -> list[str]:
+    """Environment variables of `config` that hold secrets (redacted from logs)."""
+    names = [config.provider.api_key_env] if config.provider.api_key_env else []
+    names += [h.value_from_env for s in config.servers for h in s.headers if h.value_from_env]
+    return names

@@ -36,7 +36,7 @@ from lightkube import Client as KubeClient
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import ConfigMap, Pod, Service
 
-from pallas_operator.k8s.resources import PallasAgent, PallasDeployment
+from pallas_api.kube import PallasAgent, PallasDeployment
 from tests.support.cluster import LocalCluster
 from tests.support.e2e import (
     PALLAS,

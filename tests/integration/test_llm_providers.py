@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from pallas_runtime.config import parse_config
+from pallas_api.config import parse_config
 from pallas_runtime.llm import openai_chat
 from pallas_runtime.llm.factory import create_provider
 from pallas_runtime.llm.provider import LLMError

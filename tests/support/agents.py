@@ -45,12 +45,11 @@ import httpx2
 import uvicorn
 from fastmcp import FastMCP
 
-from pallas_runtime.commands.serving import agent_app
-from pallas_runtime.config import AgentConfig, parse_config, render_config
+from pallas_api.config import AgentConfig, parse_config, render_config
 from pallas_runtime.downstream.source import ToolSource
 from pallas_runtime.llm.provider import LLMProvider
 from pallas_runtime.metrics import RuntimeMetrics
-from pallas_runtime.server import build_server
+from pallas_runtime.server import agent_app, build_server
 from tests.support.mcp_peers import free_port
 
 LOOPBACK = "127.0.0.1"

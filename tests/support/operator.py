@@ -26,8 +26,8 @@ from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
-from pallas_operator.handlers.run import Runner
 from pallas_operator.metrics import OperatorMetrics
+from pallas_operator.runner import Runner
 from pallas_operator.settings import OperatorSettings
 from tests.support.cluster import REPO, LocalCluster
 from tests.support.mcp_servers import RunningServer, serve

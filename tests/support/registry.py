@@ -35,11 +35,11 @@ from lightkube.config.kubeconfig import Cluster, User
 from lightkube.types import PatchType
 from starlette.types import Receive, Scope, Send
 
-from pallas_runtime.config.agent import ModelCapabilities
-from pallas_runtime.config.resources import Icon
-from pallas_runtime.registry import AgentState, CatalogueSource, Health
-from pallas_runtime.registry.kubernetes import PallasAgent, PallasDeployment
-from pallas_runtime.registry.serve import bind, serve_registry
+from pallas_api.config import ModelCapabilities
+from pallas_api.kube import PallasAgent, PallasDeployment
+from pallas_api.spec import Icon
+from pallas_runtime.registry import AgentState, CatalogueSource, HealthView, build_app
+from pallas_runtime.serving import bound_port, listen, serve
 from tests.support.cluster import REPO, LocalCluster
 from tests.support.mcp_servers import LOOPBACK, bound_socket, serve_app
 from tests.support.operator import agent, deployment, in_namespace, spec
@@ -65,7 +65,7 @@ def state(name: str = "research", **changes: Any) -> AgentState:
         version="1.0.0",
         phase="Ready",
         ready=True,
-        health=Health("ok", "", T0),
+        health=HealthView("ok", "", T0),
         tools=("send_message", "get_health"),
         url=f"http://{name}.agents.svc.cluster.local:8000/mcp",
         model="qwen3-8b",
@@ -160,12 +160,12 @@ async def set_status(client: AsyncClient, namespace: str, name: str, status: dic
 @contextlib.asynccontextmanager
 async def running_registry(source: CatalogueSource) -> AsyncIterator[str]:
     """Serve `source` on a free loopback port; yields the base URL (`http://127.0.0.1:PORT`)."""
-    sock = bind(LOOPBACK, 0)
+    sock = listen(LOOPBACK, 0)
     started = asyncio.Event()
-    task = asyncio.create_task(serve_registry(source, sock=sock, started=started))
+    task = asyncio.create_task(serve(build_app(source), sock, started=started, graceful_timeout=2))
     try:
         await asyncio.wait_for(started.wait(), 10)
-        yield f"http://{LOOPBACK}:{sock.getsockname()[1]}"
+        yield f"http://{LOOPBACK}:{bound_port(sock)}"
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

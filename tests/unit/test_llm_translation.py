@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pallas_runtime.config import ModelCapabilities, RequestParams, parse_config
+from pallas_api.config import ModelCapabilities, RequestParams, parse_config
 from pallas_runtime.llm.anthropic_messages import (
     AnthropicMessagesProvider,
     completion_from_messages,

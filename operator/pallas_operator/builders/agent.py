@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pallas_operator.api import names
+from pallas_api import names
+from pallas_api.render import SecretBinding
+from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
 from pallas_operator.builders.meta import Manifest, Owner, agent_labels, agent_selector, metadata
 from pallas_operator.builders.pod import container_security, environment, pod_security, probes, resources
-from pallas_runtime.config.render import SecretBinding
-from pallas_runtime.config.resources import PallasAgentSpec, PallasDeploymentSpec
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pallas_operator.api import names
+from pallas_api import names
+from pallas_api.config import AgentConfig, render_config
 from pallas_operator.builders.meta import Manifest, Owner, agent_labels, metadata
-from pallas_runtime.config import AgentConfig, render_config
 
 
 def agent_config_map(owner: Owner, deployment: str, config: AgentConfig) -> Manifest:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping
 
-from pallas_runtime.config.render import SecretBinding
+from pallas_api.render import SecretBinding
 
 SecretDigests = Mapping[str, Mapping[str, str]]
 """Secret name → key → sha256 of the value. Only digests: the operator never keeps values."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pallas_operator.api import names
+from pallas_api import names
 
 Manifest = dict[str, Any]
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from pallas_operator.api import names
+from pallas_api import names
+from pallas_api.spec import PallasDeploymentSpec
 from pallas_operator.builders.meta import (
     Manifest,
     Owner,
@@ -11,7 +12,6 @@ from pallas_operator.builders.meta import (
     registry_labels,
     registry_selector,
 )
-from pallas_runtime.config.resources import PallasDeploymentSpec
 
 SERVICE_MONITOR_API = "monitoring.coreos.com/v1"
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from pallas_operator.api import names
-from pallas_runtime.config.render import SecretBinding
-from pallas_runtime.config.resources import ResourceRequirements
+from pallas_api import names
+from pallas_api.render import SecretBinding
+from pallas_api.spec import ResourceRequirements
 
 RUN_AS = 65532
 """A fixed non-root uid (distroless `nonroot`), so pods run unprivileged whatever the image says."""

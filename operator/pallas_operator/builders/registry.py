@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from pallas_operator.api import names
+from pallas_api import names
+from pallas_api.spec import PallasDeploymentSpec
 from pallas_operator.builders.meta import Manifest, Owner, metadata, registry_labels, registry_selector
 from pallas_operator.builders.pod import (
     REGISTRY_RESOURCES,
@@ -11,7 +12,6 @@ from pallas_operator.builders.pod import (
     probes,
     resources,
 )
-from pallas_runtime.config.resources import PallasDeploymentSpec
 
 
 def registry_deployment(owner: Owner, spec: PallasDeploymentSpec, default_image: str) -> Manifest:

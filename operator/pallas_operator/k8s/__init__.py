@@ -1,1 +1,1 @@
-"""The only code that talks to the API server (besides kopf's own watching in handlers/)."""
+"""The only code that talks to the API server (besides kopf's own watches, wired in `wiring`)."""

@@ -25,7 +25,7 @@ from typing import Any
 from lightkube import ApiError, AsyncClient
 from lightkube.types import PatchType
 
-from pallas_operator.api import names
+from pallas_api import names
 from pallas_operator.k8s.resources import CHILD_KINDS, OWNER_KINDS
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from lightkube import AsyncClient, KubeConfig
 
-from pallas_operator.api import names
+from pallas_api import names
 
 
 def make_client(config: KubeConfig | None = None) -> AsyncClient:

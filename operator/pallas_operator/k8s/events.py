@@ -11,7 +11,7 @@ from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Event
 
-from pallas_operator.api import names
+from pallas_api import names
 
 log = logging.getLogger(__name__)
 _INSTANCE = socket.gethostname()

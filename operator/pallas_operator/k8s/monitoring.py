@@ -7,7 +7,7 @@ from typing import Any
 import httpx2
 from lightkube import AsyncClient
 
-from pallas_operator.api import names
+from pallas_api import names
 from pallas_operator.k8s.apply import Seen, seen
 from pallas_operator.k8s.resources import ServiceMonitor
 

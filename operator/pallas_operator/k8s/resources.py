@@ -10,12 +10,9 @@ from lightkube.resources.core_v1 import ConfigMap, Service, ServiceAccount
 from lightkube.resources.policy_v1 import PodDisruptionBudget
 from lightkube.resources.rbac_authorization_v1 import Role, RoleBinding
 
-from pallas_operator.api import names
+from pallas_api import names
+from pallas_api.kube import PallasAgent, PallasDeployment
 
-PallasAgent = create_namespaced_resource(names.GROUP, names.VERSION, names.AGENT_KIND, names.AGENT_PLURAL)
-PallasDeployment = create_namespaced_resource(
-    names.GROUP, names.VERSION, names.DEPLOYMENT_KIND, names.DEPLOYMENT_PLURAL
-)
 ServiceMonitor = create_namespaced_resource(
     "monitoring.coreos.com", "v1", "ServiceMonitor", "servicemonitors"
 )
@@ -31,5 +28,7 @@ CHILD_KINDS: dict[str, Any] = {
     "ServiceMonitor": ServiceMonitor,
 }
 """Every kind of child, by `kind`; the operator writes no other."""
+
+__all__ = ["CHILD_KINDS", "OWNER_KINDS", "PallasAgent", "PallasDeployment", "ServiceMonitor"]
 
 OWNER_KINDS: dict[str, Any] = {names.AGENT_KIND: PallasAgent, names.DEPLOYMENT_KIND: PallasDeployment}

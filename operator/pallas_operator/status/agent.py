@@ -10,28 +10,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from pallas_operator.api.status import Health, HealthStatus, PallasAgentStatus, Phase, ServerInfo
+from pallas_api import conditions as r
+from pallas_api.status import Health, HealthStatus, PallasAgentStatus, Phase, ServerInfo
 from pallas_operator.status import conditions as c
 from pallas_operator.status.references import Problem
 from pallas_operator.status.workload import Workload
 
-AGENT_READY: Final = "AgentReady"
-DEPENDENCIES_NOT_READY: Final = "DependenciesNotReady"
-NOT_ACCEPTED: Final = "NotAccepted"
-DEPLOYMENT_NOT_CREATED: Final = "DeploymentNotCreated"
-SCALED_TO_ZERO: Final = "ScaledToZero"
-DEPLOYMENT_UNAVAILABLE: Final = "DeploymentUnavailable"
-AWAITING_AVAILABILITY: Final = "AwaitingAvailability"
-VERIFYING: Final = "Verifying"
-VERIFICATION_FAILED: Final = "VerificationFailed"
-NOT_CHECKED: Final = "NotChecked"
-HEALTH_CHECK_FAILED: Final = "HealthCheckFailed"
 HEALTH_REASONS: Final[dict[HealthStatus, str]] = {
-    "ok": "HealthOk",
-    "degraded": "HealthDegraded",
-    "error": "HealthError",
+    "ok": r.HEALTH_OK,
+    "degraded": r.HEALTH_DEGRADED,
+    "error": r.HEALTH_ERROR,
 }
-NOT_SERVING: Final = frozenset({HEALTH_REASONS["error"], HEALTH_CHECK_FAILED})
+NOT_SERVING: Final = frozenset({r.HEALTH_ERROR, r.HEALTH_CHECK_FAILED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,35 +68,35 @@ def _previous(previous: PallasAgentStatus, type_: str) -> c.Verdict | None:
 def _available(obs: AgentObservation) -> c.Verdict:
     w = obs.workload
     if w is None:
-        return c.false(c.AVAILABLE, DEPLOYMENT_NOT_CREATED, "the agent's Deployment does not exist yet")
+        return c.false(c.AVAILABLE, r.DEPLOYMENT_NOT_CREATED, "the agent's Deployment does not exist yet")
     if w.replicas == 0:
-        return c.false(c.AVAILABLE, SCALED_TO_ZERO, "spec.replicas is 0")
+        return c.false(c.AVAILABLE, r.SCALED_TO_ZERO, "spec.replicas is 0")
     if w.available:
-        return c.true(c.AVAILABLE, "MinimumReplicasAvailable", w.message)
-    return c.false(c.AVAILABLE, DEPLOYMENT_UNAVAILABLE, w.message)
+        return c.true(c.AVAILABLE, r.MINIMUM_REPLICAS_AVAILABLE, w.message)
+    return c.false(c.AVAILABLE, r.DEPLOYMENT_UNAVAILABLE, w.message)
 
 
 def _verified(obs: AgentObservation, available: bool, previous: PallasAgentStatus) -> c.Verdict:
     if not available:
-        return c.unknown(c.VERIFIED, AWAITING_AVAILABILITY)
+        return c.unknown(c.VERIFIED, r.AWAITING_AVAILABILITY)
     v = obs.verification
     if v is None:
-        return _previous(previous, c.VERIFIED) or c.unknown(c.VERIFIED, VERIFYING)
+        return _previous(previous, c.VERIFIED) or c.unknown(c.VERIFIED, r.VERIFYING)
     if v.ok:
         return c.true(
-            c.VERIFIED, "Verified", f"MCP initialize and tools/list answered ({len(v.tools)} tools)"
+            c.VERIFIED, r.VERIFIED_REASON, f"MCP initialize and tools/list answered ({len(v.tools)} tools)"
         )
-    return c.false(c.VERIFIED, VERIFICATION_FAILED, v.message)
+    return c.false(c.VERIFIED, r.VERIFICATION_FAILED, v.message)
 
 
 def _healthy(obs: AgentObservation, available: bool, previous: PallasAgentStatus) -> c.Verdict:
     if not available:
-        return c.unknown(c.HEALTHY, AWAITING_AVAILABILITY)
+        return c.unknown(c.HEALTHY, r.AWAITING_AVAILABILITY)
     h = obs.health
     if h is None:
-        return _previous(previous, c.HEALTHY) or c.unknown(c.HEALTHY, NOT_CHECKED)
+        return _previous(previous, c.HEALTHY) or c.unknown(c.HEALTHY, r.NOT_CHECKED)
     if h.status is None:
-        return c.false(c.HEALTHY, HEALTH_CHECK_FAILED, h.message)
+        return c.false(c.HEALTHY, r.HEALTH_CHECK_FAILED, h.message)
     reason = HEALTH_REASONS[h.status]
     return c.true(c.HEALTHY, reason) if h.status == "ok" else c.false(c.HEALTHY, reason, h.message)
 
@@ -116,7 +106,7 @@ def _ready(chain: list[c.Verdict]) -> c.Verdict:
         blocking = v.type == c.HEALTHY and v.reason in NOT_SERVING
         if blocking or (v.type != c.HEALTHY and not v.true):
             return c.false(c.READY, v.reason, v.message)
-    return c.true(c.READY, AGENT_READY)
+    return c.true(c.READY, r.AGENT_READY)
 
 
 def _phase(verdicts: dict[str, c.Verdict], has_workload: bool) -> Phase:
@@ -148,15 +138,17 @@ def agent_status(obs: AgentObservation, previous: PallasAgentStatus, now: str) -
     """The status to write for an agent, given what was observed and the status written before."""
     if obs.problem is not None:
         accepted = c.false(c.ACCEPTED, obs.problem.reason, obs.problem.message)
-        deps = c.unknown(c.DEPENDENCIES_READY, NOT_ACCEPTED)
+        deps = c.unknown(c.DEPENDENCIES_READY, r.NOT_ACCEPTED)
     else:
-        accepted = c.true(c.ACCEPTED, "Accepted")
+        accepted = c.true(c.ACCEPTED, r.ACCEPTED_REASON)
         deps = (
             c.false(
-                c.DEPENDENCIES_READY, DEPENDENCIES_NOT_READY, "waiting for: " + ", ".join(obs.waiting_for)
+                c.DEPENDENCIES_READY, r.DEPENDENCIES_NOT_READY, "waiting for: " + ", ".join(obs.waiting_for)
             )
             if obs.waiting_for
-            else c.true(c.DEPENDENCIES_READY, "DependenciesReady" if obs.dependencies else "NoDependencies")
+            else c.true(
+                c.DEPENDENCIES_READY, r.DEPENDENCIES_READY_REASON if obs.dependencies else r.NO_DEPENDENCIES
+            )
         )
     available = _available(obs)
     verified = _verified(obs, available.true, previous)

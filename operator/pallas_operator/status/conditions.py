@@ -5,19 +5,34 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Final
 
-from pallas_operator.api.status import Condition, ConditionStatus
+from pallas_api.conditions import (
+    ACCEPTED,
+    AVAILABLE,
+    DEPENDENCIES_READY,
+    HEALTHY,
+    MONITORING_READY,
+    READY,
+    REGISTRY_AVAILABLE,
+    VERIFIED,
+)
+from pallas_api.status import Condition, ConditionStatus
 
-# Condition types.
-ACCEPTED: Final = "Accepted"
-DEPENDENCIES_READY: Final = "DependenciesReady"
-AVAILABLE: Final = "Available"
-VERIFIED: Final = "Verified"
-HEALTHY: Final = "Healthy"
-READY: Final = "Ready"
-REGISTRY_AVAILABLE: Final = "RegistryAvailable"
-MONITORING_READY: Final = "MonitoringReady"
+__all__ = [
+    "ACCEPTED",
+    "AVAILABLE",
+    "DEPENDENCIES_READY",
+    "HEALTHY",
+    "MONITORING_READY",
+    "READY",
+    "REGISTRY_AVAILABLE",
+    "VERIFIED",
+    "Verdict",
+    "false",
+    "stamp",
+    "true",
+    "unknown",
+]
 
 
 @dataclass(frozen=True, slots=True)

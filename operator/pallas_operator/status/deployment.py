@@ -3,17 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
 
-from pallas_operator.api.status import AgentCounts, PallasDeploymentStatus
+from pallas_api import conditions as r
+from pallas_api.status import AgentCounts, PallasDeploymentStatus
 from pallas_operator.status import conditions as c
 from pallas_operator.status.workload import Workload
-
-ALL_AGENTS_READY: Final = "AllAgentsReady"
-AGENTS_NOT_READY: Final = "AgentsNotReady"
-REGISTRY_DISABLED: Final = "RegistryDisabled"
-REGISTRY_UNAVAILABLE: Final = "RegistryUnavailable"
-SERVICE_MONITOR_CRD_NOT_FOUND: Final = "ServiceMonitorCRDNotFound"
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,28 +29,30 @@ class DeploymentObservation:
     registry_url: str | None
     monitoring_enabled: bool
     monitoring_crd_present: bool
+    problem: str | None = None
+    """Why the spec cannot be used at all (then nothing else is judged)."""
 
 
 def _registry(obs: DeploymentObservation) -> c.Verdict:
     if not obs.registry_enabled:
-        return c.true(c.REGISTRY_AVAILABLE, REGISTRY_DISABLED, "spec.registry.enabled is false")
+        return c.true(c.REGISTRY_AVAILABLE, r.REGISTRY_DISABLED, "spec.registry.enabled is false")
     if obs.registry is None:
         return c.false(
-            c.REGISTRY_AVAILABLE, "DeploymentNotCreated", "the registry Deployment does not exist yet"
+            c.REGISTRY_AVAILABLE, r.DEPLOYMENT_NOT_CREATED, "the registry Deployment does not exist yet"
         )
     if obs.registry.available:
-        return c.true(c.REGISTRY_AVAILABLE, "MinimumReplicasAvailable", obs.registry.message)
-    return c.false(c.REGISTRY_AVAILABLE, REGISTRY_UNAVAILABLE, obs.registry.message)
+        return c.true(c.REGISTRY_AVAILABLE, r.MINIMUM_REPLICAS_AVAILABLE, obs.registry.message)
+    return c.false(c.REGISTRY_AVAILABLE, r.REGISTRY_UNAVAILABLE, obs.registry.message)
 
 
 def _monitoring(obs: DeploymentObservation) -> c.Verdict | None:
     if not obs.monitoring_enabled:
         return None
     if obs.monitoring_crd_present:
-        return c.true(c.MONITORING_READY, "ServiceMonitorsApplied")
+        return c.true(c.MONITORING_READY, r.SERVICE_MONITORS_APPLIED)
     return c.false(
         c.MONITORING_READY,
-        SERVICE_MONITOR_CRD_NOT_FOUND,
+        r.SERVICE_MONITOR_CRD_NOT_FOUND,
         "monitoring.serviceMonitor.enabled is true but the monitoring.coreos.com ServiceMonitor CRD is not "
         "installed: install the Prometheus Operator CRDs or disable it",
     )
@@ -71,14 +67,22 @@ def deployment_status(
         ready=sum(a.ready for a in obs.agents),
         healthy=sum(a.healthy for a in obs.agents),
     )
+    if obs.problem is not None:
+        return PallasDeploymentStatus(
+            observed_generation=obs.generation,
+            conditions=c.stamp(
+                [c.false(c.READY, r.INVALID_SPEC, obs.problem)], previous.conditions, obs.generation, now
+            ),
+            agents=counts,
+        )
     registry = _registry(obs)
     monitoring = _monitoring(obs)
     if not registry.true:
-        ready = c.false(c.READY, REGISTRY_UNAVAILABLE, registry.message)
+        ready = c.false(c.READY, r.REGISTRY_UNAVAILABLE, registry.message)
     elif counts.ready < counts.total:
-        ready = c.false(c.READY, AGENTS_NOT_READY, f"{counts.ready}/{counts.total} agents ready")
+        ready = c.false(c.READY, r.AGENTS_NOT_READY, f"{counts.ready}/{counts.total} agents ready")
     else:
-        ready = c.true(c.READY, ALL_AGENTS_READY, f"{counts.ready}/{counts.total} agents ready")
+        ready = c.true(c.READY, r.ALL_AGENTS_READY, f"{counts.ready}/{counts.total} agents ready")
     verdicts = [ready, registry] + ([monitoring] if monitoring is not None else [])
     return PallasDeploymentStatus(
         observed_generation=obs.generation,

@@ -8,18 +8,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
 
-from pallas_operator.api import names
-from pallas_runtime.config.render import SecretBinding
-from pallas_runtime.config.resources import PallasAgentSpec, PallasDeploymentSpec
+from pallas_api import names
+from pallas_api.conditions import (
+    AGENT_NOT_FOUND,
+    DEPENDENCY_CYCLE,
+    DEPLOYMENT_NOT_FOUND,
+    NAME_CONFLICT,
+    SECRET_KEY_NOT_FOUND,
+    SECRET_NOT_FOUND,
+)
+from pallas_api.render import SecretBinding
+from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
 
-DEPLOYMENT_NOT_FOUND: Final = "DeploymentNotFound"
-AGENT_NOT_FOUND: Final = "AgentNotFound"
-DEPENDENCY_CYCLE: Final = "DependencyCycle"
-NAME_CONFLICT: Final = "NameConflict"
-SECRET_NOT_FOUND: Final = "SecretNotFound"
-SECRET_KEY_NOT_FOUND: Final = "SecretKeyNotFound"
 # render_agent's reasons (ProviderNotFound, ServerNotFound, AgentNotFound) pass through as they are.
 
 

@@ -15,10 +15,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
-from typing import Any
 
-from pallas_runtime.config import AgentConfig
+from pallas_api.config import AgentConfig
+from pallas_api.health import HealthReport, HealthStatus
 from pallas_runtime.downstream.source import ProbeResult, ToolSource
 from pallas_runtime.llm.factory import resolve_api_key
 from pallas_runtime.llm.provider import LLMProvider, ProviderCheck
@@ -64,14 +63,14 @@ class HealthChecker:
             return await self.check_provider()
         return check
 
-    async def report(self) -> dict[str, Any]:
+    async def report(self) -> HealthReport:
         """The `get_health` document: status, timestamp and, when not ok, a message."""
         probes, provider = await asyncio.gather(
             asyncio.gather(*(s.probe() for s in self._sources)), self._current_provider_check()
         )
         return self._summarize(list(probes), provider)
 
-    def _summarize(self, probes: list[ProbeResult], provider: ProviderCheck) -> dict[str, Any]:
+    def _summarize(self, probes: list[ProbeResult], provider: ProviderCheck) -> HealthReport:
         agent = self._config.name
         for probe in probes:
             self._metrics.downstream_up.labels(agent, probe.source).set(1 if probe.ok else 0)
@@ -81,6 +80,7 @@ class HealthChecker:
             problems.append("Unreachable: " + ", ".join(unreachable))
         if not provider.ok:
             problems.append(f"LLM: {provider.message}")
+        status: HealthStatus
         if self._key_missing:
             status = "error"
         elif problems:
@@ -88,10 +88,4 @@ class HealthChecker:
         else:
             status = "ok"
         self._metrics.agent_health_status.labels(agent).set(HEALTH_VALUES[status])
-        report: dict[str, Any] = {
-            "status": status,
-            "timestamp": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
-        }
-        if problems:
-            report["message"] = "; ".join(problems)
-        return report
+        return HealthReport.now(status, "; ".join(problems))

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from pallas_runtime.config import AgentConfig
+from pallas_api.config import AgentConfig
 from pallas_runtime.messages import ContentPart, ImagePart, TextPart, UserMessage
 
 # File signatures, so a mislabelled or corrupt image is refused here rather than by the provider

@@ -18,8 +18,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pallas_api.config import AgentConfig
 from pallas_runtime.agent.progress import ProgressReporter
-from pallas_runtime.config import AgentConfig
 from pallas_runtime.downstream.source import DownstreamError, RemoteTool, ToolOutcome, ToolSource
 from pallas_runtime.llm.provider import LLMError, LLMProvider
 from pallas_runtime.messages import (

@@ -8,20 +8,26 @@ import logging
 import os
 import sys
 
-from pallas_runtime.commands.serving import agent_app, listen, secret_env_names, uvicorn_server
-from pallas_runtime.config import ConfigError, load_config
-from pallas_runtime.log import setup_logging
-from pallas_runtime.server import build_server
+from pallas_api.commands import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, port_number
+from pallas_api.config import ConfigError, load_config
+from pallas_api.logs import setup_logging
+from pallas_runtime.server import agent_app, build_server, secret_env_names
+from pallas_runtime.serving import bound_port, listen, serve, until_signalled
 
 log = logging.getLogger("pallas.agent")
 
 
 class AgentCommand:
+    """The `pallas agent` subcommand (a `pallas.commands` entry point)."""
+
     help = "run one agent (what an agent pod runs)"
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
+        """Add the command's flags."""
         parser.add_argument("--config", required=True, metavar="FILE", help="agent config (YAML or JSON)")
-        parser.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000)")
+        parser.add_argument(
+            "--port", type=port_number, default=8000, help="HTTP port (default 8000; 0: any free port)"
+        )
         parser.add_argument(
             "--host",
             default=os.environ.get("PALLAS_BIND_HOST", "0.0.0.0"),
@@ -36,28 +42,34 @@ class AgentCommand:
         )
 
     def run(self, args: argparse.Namespace) -> int:
+        """Serve until SIGTERM/SIGINT."""
         try:
             config = load_config(args.config)
         except ConfigError as exc:
             print(f"pallas agent: {exc}", file=sys.stderr)
-            return 2
-        if not 0 < args.port < 65536:
-            print(f"pallas agent: --port {args.port} is not a TCP port number", file=sys.stderr)
-            return 2
+            return EXIT_USAGE
         try:
             setup_logging(secret_env=secret_env_names(config))
         except ValueError as exc:
             print(f"pallas agent: {exc}", file=sys.stderr)
-            return 2
+            return EXIT_USAGE
         try:
             sock = listen(args.host, args.port)
         except OSError as exc:
             print(f"pallas agent: cannot listen on {args.host}:{args.port}: {exc.strerror}", file=sys.stderr)
-            return 1
+            return EXIT_FAILURE
         app = agent_app(build_server(config), args.allowed_host)
-        server = uvicorn_server(app, args.host, args.port)
         log.info(
-            "agent %s serving on http://%s:%d/mcp (model %s)", config.name, args.host, args.port, config.model
+            "agent %s serving on http://%s:%d/mcp (model %s)",
+            config.name,
+            args.host,
+            bound_port(sock),
+            config.model,
         )
-        asyncio.run(server.serve(sockets=[sock]))
-        return 0 if server.started else 1
+        try:
+            with sock:
+                asyncio.run(until_signalled(serve(app, sock)))
+        except OSError as exc:
+            print(f"pallas agent: {exc}", file=sys.stderr)
+            return EXIT_FAILURE
+        return EXIT_OK

@@ -12,19 +12,15 @@ import argparse
 import asyncio
 import logging
 import signal
+import socket
 import sys
 
-from pallas_runtime.commands.serving import (
-    EmbeddedServer,
-    agent_app,
-    embedded_server,
-    listen,
-    wait_started,
-)
-from pallas_runtime.log import setup_logging
+from pallas_api.commands import EXIT_FAILURE, EXIT_USAGE, port_number
+from pallas_api.logs import setup_logging
 from pallas_runtime.manifests import LOOPBACK, LocalPlan, ManifestError, load_manifests, plan_local
 from pallas_runtime.metrics import RuntimeMetrics
-from pallas_runtime.server import build_server
+from pallas_runtime.server import agent_app, build_server
+from pallas_runtime.serving import listen, serve
 
 log = logging.getLogger("pallas.run")
 DEFAULT_BASE_PORT = 24200
@@ -44,21 +40,24 @@ class RunCommand:
         )
         parser.add_argument(
             "--base-port",
-            type=int,
+            type=port_number,
             default=DEFAULT_BASE_PORT,
             help=f"registry port; agents get the next ports (default {DEFAULT_BASE_PORT})",
         )
         parser.add_argument("--agent", metavar="NAME", help="run only this agent, without a registry")
 
     def run(self, args: argparse.Namespace) -> int:
-        if not 0 < args.base_port < 65536:
-            print(f"pallas run: --base-port {args.base_port} is not a TCP port number", file=sys.stderr)
-            return 2
+        if args.base_port == 0:  # the agents' ports follow it, so it cannot be "any free port"
+            print(
+                "pallas run: --base-port 0 is not allowed: agents listen on the ports after it",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
         try:
             plan = plan_local(load_manifests(args.file), args.base_port, args.agent)
         except ManifestError as exc:
             print(f"pallas run: {exc}", file=sys.stderr)
-            return 2
+            return EXIT_USAGE
         for agent in plan.agents:
             for ref in agent.unresolved:
                 key = ref.rsplit("/", 1)[1]
@@ -73,15 +72,15 @@ class RunCommand:
             setup_logging(merged_env, secret_env=secrets)
         except ValueError as exc:
             print(f"pallas run: {exc}", file=sys.stderr)
-            return 2
+            return EXIT_USAGE
         return asyncio.run(serve_plan(plan))
 
 
 async def serve_plan(plan: LocalPlan) -> int:
     """Start every agent in dependency order and serve until SIGINT/SIGTERM; stop them all."""
     metrics = RuntimeMetrics()
-    servers: list[tuple[EmbeddedServer, asyncio.Task[None]]] = []
-    servers_extra: list[asyncio.Task[None]] = []
+    tasks: list[asyncio.Task[None]] = []
+    sockets: list[socket.socket] = []
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -89,49 +88,59 @@ async def serve_plan(plan: LocalPlan) -> int:
     try:
         for agent in plan.agents:
             config = agent.rendered.config
-            try:
-                sock = listen(LOOPBACK, agent.port)
-            except OSError as exc:
-                print(
-                    f"pallas run: agent {config.name}: cannot listen on {LOOPBACK}:{agent.port}: "
-                    f"{exc.strerror} (try another --base-port)",
-                    file=sys.stderr,
-                )
-                return 1
+            sock = _listen(f"agent {config.name}", agent.port)
+            if sock is None:
+                return EXIT_FAILURE
+            sockets.append(sock)
             app = agent_app(build_server(config, metrics=metrics, environ=agent.environ))
-            server = embedded_server(app, LOOPBACK, agent.port)
-            task = asyncio.create_task(server.serve(sockets=[sock]))
-            servers.append((server, task))
-            await wait_started(server, task)
+            started = asyncio.Event()
+            tasks.append(asyncio.create_task(serve(app, sock, started=started)))
+            if not await _started(tasks[-1], started, f"agent {config.name}", agent.port):
+                return EXIT_FAILURE
             print(f"agent {config.name:<24} {agent.url}", flush=True)
         if plan.registry_port is not None:
-            listening = asyncio.Event()
-            registry = asyncio.create_task(_serve_registry(plan, plan.registry_port, listening))
-            if not await _registry_started(registry, listening, plan.registry_port):
-                return 1
-            servers_extra.append(registry)
+            sock = _listen("registry", plan.registry_port)
+            if sock is None:
+                return EXIT_FAILURE
+            sockets.append(sock)
+            started = asyncio.Event()
+            tasks.append(asyncio.create_task(_serve_registry(plan, sock, started)))
+            if not await _started(tasks[-1], started, "registry", plan.registry_port):
+                return EXIT_FAILURE
             print(
                 f"registry {'':<21} http://{LOOPBACK}:{plan.registry_port}/.well-known/mcp/server.json",
                 flush=True,
             )
         log.info("running %d agent(s); stop with Ctrl-C", len(plan.agents))
-        waiters = [asyncio.create_task(stop.wait()), *(task for _, task in servers), *servers_extra]
+        waiters = [asyncio.create_task(stop.wait()), *tasks]
         await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         waiters[0].cancel()
         return 0
     finally:
-        for task in servers_extra:
+        for task in tasks:
             task.cancel()
-        for server, _ in servers:
-            server.should_exit = True
-        await asyncio.gather(*servers_extra, *(task for _, task in servers), return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for sock in sockets:
+            sock.close()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
 
 
-async def _serve_registry(plan: LocalPlan, port: int, listening: asyncio.Event) -> None:
+def _listen(what: str, port: int) -> socket.socket | None:
+    try:
+        return listen(LOOPBACK, port)
+    except OSError as exc:
+        print(
+            f"pallas run: {what}: cannot listen on {LOOPBACK}:{port}: {exc.strerror} "
+            "(try another --base-port)",
+            file=sys.stderr,
+        )
+        return None
+
+
+async def _serve_registry(plan: LocalPlan, sock: socket.socket, started: asyncio.Event) -> None:
     # Imported here: the registry pulls in its own dependencies, which `--agent` runs never need.
-    from pallas_runtime.registry import serve_registry
+    from pallas_runtime.registry import build_app
     from pallas_runtime.registry.static import LocalAgent, StaticSource
 
     source = StaticSource(
@@ -147,20 +156,16 @@ async def _serve_registry(plan: LocalPlan, port: int, listening: asyncio.Event) 
             for agent in plan.agents
         ]
     )
-    await serve_registry(source, LOOPBACK, port, started=listening)
+    await serve(build_app(source), sock, started=started, graceful_timeout=2)
 
 
-async def _registry_started(task: asyncio.Task[None], listening: asyncio.Event, port: int) -> bool:
-    """Wait until the registry listens; say why in one line if it cannot."""
-    waiter = asyncio.create_task(listening.wait())
+async def _started(task: asyncio.Task[None], started: asyncio.Event, what: str, port: int) -> bool:
+    """Wait until a server listens; say why in one line if it cannot."""
+    waiter = asyncio.create_task(started.wait())
     await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
-    if listening.is_set():
+    if started.is_set():
         return True
     waiter.cancel()
     error = None if task.cancelled() else task.exception()
-    reason = getattr(error, "strerror", None) or error
-    print(
-        f"pallas run: registry: cannot listen on {LOOPBACK}:{port}: {reason} (try another --base-port)",
-        file=sys.stderr,
-    )
+    print(f"pallas run: {what} on {LOOPBACK}:{port} did not start: {error}", file=sys.stderr)
     return False

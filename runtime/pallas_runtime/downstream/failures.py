@@ -9,8 +9,6 @@ says whether the session that saw the failure is still worth using.
 from __future__ import annotations
 
 import asyncio
-import socket
-import ssl
 from collections.abc import Iterator
 from typing import Literal
 
@@ -18,6 +16,8 @@ import anyio
 import httpx2
 import mcp_types
 from mcp import MCPError
+
+from pallas_api.probe import describe_transport_failure
 
 Failure = Literal["transport", "session_gone", "protocol", "other"]
 
@@ -64,15 +64,6 @@ def _root(exc: BaseException) -> BaseException:
     return next((e for e in leaves if not isinstance(e, asyncio.CancelledError)), leaves[0])
 
 
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or current.__context__
-
-
 def _session_gone(error: MCPError, recorder: HttpErrorRecorder | None) -> bool:
     return error.error.message == _SESSION_GONE_MESSAGE or (recorder is not None and recorder.session_gone)
 
@@ -96,13 +87,9 @@ def describe_failure(exc: BaseException, recorder: HttpErrorRecorder | None = No
     root = _root(exc)
     if isinstance(root, SourceClosedError):
         return "the source is closed"
-    for link in _chain(root):
-        if isinstance(link, ConnectionRefusedError):
-            return "connection refused"
-        if isinstance(link, socket.gaierror):
-            return "cannot resolve host"
-        if isinstance(link, ssl.SSLError):
-            return "TLS handshake failed"
+    transport = describe_transport_failure(root)
+    if transport is not None:
+        return transport
     if isinstance(root, MCPError):
         status = recorder.last_status if recorder is not None else None
         if _session_gone(root, recorder):
@@ -114,15 +101,7 @@ def describe_failure(exc: BaseException, recorder: HttpErrorRecorder | None = No
         if root.error.code == mcp_types.REQUEST_TIMEOUT:
             return "request timed out"
         return f"MCP error {root.error.code}: {root.error.message[:200]}"
-    if isinstance(root, httpx2.HTTPStatusError):
-        return f"HTTP {root.response.status_code}"
-    if isinstance(root, httpx2.TimeoutException):
-        return "timed out"
-    if isinstance(root, httpx2.ConnectError):
-        return "cannot connect"
-    if isinstance(root, httpx2.RemoteProtocolError | httpx2.ReadError | httpx2.WriteError):
-        return "connection lost"
-    if isinstance(root, httpx2.HTTPError | OSError | anyio.BrokenResourceError | anyio.ClosedResourceError):
+    if isinstance(root, anyio.BrokenResourceError | anyio.ClosedResourceError):
         return f"transport error ({type(root).__name__})"
     # Unknown exception text may quote anything (a header, a payload); name only the type.
     return f"unexpected {type(root).__name__}"

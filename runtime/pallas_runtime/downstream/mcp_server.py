@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from pallas_runtime.config import DownstreamServer, HeaderConfig
+from pallas_api.config import DownstreamServer, HeaderConfig
 from pallas_runtime.downstream.remote import RemoteMcpSource
 
 log = logging.getLogger("pallas.downstream")

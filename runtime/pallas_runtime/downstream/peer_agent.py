@@ -6,7 +6,7 @@ import logging
 
 import mcp_types
 
-from pallas_runtime.config import PeerAgent
+from pallas_api.config import PeerAgent
 from pallas_runtime.downstream.remote import RemoteMcpSource
 from pallas_runtime.downstream.source import RemoteTool
 

@@ -29,10 +29,10 @@ import mcp_types
 from mcp import ClientSession
 from mcp.client.session import IncomingMessage
 
-from pallas_runtime.downstream.connection import SharedSession, Transport, open_session
+from pallas_api import probe as mcp_probe
+from pallas_runtime.downstream.connection import SharedSession, Transport, open_session, tls_context
 from pallas_runtime.downstream.content import parts_from_result
 from pallas_runtime.downstream.failures import HttpErrorRecorder, classify, describe_failure
-from pallas_runtime.downstream.probe import probe_endpoint
 from pallas_runtime.downstream.source import (
     DownstreamError,
     ProbeResult,
@@ -280,9 +280,14 @@ class RemoteMcpSource:
 
     async def probe(self) -> ProbeResult:
         """MCP initialize (and DELETE of the session) within the probe timeout; never raises."""
-        return await probe_endpoint(
-            self._name, self._url, self._transport, self._headers, budget=self._probe_timeout
+        outcome = await mcp_probe.probe(
+            self._url,
+            budget=self._probe_timeout,
+            transport=self._transport,
+            headers=self._headers,
+            verify=tls_context(),
         )
+        return ProbeResult(source=self._name, ok=outcome.ok, message=outcome.message)
 
     async def aclose(self) -> None:
         """Close the shared session; calls that forward a bearer close their own sessions."""

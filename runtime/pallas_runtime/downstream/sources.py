@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pallas_runtime.config import AgentConfig
+from pallas_api.config import AgentConfig
 from pallas_runtime.downstream.mcp_server import McpServerSource
 from pallas_runtime.downstream.peer_agent import PeerAgentSource
 from pallas_runtime.downstream.source import ToolSource

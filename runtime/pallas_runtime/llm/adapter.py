@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import httpx2
 
-from pallas_runtime.config import AgentConfig, ProviderConfig
+from pallas_api.config import AgentConfig, ProviderConfig
 from pallas_runtime.llm.errors import SdkErrors, describe, safe
 from pallas_runtime.llm.params import ParamPlan, dropped_warning
 from pallas_runtime.llm.provider import LLMError, ProviderCheck

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from pallas_runtime.config import AgentConfig, ProviderConfig
+from pallas_api.config import AgentConfig, ProviderConfig
 from pallas_runtime.llm.provider import LLMProvider
 
 NO_KEY_PLACEHOLDER = "not-needed"

@@ -16,7 +16,7 @@ from typing import Any
 
 import openai
 
-from pallas_runtime.config import AgentConfig, ProviderConfig
+from pallas_api.config import AgentConfig, ProviderConfig
 from pallas_runtime.llm.adapter import SdkProvider
 from pallas_runtime.llm.errors import SdkErrors
 from pallas_runtime.llm.params import ParamPlan, is_native_openai, openai_plan

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from pallas_runtime.config import ModelCapabilities, RequestParams
+from pallas_api.config import ModelCapabilities, RequestParams
 
 SAMPLING = ("temperature", "top_p", "top_k")
 

@@ -9,13 +9,14 @@ Layers, from pure to I/O:
 - Sources (`source.CatalogueSource`): `kubernetes.KubernetesSource` (list+watch, `pallas
   registry`), `static.StaticSource` (local agents polled over MCP, `pallas run`),
   `source.MemorySource` (states handed in by the caller).
-- `app.build_app(source)` — the Starlette app; `serve.serve_registry(source, host, port)` —
-  uvicorn around it, stopped by cancelling.
+- `app.build_app(source)` — the Starlette app (its lifespan runs the source); serve it with
+  `pallas_runtime.serving.serve(app, sock)`, stopped by cancelling.
 
 Use from `pallas run` (agents already started on their loopback ports):
 
-    from pallas_runtime.registry import serve_registry
+    from pallas_runtime.registry import build_app
     from pallas_runtime.registry.static import LocalAgent, StaticSource
+    from pallas_runtime.serving import listen, serve
 
     source = StaticSource(
         [LocalAgent(name, agent_spec, deployment_spec, f"http://127.0.0.1:{port}/mcp",
@@ -24,14 +25,13 @@ Use from `pallas run` (agents already started on their loopback ports):
         probe_timeout=5.0,      # budget of one agent's tools/list + get_health
     )
     started = asyncio.Event()
-    task = asyncio.create_task(serve_registry(source, "127.0.0.1", base_port, started=started))
-    await started.wait()        # listening; OSError from the task if the port is taken
+    sock = listen("127.0.0.1", base_port)  # OSError if the port is taken
+    task = asyncio.create_task(serve(build_app(source), sock, started=started))
+    await started.wait()
     ...
     task.cancel()               # graceful stop (the source stops with it)
 
-`serve_registry` leaves signal handlers alone; `build_app(source)` gives the ASGI app for
-embedding elsewhere (its lifespan runs the source). `kubernetes` and `static` are not imported
-here: they pull in lightkube and fastmcp, which the other one does not need.
+`kubernetes` and `static` are not imported here: each pulls in what the other does not need.
 """
 
 from pallas_runtime.registry.app import build_app
@@ -45,9 +45,8 @@ from pallas_runtime.registry.schema import (
     validate_response,
     validate_server,
 )
-from pallas_runtime.registry.serve import serve_registry
 from pallas_runtime.registry.source import CatalogueSource, MemorySource
-from pallas_runtime.registry.state import AgentState, Health
+from pallas_runtime.registry.state import AgentState, HealthView
 
 __all__ = [
     "OFFICIAL_META",
@@ -58,14 +57,13 @@ __all__ = [
     "CatalogueSource",
     "CatalogueStore",
     "Entry",
-    "Health",
+    "HealthView",
     "InvalidAgent",
     "MemorySource",
     "RegistryMetrics",
     "SchemaError",
     "build_app",
     "build_response",
-    "serve_registry",
     "validate_response",
     "validate_server",
 ]

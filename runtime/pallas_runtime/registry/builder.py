@@ -23,7 +23,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from pallas_runtime.config.resources import Icon
+from pallas_api.spec import Icon
 from pallas_runtime.registry.naming import remote_url, server_name
 from pallas_runtime.registry.schema import (
     OFFICIAL_META,
@@ -32,7 +32,7 @@ from pallas_runtime.registry.schema import (
     is_uri,
     validate_response,
 )
-from pallas_runtime.registry.state import AgentState, Health
+from pallas_runtime.registry.state import AgentState, HealthView
 
 VENDOR_META = "dev.pallas/agent"
 MAX_TEXT = 100
@@ -105,7 +105,7 @@ def _status(state: AgentState) -> tuple[str, str]:
     return "deprecated", one_line(reason, MAX_STATUS_MESSAGE)
 
 
-def _health(health: Health | None) -> dict[str, Any] | None:
+def _health(health: HealthView | None) -> dict[str, Any] | None:
     if health is None:
         return None
     out: dict[str, Any] = {"status": health.status, "message": health.message}

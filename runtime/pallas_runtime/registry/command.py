@@ -14,33 +14,21 @@ import argparse
 import asyncio
 import logging
 import os
-import signal
 import sys
 
 from lightkube import ConfigError, KubeConfig
 
-from pallas_runtime.log import setup_logging
+from pallas_api.commands import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, port_number
+from pallas_api.logs import setup_logging
+from pallas_api.spec import RegistrySpec
+from pallas_runtime.registry.app import build_app
 from pallas_runtime.registry.kubernetes import KubernetesSource
-from pallas_runtime.registry.serve import serve_registry
+from pallas_runtime.serving import bound_port, listen, serve, until_signalled
 
-DEFAULT_PORT = 8080
+DEFAULT_PORT = RegistrySpec().port
 """The deployment's default `registry.port`."""
 
 log = logging.getLogger("pallas.registry")
-
-
-async def _serve_until_signalled(source: KubernetesSource, host: str, port: int) -> None:
-    loop = asyncio.get_running_loop()
-    task = asyncio.create_task(serve_registry(source, host, port))
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, task.cancel)
-    try:
-        await task
-    except asyncio.CancelledError:
-        log.info("registry: stopped")
-    finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
 
 
 class RegistryCommand:
@@ -61,7 +49,10 @@ class RegistryCommand:
             help="publish the agents of this PallasDeployment (default: $PALLAS_DEPLOYMENT, else all)",
         )
         parser.add_argument(
-            "--port", type=int, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT})"
+            "--port",
+            type=port_number,
+            default=DEFAULT_PORT,
+            help=f"TCP port (default {DEFAULT_PORT}; 0: any free port)",
         )
         parser.add_argument(
             "--host",
@@ -75,28 +66,34 @@ class RegistryCommand:
             setup_logging()
         except ValueError as exc:
             print(f"pallas registry: {exc}", file=sys.stderr)
-            return 2
-        if not 0 <= args.port <= 65535:
-            print(f"pallas registry: --port {args.port} is not a TCP port (0-65535)", file=sys.stderr)
-            return 1
+            return EXIT_USAGE
         try:
             config = KubeConfig.from_env()
         except ConfigError as exc:
             print(f"pallas registry: no Kubernetes credentials: {exc}", file=sys.stderr)
-            return 1
+            return EXIT_FAILURE
         current = config.get()
         namespace = args.namespace or (current.namespace if current else "default")
         source = KubernetesSource(namespace, args.deployment, config=config)
+        try:
+            sock = listen(args.host, args.port)
+        except OSError as exc:
+            print(
+                f"pallas registry: cannot listen on {args.host}:{args.port}: {exc.strerror}", file=sys.stderr
+            )
+            return EXIT_FAILURE
         log.info(
             "registry: serving %s agents of namespace %s on %s:%d",
             args.deployment or "all",
             namespace,
             args.host,
-            args.port,
+            bound_port(sock),
         )
         try:
-            asyncio.run(_serve_until_signalled(source, args.host, args.port))
+            with sock:
+                asyncio.run(until_signalled(serve(build_app(source), sock, graceful_timeout=2)))
         except OSError as exc:
-            print(f"pallas registry: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
-            return 1
-        return 0
+            print(f"pallas registry: {exc}", file=sys.stderr)
+            return EXIT_FAILURE
+        log.info("registry: stopped")
+        return EXIT_OK

@@ -21,9 +21,8 @@ from typing import Any
 
 import httpx2
 from lightkube import AsyncClient, KubeConfig
-from lightkube.generic_resource import create_namespaced_resource
 
-from pallas_runtime.config.resources import API_GROUP, API_VERSION
+from pallas_api.kube import PallasAgent, PallasDeployment
 from pallas_runtime.registry.catalogue import CatalogueStore, Key
 from pallas_runtime.registry.objects import (
     DeploymentSettings,
@@ -34,9 +33,6 @@ from pallas_runtime.registry.objects import (
 from pallas_runtime.registry.reflector import Reflector
 from pallas_runtime.registry.source import CatalogueSource
 from pallas_runtime.registry.state import AgentState
-
-PallasAgent = create_namespaced_resource(API_GROUP, API_VERSION, "PallasAgent", "pallasagents")
-PallasDeployment = create_namespaced_resource(API_GROUP, API_VERSION, "PallasDeployment", "pallasdeployments")
 
 
 def _key(obj: Mapping[str, Any]) -> Key:

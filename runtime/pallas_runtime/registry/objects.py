@@ -17,9 +17,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from pallas_runtime.config.agent import ModelCapabilities
-from pallas_runtime.config.resources import Icon
-from pallas_runtime.registry.state import HEALTH_STATUSES, PHASES, AgentState, Health
+from pallas_api.config import ModelCapabilities
+from pallas_api.spec import Icon
+from pallas_api.status import HEALTH_STATUSES, PHASES
+from pallas_runtime.registry.state import AgentState, HealthView
 
 _TAG = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -103,12 +104,12 @@ def _ready_condition(status: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return None
 
 
-def _health(raw: Any) -> Health | None:
+def _health(raw: Any) -> HealthView | None:
     health = _map(raw)
     status = health.get("status")
     for known in HEALTH_STATUSES:
         if status == known:
-            return Health(known, _text(health.get("message")), _time(health.get("checkedAt")))
+            return HealthView(known, _text(health.get("message")), _time(health.get("checkedAt")))
     return None
 
 

@@ -10,15 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Literal
 
-from pallas_runtime.config.agent import ModelCapabilities
-from pallas_runtime.config.resources import Icon
-
-HealthStatus = Literal["ok", "degraded", "error"]
-HEALTH_STATUSES: tuple[HealthStatus, ...] = ("ok", "degraded", "error")
-PHASES = ("Pending", "Waiting", "Progressing", "Ready", "Degraded", "Failed")
-"""PallasAgent `status.phase` values (docs/api.md §1)."""
+from pallas_api.config import ModelCapabilities
+from pallas_api.spec import Icon
+from pallas_api.status import HealthStatus
 
 
 def utcnow() -> datetime:
@@ -27,8 +22,8 @@ def utcnow() -> datetime:
 
 
 @dataclass(frozen=True, slots=True)
-class Health:
-    """The agent's last `get_health` answer as its status reports it."""
+class HealthView:
+    """The agent's last `get_health` answer as its status (or a local probe) reports it."""
 
     status: HealthStatus
     message: str = ""
@@ -84,7 +79,7 @@ class AgentState:
     phase: str = "Pending"
     ready: bool = False
     status_message: str = ""
-    health: Health | None = None
+    health: HealthView | None = None
     tools: tuple[str, ...] = ()
     url: str | None = None
     model: str | None = None

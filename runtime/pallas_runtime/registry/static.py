@@ -13,19 +13,15 @@ not applied here.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
 
-from fastmcp import Client
-from fastmcp.client.transports import StreamableHttpTransport
-
-from pallas_runtime.config.resources import PallasAgentSpec, PallasDeploymentSpec
+from pallas_api.probe import ProbeOutcome, probe
+from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
 from pallas_runtime.registry.catalogue import CatalogueStore
 from pallas_runtime.registry.source import CatalogueSource
-from pallas_runtime.registry.state import HEALTH_STATUSES, AgentState, Health, utcnow
+from pallas_runtime.registry.state import AgentState, HealthView, utcnow
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,41 +41,26 @@ class Observation:
     """What one probe of an agent found."""
 
     reachable: bool
-    health: Health
+    health: HealthView
     tools: tuple[str, ...] = ()
 
 
-def _parse_health(result: Any, now: datetime) -> Health:
-    texts = [block.text for block in result.content if getattr(block, "type", None) == "text"]
-    try:
-        report = json.loads(texts[0]) if texts else None
-    except ValueError:
-        report = None
-    if result.is_error or not isinstance(report, dict) or report.get("status") not in HEALTH_STATUSES:
-        return Health("error", "get_health did not return a health report", now)
-    checked = now
-    if isinstance(report.get("timestamp"), str):
-        try:
-            checked = datetime.fromisoformat(report["timestamp"].replace("Z", "+00:00"))
-        except ValueError:
-            checked = now
-    message = report.get("message")
-    return Health(report["status"], message if isinstance(message, str) else "", checked)
+def observation(outcome: ProbeOutcome, now: datetime) -> Observation:
+    """What a probe of a local agent found, as the catalogue shows it."""
+    if not outcome.ok:
+        return Observation(False, HealthView("error", f"unreachable: {outcome.message}"[:300], now))
+    report = outcome.health
+    if report is None:
+        problem = outcome.health_problem or "get_health did not return a health report"
+        return Observation(True, HealthView("error", problem[:300], now), outcome.tools)
+    health = HealthView(report.status, report.message or "", report.checked_at or now)
+    return Observation(True, health, outcome.tools)
 
 
 async def probe_agent(url: str, budget: float) -> Observation:
     """Ask the agent at `url` for its tools and `get_health`, within `budget` seconds in total."""
     now = utcnow()
-    try:
-        async with asyncio.timeout(budget):
-            transport = StreamableHttpTransport(url)
-            async with Client(transport, timeout=budget, init_timeout=budget) as client:
-                tools = tuple(tool.name for tool in await client.list_tools())
-                result = await client.call_tool_mcp("get_health", {})
-    except Exception as exc:
-        problem = "timed out" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
-        return Observation(False, Health("error", f"unreachable: {problem}"[:300], now))
-    return Observation(True, _parse_health(result, now), tools)
+    return observation(await probe(url, budget=budget, list_tools=True, get_health=True), now)
 
 
 def base_state(agent: LocalAgent) -> AgentState:

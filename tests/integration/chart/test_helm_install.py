@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pallas_operator.api import names
+from pallas_api import names
 from tests.support.cluster import REPO, LocalCluster
 from tests.support.operator import CRDS, install_crds
 

@@ -14,9 +14,9 @@ from lightkube import AsyncClient, KubeConfig
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.rbac_authorization_v1 import Role
 
-from pallas_operator.api.rbac import CLUSTER_RULES, LEASE_RULES
-from pallas_operator.handlers.run import Runner
-from pallas_operator.k8s.resources import PallasAgent
+from pallas_api.kube import PallasAgent
+from pallas_operator.rbac import CLUSTER_RULES, LEASE_RULES
+from pallas_operator.runner import Runner
 from tests.support.cluster import LocalCluster
 from tests.support.operator import (
     agent,

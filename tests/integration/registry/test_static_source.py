@@ -13,7 +13,7 @@ import httpx2
 import pytest
 from fastmcp import Client, FastMCP
 
-from pallas_runtime.config.resources import PallasAgentSpec, PallasDeploymentSpec
+from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
 from pallas_runtime.registry.builder import VENDOR_META
 from pallas_runtime.registry.schema import OFFICIAL_META
 from pallas_runtime.registry.static import LocalAgent, StaticSource
@@ -44,7 +44,7 @@ def stand_in_agent(name: str, health: dict[str, Any]) -> FastMCP:
 
     @mcp.tool(output_schema=None)
     def get_health() -> str:
-        """Health of this agent."""
+        """HealthView of this agent."""
         return json.dumps({"timestamp": "2026-11-21T10:00:00Z", **health})
 
     return mcp
@@ -175,13 +175,13 @@ async def _phase(base: str, phase: str) -> dict[str, Any] | None:
     return entry if entry and entry["_meta"][VENDOR_META]["phase"] == phase else None
 
 
-async def test_serve_registry_reports_a_taken_port() -> None:
-    from pallas_runtime.registry.serve import serve_registry
+def test_a_taken_port_is_an_os_error_before_any_server_starts() -> None:
+    from pallas_runtime.serving import listen
 
     holder = bound_socket()
     holder.listen()
     try:
         with pytest.raises(OSError, match="in use"):
-            await serve_registry(StaticSource([]), "127.0.0.1", holder.getsockname()[1])
+            listen("127.0.0.1", holder.getsockname()[1])
     finally:
         holder.close()

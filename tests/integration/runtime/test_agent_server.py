@@ -16,10 +16,9 @@ import pytest
 from fastmcp import Client
 from fastmcp.client.transports import StreamableHttpTransport
 
-from pallas_runtime.commands.serving import agent_app
-from pallas_runtime.config import AgentConfig, parse_config
+from pallas_api.config import AgentConfig, parse_config
 from pallas_runtime.metrics import RuntimeMetrics
-from pallas_runtime.server import build_server
+from pallas_runtime.server import agent_app, build_server
 from tests.support.fake_llm import Call, Delay, FakeAnthropic, FakeOpenAI, HttpError, Text, ToolCalls
 from tests.support.mcp_servers import RunningServer, header_echo_server, serve_app, silent_server
 

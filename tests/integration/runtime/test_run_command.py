@@ -194,7 +194,7 @@ def test_bad_manifests_and_flags_fail_in_one_line(tmp_path: Path) -> None:
         ),
         (
             ["run", "-f", str(bad), "--base-port", "70000"],
-            "pallas run: --base-port 70000 is not a TCP port number",
+            "pallas run: argument --base-port: 70000 is not a TCP port number (0-65535)",
         ),
     ]
     for args, message in cases:

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pallas_runtime.config import AgentConfig, ConfigError, load_config, parse_config, render_config
-from pallas_runtime.config.render import RenderError, env_name, render_agent, split_model
-from pallas_runtime.config.resources import PallasAgentSpec, PallasDeploymentSpec
+from pallas_api.config import AgentConfig, ConfigError, load_config, parse_config, render_config
+from pallas_api.render import RenderError, env_name, render_agent, split_model
+from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
 
 
 def minimal(**overrides: object) -> dict[str, object]:

@@ -6,8 +6,8 @@ import json
 import time
 from datetime import datetime
 
+from pallas_api.config import parse_config
 from pallas_runtime.agent.health import HealthChecker
-from pallas_runtime.config import parse_config
 from pallas_runtime.downstream.source import ProbeResult
 from pallas_runtime.llm.provider import ProviderCheck
 from pallas_runtime.metrics import RuntimeMetrics
@@ -44,10 +44,9 @@ def gauge(metrics: RuntimeMetrics, name: str, **labels: str) -> float | None:
 async def test_all_reachable_is_ok_and_sets_the_gauges() -> None:
     health, provider, metrics = checker([FakeSource("argos", []), FakeSource("neo4j", [])])
     report = await health.report()
-    assert report["status"] == "ok"
-    assert "message" not in report
-    assert datetime.fromisoformat(report["timestamp"].replace("Z", "+00:00"))
-    json.dumps(report)
+    assert report.status == "ok"
+    assert "message" not in json.loads(report.to_json())
+    assert datetime.fromisoformat(report.timestamp.replace("Z", "+00:00"))
     assert gauge(metrics, "pallas_downstream_up", agent="harper", server="neo4j") == 1
     assert gauge(metrics, "pallas_llm_provider_up", provider="vllm") == 1
     assert gauge(metrics, "pallas_agent_health_status", agent="harper") == 1
@@ -60,8 +59,8 @@ async def test_an_unreachable_downstream_degrades_naming_it() -> None:
     )
     health, _, metrics = checker([FakeSource("argos", []), down])
     report = await health.report()
-    assert report["status"] == "degraded"
-    assert report["message"] == "Unreachable: neo4j_cypher (timed out after 3s)"
+    assert report.status == "degraded"
+    assert report.message == "Unreachable: neo4j_cypher (timed out after 3s)"
     assert gauge(metrics, "pallas_downstream_up", agent="harper", server="neo4j_cypher") == 0
     assert gauge(metrics, "pallas_agent_health_status", agent="harper") == 0.5
 
@@ -70,11 +69,10 @@ async def test_a_failed_provider_check_degrades_with_its_message() -> None:
     bad = ProviderCheck(False, "openai provider 'vllm': model 'bad-model' not found", time.monotonic())
     health, _, metrics = checker([], bad)
     report = await health.report()
-    assert report == {
-        **report,
-        "status": "degraded",
-        "message": "LLM: openai provider 'vllm': model 'bad-model' not found",
-    }
+    assert (report.status, report.message) == (
+        "degraded",
+        "LLM: openai provider 'vllm': model 'bad-model' not found",
+    )
     assert gauge(metrics, "pallas_llm_provider_up", provider="vllm") == 0
 
 
@@ -84,8 +82,8 @@ async def test_a_missing_api_key_is_an_error_because_no_request_can_succeed() ->
     )
     health, _, metrics = checker([], missing, api_key_env="VLLM_KEY", environ={})
     report = await health.report()
-    assert report["status"] == "error"
-    assert "VLLM_KEY is not set" in report["message"]
+    assert report.status == "error"
+    assert "VLLM_KEY is not set" in (report.message or "")
     assert gauge(metrics, "pallas_agent_health_status", agent="harper") == 0
 
 

@@ -6,10 +6,10 @@ import base64
 
 import pytest
 
+from pallas_api.config import AgentConfig, parse_config
 from pallas_runtime.agent.conversation import Conversation, ConversationStore, trim
 from pallas_runtime.agent.inputs import ImageInput, InvalidInput, user_message
 from pallas_runtime.agent.progress import ProgressReporter
-from pallas_runtime.config import AgentConfig, parse_config
 from pallas_runtime.messages import (
     AssistantMessage,
     ImagePart,

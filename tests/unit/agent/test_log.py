@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from pallas_runtime.log import setup_logging
+from pallas_api.logs import setup_logging
 
 
 @pytest.fixture

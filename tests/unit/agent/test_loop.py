@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from pallas_api.config import parse_config
 from pallas_runtime.agent.loop import AgentLoop, MaxIterationsExceeded, llm_tool_name
 from pallas_runtime.agent.progress import ProgressReporter
-from pallas_runtime.config import parse_config
 from pallas_runtime.downstream.source import ProgressHandler, ToolOutcome
 from pallas_runtime.llm.provider import LLMError
 from pallas_runtime.messages import (

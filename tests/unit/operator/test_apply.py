@@ -7,7 +7,7 @@ from typing import Any
 
 from lightkube.resources.core_v1 import ConfigMap
 
-from pallas_operator.api import names
+from pallas_api import names
 from pallas_operator.k8s.apply import Applier, Seen, seen
 
 ENTRY = {"manager": "pallas-operator", "operation": "Apply", "apiVersion": "v1", "fieldsV1": {"f:data": {}}}

@@ -14,7 +14,10 @@ from typing import Any
 import pytest
 import yaml
 
-from pallas_operator.api import names
+from pallas_api import names
+from pallas_api.config import parse_config, render_config
+from pallas_api.render import render_agent
+from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
 from pallas_operator.builders import (
     AgentWorkload,
     Owner,
@@ -26,10 +29,6 @@ from pallas_operator.builders import (
     registry_children,
     service_monitors,
 )
-from pallas_runtime.config import render_config
-from pallas_runtime.config.agent import parse_config
-from pallas_runtime.config.render import render_agent
-from pallas_runtime.config.resources import PallasAgentSpec, PallasDeploymentSpec
 from tests.support.operator import agent, at, deployment, spec
 
 GOLDEN = Path(__file__).parent / "golden"

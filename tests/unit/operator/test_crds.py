@@ -8,9 +8,9 @@ import pytest
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from pallas_operator.api.crds import agent_crd, crd_manifests, deployment_crd
-from pallas_operator.api.schema import SchemaError, structural_schema
-from pallas_runtime.config import resources
+from pallas_api import spec as resources
+from pallas_api.crds import agent_crd, crd_manifests, deployment_crd
+from pallas_api.schema import SchemaError, structural_schema
 from tests.support.operator import CRDS
 
 

@@ -1,10 +1,12 @@
-"""The operator's small moving parts: service resolution, the work queue, the prober, probes,
-the HTTP endpoint, the command line and managed-fields fingerprints."""
+"""The operator's small moving parts: service resolution, the work queue, the prober, the HTTP
+endpoints, the command line and managed-fields fingerprints. Time-based tests run on looptime's
+fake event-loop clock: deterministic on a loaded machine, and instant."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 from collections.abc import Hashable
 from pathlib import Path
@@ -13,11 +15,10 @@ import httpx2
 import pytest
 
 from pallas_operator.cli import OperatorCommand
-from pallas_operator.handlers.health import Prober, ProbeTarget
-from pallas_operator.handlers.queue import WorkQueue
-from pallas_operator.http import ProbeServer
+from pallas_operator.endpoints import ProbeEndpoints
+from pallas_operator.engine.prober import Prober, ProbeTarget
+from pallas_operator.engine.queue import WorkQueue
 from pallas_operator.k8s.apply import fingerprint
-from pallas_operator.probe import parse_health
 from pallas_operator.services import ServiceResolver, parse_pairs
 from pallas_operator.status import HealthResult, Verification
 
@@ -47,6 +48,7 @@ def test_bad_pairs_are_refused_with_the_source_named() -> None:
         parse_pairs("a=b,nonsense", "PALLAS_SERVICE_HOST_OVERRIDES")
 
 
+@pytest.mark.looptime
 async def test_queue_collapses_repeats_and_never_runs_a_key_twice_at_once() -> None:
     running: set[Hashable] = set()
     calls: list[Hashable] = []
@@ -72,6 +74,7 @@ async def test_queue_collapses_repeats_and_never_runs_a_key_twice_at_once() -> N
     assert sorted(calls) == ["a", "a", "b"]
 
 
+@pytest.mark.looptime
 async def test_queue_retries_failures_with_backoff() -> None:
     attempts: list[float] = []
 
@@ -81,14 +84,16 @@ async def test_queue_retries_failures_with_backoff() -> None:
             raise RuntimeError("API server unavailable")
         return None
 
-    queue = WorkQueue(reconcile, workers=1, max_backoff=0.1)
+    queue = WorkQueue(reconcile, workers=1, max_backoff=10)
     queue.start()
     queue.add("a")
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(100)  # fake loop time: the retries come after 1 s, then 2 s
     await queue.stop()
     assert len(attempts) == 3
+    assert [round(b - a, 3) for a, b in itertools.pairwise(attempts)] == [1.0, 2.0]
 
 
+@pytest.mark.looptime
 async def test_prober_verifies_once_per_rollout_and_reports_only_changes() -> None:
     verified: list[str] = []
     health = HealthResult("ok")
@@ -119,22 +124,9 @@ async def test_prober_verifies_once_per_rollout_and_reports_only_changes() -> No
     await prober.stop()
 
 
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ('{"status": "ok", "timestamp": "t"}', HealthResult("ok")),
-        ('{"status": "degraded", "message": "argos down"}', HealthResult("degraded", "argos down")),
-        ('{"status": "fine"}', HealthResult(None, "get_health returned no valid status")),
-        ("not json", HealthResult(None, "get_health did not return JSON")),
-    ],
-)
-def test_parse_health(text: str, expected: HealthResult) -> None:
-    assert parse_health(text) == expected
-
-
 async def test_probe_server_answers_probes_and_metrics() -> None:
     ready = False
-    server = ProbeServer(lambda: b"pallas_operator_reconcile_total 1\n", lambda: ready)
+    server = ProbeEndpoints(lambda: b"pallas_operator_reconcile_total 1\n", lambda: ready)
     await server.start("127.0.0.1", 0)
     try:
         async with httpx2.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as http:

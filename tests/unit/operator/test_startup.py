@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from pallas_operator.handlers.startup import StartupTracker
+from pallas_operator.engine.startup import StartupTracker
 from pallas_operator.metrics import OperatorMetrics
 from tests.support.operator import total
 
@@ -88,7 +88,7 @@ async def test_a_stalled_start_up_is_logged_every_stall_period(caplog: pytest.Lo
     async def never_called() -> bool:
         raise AssertionError
 
-    with caplog.at_level(logging.WARNING, logger="pallas_operator.handlers.startup"):
+    with caplog.at_level(logging.WARNING, logger="pallas_operator.engine.startup"):
         await startup.watch(never_called)
     stalls = [r.getMessage() for r in caplog.records if "has not finished" in r.getMessage()]
     assert len(stalls) == 2, stalls

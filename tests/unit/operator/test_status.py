@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from pallas_operator.api.status import PallasAgentStatus, PallasDeploymentStatus, ServerInfo
+from pallas_api.render import SecretBinding
+from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec, SecretKeyRef
+from pallas_api.status import PallasAgentStatus, PallasDeploymentStatus, ServerInfo
 from pallas_operator.status import (
     AgentFacts,
     AgentObservation,
@@ -22,8 +24,6 @@ from pallas_operator.status import (
     waiting_for,
     workload,
 )
-from pallas_runtime.config.render import SecretBinding
-from pallas_runtime.config.resources import PallasAgentSpec, PallasDeploymentSpec, SecretKeyRef
 from tests.support.operator import agent, deployment, spec
 
 T0, T1, T2 = "2026-11-21T10:00:00Z", "2026-11-21T10:01:00Z", "2026-11-21T10:02:00Z"

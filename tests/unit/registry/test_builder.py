@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from pallas_runtime.config.agent import ModelCapabilities
-from pallas_runtime.config.resources import Icon
+from pallas_api.config import ModelCapabilities
+from pallas_api.spec import Icon
 from pallas_runtime.registry.builder import VENDOR_META, InvalidAgent, build_response, one_line
 from pallas_runtime.registry.schema import OFFICIAL_META, SCHEMA_URL
-from pallas_runtime.registry.state import Health
+from pallas_runtime.registry.state import HealthView
 from tests.support.registry import assert_valid_entry, state
 
 
@@ -196,7 +196,7 @@ def test_without_timestamps_the_official_meta_has_none() -> None:
 
 
 def test_health_without_check_time() -> None:
-    vendor = entry(health=Health("degraded", "slow"))["_meta"][VENDOR_META]
+    vendor = entry(health=HealthView("degraded", "slow"))["_meta"][VENDOR_META]
     assert vendor["health"] == {"status": "degraded", "message": "slow"}
 
 

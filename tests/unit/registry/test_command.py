@@ -43,6 +43,22 @@ def test_without_credentials_it_says_so(
     assert capsys.readouterr().err.startswith("pallas registry: no Kubernetes credentials:")
 
 
-def test_bad_port(capsys: pytest.CaptureFixture[str]) -> None:
-    assert RegistryCommand().run(parse("--port", "70000")) == 1
-    assert "--port 70000 is not a TCP port" in capsys.readouterr().err
+@pytest.mark.parametrize(
+    ("command", "flag", "required"),
+    [
+        ("registry", "--port", []),
+        ("agent", "--port", ["--config", "a.yaml"]),
+        ("operator", "--http-port", []),
+        ("run", "--base-port", ["-f", "a.yaml"]),
+    ],
+)
+def test_every_command_refuses_a_bad_port_the_same_way(
+    command: str, flag: str, required: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([command, *required, flag, "70000"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (
+        f"pallas {command}: argument {flag}: 70000 is not a TCP port number (0-65535) "
+        f"(see pallas {command} --help)\n"
+    )

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pallas_runtime.config.agent import ModelCapabilities
+from pallas_api.config import ModelCapabilities
 from pallas_runtime.registry.builder import InvalidAgent, build_response
 from pallas_runtime.registry.objects import (
     DeploymentSettings,
@@ -16,7 +16,7 @@ from pallas_runtime.registry.objects import (
     agent_state,
     deployment_settings,
 )
-from pallas_runtime.registry.state import Health
+from pallas_runtime.registry.state import HealthView
 from tests.support.operator import agent, at, deployment, spec, without
 from tests.support.registry import assert_valid_entry, ready_status
 
@@ -89,7 +89,7 @@ def test_a_ready_agent() -> None:
     assert (state.version, state.name_prefix, state.service_port) == ("2.1.0", "ca.helu.ouranos", 9000)
     assert state.model_capabilities.vision
     assert (state.phase, state.ready) == ("Ready", True)
-    assert state.health == Health("ok", "", datetime(2026, 11, 21, 10, tzinfo=UTC))
+    assert state.health == HealthView("ok", "", datetime(2026, 11, 21, 10, tzinfo=UTC))
     assert state.tools == ("send_message", "get_health")
     assert state.url == "http://research.agents.svc.cluster.local:8000/mcp"
     assert state.published_at == datetime(2026, 11, 20, 8, tzinfo=UTC)

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime, timedelta
 
-import mcp_types
 import pytest
 
-from pallas_runtime.config.resources import PallasAgentSpec, PallasDeploymentSpec
+from pallas_api.health import HealthReport
+from pallas_api.probe import ProbeOutcome
+from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
 from pallas_runtime.registry.builder import build_response
-from pallas_runtime.registry.state import Health
-from pallas_runtime.registry.static import LocalAgent, Observation, _parse_health, base_state, observed_state
+from pallas_runtime.registry.state import HealthView
+from pallas_runtime.registry.static import LocalAgent, Observation, base_state, observation, observed_state
 from tests.support.registry import assert_valid_entry
 
 NOW = datetime(2026, 11, 21, 10, tzinfo=UTC)
@@ -47,10 +47,10 @@ def test_base_state_from_the_manifests() -> None:
 
 
 def seen(status: str, message: str = "", tools: tuple[str, ...] = ("get_health",)) -> Observation:
-    return Observation(True, Health(status, message, NOW), tools)  # type: ignore[arg-type]
+    return Observation(True, HealthView(status, message, NOW), tools)  # type: ignore[arg-type]
 
 
-DOWN = Observation(False, Health("error", "unreachable: ConnectError", NOW))
+DOWN = Observation(False, HealthView("error", "unreachable: ConnectError", NOW))
 
 
 @pytest.mark.parametrize(
@@ -81,31 +81,37 @@ def test_unreachable_before_first_answer_is_pending_after_it_failed() -> None:
 def test_an_unchanged_report_does_not_move_timestamps() -> None:
     first = observed_state(base_state(local()), seen("ok"), NOW)
     later = observed_state(
-        first, Observation(True, Health("ok", "", NOW + timedelta(minutes=1)), ("get_health",)), NOW
+        first, Observation(True, HealthView("ok", "", NOW + timedelta(minutes=1)), ("get_health",)), NOW
     )
     assert later == first
 
 
-def result(text: str, is_error: bool = False) -> mcp_types.CallToolResult:
-    return mcp_types.CallToolResult(
-        content=[mcp_types.TextContent(type="text", text=text)], is_error=is_error
+def report(status: str, message: str | None = None, timestamp: str = "2026-11-21T09:00:00Z") -> HealthReport:
+    return HealthReport(status=status, message=message, timestamp=timestamp)  # type: ignore[arg-type]
+
+
+def test_a_readable_report_is_shown_with_its_own_time() -> None:
+    outcome = ProbeOutcome(ok=True, tools=("get_health",), health=report("degraded", "argos down"))
+    assert observation(outcome, NOW) == Observation(
+        True, HealthView("degraded", "argos down", NOW - timedelta(hours=1)), ("get_health",)
     )
 
 
-def test_parse_health_report() -> None:
-    report = json.dumps({"status": "degraded", "timestamp": "2026-11-21T09:00:00Z", "message": "argos down"})
-    assert _parse_health(result(report), NOW) == Health("degraded", "argos down", NOW - timedelta(hours=1))
+def test_an_unreadable_report_is_an_error_naming_why() -> None:
+    outcome = ProbeOutcome(ok=True, health_problem="get_health did not return a health report (status: …)")
+    seen_ = observation(outcome, NOW)
+    assert seen_.reachable
+    assert (seen_.health.status, seen_.health.message) == (
+        "error",
+        "get_health did not return a health report (status: …)",
+    )
 
 
-@pytest.mark.parametrize("text", ["not json", "[]", '{"status": "fine"}', '{"message": "no status"}', '"ok"'])
-def test_parse_health_garbage_is_an_error(text: str) -> None:
-    health = _parse_health(result(text), NOW)
-    assert (health.status, health.message) == ("error", "get_health did not return a health report")
+def test_an_unreachable_agent_says_why() -> None:
+    seen_ = observation(ProbeOutcome(ok=False, message="connection refused"), NOW)
+    assert (seen_.reachable, seen_.health.message) == (False, "unreachable: connection refused")
 
 
-def test_parse_health_tool_error() -> None:
-    assert _parse_health(result('{"status": "ok"}', is_error=True), NOW).status == "error"
-
-
-def test_parse_health_bad_timestamp_uses_now() -> None:
-    assert _parse_health(result('{"status": "ok", "timestamp": "soon"}'), NOW).checked_at == NOW
+def test_a_report_with_a_bad_timestamp_is_dated_now() -> None:
+    outcome = ProbeOutcome(ok=True, health=report("ok", timestamp="soon"))
+    assert observation(outcome, NOW).health.checked_at == NOW

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from pallas_runtime.config.agent import (
+from pallas_api.config import (
     DNS_LABEL,
     HEADER_NAME,
     HTTP_URL,
@@ -24,8 +24,6 @@ from pallas_runtime.config.agent import (
     ToolPolicy,
 )
 
-API_GROUP = "pallas.dev"
-API_VERSION = "v1alpha1"
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 MODEL_REF = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\.[A-Za-z0-9][A-Za-z0-9._:/@+-]*$"
 """`<provider>.<model>`: the provider is a key of spec.providers, the model its model id."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from pallas_operator.api import names
+from pallas_api import names
 
 _WRITE_CHILDREN: Final = ["get", "list", "watch", "create", "patch", "delete"]
 

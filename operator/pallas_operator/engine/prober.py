@@ -13,7 +13,7 @@ import logging
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 
-from pallas_operator import probe
+from pallas_operator.engine import checks
 from pallas_operator.services import ServiceResolver
 from pallas_operator.status import HealthResult, Verification
 
@@ -57,8 +57,8 @@ class Prober:
         self,
         resolver: ServiceResolver,
         notify: Callable[[Hashable], None],
-        verify: Verify = probe.verify,
-        check: Check = probe.check_health,
+        verify: Verify = checks.verify,
+        check: Check = checks.check_health,
     ) -> None:
         self._resolver = resolver
         self._notify = notify

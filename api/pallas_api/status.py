@@ -1,19 +1,22 @@
 """The status of both resources: what the operator writes and `kubectl`/the registry read.
 
-The models are the schema source of the CRDs' `status` (as the runtime's spec models are of
-`spec`), and the status policy builds instances of them, so what is written always validates.
+The models are the schema source of the CRDs' `status` (as `spec` is of their `spec`), and the
+operator's status policy builds instances of them, so what is written always validates; the
+registry reads status with the same models.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 Phase = Literal["Pending", "Waiting", "Progressing", "Ready", "Degraded", "Failed"]
+PHASES: tuple[Phase, ...] = get_args(Phase)
 ConditionStatus = Literal["True", "False", "Unknown"]
 HealthStatus = Literal["ok", "degraded", "error"]
+HEALTH_STATUSES: tuple[HealthStatus, ...] = get_args(HealthStatus)
 
 
 class _Status(BaseModel):

@@ -9,7 +9,11 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
-from pallas_operator.api import names
+from pallas_api import names
+from pallas_api.conditions import INVALID_SPEC
+from pallas_api.config import render_config
+from pallas_api.render import RenderError, render_agent, split_model
+from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
 from pallas_operator.builders import (
     AgentWorkload,
     Manifest,
@@ -20,13 +24,8 @@ from pallas_operator.builders import (
     agent_service,
     config_hash,
 )
-from pallas_operator.handlers.world import ChildRecord, OwnerRecord, World
+from pallas_operator.engine.world import ChildRecord, OwnerRecord, World
 from pallas_operator.status import Problem, check_agent, check_secrets, waiting_for
-from pallas_runtime.config import render_config
-from pallas_runtime.config.render import RenderError, render_agent, split_model
-from pallas_runtime.config.resources import PallasAgentSpec, PallasDeploymentSpec
-
-INVALID_SPEC = "InvalidSpec"
 
 
 @dataclass

@@ -11,16 +11,16 @@ from typing import TYPE_CHECKING, cast
 
 from lightkube import AsyncClient
 
-from pallas_operator.handlers.health import Prober
-from pallas_operator.handlers.queue import WorkQueue
-from pallas_operator.handlers.startup import StartupTracker
-from pallas_operator.handlers.world import World
+from pallas_operator.engine.prober import Prober
+from pallas_operator.engine.queue import WorkQueue
+from pallas_operator.engine.startup import StartupTracker
+from pallas_operator.engine.world import World
 from pallas_operator.k8s.apply import Applier
 from pallas_operator.metrics import OperatorMetrics
 from pallas_operator.settings import OperatorSettings
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Mapping
 
 AGENT = "agent"
 DEPLOYMENT = "deployment"
@@ -44,13 +44,14 @@ def now() -> str:
 
 
 class Operator:
-    """Everything handlers and reconciles share, for one operator run."""
+    """Everything the kopf wiring and the reconciles share, for one operator run."""
 
     def __init__(
         self,
         settings: OperatorSettings,
         client: AsyncClient,
         metrics: OperatorMetrics,
+        reconcilers: Mapping[str, Callable[[Operator, str, str], Awaitable[float | None]]],
         ready: threading.Event | None = None,
     ) -> None:
         self.settings = settings
@@ -66,7 +67,8 @@ class Operator:
         """(namespace, Secret) → agents whose pods read it (so a rotation re-reconciles them)."""
         self.monitoring_checked: dict[tuple[str, str], MonitoringCheck] = {}
         """(namespace, deployment) → when its ServiceMonitors were last listed, and what was found."""
-        self.reconcilers: dict[str, Callable[[Operator, str, str], Awaitable[float | None]]] = {}
+        self.reconcilers = dict(reconcilers)
+        """Kind → its reconcile (the reconciles live above the engine, so they are handed in)."""
 
     def enqueue(self, kind: str, namespace: str, name: str) -> None:
         self.queue.add((kind, namespace, name))

@@ -11,7 +11,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pallas_runtime.config.agent import (
+from pallas_api.conditions import AGENT_NOT_FOUND, PROVIDER_NOT_FOUND, SERVER_NOT_FOUND
+from pallas_api.config import (
     AgentConfig,
     DownstreamServer,
     HeaderConfig,
@@ -20,7 +21,7 @@ from pallas_runtime.config.agent import (
     PeerAgent,
     ProviderConfig,
 )
-from pallas_runtime.config.resources import PallasAgentSpec, PallasDeploymentSpec, SecretKeyRef
+from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec, SecretKeyRef
 
 
 class RenderError(Exception):
@@ -83,7 +84,7 @@ def render_agent(
     provider_spec = deployment.providers.get(provider_name)
     if provider_spec is None:
         raise RenderError(
-            "ProviderNotFound",
+            PROVIDER_NOT_FOUND,
             f"model {model_ref!r} names provider {provider_name!r}, which the deployment does not define",
             (provider_name,),
         )
@@ -103,7 +104,7 @@ def render_agent(
     missing_servers = [s for s in agent.servers if s not in deployment.mcp_servers]
     if missing_servers:
         raise RenderError(
-            "ServerNotFound",
+            SERVER_NOT_FOUND,
             f"mcpServers {', '.join(missing_servers)} not defined by the deployment",
             tuple(missing_servers),
         )
@@ -132,7 +133,7 @@ def render_agent(
     missing_agents = [a for a in agent.agents if a not in agent_urls]
     if missing_agents:
         raise RenderError(
-            "AgentNotFound", f"agents {', '.join(missing_agents)} not found", tuple(missing_agents)
+            AGENT_NOT_FOUND, f"agents {', '.join(missing_agents)} not found", tuple(missing_agents)
         )
     peers = [PeerAgent(name=peer, url=agent_urls[peer]) for peer in agent.agents]
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pallas_operator.api import names
+from pallas_api import names
 from pallas_operator.builders import value_digest
 from pallas_operator.k8s.apply import Seen, seen
 from pallas_operator.status import AgentFacts, Workload, workload

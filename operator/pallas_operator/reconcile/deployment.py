@@ -2,25 +2,29 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 from pydantic import ValidationError
 
-from pallas_operator.api import names
-from pallas_operator.api.status import PallasDeploymentStatus
-from pallas_operator.builders import Manifest, Owner, registry_children, service_monitors
-from pallas_operator.handlers.context import MonitoringCheck, Operator, now
-from pallas_operator.handlers.world import OwnerRecord
+from pallas_api import conditions, names
+from pallas_api.spec import PallasDeploymentSpec
+from pallas_api.status import PallasDeploymentStatus
+from pallas_operator.builders import Owner, registry_children, service_monitors
+from pallas_operator.engine.context import MonitoringCheck, Operator, now
+from pallas_operator.engine.world import OwnerRecord
 from pallas_operator.k8s.monitoring import owned_service_monitors
-from pallas_operator.status import AgentSummary, DeploymentObservation, Workload, deployment_status, workload
-from pallas_runtime.config.resources import PallasDeploymentSpec
+from pallas_operator.reconcile.children import apply_children, stored_status
+from pallas_operator.status import AgentSummary, DeploymentObservation, deployment_status
+
+log = logging.getLogger(__name__)
 
 
 def _summaries(op: Operator, record: OwnerRecord) -> tuple[AgentSummary, ...]:
     agents = op.world.agents_of(record.namespace, record.name)
     return tuple(
         AgentSummary(
-            ready=a.condition("Ready") == "True",
+            ready=a.condition(conditions.READY) == "True",
             healthy=(a.status.get("health") or {}).get("status") == "ok",
         )
         for a in agents
@@ -60,35 +64,22 @@ async def reconcile_deployment(op: Operator, namespace: str, name: str) -> float
     """Bring one deployment's registry, monitoring and status in line with its spec."""
     record = op.world.deployment(namespace, name)
     if record is None:  # deleted: the garbage collector removes the registry
-        op.applier.forget_owner(namespace, names.DEPLOYMENT_KIND, name)
-        op.monitoring_checked.pop((namespace, name), None)
-        op.metrics.set_phase(names.DEPLOYMENT_KIND, namespace, name, None)
+        _forget(op, namespace, name)
         return None
+    previous = stored_status(PallasDeploymentStatus, record)
     try:
         spec = PallasDeploymentSpec.model_validate(record.spec)
-    except ValidationError:  # only with a CRD older than the operator; agents report it
+    except ValidationError as exc:  # only with a CRD older than the operator
+        await _write(op, record, deployment_status(_invalid(op, record, exc), previous, now()))
         return None
     owner = Owner(names.DEPLOYMENT_KIND, name, namespace, record.uid)
     children = op.world.children(namespace, record.uid)
-    desired: list[Manifest] = (
-        registry_children(owner, spec, op.settings.runtime_image) if spec.registry.enabled else []
-    )
-    registry: Workload | None = None
-    seen = children.get(("Deployment", names.registry_name(name)))
-    if seen is not None:
-        registry = seen.workload
-    for manifest in desired:
-        observed = children.get((manifest["kind"], manifest["metadata"]["name"]))
-        applied = await op.applier.apply(manifest, observed.seen if observed else None)
-        if applied is not None and manifest["kind"] == "Deployment":
-            registry = workload(applied)
+    desired = registry_children(owner, spec, op.settings.runtime_image) if spec.registry.enabled else []
     wanted = {(m["kind"], m["metadata"]["name"]) for m in desired}
-    for kind, child in children:
-        if (kind, child) not in wanted:
-            await op.applier.delete(namespace, kind, child)
+    unwanted = [key for key in children if key not in wanted]
+    registry = await apply_children(op, namespace, desired, children, unwanted, names.registry_name(name))
     crd_present = await _monitoring(op, record, owner, spec)
     monitoring_enabled = spec.monitoring.service_monitor.enabled
-    previous = _previous(record)
     observation = DeploymentObservation(
         generation=record.generation,
         agents=_summaries(op, record),
@@ -98,19 +89,40 @@ async def reconcile_deployment(op: Operator, namespace: str, name: str) -> float
         monitoring_enabled=monitoring_enabled,
         monitoring_crd_present=crd_present,
     )
-    status = deployment_status(observation, previous, now())
-    await op.applier.write_status(
-        names.DEPLOYMENT_KIND, namespace, name, status.to_wire(), record.status, record.resource_version
-    )
-    ready = next(c for c in status.conditions if c.type == "Ready")
-    op.metrics.set_phase(
-        names.DEPLOYMENT_KIND, namespace, name, "Ready" if ready.status == "True" else "NotReady"
-    )
+    await _write(op, record, deployment_status(observation, previous, now()))
     return op.settings.monitoring_recheck if monitoring_enabled and not crd_present else None
 
 
-def _previous(record: OwnerRecord) -> PallasDeploymentStatus:
-    try:
-        return PallasDeploymentStatus.model_validate(record.status)
-    except ValidationError:
-        return PallasDeploymentStatus()
+def _forget(op: Operator, namespace: str, name: str) -> None:
+    op.applier.forget_owner(namespace, names.DEPLOYMENT_KIND, name)
+    op.monitoring_checked.pop((namespace, name), None)
+    op.metrics.set_phase(names.DEPLOYMENT_KIND, namespace, name, None)
+
+
+def _invalid(op: Operator, record: OwnerRecord, exc: ValidationError) -> DeploymentObservation:
+    first = exc.errors(include_url=False)[0]
+    where = ".".join(str(p) for p in first["loc"]) or "spec"
+    return DeploymentObservation(
+        generation=record.generation,
+        agents=_summaries(op, record),
+        registry_enabled=False,
+        registry=None,
+        registry_url=None,
+        monitoring_enabled=False,
+        monitoring_crd_present=False,
+        problem=f"spec is invalid at {where}: {first['msg']} (the CRD in the cluster is older than the "
+        "operator: upgrade the CRDs)",
+    )
+
+
+async def _write(op: Operator, record: OwnerRecord, status: PallasDeploymentStatus) -> None:
+    namespace, name = record.namespace, record.name
+    written = await op.applier.write_status(
+        names.DEPLOYMENT_KIND, namespace, name, status.to_wire(), record.status, record.resource_version
+    )
+    ready = next(c for c in status.conditions if c.type == conditions.READY)
+    if written and ready.reason == conditions.INVALID_SPEC:
+        log.warning("PallasDeployment %s/%s: %s", namespace, name, ready.message)
+    op.metrics.set_phase(
+        names.DEPLOYMENT_KIND, namespace, name, "Ready" if ready.status == "True" else "NotReady"
+    )

@@ -17,11 +17,9 @@ from lightkube import operators
 from lightkube.core.selector import build_selector
 from lightkube.resources.core_v1 import Secret
 
-from pallas_operator.api import names
-from pallas_operator.handlers.agent import reconcile_agent
-from pallas_operator.handlers.context import AGENT, DEPLOYMENT, Operator
-from pallas_operator.handlers.deployment import reconcile_deployment
-from pallas_operator.handlers.world import (
+from pallas_api import names
+from pallas_operator.engine.context import AGENT, DEPLOYMENT, Operator
+from pallas_operator.engine.world import (
     CHILD_RESOURCES,
     child_record,
     controller_of,
@@ -31,6 +29,8 @@ from pallas_operator.handlers.world import (
 )
 from pallas_operator.k8s.listing import ALL_NAMESPACES, none_exist
 from pallas_operator.k8s.resources import CHILD_KINDS, PallasAgent, PallasDeployment
+from pallas_operator.reconcile.agent import reconcile_agent
+from pallas_operator.reconcile.deployment import reconcile_deployment
 
 MANAGED: dict[str, Any] = {names.LABEL_MANAGED_BY: names.MANAGED_BY}
 G, V = names.GROUP, names.VERSION
@@ -251,9 +251,12 @@ def in_cluster_login() -> kopf.ConnectionInfo | None:
     )
 
 
-def build_registry(op: Operator) -> kopf.OperatorRegistry:
-    """A fresh registry with every handler of one operator run bound to `op`."""
-    op.reconcilers = {AGENT: reconcile_agent, DEPLOYMENT: reconcile_deployment}
+RECONCILERS = {AGENT: reconcile_agent, DEPLOYMENT: reconcile_deployment}
+"""The reconcile of each kind of key on the work queue."""
+
+
+def build_kopf_registry(op: Operator) -> kopf.OperatorRegistry:
+    """A fresh kopf registry with every handler of one operator run bound to `op`."""
     reg = kopf.OperatorRegistry()
 
     @kopf.on.login(registry=reg, id="login")

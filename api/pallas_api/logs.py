@@ -1,19 +1,20 @@
-"""JSON logs to stderr, with the original Pallas level knobs and secrets redacted.
+"""One logging setup for every Pallas process (operator, agents, registry): JSON lines to
+stderr, with the original Pallas level knobs and secrets redacted.
 
 Knobs (environment):
-- `PALLAS_LOG_LEVEL` (default INFO): the `pallas.*` loggers.
+- `PALLAS_LOG_LEVEL` (default INFO): every Pallas logger (`PALLAS_LOGGERS`).
 - `PALLAS_ROOT_LOG_LEVEL` (default: the higher of PALLAS_LOG_LEVEL and INFO): everything else.
 - `PALLAS_LOG_FILE` (unset): also write the same JSON lines to this file, rotated at 10 MB, 5 files kept.
 
 Chatty libraries (HTTP clients, SDKs, MCP, uvicorn access lines) stay at WARNING whatever the
-root level, so a debug session of Pallas does not drown in their output (seed incident 4).
+root level, so a debug session of Pallas does not drown in their output. JSON is written by
+python-json-logger (already installed with kopf).
 Every record passes a redaction filter: `Bearer …` credentials and the values of secret
 environment variables the process was given never reach a log line.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import logging.handlers
 import os
@@ -21,8 +22,11 @@ import re
 import sys
 import traceback
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
 
+from pythonjsonlogger.json import JsonFormatter
+
+PALLAS_LOGGERS = ("pallas", "pallas_api", "pallas_operator", "pallas_runtime")
+"""Roots of every Pallas logger: modules log under their own name, commands under `pallas.<command>`."""
 QUIET_LOGGERS = (
     "openai",
     "openai._base_client",
@@ -44,8 +48,6 @@ QUIET_LOGGERS = (
     "aiohttp.access",
 )
 _BEARER = re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]+")
-# uvicorn adds an ANSI-coloured copy of each message; JSON lines want the plain one only.
-_STANDARD_ATTRS = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "color_message"}
 
 
 class Redactor(logging.Filter):
@@ -74,20 +76,17 @@ class Redactor(logging.Filter):
         return True
 
 
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message and any `extra=` fields."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, object] = {
-            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
-            "level": record.levelname,
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        for key, value in vars(record).items():
-            if key not in _STANDARD_ATTRS and not key.startswith("_"):
-                entry[key] = value if isinstance(value, str | int | float | bool | None) else repr(value)
-        return json.dumps(entry, ensure_ascii=False)
+def json_formatter() -> logging.Formatter:
+    """One JSON object per line: level, logger, message, any `extra=` fields and the time (UTC)."""
+    return JsonFormatter(
+        "{levelname}{name}{message}",
+        style="{",
+        rename_fields={"levelname": "level", "name": "logger"},
+        timestamp="time",
+        json_ensure_ascii=False,
+        # uvicorn adds an ANSI-coloured copy of each message; JSON lines want the plain one only.
+        reserved_attrs=[*logging.makeLogRecord({}).__dict__, "color_message"],
+    )
 
 
 def _level(name: str | None, default: int) -> int:
@@ -123,11 +122,12 @@ def setup_logging(
     for handler in list(root.handlers):
         root.removeHandler(handler)
     for handler in handlers:
-        handler.setFormatter(JsonFormatter())
+        handler.setFormatter(json_formatter())
         handler.addFilter(redactor)
         root.addHandler(handler)
     root.setLevel(root_level)
-    logging.getLogger("pallas").setLevel(pallas_level)
+    for name in PALLAS_LOGGERS:
+        logging.getLogger(name).setLevel(pallas_level)
     # fastmcp and uvicorn attach their own (rich, plain-text) handlers; route them through ours.
     for name in ("fastmcp", "uvicorn", "uvicorn.error", "uvicorn.access"):
         lib = logging.getLogger(name)

@@ -17,13 +17,13 @@ import kopf
 from lightkube import KubeConfig
 from lightkube.core.exceptions import ConfigError
 
-from pallas_operator.handlers.context import Operator
-from pallas_operator.handlers.registry import build_registry, world_is_empty
-from pallas_operator.http import ProbeServer
+from pallas_operator.endpoints import ProbeEndpoints
+from pallas_operator.engine.context import Operator
 from pallas_operator.k8s.client import make_client
 from pallas_operator.k8s.lease import LeaderElector, LeaseConfig
 from pallas_operator.metrics import OperatorMetrics
 from pallas_operator.settings import OperatorSettings
+from pallas_operator.wiring import RECONCILERS, build_kopf_registry, world_is_empty
 
 log = logging.getLogger(__name__)
 LOST_LEADERSHIP = 1
@@ -43,7 +43,7 @@ class Runner:
         """Set once kopf's initial indexing finished and handlers run (see handlers.startup)."""
         self.operator: Operator | None = None
         self._kopf_stop = threading.Event()
-        self.http = ProbeServer(self.metrics.render, ready=self.ready.is_set)
+        self.http = ProbeEndpoints(self.metrics.render, ready=self.ready.is_set)
 
     async def run(self) -> int:
         """Run until `stop` is set (0) or leadership is lost (1)."""
@@ -97,12 +97,12 @@ class Runner:
 
     async def _kopf_main(self) -> None:
         client = make_client(self.config)
-        operator = self.operator = Operator(self.settings, client, self.metrics, self.ready)
+        operator = self.operator = Operator(self.settings, client, self.metrics, RECONCILERS, self.ready)
         kopf_stop = asyncio.Event()
         kopf_started = asyncio.Event()
         task = asyncio.create_task(
             kopf.operator(
-                registry=build_registry(operator),
+                registry=build_kopf_registry(operator),
                 clusterwide=not self.settings.namespaces,
                 namespaces=self.settings.namespaces,
                 standalone=True,  # the Lease, not kopf peering, decides who acts

@@ -1,4 +1,5 @@
-"""Names shared by every layer: the API group, kinds, labels, annotations and child names.
+"""Names shared by the operator, the runtime and the registry: the API group, kinds, labels,
+annotations, child names and in-cluster URLs.
 
 Child names are derived, never stored, so any replica of the operator (and a human reading
 `kubectl get`) computes the same ones.
@@ -9,10 +10,8 @@ from __future__ import annotations
 from typing import Final
 from urllib.parse import urlsplit
 
-from pallas_runtime.config.resources import API_GROUP, API_VERSION
-
-GROUP: Final = API_GROUP
-VERSION: Final = API_VERSION
+GROUP: Final = "pallas.dev"
+VERSION: Final = "v1alpha1"
 API_VERSION_STRING: Final = f"{GROUP}/{VERSION}"
 CATEGORY: Final = "pallas"
 

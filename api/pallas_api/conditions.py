@@ -1,0 +1,68 @@
+"""Condition types and reasons of both resources: the words `kubectl`, alerts and clients read.
+
+Every reason the operator (or the renderer it shares with `pallas run`) can write is a constant
+here, next to the status models, so a reason is spelled once (cert-manager keeps its
+`ConditionReason`s beside the types the same way).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- condition types ----------------------------------------------------------------------
+ACCEPTED: Final = "Accepted"
+DEPENDENCIES_READY: Final = "DependenciesReady"
+AVAILABLE: Final = "Available"
+VERIFIED: Final = "Verified"
+HEALTHY: Final = "Healthy"
+READY: Final = "Ready"
+REGISTRY_AVAILABLE: Final = "RegistryAvailable"
+MONITORING_READY: Final = "MonitoringReady"
+
+# --- Accepted -----------------------------------------------------------------------------
+ACCEPTED_REASON: Final = "Accepted"
+INVALID_SPEC: Final = "InvalidSpec"
+DEPLOYMENT_NOT_FOUND: Final = "DeploymentNotFound"
+AGENT_NOT_FOUND: Final = "AgentNotFound"
+PROVIDER_NOT_FOUND: Final = "ProviderNotFound"
+SERVER_NOT_FOUND: Final = "ServerNotFound"
+DEPENDENCY_CYCLE: Final = "DependencyCycle"
+NAME_CONFLICT: Final = "NameConflict"
+SECRET_NOT_FOUND: Final = "SecretNotFound"
+SECRET_KEY_NOT_FOUND: Final = "SecretKeyNotFound"
+
+# --- DependenciesReady --------------------------------------------------------------------
+DEPENDENCIES_READY_REASON: Final = "DependenciesReady"
+NO_DEPENDENCIES: Final = "NoDependencies"
+DEPENDENCIES_NOT_READY: Final = "DependenciesNotReady"
+NOT_ACCEPTED: Final = "NotAccepted"
+
+# --- Available (agents) and RegistryAvailable ---------------------------------------------
+MINIMUM_REPLICAS_AVAILABLE: Final = "MinimumReplicasAvailable"
+DEPLOYMENT_NOT_CREATED: Final = "DeploymentNotCreated"
+SCALED_TO_ZERO: Final = "ScaledToZero"
+DEPLOYMENT_UNAVAILABLE: Final = "DeploymentUnavailable"
+REGISTRY_DISABLED: Final = "RegistryDisabled"
+REGISTRY_UNAVAILABLE: Final = "RegistryUnavailable"
+
+# --- Verified -----------------------------------------------------------------------------
+VERIFIED_REASON: Final = "Verified"
+AWAITING_AVAILABILITY: Final = "AwaitingAvailability"
+VERIFYING: Final = "Verifying"
+VERIFICATION_FAILED: Final = "VerificationFailed"
+
+# --- Healthy (HealthOk, HealthDegraded, HealthError come from the report's status) -------------
+NOT_CHECKED: Final = "NotChecked"
+HEALTH_CHECK_FAILED: Final = "HealthCheckFailed"
+HEALTH_OK: Final = "HealthOk"
+HEALTH_DEGRADED: Final = "HealthDegraded"
+HEALTH_ERROR: Final = "HealthError"
+
+# --- Ready --------------------------------------------------------------------------------
+AGENT_READY: Final = "AgentReady"
+ALL_AGENTS_READY: Final = "AllAgentsReady"
+AGENTS_NOT_READY: Final = "AgentsNotReady"
+
+# --- MonitoringReady ----------------------------------------------------------------------
+SERVICE_MONITORS_APPLIED: Final = "ServiceMonitorsApplied"
+SERVICE_MONITOR_CRD_NOT_FOUND: Final = "ServiceMonitorCRDNotFound"

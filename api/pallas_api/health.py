@@ -1,0 +1,82 @@
+"""The `get_health` report: what an agent answers and what the operator and registry read.
+
+`{"status": "ok"|"degraded"|"error", "timestamp": ISO-8601, "message"?: str}` (docs/api.md §3):
+`message` is required when not ok and names what is wrong. One model writes it (the agent) and
+the same model reads it (the operator's health checks, the registry of `pallas run`), so the
+three never disagree on its shape.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Self
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from pallas_api.status import HEALTH_STATUSES, HealthStatus
+
+__all__ = ["HEALTH_STATUSES", "HealthReport", "HealthReportError", "HealthStatus", "utc_timestamp"]
+
+MAX_MESSAGE = 2000
+"""Longest message a reader keeps (a report is published in status and the catalogue)."""
+
+
+def utc_timestamp(now: datetime | None = None) -> str:
+    """`2026-11-21T10:00:00Z`: RFC 3339 in UTC, to the second."""
+    moment = (now or datetime.now(UTC)).astimezone(UTC)
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+class HealthReportError(ValueError):
+    """A `get_health` answer that is not a health report; the message says what is wrong."""
+
+
+class HealthReport(BaseModel):
+    """One answer of an agent's `get_health` tool."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    status: HealthStatus
+    """`ok`: everything passed; `degraded`: serves, something it uses is down; `error`: cannot serve."""
+    timestamp: Annotated[str, Field(min_length=1)]
+    """When the report was made (RFC 3339)."""
+    message: str | None = None
+    """What is wrong; required when not ok."""
+
+    @model_validator(mode="after")
+    def _message_when_not_ok(self) -> Self:
+        if self.status != "ok" and not (self.message or "").strip():
+            raise ValueError(f"a {self.status!r} report must say what is wrong in 'message'")
+        return self
+
+    @classmethod
+    def now(cls, status: HealthStatus, message: str | None = None) -> HealthReport:
+        """A report made at this moment."""
+        return cls(status=status, timestamp=utc_timestamp(), message=message or None)
+
+    def to_json(self) -> str:
+        """The text the tool returns (no `message` key when there is none)."""
+        return self.model_dump_json(exclude_none=True)
+
+    @classmethod
+    def parse(cls, text: str) -> HealthReport:
+        """Read a tool's text answer; a clear `HealthReportError` when it is not a report."""
+        try:
+            report = cls.model_validate_json(text)
+        except ValidationError as exc:
+            first = exc.errors(include_url=False)[0]
+            where = ".".join(str(p) for p in first["loc"]) or "the answer"
+            raise HealthReportError(
+                f"get_health did not return a health report ({where}: {first['msg']})"
+            ) from None
+        if report.message is not None and len(report.message) > MAX_MESSAGE:
+            report = report.model_copy(update={"message": report.message[:MAX_MESSAGE]})
+        return report
+
+    @property
+    def checked_at(self) -> datetime | None:
+        """The timestamp as a time, or None when it does not parse."""
+        try:
+            return datetime.fromisoformat(self.timestamp.replace("Z", "+00:00"))
+        except ValueError:
+            return None

@@ -1,0 +1,5 @@
+"""Reconciles: read the world, decide (pure `status` and `builders`), write what changed (`k8s`).
+
+`plan` decides what an agent should have; `agent` and `deployment` are the two reconciles the
+work queue runs; `children` applies a set of desired children, the one apply loop both share.
+"""

@@ -1,0 +1,94 @@
+"""Reconcile one PallasAgent: plan, apply the children, compute and write the status, probe."""
+
+from __future__ import annotations
+
+from pallas_api import conditions, names
+from pallas_api.status import PallasAgentStatus
+from pallas_operator.engine.context import AGENT, Operator, now
+from pallas_operator.engine.prober import ProbeTarget
+from pallas_operator.engine.world import OwnerRecord
+from pallas_operator.k8s.events import post_event
+from pallas_operator.reconcile.children import apply_children, stored_status
+from pallas_operator.reconcile.plan import AgentPlan, plan_agent
+from pallas_operator.status import AgentObservation, Workload, agent_status
+
+
+async def reconcile_agent(op: Operator, namespace: str, name: str) -> float | None:
+    """Bring one agent's children and status in line with its spec and the world."""
+    record = op.world.agent(namespace, name)
+    if record is None:  # deleted: the garbage collector removes the children
+        _forget(op, namespace, name)
+        return None
+    children = op.world.children(namespace, record.uid)
+    plan = plan_agent(op.world, record, children, op.settings.runtime_image)
+    op.uses_secrets(namespace, name, plan.secrets)
+    if plan.problem is None:
+        current = await apply_children(op, namespace, plan.desired, children, plan.unwanted, name)
+    else:  # nothing is applied; a Deployment from before keeps running and is reported
+        seen = children.get(("Deployment", name))
+        current = seen.workload if seen is not None else None
+    op.prober.track((AGENT, namespace, name), _probe_target(op, plan, record, current))
+    old = stored_status(PallasAgentStatus, record)
+    new = agent_status(_observation(op, plan, record, current), old, now())
+    await op.applier.write_status(
+        names.AGENT_KIND, namespace, name, new.to_wire(), record.status, record.resource_version
+    )
+    await _report(op, record, old, new)
+    op.metrics.set_phase(names.AGENT_KIND, namespace, name, new.phase)
+    return None
+
+
+def _forget(op: Operator, namespace: str, name: str) -> None:
+    op.prober.track((AGENT, namespace, name), None)
+    op.applier.forget_owner(namespace, names.AGENT_KIND, name)
+    op.uses_secrets(namespace, name, set())
+    op.metrics.set_phase(names.AGENT_KIND, namespace, name, None)
+
+
+def _observation(
+    op: Operator, plan: AgentPlan, record: OwnerRecord, current: Workload | None
+) -> AgentObservation:
+    verification, health = op.prober.results((AGENT, record.namespace, record.name))
+    spec = plan.spec
+    return AgentObservation(
+        generation=record.generation,
+        problem=plan.problem,
+        waiting_for=tuple(plan.waiting),
+        workload=current,
+        verification=verification,
+        health=health,
+        url=names.agent_url(record.name, record.namespace, spec.service.port) if spec else None,
+        model=plan.model,
+        replicas=spec.replicas if spec else 0,
+        dependencies=tuple(spec.dependencies()) if spec else (),
+    )
+
+
+async def _report(op: Operator, record: OwnerRecord, old: PallasAgentStatus, new: PallasAgentStatus) -> None:
+    """A Warning Event when the agent stops being accepted or the reason changes."""
+    before = next((c for c in old.conditions if c.type == conditions.ACCEPTED), None)
+    after = next(c for c in new.conditions if c.type == conditions.ACCEPTED)
+    if after.status == "False" and (
+        before is None or (before.status, before.reason) != ("False", after.reason)
+    ):
+        await post_event(
+            op.client, kind=names.AGENT_KIND, namespace=record.namespace, name=record.name,
+            uid=record.uid, reason=after.reason, message=after.message,
+        )  # fmt: skip
+        op.metrics.count_write(names.AGENT_KIND, "event")
+
+
+def _probe_target(
+    op: Operator, plan: AgentPlan, record: OwnerRecord, current: Workload | None
+) -> ProbeTarget | None:
+    if plan.spec is None or current is None or not current.available or plan.config_hash is None:
+        return None
+    # A rollout in progress is verified once it completes; until then the old result stands.
+    rollout = plan.config_hash if current.rolled_out else "rolling"
+    return ProbeTarget(
+        url=names.agent_url(record.name, record.namespace, plan.spec.service.port),
+        interval=plan.health_interval,
+        health_budget=plan.health_timeout + 5,
+        verify_budget=op.settings.verify_timeout,
+        rollout=rollout,
+    )

@@ -1,0 +1,118 @@
+"""Serving ASGI apps with uvicorn, one way for every command (agents, the registry, `pallas run`).
+
+Sockets are bound before uvicorn starts, so a taken port is an `OSError` the command reports in
+one line (uvicorn would `sys.exit()` from inside the event loop). Servers leave signal handling to
+their process: `pallas run` hosts many apps in one event loop, each of which would otherwise
+install its own SIGINT/SIGTERM handlers over the others'; a server stops when its task is
+cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import socket
+from collections.abc import Coroutine, Iterator
+from typing import Any
+
+import uvicorn
+from starlette.types import ASGIApp
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to `host`:`port` (IPv6 when the host has a colon), listening.
+
+    Raises:
+        OSError: the address is in use or not local.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted connections only when the
+    # listening socket says so, and without it small responses wait ~40 ms for delayed ACKs.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def bound_port(sock: socket.socket) -> int:
+    """The port a socket is bound to (what port 0 became)."""
+    return int(sock.getsockname()[1])
+
+
+class _HostedServer(uvicorn.Server):
+    """A uvicorn server that leaves signal handling to its host process."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+async def serve(
+    app: ASGIApp,
+    sock: socket.socket,
+    *,
+    started: asyncio.Event | None = None,
+    graceful_timeout: int = 10,
+) -> None:
+    """Serve `app` on `sock` until cancelled (or until the server stops by itself).
+
+    Args:
+        app: The ASGI app.
+        sock: A listening socket (see `listen`); the caller closes it.
+        started: Set once the server accepts connections.
+        graceful_timeout: Seconds in-flight requests get when the server is stopped.
+
+    Raises:
+        OSError: the server stopped before it started.
+    """
+    config = uvicorn.Config(
+        app,
+        log_config=None,  # our logging setup; no access log (metrics cover requests)
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=graceful_timeout,
+        server_header=False,
+    )
+    server = _HostedServer(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started:
+            if task.done():
+                task.result()
+                raise OSError("the server stopped before it started")
+            await asyncio.sleep(0.01)
+        if started is not None:
+            started.set()
+        await asyncio.shield(task)
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def until_signalled(work: Coroutine[Any, Any, None]) -> bool:
+    """Run `work` until it ends or SIGTERM/SIGINT cancels it; whether a signal stopped it."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.create_task(work)
+    signalled = False
+
+    def stop() -> None:
+        nonlocal signalled
+        signalled = True
+        task.cancel()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop)
+    try:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+    return signalled
