@@ -241,6 +241,11 @@ def load_config(path: str | Path) -> AgentConfig:
     return parse_config(data, str(path))
 
 
+_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+"""libyaml's dumper when PyYAML has it (its wheels do): ~10x faster than the pure-Python one,
+which cost the operator ~10 ms per agent reconcile."""
+
+
 def render_config(config: AgentConfig) -> str:
     """The YAML the operator writes into the ConfigMap (camelCase, defaults included)."""
-    return yaml.safe_dump(config.model_dump(mode="json", by_alias=True), sort_keys=False)
+    return yaml.dump(config.model_dump(mode="json", by_alias=True), Dumper=_Dumper, sort_keys=False)

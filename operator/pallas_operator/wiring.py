@@ -41,7 +41,7 @@ INDEXES = (
     "agents_by_dependency",
     "agents_by_deployment",
     "deployments",
-    "secrets_by_namespace",
+    "secrets",
     *(f"children-{kind}" for kind in CHILD_RESOURCES),
 )
 
@@ -185,10 +185,10 @@ def _register_deployments(reg: kopf.OperatorRegistry, op: Operator) -> None:
 
 
 def _register_secrets(reg: kopf.OperatorRegistry, op: Operator) -> None:
-    @kopf.index("v1", "secrets", registry=reg, id="secrets_by_namespace")
-    async def secrets_by_namespace(**kw: Any) -> dict[Any, Any]:
+    @kopf.index("v1", "secrets", registry=reg, id="secrets")
+    async def secrets(**kw: Any) -> dict[Any, Any]:
         op.startup.indexed("Secret")
-        return {kw["namespace"]: (kw["name"], secret_digests(kw["body"]))}
+        return {(kw["namespace"], kw["name"]): secret_digests(kw["body"])}
 
     @kopf.on.event("v1", "secrets", registry=reg, id="secret-events")
     async def secret_event(**kw: Any) -> None:

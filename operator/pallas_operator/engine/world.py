@@ -8,7 +8,7 @@ only from here, so an idle reconcile costs no API request.
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,6 +120,50 @@ def _one(index: Mapping[Any, Iterable[Any]], key: Any) -> Any:
     return next(iter(store), None) if store is not None else None
 
 
+class _AgentFacts(Mapping[str, AgentFacts]):
+    """The agents of one namespace by name, each read only when looked up.
+
+    A reconcile looks up a handful of agents (its dependencies, a cycle's path); building all of
+    a namespace's facts for every reconcile made a restart over N agents cost O(N²).
+    """
+
+    def __init__(self, world: World, namespace: str) -> None:
+        self._world = world
+        self._namespace = namespace
+
+    def __getitem__(self, name: str) -> AgentFacts:
+        record = self._world.agent(self._namespace, name)
+        if record is None:
+            raise KeyError(name)
+        return facts(record)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted({r.name for r in self._world.records_in(self._namespace)}))
+
+    def __len__(self) -> int:
+        return len({r.name for r in self._world.records_in(self._namespace)})
+
+
+class _Secrets(Mapping[str, Mapping[str, str]]):
+    """The Secrets of one namespace by name (key digests only), each read only when looked up."""
+
+    def __init__(self, index: Mapping[Any, Iterable[Any]], namespace: str) -> None:
+        self._index = index
+        self._namespace = namespace
+
+    def __getitem__(self, name: str) -> Mapping[str, str]:
+        digests: Mapping[str, str] | None = _one(self._index, (self._namespace, name))
+        if digests is None:
+            raise KeyError(name)
+        return digests
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(name for ns, name in self._index if ns == self._namespace))
+
+    def __len__(self) -> int:
+        return sum(1 for ns, _ in self._index if ns == self._namespace)
+
+
 class World:
     """Typed reads over the kopf indexes (bound once they exist, at operator start-up)."""
 
@@ -137,9 +181,14 @@ class World:
         record: OwnerRecord | None = _one(self._indexes["deployments"], (namespace, name))
         return record
 
-    def agents_in(self, namespace: str) -> dict[str, AgentFacts]:
-        """Every agent of the namespace, by name."""
-        return {r.name: facts(r) for r in self._indexes["agents_by_namespace"].get(namespace, ())}
+    def records_in(self, namespace: str) -> Iterable[OwnerRecord]:
+        """Every agent of the namespace as last seen."""
+        records: Iterable[OwnerRecord] = self._indexes["agents_by_namespace"].get(namespace, ())
+        return records
+
+    def agents_in(self, namespace: str) -> Mapping[str, AgentFacts]:
+        """Every agent of the namespace, by name (looked up lazily)."""
+        return _AgentFacts(self, namespace)
 
     def agents_of(self, namespace: str, deployment: str) -> list[OwnerRecord]:
         names_ = self._indexes["agents_by_deployment"].get((namespace, deployment), ())
@@ -148,9 +197,9 @@ class World:
     def dependents_of(self, namespace: str, agent: str) -> set[str]:
         return set(self._indexes["agents_by_dependency"].get((namespace, agent), ()))
 
-    def secrets(self, namespace: str) -> dict[str, Mapping[str, str]]:
-        """Secret name → key digests, for the namespace."""
-        return dict(self._indexes["secrets_by_namespace"].get(namespace, ()))
+    def secrets(self, namespace: str) -> Mapping[str, Mapping[str, str]]:
+        """Secret name → key digests, for the namespace (looked up lazily)."""
+        return _Secrets(self._indexes["secrets"], namespace)
 
     def children(self, namespace: str, owner_uid: str) -> dict[tuple[str, str], ChildRecord]:
         """(kind, name) → record of every watched child of the owner."""

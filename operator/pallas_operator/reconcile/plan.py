@@ -88,10 +88,11 @@ def plan_agent(
     if plan.problem is not None:
         return plan
     plan.waiting = waiting_for(spec, peers)
-    plan.config_hash = config_hash(render_config(rendered.config), rendered.secrets, secrets)
+    config_yaml = render_config(rendered.config)
+    plan.config_hash = config_hash(config_yaml, rendered.secrets, secrets)
     owner = Owner(names.AGENT_KIND, name, ns, record.uid)
     plan.desired = [
-        agent_config_map(owner, spec.deployment, rendered.config),
+        agent_config_map(owner, spec.deployment, config_yaml),
         agent_service(owner, spec.deployment, spec),
     ]
     # Gate only the start: once pods run, a dependency turning unready does not stop them.

@@ -105,7 +105,7 @@ async def test_a_client_reads_the_catalogue_and_talks_to_every_agent() -> None:
                 server = entry["server"]
                 assert server["name"].startswith("ca.helu.ouranos/")
                 assert server["capabilities"]["model"] == "qwen3-8b"
-                assert entry["_meta"][VENDOR_META]["tools"] == ["send_message", "get_health"]
+                assert entry["_meta"][VENDOR_META]["tools"] == ["get_health", "send_message"]
                 remote = next(r for r in server["remotes"] if r["type"] == "streamable-http")
                 async with Client(remote["url"]) as client:
                     tools = {tool.name for tool in await client.list_tools()}

@@ -77,7 +77,7 @@ def test_agent_children_golden() -> None:
     _golden(
         "agent",
         [
-            agent_config_map(AGENT_OWNER, "ouranos", rendered.config),
+            agent_config_map(AGENT_OWNER, "ouranos", render_config(rendered.config)),
             agent_deployment(w),
             agent_service(AGENT_OWNER, "ouranos", w.agent),
         ],
@@ -108,7 +108,7 @@ def test_service_monitors_golden() -> None:
 
 def test_config_map_holds_a_loadable_config_and_no_secret_values() -> None:
     rendered = render_agent("research", _agent_spec(), _deployment_spec(), {})
-    cm = agent_config_map(AGENT_OWNER, "ouranos", rendered.config)
+    cm = agent_config_map(AGENT_OWNER, "ouranos", render_config(rendered.config))
     text = cm["data"]["agent.yaml"]
     config = parse_config(yaml.safe_load(text))
     assert config.provider.api_key_env == "PALLAS_PROVIDER_VLLM_API_KEY"
