@@ -17,7 +17,6 @@ from pallas_api.config import (
     DownstreamServer,
     HeaderConfig,
     HealthSettings,
-    HistoryLimits,
     PeerAgent,
     ProviderConfig,
 )
@@ -151,9 +150,7 @@ def render_agent(
         request_params=agent.request_params,
         max_iterations=agent.max_iterations,
         tools=agent.tools,
-        history=HistoryLimits(
-            max_messages=agent.history.max_messages, max_conversations=agent.history.max_conversations
-        ),
+        history=agent.history,
         limits=agent.limits,
         health=HealthSettings(probe_timeout_seconds=deployment.health_check.timeout_seconds),
     )

@@ -9,6 +9,7 @@ added by the operator's CRD generator.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -18,6 +19,7 @@ from pallas_api.config import (
     DNS_LABEL,
     HEADER_NAME,
     HTTP_URL,
+    HistoryLimits,
     InputLimits,
     ModelCapabilities,
     RequestParams,
@@ -262,15 +264,6 @@ class AgentPodSpec(_Spec):
     """Pod annotations."""
 
 
-class HistorySpec(_Spec):
-    """Conversation history kept by the agent."""
-
-    max_messages: Annotated[int, Field(gt=0, le=100_000)] = 200
-    """Messages kept per conversation."""
-    max_conversations: Annotated[int, Field(gt=0, le=1_000_000)] = 1000
-    """Conversations kept per pod (least recently used dropped first)."""
-
-
 class PallasAgentSpec(_Spec):
     """One LLM agent, served as one MCP endpoint."""
 
@@ -298,7 +291,7 @@ class PallasAgentSpec(_Spec):
     """LLM/tool rounds per send_message."""
     tools: ToolPolicy = ToolPolicy()
     """Allow/deny globs over `<server>__<tool>`."""
-    history: HistorySpec = HistorySpec()
+    history: HistoryLimits = HistoryLimits()
     """Conversation history limits."""
     limits: InputLimits = InputLimits()
     """Limits on what one send_message may carry."""
@@ -316,4 +309,9 @@ class PallasAgentSpec(_Spec):
 
     def dependencies(self) -> list[str]:
         """Agents that must be Ready first: `agents` and `dependsOn`, in order, without repeats."""
-        return list(dict.fromkeys([*self.agents, *self.depends_on]))
+        return agent_dependencies(self.agents, self.depends_on)
+
+
+def agent_dependencies(agents: Iterable[str], depends_on: Iterable[str]) -> list[str]:
+    """Agents that must be Ready first: `agents` and `dependsOn`, in order, without repeats."""
+    return list(dict.fromkeys([*agents, *depends_on]))

@@ -135,7 +135,7 @@ def load_manifests(paths: Sequence[str | Path]) -> Manifests:
 
 
 @dataclass(frozen=True, slots=True)
-class LocalAgent:
+class PlannedAgent:
     manifest: AgentManifest
     deployment: DeploymentManifest
     port: int
@@ -152,7 +152,7 @@ class LocalAgent:
 
 @dataclass(frozen=True, slots=True)
 class LocalPlan:
-    agents: list[LocalAgent]
+    agents: list[PlannedAgent]
     """In start order: every agent after the agents it depends on."""
     registry_port: int | None
 
@@ -209,7 +209,7 @@ def plan_local(
                 agent_env[binding.env] = value
             else:
                 unresolved.append(f"secretKeyRef {binding.ref.name}/{binding.ref.key}")
-        planned.append(LocalAgent(agent, deployment, ports[key], rendered, agent_env, tuple(unresolved)))
+        planned.append(PlannedAgent(agent, deployment, ports[key], rendered, agent_env, tuple(unresolved)))
     if only_agent is not None and not planned:
         names = ", ".join(a.name for a in manifests.agents)
         raise ManifestError(f"--agent {only_agent}: no such PallasAgent (have: {names})")

@@ -39,6 +39,7 @@ from pallas_api.config import ModelCapabilities
 from pallas_api.kube import PallasAgent, PallasDeployment
 from pallas_api.spec import Icon
 from pallas_runtime.registry import AgentState, CatalogueSource, HealthView, build_app
+from pallas_runtime.registry.schema import server_schema
 from pallas_runtime.serving import bound_port, listen, serve
 from tests.support.cluster import REPO, LocalCluster
 from tests.support.mcp_servers import LOOPBACK, bound_socket, serve_app
@@ -100,7 +101,7 @@ def ready_status(name: str, namespace: str, **changes: Any) -> dict[str, Any]:
 
 @cache
 def _server_validator() -> Draft7Validator:
-    return Draft7Validator(json.loads((DATA / "server.schema.2025-12-11.json").read_text()))
+    return Draft7Validator(server_schema())
 
 
 @cache

@@ -13,10 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from pallas_api import names
+from pallas_api.spec import ServiceSpec, agent_dependencies
 from pallas_operator.builders import value_digest
 from pallas_operator.k8s.apply import Seen, seen
 from pallas_operator.status import AgentFacts, Workload, workload
 
+DEFAULT_SERVICE_PORT = ServiceSpec().port
 CHILD_RESOURCES: dict[str, tuple[str, str, str]] = {
     "ConfigMap": ("", "v1", "configmaps"),
     "Deployment": ("apps", "v1", "deployments"),
@@ -102,7 +104,8 @@ def secret_digests(body: Mapping[str, Any]) -> dict[str, str]:
 
 
 def dependencies(spec: Mapping[str, Any]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys([*(spec.get("agents") or []), *(spec.get("dependsOn") or [])]))
+    """The dependencies of an agent spec as stored (read before, and whatever, validation)."""
+    return tuple(agent_dependencies(spec.get("agents") or [], spec.get("dependsOn") or []))
 
 
 def facts(record: OwnerRecord) -> AgentFacts:
@@ -111,7 +114,7 @@ def facts(record: OwnerRecord) -> AgentFacts:
         deployment=str(record.spec.get("deployment", "")),
         dependencies=dependencies(record.spec),
         ready=record.condition("Ready") == "True",
-        port=int((record.spec.get("service") or {}).get("port", 8000)),
+        port=int((record.spec.get("service") or {}).get("port", DEFAULT_SERVICE_PORT)),
     )
 
 

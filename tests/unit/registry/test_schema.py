@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+from importlib.resources import files
 from typing import Any
 
 import pytest
 
 from pallas_runtime.registry.schema import (
     OFFICIAL_META,
+    SCHEMA_FILE,
     SchemaError,
     _server_validator,
     is_date_time,
@@ -34,8 +37,17 @@ def minimal(**changes: Any) -> dict[str, Any]:
     return server
 
 
-def test_embedded_schema_is_the_upstream_file() -> None:
-    assert server_schema() == load(DATA / "server.schema.2025-12-11.json")
+def test_packaged_schema_is_the_upstream_file_unchanged() -> None:
+    packaged = files("pallas_runtime.registry").joinpath("data", SCHEMA_FILE).read_bytes()
+    assert (
+        hashlib.sha256(packaged).hexdigest()
+        == "d4c163f299ece68b7432f4e44c4108f2fdb663d99dc088c8344142e5b0a4b520"
+    )  # replace the file, never edit it
+    # It is upstream's later revision of 2025-12-11 (only examples added): it keeps every rule
+    # of the first publication.
+    first = load(DATA / "server.schema.2025-12-11.original.json")
+    assert server_schema()["$id"] == first["$id"]
+    assert server_schema()["definitions"].keys() == first["definitions"].keys()
 
 
 def test_the_validator_follows_the_schema_draft() -> None:
