@@ -20,14 +20,19 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 WORKDIR /src
 # Only what the wheel is built from (.dockerignore keeps everything else out of the context).
 COPY pyproject.toml README.md ./
+COPY requirements/runtime.lock requirements/runtime.lock
+COPY api/ api/
 COPY runtime/ runtime/
 COPY operator/ operator/
 
 # Every dependency ships binary wheels for CPython 3.11 on Linux, so no compiler is needed even
-# here. The venv has no pip of its own: pip from the base image installs into it.
+# here, and each is checked against the lock's hashes. The venv has no pip of its own: pip from
+# the base image installs into it.
 RUN pip wheel --no-deps --wheel-dir /wheels . \
     && python -m venv --without-pip /opt/pallas \
-    && pip --python /opt/pallas/bin/python install --only-binary=:all: /wheels/pallas-*.whl \
+    && pip --python /opt/pallas/bin/python install --only-binary=:all: --require-hashes \
+        -r requirements/runtime.lock \
+    && pip --python /opt/pallas/bin/python install --no-deps /wheels/pallas-*.whl \
     && /opt/pallas/bin/pallas --version
 
 # --- runtime: the venv alone, on the same slim base, as a non-root user --------------------------

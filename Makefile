@@ -6,24 +6,32 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# Re-install only when the dependency list changes.
-STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-16)
+# Re-install only when the dependency list or the lock changes.
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml requirements/dev.lock | sha256sum | cut -c1-16)
+UV_VERSION := 0.13.9
 
-.PHONY: help venv k8s-bins mcp-peers system-deps lint verify test test-unit test-integration test-e2e cluster-up \
+.PHONY: help venv lock k8s-bins mcp-peers system-deps lint verify test test-unit test-integration test-e2e cluster-up \
         cluster-down cluster-status demo demo-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements/dev.lock
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 	  { echo "make: Python >= 3.11 is required (found $$($(PYTHON) --version))" >&2; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --require-hashes -r requirements/dev.lock
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	rm -f $(VENV)/.installed-* && touch $@
 
-venv: $(STAMP) ## create .venv with the pinned dependencies
+venv: $(STAMP) ## create .venv with the locked dependencies (requirements/dev.lock, hashes checked)
+
+lock: venv ## re-resolve requirements/*.lock from pyproject.toml (after changing a pin)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+	for spec in "runtime.lock:" "dev.lock:--extra dev"; do \
+	  $(BIN)/uv pip compile --quiet pyproject.toml $${spec#*:} --generate-hashes --python-version 3.11 \
+	    --python-platform x86_64-manylinux_2_28 -o requirements/$${spec%%:*}; done
 
 k8s-bins: ## build (or reuse) etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, helm
 	hack/build-k8s-bins.sh

@@ -202,6 +202,7 @@ class AgentConfig(_Model):
 
     @property
     def display_title(self) -> str:
+        """The title clients show: `title`, else the name in title case."""
         return self.title or self.name.replace("-", " ").title()
 
 

@@ -1,5 +1,6 @@
-"""One logging setup for every Pallas process (operator, agents, registry): JSON lines to
-stderr, with the original Pallas level knobs and secrets redacted.
+"""One logging setup for every Pallas process (operator, agents, registry).
+
+JSON lines to stderr, with the original Pallas level knobs and secrets redacted.
 
 Knobs (environment):
 - `PALLAS_LOG_LEVEL` (default INFO): every Pallas logger (`PALLAS_LOGGERS`).
@@ -60,12 +61,14 @@ class Redactor(logging.Filter):
         self._secrets = sorted({s for s in secrets if len(s) >= 6}, key=len, reverse=True)
 
     def redact(self, text: str) -> str:
+        """The text with bearer credentials and known secret values replaced."""
         text = _BEARER.sub(r"\1 [redacted]", text)
         for secret in self._secrets:
             text = text.replace(secret, "[redacted]")
         return text
 
     def filter(self, record: logging.LogRecord) -> bool:
+        """Redact the record in place (its traceback folded into the message); never drops it."""
         message = record.getMessage()
         cleaned = self.redact(message)
         if record.exc_info:

@@ -1,5 +1,6 @@
-"""Names shared by the operator, the runtime and the registry: the API group, kinds, labels,
-annotations, child names and in-cluster URLs.
+"""Names shared by the operator, the runtime and the registry.
+
+The API group, kinds, labels, annotations, child names and in-cluster URLs.
 
 Child names are derived, never stored, so any replica of the operator (and a human reading
 `kubectl get`) computes the same ones.

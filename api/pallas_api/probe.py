@@ -83,8 +83,10 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
 
 
 def describe_transport_failure(exc: BaseException) -> str | None:
-    """A short reason for a failed HTTP exchange (no stack trace, no header values), or None
-    when `exc` is not a transport failure."""
+    """A short reason for a failed HTTP exchange, or None when `exc` is not a transport failure.
+
+    No stack trace and no header values: the reason is shown to users and in health reports.
+    """
     root = next(_leaves(exc))
     for link in _chain(root):
         if isinstance(link, ConnectionRefusedError):
@@ -291,7 +293,7 @@ async def probe(
                     await session.end()
     except _ProbeFailed as exc:
         return _failed(session, str(exc))
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - a failure here must not end the caller
         return _failed(session, describe_transport_failure(exc) or f"unexpected {type(exc).__name__}")
     if outcome is None:
         return _failed(session, f"timed out after {budget:g}s")

@@ -45,6 +45,8 @@ class SecretBinding:
 
 @dataclass(frozen=True, slots=True)
 class RenderedAgent:
+    """One agent's runtime config and the Secret keys its process needs as environment variables."""
+
     config: AgentConfig
     secrets: tuple[SecretBinding, ...]
 

@@ -50,6 +50,7 @@ class ProbeEndpoints:
         self.port = int(self._runner.addresses[0][1])
 
     async def stop(self) -> None:
+        """Stop serving (idempotent)."""
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

@@ -79,6 +79,7 @@ class OperatorMetrics:
             self._resources.phases[(kind, namespace, name)] = phase
 
     def count_write(self, kind: str, verb: str) -> None:
+        """Count one write request to the API server."""
         self.writes.labels(kind=kind, verb=verb).inc()
 
     def render(self) -> bytes:

@@ -1,5 +1,8 @@
-"""The permissions the operator needs, and no more: the source of docs/operator.md's list and
-of the chart's ClusterRole. The RBAC integration test runs the operator with exactly these."""
+"""The permissions the operator needs, and no more.
+
+The source of docs/operator.md's list and of the chart's ClusterRole. The RBAC integration test
+runs the operator with exactly these.
+"""
 
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ import kopf
 from lightkube import KubeConfig
 from lightkube.core.exceptions import ConfigError
 
+from pallas_api.commands import EXIT_FAILURE
 from pallas_operator.endpoints import ProbeEndpoints
 from pallas_operator.engine.context import Operator
 from pallas_operator.k8s.client import make_client
@@ -138,8 +139,8 @@ async def run_operator(settings: OperatorSettings) -> int:
     try:
         runner = Runner(settings)
     except ConfigError as exc:  # neither in-cluster credentials nor a usable kubeconfig
-        log.error("pallas operator: %s", exc)
-        return 1
+        log.error("pallas operator: %s", exc)  # noqa: TRY400 - a traceback would not help the user
+        return EXIT_FAILURE
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, runner.stop.set)

@@ -33,6 +33,8 @@ class ManifestError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Resource:
+    """One document of a manifest file: where it came from and what it says."""
+
     kind: str
     namespace: str
     name: str
@@ -42,16 +44,22 @@ class Resource:
 
 @dataclass(frozen=True, slots=True)
 class DeploymentManifest(Resource):
+    """A PallasDeployment manifest, validated."""
+
     spec: PallasDeploymentSpec
 
 
 @dataclass(frozen=True, slots=True)
 class AgentManifest(Resource):
+    """A PallasAgent manifest, validated."""
+
     spec: PallasAgentSpec
 
 
 @dataclass
 class Manifests:
+    """Everything the files hold: deployments, agents and Secrets."""
+
     deployments: dict[tuple[str, str], DeploymentManifest] = field(default_factory=dict)
     agents: list[AgentManifest] = field(default_factory=list)
     secrets: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
@@ -136,6 +144,8 @@ def load_manifests(paths: Sequence[str | Path]) -> Manifests:
 
 @dataclass(frozen=True, slots=True)
 class PlannedAgent:
+    """One agent `pallas run` will serve: its manifests, port, config and environment."""
+
     manifest: AgentManifest
     deployment: DeploymentManifest
     port: int
@@ -147,11 +157,14 @@ class PlannedAgent:
 
     @property
     def url(self) -> str:
+        """The agent's loopback MCP URL."""
         return f"http://{LOOPBACK}:{self.port}/mcp"
 
 
 @dataclass(frozen=True, slots=True)
 class LocalPlan:
+    """What `pallas run` serves: the agents in start order and the registry's port."""
+
     agents: list[PlannedAgent]
     """In start order: every agent after the agents it depends on."""
     registry_port: int | None

@@ -12,11 +12,15 @@ from typing import Any, Literal
 
 @dataclass(frozen=True, slots=True)
 class TextPart:
+    """Text in a message."""
+
     text: str
 
 
 @dataclass(frozen=True, slots=True)
 class ImagePart:
+    """An image in a message (base64 data and its MIME type)."""
+
     data: str
     """Base64 (standard alphabet, no data: prefix)."""
     mime_type: str
@@ -41,6 +45,8 @@ class ToolCall:
 
 @dataclass(frozen=True, slots=True)
 class ToolResult:
+    """The result of one tool call, as given back to the model."""
+
     call_id: str
     name: str
     content: tuple[ContentPart, ...]
@@ -49,12 +55,16 @@ class ToolResult:
 
 @dataclass(frozen=True, slots=True)
 class UserMessage:
+    """What the caller said."""
+
     content: tuple[ContentPart, ...]
     role: Literal["user"] = "user"
 
 
 @dataclass(frozen=True, slots=True)
 class AssistantMessage:
+    """What the model said: text and tool calls."""
+
     text: str
     tool_calls: tuple[ToolCall, ...] = ()
     role: Literal["assistant"] = "assistant"
@@ -82,6 +92,8 @@ class ToolSpec:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
+    """Tokens one LLM request used, by kind."""
+
     input: int = 0
     output: int = 0
     cache_read: int = 0

@@ -198,9 +198,11 @@ def test_builder_makes_a_wheel_and_installs_it_into_the_venv(builder: Stage):
     run = " && ".join(i.args for i in builder.all("RUN"))
     assert "pip wheel --no-deps --wheel-dir /wheels ." in run
     assert f"python -m venv --without-pip {VENV}" in run
-    assert f"--python {VENV}/bin/python install --only-binary=:all: /wheels/pallas-*.whl" in run
+    assert f"--python {VENV}/bin/python install --only-binary=:all: --require-hashes" in run
+    assert "-r requirements/runtime.lock" in run
+    assert f"--python {VENV}/bin/python install --no-deps /wheels/pallas-*.whl" in run
     copied = {i.words()[0] for i in builder.all("COPY")}
-    assert copied == {"pyproject.toml", "runtime/", "operator/"}
+    assert copied == {"pyproject.toml", "requirements/runtime.lock", "api/", "runtime/", "operator/"}
 
 
 def test_final_stage_copies_only_the_venv(final: Stage):
@@ -247,7 +249,7 @@ def test_dockerignore_is_an_allow_list_of_the_wheel_sources():
     rules = [line for line in DOCKERIGNORE.read_text().splitlines() if line and not line.startswith("#")]
     assert rules[0] == "*", "everything is excluded first"
     allowed = {rule[1:] for rule in rules if rule.startswith("!")}
-    assert allowed == {"pyproject.toml", "README.md", "runtime/", "operator/"}
+    assert allowed == {"pyproject.toml", "README.md", "requirements/runtime.lock", "api/", "runtime/", "operator/"}
 
 
 # --- the entry points the image runs ------------------------------------------------------------

@@ -123,8 +123,10 @@ def agent_service(owner: Owner, deployment_name: str, agent: PallasAgentSpec) ->
 
 
 def agent_disruption_budget(owner: Owner, deployment_name: str, agent: PallasAgentSpec) -> Manifest | None:
-    """With more than one replica, at most one pod is evicted at a time; none for a single pod
-    (a PDB there would block node drains forever)."""
+    """At most one pod evicted at a time, with more than one replica.
+
+    None for a single pod: a PDB there would block node drains forever.
+    """
     if agent.replicas <= 1:
         return None
     return {

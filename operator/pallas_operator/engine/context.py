@@ -71,6 +71,7 @@ class Operator:
         """Kind → its reconcile (the reconciles live above the engine, so they are handed in)."""
 
     def enqueue(self, kind: str, namespace: str, name: str) -> None:
+        """Ask for a reconcile of one resource; repeated asks collapse into one."""
         self.queue.add((kind, namespace, name))
 
     def _probed(self, key: Hashable) -> None:
@@ -99,5 +100,6 @@ class Operator:
             self.metrics.duration.labels(kind=kind).observe(time.perf_counter() - started)
 
     async def close(self) -> None:
+        """Stop the work queue and every probe task."""
         await self.queue.stop()
         await self.prober.stop()

@@ -1,5 +1,7 @@
-"""A keyed work queue, as controller-runtime's: every trigger of a resource collapses into one
-pending reconcile, one reconcile per key runs at a time, failures retry with backoff.
+"""A keyed work queue, as controller-runtime's.
+
+Every trigger of a resource collapses into one pending reconcile, one reconcile per key runs at
+a time, failures retry with backoff.
 
 kopf handles each object's own events in order, but a PallasAgent is also reconciled when its
 deployment, a dependency, a Secret or a child changes; those triggers arrive from other objects'

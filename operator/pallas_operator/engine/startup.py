@@ -52,6 +52,7 @@ class StartupTracker:
 
     @property
     def ready(self) -> bool:
+        """Whether initial indexing finished and handlers run."""
         return self._ready.is_set()
 
     def indexed(self, kind: str) -> None:
@@ -85,7 +86,7 @@ class StartupTracker:
                     if await empty():
                         self._become_ready("nothing to index")
                         return
-                except Exception as exc:  # the API server may not answer yet; look again
+                except Exception as exc:  # noqa: BLE001 - the API server may not answer yet; look again
                     log.warning("could not list the watched kinds yet: %s", exc)
             if self._clock() >= next_report:
                 next_report += self._stall_after

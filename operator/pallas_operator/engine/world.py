@@ -44,6 +44,7 @@ class OwnerRecord:
     status: Mapping[str, Any]
 
     def condition(self, type_: str) -> str | None:
+        """The status (`True`/`False`/`Unknown`) of a condition, or None when absent."""
         for cond in self.status.get("conditions") or []:
             if cond.get("type") == type_:
                 return str(cond.get("status"))
@@ -62,6 +63,7 @@ class ChildRecord:
 
 
 def owner_record(body: Mapping[str, Any]) -> OwnerRecord:
+    """The record of a PallasAgent or PallasDeployment body."""
     meta = body.get("metadata") or {}
     return OwnerRecord(
         namespace=str(meta.get("namespace", "")),
@@ -83,6 +85,7 @@ def controller_of(body: Mapping[str, Any]) -> tuple[str, str, str] | None:
 
 
 def child_record(body: Mapping[str, Any]) -> ChildRecord | None:
+    """The record of a child, or None when no Pallas resource controls it."""
     owner = controller_of(body)
     if owner is None:
         return None
@@ -109,6 +112,7 @@ def dependencies(spec: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def facts(record: OwnerRecord) -> AgentFacts:
+    """What other agents' reconciles need to know of an agent."""
     return AgentFacts(
         name=record.name,
         deployment=str(record.spec.get("deployment", "")),
@@ -174,13 +178,16 @@ class World:
         self._indexes: Mapping[str, Mapping[Any, Iterable[Any]]] = {}
 
     def bind(self, indexes: Mapping[str, Any]) -> None:
+        """Read from these kopf indexes from now on."""
         self._indexes = indexes
 
     def agent(self, namespace: str, name: str) -> OwnerRecord | None:
+        """The PallasAgent as last seen, or None."""
         record: OwnerRecord | None = _one(self._indexes["agents"], (namespace, name))
         return record
 
     def deployment(self, namespace: str, name: str) -> OwnerRecord | None:
+        """The PallasDeployment as last seen, or None."""
         record: OwnerRecord | None = _one(self._indexes["deployments"], (namespace, name))
         return record
 
@@ -194,10 +201,12 @@ class World:
         return _AgentFacts(self, namespace)
 
     def agents_of(self, namespace: str, deployment: str) -> list[OwnerRecord]:
+        """The agents of a deployment, by name."""
         names_ = self._indexes["agents_by_deployment"].get((namespace, deployment), ())
         return [r for n in sorted(set(names_)) if (r := self.agent(namespace, n)) is not None]
 
     def dependents_of(self, namespace: str, agent: str) -> set[str]:
+        """Agents that list `agent` in `agents` or `dependsOn`."""
         return set(self._indexes["agents_by_dependency"].get((namespace, agent), ()))
 
     def secrets(self, namespace: str) -> Mapping[str, Mapping[str, str]]:

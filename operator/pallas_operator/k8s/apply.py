@@ -77,6 +77,7 @@ def _stamped(manifest: Mapping[str, Any], digest: str) -> dict[str, Any]:
 
 
 def child_key(manifest: Mapping[str, Any]) -> ChildKey:
+    """(namespace, kind, name) of a manifest."""
     meta = manifest["metadata"]
     return (meta["namespace"], manifest["kind"], meta["name"])
 

@@ -1,5 +1,8 @@
-"""Conditions the Kubernetes way: typed, with reasons as constants, and transition times that
-move only when a condition's status does."""
+"""Conditions the Kubernetes way.
+
+Typed, with reasons as constants, and transition times that move only when a condition's status
+does.
+"""
 
 from __future__ import annotations
 
@@ -46,18 +49,22 @@ class Verdict:
 
     @property
     def true(self) -> bool:
+        """Whether the condition holds."""
         return self.status == "True"
 
 
 def true(type_: str, reason: str, message: str = "") -> Verdict:
+    """A verdict with status True."""
     return Verdict(type_, "True", reason, message)
 
 
 def false(type_: str, reason: str, message: str = "") -> Verdict:
+    """A verdict with status False."""
     return Verdict(type_, "False", reason, message)
 
 
 def unknown(type_: str, reason: str, message: str = "") -> Verdict:
+    """A verdict with status Unknown."""
     return Verdict(type_, "Unknown", reason, message)
 
 

@@ -16,6 +16,8 @@ from pallas_runtime.messages import AssistantMessage, Message, UserMessage
 
 @dataclass
 class Conversation:
+    """One conversation's messages, and the lock that makes its turns run one at a time."""
+
     key: str
     messages: list[Message] = field(default_factory=list)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)

@@ -45,6 +45,7 @@ class HealthChecker:
 
     @property
     def provider_check(self) -> ProviderCheck | None:
+        """The provider's last check, if any."""
         return self._provider_check
 
     async def check_provider(self) -> ProviderCheck:

@@ -47,6 +47,8 @@ class MaxIterationsExceeded(Exception):
 
 @dataclass(frozen=True, slots=True)
 class OfferedTool:
+    """A tool as offered to the model, and where calls to it go."""
+
     source: ToolSource
     tool: RemoteTool
     allowed: bool
@@ -54,6 +56,8 @@ class OfferedTool:
 
 @dataclass(frozen=True, slots=True)
 class TurnResult:
+    """What one send_message produced: the answer and the messages to store."""
+
     text: str
     messages: list[Message]
     """The turn's messages to keep: the user message, then every assistant and tool message."""

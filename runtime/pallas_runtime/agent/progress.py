@@ -31,6 +31,7 @@ class ProgressReporter:
 
     @property
     def enabled(self) -> bool:
+        """Whether the caller asked for progress (sent a progress token)."""
         return self._send is not None
 
     async def _emit(self, progress: float, total: float | None, message: str) -> None:
@@ -38,7 +39,7 @@ class ProgressReporter:
             return
         try:
             await self._send(progress, total, message)
-        except Exception as exc:  # best effort by contract: the agent loop must go on
+        except Exception as exc:  # noqa: BLE001 - best effort by contract: the agent loop must go on
             log.debug("progress notification not sent: %s", exc)
 
     async def step(self, kind: Literal["llm", "tool"]) -> None:
@@ -47,9 +48,11 @@ class ProgressReporter:
         await self._emit(self._step, None, f"{self._agent} step {self._step} ({kind})")
 
     async def tool_started(self, source: str, tool: str) -> None:
+        """Report that a tool call started."""
         await self._emit(0, None, f"{source}/{tool}: started")
 
     async def tool_finished(self, source: str, tool: str, *, ok: bool) -> None:
+        """Report that a tool call completed or failed."""
         await self._emit(1, 1, f"{source}/{tool}: {'completed' if ok else 'failed'}")
 
     def relay(self, source: str, tool: str) -> ProgressHandler | None:

@@ -27,9 +27,12 @@ DEFAULT_BASE_PORT = 24200
 
 
 class RunCommand:
+    """The `pallas run` subcommand (a `pallas.commands` entry point)."""
+
     help = "run PallasDeployment/PallasAgent manifests locally, without Kubernetes"
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
+        """Add the command's flags."""
         parser.add_argument(
             "-f",
             "--file",
@@ -47,6 +50,7 @@ class RunCommand:
         parser.add_argument("--agent", metavar="NAME", help="run only this agent, without a registry")
 
     def run(self, args: argparse.Namespace) -> int:
+        """Run the manifests until SIGTERM/SIGINT."""
         if args.base_port == 0:  # the agents' ports follow it, so it cannot be "any free port"
             print(
                 "pallas run: --base-port 0 is not allowed: agents listen on the ports after it",

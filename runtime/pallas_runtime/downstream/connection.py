@@ -181,7 +181,7 @@ class SharedSession:
                     scope.deadline = anyio.current_time() + CLOSE_GRACE
         except (KeyboardInterrupt, SystemExit):
             raise
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - a failure here must not end the caller
             if holder.session is None:
                 if not holder.ready.done() and isinstance(exc, Exception):
                     holder.ready.set_exception(exc)

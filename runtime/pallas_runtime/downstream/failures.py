@@ -44,6 +44,7 @@ class HttpErrorRecorder:
         self.session_gone = False
 
     async def __call__(self, response: httpx2.Response) -> None:
+        """Record a failed response (an httpx2 response hook)."""
         if response.status_code >= 400:
             self.last_status = response.status_code
             if response.status_code == 404 and "mcp-session-id" in response.request.headers:

@@ -62,7 +62,7 @@ class _ProgressRelay:
             return
         try:
             await self._handler(progress, total, message)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a failure here must not end the caller
             log.warning("%s: progress handler failed (%s)", self._label, type(exc).__name__)
 
 
@@ -114,6 +114,7 @@ class RemoteMcpSource:
 
     @property
     def name(self) -> str:
+        """The server's or agent's name."""
         return self._name
 
     @property

@@ -16,6 +16,8 @@ QUALIFIER = "__"
 
 @dataclass(frozen=True, slots=True)
 class RemoteTool:
+    """A tool of a downstream server or peer agent."""
+
     source: str
     """The downstream server's or peer agent's name."""
     name: str
@@ -30,12 +32,16 @@ class RemoteTool:
 
 @dataclass(frozen=True, slots=True)
 class ToolOutcome:
+    """What one tool call returned."""
+
     content: tuple[ContentPart, ...]
     is_error: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class ProbeResult:
+    """What a health probe of one source found."""
+
     source: str
     ok: bool
     message: str = ""
@@ -47,8 +53,11 @@ class DownstreamError(Exception):
 
 
 class ToolSource(Protocol):
+    """A downstream MCP server or peer agent the agent loop can call."""
+
     @property
-    def name(self) -> str: ...
+    def name(self) -> str:
+        """The source's name, the `<name>` of `<name>__<tool>`."""
 
     async def list_tools(self) -> list[RemoteTool]:
         """The source's tools, cached; refreshed after tools/list_changed or a failure."""
@@ -61,12 +70,18 @@ class ToolSource(Protocol):
         inbound_auth: str | None,
         on_progress: ProgressHandler | None,
     ) -> ToolOutcome:
-        """Call one tool. `inbound_auth` is this request's caller `Authorization` header value;
-        it is sent only when the source forwards inbound auth and has no explicit Authorization
-        header. Raises DownstreamError on transport failures and timeouts."""
+        """Call one tool.
+
+        `inbound_auth` is this request's caller `Authorization` header value; it is sent only
+        when the source forwards inbound auth and has no explicit Authorization header. Raises
+        DownstreamError on transport failures and timeouts.
+        """
 
     async def probe(self) -> ProbeResult:
-        """MCP initialize (then DELETE of the session) within the configured probe timeout
-        (`health.probeTimeoutSeconds`, 3 s by default); never raises."""
+        """MCP initialize (then DELETE of the session) within the probe timeout; never raises.
 
-    async def aclose(self) -> None: ...
+        The timeout is `health.probeTimeoutSeconds` (3 s by default).
+        """
+
+    async def aclose(self) -> None:
+        """Close the source's connections."""

@@ -156,7 +156,7 @@ class SdkProvider(abc.ABC):
             return ProviderCheck(False, message, time.monotonic())
         except self.sdk_errors.base as exc:
             return ProviderCheck(False, str(self._error(exc, self.preflight_timeout)), time.monotonic())
-        except Exception as exc:  # a health probe reports every failure instead of raising it
+        except Exception as exc:  # noqa: BLE001 - a health probe reports every failure instead of raising it
             message = self._safe(f"{self._label}: GET {url} failed: {type(exc).__name__}: {exc}")
             return ProviderCheck(False, message, time.monotonic())
         if not available:

@@ -103,8 +103,10 @@ def _timestamp(value: str) -> datetime:
 
 
 def parse_query(pairs: Iterable[tuple[str, str]]) -> Query:
-    """Validate list parameters (`cursor`, `limit`, `search`, `updated_since`, `version`,
-    `capability`, `include`, `include_deleted`).
+    """Validate the list parameters.
+
+    They are `cursor`, `limit`, `search`, `updated_since`, `version`, `capability`, `include`
+    and `include_deleted`.
 
     Raises:
         BadParameter: a repeated, over-long or malformed parameter.

@@ -161,7 +161,7 @@ class Reflector:
                 self._set_healthy(False, f"{code} {exc.status.message or ''}".strip())
                 self._count_restart("error")
                 await self._pause()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - see below
                 # Connection refused/reset, TLS or protocol errors during an outage. Relist when
                 # it ends rather than resume: the list both proves the API is back (a resumed
                 # watch on a quiet kind would say nothing) and swaps in the truth atomically.
