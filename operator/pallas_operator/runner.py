@@ -51,6 +51,7 @@ class Runner:
         settings = self.settings
         if settings.http_port is not None:
             await self.http.start(settings.http_host, settings.http_port)
+            log.info("probes and metrics on http://%s:%d", settings.http_host, self.http.port)
         client = make_client(self.config)
         elector = LeaderElector(
             client,

@@ -26,6 +26,7 @@ from pallas_runtime.downstream.sources import build_sources
 from pallas_runtime.messages import ImagePart, TextPart
 from tests.support import mcp_peers as peers
 from tests.support import mcp_servers as ms
+from tests.support.ports import closed_port
 
 LOG = "pallas.downstream"
 
@@ -203,7 +204,11 @@ async def test_call_times_out_after_the_configured_timeout(inbound):
 
 
 async def test_connection_refused_is_a_short_downstream_error():
-    url = f"http://127.0.0.1:{peers.free_port()}/mcp"
+    with closed_port() as port:
+        await _refused_everywhere(f"http://127.0.0.1:{port}/mcp")
+
+
+async def _refused_everywhere(url: str) -> None:
     async with server_source(url, name="gone", forward_inbound_auth=True) as source:
         with pytest.raises(DownstreamError) as err:
             await source.list_tools()
@@ -229,12 +234,16 @@ async def test_http_error_status_is_named(inbound):
 
 
 async def test_reconnects_after_the_server_restarts():
-    port = peers.free_port()
+    # The first server takes a port from the OS; the restarted one reuses it (SO_REUSEADDR).
+    first_server = contextlib.AsyncExitStack()
+    port = (await first_server.enter_async_context(ms.slow_server())).port
     url = f"http://127.0.0.1:{port}/mcp"
     async with server_source(url, name="flaky", timeout_seconds=3) as source:
-        async with ms.slow_server(port=port):
+        try:
             first = await source.call_tool("sleep", {"seconds": 0}, inbound_auth=None, on_progress=None)
             assert first.content == (TextPart("slept 0.0s"),)
+        finally:
+            await first_server.aclose()
         with pytest.raises(DownstreamError, match=r"^flaky: calling sleep failed: "):
             await source.call_tool("sleep", {"seconds": 0}, inbound_auth=None, on_progress=None)
         async with ms.slow_server(port=port) as srv:
@@ -247,11 +256,14 @@ async def test_reconnects_after_the_server_restarts():
 
 async def test_a_session_the_server_forgot_is_replaced_and_the_call_retried(caplog):
     caplog.set_level(logging.INFO, logger=LOG)
-    port = peers.free_port()
+    first_server = contextlib.AsyncExitStack()
+    port = (await first_server.enter_async_context(ms.slow_server())).port
     url = f"http://127.0.0.1:{port}/mcp"
     async with server_source(url, name="restarting") as source:
-        async with ms.slow_server(port=port):
+        try:
             await source.call_tool("sleep", {"seconds": 0}, inbound_auth=None, on_progress=None)
+        finally:
+            await first_server.aclose()
         async with ms.slow_server(port=port) as srv:
             # No call failed in between: the source still holds the old session id, the new
             # server answers 404 for it, and the source reconnects and retries transparently.
@@ -488,9 +500,9 @@ async def test_probe_ok_sends_configured_headers_and_ends_the_session():
 
 
 async def test_probe_connection_refused():
-    url = f"http://127.0.0.1:{peers.free_port()}/mcp"
-    async with server_source(url, name="gone") as source:
-        result = await source.probe()
+    with closed_port() as port:
+        async with server_source(f"http://127.0.0.1:{port}/mcp", name="gone") as source:
+            result = await source.probe()
     assert (result.source, result.ok, result.message) == ("gone", False, "connection refused")
 
 

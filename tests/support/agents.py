@@ -50,7 +50,7 @@ from pallas_runtime.downstream.source import ToolSource
 from pallas_runtime.llm.provider import LLMProvider
 from pallas_runtime.metrics import RuntimeMetrics
 from pallas_runtime.server import agent_app, build_server
-from tests.support.mcp_peers import free_port
+from tests.support.ports import logged_port
 
 LOOPBACK = "127.0.0.1"
 # fastmcp must never phone home from a test (its update check calls PyPI).
@@ -228,7 +228,7 @@ async def run_agent_process(
     Args:
         config: An AgentConfig (rendered to YAML in a temp dir, as the operator's ConfigMap
             would hold it) or the path of an existing config file.
-        port: The port to serve on; a free one by default.
+        port: The port to serve on; by default the agent binds port 0 and logs the one it got.
         env: Extra environment (e.g. the API key variable); added to this process's
             environment with fastmcp's network calls turned off.
         extra_args: More `pallas agent` arguments (e.g. `["--allowed-host", "x"]`).
@@ -239,7 +239,6 @@ async def run_agent_process(
         RuntimeError: The process exited (its code and log tail are in the message) or was not
             ready in time.
     """
-    port = port if port is not None else free_port()
     with tempfile.TemporaryDirectory(prefix="pallas-agent-") as tmp:
         if isinstance(config, AgentConfig):
             config_path = Path(tmp) / "agent.yaml"
@@ -249,7 +248,7 @@ async def run_agent_process(
         stderr_path = Path(tmp) / "agent.log"
         argv = [
             *pallas_argv(),
-            *("agent", "--config", str(config_path), "--port", str(port), "--host", LOOPBACK),
+            *("agent", "--config", str(config_path), "--port", str(port or 0), "--host", LOOPBACK),
             *extra_args,
         ]
         with stderr_path.open("wb") as log_file:
@@ -263,6 +262,11 @@ async def run_agent_process(
                 start_new_session=True,  # its own process group, so cleanup reaches all of it
             )
         try:
+            if not port:
+                port = await asyncio.to_thread(
+                    logged_port, stderr_path, r"serving on http://[^/]+:(\d+)/mcp", ready_timeout,
+                    lambda: proc.returncode,
+                )  # fmt: skip
             base = f"http://{LOOPBACK}:{port}"
             elapsed = await _wait_ready(proc, base, stderr_path, started, ready_timeout)
             yield AgentProcess(f"{base}/mcp", base, port, proc.pid, config_path, stderr_path, elapsed)

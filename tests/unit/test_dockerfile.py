@@ -249,7 +249,14 @@ def test_dockerignore_is_an_allow_list_of_the_wheel_sources():
     rules = [line for line in DOCKERIGNORE.read_text().splitlines() if line and not line.startswith("#")]
     assert rules[0] == "*", "everything is excluded first"
     allowed = {rule[1:] for rule in rules if rule.startswith("!")}
-    assert allowed == {"pyproject.toml", "README.md", "requirements/runtime.lock", "api/", "runtime/", "operator/"}
+    assert allowed == {
+        "pyproject.toml",
+        "README.md",
+        "requirements/runtime.lock",
+        "api/",
+        "runtime/",
+        "operator/",
+    }
 
 
 # --- the entry points the image runs ------------------------------------------------------------

@@ -37,4 +37,6 @@ def test_every_direct_pin_is_locked_at_its_version(lock: str, extra: str | None)
     locked = _locked(lock)
     stale = {name: version for name, version in _direct(extra).items() if locked.get(name) != version}
     assert not stale, f"requirements/{lock} is stale for {stale}: run `make lock`"
-    assert all("--hash=sha256:" in line for line in (REPO / "requirements" / lock).read_text().split("==")[1:])
+    assert all(
+        "--hash=sha256:" in line for line in (REPO / "requirements" / lock).read_text().split("==")[1:]
+    )

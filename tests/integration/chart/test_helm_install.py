@@ -18,7 +18,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ import yaml
 from pallas_api import names
 from tests.support.cluster import REPO, LocalCluster
 from tests.support.operator import CRDS, install_crds
+from tests.support.ports import logged_port
 
 CHART = REPO / "charts" / "pallas"
 EXAMPLE = REPO / "examples" / "local-agents.yaml"
@@ -96,12 +96,6 @@ def _wait_for(check: Callable[[], Any], within: float, what: str, log: Path | No
             tail = "" if log is None else "\noperator log:\n" + log.read_text()[-4000:]
             pytest.fail(f"{what} did not happen within {within}s{tail}", pytrace=False)
         time.sleep(0.25)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _service_account_kubeconfig(cluster: LocalCluster, namespace: str, account: str, path: Path) -> Path:
@@ -263,9 +257,9 @@ def test_helm_install_gives_an_operator_whose_rbac_is_enough_and_uninstall_keeps
         kubeconfig = _service_account_kubeconfig(
             kube_cluster, namespace, operator, tmp_path / "sa.kubeconfig"
         )
-        port = _free_port()
         log = tmp_path / "operator.log"
-        with _operator_process(_local_args(deployment, port), kubeconfig, log) as proc:
+        with _operator_process(_local_args(deployment, 0), kubeconfig, log) as proc:
+            port = logged_port(log, r"probes and metrics on http://[^:]+:(\d+)", 30, proc.poll)
             _wait_for(lambda: proc.poll() is not None or _http_status(port, "/readyz") == 200, 30,
                       "the operator leading and ready", log)  # fmt: skip
             assert proc.poll() is None, f"the operator exited ({proc.returncode}):\n{log.read_text()}"

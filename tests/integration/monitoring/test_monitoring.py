@@ -45,6 +45,7 @@ from tests.support.agents import agent_config, serve_agent
 from tests.support.fake_llm import Call, FakeOpenAI, HttpError, Text, ToolCalls
 from tests.support.mcp_peers import free_port
 from tests.support.mcp_servers import serve
+from tests.support.ports import closed_port
 from tests.support.registry import running_registry, state
 
 REPO = Path(__file__).resolve().parents[3]
@@ -358,6 +359,19 @@ async def run_prometheus(binary: str, workdir: Path, config: dict[str, Any]) -> 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def stack(prometheus_bin: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
     registry_stack = contextlib.AsyncExitStack()
+    with closed_port() as broken, closed_port() as unscraped:
+        async with _stack(prometheus_bin, tmp_path_factory, registry_stack, broken, unscraped) as running:
+            yield running
+
+
+@contextlib.asynccontextmanager
+async def _stack(
+    prometheus_bin: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    registry_stack: contextlib.AsyncExitStack,
+    broken: int,
+    unscraped: int,
+) -> AsyncIterator[Stack]:
     async with FakeOpenAI() as llm, serve(calc_mcp()) as calc:
         config = agent_config(
             llm.base_url,
@@ -365,7 +379,7 @@ async def stack(prometheus_bin: str, tmp_path_factory: pytest.TempPathFactory) -
             servers=[
                 {"name": "calc", "url": calc.url},
                 # Nothing listens there: get_health reports it down.
-                {"name": "broken", "url": f"http://127.0.0.1:{free_port()}/mcp"},
+                {"name": "broken", "url": f"http://127.0.0.1:{broken}/mcp"},
             ],
         )
         async with serve_agent(config) as agent:
@@ -373,7 +387,7 @@ async def stack(prometheus_bin: str, tmp_path_factory: pytest.TempPathFactory) -
                 running_registry(MemorySource([state("research")]))
             )
             try:
-                config_doc = prometheus_config(agent.port, int(registry_url.rsplit(":", 1)[1]), free_port())
+                config_doc = prometheus_config(agent.port, int(registry_url.rsplit(":", 1)[1]), unscraped)
                 workdir = tmp_path_factory.mktemp("prometheus")
                 async with run_prometheus(prometheus_bin, workdir, config_doc) as prometheus:
                     yield Stack(prometheus, llm, agent.url, registry_stack.aclose)

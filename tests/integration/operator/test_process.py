@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -15,7 +16,6 @@ from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.coordination_v1 import Lease
 
 from tests.support.cluster import LocalCluster
-from tests.support.mcp_servers import bound_socket
 from tests.support.operator import (
     agent,
     deployment,
@@ -27,6 +27,7 @@ from tests.support.operator import (
     secret,
     total,
 )
+from tests.support.ports import logged_port
 
 
 def _setup(cluster: LocalCluster, ns: str, *agents: str) -> None:
@@ -93,26 +94,23 @@ async def test_probes_and_metrics_are_served(
             assert (await http.get("/nope")).status_code == 404
 
 
-def _free_port() -> int:
-    with bound_socket() as sock:
-        return int(sock.getsockname()[1])
-
-
 async def test_pallas_operator_command_runs_and_stops_gracefully_on_sigterm(
-    pallas_crds: LocalCluster, kube_client: AsyncClient, namespace: str
+    pallas_crds: LocalCluster, kube_client: AsyncClient, namespace: str, tmp_path: Path
 ) -> None:
-    port = _free_port()
     env = {
         **os.environ,
         "KUBECONFIG": str(pallas_crds.kubeconfig),
         "PALLAS_RUNTIME_IMAGE": "example/pallas:1",
     }
     pallas = os.path.join(os.path.dirname(sys.executable), "pallas")
-    args = ["operator", "--namespace", namespace, "--http-port", str(port), "--lease-namespace", namespace]
-    proc = await asyncio.create_subprocess_exec(
-        pallas, *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
-    )
+    args = ["operator", "--namespace", namespace, "--http-port", "0", "--lease-namespace", namespace]
+    log = tmp_path / "operator.log"
+    with log.open("wb") as out:
+        proc = await asyncio.create_subprocess_exec(pallas, *args, env=env, stdout=out, stderr=out)
     try:
+        port = await asyncio.to_thread(
+            logged_port, log, r"probes and metrics on http://[^:]+:(\d+)", 30, lambda: proc.returncode
+        )
         async with httpx2.AsyncClient(timeout=2) as http:
 
             async def ready() -> bool:
@@ -130,8 +128,8 @@ async def test_pallas_operator_command_runs_and_stops_gracefully_on_sigterm(
         dep = await eventually(created, 30, "the agent's Deployment")
         assert dep["spec"]["template"]["spec"]["containers"][0]["image"] == "example/pallas:1"
         proc.send_signal(signal.SIGTERM)
-        output, _ = await asyncio.wait_for(proc.communicate(), 30)
-        assert proc.returncode == 0, output.decode()
+        await asyncio.wait_for(proc.wait(), 30)
+        assert proc.returncode == 0, log.read_text()[-4000:]
         lease = await kube_client.get(Lease, "pallas-operator", namespace=namespace)
         assert lease.spec is not None
         assert lease.spec.holderIdentity is None, "the Lease is released on the way out"

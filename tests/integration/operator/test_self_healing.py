@@ -140,10 +140,16 @@ async def test_a_restart_mid_reconcile_converges_without_duplicates(
         await eventually(converged, 60, "every agent accepted")
         deployments = [d.metadata.name async for d in kube_client.list(Deployment, namespace=namespace)]
         assert sorted(d for d in deployments if d.startswith("agent-")) == sorted(names)
-        await asyncio.sleep(2)  # the Deployment controller creates one ReplicaSet per Deployment
-        replicasets = [rs async for rs in kube_client.list(ReplicaSet, namespace=namespace)]
-        per_owner = [rs.metadata.ownerReferences[0].name for rs in replicasets if rs.metadata.ownerReferences]
-        assert sorted(o for o in per_owner if o.startswith("agent-")) == sorted(names)
+
+        # The Deployment controller makes one ReplicaSet per Deployment: no duplicate Deployment
+        # (or a rewritten template) would show as a second ReplicaSet of one owner.
+        async def owners() -> list[str] | None:
+            replicasets = [rs async for rs in kube_client.list(ReplicaSet, namespace=namespace)]
+            found = [r.metadata.ownerReferences[0].name for r in replicasets if r.metadata.ownerReferences]
+            ours = sorted(o for o in found if o.startswith("agent-"))
+            return ours if len(ours) >= len(names) else None
+
+        assert await eventually(owners, 30, "a ReplicaSet for every agent") == sorted(names)
 
 
 async def test_an_idle_operator_writes_nothing(

@@ -26,8 +26,8 @@ from starlette.routing import Route
 from pallas_runtime import cli
 from tests.support.agents import QUIET_FASTMCP_ENV, ServedAgent, agent_config, pallas_argv, serve_agent
 from tests.support.fake_llm import Call, FakeOpenAI, HttpError, Text, ToolCalls
-from tests.support.mcp_peers import free_port
 from tests.support.mcp_servers import RunningServer, header_echo_server, serve_app
+from tests.support.ports import closed_port
 
 AGENT = "chat-test"
 
@@ -256,9 +256,9 @@ async def test_tool_error_exits_non_zero(
 
 async def test_unreachable_url_exits_non_zero():
     # Through the installed program: the exit code is the process's.
-    url = f"http://127.0.0.1:{free_port()}/mcp"
-
-    res = await pallas_chat("-m", "hi", url)
+    with closed_port() as port:
+        url = f"http://127.0.0.1:{port}/mcp"
+        res = await pallas_chat("-m", "hi", url)
 
     assert res.code == 1
     assert len(res.err_lines) == 1, res.err
@@ -276,8 +276,8 @@ async def test_a_web_page_is_not_an_mcp_server(registry: RunningServer, capsys: 
 
 
 async def test_unreachable_registry_and_bad_arguments(capsys: pytest.CaptureFixture[str]):
-    port = free_port()
-    res = await pallas_chat_in_thread(capsys, "--registry", f"http://127.0.0.1:{port}", "x", "-m", "hi")
+    with closed_port() as port:
+        res = await pallas_chat_in_thread(capsys, "--registry", f"http://127.0.0.1:{port}", "x", "-m", "hi")
     assert res.code == 1
     assert len(res.err_lines) == 1, res.err
     assert res.err_lines[0].startswith("pallas chat: cannot reach the registry at"), res.err

@@ -74,7 +74,7 @@ from tests.support.agents import (
     serve_agent,
 )
 from tests.support.fake_llm import Call, FakeOpenAI, Text, ToolCalls
-from tests.support.mcp_peers import McpPeers, free_port
+from tests.support.mcp_peers import McpPeers
 from tests.support.mcp_servers import RunningServer, progress_server
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -502,7 +502,7 @@ async def test_pallas_agent_port_in_use_fails_with_one_line(llm: FakeOpenAI, tmp
 async def test_pallas_agent_bad_config_exits_2_naming_file_and_field(tmp_path):
     config_path = tmp_path / "broken.yaml"
     config_path.write_text("name: broken\nmodel: fake-model\nprovider: {name: fake, type: gpt}\n")
-    rc, output, _ = await _run_pallas("agent", "--config", str(config_path), "--port", str(free_port()))
+    rc, output, _ = await _run_pallas("agent", "--config", str(config_path), "--port", "0")
     assert rc == 2, output
     lines = output.strip().splitlines()
     assert len(lines) == 1, output
