@@ -65,10 +65,11 @@ class _ProbeFailed(Exception):
     """A step failed; the message is the outcome's reason."""
 
 
-def _leaves(exc: BaseException) -> Iterator[BaseException]:
+def leaf_exceptions(exc: BaseException) -> Iterator[BaseException]:
+    """The exceptions inside (nested) exception groups, depth first; `exc` itself otherwise."""
     if isinstance(exc, BaseExceptionGroup):
         for inner in exc.exceptions:
-            yield from _leaves(inner)
+            yield from leaf_exceptions(inner)
     else:
         yield exc
 
@@ -87,7 +88,7 @@ def describe_transport_failure(exc: BaseException) -> str | None:
 
     No stack trace and no header values: the reason is shown to users and in health reports.
     """
-    root = next(_leaves(exc))
+    root = next(leaf_exceptions(exc))
     for link in _chain(root):
         if isinstance(link, ConnectionRefusedError):
             return "connection refused"

@@ -9,7 +9,6 @@ says whether the session that saw the failure is still worth using.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Literal
 
 import anyio
@@ -17,7 +16,7 @@ import httpx2
 import mcp_types
 from mcp import MCPError
 
-from pallas_api.probe import describe_transport_failure
+from pallas_api.probe import describe_transport_failure, leaf_exceptions
 
 Failure = Literal["transport", "session_gone", "protocol", "other"]
 
@@ -51,17 +50,9 @@ class HttpErrorRecorder:
                 self.session_gone = True
 
 
-def _leaves(exc: BaseException) -> Iterator[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            yield from _leaves(inner)
-    else:
-        yield exc
-
-
 def _root(exc: BaseException) -> BaseException:
     """The first leaf that is not a cancellation (task groups collect those alongside the cause)."""
-    leaves = list(_leaves(exc))
+    leaves = list(leaf_exceptions(exc))
     return next((e for e in leaves if not isinstance(e, asyncio.CancelledError)), leaves[0])
 
 
