@@ -42,10 +42,11 @@ mcp-peers: ## install (or reuse) the pinned MCP peers: Node 22, server-everythin
 system-deps: ## install (if missing) the Debian packages the tests need: prometheus (promtool)
 	hack/system-deps.sh
 
-lint: venv ## ruff, mypy (strict) and the import-layering contracts
+lint: venv ## ruff, mypy (strict, packages, bench and hack) and the import-layering contracts
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/mypy bench hack/chartgen.py hack/chartvalues.py
 	$(BIN)/lint-imports
 
 verify: venv ## regenerate crds/ from the models and fail if the committed files differ

@@ -207,7 +207,7 @@ async def main(args: argparse.Namespace) -> None:
         ]
         per_client = args.load_requests // args.concurrency
 
-        async def worker(c: Client) -> None:
+        async def worker(c: Client[Any]) -> None:
             for _ in range(per_client):
                 await c.call_tool("send_message", {"message": "hi"})
 

@@ -142,15 +142,20 @@ async def operator_process(
 
 async def converged(client: AsyncClient, namespace: str, names: list[str]) -> int:
     """How many agents have all three children and a status."""
-    selector = {"app.kubernetes.io/managed-by": "pallas-operator", "app.kubernetes.io/component": "agent"}
-    cms = {o.metadata.name async for o in client.list(ConfigMap, namespace=namespace, labels=selector)}
-    deps = {o.metadata.name async for o in client.list(Deployment, namespace=namespace, labels=selector)}
-    svcs = {o.metadata.name async for o in client.list(Service, namespace=namespace, labels=selector)}
-    statused = {
-        o.metadata.name
-        async for o in client.list(PallasAgent, namespace=namespace)
-        if (o.status or {}).get("phase")
+    selector: dict[str, Any] = {
+        "app.kubernetes.io/managed-by": "pallas-operator",
+        "app.kubernetes.io/component": "agent",
     }
+
+    async def named(resource: Any, labels: dict[str, Any] | None = None) -> set[str]:
+        return {
+            o.metadata.name
+            async for o in client.list(resource, namespace=namespace, labels=labels)
+            if o.metadata is not None and (resource is not PallasAgent or (o.status or {}).get("phase"))
+        }
+
+    cms, deps = await named(ConfigMap, selector), await named(Deployment, selector)
+    svcs, statused = await named(Service, selector), await named(PallasAgent)
     return sum(1 for n in names if f"{n}-config" in cms and n in deps and n in svcs and n in statused)
 
 

@@ -31,7 +31,7 @@ import httpx2
 import yaml
 from jsonschema import Draft7Validator, Draft202012Validator
 from lightkube import AsyncClient, KubeConfig
-from lightkube.config.kubeconfig import Cluster, User
+from lightkube.config.models import Cluster, User
 from lightkube.types import PatchType
 from starlette.types import Receive, Scope, Send
 
