@@ -7,6 +7,7 @@ Tiers are marked from their folder (tests/unit, tests/integration, tests/e2e), s
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,12 @@ __all__ = [
     "namespace",
     "server_everything",
 ]
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _state_home(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Conversations of `pallas run` (SQLite under $XDG_STATE_HOME) go to a throw-away folder."""
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -142,7 +142,31 @@ class HistoryLimits(_Model):
     max_messages: Annotated[int, Field(gt=0, le=100_000)] = 200
     """Messages kept per conversation."""
     max_conversations: Annotated[int, Field(gt=0, le=1_000_000)] = 1000
-    """Conversations kept per process."""
+    """Conversations kept per process by the memory store (least recently used dropped first)."""
+
+
+StoreType = Literal["memory", "sqlite", "postgres"]
+
+
+class ConversationStoreConfig(_Model):
+    """Where the agent keeps conversations (docs/api.md §3)."""
+
+    type: StoreType = "memory"
+    """`memory` (lost on restart, one process), `sqlite` (a file), `postgres` (shared by replicas)."""
+    sqlite_path: str | None = None
+    """The SQLite file (`type: sqlite`); default `$XDG_STATE_HOME/pallas/conversations.db`."""
+    dsn_env: Annotated[str | None, Field(pattern=ENV_VAR_NAME)] = None
+    """Environment variable holding the PostgreSQL DSN (`type: postgres`); never the DSN itself."""
+    ttl_seconds: Annotated[int | None, Field(gt=0)] = None
+    """Conversations untouched this long are deleted; None keeps them."""
+    turn_wait_seconds: Annotated[float, Field(gt=0, le=3600)] = 600.0
+    """How long a turn waits for the previous turn of its conversation before failing."""
+
+    @model_validator(mode="after")
+    def _needs(self) -> Self:
+        if self.type == "postgres" and not self.dsn_env:
+            raise ValueError("a postgres conversation store needs dsnEnv (the variable holding the DSN)")
+        return self
 
 
 class InputLimits(_Model):
@@ -186,6 +210,7 @@ class AgentConfig(_Model):
     max_iterations: Annotated[int, Field(gt=0, le=1000)] = 12
     tools: ToolPolicy = ToolPolicy()
     history: HistoryLimits = HistoryLimits()
+    conversations: ConversationStoreConfig = ConversationStoreConfig()
     limits: InputLimits = InputLimits()
     health: HealthSettings = HealthSettings()
 

@@ -47,6 +47,10 @@ QUIET_LOGGERS = (
     "docket",
     "kopf.objects",
     "aiohttp.access",
+    "aiosqlite",
+    "sqlalchemy",
+    "alembic",
+    "asyncpg",
 )
 _BEARER = re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]+")
 

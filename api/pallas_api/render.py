@@ -14,13 +14,15 @@ from dataclasses import dataclass
 from pallas_api.conditions import AGENT_NOT_FOUND, PROVIDER_NOT_FOUND, SERVER_NOT_FOUND
 from pallas_api.config import (
     AgentConfig,
+    ConversationStoreConfig,
     DownstreamServer,
     HeaderConfig,
     HealthSettings,
+    HistoryLimits,
     PeerAgent,
     ProviderConfig,
 )
-from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec, SecretKeyRef
+from pallas_api.spec import ConversationsSpec, PallasAgentSpec, PallasDeploymentSpec, SecretKeyRef
 
 
 class RenderError(Exception):
@@ -62,11 +64,22 @@ def split_model(ref: str) -> tuple[str, str]:
     return provider, model
 
 
+def _store(spec: ConversationsSpec, secrets: list[SecretBinding], *, local: bool) -> ConversationStoreConfig:
+    store = spec.store or ("sqlite" if local else "memory")
+    dsn_env = None
+    if store == "postgres" and spec.postgres is not None:
+        dsn_env = env_name("CONVERSATIONS", "DSN")
+        secrets.append(SecretBinding(dsn_env, spec.postgres.dsn.secret_key_ref))
+    return ConversationStoreConfig(type=store, dsn_env=dsn_env, ttl_seconds=spec.ttl_seconds)
+
+
 def render_agent(
     name: str,
     agent: PallasAgentSpec,
     deployment: PallasDeploymentSpec,
     agent_urls: Mapping[str, str],
+    *,
+    local: bool = False,
 ) -> RenderedAgent:
     """Build the runtime config of agent `name`.
 
@@ -75,6 +88,7 @@ def render_agent(
         agent: Its spec.
         deployment: The spec of the PallasDeployment it belongs to.
         agent_urls: MCP URLs of the agents it may call, by name.
+        local: For `pallas run` (the default store is SQLite) rather than a pod (memory).
 
     Raises:
         RenderError: a model provider, server or agent that does not exist.
@@ -152,7 +166,13 @@ def render_agent(
         request_params=agent.request_params,
         max_iterations=agent.max_iterations,
         tools=agent.tools,
-        history=agent.history,
+        history=HistoryLimits(
+            max_messages=agent.history.max_messages
+            or deployment.conversations.max_messages
+            or HistoryLimits().max_messages,
+            max_conversations=agent.history.max_conversations,
+        ),
+        conversations=_store(deployment.conversations, secrets, local=local),
         limits=agent.limits,
         health=HealthSettings(probe_timeout_seconds=deployment.health_check.timeout_seconds),
     )

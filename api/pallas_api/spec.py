@@ -19,7 +19,6 @@ from pallas_api.config import (
     DNS_LABEL,
     HEADER_NAME,
     HTTP_URL,
-    HistoryLimits,
     InputLimits,
     ModelCapabilities,
     RequestParams,
@@ -150,6 +149,35 @@ Toleration = Annotated[
 ]
 
 
+class PostgresSpec(_Spec):
+    """A PostgreSQL database for conversations."""
+
+    dsn: SecretSource
+    """The connection string (`postgresql://user:password@host:5432/db`), from a Secret."""
+
+
+class ConversationsSpec(_Spec):
+    """Where the deployment's agents keep conversations (docs/api.md §3)."""
+
+    store: Literal["memory", "sqlite", "postgres"] | None = None
+    """`memory` (lost when a pod restarts; not shared by replicas), `sqlite` (a file in the pod's
+    writable /tmp, or `pallas run`'s state directory), `postgres` (shared by every replica and
+    surviving restarts). Default: memory in a cluster, sqlite for `pallas run`."""
+    postgres: PostgresSpec | None = None
+    """The database, for `store: postgres`."""
+    max_messages: Annotated[int | None, Field(gt=0, le=100_000)] = None
+    """Messages kept per conversation unless an agent's `history.maxMessages` says otherwise
+    (default 200)."""
+    ttl_seconds: Annotated[int | None, Field(gt=0)] = None
+    """Conversations untouched this long are deleted; default: kept."""
+
+    @model_validator(mode="after")
+    def _postgres_needs_a_dsn(self) -> Self:
+        if self.store == "postgres" and self.postgres is None:
+            raise ValueError("conversations.store postgres needs conversations.postgres.dsn (a secretKeyRef)")
+        return self
+
+
 class RuntimeSpec(_Spec):
     """Pod defaults for every agent of the deployment."""
 
@@ -207,6 +235,8 @@ class PallasDeploymentSpec(_Spec):
     """Health checking."""
     monitoring: MonitoringSpec = MonitoringSpec()
     """Monitoring."""
+    conversations: ConversationsSpec = ConversationsSpec()
+    """Where conversations are kept."""
 
     @model_validator(mode="after")
     def _names(self) -> Self:
@@ -264,6 +294,15 @@ class AgentPodSpec(_Spec):
     """Pod annotations."""
 
 
+class AgentHistorySpec(_Spec):
+    """Conversation history kept by this agent."""
+
+    max_messages: Annotated[int | None, Field(gt=0, le=100_000)] = None
+    """Messages kept per conversation; default: the deployment's `conversations.maxMessages`."""
+    max_conversations: Annotated[int, Field(gt=0, le=1_000_000)] = 1000
+    """Conversations kept per pod by the memory store (least recently used dropped first)."""
+
+
 class PallasAgentSpec(_Spec):
     """One LLM agent, served as one MCP endpoint."""
 
@@ -291,7 +330,7 @@ class PallasAgentSpec(_Spec):
     """LLM/tool rounds per send_message."""
     tools: ToolPolicy = ToolPolicy()
     """Allow/deny globs over `<server>__<tool>`."""
-    history: HistoryLimits = HistoryLimits()
+    history: AgentHistorySpec = AgentHistorySpec()
     """Conversation history limits."""
     limits: InputLimits = InputLimits()
     """Limits on what one send_message may carry."""

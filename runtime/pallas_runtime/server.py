@@ -10,6 +10,8 @@ is how `pallas run` and benchmarks share process-wide pieces.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -28,12 +30,16 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import ASGIApp
 
 from pallas_api.config import AgentConfig
+from pallas_api.health import utc_timestamp
 from pallas_runtime import __version__
-from pallas_runtime.agent.conversation import ConversationStore
 from pallas_runtime.agent.health import HealthChecker
 from pallas_runtime.agent.inputs import ImageInput, InvalidInput, user_message
 from pallas_runtime.agent.loop import AgentLoop, MaxIterationsExceeded
 from pallas_runtime.agent.progress import ProgressReporter
+from pallas_runtime.agent.turns import Conversations, NoConversation
+from pallas_runtime.conversations.caller import checked_id, current_caller
+from pallas_runtime.conversations.factory import build_store
+from pallas_runtime.conversations.model import ConversationBusy, ConversationStore, StoreUnavailable, TurnLost
 from pallas_runtime.downstream.source import ToolSource
 from pallas_runtime.downstream.sources import build_sources
 from pallas_runtime.llm.factory import create_provider
@@ -47,6 +53,14 @@ SEND_MESSAGE_DESCRIPTION = (
     "Send a message (optionally with images) to this agent and get its answer. Pass the same "
     "conversation_id to continue a conversation; within one MCP session the session is the conversation."
 )
+LIST_CONVERSATIONS_DESCRIPTION = (
+    "Your conversations with this agent, most recent first: id, title (the start of the first "
+    "message), last turn time and message count. Continue one by passing its id as conversation_id."
+)
+DELETE_CONVERSATION_DESCRIPTION = "Delete one of your conversations with this agent, by id."
+CONVERSATION_META = "pallas.dev/conversationId"
+"""The `_meta` key of a send_message result naming the conversation the turn was stored in."""
+GAUGE_REFRESH = 10.0
 GET_HEALTH_DESCRIPTION = "Returns the health status of this agent and its downstream dependencies."
 
 
@@ -83,11 +97,15 @@ def _progress_sender(ctx: Context) -> Any:
     return ctx.report_progress
 
 
-def _conversation_key(conversation_id: str | None) -> str | None:
-    if conversation_id:
-        return f"id:{conversation_id}"
-    session = get_http_headers(include={"mcp-session-id"}).get("mcp-session-id")
-    return f"session:{session}" if session else None
+def _session_id() -> str | None:
+    return get_http_headers(include={"mcp-session-id"}).get("mcp-session-id")
+
+
+def _checked(conversation_id: str | None) -> str | None:
+    try:
+        return checked_id(conversation_id) if conversation_id else None
+    except ValueError as exc:
+        raise ToolError(str(exc)) from None
 
 
 def _history_messages(messages: Sequence[Any]) -> list[PromptMessage]:
@@ -112,6 +130,7 @@ def build_server(
     provider: LLMProvider | None = None,
     sources: Sequence[ToolSource] | None = None,
     environ: Mapping[str, str] | None = None,
+    store: ConversationStore | None = None,
 ) -> FastMCP:
     """The agent's MCP server. Serve it with `server.http_app(path="/mcp")`.
 
@@ -121,13 +140,18 @@ def build_server(
         provider: The LLM provider; built from config and environment by default.
         sources: Downstream servers and peer agents; built from config by default.
         environ: Environment for secret env vars (API key, headers); the process's by default.
+        store: Where conversations are kept; built from `config.conversations` by default.
+
+    Raises:
+        ValueError: the conversation store cannot be built (the message names the setting).
     """
     metrics = metrics or RuntimeMetrics()
     provider = provider or create_provider(config, environ)
     sources = list(sources) if sources is not None else build_sources(config, environ)
-    conversations = ConversationStore(config.history.max_conversations, config.history.max_messages)
+    store = store or build_store(config, environ)
     loop = AgentLoop(config, provider, sources, metrics)
-    health = HealthChecker(config, provider, sources, metrics, environ)
+    conversations = Conversations(config.name, store, loop)
+    health = HealthChecker(config, provider, sources, metrics, environ, store=store)
     state = {"ready": False}
     agent = config.name
     metrics.agent_info.labels(agent, config.model).set(1)
@@ -141,17 +165,40 @@ def build_server(
         if not check.ok:  # warn-only: the agent serves, get_health reports it
             log.warning("LLM provider preflight failed: %s", check.message)
 
+    async def refresh_gauge() -> None:
+        with contextlib.suppress(StoreUnavailable):
+            metrics.active_conversations.labels(agent).set(await store.count(agent))
+
+    pending_refresh: list[asyncio.Task[None]] = []
+
+    async def conversations_changed() -> None:
+        # Counting a memory store costs nothing; a database is counted in the background, at
+        # most one count in flight, so a turn never waits on it.
+        if store.kind == "memory":
+            await refresh_gauge()
+        elif not pending_refresh or pending_refresh[-1].done():
+            pending_refresh[:] = [asyncio.create_task(refresh_gauge())]
+
+    async def keep_gauge() -> None:
+        while True:
+            await refresh_gauge()
+            await asyncio.sleep(GAUGE_REFRESH)
+
     @asynccontextmanager
     async def lifespan(_: FastMCP) -> AsyncIterator[dict[str, Any]]:
-        task = asyncio.create_task(preflight())
+        await store.start()
+        tasks = [asyncio.create_task(preflight()), asyncio.create_task(keep_gauge())]
         state["ready"] = True
         try:
             yield {}
         finally:
             state["ready"] = False
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            await asyncio.gather(provider.aclose(), *(s.aclose() for s in sources), return_exceptions=True)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(
+                provider.aclose(), store.aclose(), *(s.aclose() for s in sources), return_exceptions=True
+            )
 
     server = FastMCP(
         agent,
@@ -168,34 +215,31 @@ def build_server(
         ctx: Context,
         images: list[ImageInput] | None = None,
         conversation_id: str | None = None,
-    ) -> str:
+    ) -> ToolResult:
         try:
             user = user_message(config, message, images)
         except InvalidInput as exc:
             raise ToolError(str(exc)) from None
         inbound_auth = get_http_headers(include={"authorization"}).get("authorization")
-        progress = ProgressReporter(agent, _progress_sender(ctx))
-        key = _conversation_key(conversation_id)
         try:
-            if key is None:
-                return (await loop.run([], user, inbound_auth=inbound_auth, progress=progress)).text
-            conversation = conversations.open(key)
-            async with conversation.lock:
-                try:
-                    turn = await loop.run(
-                        list(conversation.messages), user, inbound_auth=inbound_auth, progress=progress
-                    )
-                except BaseException:
-                    if not conversation.messages:  # a failed first turn leaves nothing behind
-                        conversations.discard(conversation)
-                    raise
-                conversations.extend(conversation, turn.messages)
-            metrics.active_conversations.labels(agent).set(len(conversations))
-            return turn.text
+            reply = await conversations.send(
+                current_caller(),
+                user,
+                conversation_id=_checked(conversation_id),
+                session_id=_session_id(),
+                inbound_auth=inbound_auth,
+                progress=ProgressReporter(agent, _progress_sender(ctx)),
+            )
         except LLMError as exc:
             raise ToolError(f"the language model call failed: {exc}") from None
-        except MaxIterationsExceeded as exc:
+        except (MaxIterationsExceeded, ConversationBusy, TurnLost) as exc:
             raise ToolError(str(exc)) from None
+        except StoreUnavailable as exc:
+            raise ToolError(f"the conversation was not kept: {exc}") from None
+        if reply.conversation_id is None:
+            return ToolResult(content=reply.text)
+        await conversations_changed()
+        return ToolResult(content=reply.text, meta={CONVERSATION_META: reply.conversation_id})
 
     @server.tool(
         name="get_health",
@@ -210,17 +254,51 @@ def build_server(
         name=f"{agent}_history",
         description=f"The stored conversation with {config.display_title}, as MCP messages.",
     )
-    def history(conversation_id: str | None = None) -> list[PromptMessage]:
-        key = _conversation_key(conversation_id)
-        if key is None:
-            raise ValueError(
-                "no conversation: pass conversation_id, or ask within the MCP session you chatted in"
-            )
-        conversation = conversations.get(key)
-        if conversation is None:
-            what = f"conversation_id {conversation_id!r}" if conversation_id else "this MCP session"
-            raise ValueError(f"no stored conversation for {what}")
-        return _history_messages(conversation.messages)
+    async def history(conversation_id: str | None = None) -> list[PromptMessage]:
+        try:
+            messages = await conversations.history(current_caller(), _checked(conversation_id), _session_id())
+        except (NoConversation, StoreUnavailable) as exc:
+            raise ValueError(str(exc)) from None
+        return _history_messages(messages)
+
+    @server.tool(
+        name="list_conversations",
+        description=LIST_CONVERSATIONS_DESCRIPTION,
+        output_schema=None,
+        annotations={"readOnlyHint": True},
+    )
+    async def list_conversations() -> str:
+        try:
+            threads = await conversations.threads(current_caller())
+        except StoreUnavailable as exc:
+            raise ToolError(str(exc)) from None
+        return json.dumps(
+            {
+                "conversations": [
+                    {
+                        "id": t.id,
+                        "title": t.title,
+                        "updatedAt": utc_timestamp(t.updated_at),
+                        "messageCount": t.message_count,
+                    }
+                    for t in threads
+                ]
+            }
+        )
+
+    @server.tool(
+        name="delete_conversation",
+        description=DELETE_CONVERSATION_DESCRIPTION,
+        output_schema=None,
+        annotations={"destructiveHint": True, "idempotentHint": True},
+    )
+    async def delete_conversation(conversation_id: str) -> str:
+        try:
+            await conversations.delete(current_caller(), _checked(conversation_id) or "")
+        except (NoConversation, StoreUnavailable) as exc:
+            raise ToolError(str(exc)) from None
+        await conversations_changed()
+        return f"deleted conversation {conversation_id!r}"
 
     @server.custom_route("/healthz", methods=["GET"])
     async def healthz(_: Request) -> Response:

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 
 from pallas_api.config import AgentConfig
 from pallas_api.health import HealthReport, HealthStatus
+from pallas_runtime.conversations.model import ConversationStore
 from pallas_runtime.downstream.source import ProbeResult, ToolSource
 from pallas_runtime.llm.factory import resolve_api_key
 from pallas_runtime.llm.provider import LLMProvider, ProviderCheck
@@ -34,8 +35,10 @@ class HealthChecker:
         sources: Sequence[ToolSource],
         metrics: RuntimeMetrics,
         environ: Mapping[str, str] | None = None,
+        store: ConversationStore | None = None,
     ) -> None:
         self._config = config
+        self._store = store
         self._provider = provider
         self._sources = list(sources)
         self._metrics = metrics
@@ -66,12 +69,16 @@ class HealthChecker:
 
     async def report(self) -> HealthReport:
         """The `get_health` document: status, timestamp and, when not ok, a message."""
-        probes, provider = await asyncio.gather(
-            asyncio.gather(*(s.probe() for s in self._sources)), self._current_provider_check()
+        probes, provider, store = await asyncio.gather(
+            asyncio.gather(*(s.probe() for s in self._sources)),
+            self._current_provider_check(),
+            self._store.check() if self._store is not None else _nothing(),
         )
-        return self._summarize(list(probes), provider)
+        return self._summarize(list(probes), provider, store)
 
-    def _summarize(self, probes: list[ProbeResult], provider: ProviderCheck) -> HealthReport:
+    def _summarize(
+        self, probes: list[ProbeResult], provider: ProviderCheck, store: str | None
+    ) -> HealthReport:
         agent = self._config.name
         for probe in probes:
             self._metrics.downstream_up.labels(agent, probe.source).set(1 if probe.ok else 0)
@@ -81,6 +88,8 @@ class HealthChecker:
             problems.append("Unreachable: " + ", ".join(unreachable))
         if not provider.ok:
             problems.append(f"LLM: {provider.message}")
+        if store is not None:
+            problems.append(f"Conversations: {store}")
         status: HealthStatus
         if self._key_missing:
             status = "error"
@@ -90,3 +99,7 @@ class HealthChecker:
             status = "ok"
         self._metrics.agent_health_status.labels(agent).set(HEALTH_VALUES[status])
         return HealthReport.now(status, "; ".join(problems))
+
+
+async def _nothing() -> None:
+    return None

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from pallas_api.config import AgentConfig
 from pallas_runtime.agent.progress import ProgressReporter
+from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.downstream.source import DownstreamError, RemoteTool, ToolOutcome, ToolSource
 from pallas_runtime.llm.provider import LLMError, LLMProvider
 from pallas_runtime.messages import (
@@ -118,8 +119,11 @@ class AgentLoop:
         *,
         inbound_auth: str | None,
         progress: ProgressReporter,
+        conversation: ConversationKey | None = None,
     ) -> TurnResult:
         """One `send_message`: loop until the model answers without tool calls.
+
+        `conversation` is the turn's conversation (for peer calls; the loop stores nothing).
 
         Raises:
             LLMError: the provider failed after its retries.
@@ -142,7 +146,10 @@ class AgentLoop:
                 return TurnResult(completion.text, turn)
             await progress.step("tool")
             results = await asyncio.gather(
-                *(self._dispatch(call, offered, inbound_auth, progress) for call in completion.tool_calls)
+                *(
+                    self._dispatch(call, offered, inbound_auth, progress, conversation)
+                    for call in completion.tool_calls
+                )
             )
             round_results = ToolResultsMessage(tuple(results))
             messages.append(round_results)
@@ -180,6 +187,7 @@ class AgentLoop:
         offered: dict[str, OfferedTool],
         inbound_auth: str | None,
         progress: ProgressReporter,
+        conversation: ConversationKey | None,
     ) -> ToolResult:
         entry = offered.get(call.name)
         if entry is None:
@@ -201,6 +209,7 @@ class AgentLoop:
                 call.arguments,
                 inbound_auth=inbound_auth,
                 on_progress=progress.relay(source, tool.name),
+                conversation=conversation,
             )
         except DownstreamError as exc:
             outcome = ToolOutcome((TextPart(str(exc)),), is_error=True)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import mcp_types
 
 from pallas_api.config import PeerAgent
+from pallas_runtime.conversations.caller import peer_conversation_id
+from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.downstream.remote import RemoteMcpSource
-from pallas_runtime.downstream.source import RemoteTool
+from pallas_runtime.downstream.source import ProgressHandler, RemoteTool, ToolOutcome
 
 log = logging.getLogger("pallas.downstream")
 
@@ -19,7 +22,9 @@ class PeerAgentSource(RemoteMcpSource):
     """A peer agent: the model sees its `send_message` tool as `<agent>__send_message`.
 
     Agents of one deployment share a trust boundary, so by default (`forwardInboundAuth: true`)
-    the caller's bearer rides along, each such call on a session of its own.
+    the caller's bearer rides along, each such call on a session of its own. The conversation is
+    not the model's to choose: `conversation_id` is left out of the schema it sees and set on
+    every call, derived from the calling turn's conversation (see `conversations.caller`).
     """
 
     def __init__(self, peer: PeerAgent, *, probe_timeout: float) -> None:
@@ -45,8 +50,32 @@ class PeerAgentSource(RemoteMcpSource):
 
     async def list_tools(self) -> list[RemoteTool]:
         """The peer's `send_message` tool (an empty list, with one warning, if it has none)."""
-        tools = await super().list_tools()
+        tools = [_without_conversation_id(t) for t in await super().list_tools()]
         if not tools and not self._warned_missing:
             self._warned_missing = True
             log.warning("%s: the peer agent offers no %s tool", self.name, SEND_MESSAGE)
         return tools
+
+    async def call_tool(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        *,
+        inbound_auth: str | None,
+        on_progress: ProgressHandler | None,
+        conversation: ConversationKey | None = None,
+    ) -> ToolOutcome:
+        """Call the peer's `send_message` in the peer conversation of the calling turn."""
+        arguments = {k: v for k, v in arguments.items() if k != "conversation_id"}
+        if conversation is not None:
+            arguments["conversation_id"] = peer_conversation_id(conversation, self.name)
+        return await super().call_tool(tool, arguments, inbound_auth=inbound_auth, on_progress=on_progress)
+
+
+def _without_conversation_id(tool: RemoteTool) -> RemoteTool:
+    schema = dict(tool.input_schema)
+    properties = {k: v for k, v in (schema.get("properties") or {}).items() if k != "conversation_id"}
+    schema["properties"] = properties
+    if "required" in schema:
+        schema["required"] = [r for r in schema["required"] if r != "conversation_id"]
+    return RemoteTool(tool.source, tool.name, tool.description, schema)

@@ -30,6 +30,7 @@ from mcp import ClientSession
 from mcp.client.session import IncomingMessage
 
 from pallas_api import probe as mcp_probe
+from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.downstream.connection import SharedSession, Transport, open_session, tls_context
 from pallas_runtime.downstream.content import parts_from_result
 from pallas_runtime.downstream.failures import HttpErrorRecorder, classify, describe_failure
@@ -220,6 +221,7 @@ class RemoteMcpSource:
         *,
         inbound_auth: str | None,
         on_progress: ProgressHandler | None,
+        conversation: ConversationKey | None = None,
     ) -> ToolOutcome:
         """Call one tool within the configured timeout.
 

@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.messages import ContentPart
 
 ProgressHandler = Callable[[float, float | None, str | None], Awaitable[None]]
@@ -69,12 +70,14 @@ class ToolSource(Protocol):
         *,
         inbound_auth: str | None,
         on_progress: ProgressHandler | None,
+        conversation: ConversationKey | None = None,
     ) -> ToolOutcome:
         """Call one tool.
 
         `inbound_auth` is this request's caller `Authorization` header value; it is sent only
-        when the source forwards inbound auth and has no explicit Authorization header. Raises
-        DownstreamError on transport failures and timeouts.
+        when the source forwards inbound auth and has no explicit Authorization header.
+        `conversation` is the calling turn's conversation: a peer agent is given a conversation
+        id derived from it. Raises DownstreamError on transport failures and timeouts.
         """
 
     async def probe(self) -> ProbeResult:

@@ -93,7 +93,7 @@ async def test_available_agent_is_verified_over_mcp_and_its_health_followed(
             "version": "1.0.0",
             "protocolVersion": "2025-11-25",
         }
-        assert status["tools"] == ["get_health", "send_message"]
+        assert status["tools"] == ["get_health", "send_message"]  # the stand-in agent's tools
         assert status["health"]["status"] == "ok"
         assert status["readyReplicas"] == 1
         assert condition({"status": status}, "Ready") == ("True", "AgentReady")

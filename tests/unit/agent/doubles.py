@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.downstream.source import (
     DownstreamError,
     ProbeResult,
@@ -72,6 +73,7 @@ class FakeSource:
     probe_result: ProbeResult | None = None
     list_error: Exception | None = None
     calls: list[tuple[str, dict[str, Any], str | None]] = field(default_factory=list)
+    conversations: list[ConversationKey | None] = field(default_factory=list)
 
     async def list_tools(self) -> list[RemoteTool]:
         if self.list_error is not None:
@@ -85,8 +87,10 @@ class FakeSource:
         *,
         inbound_auth: str | None,
         on_progress: ProgressHandler | None,
+        conversation: ConversationKey | None = None,
     ) -> ToolOutcome:
         self.calls.append((tool, arguments, inbound_auth))
+        self.conversations.append(conversation)
         return await self.handler(tool, arguments, inbound_auth, on_progress)
 
     async def probe(self) -> ProbeResult:

@@ -1,4 +1,4 @@
-"""send_message input validation, the conversation store and progress formatting."""
+"""send_message input validation and progress formatting."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import base64
 import pytest
 
 from pallas_api.config import AgentConfig, parse_config
-from pallas_runtime.agent.conversation import Conversation, ConversationStore, trim
 from pallas_runtime.agent.inputs import ImageInput, InvalidInput, user_message
 from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.messages import (
@@ -112,36 +111,6 @@ def turn(n: int, with_tools: bool = False) -> list[Message]:
     ]
 
 
-def test_store_evicts_the_least_recently_used_conversation() -> None:
-    store = ConversationStore(max_conversations=2, max_messages=10)
-    store.open("a")
-    store.open("b")
-    assert store.get("a") is not None  # a is now the most recent
-    store.open("c")
-    assert (store.get("a") is not None, store.get("b"), store.get("c") is not None) == (True, None, True)
-    assert len(store) == 2
-    assert store.clear("a")
-    assert not store.clear("a")
-
-
-def test_trimming_keeps_whole_turns() -> None:
-    messages = turn(1, with_tools=True) + turn(2) + turn(3, with_tools=True)
-    kept = trim(messages, 5)
-    assert isinstance(kept[0], UserMessage)
-    assert kept == turn(3, with_tools=True)
-    assert trim(messages, 100) == messages
-    # No user message fits in the limit: keep the newest turn whole rather than orphan results.
-    assert trim(turn(1, with_tools=True), 2) == turn(1, with_tools=True)
-
-
-def test_store_extend_applies_the_limit() -> None:
-    store = ConversationStore(max_conversations=5, max_messages=4)
-    conversation = store.open("k")
-    for n in range(5):
-        store.extend(conversation, turn(n))
-    assert conversation.messages == turn(3) + turn(4)
-
-
 async def test_progress_formats_follow_the_seed() -> None:
     sent: list[tuple[float, float | None, str]] = []
 
@@ -176,15 +145,3 @@ async def test_progress_is_best_effort_and_silent_without_a_token() -> None:
     assert not silent.enabled
     assert silent.relay("s", "t") is None
     await silent.tool_started("s", "t")
-
-
-def test_a_discarded_conversation_comes_back_when_a_waiting_turn_finishes() -> None:
-    store = ConversationStore(max_conversations=5, max_messages=10)
-    conversation = store.open("k")
-    store.discard(conversation)
-    assert store.get("k") is None
-    store.extend(conversation, turn(1))
-    assert store.get("k") is conversation
-    newer = store.open("other")
-    store.discard(Conversation("other"))  # a different object under the same key stays
-    assert store.get("other") is newer

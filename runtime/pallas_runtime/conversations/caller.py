@@ -1,0 +1,72 @@
+"""Who is calling, and the conversation ids an agent hands on to its peers.
+
+The caller is the authenticated subject when inbound auth is on (fastmcp's access token for the
+request: `claims["sub"]`, else its `client_id`), otherwise the one anonymous caller. A
+conversation belongs to its caller: keys carry the owner, so one caller can never read, extend,
+list or delete another's.
+
+A peer call carries a conversation id derived from the caller's conversation and identity and
+the peer's name: the peer keeps context per caller conversation, and two callers never share a
+peer conversation even when every peer call travels on one MCP session.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from dataclasses import dataclass
+
+from fastmcp.server.dependencies import get_access_token
+
+from pallas_runtime.conversations.model import MAX_ID_LENGTH, ConversationKey
+
+ANONYMOUS = "anonymous"
+_PRINTABLE = re.compile(r"^[^\x00-\x1f\x7f]+$")
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """The subject a request acts for."""
+
+    owner: str
+    """`sub:<subject>` or `anonymous` (how stores key conversations)."""
+    subject: str | None = None
+    groups: tuple[str, ...] = ()
+
+
+def current_caller() -> Caller:
+    """The caller of the request being handled (anonymous without an access token)."""
+    token = get_access_token()
+    if token is None:
+        return Caller(ANONYMOUS)
+    claims = token.claims or {}
+    subject = str(claims.get("sub") or token.client_id or "")
+    if not subject:
+        return Caller(ANONYMOUS)
+    groups = claims.get("groups") or ()
+    return Caller(
+        f"sub:{subject}", subject, tuple(str(g) for g in groups) if isinstance(groups, list) else ()
+    )
+
+
+def checked_id(conversation_id: str) -> str:
+    """The id as given, or a ValueError naming the rule it breaks."""
+    if len(conversation_id) > MAX_ID_LENGTH:
+        raise ValueError(
+            f"conversation_id is {len(conversation_id)} characters long; the limit is {MAX_ID_LENGTH}"
+        )
+    if not _PRINTABLE.match(conversation_id):
+        raise ValueError("conversation_id must be printable text without control characters")
+    return conversation_id
+
+
+def one_turn_key(agent: str, owner: str) -> ConversationKey:
+    """A key for a turn that keeps no conversation: its peers keep nothing across turns either."""
+    return ConversationKey(agent, owner, f"once-{secrets.token_hex(12)}")
+
+
+def peer_conversation_id(key: ConversationKey, peer: str) -> str:
+    """The conversation id to pass to `peer` for a turn of conversation `key`."""
+    digest = hashlib.sha256("\0".join((key.agent, key.owner, key.id, peer)).encode()).hexdigest()
+    return f"pallas-{key.agent}-{digest[:32]}"

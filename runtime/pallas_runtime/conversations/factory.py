@@ -1,0 +1,68 @@
+"""The conversation store an agent's config asks for."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from pallas_api.config import AgentConfig
+from pallas_runtime.conversations.memory import MemoryStore
+from pallas_runtime.conversations.model import ConversationStore
+
+
+def default_sqlite_path(environ: Mapping[str, str] | None = None) -> Path:
+    """`$XDG_STATE_HOME/pallas/conversations.db` (`~/.local/state/pallas/` by default)."""
+    env = os.environ if environ is None else environ
+    state = env.get("XDG_STATE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".local" / "state")
+    return Path(state) / "pallas" / "conversations.db"
+
+
+def build_store(config: AgentConfig, environ: Mapping[str, str] | None = None) -> ConversationStore:
+    """The store of `config.conversations`; nothing connects until `start()`.
+
+    Raises:
+        ValueError: a postgres store whose DSN variable is unset or not a postgresql:// URL, or
+            a SQLite directory that cannot be created; the message names the setting.
+    """
+    settings, history = config.conversations, config.history
+    env = os.environ if environ is None else environ
+    if settings.type == "memory":
+        return MemoryStore(
+            max_conversations=history.max_conversations,
+            max_messages=history.max_messages,
+            ttl_seconds=settings.ttl_seconds,
+            turn_wait=settings.turn_wait_seconds,
+        )
+    # SQLAlchemy and Alembic cost ~0.3 s to import: only agents that keep conversations in a
+    # database pay it.
+    from sqlalchemy.engine import make_url
+
+    from pallas_runtime.conversations.sql import SqlStore, engine_url
+
+    if settings.type == "sqlite":
+        path = Path(settings.sqlite_path) if settings.sqlite_path else default_sqlite_path(env)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ValueError(
+                f"conversations: cannot create {path.parent} for the SQLite store: {exc.strerror}"
+            ) from None
+        url, secret = engine_url("sqlite", str(path)), None
+    else:
+        dsn = env.get(settings.dsn_env or "")
+        if not dsn:
+            raise ValueError(
+                f"conversations: the postgres store's DSN variable {settings.dsn_env} is not set "
+                "(conversations.postgres.dsn's Secret key)"
+            )
+        url = engine_url("postgres", dsn)
+        secret = make_url(dsn).password
+    return SqlStore(
+        settings.type,
+        url,
+        max_messages=history.max_messages,
+        ttl_seconds=settings.ttl_seconds,
+        turn_wait=settings.turn_wait_seconds,
+        secret=secret,
+    )

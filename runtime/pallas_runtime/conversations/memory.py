@@ -1,0 +1,131 @@
+"""The in-process store: a pod's default. Bounded in count (LRU) and in length; lost on restart.
+
+A conversation with a turn in progress is never evicted, so a finished turn is always stored.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from pallas_runtime.conversations.history import first_kept, role_of
+from pallas_runtime.conversations.locks import KeyedLocks
+from pallas_runtime.conversations.model import ConversationBusy, ConversationKey, ThreadInfo, Turn
+from pallas_runtime.messages import Message
+
+
+@dataclass
+class _Conversation:
+    title: str
+    messages: list[Message] = field(default_factory=list)
+    updated_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    touched: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class _MemoryTurn:
+    store: MemoryStore
+    key: ConversationKey
+    history: Sequence[Message]
+
+    async def commit(self, messages: Sequence[Message], title: str) -> None:
+        self.store._commit(self.key, messages, title)
+
+
+class MemoryStore:
+    """Conversations in a dict: least recently used dropped beyond `max_conversations`."""
+
+    kind = "memory"
+
+    def __init__(
+        self,
+        *,
+        max_conversations: int,
+        max_messages: int,
+        ttl_seconds: float | None = None,
+        turn_wait: float = 600.0,
+    ) -> None:
+        self._max_conversations = max_conversations
+        self._max_messages = max_messages
+        self._ttl = ttl_seconds
+        self._turn_wait = turn_wait
+        self._items: OrderedDict[ConversationKey, _Conversation] = OrderedDict()
+        self._locks = KeyedLocks()
+
+    async def start(self) -> None:
+        """Nothing to connect."""
+
+    async def aclose(self) -> None:
+        """Nothing to release."""
+
+    def _expired(self, conversation: _Conversation) -> bool:
+        return self._ttl is not None and time.monotonic() - conversation.touched > self._ttl
+
+    def _get(self, key: ConversationKey) -> _Conversation | None:
+        conversation = self._items.get(key)
+        if conversation is not None and self._expired(conversation) and not self._locks.held(key):
+            del self._items[key]
+            return None
+        return conversation
+
+    @asynccontextmanager
+    async def turn(self, key: ConversationKey) -> AsyncIterator[Turn]:
+        """Hold the conversation for one turn; see `ConversationStore.turn`."""
+        try:
+            async with self._locks.hold(key, self._turn_wait):
+                conversation = self._get(key)
+                yield _MemoryTurn(self, key, list(conversation.messages) if conversation else [])
+        except TimeoutError:
+            raise ConversationBusy(
+                f"conversation {key.id!r} is busy: its previous turn did not finish within "
+                f"{self._turn_wait:g}s"
+            ) from None
+
+    def _commit(self, key: ConversationKey, messages: Sequence[Message], title: str) -> None:
+        conversation = self._get(key) or _Conversation(title)
+        conversation.messages.extend(messages)
+        cut = first_kept([role_of(m) for m in conversation.messages], self._max_messages)
+        del conversation.messages[:cut]
+        conversation.updated_at = datetime.now(UTC)
+        conversation.touched = time.monotonic()
+        self._items[key] = conversation
+        self._items.move_to_end(key)
+        self._evict()
+
+    def _evict(self) -> None:
+        excess = len(self._items) - self._max_conversations
+        for key in [k for k in self._items if not self._locks.held(k)][: max(excess, 0)]:
+            del self._items[key]
+
+    async def history(self, key: ConversationKey) -> list[Message] | None:
+        """The stored messages, or None."""
+        conversation = self._get(key)
+        if conversation is None:
+            return None
+        self._items.move_to_end(key)
+        return list(conversation.messages)
+
+    async def threads(self, agent: str, owner: str) -> list[ThreadInfo]:
+        """The caller's conversations, most recent first."""
+        out = [
+            ThreadInfo(key.id, c.title, c.updated_at, len(c.messages))
+            for key, c in list(self._items.items())
+            if key.agent == agent and key.owner == owner and self._get(key) is not None
+        ]
+        return sorted(out, key=lambda t: t.updated_at, reverse=True)
+
+    async def delete(self, key: ConversationKey) -> bool:
+        """Forget one conversation."""
+        return self._items.pop(key, None) is not None
+
+    async def count(self, agent: str) -> int:
+        """Conversations kept for `agent`."""
+        return sum(1 for key in self._items if key.agent == agent)
+
+    async def check(self) -> str | None:
+        """Always usable."""
+        return None

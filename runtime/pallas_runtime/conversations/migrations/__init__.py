@@ -1,0 +1,1 @@
+"""Alembic migrations of the SQL conversation stores (run at start-up by `migrate`)."""

@@ -1,0 +1,441 @@
+"""SQLite and PostgreSQL stores through SQLAlchemy 2 (async: aiosqlite, asyncpg).
+
+A turn holds its conversation with a lease in the conversation's row (`holder`, `held_until`),
+renewed while the turn runs: turns of one conversation never interleave, whichever replica or
+process runs them, and a replica that dies mid-turn frees its conversations when the lease runs
+out. Within one process a lock per conversation keeps local turns from polling each other. The
+commit inserts the turn's messages, trims the oldest ones at a turn boundary and releases the
+lease in one transaction. The schema is created and upgraded by Alembic at start-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from importlib.resources import files
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection, and_, delete, event, func, insert, or_, select, update
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from pallas_runtime.conversations import codec
+from pallas_runtime.conversations.history import first_kept, role_of
+from pallas_runtime.conversations.locks import KeyedLocks
+from pallas_runtime.conversations.model import (
+    ConversationBusy,
+    ConversationKey,
+    StoreUnavailable,
+    ThreadInfo,
+    Turn,
+    TurnLost,
+)
+from pallas_runtime.conversations.tables import conversations as conv
+from pallas_runtime.conversations.tables import messages as msg
+from pallas_runtime.messages import Message
+
+log = logging.getLogger(__name__)
+LEASE = timedelta(seconds=30)
+RENEW_EVERY = 10.0
+CHECK_TIMEOUT = 3.0
+
+
+def engine_url(kind: str, target: str) -> str:
+    """The SQLAlchemy URL of a SQLite file path or a PostgreSQL DSN (`postgres[ql]://…`)."""
+    if kind == "sqlite":
+        return f"sqlite+aiosqlite:///{target}"
+    url = make_url(target)
+    if url.drivername in ("postgres", "postgresql", "postgresql+asyncpg"):
+        return url.set(drivername="postgresql+asyncpg").render_as_string(hide_password=False)
+    raise ValueError(f"the conversations DSN must be a postgresql:// URL, not {url.drivername}://")
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _aware(moment: datetime) -> datetime:
+    """SQLite hands back naive datetimes; every time here is UTC."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _pk(key: ConversationKey) -> Any:
+    return and_(conv.c.agent == key.agent, conv.c.owner == key.owner, conv.c.id == key.id)
+
+
+def _messages_of(key: ConversationKey) -> Any:
+    return and_(msg.c.agent == key.agent, msg.c.owner == key.owner, msg.c.conversation_id == key.id)
+
+
+def _migrate(connection: Connection) -> None:
+    config = Config()
+    config.set_main_option("script_location", str(files("pallas_runtime.conversations") / "migrations"))
+    config.attributes["connection"] = connection
+    command.upgrade(config, "head")
+
+
+@dataclass
+class _SqlTurn:
+    store: SqlStore
+    key: ConversationKey
+    holder: str
+    history: Sequence[Message]
+    committed: bool = False
+    lost: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def commit(self, messages: Sequence[Message], title: str) -> None:
+        if self.lost.is_set():
+            raise TurnLost(self.store.lost_message(self.key))
+        await self.store._commit(self, messages, title)
+        self.committed = True
+
+
+class SqlStore:
+    """Conversations in SQLite or PostgreSQL."""
+
+    def __init__(
+        self,
+        kind: str,
+        url: str,
+        *,
+        max_messages: int,
+        ttl_seconds: float | None = None,
+        turn_wait: float = 600.0,
+        secret: str | None = None,
+    ) -> None:
+        """Build the store; nothing connects until `start`.
+
+        Args:
+            kind: `sqlite` or `postgres`.
+            url: From `engine_url`.
+            max_messages: Messages kept per conversation.
+            ttl_seconds: Delete conversations untouched this long; None keeps them.
+            turn_wait: Seconds a turn waits for the previous turn of its conversation.
+            secret: The DSN's password, scrubbed from every message this store reports.
+        """
+        self.kind = kind
+        self._max_messages = max_messages
+        self._ttl = timedelta(seconds=ttl_seconds) if ttl_seconds else None
+        self._turn_wait = turn_wait
+        self._secret = secret
+        self._locks = KeyedLocks()
+        self._holder_prefix = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self._migrated = False
+        self._migrating: asyncio.Lock | None = None
+        options: dict[str, Any] = {"pool_pre_ping": True}
+        if kind == "sqlite":
+            options["connect_args"] = {"timeout": 30}
+        else:
+            options.update(pool_size=5, max_overflow=20, pool_timeout=30, pool_recycle=1800)
+        self._engine: AsyncEngine = create_async_engine(url, **options)
+        if kind == "sqlite":
+            event.listen(self._engine.sync_engine, "connect", _sqlite_pragmas)
+        self._sweeper: asyncio.Task[None] | None = None
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Migrate if the database answers (else the first use retries) and start the TTL sweep."""
+        self._migrating = asyncio.Lock()
+        with contextlib.suppress(StoreUnavailable):
+            await self._ready()
+        if self._ttl is not None:
+            self._sweeper = asyncio.create_task(self._sweep_forever(), name="conversations-ttl")
+
+    async def aclose(self) -> None:
+        """Stop the sweep and release every connection."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+        await self._engine.dispose()
+
+    def describe(self, exc: BaseException) -> str:
+        """A short reason, without the password."""
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        if isinstance(exc, SQLAlchemyError) and exc.__cause__ is not None:
+            text = " ".join(str(exc.__cause__).split()) or type(exc.__cause__).__name__
+        if self._secret:
+            text = text.replace(self._secret, "[redacted]")
+        return f"{self.kind} conversation store unavailable: {text[:300]}"
+
+    def lost_message(self, key: ConversationKey) -> str:
+        """What a caller is told when a turn lost its hold on the conversation."""
+        return (
+            f"conversation {key.id!r}: the turn lost its hold on the conversation (the store was "
+            "unreachable for longer than the lease); nothing was stored, send the message again"
+        )
+
+    @asynccontextmanager
+    async def _connect(self) -> AsyncIterator[AsyncConnection]:
+        """A transaction, with the store's failures turned into `StoreUnavailable`."""
+        await self._ready()
+        try:
+            async with self._engine.begin() as connection:
+                yield connection
+        except (SQLAlchemyError, OSError) as exc:
+            if isinstance(exc, IntegrityError):
+                raise
+            raise StoreUnavailable(self.describe(exc)) from None
+
+    async def _ready(self) -> None:
+        if self._migrated:
+            return
+        assert self._migrating is not None, "start() the store first"
+        async with self._migrating:  # one migration at a time; a second one finds nothing to do
+            try:
+                async with self._engine.begin() as connection:
+                    await connection.run_sync(_migrate)
+            except (SQLAlchemyError, OSError) as exc:
+                raise StoreUnavailable(self.describe(exc)) from None
+            self._migrated = True
+
+    async def check(self) -> str | None:
+        """None when a query answers within a few seconds; otherwise why not."""
+        try:
+            async with asyncio.timeout(CHECK_TIMEOUT), self._connect() as connection:
+                await connection.execute(select(1))
+        except StoreUnavailable as exc:
+            return str(exc)
+        except TimeoutError:
+            return f"{self.kind} conversation store unavailable: no answer within {CHECK_TIMEOUT:g}s"
+        return None
+
+    # --- turns -----------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def turn(self, key: ConversationKey) -> AsyncIterator[Turn]:
+        """Hold the conversation for one turn; see `ConversationStore.turn`."""
+        try:
+            async with self._locks.hold(key, self._turn_wait):
+                holder = f"{self._holder_prefix}-{uuid.uuid4().hex[:8]}"
+                await self._acquire(key, holder)
+                turn = _SqlTurn(self, key, holder, await self._read(key))
+                renewer = asyncio.create_task(self._renew(turn), name="conversation-lease")
+                try:
+                    yield turn
+                finally:
+                    renewer.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await renewer
+                    if not turn.committed:
+                        await asyncio.shield(self._release(turn))
+        except TimeoutError:
+            raise ConversationBusy(
+                f"conversation {key.id!r} is busy: its previous turn did not finish within "
+                f"{self._turn_wait:g}s"
+            ) from None
+
+    async def _acquire(self, key: ConversationKey, holder: str) -> None:
+        """Take the conversation's lease (creating the conversation when new), waiting if held."""
+        delay = 0.05
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._turn_wait
+        while True:
+            now = _now()
+            async with self._connect() as connection:
+                taken = await connection.execute(
+                    update(conv)
+                    .where(_pk(key), or_(conv.c.holder.is_(None), conv.c.held_until < now))
+                    .values(holder=holder, held_until=now + LEASE)
+                )
+                if taken.rowcount == 1:
+                    return
+                exists = await connection.scalar(select(func.count()).select_from(conv).where(_pk(key)))
+            if not exists:
+                try:
+                    async with self._connect() as connection:
+                        await connection.execute(
+                            insert(conv).values(
+                                agent=key.agent,
+                                owner=key.owner,
+                                id=key.id,
+                                title="",
+                                created_at=now,
+                                updated_at=now,
+                                message_count=0,
+                                next_seq=0,
+                                holder=holder,
+                                held_until=now + LEASE,
+                            )
+                        )
+                    return
+                except IntegrityError:
+                    continue  # another process created it meanwhile: try to take it
+            if loop.time() >= deadline:
+                raise TimeoutError
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+    async def _read(self, key: ConversationKey) -> list[Message]:
+        async with self._connect() as connection:
+            rows = await connection.execute(
+                select(msg.c.payload).where(_messages_of(key)).order_by(msg.c.seq)
+            )
+            return [codec.decode(json.loads(row.payload)) for row in rows]
+
+    async def _renew(self, turn: _SqlTurn) -> None:
+        while True:
+            await asyncio.sleep(RENEW_EVERY)
+            try:
+                async with self._connect() as connection:
+                    renewed = await connection.execute(
+                        update(conv)
+                        .where(_pk(turn.key), conv.c.holder == turn.holder)
+                        .values(held_until=_now() + LEASE)
+                    )
+                if renewed.rowcount != 1:
+                    turn.lost.set()
+                    return
+            except StoreUnavailable as exc:  # the next renewal may succeed before the lease ends
+                log.warning("renewing the hold on conversation %r failed: %s", turn.key.id, exc)
+
+    async def _commit(self, turn: _SqlTurn, messages: Sequence[Message], title: str) -> None:
+        key, now = turn.key, _now()
+        async with self._connect() as connection:
+            row = (
+                await connection.execute(
+                    select(conv.c.next_seq, conv.c.title, conv.c.holder).where(_pk(key)).with_for_update()
+                )
+            ).first()
+            if row is None or row.holder != turn.holder:
+                raise TurnLost(self.lost_message(key))
+            seq = row.next_seq
+            if messages:
+                await connection.execute(
+                    insert(msg),
+                    [
+                        {
+                            "agent": key.agent,
+                            "owner": key.owner,
+                            "conversation_id": key.id,
+                            "seq": seq + i,
+                            "role": role_of(m),
+                            "payload": json.dumps(codec.encode(m)),
+                        }
+                        for i, m in enumerate(messages)
+                    ],
+                )
+            kept = await self._trim(connection, key)
+            await connection.execute(
+                update(conv)
+                .where(_pk(key))
+                .values(
+                    title=row.title or title,
+                    updated_at=now,
+                    message_count=kept,
+                    next_seq=seq + len(messages),
+                    holder=None,
+                    held_until=None,
+                )
+            )
+
+    async def _trim(self, connection: AsyncConnection, key: ConversationKey) -> int:
+        """Delete the oldest messages beyond the limit (at a turn boundary); how many remain."""
+        rows = (
+            await connection.execute(
+                select(msg.c.seq, msg.c.role).where(_messages_of(key)).order_by(msg.c.seq)
+            )
+        ).all()
+        cut = first_kept([r.role for r in rows], self._max_messages)
+        if cut:
+            await connection.execute(delete(msg).where(_messages_of(key), msg.c.seq < rows[cut].seq))
+        return len(rows) - cut
+
+    async def _release(self, turn: _SqlTurn) -> None:
+        """Give the lease back; a conversation this turn created and never filled goes away."""
+        try:
+            async with self._connect() as connection:
+                await connection.execute(
+                    delete(conv).where(_pk(turn.key), conv.c.holder == turn.holder, conv.c.message_count == 0)
+                )
+                await connection.execute(
+                    update(conv)
+                    .where(_pk(turn.key), conv.c.holder == turn.holder)
+                    .values(holder=None, held_until=None)
+                )
+        except StoreUnavailable as exc:  # the lease runs out by itself
+            log.warning("releasing conversation %r failed: %s", turn.key.id, exc)
+
+    # --- reading and housekeeping ----------------------------------------------------------
+
+    async def history(self, key: ConversationKey) -> list[Message] | None:
+        """The stored messages, or None when there is no such conversation."""
+        async with self._connect() as connection:
+            count = await connection.scalar(select(conv.c.message_count).where(_pk(key)))
+        if not count:
+            return None
+        return await self._read(key)
+
+    async def threads(self, agent: str, owner: str) -> list[ThreadInfo]:
+        """The caller's conversations, most recently updated first."""
+        async with self._connect() as connection:
+            rows = await connection.execute(
+                select(conv.c.id, conv.c.title, conv.c.updated_at, conv.c.message_count)
+                .where(conv.c.agent == agent, conv.c.owner == owner, conv.c.message_count > 0)
+                .order_by(conv.c.updated_at.desc())
+                .limit(1000)
+            )
+            return [ThreadInfo(r.id, r.title, _aware(r.updated_at), r.message_count) for r in rows]
+
+    async def delete(self, key: ConversationKey) -> bool:
+        """Forget one conversation and its messages."""
+        async with self._connect() as connection:
+            await connection.execute(delete(msg).where(_messages_of(key)))
+            gone = await connection.execute(delete(conv).where(_pk(key), conv.c.message_count > 0))
+            return bool(gone.rowcount)
+
+    async def count(self, agent: str) -> int:
+        """Conversations kept for `agent`."""
+        async with self._connect() as connection:
+            found = await connection.scalar(
+                select(func.count()).select_from(conv).where(conv.c.agent == agent, conv.c.message_count > 0)
+            )
+            return int(found or 0)
+
+    async def sweep(self) -> int:
+        """Delete conversations untouched for longer than the TTL (never one held by a turn)."""
+        if self._ttl is None:
+            return 0
+        cutoff = _now() - self._ttl
+        stale = and_(conv.c.updated_at < cutoff, conv.c.holder.is_(None))
+        async with self._connect() as connection:
+            keys = (
+                await connection.execute(select(conv.c.agent, conv.c.owner, conv.c.id).where(stale))
+            ).all()
+            for agent, owner, id_ in keys:
+                await connection.execute(delete(msg).where(_messages_of(ConversationKey(agent, owner, id_))))
+            await connection.execute(delete(conv).where(stale))
+            return len(keys)
+
+    async def _sweep_forever(self) -> None:
+        assert self._ttl is not None
+        every = min(max(self._ttl.total_seconds() / 2, 1.0), 300.0)
+        while True:
+            await asyncio.sleep(every)
+            try:
+                removed = await self.sweep()
+            except StoreUnavailable as exc:
+                log.warning("the conversation TTL sweep failed: %s", exc)
+                continue
+            if removed:
+                log.info("deleted %d conversations older than the TTL", removed)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _: Any) -> None:
+    # WAL lets readers run beside the writer (get_health, history, list) in pallas run.
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()

@@ -1,0 +1,54 @@
+"""The two tables of the SQL stores (the migrations in `migrations/` create exactly these)."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Column,
+    DateTime,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+)
+
+metadata = MetaData()
+
+conversations = Table(
+    "pallas_conversations",
+    metadata,
+    Column("agent", String(63), nullable=False),
+    Column("owner", String(512), nullable=False),
+    Column("id", String(256), nullable=False),
+    Column("title", String(200), nullable=False, default=""),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("message_count", Integer, nullable=False, default=0),
+    Column("next_seq", Integer, nullable=False, default=0),
+    # Who holds the conversation for a turn, until when: turns never interleave across replicas.
+    Column("holder", String(100), nullable=True),
+    Column("held_until", DateTime(timezone=True), nullable=True),
+    PrimaryKeyConstraint("agent", "owner", "id", name="pk_pallas_conversations"),
+    Index("ix_pallas_conversations_updated", "agent", "owner", "updated_at"),
+)
+
+messages = Table(
+    "pallas_messages",
+    metadata,
+    Column("agent", String(63), nullable=False),
+    Column("owner", String(512), nullable=False),
+    Column("conversation_id", String(256), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("role", String(16), nullable=False),
+    Column("payload", Text, nullable=False),
+    PrimaryKeyConstraint("agent", "owner", "conversation_id", "seq", name="pk_pallas_messages"),
+    ForeignKeyConstraint(
+        ["agent", "owner", "conversation_id"],
+        ["pallas_conversations.agent", "pallas_conversations.owner", "pallas_conversations.id"],
+        name="fk_pallas_messages_conversation",
+        ondelete="CASCADE",
+    ),
+)

@@ -1,0 +1,188 @@
+"""The contract every conversation store keeps, as test functions over a store factory.
+
+Unit tests run them against the memory and SQLite stores; integration tests against PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+
+import pytest
+
+from pallas_runtime.conversations.model import (
+    ConversationBusy,
+    ConversationKey,
+    ConversationStore,
+)
+from pallas_runtime.messages import (
+    AssistantMessage,
+    Message,
+    TextPart,
+    ToolCall,
+    ToolResult,
+    ToolResultsMessage,
+    UserMessage,
+)
+
+StoreFactory = Callable[..., AbstractAsyncContextManager[ConversationStore]]
+"""`factory(max_messages=..., turn_wait=..., ttl_seconds=...)` → a started store, closed on exit."""
+
+
+def key(id_: str = "c1", owner: str = "anonymous", agent: str = "harper") -> ConversationKey:
+    return ConversationKey(agent, owner, id_)
+
+
+def turn(n: int, with_tools: bool = False) -> list[Message]:
+    """One turn: user, (assistant with a call, tool results,) assistant."""
+    user = UserMessage((TextPart(f"question {n}"),))
+    if not with_tools:
+        return [user, AssistantMessage(f"answer {n}")]
+    call = ToolCall(f"call-{n}", "argos__search", {"q": n})
+    return [
+        user,
+        AssistantMessage("", (call,)),
+        ToolResultsMessage((ToolResult(call.id, call.name, (TextPart("r"),)),)),
+        AssistantMessage(f"answer {n}"),
+    ]
+
+
+async def commit(store: ConversationStore, k: ConversationKey, messages: list[Message]) -> None:
+    async with store.turn(k) as held:
+        await held.commit(messages, f"title of {k.id}")
+
+
+async def a_committed_turn_is_read_back_and_trimmed_at_turn_boundaries(factory: StoreFactory) -> None:
+    async with factory(max_messages=5) as store:
+        assert await store.history(key()) is None
+        await commit(store, key(), turn(1, with_tools=True))
+        assert await store.history(key()) == turn(1, with_tools=True)
+        await commit(store, key(), turn(2))
+        # 6 messages > 5: the oldest whole turn goes, never half of one.
+        assert await store.history(key()) == turn(2)
+        await commit(store, key(), turn(3, with_tools=True))
+        assert await store.history(key()) == turn(3, with_tools=True)
+        (info,) = await store.threads("harper", "anonymous")
+        assert (info.id, info.title, info.message_count) == ("c1", "title of c1", 4)
+
+
+async def a_turn_left_without_commit_stores_nothing(factory: StoreFactory) -> None:
+    async with factory() as store:
+        with pytest.raises(RuntimeError):
+            async with store.turn(key()):
+                raise RuntimeError("the LLM failed")
+        assert await store.history(key()) is None
+        assert await store.threads("harper", "anonymous") == []
+        assert await store.count("harper") == 0
+        task = asyncio.create_task(_hold_forever(store, key("cancelled")))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert await store.history(key("cancelled")) is None
+        await commit(store, key("cancelled"), turn(1))  # the hold was released
+        assert await store.history(key("cancelled")) == turn(1)
+
+
+async def _hold_forever(store: ConversationStore, k: ConversationKey) -> None:
+    async with store.turn(k):
+        await asyncio.Event().wait()
+
+
+async def turns_of_one_conversation_run_one_at_a_time_even_after_a_failed_first_turn(
+    factory: StoreFactory,
+) -> None:
+    """The lost-turn race: A fails as the first turn while B waits; C comes after A failed."""
+    async with factory() as store:
+        a_holding, a_may_fail = asyncio.Event(), asyncio.Event()
+        seen: dict[str, list[Message]] = {}
+        running: set[str] = set()
+
+        async def run(name: str, n: int, fail: bool = False) -> None:
+            async with store.turn(key()) as held:
+                assert not running, f"{name} ran beside {running}"
+                running.add(name)
+                seen[name] = list(held.history)
+                if name == "A":
+                    a_holding.set()
+                    await a_may_fail.wait()
+                else:
+                    await asyncio.sleep(0.1)
+                running.discard(name)
+                if fail:
+                    raise RuntimeError("first turn failed")
+                await held.commit(turn(n), "t")
+
+        a = asyncio.create_task(run("A", 0, fail=True))
+        await a_holding.wait()
+        b = asyncio.create_task(run("B", 1))
+        await asyncio.sleep(0.05)
+        a_may_fail.set()
+        with pytest.raises(RuntimeError):
+            await a
+        c = asyncio.create_task(run("C", 2))
+        await asyncio.gather(b, c)
+        history = await store.history(key())
+        assert history is not None
+        # Both finished turns are stored, one after the other; the second saw the first.
+        assert history in (turn(1) + turn(2), turn(2) + turn(1))
+        assert seen["A"] == []
+        assert [seen["B"], seen["C"]] in ([[], turn(1)], [turn(2), []])
+
+
+async def callers_never_see_each_others_conversations(factory: StoreFactory) -> None:
+    async with factory() as store:
+        await commit(store, key("shared-id", owner="sub:alice"), turn(1))
+        await commit(store, key("shared-id", owner="sub:bob"), turn(2))
+        assert await store.history(key("shared-id", owner="sub:alice")) == turn(1)
+        assert await store.history(key("shared-id", owner="sub:bob")) == turn(2)
+        assert [t.id for t in await store.threads("harper", "sub:alice")] == ["shared-id"]
+        assert await store.threads("harper", "anonymous") == []
+        assert await store.threads("other-agent", "sub:alice") == []
+        assert not await store.delete(key("shared-id", owner="anonymous"))
+        assert await store.delete(key("shared-id", owner="sub:bob"))
+        assert await store.history(key("shared-id", owner="sub:bob")) is None
+        assert await store.history(key("shared-id", owner="sub:alice")) == turn(1)
+
+
+async def threads_list_the_most_recent_first(factory: StoreFactory) -> None:
+    async with factory() as store:
+        for name in ("first", "second", "third"):
+            await commit(store, key(name), turn(1))
+            await asyncio.sleep(0.01)
+        await commit(store, key("first"), turn(2))
+        threads = await store.threads("harper", "anonymous")
+        assert [t.id for t in threads] == ["first", "third", "second"]
+        assert [t.message_count for t in threads] == [4, 2, 2]
+        assert await store.count("harper") == 3
+
+
+async def a_turn_waits_for_the_previous_one_then_gives_up(factory: StoreFactory) -> None:
+    async with factory(turn_wait=0.3) as store:
+        holder = asyncio.create_task(_hold_forever(store, key()))
+        await asyncio.sleep(0.05)
+        with pytest.raises(ConversationBusy, match="busy"):
+            async with store.turn(key()):
+                pass
+        holder.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await holder
+
+
+CONTRACT = [
+    a_committed_turn_is_read_back_and_trimmed_at_turn_boundaries,
+    a_turn_left_without_commit_stores_nothing,
+    turns_of_one_conversation_run_one_at_a_time_even_after_a_failed_first_turn,
+    callers_never_see_each_others_conversations,
+    threads_list_the_most_recent_first,
+    a_turn_waits_for_the_previous_one_then_gives_up,
+]
+
+
+async def started(store: ConversationStore) -> AsyncIterator[ConversationStore]:
+    await store.start()
+    try:
+        yield store
+    finally:
+        await store.aclose()

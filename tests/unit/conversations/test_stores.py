@@ -1,0 +1,108 @@
+"""The conversation store contract (tests/support/conversations.py) on the memory and SQLite stores."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from pallas_runtime.conversations.memory import MemoryStore
+from pallas_runtime.conversations.model import ConversationStore
+from pallas_runtime.conversations.sql import SqlStore, engine_url
+from tests.support.conversations import CONTRACT, StoreFactory, commit, key, started, turn
+
+
+def memory_factory(_: Path) -> StoreFactory:
+    @contextlib.asynccontextmanager
+    async def factory(
+        max_messages: int = 200, turn_wait: float = 30, ttl_seconds: float | None = None
+    ) -> AsyncIterator[ConversationStore]:
+        store = MemoryStore(
+            max_conversations=100, max_messages=max_messages, turn_wait=turn_wait, ttl_seconds=ttl_seconds
+        )
+        async for running in started(store):
+            yield running
+
+    return factory
+
+
+def sqlite_factory(tmp: Path) -> StoreFactory:
+    @contextlib.asynccontextmanager
+    async def factory(
+        max_messages: int = 200, turn_wait: float = 30, ttl_seconds: float | None = None
+    ) -> AsyncIterator[ConversationStore]:
+        url = engine_url("sqlite", str(tmp / "conversations.db"))
+        store = SqlStore(
+            "sqlite", url, max_messages=max_messages, turn_wait=turn_wait, ttl_seconds=ttl_seconds
+        )
+        async for running in started(store):
+            yield running
+
+    return factory
+
+
+FACTORIES = {"memory": memory_factory, "sqlite": sqlite_factory}
+
+
+@pytest.mark.parametrize("kind", FACTORIES)
+@pytest.mark.parametrize("check", CONTRACT, ids=lambda f: f.__name__)
+async def test_contract(kind: str, check: Callable[[StoreFactory], Awaitable[None]], tmp_path: Path) -> None:
+    await check(FACTORIES[kind](tmp_path))
+
+
+async def test_the_memory_store_never_evicts_a_conversation_with_a_turn_in_progress() -> None:
+    store = MemoryStore(max_conversations=2, max_messages=10)
+    async with store.turn(key("busy")) as held:
+        await commit(store, key("b"), turn(1))
+        await commit(store, key("c"), turn(1))
+        await commit(store, key("d"), turn(1))  # over the limit: b goes, not the held one
+        await held.commit(turn(9), "t")
+    assert await store.history(key("busy")) == turn(9)
+    assert await store.history(key("b")) is None
+    assert await store.count("harper") == 2
+
+
+async def test_two_sqlite_stores_on_one_file_take_turns(tmp_path: Path) -> None:
+    """Two processes on one database (pallas run restarted beside itself, say)."""
+    url = engine_url("sqlite", str(tmp_path / "shared.db"))
+    one, two = (SqlStore("sqlite", url, max_messages=100) for _ in range(2))
+    for store in (one, two):
+        await store.start()
+    try:
+
+        async def run(store: SqlStore, n: int) -> None:
+            async with store.turn(key()) as held:
+                await asyncio.sleep(0.2)
+                await held.commit(turn(n), "t")
+
+        await asyncio.gather(run(one, 1), run(two, 2))
+        history = await one.history(key())
+        assert history in (turn(1) + turn(2), turn(2) + turn(1))
+    finally:
+        for store in (one, two):
+            await store.aclose()
+
+
+async def test_the_ttl_sweep_deletes_untouched_conversations(tmp_path: Path) -> None:
+    url = engine_url("sqlite", str(tmp_path / "ttl.db"))
+    store = SqlStore("sqlite", url, max_messages=100, ttl_seconds=1)
+    await store.start()
+    try:
+        await commit(store, key("old"), turn(1))
+        await asyncio.sleep(1.2)
+        await commit(store, key("new"), turn(1))
+        assert await store.sweep() == 1
+        assert await store.history(key("old")) is None
+        assert await store.history(key("new")) == turn(1)
+    finally:
+        await store.aclose()
+
+
+def test_dsns_become_asyncpg_urls_and_anything_else_is_refused() -> None:
+    assert engine_url("postgres", "postgres://u:p@db:5432/x").startswith("postgresql+asyncpg://u:p@db:5432/x")
+    assert engine_url("postgres", "postgresql://u@db/x") == "postgresql+asyncpg://u@db/x"
+    with pytest.raises(ValueError, match="postgresql:// URL, not mysql://"):
+        engine_url("postgres", "mysql://u@db/x")
