@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the tests need, when a command they provide is missing:
 #   promtool    (package prometheus: `promtool check metrics`; the prometheus server is used later)
+#   initdb      (package postgresql: throw-away PostgreSQL servers for the conversation-store tests;
+#                not on PATH, so it is looked for under /usr/lib/postgresql/*/bin)
 # Idempotent and instant when every command is present: it then exits 0 without touching apt.
 # Otherwise it runs `apt-get update` once and installs only the missing packages, without
 # recommended extras and without prompts. Services shipped by a package are never started
@@ -11,12 +13,17 @@ set -euo pipefail
 # command | Debian package that provides it
 NEEDS=(
   "promtool|prometheus"
+  "/usr/lib/postgresql/*/bin/initdb|postgresql"
 )
+
+present() {  # a command on PATH, or a path glob that matches an executable
+  if [[ $1 == /* ]]; then compgen -G "$1" >/dev/null; else command -v "$1" >/dev/null 2>&1; fi
+}
 
 missing=()
 for need in "${NEEDS[@]}"; do
   IFS='|' read -r cmd pkg <<<"$need"
-  command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
+  present "$cmd" || missing+=("$pkg")
 done
 [[ ${#missing[@]} -eq 0 ]] && exit 0
 
@@ -44,5 +51,5 @@ apt-get install -y -qq --no-install-recommends -o Dpkg::Options::=--force-confde
 
 for need in "${NEEDS[@]}"; do
   IFS='|' read -r cmd pkg <<<"$need"
-  command -v "$cmd" >/dev/null 2>&1 || { echo "system-deps: $pkg installed but $cmd is still missing" >&2; exit 1; }
+  present "$cmd" || { echo "system-deps: $pkg installed but $cmd is still missing" >&2; exit 1; }
 done

@@ -16,6 +16,7 @@ from tests.support.cluster import kube_client, kube_cluster, namespace
 from tests.support.fake_llm import fake_anthropic, fake_openai
 from tests.support.mcp_peers import mcp_peers, server_everything
 from tests.support.operator import pallas_crds, pallas_operator  # noqa: F401
+from tests.support.postgres import postgres
 
 TESTS = Path(__file__).resolve().parent
 TIERS = ("unit", "integration", "e2e")
@@ -28,6 +29,7 @@ __all__ = [
     "kube_cluster",
     "mcp_peers",
     "namespace",
+    "postgres",
     "server_everything",
 ]
 

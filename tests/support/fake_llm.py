@@ -16,6 +16,9 @@ Steps (all provider-neutral; each fake renders them in its own wire format):
 - `Delay(2.0, then=Text("late"))`: wait first (to trigger client timeouts), then answer `then`
   (or the default). A fake that is closing cuts its delays short.
 - `Raw(200, {...})`: any status, JSON body and headers, sent as is.
+- `Hold(release)`: keep the request open until `release` (an asyncio.Event) is set, then answer
+  `then`; a client that gives up meanwhile is seen (`fake.abandoned` counts it) and nothing is
+  sent. `fake.holding` counts requests being held now.
 - a callable `fn(request_json) -> dict | step` (or an async one): a dict is sent as a 200 JSON
   body, a step is rendered.
 
@@ -124,8 +127,14 @@ class Delay:
     then: Step | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Hold:
+    release: asyncio.Event
+    then: Step | None = None
+
+
 Handler = Callable[[Any], "Mapping[str, Any] | Step | Awaitable[Mapping[str, Any] | Step]"]
-Step = Text | ToolCalls | HttpError | Raw | Delay | Handler
+Step = Text | ToolCalls | HttpError | Raw | Delay | Hold | Handler
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +179,8 @@ class _FakeServer(abc.ABC):
         self._server: _QuietServer | None = None
         self._task: asyncio.Task[None] | None = None
         self._port = 0
+        self.holding = 0
+        self.abandoned = 0
 
     # scripting
 
@@ -268,7 +279,25 @@ class _FakeServer(abc.ABC):
         if not self._authorized(recorded):
             return self._error(HttpError(401, "invalid api key", headers={}))
         step = self._steps.popleft() if self._steps else self.default
+        if isinstance(step, Hold):
+            if not await self._hold(step, request):
+                return Response(status_code=499)
+            step = step.then if step.then is not None else self.default
         return await self._respond(step, recorded, self._render_reply)
+
+    async def _hold(self, step: Hold, request: Request) -> bool:
+        """Wait for the release; False when the client went away first."""
+        self.holding += 1
+        try:
+            while not step.release.is_set() and not self._closing.is_set():
+                if await request.is_disconnected():
+                    self.abandoned += 1
+                    return False
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(step.release.wait(), 0.05)
+            return True
+        finally:
+            self.holding -= 1
 
     async def _handle_models(self, request: Request) -> Response:
         recorded = await self._record(request)

@@ -1,0 +1,125 @@
+"""The conversation store on a real PostgreSQL server: the contract, replicas, outages."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+from sqlalchemy import text
+
+from pallas_runtime.conversations import sql as sql_module
+from pallas_runtime.conversations.model import ConversationStore, StoreUnavailable, TurnLost
+from pallas_runtime.conversations.sql import SqlStore, engine_url
+from tests.support.conversations import CONTRACT, StoreFactory, commit, key, started, turn
+from tests.support.postgres import PASSWORD, Postgres
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def pg_store(server: Postgres, **options: object) -> SqlStore:
+    return SqlStore("postgres", engine_url("postgres", server.dsn), secret=PASSWORD, **options)  # type: ignore[arg-type]
+
+
+def factory_on(server: Postgres) -> StoreFactory:
+    @contextlib.asynccontextmanager
+    async def factory(
+        max_messages: int = 200, turn_wait: float = 30, ttl_seconds: float | None = None
+    ) -> AsyncIterator[ConversationStore]:
+        store = pg_store(server, max_messages=max_messages, turn_wait=turn_wait, ttl_seconds=ttl_seconds)
+        # Every check starts from empty tables (the contract counts conversations).
+        await store.start()
+        async with store._engine.begin() as connection:
+            await connection.execute(text("DELETE FROM pallas_messages"))
+            await connection.execute(text("DELETE FROM pallas_conversations"))
+        await store.aclose()
+        store = pg_store(server, max_messages=max_messages, turn_wait=turn_wait, ttl_seconds=ttl_seconds)
+        async for running in started(store):
+            yield running
+
+    return factory
+
+
+@pytest.mark.parametrize("check", CONTRACT, ids=lambda f: f.__name__)
+async def test_contract(postgres: Postgres, check: Callable[[StoreFactory], Awaitable[None]]) -> None:
+    await check(factory_on(postgres))
+
+
+async def test_two_replicas_on_one_database_store_every_turn_in_order(postgres: Postgres) -> None:
+    replicas = [pg_store(postgres, max_messages=1000) for _ in range(2)]
+    for store in replicas:
+        await store.start()
+    conversation = key(f"replicas-{secrets.token_hex(4)}")
+    order: list[int] = []
+
+    async def one_turn(store: SqlStore, n: int) -> None:
+        async with store.turn(conversation) as held:
+            # Each turn sees every turn stored before it: the conversation is never interleaved.
+            assert len(held.history) == 2 * len(order)
+            await asyncio.sleep(0.02)
+            await held.commit(turn(n), "t")
+            order.append(n)
+
+    try:
+        await asyncio.gather(*(one_turn(replicas[n % 2], n) for n in range(10)))
+        history = await replicas[0].history(conversation)
+        assert history == [m for n in order for m in turn(n)]
+        assert len(order) == 10
+    finally:
+        for store in replicas:
+            await store.aclose()
+
+
+async def test_a_replica_that_dies_mid_turn_frees_the_conversation_when_its_lease_ends(
+    postgres: Postgres,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from datetime import timedelta
+
+    monkeypatch.setattr(sql_module, "LEASE", timedelta(seconds=1))
+    monkeypatch.setattr(sql_module, "RENEW_EVERY", 3600.0)  # the dead replica renews nothing
+    dead, alive = pg_store(postgres, max_messages=100), pg_store(postgres, max_messages=100)
+    await dead.start()
+    await alive.start()
+    conversation = key(f"dead-{secrets.token_hex(4)}")
+    try:
+        holder = dead.turn(conversation)
+        stale_turn = await holder.__aenter__()  # a turn that never finishes: the process died
+        started_at = asyncio.get_running_loop().time()
+        await commit(alive, conversation, turn(1))
+        assert asyncio.get_running_loop().time() - started_at >= 0.9
+        # The dead replica's late commit is refused, never stored over the new turn.
+        with pytest.raises(TurnLost, match="nothing was stored"):
+            await stale_turn.commit(turn(9), "t")
+        assert await alive.history(conversation) == turn(1)
+    finally:
+        await dead.aclose()
+        await alive.aclose()
+
+
+async def test_an_outage_is_a_clear_error_without_the_password_and_the_store_recovers(
+    postgres: Postgres,
+) -> None:
+    store = pg_store(postgres, max_messages=100, turn_wait=5)
+    await store.start()
+    conversation = key(f"outage-{secrets.token_hex(4)}")
+    try:
+        await commit(store, conversation, turn(1))
+        postgres.stop()
+        try:
+            problem = await store.check()
+            assert problem is not None
+            assert problem.startswith("postgres conversation store unavailable:")
+            assert PASSWORD not in problem
+            with pytest.raises(StoreUnavailable) as failure:
+                await commit(store, conversation, turn(2))
+            assert PASSWORD not in str(failure.value)
+        finally:
+            postgres.start()
+        assert await store.check() is None
+        await commit(store, conversation, turn(3))
+        assert await store.history(conversation) == turn(1) + turn(3)
+    finally:
+        await store.aclose()

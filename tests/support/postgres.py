@@ -1,0 +1,114 @@
+"""A throw-away PostgreSQL server on loopback for the conversation-store tests.
+
+Debian's `postgresql` package (installed by hack/system-deps.sh) gives `initdb` and `postgres`;
+the fixture makes a cluster in a temporary directory with password (SCRAM) authentication,
+starts it on 127.0.0.1 and a free port, and removes it at the end. PostgreSQL refuses to run as
+root, so as root the server runs as the `postgres` user the package creates. `stop()` and
+`start()` let a test take the database away and bring it back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.support.mcp_peers import free_port
+
+USER, PASSWORD, DATABASE = "pallas", "s3cret-Passw0rd-for-tests", "pallas"
+
+
+def _bin(name: str) -> str:
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    if not found:
+        pytest.fail(f"PostgreSQL's {name} is not installed: run hack/system-deps.sh", pytrace=False)
+    return found[-1]
+
+
+def _as_postgres(argv: list[str]) -> list[str]:
+    return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
+
+
+@dataclass
+class Postgres:
+    """A running (or stopped) throw-away server."""
+
+    data: Path
+    port: int
+    log: Path
+
+    @property
+    def dsn(self) -> str:
+        return f"postgresql://{USER}:{PASSWORD}@127.0.0.1:{self.port}/{DATABASE}"
+
+    def start(self) -> None:
+        subprocess.run(
+            _as_postgres([
+                _bin("pg_ctl"), "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60",
+                "-o", f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.data} -c fsync=off", "start",
+            ]),
+            check=True, capture_output=True, timeout=90,
+        )  # fmt: skip
+        self._wait_accepting()
+
+    def stop(self) -> None:
+        subprocess.run(
+            _as_postgres([_bin("pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop"]),
+            check=False, capture_output=True, timeout=60,
+        )  # fmt: skip
+
+    def _wait_accepting(self) -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"PostgreSQL did not accept connections:\n{self.log.read_text()[-2000:]}")
+
+
+@contextlib.contextmanager
+def running_postgres() -> Iterator[Postgres]:
+    """A new cluster with one database and one password user, until the block ends."""
+    tmp = Path(tempfile.mkdtemp(prefix="pallas-pg-"))
+    data, pwfile, log = tmp / "data", tmp / "pw", tmp / "pg.log"
+    pwfile.write_text(PASSWORD)
+    if os.geteuid() == 0:
+        shutil.chown(tmp, "postgres", "postgres")
+        shutil.chown(pwfile, "postgres", "postgres")
+    try:
+        subprocess.run(
+            _as_postgres([
+                _bin("initdb"), "-D", str(data), "-U", USER, "--pwfile", str(pwfile),
+                "-A", "scram-sha-256", "-E", "UTF8", "--no-sync",
+            ]),
+            check=True, capture_output=True, timeout=120,
+        )  # fmt: skip
+        server = Postgres(data, free_port(), log)
+        server.start()
+        subprocess.run(
+            [_bin("createdb"), "-h", "127.0.0.1", "-p", str(server.port), "-U", USER, DATABASE],
+            check=True, capture_output=True, timeout=30, env={**os.environ, "PGPASSWORD": PASSWORD},
+        )  # fmt: skip
+        try:
+            yield server
+        finally:
+            server.stop()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Postgres]:
+    """One server for the session; tests use databases or ids of their own within it."""
+    with running_postgres() as server:
+        yield server
