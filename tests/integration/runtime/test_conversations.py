@@ -1,0 +1,248 @@
+"""Conversations over real HTTP: restarts, replicas, outages, cancellation, threads, delegation."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import secrets
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastmcp import Client
+from fastmcp.client.transports import StreamableHttpTransport
+from fastmcp.exceptions import ToolError
+
+from pallas_api.config import AgentConfig
+from tests.support.agents import agent_config, serve_agent
+from tests.support.fake_llm import Call, Delay, FakeOpenAI, Hold, Text, ToolCalls
+from tests.support.postgres import Postgres, running_postgres
+
+DSN_ENV = "PALLAS_CONVERSATIONS_DSN"
+CONVERSATION_META = "pallas.dev/conversationId"
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def sqlite_store(path: Path) -> dict[str, Any]:
+    return {"type": "sqlite", "sqlitePath": str(path)}
+
+
+def postgres_store() -> dict[str, Any]:
+    return {"type": "postgres", "dsnEnv": DSN_ENV}
+
+
+def config(llm: FakeOpenAI, store: dict[str, Any], name: str = "keeper", **fields: Any) -> AgentConfig:
+    return agent_config(llm.base_url, name=name, conversations=store, **fields)
+
+
+@contextlib.asynccontextmanager
+async def client(url: str) -> AsyncIterator[Client[Any]]:
+    async with Client(StreamableHttpTransport(url), mode="legacy", timeout=60) as c:
+        yield c
+
+
+async def send(c: Client[Any], message: str, conversation_id: str | None = None) -> tuple[str, Any]:
+    arguments: dict[str, Any] = {"message": message}
+    if conversation_id is not None:
+        arguments["conversation_id"] = conversation_id
+    result = await c.call_tool("send_message", arguments)
+    return result.content[0].text, (result.meta or {}).get(CONVERSATION_META)
+
+
+def user_texts(request_json: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in request_json["messages"] if m["role"] == "user"]
+
+
+@pytest.fixture
+def sqlite_path(tmp_path: Path) -> Path:
+    return tmp_path / "conversations.db"
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_a_restarted_agent_continues_the_conversation(
+    fake_openai: FakeOpenAI, kind: str, sqlite_path: Path, postgres: Postgres
+) -> None:
+    store = sqlite_store(sqlite_path) if kind == "sqlite" else postgres_store()
+    environ = {DSN_ENV: postgres.dsn}
+    conversation = f"restart-{secrets.token_hex(4)}"
+    cfg = config(fake_openai, store)
+    async with serve_agent(cfg, environ=environ) as agent, client(agent.url) as c:
+        text, stored_in = await send(c, "my name is Ada", conversation)
+    assert stored_in == conversation
+    # A new process (a rolled pod) on the same store: the next turn has the context.
+    async with serve_agent(cfg, environ=environ) as agent, client(agent.url) as c:
+        await send(c, "what is my name?", conversation)
+    assert user_texts(fake_openai.completions[-1].json) == ["my name is Ada", "what is my name?"]
+
+
+async def test_two_agent_processes_on_one_database_keep_one_ordered_conversation(
+    fake_openai: FakeOpenAI, postgres: Postgres
+) -> None:
+    cfg = config(fake_openai, postgres_store())
+    fake_openai.default = Delay(0.05, Text("noted"))
+    conversation = f"replicas-{secrets.token_hex(4)}"
+    environ = {DSN_ENV: postgres.dsn}
+    async with serve_agent(cfg, environ=environ) as one, serve_agent(cfg, environ=environ) as two:
+        async with client(one.url) as a, client(two.url) as b:
+            await asyncio.gather(*(send(a if n % 2 else b, f"turn {n}", conversation) for n in range(6)))
+            prompt = await a.get_prompt("keeper_history", {"conversation_id": conversation})
+    seen = [user_texts(r.json) for r in fake_openai.completions]
+    # Each turn saw every turn stored before it: 1, 2, … 6 user messages, never interleaved.
+    assert sorted(len(s) for s in seen) == [1, 2, 3, 4, 5, 6]
+    longest = max(seen, key=len)
+    assert all(s == longest[: len(s)] for s in seen)
+    users = [m.content.text for m in prompt.messages if m.role == "user"]
+    assert users == longest
+
+
+async def test_a_database_outage_fails_turns_clearly_degrades_health_and_recovers(
+    fake_openai: FakeOpenAI,
+) -> None:
+    with running_postgres() as database:
+        cfg = config(fake_openai, postgres_store())
+        conversation = f"outage-{secrets.token_hex(4)}"
+        async with serve_agent(cfg, environ={DSN_ENV: database.dsn}) as agent, client(agent.url) as c:
+            await send(c, "before", conversation)
+            database.stop()
+            try:
+                with pytest.raises(
+                    ToolError, match=r"the conversation was not kept: postgres conversation store"
+                ):
+                    await send(c, "during", conversation)
+                health = json.loads((await c.call_tool("get_health", {})).content[0].text)
+                assert health["status"] == "degraded"
+                assert "Conversations: postgres conversation store unavailable" in health["message"]
+                assert "s3cret" not in json.dumps(health)
+            finally:
+                database.start()
+            await send(c, "after", conversation)
+            health = json.loads((await c.call_tool("get_health", {})).content[0].text)
+            assert health["status"] == "ok", health
+        assert user_texts(fake_openai.completions[-1].json) == ["before", "after"]
+
+
+async def test_a_cancelled_send_stops_its_llm_call_and_stores_nothing(
+    fake_openai: FakeOpenAI, sqlite_path: Path
+) -> None:
+    fake_openai.script(Hold(asyncio.Event()))
+    async with serve_agent(config(fake_openai, sqlite_store(sqlite_path))) as agent, client(agent.url) as c:
+        call = asyncio.create_task(send(c, "never mind", "cancelled"))
+        while fake_openai.holding == 0:
+            await asyncio.sleep(0.02)
+        call.cancel()  # the client sends notifications/cancelled
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        for _ in range(100):
+            if fake_openai.abandoned:
+                break
+            await asyncio.sleep(0.05)
+        assert fake_openai.abandoned == 1, "the agent's LLM request was not stopped"
+        threads = json.loads((await c.call_tool("list_conversations", {})).content[0].text)
+        assert threads == {"conversations": []}
+        await send(c, "hello again", "cancelled")
+    assert user_texts(fake_openai.completions[-1].json) == ["hello again"]
+
+
+async def test_threads_are_listed_resumed_from_any_session_and_deleted(
+    fake_openai: FakeOpenAI, sqlite_path: Path
+) -> None:
+    async with serve_agent(config(fake_openai, sqlite_store(sqlite_path))) as agent:
+        async with client(agent.url) as first:
+            await send(first, "Tell me about Plato's Republic", "plato")
+            _, session_conversation = await send(first, "a turn without an id")
+        assert session_conversation.startswith("session:")
+        async with client(agent.url) as later:  # a new MCP session: a reconnect, another tab
+            listing = json.loads((await later.call_tool("list_conversations", {})).content[0].text)
+            by_id = {t["id"]: t for t in listing["conversations"]}
+            assert set(by_id) == {"plato", session_conversation}
+            assert by_id["plato"]["title"] == "Tell me about Plato's Republic"
+            assert by_id["plato"]["messageCount"] == 2
+            prompt = await later.get_prompt("keeper_history", {"conversation_id": "plato"})
+            assert [m.content.text for m in prompt.messages] == ["Tell me about Plato's Republic", "ok"]
+            # The session's conversation is resumed by its id from the new session.
+            await send(later, "continuing", session_conversation)
+            assert user_texts(fake_openai.completions[-1].json) == ["a turn without an id", "continuing"]
+            await later.call_tool("delete_conversation", {"conversation_id": "plato"})
+            with pytest.raises(ToolError, match="no stored conversation for conversation_id 'plato'"):
+                await later.call_tool("delete_conversation", {"conversation_id": "plato"})
+            with pytest.raises(Exception, match="no stored conversation"):
+                await later.get_prompt("keeper_history", {"conversation_id": "plato"})
+
+
+async def test_a_bad_conversation_id_is_a_clear_tool_error(fake_openai: FakeOpenAI) -> None:
+    async with serve_agent(config(fake_openai, {"type": "memory"})) as agent, client(agent.url) as c:
+        with pytest.raises(ToolError, match="conversation_id is 300 characters long; the limit is 256"):
+            await send(c, "hi", "x" * 300)
+    assert fake_openai.completions == []
+
+
+async def test_two_callers_through_an_orchestrator_never_share_the_peers_context(
+    fake_openai: FakeOpenAI,
+) -> None:
+    """Both callers' delegations travel the orchestrator's one session to the worker."""
+
+    def step(request: dict[str, Any]) -> Any:
+        system, last = request["messages"][0]["content"], request["messages"][-1]
+        if system == "worker":
+            return Text(f"worker saw {len(user_texts(request))} questions")
+        if last["role"] == "tool":
+            return Text("relayed")
+        return ToolCalls([Call("worker__send_message", {"message": f"relay: {last['content']}"})])
+
+    fake_openai.default = step
+    memory = {"type": "memory"}
+    async with serve_agent(config(fake_openai, memory, name="worker", instruction="worker")) as worker:
+        boss_cfg = config(
+            fake_openai,
+            memory,
+            name="boss",
+            instruction="boss",
+            agents=[{"name": "worker", "url": worker.url}],
+        )
+        async with serve_agent(boss_cfg) as boss, client(boss.url) as alice, client(boss.url) as bob:
+            for n in range(3):
+                await asyncio.gather(send(alice, f"ALICE-{n}"), send(bob, f"BOB-{n}"))
+    worker_requests = [
+        r.json for r in fake_openai.completions if r.json["messages"][0]["content"] == "worker"
+    ]
+    assert len(worker_requests) == 6
+    for request in worker_requests:
+        texts = " ".join(user_texts(request))
+        assert ("ALICE" in texts) != ("BOB" in texts), f"one caller's text reached the other's: {texts}"
+    # Each caller's peer conversation kept its own context: the third question saw three.
+    assert max(len(user_texts(r)) for r in worker_requests) == 3
+
+
+async def test_a_failed_first_turn_never_lets_two_turns_run_at_once_or_loses_one(
+    fake_openai: FakeOpenAI, sqlite_path: Path
+) -> None:
+    """Turn A hangs until the LLM timeout and fails; B waits behind it; C comes after A failed."""
+    cfg = agent_config(
+        fake_openai.base_url,
+        name="keeper",
+        conversations=sqlite_store(sqlite_path),
+    )
+    cfg = cfg.model_copy(update={"provider": cfg.provider.model_copy(update={"timeout_seconds": 1.0})})
+    fake_openai.script(Hold(asyncio.Event()), Delay(0.5, Text("answer B")), Text("answer C"))
+    async with (
+        serve_agent(cfg) as agent,
+        client(agent.url) as a,
+        client(agent.url) as b,
+        client(agent.url) as c,
+    ):
+        turn_a = asyncio.create_task(send(a, "question A", "race"))
+        while fake_openai.holding == 0:
+            await asyncio.sleep(0.02)
+        turn_b = asyncio.create_task(send(b, "question B", "race"))
+        with pytest.raises(ToolError, match="language model call failed"):
+            await turn_a
+        turn_c = asyncio.create_task(send(c, "question C", "race"))
+        (text_b, _), (text_c, _) = await asyncio.gather(turn_b, turn_c)
+        prompt = await a.get_prompt("keeper_history", {"conversation_id": "race"})
+    assert (text_b, text_c) == ("answer B", "answer C")
+    # B ran alone, then C saw B's finished turn: nothing lost, nothing interleaved.
+    assert [m.content.text for m in prompt.messages] == ["question B", "answer B", "question C", "answer C"]
+    assert user_texts(fake_openai.completions[-1].json) == ["question B", "question C"]
