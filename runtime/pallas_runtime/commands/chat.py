@@ -8,7 +8,9 @@ One stateful (legacy-mode) MCP session carries a generated `conversation_id`, so
 keeps the history; every `send_message` carries a progress token and the progress lines go to
 stderr while the agent works (rewritten in place on a terminal, one line each otherwise). The
 answer goes to stdout. REPL commands: `/history` (the agent's `<agent>_history` prompt for this
-conversation), `/clear` (a new conversation), `/quit` (or end of input). Ctrl-C stops.
+conversation), `/threads` (your conversations with the agent), `/resume ID` (continue one),
+`/delete [ID]` (delete one; this one by default, then start a new one), `/clear` (a new
+conversation), `/quit` (or end of input). Ctrl-C stops.
 
 Errors (unreachable URL, not an MCP server, a tool error, an agent the registry does not list)
 print one line on stderr and exit non-zero; in the REPL a failed message is reported and the
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import logging
 import shutil
 import sys
@@ -35,7 +38,7 @@ from fastmcp.client.transports import StreamableHttpTransport
 from mcp import MCPError
 
 SERVER_JSON_PATH = "/.well-known/mcp/server.json"
-REPL_HELP = "commands: /history, /clear, /quit (or Ctrl-D)"
+REPL_HELP = "commands: /history, /threads, /resume ID, /delete [ID], /clear, /quit (or Ctrl-D)"
 # Exit codes: 1 for an error talking to the agent, 2 for bad arguments (argparse's convention).
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -226,8 +229,44 @@ class ChatSession:
         return [f"{m.role}: {_text_of([m.content])}" for m in prompt.messages]
 
     def clear(self) -> None:
-        """Start a new conversation (the agent keeps the old one until it evicts it)."""
+        """Start a new conversation (the agent keeps the old one; `/threads` lists it)."""
         self.conversation_id = new_conversation_id()
+
+    async def _call(self, tool: str, arguments: dict[str, Any]) -> str:
+        try:
+            result = await self.client.call_tool(tool, arguments, timeout=self.timeout, raise_on_error=False)
+        except MCPError as exc:
+            raise ChatError(f"{tool} failed: {exc.error.message}") from None
+        except (RuntimeError, httpx2.HTTPError, OSError) as exc:
+            raise ChatError(f"lost the connection to {self.agent}: {_reason(exc)}") from None
+        text = _text_of(result.content)
+        if result.is_error:
+            raise ChatError(text or f"{tool} failed")
+        return text
+
+    async def threads(self) -> list[str]:
+        """Your conversations with the agent, one line each, this one marked with `*`."""
+        try:
+            listing = json.loads(await self._call("list_conversations", {}))["conversations"]
+        except (ValueError, KeyError, TypeError):
+            raise ChatError("list_conversations did not answer a conversation list") from None
+        return [
+            f"{'*' if t['id'] == self.conversation_id else ' '} {t['id']}  {t['updatedAt']}  "
+            f"{t['messageCount']:>4} messages  {t['title']}"
+            for t in listing
+        ]
+
+    def resume(self, conversation_id: str) -> None:
+        """Continue an earlier conversation (its id from `/threads`)."""
+        self.conversation_id = conversation_id
+
+    async def delete(self, conversation_id: str | None) -> str:
+        """Delete a conversation (this one by default, then start a new one)."""
+        target = conversation_id or self.conversation_id
+        await self._call("delete_conversation", {"conversation_id": target})
+        if target == self.conversation_id:
+            self.clear()
+        return target
 
 
 def new_conversation_id() -> str:
@@ -327,6 +366,8 @@ async def repl(session: ChatSession, out: TextIO, err: TextIO) -> int:
         elif line == "/clear":
             session.clear()
             print("(new conversation)", file=err)
+        elif line == "/threads" or line.startswith(("/resume", "/delete")):
+            await _thread_command(session, line, out, err)
         elif line.startswith("/"):
             print(f"unknown command {line.split()[0]}; {REPL_HELP}", file=err)
         else:
@@ -335,6 +376,26 @@ async def repl(session: ChatSession, out: TextIO, err: TextIO) -> int:
             except ChatError as exc:
                 print(f"pallas chat: {exc}", file=err)
         out.flush()
+
+
+async def _thread_command(session: ChatSession, line: str, out: TextIO, err: TextIO) -> None:
+    command, _, argument = line.partition(" ")
+    argument = argument.strip()
+    try:
+        if command == "/threads":
+            lines = await session.threads()
+            print("\n".join(lines) if lines else "(no conversations yet)", file=out)
+        elif command == "/resume":
+            if not argument:
+                print("usage: /resume ID (the ids are in /threads)", file=err)
+                return
+            session.resume(argument)
+            print(f"(continuing conversation {argument})", file=err)
+        else:
+            deleted = await session.delete(argument or None)
+            print(f"(deleted conversation {deleted})", file=err)
+    except ChatError as exc:
+        print(f"pallas chat: {exc}", file=err)
 
 
 # --- the command --------------------------------------------------------------------------------

@@ -192,6 +192,33 @@ async def test_repl_keeps_history_and_clears_it(agent: ServedAgent, fake_openai:
     assert len(fake_openai.completions) == 2, "/quit must stop before the next line"
 
 
+async def test_repl_lists_resumes_and_deletes_threads(agent: ServedAgent, fake_openai: FakeOpenAI):
+    fake_openai.default = Text("noted")
+    first = await pallas_chat(agent.url, "--conversation-id", "kept", stdin="remember the alamo\n")
+    assert first.code == 0, first.err
+
+    res = await pallas_chat(
+        agent.url,
+        stdin="a new one\n/threads\n/resume kept\nwhat did I say?\n/delete\n/threads\n/resume\n/quit\n",
+    )
+
+    assert res.code == 0, res.err
+    listed = [line for line in res.out.splitlines() if "messages" in line]
+    assert len(listed) == 3, res.out  # two before the delete, one after
+    before = listed[:2]
+    kept = next(line for line in before if " kept " in line)
+    assert kept.startswith("  kept") and kept.endswith("remember the alamo")  # not the current one
+    current = next(line for line in before if line is not kept)
+    assert current.startswith("* chat-") and current.endswith("a new one")
+    # Resumed: the next turn carried the old conversation.
+    resumed = fake_openai.completions[-1].json["messages"]
+    assert [m["content"] for m in resumed if m["role"] == "user"] == ["remember the alamo", "what did I say?"]
+    assert "(continuing conversation kept)" in res.err_lines
+    assert "(deleted conversation kept)" in res.err_lines
+    assert "usage: /resume ID (the ids are in /threads)" in res.err_lines
+    assert listed[2].endswith("a new one")  # and kept is gone
+
+
 async def test_repl_ends_at_end_of_input_and_survives_a_failed_message(
     agent: ServedAgent, fake_openai: FakeOpenAI
 ):
