@@ -93,6 +93,13 @@ DEPLOYMENT_RULES: dict[str, list[Rule]] = {
     "spec.mcpServers.*.headers[]": [
         _rule("has(self.value) != has(self.valueFrom)", "a header needs exactly one of value or valueFrom")
     ],
+    "spec.conversations": [
+        _rule(
+            "!has(self.store) || self.store != 'postgres' || has(self.postgres)",
+            "spec.conversations.store postgres needs spec.conversations.postgres.dsn (a secretKeyRef)",
+            fieldPath=".postgres",
+        )
+    ],
 }
 
 

@@ -54,6 +54,10 @@ INVALID = [
     ("deployment-name-too-long", deployment(LONG_NAME), ["metadata.name must be at most 54", "-registry"]),
     ("default-model-unknown-provider", deployment("d1", at("spec.model.default", "openai.gpt-4o")),
      ["spec.model.default must start with a key of spec.providers"]),
+    ("postgres-without-dsn", deployment("d1", at("spec.conversations", {"store": "postgres"})),
+     ["spec.conversations.postgres", "needs spec.conversations.postgres.dsn"]),
+    ("unknown-store", deployment("d1", at("spec.conversations", {"store": "redis"})),
+     ["spec.conversations.store", 'Unsupported value: "redis"']),
     ("provider-bad-type", deployment("d1", at("spec.providers.vllm.type", "gemini")),
      ["spec.providers.vllm.type", 'Unsupported value: "gemini"']),
     ("provider-bad-key", deployment("d1", at("spec.providers.My_Provider", {"type": "openai"})),
@@ -90,7 +94,7 @@ def test_valid_manifests_are_accepted_and_defaulted(pallas_crds: LocalCluster, n
     created = json.loads(result.stdout)
     assert created["spec"]["service"] == {"port": 8000, "sessionAffinity": "ClientIP"}
     assert created["spec"]["replicas"] == 1
-    assert created["spec"]["history"] == {"maxMessages": 200, "maxConversations": 1000}
+    assert created["spec"]["history"] == {"maxConversations": 1000}  # maxMessages: the deployment's
     assert "servers" in created["spec"]
     assert "agents" not in created["spec"]
 

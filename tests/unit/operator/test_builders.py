@@ -217,3 +217,32 @@ def test_every_child_carries_the_contract_labels_and_an_owner(objects: Any) -> N
             assert labels[key], (obj["kind"], key)
         assert labels[names.LABEL_MANAGED_BY] == "pallas-operator"
         assert obj["metadata"]["ownerReferences"][0]["controller"] is True
+
+
+def test_a_postgres_conversation_store_reaches_the_pod_as_a_secret_reference() -> None:
+    dep = _deployment_spec(
+        at("spec.conversations", {
+            "store": "postgres", "postgres": {"dsn": {"secretKeyRef": {"name": "pg", "key": "dsn"}}},
+            "maxMessages": 50, "ttlSeconds": 86400,
+        }),
+    )  # fmt: skip
+    rendered = render_agent("research", _agent_spec(), dep, {})
+    store = rendered.config.conversations
+    assert (store.type, store.dsn_env, store.ttl_seconds) == ("postgres", "PALLAS_CONVERSATIONS_DSN", 86400)
+    assert rendered.config.history.max_messages == 50
+    digest = config_hash(render_config(rendered.config), rendered.secrets, {**SECRETS, "pg": {"dsn": "d"}})
+    workload = AgentWorkload(
+        AGENT_OWNER, "ouranos", _agent_spec(), dep, rendered.secrets, digest, "pallas:test"
+    )
+    env = agent_deployment(workload)["spec"]["template"]["spec"]["containers"][0]["env"]
+    dsn = next(e for e in env if e["name"] == "PALLAS_CONVERSATIONS_DSN")
+    assert dsn["valueFrom"] == {"secretKeyRef": {"name": "pg", "key": "dsn"}}
+    # The default store of a pod is memory; pallas run's is SQLite.
+    assert (
+        render_agent("research", _agent_spec(), _deployment_spec(), {}).config.conversations.type == "memory"
+    )
+    local = render_agent("research", _agent_spec(), _deployment_spec(), {}, local=True)
+    assert local.config.conversations.type == "sqlite"
+    # An agent's own limit wins over the deployment's.
+    own = render_agent("research", _agent_spec(at("spec.history", {"maxMessages": 7})), dep, {})
+    assert own.config.history.max_messages == 7
