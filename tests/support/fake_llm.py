@@ -18,7 +18,7 @@ Steps (all provider-neutral; each fake renders them in its own wire format):
 - `Raw(200, {...})`: any status, JSON body and headers, sent as is.
 - `Hold(release)`: keep the request open until `release` (an asyncio.Event) is set, then answer
   `then`; a client that gives up meanwhile is seen (`fake.abandoned` counts it) and nothing is
-  sent. `fake.holding` counts requests being held now.
+  sent. `fake.holding` counts requests being held now; `await fake.held.wait()` waits for one.
 - a callable `fn(request_json) -> dict | step` (or an async one): a dict is sent as a 200 JSON
   body, a step is rendered.
 
@@ -181,6 +181,8 @@ class _FakeServer(abc.ABC):
         self._port = 0
         self.holding = 0
         self.abandoned = 0
+        self.held = asyncio.Event()
+        """Set once a request is being held (see `Hold`)."""
 
     # scripting
 
@@ -288,6 +290,7 @@ class _FakeServer(abc.ABC):
     async def _hold(self, step: Hold, request: Request) -> bool:
         """Wait for the release; False when the client went away first."""
         self.holding += 1
+        self.held.set()
         try:
             while not step.release.is_set() and not self._closing.is_set():
                 if await request.is_disconnected():

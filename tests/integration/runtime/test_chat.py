@@ -207,9 +207,11 @@ async def test_repl_lists_resumes_and_deletes_threads(agent: ServedAgent, fake_o
     assert len(listed) == 3, res.out  # two before the delete, one after
     before = listed[:2]
     kept = next(line for line in before if " kept " in line)
-    assert kept.startswith("  kept") and kept.endswith("remember the alamo")  # not the current one
+    assert kept.startswith("  kept")  # not the current one
+    assert kept.endswith("remember the alamo")
     current = next(line for line in before if line is not kept)
-    assert current.startswith("* chat-") and current.endswith("a new one")
+    assert current.startswith("* chat-")
+    assert current.endswith("a new one")
     # Resumed: the next turn carried the old conversation.
     resumed = fake_openai.completions[-1].json["messages"]
     assert [m["content"] for m in resumed if m["role"] == "user"] == ["remember the alamo", "what did I say?"]

@@ -70,7 +70,7 @@ async def test_a_restarted_agent_continues_the_conversation(
     conversation = f"restart-{secrets.token_hex(4)}"
     cfg = config(fake_openai, store)
     async with serve_agent(cfg, environ=environ) as agent, client(agent.url) as c:
-        text, stored_in = await send(c, "my name is Ada", conversation)
+        _, stored_in = await send(c, "my name is Ada", conversation)
     assert stored_in == conversation
     # A new process (a rolled pod) on the same store: the next turn has the context.
     async with serve_agent(cfg, environ=environ) as agent, client(agent.url) as c:
@@ -85,10 +85,14 @@ async def test_two_agent_processes_on_one_database_keep_one_ordered_conversation
     fake_openai.default = Delay(0.05, Text("noted"))
     conversation = f"replicas-{secrets.token_hex(4)}"
     environ = {DSN_ENV: postgres.dsn}
-    async with serve_agent(cfg, environ=environ) as one, serve_agent(cfg, environ=environ) as two:
-        async with client(one.url) as a, client(two.url) as b:
-            await asyncio.gather(*(send(a if n % 2 else b, f"turn {n}", conversation) for n in range(6)))
-            prompt = await a.get_prompt("keeper_history", {"conversation_id": conversation})
+    async with (
+        serve_agent(cfg, environ=environ) as one,
+        serve_agent(cfg, environ=environ) as two,
+        client(one.url) as a,
+        client(two.url) as b,
+    ):
+        await asyncio.gather(*(send(a if n % 2 else b, f"turn {n}", conversation) for n in range(6)))
+        prompt = await a.get_prompt("keeper_history", {"conversation_id": conversation})
     seen = [user_texts(r.json) for r in fake_openai.completions]
     # Each turn saw every turn stored before it: 1, 2, … 6 user messages, never interleaved.
     assert sorted(len(s) for s in seen) == [1, 2, 3, 4, 5, 6]
@@ -130,8 +134,7 @@ async def test_a_cancelled_send_stops_its_llm_call_and_stores_nothing(
     fake_openai.script(Hold(asyncio.Event()))
     async with serve_agent(config(fake_openai, sqlite_store(sqlite_path))) as agent, client(agent.url) as c:
         call = asyncio.create_task(send(c, "never mind", "cancelled"))
-        while fake_openai.holding == 0:
-            await asyncio.sleep(0.02)
+        await fake_openai.held.wait()
         call.cancel()  # the client sends notifications/cancelled
         with pytest.raises(asyncio.CancelledError):
             await call
@@ -234,8 +237,7 @@ async def test_a_failed_first_turn_never_lets_two_turns_run_at_once_or_loses_one
         client(agent.url) as c,
     ):
         turn_a = asyncio.create_task(send(a, "question A", "race"))
-        while fake_openai.holding == 0:
-            await asyncio.sleep(0.02)
+        await fake_openai.held.wait()
         turn_b = asyncio.create_task(send(b, "question B", "race"))
         with pytest.raises(ToolError, match="language model call failed"):
             await turn_a
