@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -25,10 +26,13 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, and_, delete, event, func, insert, or_, select, update
+from sqlalchemy import Connection, and_, bindparam, case, delete, event, func, insert, or_, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.sql.elements import BindParameter
 
 from pallas_runtime.conversations import codec
 from pallas_runtime.conversations.history import first_kept, role_of
@@ -47,6 +51,9 @@ from pallas_runtime.messages import Message
 
 log = logging.getLogger(__name__)
 LEASE = timedelta(seconds=30)
+CACHED_CONVERSATIONS = 1000
+"""Transcripts kept in process: a turn reads its history from the database only when another
+process (a replica) wrote to the conversation since this one did."""
 RENEW_EVERY = 10.0
 CHECK_TIMEOUT = 3.0
 
@@ -78,11 +85,89 @@ def _messages_of(key: ConversationKey) -> Any:
     return and_(msg.c.agent == key.agent, msg.c.owner == key.owner, msg.c.conversation_id == key.id)
 
 
+def _key_params(key: ConversationKey) -> dict[str, str]:
+    return {"p_agent": key.agent, "p_owner": key.owner, "p_id": key.id}
+
+
+class _Statements:
+    """The statements of a turn, built once with bound parameters.
+
+    Each turn only binds values: building and cache-keying a statement per call was most of a
+    turn's CPU.
+    """
+
+    def __init__(self, kind: str) -> None:
+        key = and_(
+            conv.c.agent == bindparam("p_agent"),
+            conv.c.owner == bindparam("p_owner"),
+            conv.c.id == bindparam("p_id"),
+        )
+        messages_of = and_(
+            msg.c.agent == bindparam("p_agent"),
+            msg.c.owner == bindparam("p_owner"),
+            msg.c.conversation_id == bindparam("p_id"),
+        )
+        insert_ = sqlite_insert if kind == "sqlite" else pg_insert
+        now: BindParameter[datetime] = bindparam("p_now")
+        until: BindParameter[datetime] = bindparam("p_until")
+        holder: BindParameter[str] = bindparam("p_holder")
+        self.take = (
+            insert_(conv)
+            .values(
+                agent=bindparam("p_agent"),
+                owner=bindparam("p_owner"),
+                id=bindparam("p_id"),
+                title="",
+                created_at=now,
+                updated_at=now,
+                message_count=0,
+                next_seq=0,
+                version="",
+                holder=holder,
+                held_until=until,
+            )
+            .on_conflict_do_update(
+                index_elements=[conv.c.agent, conv.c.owner, conv.c.id],
+                set_={"holder": holder, "held_until": until},
+                # A retried statement finds its own hold: taking it again is not waiting for it.
+                where=or_(conv.c.holder.is_(None), conv.c.held_until < now, conv.c.holder == holder),
+            )
+            .returning(conv.c.version)
+        )
+        """Create the conversation held, or take it when free: its version, or no row when held."""
+        self.transcript = select(msg.c.seq, msg.c.payload).where(messages_of).order_by(msg.c.seq)
+        self.store = (
+            update(conv)
+            .where(key, conv.c.holder == holder)
+            .values(
+                title=case((conv.c.title == "", bindparam("p_title")), else_=conv.c.title),
+                updated_at=now,
+                message_count=bindparam("p_count"),
+                next_seq=bindparam("p_next_seq"),
+                version=bindparam("p_version"),
+                holder=None,
+                held_until=None,
+            )
+            .returning(conv.c.id)
+        )
+        """Record a stored turn and release the hold; no row when the hold was lost."""
+        self.trim = delete(msg).where(messages_of, msg.c.seq < bindparam("p_before"))
+
+
 def _migrate(connection: Connection) -> None:
     config = Config()
     config.set_main_option("script_location", str(files("pallas_runtime.conversations") / "migrations"))
     config.attributes["connection"] = connection
     command.upgrade(config, "head")
+
+
+@dataclass(frozen=True, slots=True)
+class _Transcript:
+    """A conversation as this process last read or wrote it, at `version`."""
+
+    version: str
+    messages: list[Message]
+    seqs: list[int]
 
 
 @dataclass
@@ -130,6 +215,8 @@ class SqlStore:
         self._turn_wait = turn_wait
         self._secret = secret
         self._locks = KeyedLocks()
+        self._cache: OrderedDict[ConversationKey, _Transcript] = OrderedDict()
+        self._statements = _Statements(kind)
         self._holder_prefix = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._migrated = False
         self._migrating: asyncio.Lock | None = None
@@ -139,8 +226,15 @@ class SqlStore:
         else:
             options.update(pool_size=5, max_overflow=20, pool_timeout=30, pool_recycle=1800)
         self._engine: AsyncEngine = create_async_engine(url, **options)
+        # Single statements run on a second pool in autocommit, without a liveness ping: one
+        # round trip each instead of four (ping, BEGIN, statement, COMMIT); a connection found
+        # dead is retried once on a fresh one.
+        self._quick: AsyncEngine = create_async_engine(
+            url, **{**options, "pool_pre_ping": False, "isolation_level": "AUTOCOMMIT"}
+        )
         if kind == "sqlite":
-            event.listen(self._engine.sync_engine, "connect", _sqlite_pragmas)
+            for engine in (self._engine, self._quick):
+                event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         self._sweeper: asyncio.Task[None] | None = None
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -160,6 +254,7 @@ class SqlStore:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
         await self._engine.dispose()
+        await self._quick.dispose()
 
     def describe(self, exc: BaseException) -> str:
         """A short reason, without the password."""
@@ -185,9 +280,23 @@ class SqlStore:
             async with self._engine.begin() as connection:
                 yield connection
         except (SQLAlchemyError, OSError) as exc:
-            if isinstance(exc, IntegrityError):
-                raise
             raise StoreUnavailable(self.describe(exc)) from None
+
+    async def _rows(self, statement: Any, params: dict[str, Any] | None = None) -> list[Any]:
+        """Run one statement on its own (autocommit) and return its rows."""
+        await self._ready()
+        for attempt in (1, 2):
+            try:
+                async with self._quick.connect() as connection:
+                    result = await connection.execute(statement, params)
+                    return list(result.all()) if result.returns_rows else [result.rowcount]
+            except DBAPIError as exc:
+                if exc.connection_invalidated and attempt == 1:
+                    continue
+                raise StoreUnavailable(self.describe(exc)) from None
+            except (SQLAlchemyError, OSError) as exc:
+                raise StoreUnavailable(self.describe(exc)) from None
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def _ready(self) -> None:
         if self._migrated:
@@ -204,8 +313,8 @@ class SqlStore:
     async def check(self) -> str | None:
         """None when a query answers within a few seconds; otherwise why not."""
         try:
-            async with asyncio.timeout(CHECK_TIMEOUT), self._connect() as connection:
-                await connection.execute(select(1))
+            async with asyncio.timeout(CHECK_TIMEOUT):
+                await self._rows(select(1))
         except StoreUnavailable as exc:
             return str(exc)
         except TimeoutError:
@@ -220,8 +329,8 @@ class SqlStore:
         try:
             async with self._locks.hold(key, self._turn_wait):
                 holder = f"{self._holder_prefix}-{uuid.uuid4().hex[:8]}"
-                await self._acquire(key, holder)
-                turn = _SqlTurn(self, key, holder, await self._read(key))
+                version = await self._acquire(key, holder)
+                turn = _SqlTurn(self, key, holder, await self._transcript(key, version))
                 renewer = asyncio.create_task(self._renew(turn), name="conversation-lease")
                 try:
                     yield turn
@@ -237,53 +346,41 @@ class SqlStore:
                 f"{self._turn_wait:g}s"
             ) from None
 
-    async def _acquire(self, key: ConversationKey, holder: str) -> None:
-        """Take the conversation's lease (creating the conversation when new), waiting if held."""
-        delay = 0.05
+    async def _acquire(self, key: ConversationKey, holder: str) -> str:
+        """Take the conversation's lease (creating it when new); its version.
+
+        Waits while another turn holds it.
+        """
+        delay = 0.01
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._turn_wait
         while True:
             now = _now()
-            async with self._connect() as connection:
-                taken = await connection.execute(
-                    update(conv)
-                    .where(_pk(key), or_(conv.c.holder.is_(None), conv.c.held_until < now))
-                    .values(holder=holder, held_until=now + LEASE)
-                )
-                if taken.rowcount == 1:
-                    return
-                exists = await connection.scalar(select(func.count()).select_from(conv).where(_pk(key)))
-            if not exists:
-                try:
-                    async with self._connect() as connection:
-                        await connection.execute(
-                            insert(conv).values(
-                                agent=key.agent,
-                                owner=key.owner,
-                                id=key.id,
-                                title="",
-                                created_at=now,
-                                updated_at=now,
-                                message_count=0,
-                                next_seq=0,
-                                holder=holder,
-                                held_until=now + LEASE,
-                            )
-                        )
-                    return
-                except IntegrityError:
-                    continue  # another process created it meanwhile: try to take it
+            params = {**_key_params(key), "p_holder": holder, "p_now": now, "p_until": now + LEASE}
+            taken = await self._rows(self._statements.take, params)
+            if taken:
+                return str(taken[0].version)
             if loop.time() >= deadline:
                 raise TimeoutError
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.5)
 
-    async def _read(self, key: ConversationKey) -> list[Message]:
-        async with self._connect() as connection:
-            rows = await connection.execute(
-                select(msg.c.payload).where(_messages_of(key)).order_by(msg.c.seq)
-            )
-            return [codec.decode(json.loads(row.payload)) for row in rows]
+    async def _transcript(self, key: ConversationKey, version: str) -> list[Message]:
+        """The history at `version`: from this process's cache when no one else wrote since."""
+        cached = self._cache.get(key)
+        if cached is not None and cached.version == version:
+            self._cache.move_to_end(key)
+            return list(cached.messages)
+        rows = await self._rows(self._statements.transcript, _key_params(key))
+        messages = [codec.decode(json.loads(row.payload)) for row in rows]
+        self._remember(key, _Transcript(version, messages, [row.seq for row in rows]))
+        return list(messages)
+
+    def _remember(self, key: ConversationKey, transcript: _Transcript) -> None:
+        self._cache[key] = transcript
+        self._cache.move_to_end(key)
+        while len(self._cache) > CACHED_CONVERSATIONS:
+            self._cache.popitem(last=False)
 
     async def _renew(self, turn: _SqlTurn) -> None:
         while True:
@@ -302,56 +399,49 @@ class SqlStore:
                 log.warning("renewing the hold on conversation %r failed: %s", turn.key.id, exc)
 
     async def _commit(self, turn: _SqlTurn, messages: Sequence[Message], title: str) -> None:
-        key, now = turn.key, _now()
+        """Store the turn, trim and release, in one transaction; refused if the lease was lost."""
+        key = turn.key
+        before = self._cache.get(key)
+        if before is None:  # evicted from the cache meanwhile: read what the turn started from
+            await self._transcript(key, "")
+            before = self._cache[key]
+        first_seq = (before.seqs[-1] + 1) if before.seqs else 0
+        all_messages = [*before.messages, *messages]
+        all_seqs = [*before.seqs, *range(first_seq, first_seq + len(messages))]
+        cut = first_kept([role_of(m) for m in all_messages], self._max_messages)
+        version = uuid.uuid4().hex
         async with self._connect() as connection:
-            row = (
-                await connection.execute(
-                    select(conv.c.next_seq, conv.c.title, conv.c.holder).where(_pk(key)).with_for_update()
-                )
-            ).first()
-            if row is None or row.holder != turn.holder:
+            kept = await connection.execute(
+                self._statements.store,
+                {
+                    **_key_params(key),
+                    "p_holder": turn.holder,
+                    "p_title": title,
+                    "p_now": _now(),
+                    "p_count": len(all_messages) - cut,
+                    "p_next_seq": first_seq + len(messages),
+                    "p_version": version,
+                },
+            )
+            if kept.first() is None:
+                self._cache.pop(key, None)
                 raise TurnLost(self.lost_message(key))
-            seq = row.next_seq
             if messages:
                 await connection.execute(
                     insert(msg),
                     [
                         {
-                            "agent": key.agent,
-                            "owner": key.owner,
-                            "conversation_id": key.id,
-                            "seq": seq + i,
-                            "role": role_of(m),
-                            "payload": json.dumps(codec.encode(m)),
+                            "agent": key.agent, "owner": key.owner, "conversation_id": key.id,
+                            "seq": seq, "role": role_of(m), "payload": json.dumps(codec.encode(m)),
                         }
-                        for i, m in enumerate(messages)
+                        for seq, m in zip(all_seqs[len(before.seqs) :], messages, strict=True)
                     ],
+                )  # fmt: skip
+            if cut:
+                await connection.execute(
+                    self._statements.trim, {**_key_params(key), "p_before": all_seqs[cut]}
                 )
-            kept = await self._trim(connection, key)
-            await connection.execute(
-                update(conv)
-                .where(_pk(key))
-                .values(
-                    title=row.title or title,
-                    updated_at=now,
-                    message_count=kept,
-                    next_seq=seq + len(messages),
-                    holder=None,
-                    held_until=None,
-                )
-            )
-
-    async def _trim(self, connection: AsyncConnection, key: ConversationKey) -> int:
-        """Delete the oldest messages beyond the limit (at a turn boundary); how many remain."""
-        rows = (
-            await connection.execute(
-                select(msg.c.seq, msg.c.role).where(_messages_of(key)).order_by(msg.c.seq)
-            )
-        ).all()
-        cut = first_kept([r.role for r in rows], self._max_messages)
-        if cut:
-            await connection.execute(delete(msg).where(_messages_of(key), msg.c.seq < rows[cut].seq))
-        return len(rows) - cut
+        self._remember(key, _Transcript(version, all_messages[cut:], all_seqs[cut:]))
 
     async def _release(self, turn: _SqlTurn) -> None:
         """Give the lease back; a conversation this turn created and never filled goes away."""
@@ -372,25 +462,22 @@ class SqlStore:
 
     async def history(self, key: ConversationKey) -> list[Message] | None:
         """The stored messages, or None when there is no such conversation."""
-        async with self._connect() as connection:
-            count = await connection.scalar(select(conv.c.message_count).where(_pk(key)))
-        if not count:
-            return None
-        return await self._read(key)
+        rows = await self._rows(select(msg.c.payload).where(_messages_of(key)).order_by(msg.c.seq))
+        return [codec.decode(json.loads(row.payload)) for row in rows] if rows else None
 
     async def threads(self, agent: str, owner: str) -> list[ThreadInfo]:
         """The caller's conversations, most recently updated first."""
-        async with self._connect() as connection:
-            rows = await connection.execute(
-                select(conv.c.id, conv.c.title, conv.c.updated_at, conv.c.message_count)
-                .where(conv.c.agent == agent, conv.c.owner == owner, conv.c.message_count > 0)
-                .order_by(conv.c.updated_at.desc())
-                .limit(1000)
-            )
-            return [ThreadInfo(r.id, r.title, _aware(r.updated_at), r.message_count) for r in rows]
+        rows = await self._rows(
+            select(conv.c.id, conv.c.title, conv.c.updated_at, conv.c.message_count)
+            .where(conv.c.agent == agent, conv.c.owner == owner, conv.c.message_count > 0)
+            .order_by(conv.c.updated_at.desc())
+            .limit(1000)
+        )
+        return [ThreadInfo(r.id, r.title, _aware(r.updated_at), r.message_count) for r in rows]
 
     async def delete(self, key: ConversationKey) -> bool:
         """Forget one conversation and its messages."""
+        self._cache.pop(key, None)
         async with self._connect() as connection:
             await connection.execute(delete(msg).where(_messages_of(key)))
             gone = await connection.execute(delete(conv).where(_pk(key), conv.c.message_count > 0))
@@ -398,11 +485,10 @@ class SqlStore:
 
     async def count(self, agent: str) -> int:
         """Conversations kept for `agent`."""
-        async with self._connect() as connection:
-            found = await connection.scalar(
-                select(func.count()).select_from(conv).where(conv.c.agent == agent, conv.c.message_count > 0)
-            )
-            return int(found or 0)
+        rows = await self._rows(
+            select(func.count()).select_from(conv).where(conv.c.agent == agent, conv.c.message_count > 0)
+        )
+        return int(rows[0][0] or 0)
 
     async def sweep(self) -> int:
         """Delete conversations untouched for longer than the TTL (never one held by a turn)."""

@@ -28,6 +28,8 @@ conversations = Table(
     Column("updated_at", DateTime(timezone=True), nullable=False),
     Column("message_count", Integer, nullable=False, default=0),
     Column("next_seq", Integer, nullable=False, default=0),
+    # Changes with every stored turn: a process whose cached transcript has it need not re-read.
+    Column("version", String(32), nullable=False, default=""),
     # Who holds the conversation for a turn, until when: turns never interleave across replicas.
     Column("holder", String(100), nullable=True),
     Column("held_until", DateTime(timezone=True), nullable=True),

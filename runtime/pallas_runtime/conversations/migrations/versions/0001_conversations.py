@@ -27,6 +27,7 @@ def upgrade() -> None:
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("message_count", sa.Integer, nullable=False),
         sa.Column("next_seq", sa.Integer, nullable=False),
+        sa.Column("version", sa.String(32), nullable=False),
         sa.Column("holder", sa.String(100), nullable=True),
         sa.Column("held_until", sa.DateTime(timezone=True), nullable=True),
         sa.PrimaryKeyConstraint("agent", "owner", "id", name="pk_pallas_conversations"),
