@@ -326,6 +326,8 @@ class _FakeServer(abc.ABC):
             return JSONResponse(step.body, status_code=step.status, headers=dict(step.headers))
         if isinstance(step, Text | ToolCalls):
             return render(step, recorded)
+        if isinstance(step, Hold):  # held only where a request is at hand (_handle_completion)
+            return await self._respond(step.then if step.then is not None else self.default, recorded, render)
         outcome = step(recorded.json)
         if inspect.isawaitable(outcome):
             outcome = await outcome
