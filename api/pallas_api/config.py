@@ -23,6 +23,9 @@ ENV_VAR_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 HTTP_URL = r"^https?://[^\s]+$"
 HEADER_NAME = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$"
 MiB = 1024 * 1024
+DEFAULT_MAX_RESULT_BYTES = 8 * MiB
+"""The largest tool result or peer answer read by default (the MCP client's own limit is 1 MiB)."""
+MaxResultBytes = Annotated[int, Field(ge=64 * 1024, le=64 * MiB)]
 
 
 class _Model(BaseModel):
@@ -91,6 +94,8 @@ class DownstreamServer(_Model):
     forward_inbound_auth: bool = False
     """Send the caller's `Authorization` header on, per request (an explicit header wins)."""
     timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    max_result_bytes: MaxResultBytes = DEFAULT_MAX_RESULT_BYTES
+    """The largest tool result read from this server (its text, UTF-8); larger is a tool error."""
 
 
 class PeerAgent(_Model):
@@ -101,6 +106,8 @@ class PeerAgent(_Model):
     forward_inbound_auth: bool = True
     """Agents of one deployment share a trust boundary, so the caller's bearer rides along."""
     timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 600.0
+    max_result_bytes: MaxResultBytes = DEFAULT_MAX_RESULT_BYTES
+    """The largest answer read from the peer."""
 
 
 class RequestParams(_Model):
@@ -170,7 +177,7 @@ class ConversationStoreConfig(_Model):
 
 
 class InputLimits(_Model):
-    """Bounds on what one `send_message` may carry."""
+    """Bounds on what one `send_message` may carry, and on what it hands on."""
 
     max_message_bytes: Annotated[int, Field(gt=0)] = MiB
     """Largest message text in UTF-8 bytes."""
@@ -182,6 +189,11 @@ class InputLimits(_Model):
         default_factory=lambda: ["image/png", "image/jpeg", "image/gif", "image/webp"]
     )
     """Accepted image MIME types."""
+    max_tool_result_bytes: Annotated[int, Field(ge=1024, le=64 * MiB)] = 256 * 1024
+    """The most of one tool result's text given to the model; the rest is cut with a marker."""
+    max_answer_bytes: Annotated[int, Field(ge=1024, le=64 * MiB)] = 512 * 1024
+    """The longest answer sent back (UTF-8); longer ones are cut with a marker, so every MCP client
+    can read them (the MCP SDK's clients read at most 1 MiB per event)."""
 
 
 class HealthSettings(_Model):

@@ -142,6 +142,7 @@ def render_agent(
                 headers=headers,
                 forward_inbound_auth=spec.forward_inbound_auth,
                 timeout_seconds=spec.timeout_seconds,
+                max_result_bytes=spec.max_result_bytes,
             )
         )
 

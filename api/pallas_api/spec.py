@@ -16,10 +16,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from pallas_api.config import (
+    DEFAULT_MAX_RESULT_BYTES,
     DNS_LABEL,
     HEADER_NAME,
     HTTP_URL,
     InputLimits,
+    MaxResultBytes,
     ModelCapabilities,
     RequestParams,
     ToolPolicy,
@@ -119,6 +121,8 @@ class McpServerSpec(_Spec):
     """Forward the caller's Authorization header on each call (an explicit header wins)."""
     headers: Annotated[list[HeaderSpec], Field(max_length=32)] = Field(default_factory=list)
     """Headers sent on every request."""
+    max_result_bytes: MaxResultBytes = DEFAULT_MAX_RESULT_BYTES
+    """The largest tool result read from this server (64 KiB to 64 MiB); larger is a tool error."""
 
 
 class RegistrySpec(_Spec):

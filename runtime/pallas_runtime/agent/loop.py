@@ -26,6 +26,7 @@ from pallas_runtime.llm.provider import LLMError, LLMProvider
 from pallas_runtime.messages import (
     AssistantMessage,
     Completion,
+    ContentPart,
     Message,
     TextPart,
     ToolCall,
@@ -35,6 +36,7 @@ from pallas_runtime.messages import (
     UserMessage,
 )
 from pallas_runtime.metrics import RuntimeMetrics
+from pallas_runtime.sizes import cut_to
 
 log = logging.getLogger("pallas.agent")
 
@@ -143,7 +145,15 @@ class AgentLoop:
             messages.append(assistant)
             turn.append(assistant)
             if not completion.tool_calls:
-                return TurnResult(completion.text, turn)
+                if not completion.text.strip():
+                    raise LLMError(
+                        f"{self._config.provider.name}: the model answered with neither text nor tool "
+                        f"calls (stop reason {completion.stop_reason or 'unknown'})"
+                    )
+                answer = cut_to(completion.text, self._config.limits.max_answer_bytes, "answer")
+                if answer != completion.text:
+                    turn[-1] = AssistantMessage(answer)
+                return TurnResult(answer, turn)
             await progress.step("tool")
             results = await asyncio.gather(
                 *(
@@ -223,4 +233,14 @@ class AgentLoop:
             agent, source, "tool", "error" if outcome.is_error else "ok"
         ).inc()
         await progress.tool_finished(source, tool.name, ok=not outcome.is_error)
-        return ToolResult(call.id, call.name, outcome.content, outcome.is_error)
+        return ToolResult(
+            call.id, call.name, self._within_budget(outcome, tool.qualified_name), outcome.is_error
+        )
+
+    def _within_budget(self, outcome: ToolOutcome, qualified: str) -> tuple[ContentPart, ...]:
+        """The result as the model gets it: each text cut to `limits.maxToolResultBytes`."""
+        limit = self._config.limits.max_tool_result_bytes
+        return tuple(
+            TextPart(cut_to(p.text, limit, f"result of {qualified}")) if isinstance(p, TextPart) else p
+            for p in outcome.content
+        )

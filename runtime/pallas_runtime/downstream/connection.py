@@ -24,7 +24,7 @@ import mcp_types
 from mcp import ClientSession
 from mcp.client.session import MessageHandlerFnT
 from mcp.client.sse import sse_client
-from mcp.client.streamable_http import streamable_http_client
+from mcp.client.streamable_http import DEFAULT_MAX_SSE_EVENT_SIZE, streamable_http_client
 
 from pallas_runtime import __version__
 from pallas_runtime.downstream.failures import HttpErrorRecorder, SourceClosedError, describe_failure
@@ -63,11 +63,14 @@ async def open_session(
     *,
     on_message: MessageHandlerFnT,
     recorder: HttpErrorRecorder,
+    max_event_bytes: int | None = None,
 ) -> AsyncIterator[ClientSession]:
     """An initialized MCP session (handshake protocol) whose every HTTP request carries `headers`.
 
     Must be entered and exited by the same task (the SDK's transports run anyio task groups).
-    On exit a Streamable HTTP session is ended with a DELETE.
+    On exit a Streamable HTTP session is ended with a DELETE. `max_event_bytes` bounds one SSE
+    event of a Streamable HTTP session (the SDK's default is 1 MiB; the legacy SSE transport
+    keeps it).
     """
     hooks: dict[str, list[Any]] = {"response": [recorder]}
     async with contextlib.AsyncExitStack() as stack:
@@ -95,7 +98,10 @@ async def open_session(
                     headers=dict(headers), timeout=_http_timeout(), event_hooks=hooks, verify=tls_context()
                 )
             )
-            read, write = await stack.enter_async_context(streamable_http_client(url, http_client=http))
+            limit = max_event_bytes if max_event_bytes is not None else DEFAULT_MAX_SSE_EVENT_SIZE
+            read, write = await stack.enter_async_context(
+                streamable_http_client(url, http_client=http, max_sse_event_size=limit)
+            )
         session = await stack.enter_async_context(
             ClientSession(read, write, message_handler=on_message, client_info=CLIENT_INFO)
         )

@@ -74,6 +74,15 @@ def classify(exc: BaseException, recorder: HttpErrorRecorder | None = None) -> F
     return "other"
 
 
+_OVERSIZED_EVENT = "Server-sent event exceeded"
+
+
+def oversized(exc: BaseException) -> bool:
+    """Whether a request failed because its answer was larger than the transport would read."""
+    root = _root(exc)
+    return isinstance(root, MCPError) and _OVERSIZED_EVENT in root.error.message
+
+
 def describe_failure(exc: BaseException, recorder: HttpErrorRecorder | None = None) -> str:
     """A short reason for a failed connection or request: no stack trace, no header values."""
     root = _root(exc)

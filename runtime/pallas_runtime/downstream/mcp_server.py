@@ -60,4 +60,5 @@ class McpServerSource(RemoteMcpSource):
             probe_timeout=probe_timeout,
             headers=resolve_headers(server.name, server.headers, environ),
             forward_inbound_auth=server.forward_inbound_auth,
+            max_result_bytes=server.max_result_bytes,
         )

@@ -42,6 +42,7 @@ class PeerAgentSource(RemoteMcpSource):
             probe_timeout=probe_timeout,
             headers={},
             forward_inbound_auth=peer.forward_inbound_auth,
+            max_result_bytes=peer.max_result_bytes,
         )
         self._warned_missing = False
 

@@ -30,10 +30,11 @@ from mcp import ClientSession
 from mcp.client.session import IncomingMessage
 
 from pallas_api import probe as mcp_probe
+from pallas_api.config import DEFAULT_MAX_RESULT_BYTES
 from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.downstream.connection import SharedSession, Transport, open_session, tls_context
 from pallas_runtime.downstream.content import parts_from_result
-from pallas_runtime.downstream.failures import HttpErrorRecorder, classify, describe_failure
+from pallas_runtime.downstream.failures import HttpErrorRecorder, classify, describe_failure, oversized
 from pallas_runtime.downstream.source import (
     DownstreamError,
     ProbeResult,
@@ -42,6 +43,7 @@ from pallas_runtime.downstream.source import (
     ToolOutcome,
 )
 from pallas_runtime.messages import TextPart
+from pallas_runtime.sizes import MiB, human_bytes, utf8_size
 
 log = logging.getLogger("pallas.downstream")
 T = TypeVar("T")
@@ -93,8 +95,13 @@ class RemoteMcpSource:
         probe_timeout: float,
         headers: Mapping[str, str],
         forward_inbound_auth: bool,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> None:
         self._name = name
+        self._max_result_bytes = max_result_bytes
+        # What one SSE event may hold: the result, JSON-escaped, and (fastmcp servers) sent twice,
+        # as content and as structuredContent.
+        self._max_event_bytes = 4 * max_result_bytes + MiB
         self._url = url
         self._transport: Transport = transport
         self._timeout = timeout
@@ -132,7 +139,12 @@ class RemoteMcpSource:
         recorder = HttpErrorRecorder()
         self._connect_recorder = recorder  # SharedSession opens one at a time
         async with open_session(
-            self._url, self._transport, self._headers, on_message=self._on_message, recorder=recorder
+            self._url,
+            self._transport,
+            self._headers,
+            on_message=self._on_message,
+            recorder=recorder,
+            max_event_bytes=self._max_event_bytes,
         ) as session:
             self._recorders[session] = recorder
             yield session
@@ -243,6 +255,12 @@ class RemoteMcpSource:
                     result = await self._call_with_bearer(tool, arguments, bearer, relay)
         except _Failure as failure:
             self._tools_changed()
+            if oversized(failure.cause):
+                raise DownstreamError(
+                    f"{self._name}: the result of {tool} is larger than "
+                    f"{human_bytes(self._max_event_bytes)}; the limit is "
+                    f"{human_bytes(self._max_result_bytes)} (maxResultBytes)"
+                ) from None
             if failure.kind == "protocol":
                 text = f"{self._name}: {tool} failed: {failure.reason()}"
                 return ToolOutcome(content=(TextPart(text),), is_error=True)
@@ -255,7 +273,15 @@ class RemoteMcpSource:
         if result is None:
             self._tools_changed()
             raise DownstreamError(f"{self._name}: {tool} timed out after {self._timeout:g}s")
-        return ToolOutcome(content=parts_from_result(result), is_error=result.is_error)
+        parts = parts_from_result(result)
+        size = sum(utf8_size(p.text) if isinstance(p, TextPart) else len(p.data) for p in parts)
+        if size > self._max_result_bytes:
+            text = (
+                f"{self._name}: the result of {tool} is {human_bytes(size)}; "
+                f"the limit is {human_bytes(self._max_result_bytes)} (maxResultBytes)"
+            )
+            return ToolOutcome(content=(TextPart(text),), is_error=True)
+        return ToolOutcome(content=parts, is_error=result.is_error)
 
     @staticmethod
     async def _call(
@@ -275,7 +301,12 @@ class RemoteMcpSource:
         recorder = HttpErrorRecorder()
         try:
             async with open_session(
-                self._url, self._transport, headers, on_message=self._on_message, recorder=recorder
+                self._url,
+                self._transport,
+                headers,
+                on_message=self._on_message,
+                recorder=recorder,
+                max_event_bytes=self._max_event_bytes,
             ) as session:
                 return await self._call(session, tool, arguments, relay)
         except Exception as exc:
