@@ -183,8 +183,9 @@ class InputLimits(_Model):
     """Largest message text in UTF-8 bytes."""
     max_images: Annotated[int, Field(ge=0, le=100)] = 8
     """Most images in one message."""
-    max_image_bytes: Annotated[int, Field(gt=0)] = 10 * MiB
-    """Largest decoded image in bytes."""
+    max_image_bytes: Annotated[int, Field(gt=0)] = 2 * MiB
+    """Largest decoded image in bytes. One request carries at most 4 MiB in all (the MCP SDK's
+    limit), and base64 makes an image a third larger."""
     image_types: list[str] = Field(
         default_factory=lambda: ["image/png", "image/jpeg", "image/gif", "image/webp"]
     )

@@ -110,6 +110,12 @@ class RuntimeMetrics:
             ["agent"],
             registry=r,
         )
+        self.requests_refused = Counter(
+            "pallas_requests_refused",
+            "MCP requests refused before reaching a tool, by reason (too_large).",
+            ["agent", "reason"],
+            registry=r,
+        )
         self.active_conversations = Gauge(
             "pallas_active_conversations", "Conversations held in memory.", ["agent"], registry=r
         )

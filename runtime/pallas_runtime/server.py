@@ -14,7 +14,8 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+import weakref
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -46,6 +47,7 @@ from pallas_runtime.llm.factory import create_provider
 from pallas_runtime.llm.provider import LLMError, LLMProvider
 from pallas_runtime.messages import AssistantMessage, ImagePart, TextPart, UserMessage
 from pallas_runtime.metrics import CONTENT_TYPE, RuntimeMetrics
+from pallas_runtime.request_limit import MAX_REQUEST_BYTES, RequestLimit
 
 log = logging.getLogger("pallas.server")
 
@@ -209,6 +211,8 @@ def build_server(
         mask_error_details=True,
     )
 
+    _REFUSED[server] = lambda: metrics.requests_refused.labels(agent, "too_large").inc()
+
     @server.tool(name="send_message", description=SEND_MESSAGE_DESCRIPTION, output_schema=None)
     async def send_message(
         message: str,
@@ -317,17 +321,24 @@ def build_server(
     return server
 
 
+_REFUSED: weakref.WeakKeyDictionary[FastMCP, Callable[[], None]] = weakref.WeakKeyDictionary()
+"""Per agent server, how a request refused before the MCP app is counted (see `agent_app`)."""
+
+
 def agent_app(server: FastMCP, allowed_hosts: Sequence[str] = ()) -> ASGIApp:
     """The agent's HTTP app: MCP at /mcp plus the probe and metrics routes.
+
+    Requests over the MCP SDK's body limit are refused with a JSON-RPC error naming the limit.
 
     DNS-rebinding protection is explicit: fastmcp 4.1.2's setting defaults to off. In "auto"
     mode it checks Host and Origin for servers bound to loopback (all of `pallas run`); listed
     hosts turn the check on for any bind address (e.g. the Service DNS names of a pod), and the
     server's own address is always accepted, so probes and scrapes by pod IP still work.
     """
-    return server.http_app(
+    app = server.http_app(
         path="/mcp", host_origin_protection="auto", allowed_hosts=list(allowed_hosts) or None
     )
+    return RequestLimit(app, MAX_REQUEST_BYTES, _REFUSED.get(server, lambda: None))
 
 
 def secret_env_names(config: AgentConfig) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx2
 from fastmcp import Client, FastMCP
 from fastmcp.client.transports import StreamableHttpTransport
 
@@ -99,3 +100,26 @@ async def test_a_peers_answer_over_a_mib_reaches_the_caller_cut_and_every_client
     )
     assert not direct.is_error
     assert direct.content[0].text.endswith("[… answer cut: 1.5 MiB in all; the first 512 KiB are shown]")
+
+
+async def test_a_request_over_the_body_limit_gets_a_json_rpc_error_naming_it_and_is_counted(
+    fake_openai: FakeOpenAI,
+) -> None:
+    async with serve_agent(agent_config(fake_openai.base_url)) as agent:
+        body = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "send_message", "arguments": {"message": "x" * (5 * 1024 * 1024)}},
+        }
+        async with httpx2.AsyncClient(timeout=30) as http:
+            response = await http.post(
+                agent.url, json=body, headers={"Accept": "application/json, text/event-stream"}
+            )
+            metrics = (await http.get(f"{agent.base_url}/metrics")).text
+    assert response.status_code == 413
+    error = response.json()["error"]
+    assert error["code"] == -32600
+    assert error["message"].startswith("the request is 5 MiB; this agent accepts at most 4 MiB per request")
+    assert 'pallas_requests_refused_total{agent="pallas-test",reason="too_large"} 1.0' in metrics
+    assert fake_openai.completions == []
