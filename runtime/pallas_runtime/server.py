@@ -17,6 +17,7 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from fastmcp import Context, FastMCP
@@ -43,6 +44,7 @@ from pallas_runtime.conversations.factory import build_store
 from pallas_runtime.conversations.model import ConversationBusy, ConversationStore, StoreUnavailable, TurnLost
 from pallas_runtime.downstream.source import ToolSource
 from pallas_runtime.downstream.sources import build_sources
+from pallas_runtime.inflight import InFlight, ShuttingDown
 from pallas_runtime.llm.factory import create_provider
 from pallas_runtime.llm.provider import LLMError, LLMProvider
 from pallas_runtime.messages import AssistantMessage, ImagePart, TextPart, UserMessage
@@ -211,7 +213,20 @@ def build_server(
         mask_error_details=True,
     )
 
-    _REFUSED[server] = lambda: metrics.requests_refused.labels(agent, "too_large").inc()
+    inflight = InFlight(agent)
+
+    def failed(exc: Exception | str, *, caller_error: bool = False) -> ToolError:
+        """One log line with the agent and the reason, and the error the caller gets.
+
+        A caller's own bad input is INFO, anything else WARNING; fastmcp's generic "Error calling
+        tool" line (no agent, no reason) is silenced for them.
+        """
+        text = str(exc)
+        log.log(logging.INFO if caller_error else logging.WARNING, "send_message failed: %s", text,
+                extra={"agent": agent})  # fmt: skip
+        return ToolError(text, log_level=logging.DEBUG)
+
+    _EDGES[server] = _Edges(lambda: metrics.requests_refused.labels(agent, "too_large").inc(), inflight)
 
     @server.tool(name="send_message", description=SEND_MESSAGE_DESCRIPTION, output_schema=None)
     async def send_message(
@@ -222,24 +237,26 @@ def build_server(
     ) -> ToolResult:
         try:
             user = user_message(config, message, images)
-        except InvalidInput as exc:
-            raise ToolError(str(exc)) from None
+            checked = checked_id(conversation_id) if conversation_id else None
+        except (InvalidInput, ValueError) as exc:
+            raise failed(exc, caller_error=True) from None
         inbound_auth = get_http_headers(include={"authorization"}).get("authorization")
         try:
-            reply = await conversations.send(
-                current_caller(),
-                user,
-                conversation_id=_checked(conversation_id),
-                session_id=_session_id(),
-                inbound_auth=inbound_auth,
-                progress=ProgressReporter(agent, _progress_sender(ctx)),
-            )
+            with inflight.track():
+                reply = await conversations.send(
+                    current_caller(),
+                    user,
+                    conversation_id=checked,
+                    session_id=_session_id(),
+                    inbound_auth=inbound_auth,
+                    progress=ProgressReporter(agent, _progress_sender(ctx)),
+                )
         except LLMError as exc:
-            raise ToolError(f"the language model call failed: {exc}") from None
-        except (MaxIterationsExceeded, ConversationBusy, TurnLost) as exc:
-            raise ToolError(str(exc)) from None
+            raise failed(f"the language model call failed: {exc}") from None
+        except (ShuttingDown, MaxIterationsExceeded, ConversationBusy, TurnLost) as exc:
+            raise failed(exc) from None
         except StoreUnavailable as exc:
-            raise ToolError(f"the conversation was not kept: {exc}") from None
+            raise failed(f"the conversation was not kept: {exc}") from None
         if reply.conversation_id is None:
             return ToolResult(content=reply.text)
         await conversations_changed()
@@ -321,8 +338,23 @@ def build_server(
     return server
 
 
-_REFUSED: weakref.WeakKeyDictionary[FastMCP, Callable[[], None]] = weakref.WeakKeyDictionary()
-"""Per agent server, how a request refused before the MCP app is counted (see `agent_app`)."""
+@dataclass(frozen=True, slots=True)
+class _Edges:
+    """What the HTTP edge of one agent server needs from it."""
+
+    refused: Callable[[], None]
+    """Counts a request refused before the MCP app (see `agent_app`)."""
+    inflight: InFlight
+    """Its running send_message calls (see `stop_turns`)."""
+
+
+_EDGES: weakref.WeakKeyDictionary[FastMCP, _Edges] = weakref.WeakKeyDictionary()
+
+
+async def stop_turns(server: FastMCP) -> int:
+    """End the server's running send_message calls with "shutting down"; how many there were."""
+    edges = _EDGES.get(server)
+    return await edges.inflight.stop() if edges is not None else 0
 
 
 def agent_app(server: FastMCP, allowed_hosts: Sequence[str] = ()) -> ASGIApp:
@@ -338,7 +370,8 @@ def agent_app(server: FastMCP, allowed_hosts: Sequence[str] = ()) -> ASGIApp:
     app = server.http_app(
         path="/mcp", host_origin_protection="auto", allowed_hosts=list(allowed_hosts) or None
     )
-    return RequestLimit(app, MAX_REQUEST_BYTES, _REFUSED.get(server, lambda: None))
+    edges = _EDGES.get(server)
+    return RequestLimit(app, MAX_REQUEST_BYTES, edges.refused if edges else lambda: None)
 
 
 def secret_env_names(config: AgentConfig) -> list[str]:

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import signal
 import socket
-from collections.abc import Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any
 
 import uvicorn
@@ -59,6 +59,7 @@ async def serve(
     *,
     started: asyncio.Event | None = None,
     graceful_timeout: int = 10,
+    before_stop: Callable[[], Awaitable[object]] | None = None,
 ) -> None:
     """Serve `app` on `sock` until cancelled (or until the server stops by itself).
 
@@ -67,6 +68,8 @@ async def serve(
         sock: A listening socket (see `listen`); the caller closes it.
         started: Set once the server accepts connections.
         graceful_timeout: Seconds in-flight requests get when the server is stopped.
+        before_stop: Awaited when the server is asked to stop, before it stops accepting: what
+            runs in the app can end its requests first (the agent answers "shutting down").
 
     Raises:
         OSError: the server stopped before it started.
@@ -91,6 +94,9 @@ async def serve(
             started.set()
         await asyncio.shield(task)
     finally:
+        if before_stop is not None and server.started:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(before_stop())
         server.should_exit = True
         with contextlib.suppress(asyncio.CancelledError):
             await task

@@ -11,7 +11,7 @@ import sys
 from pallas_api.commands import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, port_number
 from pallas_api.config import ConfigError, load_config
 from pallas_api.logs import setup_logging
-from pallas_runtime.server import agent_app, build_server, secret_env_names
+from pallas_runtime.server import agent_app, build_server, secret_env_names, stop_turns
 from pallas_runtime.serving import bound_port, listen, serve, until_signalled
 
 log = logging.getLogger("pallas.agent")
@@ -58,7 +58,8 @@ class AgentCommand:
         except OSError as exc:
             print(f"pallas agent: cannot listen on {args.host}:{args.port}: {exc.strerror}", file=sys.stderr)
             return EXIT_FAILURE
-        app = agent_app(build_server(config), args.allowed_host)
+        server = build_server(config)
+        app = agent_app(server, args.allowed_host)
         log.info(
             "agent %s serving on http://%s:%d/mcp (model %s)",
             config.name,
@@ -68,7 +69,7 @@ class AgentCommand:
         )
         try:
             with sock:
-                asyncio.run(until_signalled(serve(app, sock)))
+                asyncio.run(until_signalled(serve(app, sock, before_stop=lambda: stop_turns(server))))
         except OSError as exc:
             print(f"pallas agent: {exc}", file=sys.stderr)
             return EXIT_FAILURE

@@ -14,12 +14,13 @@ import logging
 import signal
 import socket
 import sys
+from functools import partial
 
 from pallas_api.commands import EXIT_FAILURE, EXIT_USAGE, port_number
 from pallas_api.logs import setup_logging
 from pallas_runtime.manifests import LOOPBACK, LocalPlan, ManifestError, load_manifests, plan_local
 from pallas_runtime.metrics import RuntimeMetrics
-from pallas_runtime.server import agent_app, build_server
+from pallas_runtime.server import agent_app, build_server, stop_turns
 from pallas_runtime.serving import listen, serve
 
 log = logging.getLogger("pallas.run")
@@ -96,9 +97,10 @@ async def serve_plan(plan: LocalPlan) -> int:
             if sock is None:
                 return EXIT_FAILURE
             sockets.append(sock)
-            app = agent_app(build_server(config, metrics=metrics, environ=agent.environ))
+            server = build_server(config, metrics=metrics, environ=agent.environ)
             started = asyncio.Event()
-            tasks.append(asyncio.create_task(serve(app, sock, started=started)))
+            serving = serve(agent_app(server), sock, started=started, before_stop=partial(stop_turns, server))
+            tasks.append(asyncio.create_task(serving))
             if not await _started(tasks[-1], started, f"agent {config.name}", agent.port):
                 return EXIT_FAILURE
             print(f"agent {config.name:<24} {agent.url}", flush=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -248,3 +249,16 @@ async def test_a_failed_first_turn_never_lets_two_turns_run_at_once_or_loses_one
     # B ran alone, then C saw B's finished turn: nothing lost, nothing interleaved.
     assert [m.content.text for m in prompt.messages] == ["question B", "answer B", "question C", "answer C"]
     assert user_texts(fake_openai.completions[-1].json) == ["question B", "question C"]
+
+
+async def test_a_failed_send_is_one_log_line_with_the_agent_and_the_reason(
+    fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    async with serve_agent(config(fake_openai, {"type": "memory"})) as agent, client(agent.url) as c:
+        with pytest.raises(ToolError):
+            await send(c, "hi", "x" * 300)
+    failures = [r for r in caplog.records if r.getMessage().startswith("send_message failed")]
+    assert [(r.levelname, getattr(r, "agent", None)) for r in failures] == [("INFO", "keeper")]
+    assert "conversation_id is 300 characters long" in failures[0].getMessage()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
