@@ -183,6 +183,7 @@ class _FakeServer(abc.ABC):
         self.abandoned = 0
         self.held = asyncio.Event()
         """Set once a request is being held (see `Hold`)."""
+        self._holding_changed = asyncio.Condition()
 
     # scripting
 
@@ -287,10 +288,17 @@ class _FakeServer(abc.ABC):
             step = step.then if step.then is not None else self.default
         return await self._respond(step, recorded, self._render_reply)
 
+    async def holding_at_least(self, count: int) -> None:
+        """Wait until `count` requests are being held at once."""
+        async with self._holding_changed:
+            await self._holding_changed.wait_for(lambda: self.holding >= count)
+
     async def _hold(self, step: Hold, request: Request) -> bool:
         """Wait for the release; False when the client went away first."""
         self.holding += 1
         self.held.set()
+        async with self._holding_changed:
+            self._holding_changed.notify_all()
         try:
             while not step.release.is_set() and not self._closing.is_set():
                 if await request.is_disconnected():

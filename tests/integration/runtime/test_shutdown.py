@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import time
+from pathlib import Path
 
 from fastmcp import Client
 from fastmcp.client.transports import StreamableHttpTransport
@@ -29,8 +30,7 @@ async def test_sigterm_ends_calls_in_flight_promptly_with_a_clear_error_and_logs
                 asyncio.create_task(c.call_tool("send_message", {"message": f"m{n}"}, raise_on_error=False))
                 for n, c in enumerate(clients)
             ]
-            while fake_openai.holding < 3:
-                await asyncio.sleep(0.05)
+            await fake_openai.holding_at_least(3)
             stopped_at = time.monotonic()
             os.killpg(proc.pid, signal.SIGTERM)
             results = await asyncio.wait_for(asyncio.gather(*calls), 10)
@@ -59,10 +59,10 @@ async def _exited(pid: int, since: float) -> float:
     """Seconds from `since` until the process ended (a zombie waiting to be reaped counts)."""
     for _ in range(300):
         try:
-            with open(f"/proc/{pid}/stat") as stat:
-                if stat.read().split(") ", 1)[1].startswith("Z"):
-                    break
+            stat = await asyncio.to_thread(Path(f"/proc/{pid}/stat").read_text)
         except FileNotFoundError:
+            break
+        if stat.split(") ", 1)[1].startswith("Z"):
             break
         await asyncio.sleep(0.05)
     return time.monotonic() - since
