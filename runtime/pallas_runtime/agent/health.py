@@ -4,7 +4,9 @@ Semantics (seed 001 §2, docs/api.md §3):
 - every downstream server and peer agent is probed in parallel (MCP initialize, then DELETE of
   the session), each bounded by `health.probeTimeoutSeconds` (3 s);
 - the provider's preflight result (models endpoint) is reused until it is older than
-  `health.providerRecheckSeconds`, then re-probed alongside the downstream probes;
+  `health.providerRecheckSeconds`, then refreshed in the background: `get_health` never waits
+  for the LLM endpoint (a hanging one used to add its 5 s timeout to the call); a failed check
+  is reported with its age; before the first check finishes the provider is not judged;
 - `ok` when everything passed; `degraded` when a downstream or the provider check failed;
   `error` when the agent cannot serve any request: its provider's API key is not configured.
   `message` names each problem.
@@ -13,6 +15,7 @@ Semantics (seed 001 §2, docs/api.md §3):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Mapping, Sequence
 
@@ -42,9 +45,15 @@ class HealthChecker:
         self._provider = provider
         self._sources = list(sources)
         self._metrics = metrics
-        self._key_missing = resolve_api_key(config.provider, environ) is None
+        self._key_problem: str | None = None
+        if resolve_api_key(config.provider, environ) is None:
+            self._key_problem = (
+                f"LLM: {config.provider.type} provider '{config.provider.name}': "
+                f"API key variable {config.provider.api_key_env} is not set"
+            )
         self._provider_check: ProviderCheck | None = None
         self._provider_probe: asyncio.Task[ProviderCheck] | None = None
+        self._refresh: asyncio.Task[None] | None = None
 
     @property
     def provider_check(self) -> ProviderCheck | None:
@@ -60,24 +69,30 @@ class HealthChecker:
         self._metrics.llm_provider_up.labels(self._config.provider.name).set(1 if check.ok else 0)
         return check
 
-    async def _current_provider_check(self) -> ProviderCheck:
+    def _current_provider_check(self) -> ProviderCheck | None:
+        """The last check, never waited for: a missing or stale one is refreshed in the background."""
         check = self._provider_check
         max_age = self._config.health.provider_recheck_seconds
-        if check is None or time.monotonic() - check.checked_at > max_age:
-            return await self.check_provider()
+        stale = check is None or time.monotonic() - check.checked_at > max_age
+        if stale and (self._provider_probe is None or self._provider_probe.done()):
+            self._refresh = asyncio.create_task(self._refresh_quietly())
         return check
+
+    async def _refresh_quietly(self) -> None:
+        with contextlib.suppress(Exception):  # a failed check is a result; anything else: next time
+            await self.check_provider()
 
     async def report(self) -> HealthReport:
         """The `get_health` document: status, timestamp and, when not ok, a message."""
-        probes, provider, store = await asyncio.gather(
+        provider = self._current_provider_check()
+        probes, store = await asyncio.gather(
             asyncio.gather(*(s.probe() for s in self._sources)),
-            self._current_provider_check(),
             self._store.check() if self._store is not None else _nothing(),
         )
         return self._summarize(list(probes), provider, store)
 
     def _summarize(
-        self, probes: list[ProbeResult], provider: ProviderCheck, store: str | None
+        self, probes: list[ProbeResult], provider: ProviderCheck | None, store: str | None
     ) -> HealthReport:
         agent = self._config.name
         for probe in probes:
@@ -86,12 +101,15 @@ class HealthChecker:
         unreachable = [f"{p.source} ({p.message})" if p.message else p.source for p in probes if not p.ok]
         if unreachable:
             problems.append("Unreachable: " + ", ".join(unreachable))
-        if not provider.ok:
-            problems.append(f"LLM: {provider.message}")
+        if self._key_problem is not None:  # known without asking the provider
+            problems.append(self._key_problem)
+        elif provider is not None and not provider.ok:
+            age = time.monotonic() - provider.checked_at
+            problems.append(f"LLM: {provider.message} (checked {age:.0f}s ago)")
         if store is not None:
             problems.append(f"Conversations: {store}")
         status: HealthStatus
-        if self._key_missing:
+        if self._key_problem is not None:
             status = "error"
         elif problems:
             status = "degraded"

@@ -28,6 +28,7 @@ class ScriptedProvider:
     check: ProviderCheck = field(default_factory=lambda: ProviderCheck(True, "", time.monotonic()))
     calls: list[tuple[str, list[Message], list[ToolSpec]]] = field(default_factory=list)
     preflights: int = 0
+    hang: asyncio.Event | None = None  # when set to an Event, preflight waits for it
 
     @property
     def name(self) -> str:
@@ -48,6 +49,8 @@ class ScriptedProvider:
 
     async def preflight(self) -> ProviderCheck:
         self.preflights += 1
+        if self.hang is not None:
+            await self.hang.wait()
         return self.check
 
     async def aclose(self) -> None:

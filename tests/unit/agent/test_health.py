@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from datetime import datetime
@@ -68,10 +69,11 @@ async def test_an_unreachable_downstream_degrades_naming_it() -> None:
 async def test_a_failed_provider_check_degrades_with_its_message() -> None:
     bad = ProviderCheck(False, "openai provider 'vllm': model 'bad-model' not found", time.monotonic())
     health, _, metrics = checker([], bad)
+    await health.check_provider()  # the startup preflight
     report = await health.report()
     assert (report.status, report.message) == (
         "degraded",
-        "LLM: openai provider 'vllm': model 'bad-model' not found",
+        "LLM: openai provider 'vllm': model 'bad-model' not found (checked 0s ago)",
     )
     assert gauge(metrics, "pallas_llm_provider_up", provider="vllm") == 0
 
@@ -81,9 +83,11 @@ async def test_a_missing_api_key_is_an_error_because_no_request_can_succeed() ->
         False, "openai provider 'vllm': API key variable VLLM_KEY is not set", time.monotonic()
     )
     health, _, metrics = checker([], missing, api_key_env="VLLM_KEY", environ={})
-    report = await health.report()
-    assert report.status == "error"
-    assert "VLLM_KEY is not set" in (report.message or "")
+    report = await health.report()  # known before any provider check has finished
+    assert (report.status, report.message) == (
+        "error",
+        "LLM: openai provider 'vllm': API key variable VLLM_KEY is not set",
+    )
     assert gauge(metrics, "pallas_agent_health_status", agent="harper") == 0
 
 
@@ -97,3 +101,18 @@ async def test_the_provider_check_is_reused_until_its_ttl_then_reprobed() -> Non
     await health.check_provider()
     await health.report()
     assert provider.preflights == 3
+
+
+async def test_health_never_waits_for_a_hanging_provider_and_reports_a_stale_failure_with_its_age() -> None:
+    health, provider, _ = checker([], recheck=0.05)
+    provider.hang = asyncio.Event()  # the models endpoint does not answer
+    started = time.monotonic()
+    report = await health.report()  # no check yet: the provider is not judged
+    assert report.status == "ok"
+    assert time.monotonic() - started < 0.5
+    provider.hang.set()
+    provider.check = ProviderCheck(False, "openai provider 'vllm': timed out after 5s", time.monotonic() - 7)
+    await health.check_provider()
+    report = await health.report()
+    assert report.status == "degraded"
+    assert report.message == "LLM: openai provider 'vllm': timed out after 5s (checked 7s ago)"
