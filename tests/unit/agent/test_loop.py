@@ -175,6 +175,17 @@ async def test_llm_errors_propagate_and_are_timed_as_errors() -> None:
     )
 
 
+@pytest.mark.parametrize("reply", ["", "  \n"])
+async def test_a_reply_with_neither_text_nor_tool_calls_is_an_error_not_an_empty_answer(reply: str) -> None:
+    loop, provider, _ = make([Completion(reply, stop_reason="content_filter")], [])
+    with pytest.raises(
+        LLMError,
+        match=r"^p: the model answered with neither text nor tool calls \(stop reason content_filter\)$",
+    ):
+        await run(loop)
+    assert len(provider.calls) == 1
+
+
 async def test_the_inbound_bearer_is_passed_per_call() -> None:
     argos = FakeSource("argos", ["search"])
     results = []
