@@ -18,6 +18,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
+from pallas_api.validation import describe
+
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 ENV_VAR_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 HTTP_URL = r"^https?://[^\s]+$"
@@ -248,20 +250,12 @@ class ConfigError(Exception):
     """A config file that cannot be used; the message names the file and the field."""
 
 
-def _describe(exc: ValidationError, source: str) -> str:
-    problems = []
-    for err in exc.errors(include_url=False):
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        problems.append(f"{where}: {err['msg']}")
-    return f"{source}: " + "; ".join(problems)
-
-
 def parse_config(data: object, source: str = "config") -> AgentConfig:
     """Validate already-loaded data; errors name the source and each bad field."""
     try:
         return AgentConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc, source)) from None
+        raise ConfigError(f"{source}: {describe(exc)}") from None
 
 
 def load_config(path: str | Path) -> AgentConfig:

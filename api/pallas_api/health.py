@@ -14,6 +14,7 @@ from typing import Annotated, Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from pallas_api.status import HEALTH_STATUSES, HealthStatus
+from pallas_api.validation import describe
 
 __all__ = ["HEALTH_STATUSES", "HealthReport", "HealthReportError", "HealthStatus", "utc_timestamp"]
 
@@ -64,10 +65,8 @@ class HealthReport(BaseModel):
         try:
             report = cls.model_validate_json(text)
         except ValidationError as exc:
-            first = exc.errors(include_url=False)[0]
-            where = ".".join(str(p) for p in first["loc"]) or "the answer"
             raise HealthReportError(
-                f"get_health did not return a health report ({where}: {first['msg']})"
+                f"get_health did not return a health report ({describe(exc, whole='the answer', limit=1)})"
             ) from None
         if report.message is not None and len(report.message) > MAX_MESSAGE:
             report = report.model_copy(update={"message": report.message[:MAX_MESSAGE]})

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ValidationError
 from pallas_api import names
 from pallas_api.render import RenderedAgent, RenderError, render_agent
 from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
+from pallas_api.validation import describe
 
 PALLAS_API = names.API_VERSION_STRING
 LOOPBACK = "127.0.0.1"
@@ -75,12 +76,7 @@ def _validate(model: type[BaseModel], data: object, where: str) -> Any:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
-        path = ".".join(str(p) for p in err["loc"])
-        more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-        raise ManifestError(
-            f"{where}: spec.{path}: {err['msg']}{more}".replace("spec.: ", "spec: ")
-        ) from None
+        raise ManifestError(f"{where}: {describe(exc, prefix='spec', limit=1)}") from None
 
 
 def _secret_data(doc: Mapping[str, Any], where: str) -> dict[str, str]:

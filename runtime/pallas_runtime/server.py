@@ -22,17 +22,20 @@ from typing import Any
 
 from fastmcp import Context, FastMCP
 from fastmcp.exceptions import ToolError
+from fastmcp.exceptions import ValidationError as ArgumentsInvalid
 from fastmcp.prompts import Message as PromptMessage
 from fastmcp.server.dependencies import get_http_headers
 from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from fastmcp.tools import ToolResult
 from mcp_types import CallToolRequestParams, ImageContent
+from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import ASGIApp
 
 from pallas_api.config import AgentConfig
 from pallas_api.health import utc_timestamp
+from pallas_api.validation import describe
 from pallas_runtime import __version__
 from pallas_runtime.agent.health import HealthChecker
 from pallas_runtime.agent.inputs import ImageInput, InvalidInput, user_message
@@ -92,6 +95,28 @@ class _SendMessageMetrics(Middleware):
         finally:
             self._metrics.send_message_total.labels(self._agent, outcome).inc()
             self._metrics.send_message_duration.labels(self._agent).observe(time.perf_counter() - started)
+
+
+class _PlainArgumentErrors(Middleware):
+    """Bad tool arguments are answered as `<tool>: invalid arguments: <field>: <problem>`.
+
+    fastmcp passes pydantic's own text through, with its input dumps and documentation links,
+    which is noise to a caller and can echo back whatever they sent.
+    """
+
+    async def on_call_tool(
+        self,
+        context: MiddlewareContext[CallToolRequestParams],
+        call_next: CallNext[CallToolRequestParams, ToolResult],
+    ) -> ToolResult:
+        try:
+            return await call_next(context)
+        except ArgumentsInvalid as exc:
+            cause = exc.__cause__
+            if not isinstance(cause, ValidationError):
+                raise
+            text = f"{context.message.name}: invalid arguments: {describe(cause, limit=5)}"
+            raise ToolError(text, log_level=logging.DEBUG) from None
 
 
 def _progress_sender(ctx: Context) -> Any:
@@ -209,7 +234,7 @@ def build_server(
         instructions=config.description or None,
         version=config.version,
         lifespan=lifespan,
-        middleware=[_SendMessageMetrics(agent, metrics)],
+        middleware=[_SendMessageMetrics(agent, metrics), _PlainArgumentErrors()],
         mask_error_details=True,
     )
 

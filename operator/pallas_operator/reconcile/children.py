@@ -8,6 +8,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from pallas_api.validation import describe
 from pallas_operator.builders import Manifest
 from pallas_operator.engine.context import Operator
 from pallas_operator.engine.world import ChildRecord, OwnerRecord
@@ -56,10 +57,9 @@ def stored_status(model: type[StatusModel], record: OwnerRecord) -> StatusModel:
         return model.model_validate(record.status)
     except ValidationError as exc:
         log.warning(
-            "the stored status of %s/%s cannot be read (%d problems, first at %s); writing a fresh one",
+            "the stored status of %s/%s cannot be read (%s); writing a fresh one",
             record.namespace,
             record.name,
-            exc.error_count(),
-            ".".join(str(p) for p in exc.errors(include_url=False)[0]["loc"]),
+            describe(exc, prefix="status", limit=1),
         )
         return model()

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from pallas_api import conditions, names
 from pallas_api.spec import PallasDeploymentSpec
 from pallas_api.status import PallasDeploymentStatus
+from pallas_api.validation import describe
 from pallas_operator.builders import Owner, registry_children, service_monitors
 from pallas_operator.engine.context import MonitoringCheck, Operator, now
 from pallas_operator.engine.world import OwnerRecord
@@ -100,8 +101,6 @@ def _forget(op: Operator, namespace: str, name: str) -> None:
 
 
 def _invalid(op: Operator, record: OwnerRecord, exc: ValidationError) -> DeploymentObservation:
-    first = exc.errors(include_url=False)[0]
-    where = ".".join(str(p) for p in first["loc"]) or "spec"
     return DeploymentObservation(
         generation=record.generation,
         agents=_summaries(op, record),
@@ -110,8 +109,8 @@ def _invalid(op: Operator, record: OwnerRecord, exc: ValidationError) -> Deploym
         registry_url=None,
         monitoring_enabled=False,
         monitoring_crd_present=False,
-        problem=f"spec is invalid at {where}: {first['msg']} (the CRD in the cluster is older than the "
-        "operator: upgrade the CRDs)",
+        problem=f"invalid spec: {describe(exc, prefix='spec', limit=1)} "
+        "(the CRD in the cluster is older than the operator: upgrade the CRDs)",
     )
 
 

@@ -14,6 +14,7 @@ from pallas_api.conditions import INVALID_SPEC
 from pallas_api.config import render_config
 from pallas_api.render import RenderError, render_agent, split_model
 from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
+from pallas_api.validation import describe
 from pallas_operator.builders import (
     AgentWorkload,
     Manifest,
@@ -46,9 +47,7 @@ class AgentPlan:
 
 
 def _invalid(what: str, exc: ValidationError) -> Problem:
-    first = exc.errors(include_url=False)[0]
-    where = ".".join(str(p) for p in first["loc"])
-    return Problem(INVALID_SPEC, f"{what} is invalid at {where}: {first['msg']}")
+    return Problem(INVALID_SPEC, f"{what} is invalid: {describe(exc, prefix='spec', limit=1)}")
 
 
 def plan_agent(
@@ -58,7 +57,7 @@ def plan_agent(
     try:
         spec = PallasAgentSpec.model_validate(record.spec)
     except ValidationError as exc:  # only when the CRD in the cluster is older than the operator
-        return AgentPlan(None, _invalid("spec", exc))
+        return AgentPlan(None, _invalid("PallasAgent spec", exc))
     plan = AgentPlan(spec)
     ns, name = record.namespace, record.name
     dep_record = world.deployment(ns, spec.deployment)

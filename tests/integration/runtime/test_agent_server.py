@@ -214,8 +214,13 @@ BAD_INPUTS = [
         {"message": "hi", "images": [{"data": PNG, "mime_type": "image/png"}] * 3},
         "3 images attached; the limit is 2",
     ),
-    ({"message": "hi", "bogus": 1}, "bogus"),
-    ({"message": "hi", "images": [{"data": PNG}]}, "mime_type"),
+    ({"message": "hi", "bogus": 1}, "send_message: invalid arguments: bogus: Unexpected keyword argument"),
+    ({"message": 5}, "send_message: invalid arguments: message: Input should be a valid string"),
+    ({}, "send_message: invalid arguments: message: Missing required argument"),
+    (
+        {"message": "hi", "images": [{"data": PNG}]},
+        "send_message: invalid arguments: images.0.mime_type: Field required",
+    ),
 ]
 
 
@@ -230,6 +235,8 @@ async def test_bad_input_is_a_clear_tool_error_counted_and_the_server_keeps_serv
             result = await send(running.url, arguments)
             assert result.is_error, arguments
             assert error in result.content[0].text
+            assert "pydantic.dev" not in result.content[0].text
+            assert "input_value" not in result.content[0].text
         result = await send(blind.url, {"message": "hi", "images": [{"data": PNG, "mime_type": "image/png"}]})
         assert "does not accept images" in result.content[0].text
         ok = await send(running.url, {"message": "still there?"})
