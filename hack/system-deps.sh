@@ -1,6 +1,15 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the tests need, when a command they provide is missing:
-#   promtool    (package prometheus: `promtool check metrics`; the prometheus server is used later)
+# Installs the Debian packages the tests and the local node need, when a command they provide is
+# missing (a NEEDS entry is a command name or an absolute path):
+#   promtool              (prometheus: `promtool check metrics`; the prometheus server is used later)
+#   containerd, ctr       (containerd: the node's container runtime, CRI v1)
+#   runc                  (runc: crun refuses the hybrid cgroup hierarchy these machines have)
+#   /usr/lib/cni/bridge   (containernetworking-plugins: bridge, host-local, loopback)
+#   buildah               (buildah: builds the project's Dockerfile without a daemon)
+#   debootstrap           (debootstrap: the Debian base of the locally built images)
+#   iptables              (iptables: kube-proxy's iptables mode)
+#   nft                   (nftables: the node's network guard, docs/local-kubernetes.md)
+#   catatonit             (catatonit: the pause process of the locally built sandbox image)
 # Idempotent and instant when every command is present: it then exits 0 without touching apt.
 # Otherwise it runs `apt-get update` once and installs only the missing packages, without
 # recommended extras and without prompts. Services shipped by a package are never started
@@ -11,12 +20,22 @@ set -euo pipefail
 # command | Debian package that provides it
 NEEDS=(
   "promtool|prometheus"
+  "containerd|containerd"
+  "runc|runc"
+  "/usr/lib/cni/bridge|containernetworking-plugins"
+  "buildah|buildah"
+  "debootstrap|debootstrap"
+  "iptables|iptables"
+  "nft|nftables"
+  "catatonit|catatonit"
 )
+
+have() { if [[ $1 == /* ]]; then [[ -x $1 ]]; else command -v "$1" >/dev/null 2>&1; fi; }
 
 missing=()
 for need in "${NEEDS[@]}"; do
   IFS='|' read -r cmd pkg <<<"$need"
-  command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
+  have "$cmd" || missing+=("$pkg")
 done
 [[ ${#missing[@]} -eq 0 ]] && exit 0
 
@@ -44,5 +63,5 @@ apt-get install -y -qq --no-install-recommends -o Dpkg::Options::=--force-confde
 
 for need in "${NEEDS[@]}"; do
   IFS='|' read -r cmd pkg <<<"$need"
-  command -v "$cmd" >/dev/null 2>&1 || { echo "system-deps: $pkg installed but $cmd is still missing" >&2; exit 1; }
+  have "$cmd" || { echo "system-deps: $pkg installed but $cmd is still missing" >&2; exit 1; }
 done
