@@ -170,6 +170,25 @@ def setup_routes(s: NodeSettings) -> None:
         run("ip", "route", "replace", "unreachable", cidr, "metric", str(UNREACHABLE_METRIC))
 
 
+KUBELET_CHAINS = {
+    "filter": ("KUBE-FIREWALL", "KUBE-KUBELET-CANARY"),
+    "nat": ("KUBE-KUBELET-CANARY",),
+    "mangle": ("KUBE-KUBELET-CANARY", "KUBE-IPTABLES-HINT"),
+}
+
+
+def remove_kubelet_chains() -> None:
+    """The chains the kubelet makes (kube-proxy --cleanup leaves them): its canaries, the hint
+    chain, and KUBE-FIREWALL with the jumps to it."""
+    for tool in ("iptables", "ip6tables"):
+        for builtin in ("INPUT", "OUTPUT"):
+            run(tool, "-t", "filter", "-D", builtin, "-j", "KUBE-FIREWALL", check=False)
+        for table, chains in KUBELET_CHAINS.items():
+            for chain in chains:
+                run(tool, "-t", table, "-F", chain, check=False)
+                run(tool, "-t", table, "-X", chain, check=False)
+
+
 def teardown(s: NodeSettings, changed_sysctls: dict[str, str]) -> None:
     """Undo `setup_bridge` and `setup_routes` (the guard is removed separately, last)."""
     if bridge_exists(s):

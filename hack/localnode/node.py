@@ -1,10 +1,11 @@
 """Bringing the node up after the control plane, and down before it.
 
-`prepare` (before the API server: it binds the node's bridge address) claims the machine, checks
-the prerequisites and lays the network with its guard. `start` runs containerd, the kubelet and
-kube-proxy, waits for a Ready node without the not-ready taint, deploys CoreDNS and points the
-host's resolver at it. `stop` undoes all of it in the reverse order, the guard last; it works from
-what `up` recorded, so a half-started node is cleaned up as well as a whole one.
+`claim` checks the prerequisites and claims the machine's one node; `prepare` (before the API
+server: it binds the node's bridge address) lays the network with its guard. `start` runs
+containerd, the kubelet and kube-proxy, waits for a Ready node without the not-ready taint,
+deploys CoreDNS and points the host's resolver at it. `stop_workloads` (before the control plane
+stops) and `stop_network` (after) undo all of it, the guard last; they work from what `up`
+recorded, so a half-started node is cleaned up as well as a whole one.
 """
 
 from __future__ import annotations
@@ -190,16 +191,13 @@ def start(
     return {"pause": pause.ref, "coredns": coredns.ref}
 
 
-def stop(
-    s: NodeSettings,
-    state_dir: Path,
-    sysctls: dict[str, str],
-    procs: list[Proc],
-    stop_processes: Callable[[list[Proc]], None],
-    bins: Path | None,
+def stop_workloads(
+    s: NodeSettings, state_dir: Path, procs: list[Proc], stop_processes: Callable[[list[Proc]], None]
 ) -> None:
-    """Everything of the node, in reverse: resolver, kube-proxy and kubelet, containers,
-    containerd, mounts, files, kube-proxy's rules, bridge and routes, sysctls, the guard."""
+    """The node's processes and everything they run or mounted: resolver block, kube-proxy and
+    kubelet, containers, containerd, leftovers, mounts, files. The network stays until the
+    control plane has stopped (it listens on the bridge address: with the address gone, its
+    connections could not even close, and it would wait for them)."""
     paths = NodePaths(state_dir / "node")
     by_name = {str(p["name"]): p for p in procs}
     if not network.holds_lock(state_dir):
@@ -218,9 +216,17 @@ def stop(
     if paths.root.exists():
         runtime.unmount_below(paths.root)
         shutil.rmtree(paths.root, ignore_errors=True)
+
+
+def stop_network(s: NodeSettings, state_dir: Path, sysctls: dict[str, str], bins: Path | None) -> None:
+    """After everything else: kube-proxy's and the kubelet's rules, bridge and routes, sysctls,
+    and the guard last."""
+    if not network.holds_lock(state_dir):
+        return
     if bins is not None and (bins / "kube-proxy").exists() and network.guard_installed(s):
         # kube-proxy's KUBE-* chains; with the proxy stopped nothing re-adds them.
         subprocess.run([str(bins / "kube-proxy"), "--cleanup"], capture_output=True, timeout=60)
+    network.remove_kubelet_chains()
     network.teardown(s, sysctls)
     network.remove_guard(s)  # last: the ranges are unreachable and unrouted by now
     network.release_lock(state_dir)
