@@ -68,10 +68,10 @@ test-unit: venv k8s-bins ## pure tests (the chart tests run helm template)
 test-integration: venv k8s-bins mcp-peers system-deps ## tests against the real local control plane
 	$(BIN)/pytest tests/integration
 
-test-e2e: venv k8s-bins mcp-peers system-deps ## the whole product as containers on the local node
+test-e2e: venv k8s-bins mcp-peers system-deps image ## the whole product as containers on the local node
 	$(BIN)/pytest tests/e2e
 
-test: lint verify k8s-bins mcp-peers system-deps ## lint and every test tier (what CI runs)
+test: lint verify k8s-bins mcp-peers system-deps image ## lint and every test tier (what CI runs)
 	$(BIN)/pytest tests
 
 cluster-up: k8s-bins system-deps ## start (or reuse) the local cluster: control plane and node
