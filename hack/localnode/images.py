@@ -337,15 +337,21 @@ def pallas_image(repo: Path, *, verbose: bool = False) -> Image:
     return Image(ref, archive)
 
 
+KEEP = 3
+"""Project images kept (each ~300 MB): a few, so checkouts of different trees on one machine
+(a worktree beside the main one) do not rebuild each other's images over and over."""
+
+
 def forget_older(current: str) -> None:
-    """Drop earlier project images and their archives (each is ~300 MB); layers stay cached."""
-    repo, tag = current.rsplit(":", 1)
-    for line in buildah(
-        "images", "--format", "{{.Name}}:{{.Tag}}", "--filter", f"reference={repo}"
-    ).splitlines():
-        if line.strip() and line.strip() != current:
+    """Drop all but the newest few project images and archives; build layers stay cached."""
+    repo = current.rsplit(":", 1)[0]
+    newest = sorted(archives().glob("pallas-*.tar"), key=lambda p: p.stat().st_mtime, reverse=True)
+    keep = set(newest[:KEEP])
+    tags = {p.name.removeprefix("pallas-").removesuffix(".tar") for p in keep} | {current.rsplit(":", 1)[1]}
+    for old in set(newest) - keep:
+        old.unlink(missing_ok=True)
+    listed = buildah("images", "--format", "{{.Name}}:{{.Tag}}", "--filter", f"reference={repo}")
+    for line in listed.splitlines():
+        if line.strip() and line.strip().rsplit(":", 1)[1] not in tags:
             with contextlib.suppress(NodeError):
                 buildah("rmi", line.strip())
-    for old in archives().glob("pallas-*.tar"):
-        if old.name != f"pallas-{tag}.tar":
-            old.unlink(missing_ok=True)
