@@ -49,7 +49,7 @@ lint: venv ## ruff, mypy (strict, packages, bench and hack) and the import-layer
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/mypy bench hack/chartgen.py hack/chartvalues.py
+	$(BIN)/mypy bench hack/chartgen.py hack/chartvalues.py hack/localnode
 	$(BIN)/lint-imports
 
 verify: venv ## regenerate crds/ from the models and fail if the committed files differ
