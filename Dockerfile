@@ -3,14 +3,18 @@
 #   pallas operator | pallas agent --config FILE | pallas registry | pallas run -f FILE | pallas chat URL
 # Build: docker build -t pallas:0.1.0 .
 #
-# Base image: pinned to an exact Python patch release and Debian release (the same tag in both
+# Base image: pinned to an exact Python patch release and Debian release (the same base in both
 # stages, so the venv's interpreter path exists in the final stage). The digest pin
 # (`python:3.11.17-slim-bookworm@sha256:…`) is added by the release pipeline, which resolves it
 # where the registry is reachable; none is written here because none could be verified from
-# the machines this file is developed on (they have no container engine).
+# the machines this file is developed on (they reach no container registry).
+# BASE_IMAGE replaces it where no registry is reachable: `make image` (hack/image) builds on a
+# Debian base it makes from Debian packages (python3, python3-venv, python3-pip,
+# python-is-python3), which offers the same `python` and `pip` commands.
+ARG BASE_IMAGE=python:3.11.17-slim-bookworm
 
 # --- builder: a wheel of the project, installed with its pinned dependencies into a venv ---------
-FROM python:3.11.17-slim-bookworm AS builder
+FROM ${BASE_IMAGE} AS builder
 
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
@@ -36,13 +40,14 @@ RUN pip wheel --no-deps --wheel-dir /wheels . \
     && /opt/pallas/bin/pallas --version
 
 # --- runtime: the venv alone, on the same slim base, as a non-root user --------------------------
-FROM python:3.11.17-slim-bookworm
+FROM ${BASE_IMAGE}
+ARG BASE_IMAGE
 
 LABEL org.opencontainers.image.title="pallas" \
       org.opencontainers.image.description="Kubernetes-native platform that runs LLM agents as MCP servers: operator, agent runtime, registry" \
       org.opencontainers.image.version="0.1.0" \
       org.opencontainers.image.licenses="Apache-2.0" \
-      org.opencontainers.image.base.name="docker.io/library/python:3.11.17-slim-bookworm"
+      org.opencontainers.image.base.name="${BASE_IMAGE}"
 
 # HOME: the numeric user has no passwd entry; /tmp is the one place a pod may make writable.
 # fastmcp must not phone home for update checks or print its banner in a pod's log.

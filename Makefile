@@ -10,8 +10,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml requirements/dev.lock | sha256sum | cut -c1-16)
 UV_VERSION := 0.13.9
 
-.PHONY: help venv lock k8s-bins mcp-peers system-deps lint verify test test-unit test-integration test-e2e cluster-up \
-        cluster-down cluster-status demo demo-down clean
+.PHONY: help venv lock k8s-bins mcp-peers system-deps image lint verify test test-unit test-integration \
+        test-e2e cluster-up cluster-down cluster-status demo demo-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -33,20 +33,23 @@ lock: venv ## re-resolve requirements/*.lock from pyproject.toml (after changing
 	  $(BIN)/uv pip compile --quiet pyproject.toml $${spec#*:} --generate-hashes --python-version 3.11 \
 	    --python-platform x86_64-manylinux_2_28 -o requirements/$${spec%%:*}; done
 
-k8s-bins: ## build (or reuse) etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, helm
+k8s-bins: ## build (or reuse) etcd, the Kubernetes control plane and node binaries, CoreDNS, kubectl, helm
 	hack/build-k8s-bins.sh
 
 mcp-peers: ## install (or reuse) the pinned MCP peers: Node 22, server-everything, inspector-cli, conformance
 	hack/mcp-peers.sh
 
-system-deps: ## install (if missing) the Debian packages the tests need: prometheus (promtool)
+system-deps: ## install (if missing) the Debian packages: containerd, runc, CNI, buildah, debootstrap, promtool…
 	hack/system-deps.sh
+
+image: system-deps ## build the pallas image here (only when the project changed) and load it into the node
+	hack/image build
 
 lint: venv ## ruff, mypy (strict, packages, bench and hack) and the import-layering contracts
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/mypy bench hack/chartgen.py hack/chartvalues.py
+	$(BIN)/mypy bench hack/chartgen.py hack/chartvalues.py hack/localnode
 	$(BIN)/lint-imports
 
 verify: venv ## regenerate crds/ from the models and fail if the committed files differ
@@ -65,25 +68,25 @@ test-unit: venv k8s-bins ## pure tests (the chart tests run helm template)
 test-integration: venv k8s-bins mcp-peers system-deps ## tests against the real local control plane
 	$(BIN)/pytest tests/integration
 
-test-e2e: venv k8s-bins mcp-peers ## the whole product on the local control plane
+test-e2e: venv k8s-bins mcp-peers system-deps image ## the whole product as containers on the local node
 	$(BIN)/pytest tests/e2e
 
-test: lint verify k8s-bins mcp-peers system-deps ## lint and every test tier (what CI runs)
+test: lint verify k8s-bins mcp-peers system-deps image ## lint and every test tier (what CI runs)
 	$(BIN)/pytest tests
 
-cluster-up: k8s-bins ## start (or reuse) the local control plane
+cluster-up: k8s-bins system-deps ## start (or reuse) the local cluster: control plane and node
 	hack/cluster up
 
-cluster-down: ## stop the local control plane
+cluster-down: ## stop the local cluster (every node component too) and undo its network
 	hack/cluster down
 
 cluster-status: ## say what runs
 	hack/cluster status
 
-demo: venv k8s-bins cluster-up ## the whole product locally: operator, agents and registry as pods, then chat
+demo: venv k8s-bins system-deps cluster-up ## the whole product locally: operator, agents and registry as containers
 	hack/demo up
 
-demo-down: ## remove the demo and stop the stand-in kubelet (the cluster keeps running)
+demo-down: ## remove the demo (the cluster keeps running)
 	hack/demo down
 
 clean: cluster-down ## stop the cluster and remove the virtualenv and caches in the repo

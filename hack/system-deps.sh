@@ -1,8 +1,17 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the tests need, when a command they provide is missing:
-#   promtool    (package prometheus: `promtool check metrics`; the prometheus server is used later)
-#   initdb      (package postgresql: throw-away PostgreSQL servers for the conversation-store tests;
-#                not on PATH, so it is looked for under /usr/lib/postgresql/*/bin)
+# Installs the Debian packages the tests and the local node need, when a command they provide is
+# missing (a NEEDS entry is a command name, or an absolute path glob that must match an executable):
+#   promtool              (prometheus: `promtool check metrics`; the prometheus server is used later)
+#   initdb                (postgresql: throw-away PostgreSQL servers for the conversation-store tests;
+#                          not on PATH, so it is looked for under /usr/lib/postgresql/*/bin)
+#   containerd, ctr       (containerd: the node's container runtime, CRI v1)
+#   runc                  (runc: crun refuses the hybrid cgroup hierarchy these machines have)
+#   /usr/lib/cni/bridge   (containernetworking-plugins: bridge, host-local, loopback)
+#   buildah               (buildah: builds the project's Dockerfile without a daemon)
+#   debootstrap           (debootstrap: the Debian base of the locally built images)
+#   iptables              (iptables: kube-proxy's iptables mode)
+#   nft                   (nftables: the node's network guard, docs/local-kubernetes.md)
+#   catatonit             (catatonit: the pause process of the locally built sandbox image)
 # Idempotent and instant when every command is present: it then exits 0 without touching apt.
 # Otherwise it runs `apt-get update` once and installs only the missing packages, without
 # recommended extras and without prompts. Services shipped by a package are never started
@@ -14,6 +23,14 @@ set -euo pipefail
 NEEDS=(
   "promtool|prometheus"
   "/usr/lib/postgresql/*/bin/initdb|postgresql"
+  "containerd|containerd"
+  "runc|runc"
+  "/usr/lib/cni/bridge|containernetworking-plugins"
+  "buildah|buildah"
+  "debootstrap|debootstrap"
+  "iptables|iptables"
+  "nft|nftables"
+  "catatonit|catatonit"
 )
 
 present() {  # a command on PATH, or a path glob that matches an executable

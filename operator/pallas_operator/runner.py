@@ -14,6 +14,7 @@ import signal
 import threading
 
 import kopf
+from kopf._core.engines.peering import Identity  # the type of kopf.operator(identity=); not re-exported
 from lightkube import KubeConfig
 from lightkube.core.exceptions import ConfigError
 
@@ -108,6 +109,9 @@ class Runner:
                 clusterwide=not self.settings.namespaces,
                 namespaces=self.settings.namespaces,
                 standalone=True,  # the Lease, not kopf peering, decides who acts
+                # Ours, so kopf does not derive one from the user name: a container's numeric
+                # user (65532) has no passwd entry and getpass.getuser() raises.
+                identity=Identity(self.settings.identity),
                 stop_flag=kopf_stop,
                 ready_flag=kopf_started,  # start-up activities done; not yet able to act
             ),

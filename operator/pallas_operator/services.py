@@ -1,8 +1,8 @@
 """How the operator reaches an agent's Service: its cluster DNS name, unless mapped elsewhere.
 
 In a cluster the operator dials `http://<agent>.<ns>.svc.cluster.local:<port>/mcp` directly.
-Outside one (development, tests, the e2e stand-in kubelet that runs agent pods as local
-processes), a host map rewrites Service addresses to where the agent really listens:
+Outside one (development, and tests that run agents as local processes), a host map rewrites
+Service addresses to where the agent really listens:
 
 - `PALLAS_SERVICE_HOST_OVERRIDES="research.agents.svc.cluster.local:8000=127.0.0.1:40123,..."`
 - `--service-host-map FILE`: the same pairs, one per line (`#` comments), re-read when the file

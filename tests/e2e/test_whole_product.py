@@ -1,14 +1,20 @@
-"""The whole product, end to end, on the local control plane with the development stand-in kubelet.
+"""The whole product, end to end, as containers on the local cluster's real node.
 
-`kubectl apply` of a Secret, a PallasDeployment and three PallasAgents → the operator (a
-`pallas operator` process, no service-host map) → agent and registry pods, run as local
-processes by hack/dev-kubelet on a node of this module's own, Service names in /etc/hosts →
-the registry over cluster DNS → a client that finds the orchestrator in the catalogue and talks
-to it with a bearer and a progress token → the orchestrator asks the researcher agent, which uses
+`helm install` of the chart with the project's image (built by hack/image, imported into the
+node) → the operator as a pod; `kubectl apply` of a Secret, a PallasDeployment and three
+PallasAgents → agent and registry pods run by the real kubelet (containerd, runc), non-root with
+a read-only root filesystem → Services through kube-proxy, names through CoreDNS: the operator
+probes the agents and the orchestrator calls the researcher by `<agent>.<ns>.svc.cluster.local`
+→ the registry over cluster DNS (this machine resolves cluster names through the cluster's DNS,
+as hack/cluster sets it up) → a client that finds the orchestrator in the catalogue and talks to
+it with a bearer and a progress token → the orchestrator asks the researcher agent, which uses
 server-everything and two header-echo MCP servers (`echo` with forwardInboundAuth, `plain`
 without) → the answer, progress in the seed's formats, the history prompt and the metrics.
-Then the drills, each followed by status, health, catalogue and pods within a bound: a killed
-agent process, a downstream server stopped, a rotated LLM key, a deleted agent.
+The fake LLM and the MCP servers listen on the node's bridge address, where pods reach this
+machine (never an address out there). Then the drills, each followed by status, health,
+catalogue and pods within a bound: kubectl logs, exec and port-forward on the pods; a killed
+container (the kubelet restarts it); a deleted pod (the ReplicaSet replaces it, the registry
+follows); a downstream server stopped; a rotated LLM key; a deleted agent.
 
 The tests run in file order and share one module-scoped world: each builds on the state the
 previous one left. The fake LLM (OpenAI wire format) decides by the system prompt who is asking.
@@ -40,15 +46,15 @@ from pallas_api.kube import PallasAgent, PallasDeployment
 from tests.support.cluster import LocalCluster
 from tests.support.e2e import (
     PALLAS,
-    DevKubeletProcess,
+    LocalNode,
     LoopThread,
-    OperatorProcess,
+    OperatorRelease,
     create_namespace,
     delete_namespace,
+    install_operator,
+    local_node,
     sample,
     scrape,
-    start_dev_kubelet,
-    start_operator,
     until,
 )
 from tests.support.fake_llm import Call, FakeOpenAI, RecordedRequest, Text, ToolCalls
@@ -78,7 +84,8 @@ RESEARCH_CALLS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("everything__trigger-long-running-operation", {"duration": 0.4, "steps": 2}),
 )
 
-# Bounds of the waits (seconds). Pod start-up is a Python process import (~3 s on two cores).
+# Bounds of the waits (seconds). Pod start-up is a container start and a Python import (~5 s on
+# two cores); a restarted container waits out the kubelet's first back-off (10 s) too.
 READY_WITHIN = 90
 FOLLOW_WITHIN = 45
 GC_WITHIN = 60
@@ -153,6 +160,11 @@ def cmdline(pid: int) -> str:
         return ""
 
 
+def process_gone(pid: int, was: str) -> bool:
+    """The process is gone (or its pid now runs something else)."""
+    return cmdline(pid) != was
+
+
 def system_of(request: RecordedRequest) -> str:
     messages = (request.json or {}).get("messages") or [{}]
     return text_of(messages[0].get("content")) if messages[0].get("role") == "system" else ""
@@ -163,7 +175,7 @@ def system_of(request: RecordedRequest) -> str:
 
 @dataclass
 class Servers:
-    """What the agents talk to, all on 127.0.0.1 (pods are host processes and reach it)."""
+    """What the agents talk to, all on the node's bridge address (where pods reach this machine)."""
 
     loop: LoopThread
     llm: FakeOpenAI
@@ -177,8 +189,8 @@ class Servers:
 class World:
     cluster: LocalCluster
     namespace: str
-    kubelet: DevKubeletProcess
-    operator: OperatorProcess
+    node: LocalNode
+    operator: OperatorRelease
     servers: Servers
     kube: KubeClient
 
@@ -216,9 +228,19 @@ class World:
         labels = {"pallas.dev/agent": agent}
         return list(self.kube.list(Pod, namespace=self.namespace, labels=labels))
 
+    def registry_pods(self) -> list[Pod]:
+        labels = {"app.kubernetes.io/component": "registry"}
+        return list(self.kube.list(Pod, namespace=self.namespace, labels=labels))
+
     def ready_pod(self, agent: str) -> Pod | None:
         """The agent's one pod, if it is Running and Ready (and no other pod of it exists)."""
-        pods = self.all_pods(agent)
+        return self._only_ready(self.all_pods(agent))
+
+    def ready_registry_pod(self) -> Pod | None:
+        return self._only_ready(self.registry_pods())
+
+    @staticmethod
+    def _only_ready(pods: list[Pod]) -> Pod | None:
         if len(pods) != 1 or pods[0].metadata.deletionTimestamp is not None:
             return None
         pod = pods[0]
@@ -254,8 +276,12 @@ class World:
             return obj
         return None
 
+    def kubectl(self, *args: str) -> str:
+        """kubectl in the module's namespace; stdout (a failure fails the test with stderr)."""
+        return self.cluster.kubectl("-n", self.namespace, *args).stdout
+
     def diagnose(self) -> str:
-        """What the cluster, the operator, the stand-in kubelet and the pods say (for failures)."""
+        """What the cluster, the operator and the pods say (for failures)."""
         get = self.cluster.kubectl(
             "get",
             "pallasagents,pallasdeployments,deployments,pods",
@@ -271,10 +297,15 @@ class World:
             if obj is not None:
                 parts.append(f"--- {agent} status: {json.dumps(obj.get('status'), sort_keys=True)}")
             for pod in self.all_pods(agent):
-                log = self.kubelet.pod_log(self.namespace, pod.metadata.name, "agent", 12)
-                parts.append(f"--- pod {pod.metadata.name} log:\n{log}")
+                log = self.cluster.kubectl(
+                    "logs", "-n", self.namespace, pod.metadata.name, "--tail=12", check=False
+                )
+                parts.append(f"--- pod {pod.metadata.name} log:\n{log.stdout}{log.stderr}")
+        events = self.cluster.kubectl(
+            "get", "events", "-n", self.namespace, "--sort-by=.lastTimestamp", check=False
+        )
+        parts.append(f"--- events:\n{events.stdout[-3000:]}")
         parts.append(f"--- operator log:\n{self.operator.log_tail(25)}")
-        parts.append(f"--- dev-kubelet log:\n{self.kubelet.log_tail(25)}")
         return "\n".join(parts)
 
     async def until(self, what: str, probe: Any, within: float, interval: float = 0.25) -> Any:
@@ -282,6 +313,7 @@ class World:
 
 
 def manifests(namespace: str, node: str, servers: Servers) -> list[dict[str, Any]]:
+    """The module's Secret, PallasDeployment and agents (pinned to the node, as a user might)."""
     meta = {"namespace": namespace}
     pinned = {"nodeSelector": {"kubernetes.io/hostname": node}}
 
@@ -338,14 +370,20 @@ def manifests(namespace: str, node: str, servers: Servers) -> list[dict[str, Any
 
 
 @pytest.fixture(scope="module")
-def e2e_servers(mcp_peers: McpPeers) -> Iterator[Servers]:
+def e2e_node(kube_cluster: LocalCluster) -> LocalNode:
+    return local_node()
+
+
+@pytest.fixture(scope="module")
+def e2e_servers(mcp_peers: McpPeers, e2e_node: LocalNode) -> Iterator[Servers]:
     loop = LoopThread()
     stop_everything = contextlib.ExitStack()
+    host = e2e_node.ip
     try:
-        llm = loop.enter(FakeOpenAI(default=decide, models=[MODEL]))
-        echo = loop.enter(header_echo_server())
-        plain = loop.enter(header_echo_server())
-        everything = stop_everything.enter_context(run_server_everything(mcp_peers))
+        llm = loop.enter(FakeOpenAI(default=decide, models=[MODEL], host=host))
+        echo = loop.enter(header_echo_server(host=host))
+        plain = loop.enter(header_echo_server(host=host))
+        everything = stop_everything.enter_context(run_server_everything(mcp_peers, host=host))
         yield Servers(loop, llm, echo, plain, everything, stop_everything)
     finally:
         stop_everything.close()
@@ -353,22 +391,8 @@ def e2e_servers(mcp_peers: McpPeers) -> Iterator[Servers]:
 
 
 @pytest.fixture(scope="module")
-def e2e_kubelet(
-    kube_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[DevKubeletProcess]:
-    suffix = secrets.token_hex(3)
-    # Its own /24 in 127.2.0.0/16: away from the demo's and the dev-kubelet tests' 127.1.0.0/16.
-    cidr = f"127.2.{secrets.randbelow(250) + 1}.0/24"
-    kubelet = start_dev_kubelet(kube_cluster, tmp_path_factory.mktemp("e2e"), f"pallas-e2e-{suffix}", cidr)
-    try:
-        yield kubelet
-    finally:
-        kubelet.stop()
-
-
-@pytest.fixture(scope="module")
-def e2e_namespace(pallas_crds: LocalCluster, e2e_kubelet: DevKubeletProcess) -> Iterator[str]:
-    """A namespace for the module; deleted, and waited for, while the stand-in kubelet still runs."""
+def e2e_namespace(pallas_crds: LocalCluster) -> Iterator[str]:
+    """A namespace for the module; deleted, and waited for, at the end."""
     name = f"t-e2e-{secrets.token_hex(3)}"
     create_namespace(pallas_crds, name)
     try:
@@ -379,27 +403,27 @@ def e2e_namespace(pallas_crds: LocalCluster, e2e_kubelet: DevKubeletProcess) -> 
 
 @pytest.fixture(scope="module")
 def e2e_operator(
-    pallas_crds: LocalCluster, e2e_namespace: str, e2e_kubelet: DevKubeletProcess
-) -> Iterator[OperatorProcess]:
-    operator = start_operator(pallas_crds, e2e_namespace, e2e_kubelet.log.parent)
+    pallas_crds: LocalCluster, e2e_namespace: str, e2e_node: LocalNode
+) -> Iterator[OperatorRelease]:
+    operator = install_operator(pallas_crds, e2e_namespace, e2e_node.image)
     try:
         yield operator
     finally:
-        operator.stop()
+        operator.uninstall()
 
 
 @pytest.fixture(scope="module")
 def world(
     e2e_servers: Servers,
     pallas_crds: LocalCluster,
-    e2e_kubelet: DevKubeletProcess,
+    e2e_node: LocalNode,
     e2e_namespace: str,
-    e2e_operator: OperatorProcess,
+    e2e_operator: OperatorRelease,
 ) -> Iterator[World]:
     kube = KubeClient(config=pallas_crds.config(), field_manager="pallas-tests")
     try:
-        kubectl_apply(pallas_crds, *manifests(e2e_namespace, e2e_kubelet.node, e2e_servers))
-        yield World(pallas_crds, e2e_namespace, e2e_kubelet, e2e_operator, e2e_servers, kube)
+        kubectl_apply(pallas_crds, *manifests(e2e_namespace, e2e_node.name, e2e_servers))
+        yield World(pallas_crds, e2e_namespace, e2e_node, e2e_operator, e2e_servers, kube)
     finally:
         kube.close()
 
@@ -428,8 +452,10 @@ async def test_applied_agents_run_as_pods_become_ready_and_are_catalogued(world:
         assert status["model"] == MODEL
         pod = world.ready_pod(name)
         assert pod is not None, f"{name} has no single Running and Ready pod"
-        assert pod.spec.nodeName == world.kubelet.node, "agent pods run on this module's stand-in node"
-        assert pod.status.containerStatuses[0].containerID.startswith("devkubelet://")
+        assert pod.spec.nodeName == world.node.name, "agent pods run on the local node"
+        container = pod.status.containerStatuses[0]
+        assert container.containerID.startswith("containerd://"), container
+        assert container.image == world.node.image
 
     deployment = await world.until(
         "the PallasDeployment Ready with 3 of 3 agents ready",
@@ -595,12 +621,88 @@ async def test_a_client_finds_the_orchestrator_in_the_registry_and_chats(world: 
     assert "researcher/send_message" in err.decode(), "pallas chat shows progress lines while waiting"
 
 
-async def test_a_killed_agent_process_is_restarted_and_the_agent_is_ready_again(world: World) -> None:
+async def test_the_pods_are_non_root_containers_with_a_read_only_root(world: World) -> None:
+    probe = (
+        "import json, os\n"
+        "def writable(path):\n"
+        "    try:\n"
+        "        with open(os.path.join(path, '.probe'), 'w'): pass\n"
+        "        os.remove(os.path.join(path, '.probe'))\n"
+        "        return True\n"
+        "    except OSError as exc:\n"
+        "        return exc.strerror\n"
+        "caps = [l.split()[1] for l in open('/proc/self/status') if l.startswith('CapEff')][0]\n"
+        "print(json.dumps({'uid': os.getuid(), 'gid': os.getgid(), 'caps': caps,\n"
+        "    'home': os.environ['HOME'], 'root': writable('/'), 'venv': writable('/opt/pallas'),\n"
+        "    'tmp': writable('/tmp')}))\n"
+    )
+    registry = world.ready_registry_pod()
+    assert registry is not None
+    operator = world.kubectl("get", "pods", "-l", "app.kubernetes.io/component=operator", "-o", "name")
+    pods = {
+        "researcher": f"pod/{world.ready_pod('researcher').metadata.name}",  # type: ignore[union-attr]
+        "registry": f"pod/{registry.metadata.name}",
+        "operator": operator.split()[0],
+    }
+    for what, pod in pods.items():
+        seen = json.loads(world.kubectl("exec", pod, "--", "python", "-c", probe))
+        assert (seen["uid"], seen["gid"]) == (65532, 65532), (what, seen)
+        assert int(seen["caps"], 16) == 0, f"{what} has capabilities: {seen}"
+        assert seen["root"] == seen["venv"] == "Read-only file system", (what, seen)
+        assert seen["tmp"] is True, f"{what} cannot write its /tmp (HOME {seen['home']})"
+
+    # Cluster DNS and Services inside the pods: the orchestrator finds the researcher's Service.
+    researcher_ip = world.kube.get(Service, "researcher", namespace=world.namespace).spec.clusterIP
+    orchestrator = f"pod/{world.ready_pod('orchestrator').metadata.name}"  # type: ignore[union-attr]
+    name = f"researcher.{world.namespace}.svc.cluster.local"
+    resolved = world.kubectl(
+        "exec", orchestrator, "--", "python", "-c", f"import socket; print(socket.gethostbyname({name!r}))"
+    )
+    assert resolved.strip() == researcher_ip
+    assert (
+        f"http://{name}:8000/mcp"
+        in world.kube.get(ConfigMap, "orchestrator-config", namespace=world.namespace).data["agent.yaml"]
+    )
+    dns = world.cluster.kubectl(
+        "get", "pods", "-n", "kube-system", "-l", "k8s-app=kube-dns", "-o", "name"
+    ).stdout
+    assert dns.strip(), "CoreDNS runs as the kube-dns pods"
+
+
+async def test_kubectl_logs_and_port_forward_reach_the_containers(world: World) -> None:
+    pod = world.ready_pod("researcher")
+    assert pod is not None
+    logs = world.kubectl("logs", pod.metadata.name)
+    assert '"agent researcher serving on http://0.0.0.0:8000/mcp' in logs, logs[-2000:]
+    forward = await asyncio.create_subprocess_exec(
+        world.cluster.kubectl_path,
+        f"--kubeconfig={world.cluster.kubeconfig}",
+        "-n",
+        world.namespace,
+        "port-forward",
+        f"pod/{pod.metadata.name}",
+        ":8000",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert forward.stdout is not None
+        line = (await asyncio.wait_for(forward.stdout.readline(), 30)).decode()
+        assert line.startswith("Forwarding from 127.0.0.1:"), line
+        port = int(line.split("127.0.0.1:", 1)[1].split()[0])
+        response = httpx2.get(f"http://127.0.0.1:{port}/readyz", timeout=10)
+        assert response.status_code == 200, response.text
+    finally:
+        forward.terminate()
+        await forward.wait()
+
+
+async def test_a_killed_container_is_restarted_by_the_kubelet_and_the_agent_recovers(world: World) -> None:
     pod = world.ready_pod("researcher")
     assert pod is not None
     status = pod.status.containerStatuses[0]
     assert status.restartCount == 0
-    pid = int(status.containerID.removeprefix("devkubelet://"))
+    pid = world.node.container_pid(status.containerID)
     assert "pallas agent" in cmdline(pid)
     os.kill(pid, signal.SIGKILL)
 
@@ -623,6 +725,46 @@ async def test_a_killed_agent_process_is_restarted_and_the_agent_is_ready_again(
     # The new process serves: health by its Service name, and a turn through the orchestrator.
     async with mcp_client(world.agent_url("orchestrator")) as client:
         result = await client.call_tool("send_message", {"message": "again?"})
+    assert result.content[0].text.startswith("Final answer: echo saw Bearer e2e-user-token"), result
+
+
+async def test_a_deleted_pod_is_replaced_and_the_registry_follows(world: World) -> None:
+    old = world.ready_pod("researcher")
+    assert old is not None
+    world.kubectl("delete", "pod", old.metadata.name, "--wait=false")
+
+    def replaced() -> Pod | None:
+        pod = world.ready_pod("researcher")
+        return pod if pod is not None and pod.metadata.uid != old.metadata.uid else None
+
+    new = await world.until(
+        "a new researcher pod from the ReplicaSet, Running and Ready", replaced, FOLLOW_WITHIN
+    )
+    assert new.metadata.ownerReferences[0].kind == "ReplicaSet"
+    await world.until("the researcher Ready again", lambda: world.agent_ready("researcher"), FOLLOW_WITHIN)
+
+    # The registry pod too: its replacement serves the same catalogue under the same name.
+    registry = world.ready_registry_pod()
+    assert registry is not None
+    world.kubectl("delete", "pod", registry.metadata.name, "--wait=false")
+
+    def new_registry_serving() -> dict[str, dict[str, Any]] | None:
+        pod = world.ready_registry_pod()
+        if pod is None or pod.metadata.uid == registry.metadata.uid:
+            return None
+        catalogue = world.catalogue()
+        if catalogue is None or sorted(catalogue) != sorted(AGENTS):
+            return None
+        ready = all(e["_meta"]["dev.pallas/agent"]["phase"] == "Ready" for e in catalogue.values())
+        return catalogue if ready else None
+
+    await world.until(
+        "a new registry pod serving all three agents as Ready over cluster DNS",
+        new_registry_serving,
+        FOLLOW_WITHIN,
+    )
+    async with mcp_client(world.agent_url("orchestrator")) as client:
+        result = await client.call_tool("send_message", {"message": "after the new pods?"})
     assert result.content[0].text.startswith("Final answer: echo saw Bearer e2e-user-token"), result
 
 
@@ -724,7 +866,9 @@ async def test_a_rotated_llm_key_rolls_the_pods_and_reaches_the_llm(world: World
 async def test_a_deleted_agent_is_garbage_collected_and_leaves_the_catalogue(world: World) -> None:
     pod = world.ready_pod("summarizer")
     assert pod is not None
-    pid = int(pod.status.containerStatuses[0].containerID.removeprefix("devkubelet://"))
+    pid = world.node.container_pid(pod.status.containerStatuses[0].containerID)
+    was = cmdline(pid)
+    assert "pallas agent" in was
     world.cluster.kubectl("delete", "pallasagent", "summarizer", "-n", world.namespace, "--wait=false")
 
     def children_gone() -> bool:
@@ -748,7 +892,7 @@ async def test_a_deleted_agent_is_garbage_collected_and_leaves_the_catalogue(wor
         interval=0.5,
     )
     await world.until("the summarizer's pod gone", lambda: not world.all_pods("summarizer"), FOLLOW_WITHIN)
-    assert not cmdline(pid), "the summarizer's process was stopped"
+    assert process_gone(pid, was), "the summarizer's container process was stopped"
     catalogue = await world.until(
         "the registry no longer listing the summarizer",
         lambda: (c := world.catalogue()) is not None and "summarizer" not in c and c,

@@ -1,6 +1,8 @@
 """hack/cluster and hack/build-k8s-bins.sh: lifecycle and bad input.
 
 Each run uses its own state folder and ports, so these tests never disturb the session's cluster.
+A machine has one local node (the session's); the second clusters here run without one
+(PALLAS_NODE=0), and a second node is refused without touching the first.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ def isolated(tmp_path: Path) -> dict[str, str]:
         "PALLAS_ETCD_PORT": str(free_port()),
         "PALLAS_ETCD_PEER_PORT": str(free_port()),
         "PALLAS_APISERVER_PORT": str(free_port()),
+        "PALLAS_NODE": "0",
     }
 
 
@@ -61,7 +64,7 @@ def test_up_with_a_port_taken_says_which_and_starts_nothing(isolated: dict[str, 
         res = run([str(HACK / "cluster"), "up"], {**isolated, "PALLAS_APISERVER_PORT": str(taken)})
     assert res.returncode == 1
     assert error_lines(res.stderr) == [
-        f"hack/cluster: port {taken} (kube-apiserver) is already in use on 127.0.0.1; "
+        f"hack/cluster: port {taken} (kube-apiserver) is already in use on this machine; "
         "stop what holds it, or set PALLAS_APISERVER_PORT"
     ]
     assert not (Path(isolated["PALLAS_CLUSTER_DIR"]) / "state.json").exists()
@@ -90,6 +93,59 @@ def test_up_with_a_half_built_cache_says_so_in_one_line(isolated: dict[str, str]
     assert line.startswith(f"hack/cluster: {bins / 'etcd'} does not run"), line
     assert line.endswith("the cache is corrupt: delete it and run `make k8s-bins`"), line
     assert not (Path(isolated["PALLAS_CLUSTER_DIR"]) / "state.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("PALLAS_NODE", "yes", "PALLAS_NODE='yes' must be 1 (a node with the control plane) or 0 (none)"),
+        (
+            "PALLAS_POD_CIDR",
+            "192.0.2.0/24",
+            "PALLAS_POD_CIDR='192.0.2.0/24' must be an IPv4 range inside 10.0.0.0/8, 172.16.0.0/12 or "
+            "192.168.0.0/16 (ranges that exist only inside this machine)",
+        ),
+        (
+            "PALLAS_SERVICE_CIDR",
+            "10.244.0.0/16",
+            "PALLAS_POD_CIDR 10.244.0.0/24 and PALLAS_SERVICE_CIDR 10.244.0.0/16 overlap",
+        ),
+        (
+            "PALLAS_NODE_BRIDGE",
+            "eth0;rm",
+            "PALLAS_NODE_BRIDGE='eth0;rm' is not an interface name (a letter, then up to 14 of a-z 0-9 -)",
+        ),
+        ("PALLAS_KUBELET_PORT", "0", "PALLAS_KUBELET_PORT='0' is not a TCP port number (1-65535)"),
+    ],
+)
+def test_bad_node_settings_are_one_line_each(
+    isolated: dict[str, str], variable: str, value: str, message: str
+) -> None:
+    res = run([str(HACK / "cluster"), "up"], {**isolated, "PALLAS_NODE": "1", variable: value})
+    assert res.returncode == 1
+    assert error_lines(res.stderr) == [f"hack/cluster: {message}"]
+    assert not (Path(isolated["PALLAS_CLUSTER_DIR"]) / "state.json").exists()
+
+
+def test_a_second_node_on_the_machine_is_refused_and_the_first_untouched(
+    isolated: dict[str, str], kube_cluster: LocalCluster
+) -> None:
+    env = json.loads(run([str(HACK / "cluster"), "env", "--json"], {}).stdout)
+    if not env.get("node"):
+        pytest.skip("the session cluster runs without a node")
+    ports = {"PALLAS_KUBELET_PORT", "PALLAS_KUBELET_HEALTHZ_PORT", "PALLAS_KUBE_PROXY_HEALTHZ_PORT"}
+    second = {**isolated, "PALLAS_NODE": "1", **{p: str(free_port()) for p in ports}}
+    second["PALLAS_KUBE_PROXY_METRICS_PORT"] = str(free_port())
+    res = run([str(HACK / "cluster"), "up"], second)
+    assert res.returncode == 1
+    [line] = error_lines(res.stderr)
+    assert line.startswith(
+        f"hack/cluster: another local node runs on this machine (state in {env['state_dir']})"
+    )
+    assert not (Path(isolated["PALLAS_CLUSTER_DIR"]) / "state.json").exists()
+    assert run([str(HACK / "cluster"), "status"], {}).returncode == 0, (
+        "the session's cluster still runs whole"
+    )
 
 
 def test_building_without_go_says_so_in_one_line(tmp_path: Path) -> None:

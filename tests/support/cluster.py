@@ -1,4 +1,4 @@
-"""The real local control plane for integration and e2e tests.
+"""The real local cluster for integration and e2e tests.
 
 `kube_cluster` starts the control plane with hack/cluster (or reuses one that runs already) and
 stops it at the end of the session only if it started it. `PALLAS_KUBECONFIG=/path` points the
@@ -25,6 +25,11 @@ from lightkube.resources.core_v1 import Namespace, ServiceAccount
 
 REPO = Path(__file__).resolve().parents[2]
 HACK_CLUSTER = REPO / "hack" / "cluster"
+# Pods of a namespace with this annotation are never scheduled onto the local node (the API server
+# runs the PodNodeSelector admission plugin and no node has the label), so an integration test
+# plays the kubelet itself (`make_pods_ready`) as on a control plane without nodes. The e2e tests
+# use namespaces without it: their pods run as containers.
+NO_NODE = {"scheduler.alpha.kubernetes.io/node-selector": "pallas.dev/node=none"}
 
 
 @dataclass(frozen=True)
@@ -81,11 +86,13 @@ def kube_cluster() -> Iterator[LocalCluster]:
 
 @pytest.fixture
 def namespace(kube_cluster: LocalCluster, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A namespace of the test's own, deleted afterwards (the namespace controller empties it)."""
+    """A namespace of the test's own, deleted afterwards (the namespace controller empties it);
+    its pods are not run (`NO_NODE`)."""
     slug = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
     name = f"t-{slug}-{secrets.token_hex(3)}"
     client = Client(config=kube_cluster.config(), field_manager="pallas-tests")
-    client.create(Namespace(metadata=ObjectMeta(name=name, labels={"pallas.dev/test": "true"})))
+    meta = ObjectMeta(name=name, labels={"pallas.dev/test": "true"}, annotations=NO_NODE)
+    client.create(Namespace(metadata=meta))
     # Pods are refused until the serviceaccount controller made the default ServiceAccount.
     deadline = time.monotonic() + 30
     while True:

@@ -3,15 +3,14 @@
 - `LoopThread`: an asyncio loop in a thread of its own for the in-process servers (the fake LLM,
   header-echo MCP servers). Agent pods call them at any moment, not only while a test's own
   event loop happens to run, so they must not live in that loop.
-- `start_dev_kubelet(...)`: hack/dev-kubelet as a subprocess serving a node of its own (no taint),
-  with the real /etc/hosts, so agent pods, the operator and the tests all resolve Service names.
-  `DevKubeletProcess.stop()` sends SIGTERM and waits (it stops its containers, removes its hosts
-  block), then deletes the Node and its Lease.
-- `start_operator(...)`: `pallas operator --namespace NS` as a subprocess with the admin
-  kubeconfig and no service-host map: it reaches agents by their cluster DNS names through the
-  hosts block.
+- `local_node(cluster)`: the real node hack/cluster runs (its name, bridge address and
+  containerd), with the project's image built by hack/image and imported into it. This machine
+  resolves cluster names through the cluster DNS (hack/cluster sets that up), so the tests reach
+  agents and the registry by their Service names, as a client in the cluster would.
+- `install_operator(...)`: `helm install` of charts/pallas with that image, namespace-scoped; the
+  operator runs as a pod and reaches agents by their cluster DNS names.
 - `create_namespace` / `delete_namespace`: a namespace for a whole module; deleting waits until it
-  is gone (the dev kubelet must still run then: it finalizes the pods).
+  is gone (the kubelet stops the pods).
 - `until(what, probe, within)`: poll a probe (sync or async) until it returns something truthy;
   on timeout the failure names what did not happen, the last value seen and any diagnostics.
 - `scrape(url)`: GET a Prometheus text endpoint and parse it (prometheus_client's parser).
@@ -22,8 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import os
-import signal
+import json
 import subprocess
 import sys
 import threading
@@ -38,14 +36,13 @@ import httpx2
 import pytest
 from lightkube import ApiError, Client
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Namespace, Node, ServiceAccount
+from lightkube.resources.core_v1 import Namespace, ServiceAccount
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.cluster import REPO, LocalCluster
-from tests.support.mcp_peers import free_port
+from tests.support.cluster import HACK_CLUSTER, REPO, LocalCluster
 
 T = TypeVar("T")
-DEV_KUBELET = REPO / "hack" / "dev-kubelet"
+HACK_IMAGE = REPO / "hack" / "image"
 PALLAS = Path(sys.executable).parent / "pallas"
 
 
@@ -148,161 +145,109 @@ async def _cancel_others() -> None:
     await asyncio.gather(*others, return_exceptions=True)
 
 
-# --- the stand-in kubelet -------------------------------------------------------------------
+# --- the local node -----------------------------------------------------------------------
 
 
-@dataclass
-class DevKubeletProcess:
-    """A running hack/dev-kubelet serving `node`."""
+@dataclass(frozen=True)
+class LocalNode:
+    """The real node hack/cluster runs beside the control plane, with the project's image in it."""
 
-    process: subprocess.Popen[bytes]
-    node: str
-    cidr: str
-    state_dir: Path
-    log: Path
-    cluster: LocalCluster
+    name: str
+    ip: str
+    """The node's bridge address: where pods reach this machine (the tests' servers listen here)."""
+    containerd_address: str
+    image: str
+    """The project's image (`localhost/pallas:<hash>`), imported into the node's containerd."""
 
-    def log_tail(self, lines: int = 40) -> str:
-        return tail(self.log, lines)
-
-    def pod_log(self, namespace: str, pod: str, container: str, lines: int = 30) -> str:
-        """What a container printed (the dev kubelet keeps it in the pod's state folder)."""
-        return tail(self.state_dir / "pods" / f"{namespace}_{pod}" / f"{container}.log", lines)
-
-    def stop(self) -> None:
-        """SIGTERM, wait until it stopped its containers and left; then remove its Node and Lease."""
-        try:
-            if self.process.poll() is None:
-                self.process.send_signal(signal.SIGTERM)
-            try:
-                code = self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.process.send_signal(signal.SIGTERM)  # a second one kills every container at once
-                try:
-                    self.process.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    self.process.kill()
-                    self.process.wait()
-                raise AssertionError(f"the dev kubelet did not stop on SIGTERM:\n{self.log_tail()}") from None
-            if code != 0:
-                raise AssertionError(f"the dev kubelet exited with {code}:\n{self.log_tail()}")
-        finally:
-            self.cluster.kubectl(
-                "delete", "node", self.node, "--ignore-not-found", "--wait=false", check=False
-            )
-            self.cluster.kubectl(
-                "delete", "lease", "-n", "kube-node-lease", self.node, "--ignore-not-found", check=False
-            )
-
-
-def start_dev_kubelet(cluster: LocalCluster, folder: Path, node: str, cidr: str) -> DevKubeletProcess:
-    """Start hack/dev-kubelet for `node` (no taint, real /etc/hosts) and wait until the node is Ready."""
-    log = folder / "dev-kubelet.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [
-                str(DEV_KUBELET),
-                f"--kubeconfig={cluster.kubeconfig}",
-                f"--node-name={node}",
-                f"--state-dir={folder / 'state'}",
-                f"--pod-cidr={cidr}",
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
+    def container_pid(self, container_id: str) -> int:
+        """The host pid of a container's main process (`containerd://<id>` from a pod status)."""
+        task = container_id.removeprefix("containerd://")
+        res = subprocess.run(
+            ["ctr", "--address", self.containerd_address, "--namespace", "k8s.io", "tasks", "list"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
         )
-    kubelet = DevKubeletProcess(process, node, cidr, folder / "state", log, cluster)
-    client = Client(config=cluster.config(), field_manager="pallas-tests")
-
-    def node_ready() -> bool:
-        if process.poll() is not None:
-            raise AssertionError(f"the dev kubelet exited ({process.returncode}):\n{kubelet.log_tail()}")
-        with contextlib.suppress(ApiError):
-            conditions = client.get(Node, node).status.conditions or []
-            taints = {t.key for t in client.get(Node, node).spec.taints or []}
-            ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
-            return ready and "node.kubernetes.io/not-ready" not in taints
-        return False
-
-    try:
-        wait_for(f"node {node} Ready (the dev kubelet registering it)", node_ready, 30)
-    except BaseException:
-        kubelet.stop()
-        raise
-    finally:
-        client.close()
-    return kubelet
+        for line in res.stdout.splitlines()[1:]:
+            parts = line.split()
+            if parts and parts[0] == task:
+                return int(parts[1])
+        raise AssertionError(f"containerd runs no task {task}:\n{res.stdout}")
 
 
-# --- the operator ---------------------------------------------------------------------------
+def local_node() -> LocalNode:
+    """The session cluster's node, and the project's image built (if the tree changed) and loaded."""
+    res = subprocess.run([str(HACK_CLUSTER), "env", "--json"], capture_output=True, text=True, timeout=60)
+    node = json.loads(res.stdout or "{}").get("node")
+    if not node:
+        pytest.fail(
+            "the e2e tests need the local node (hack/cluster up without PALLAS_NODE=0)", pytrace=False
+        )
+    image = subprocess.run([str(HACK_IMAGE), "load"], capture_output=True, text=True, timeout=1800)
+    if image.returncode != 0:
+        pytest.fail(f"hack/image load failed:\n{image.stderr[-3000:]}", pytrace=False)
+    return LocalNode(node["node_name"], node["node_ip"], node["containerd_address"], image.stdout.strip())
+
+
+# --- the operator, installed with the chart ----------------------------------------------------
 
 
 @dataclass
-class OperatorProcess:
-    """A running `pallas operator` process."""
+class OperatorRelease:
+    """`helm install` of charts/pallas: the operator as a pod of the project's image, watching
+    (and granted rights in) one namespace."""
 
-    process: subprocess.Popen[bytes]
-    log: Path
-    http_port: int
+    cluster: LocalCluster
+    namespace: str
+    release: str = "pallas"
 
     @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
+    def deployment(self) -> str:
+        return f"{self.release}-operator"
+
+    def helm(self, *args: str) -> subprocess.CompletedProcess[str]:
+        helm = Path(self.cluster.kubectl_path).with_name("helm")
+        return subprocess.run(
+            [str(helm), f"--kubeconfig={self.cluster.kubeconfig}", "--namespace", self.namespace, *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
 
     def log_tail(self, lines: int = 40) -> str:
-        return tail(self.log, lines)
-
-    def stop(self) -> None:
-        """SIGTERM (the operator releases its Lease and exits 0); SIGKILL if it lingers."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            code = self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-            raise AssertionError(f"the operator did not stop on SIGTERM:\n{self.log_tail()}") from None
-        if code != 0:
-            raise AssertionError(f"the operator exited with {code}:\n{self.log_tail()}")
-
-
-def start_operator(cluster: LocalCluster, namespace: str, folder: Path) -> OperatorProcess:
-    """`pallas operator --namespace NS` (Lease in NS, HTTP on a free loopback port) until /readyz is 200."""
-    port = free_port()
-    log = folder / "operator.log"
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(cluster.kubeconfig),
-        "PALLAS_BIND_HOST": "127.0.0.1",  # its /metrics on loopback, never the wildcard address
-        "PALLAS_RUNTIME_IMAGE": "pallas:e2e",
-    }
-    env.pop("PALLAS_SERVICE_HOST_OVERRIDES", None)
-    args = ["operator", "--namespace", namespace, "--lease-namespace", namespace, "--http-port", str(port)]
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [str(PALLAS), *args],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
+        res = self.cluster.kubectl(
+            "logs", "-n", self.namespace, f"deployment/{self.deployment}", f"--tail={lines}", check=False
         )
-    operator = OperatorProcess(process, log, port)
+        return res.stdout + res.stderr
 
-    def ready() -> bool:
-        if process.poll() is not None:
-            raise AssertionError(f"the operator exited ({process.returncode}):\n{operator.log_tail()}")
-        try:
-            return httpx2.get(f"{operator.base_url}/readyz", timeout=2).status_code == 200
-        except httpx2.TransportError:
-            return False
+    def uninstall(self) -> None:
+        res = self.helm("uninstall", self.release, "--wait", "--timeout", "90s")
+        if res.returncode != 0:
+            raise AssertionError(f"helm uninstall failed: {res.stderr}")
 
-    try:
-        wait_for("the operator's /readyz answering 200", ready, 40)
-    except BaseException:
-        with contextlib.suppress(AssertionError):
-            operator.stop()
-        raise
-    return operator
+
+def install_operator(cluster: LocalCluster, namespace: str, image: str) -> OperatorRelease:
+    """The chart with the node's image (never pulled), namespace-scoped RBAC, CRDs left to the
+    caller; waits until the operator pod is ready."""
+    release = OperatorRelease(cluster, namespace)
+    repository, tag = image.rsplit(":", 1)
+    values = {
+        "fullnameOverride": release.release,
+        "crds.enabled": "false",
+        "rbac.scope": "namespace",
+        "watchNamespaces[0]": namespace,
+        "image.repository": repository,
+        "image.tag": tag,
+        "image.pullPolicy": "Never",
+    }
+    sets = [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]
+    chart = str(REPO / "charts" / "pallas")
+    res = release.helm("upgrade", "--install", release.release, chart, *sets, "--wait", "--timeout", "120s")
+    if res.returncode != 0:
+        pods = cluster.kubectl("get", "pods,events", "-n", namespace, check=False).stdout
+        raise AssertionError(f"helm install failed: {res.stderr}\n{pods}\n{release.log_tail()}")
+    return release
 
 
 # --- a namespace for a module ---------------------------------------------------------------

@@ -167,8 +167,12 @@ class _FakeServer(abc.ABC):
         default: Step | None = None,
         models: Sequence[str] = ("fake-model",),
         api_key: str | None = None,
+        host: str = "127.0.0.1",
     ) -> None:
         self.default: Step = default if default is not None else Text("ok")
+        # Loopback unless pods must reach it: then the local node's bridge address (never a
+        # wildcard or an address out there).
+        self.host = host
         self.models = list(models)
         self.api_key = api_key
         self.requests: list[RecordedRequest] = []
@@ -213,7 +217,7 @@ class _FakeServer(abc.ABC):
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._port}"
+        return f"http://{self.host}:{self._port}"
 
     @property
     def base_url(self) -> str:
@@ -226,7 +230,7 @@ class _FakeServer(abc.ABC):
         self._closing = asyncio.Event()
         config = uvicorn.Config(
             Starlette(routes=self._routes()),
-            host="127.0.0.1",
+            host=self.host,
             port=0,
             lifespan="off",
             log_config=None,
@@ -482,8 +486,9 @@ class FakeAnthropic(_FakeServer):
         default: Step | None = None,
         models: Sequence[str] = ("claude-fake",),
         api_key: str | None = None,
+        host: str = "127.0.0.1",
     ) -> None:
-        super().__init__(default=default, models=models, api_key=api_key)
+        super().__init__(default=default, models=models, api_key=api_key, host=host)
 
     def _routes(self) -> list[Route]:
         return [

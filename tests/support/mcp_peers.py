@@ -33,14 +33,14 @@ PEERS_SCRIPT = REPO / "hack" / "mcp-peers.sh"
 LOOPBACK = "127.0.0.1"
 
 # server-everything calls app.listen(PORT), which binds every interface and has no host option.
-# This preload makes a bare-port listen() bind 127.0.0.1 instead, so tests never open a port to
-# the network.
-_LOOPBACK_PRELOAD = (
+# This preload makes a bare-port listen() bind 127.0.0.1 (or the given host: the local node's
+# bridge address, for pods) instead, so tests never open a port to the network.
+_BIND_PRELOAD = (
     'import net from "node:net";'
     "const listen = net.Server.prototype.listen;"
     "net.Server.prototype.listen = function (...args) {"
     ' const port = typeof args[0] === "number" || (typeof args[0] === "string" && /^[0-9]+$/.test(args[0]));'
-    ' if (port && typeof args[1] !== "string") args.splice(1, 0, "127.0.0.1");'
+    ' if (port && typeof args[1] !== "string") args.splice(1, 0, "HOST");'
     " return listen.apply(this, args);"
     "};"
 )
@@ -97,10 +97,10 @@ def install_mcp_peers() -> McpPeers:
     return McpPeers(Path(res.stdout.strip().splitlines()[-1]))
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
+def free_port(host: str = LOOPBACK) -> int:
+    """A TCP port on 127.0.0.1 (or `host`) that was free a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
+        sock.bind((host, 0))
         return int(sock.getsockname()[1])
 
 
@@ -118,13 +118,15 @@ class EverythingServer:
         return self.log_path.read_text(errors="replace")
 
 
-def _wait_listening(port: int, proc: subprocess.Popen[bytes], log_path: Path, timeout: float) -> None:
+def _wait_listening(
+    host: str, port: int, proc: subprocess.Popen[bytes], log_path: Path, timeout: float
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             output = log_path.read_text(errors="replace")[-500:]
             raise RuntimeError(f"server-everything exited with {proc.returncode}: {output}")
-        with contextlib.suppress(OSError), socket.create_connection((LOOPBACK, port), timeout=0.2):
+        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.2):
             return
         time.sleep(0.05)
     raise RuntimeError(f"server-everything did not listen on {port} within {timeout:g}s")
@@ -145,14 +147,16 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def run_server_everything(peers: McpPeers, *, startup_timeout: float = 20.0) -> Iterator[EverythingServer]:
-    """Start server-everything (Streamable HTTP, 127.0.0.1, free port) until the block ends."""
-    port = free_port()
+def run_server_everything(
+    peers: McpPeers, *, startup_timeout: float = 20.0, host: str = LOOPBACK
+) -> Iterator[EverythingServer]:
+    """Start server-everything (Streamable HTTP, 127.0.0.1 or `host`, free port) until the block ends."""
+    port = free_port(host)
     with tempfile.TemporaryDirectory(prefix="server-everything-") as tmp:
         log_path = Path(tmp) / "server.log"
         # A minimal environment: its get-env tool returns the whole environment to any caller.
         env = {"PATH": f"{peers.node_bin_dir}:/usr/bin:/bin", "PORT": str(port), "HOME": tmp}
-        preload = "data:text/javascript," + urllib.parse.quote(_LOOPBACK_PRELOAD)
+        preload = "data:text/javascript," + urllib.parse.quote(_BIND_PRELOAD.replace("HOST", host))
         with log_path.open("wb") as log_file:
             proc = subprocess.Popen(
                 [str(peers.node), "--import", preload, str(peers.server_everything), "streamableHttp"],
@@ -164,8 +168,8 @@ def run_server_everything(peers: McpPeers, *, startup_timeout: float = 20.0) -> 
                 start_new_session=True,  # its own process group, so _stop reaches any children
             )
         try:
-            _wait_listening(port, proc, log_path, startup_timeout)
-            yield EverythingServer(f"http://{LOOPBACK}:{port}/mcp", port, proc.pid, log_path)
+            _wait_listening(host, port, proc, log_path, startup_timeout)
+            yield EverythingServer(f"http://{host}:{port}/mcp", port, proc.pid, log_path)
         finally:
             _stop(proc)
 

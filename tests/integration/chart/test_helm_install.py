@@ -1,8 +1,10 @@
 """`helm install` of charts/pallas on the local control plane makes a working operator.
 
-There is no kubelet, so the operator pod never runs. The test runs what it would run: the
-Deployment's own `args` as a local `pallas` process, logged in with a token of the chart's
-ServiceAccount, so every request the operator makes is authorised by the chart's RBAC alone.
+The operator pod never runs here: the chart's default image (`pallas:0.1.0`) is not in the local
+node, and nothing is ever pulled (tests/e2e installs the chart with the image built here). The
+test runs what it would run: the Deployment's own `args` as a local `pallas` process, logged in
+with a token of the chart's ServiceAccount, so every request the operator makes is authorised by
+the chart's RBAC alone.
 
 CRDs: they are cluster-scoped and other tests server-side apply `crds/` into the same cluster,
 so the release may find them present. `helm install --take-ownership` adopts them (the chart's
@@ -30,7 +32,7 @@ import pytest
 import yaml
 
 from pallas_api import names
-from tests.support.cluster import REPO, LocalCluster
+from tests.support.cluster import NO_NODE, REPO, LocalCluster
 from tests.support.operator import CRDS, install_crds
 from tests.support.ports import logged_port
 
@@ -216,6 +218,7 @@ def test_helm_install_gives_an_operator_whose_rbac_is_enough_and_uninstall_keeps
     release = f"pallas-{secrets.token_hex(3)}"
     watched = f"{namespace[:50]}-agents"
     kube_cluster.kubectl("create", "namespace", watched)
+    kube_cluster.kubectl("annotate", "namespace", watched, *(f"{k}={v}" for k, v in NO_NODE.items()))
     installed = False
     try:
         notes = helm(

@@ -21,7 +21,7 @@ from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Service
 
 from pallas_api.kube import PallasAgent, PallasDeployment
-from tests.support.cluster import LocalCluster
+from tests.support.cluster import NO_NODE, LocalCluster
 from tests.support.operator import (
     agent,
     deployment,
@@ -68,7 +68,9 @@ async def populated(pallas_crds: LocalCluster, kube_client: AsyncClient) -> Asyn
     names = tuple(f"t-existing-{secrets.token_hex(3)}-{side}" for side in ("a", "b"))
     for name in names:
         await kube_client.create(
-            Namespace(metadata=ObjectMeta(name=name, labels={"pallas.dev/test": "true"}))
+            # NO_NODE: 150 agent pods must not start on the local node (they would not run, and
+            # their sandboxes would load the machine); the test plays no kubelet either.
+            Namespace(metadata=ObjectMeta(name=name, labels={"pallas.dev/test": "true"}, annotations=NO_NODE))
         )
     limit = asyncio.Semaphore(32)
 

@@ -1,0 +1,357 @@
+"""Images built on this machine with buildah, kept as docker-archives for the node to import.
+
+- `debian_base()`: `debootstrap --variant=minbase` of Debian bookworm with python3, python3-venv,
+  python3-pip and python-is-python3 (the `python` and `pip` the Dockerfile's builder runs), from
+  the mirror apt already uses; trimmed and cached as a root-filesystem tar.
+- `pallas_image(repo)`: the project's Dockerfile on that base (`BASE_IMAGE`), tagged with a hash of
+  everything the build reads, so it is rebuilt exactly when the project changed.
+- `pause_image()` and `coredns_image(bins)`: one static binary each on `scratch`.
+
+Archives are pushed as `docker-archive:` (an `oci-archive:` imports into containerd as nothing).
+Everything lives under ~/.cache/pallas (PALLAS_CACHE_DIR): buildah's storage and the archives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from localnode import NodeError
+
+SUITE = "bookworm"  # the Debian release of the Dockerfile's pinned python:…-slim-bookworm
+BASE_PACKAGES = ("python3", "python3-venv", "python3-pip", "python-is-python3")
+# Not needed in an image: package caches and lists, documentation, translations, device nodes
+# (the runtime provides /dev), and the build machine's resolver and name.
+BASE_TRIM = (
+    "var/cache/apt/archives/*.deb",
+    "var/cache/apt/*.bin",
+    "var/lib/apt/lists/*",
+    "usr/share/doc/*",
+    "usr/share/man/*",
+    "usr/share/locale/*",
+    "dev/*",
+    "etc/resolv.conf",
+    "etc/hostname",
+)
+RECIPE = "2"  # bump when how images are built changes, so cached archives are rebuilt
+PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def cache_root() -> Path:
+    """Where hack/build-k8s-bins.sh caches too."""
+    if os.environ.get("PALLAS_CACHE_DIR"):
+        return Path(os.environ["PALLAS_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pallas"
+
+
+def archives() -> Path:
+    folder = cache_root() / "images"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@dataclass(frozen=True)
+class Image:
+    ref: str
+    """`localhost/<name>:<tag>`: a name containerd and the kubelet never try to pull elsewhere."""
+    archive: Path
+
+
+def buildah(*args: str, timeout: float = 1800, quiet: bool = True) -> str:
+    storage = cache_root() / "buildah"
+    registries = storage / "registries.conf"  # no search registries: nothing is ever pulled
+    registries.parent.mkdir(parents=True, exist_ok=True)
+    if not registries.exists():
+        registries.write_text("unqualified-search-registries = []\n")
+    argv = [
+        "buildah",
+        "--root",
+        str(storage / "root"),
+        "--runroot",
+        str(storage / "run"),
+        "--storage-driver",
+        "overlay",
+        "--registries-conf",
+        str(registries),
+        *args,
+    ]
+    if quiet:
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    else:  # a long build shows its progress (on stderr: stdout is for results)
+        res = subprocess.run(argv, stdout=sys.stderr, text=True, timeout=timeout)
+    if res.returncode != 0:
+        detail = (res.stderr or "").strip().splitlines()[-3:] if quiet else ["see the output above"]
+        raise NodeError(f"buildah {args[0]} failed: {' / '.join(detail)}")
+    return (res.stdout or "").strip()
+
+
+def has_image(ref: str) -> bool:
+    return bool(buildah("images", "--quiet", "--filter", f"reference={ref}"))
+
+
+def push_archive(ref: str, archive: Path) -> None:
+    partial = archive.with_suffix(".partial")
+    partial.unlink(missing_ok=True)
+    buildah("push", "--quiet", ref, f"docker-archive:{partial}:{ref}")
+    partial.rename(archive)
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# --- single-binary images --------------------------------------------------------------------
+
+
+def scratch_image(name: str, binary: Path, version: str, entrypoint: list[str]) -> Image:
+    """`binary` as /<its name> on an empty image; the tag names the version and the binary's hash."""
+    if not os.access(binary, os.X_OK):
+        raise NodeError(f"{binary} is missing; it is needed for the {name} image")
+    ref = f"localhost/{name}:{version}-{sha256_file(binary)[:12]}"
+    archive = archives() / f"{name}-{ref.rsplit(':', 1)[1]}.tar"
+    if archive.exists():
+        return Image(ref, archive)
+    container = buildah("from", "scratch")
+    try:
+        buildah("copy", "--chmod", "0755", container, str(binary), f"/{binary.name}")
+        entry = "[" + ", ".join(f'"{part}"' for part in entrypoint) + "]"
+        # The sandbox and CoreDNS images need an absolute entrypoint and a PATH (the kubelet and
+        # containerd refuse an image config without one).
+        buildah("config", "--entrypoint", entry, "--cmd", "", "--env", "PATH=/", container)
+        buildah("commit", "--quiet", "--rm", container, ref)
+    except NodeError:
+        with contextlib.suppress(NodeError):
+            buildah("rm", container)
+        raise
+    push_archive(ref, archive)
+    return Image(ref, archive)
+
+
+def pause_image() -> Image:
+    """The pod sandbox: catatonit's pause mode (sleeps, reaps, exits on SIGINT/SIGTERM)."""
+    catatonit = shutil.which("catatonit")
+    if catatonit is None:
+        raise NodeError("catatonit is not installed (the pause process); run `make system-deps`")
+    binary = Path(catatonit).resolve()
+    return scratch_image("pallas-pause", binary, "catatonit", [f"/{binary.name}", "-P"])
+
+
+def coredns_image(bins: Path) -> Image:
+    return scratch_image("pallas-coredns", bins / "coredns", "1.12.4", ["/coredns"])
+
+
+# --- the Debian base --------------------------------------------------------------------------
+
+
+def debian_mirror() -> str:
+    """The Debian mirror apt uses here (PALLAS_DEBIAN_MIRROR overrides)."""
+    if os.environ.get("PALLAS_DEBIAN_MIRROR"):
+        return os.environ["PALLAS_DEBIAN_MIRROR"]
+    sources = [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]
+    for source in sources:
+        if not source.is_file() or source.suffix not in ("", ".list", ".sources"):
+            continue
+        text = source.read_text(errors="replace")
+        for uri, suites in re.findall(r"^URIs:\s*(\S+)\s*\nSuites:\s*([^\n]+)", text, re.MULTILINE):
+            if SUITE in suites.split() and "security" not in uri:
+                return str(uri)
+        for uri in re.findall(rf"^deb\s+(?:\[[^\]]*\]\s+)?(\S+)\s+{SUITE}\s", text, re.MULTILINE):
+            return str(uri)
+    return "http://deb.debian.org/debian"
+
+
+def debian_base() -> str:
+    """The base image's ref, built (and its root filesystem cached) if missing."""
+    mirror = debian_mirror()
+    key = hashlib.sha256(f"{RECIPE} {SUITE} {mirror} {BASE_PACKAGES} {BASE_TRIM}".encode()).hexdigest()[:12]
+    ref = f"localhost/pallas-base:{SUITE}-{key}"
+    if has_image(ref):
+        return ref
+    rootfs_tar = archives() / f"debian-{SUITE}-{key}.rootfs.tar"
+    if not rootfs_tar.exists():
+        if shutil.which("debootstrap") is None:
+            raise NodeError("debootstrap is not installed (the image's Debian base); run `make system-deps`")
+        with tempfile.TemporaryDirectory(prefix="pallas-base-", dir=archives()) as tmp:
+            root = Path(tmp) / "root"
+            log = archives() / "debootstrap.log"
+            with log.open("w") as out:
+                res = subprocess.run(
+                    [
+                        "debootstrap",
+                        "--variant=minbase",
+                        f"--include={','.join(BASE_PACKAGES)}",
+                        SUITE,
+                        str(root),
+                        mirror,
+                    ],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    timeout=1800,
+                )
+            if res.returncode != 0:
+                raise NodeError(f"debootstrap {SUITE} from {mirror} failed; see {log}")
+            for pattern in BASE_TRIM:
+                for path in root.glob(pattern):
+                    if path.is_dir() and not path.is_symlink():
+                        shutil.rmtree(path)
+                    else:
+                        path.unlink()
+            partial = rootfs_tar.with_suffix(".partial")
+            subprocess.run(["tar", "--numeric-owner", "-C", str(root), "-cf", str(partial), "."], check=True)
+            partial.rename(rootfs_tar)
+    container = buildah("from", "scratch")
+    buildah("add", container, str(rootfs_tar), "/")
+    buildah("config", "--env", PATH_ENV, "--env", "LANG=C.UTF-8", "--cmd", "/bin/bash", container)
+    buildah("commit", "--quiet", "--rm", container, ref)
+    return ref
+
+
+# --- the project's image ------------------------------------------------------------------------
+
+
+def ignore_rules(repo: Path) -> list[tuple[bool, str]]:
+    """(.dockerignore): (excluded?, pattern) in order; the last matching rule wins, as in Docker."""
+    rules = []
+    for line in (repo / ".dockerignore").read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        negated = line.startswith("!")
+        rules.append((not negated, line.lstrip("!").rstrip("/")))
+    return rules
+
+
+def _matches(rel: str, pattern: str) -> bool:
+    parts = rel.split("/")
+    return any(fnmatch.fnmatchcase("/".join(parts[: i + 1]), pattern) for i in range(len(parts)))
+
+
+def excluded(rel: str, rules: list[tuple[bool, str]]) -> bool:
+    verdict = False
+    for exclude, pattern in rules:
+        if _matches(rel, pattern):
+            verdict = exclude
+    return verdict
+
+
+def context_files(repo: Path) -> list[Path]:
+    """The files of the build context, as the .dockerignore allow-list selects them."""
+    rules = ignore_rules(repo)
+    reincluded = [p for exclude, p in rules if not exclude]
+    found = []
+    for folder, dirs, files in os.walk(repo):
+        rel_folder = os.path.relpath(folder, repo)
+        for d in list(dirs):
+            rel = os.path.normpath(os.path.join(rel_folder, d))
+            if excluded(rel, rules) and not any(p == rel or p.startswith(rel + "/") for p in reincluded):
+                dirs.remove(d)
+        for name in files:
+            rel = os.path.normpath(os.path.join(rel_folder, name))
+            if not excluded(rel, rules):
+                found.append(Path(rel))
+    return sorted(found)
+
+
+def context_hash(repo: Path, base: str) -> str:
+    """A hash of everything the build reads: the Dockerfile, the context, the base image."""
+    digest = hashlib.sha256(f"{RECIPE}\0{base}\0".encode())
+    for rel in [Path("Dockerfile"), Path(".dockerignore"), *context_files(repo)]:
+        path = repo / rel
+        digest.update(f"{rel}\0{os.access(path, os.X_OK)}\0".encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def pip_settings() -> dict[str, str]:
+    """This machine's pip index settings (config files and PIP_* variables, merged by pip)."""
+    res = subprocess.run(
+        ["python3", "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60
+    )
+    wanted = {"index-url", "extra-index-url", "trusted-host", "cert", "timeout", "default-timeout", "retries"}
+    settings: dict[str, str] = {}
+    for line in res.stdout.splitlines() if res.returncode == 0 else []:
+        key, _, value = line.partition("=")
+        name = key.rsplit(".", 1)[-1]
+        if name in wanted:
+            settings["timeout" if name == "default-timeout" else name] = value.strip().strip("'\"")
+    return settings
+
+
+def build_mounts(tmp: Path) -> list[str]:
+    """Read-only mounts for the build's RUN steps: the machine's pip settings and trust store, so
+    pip reaches the package index the way this machine does. Nothing of them lands in a layer."""
+    settings = pip_settings()
+    volumes = []
+    cert = settings.get("cert")
+    if cert and Path(cert).is_file():
+        volumes.append(f"{cert}:{cert}:ro")
+    bundle = Path("/etc/ssl/certs/ca-certificates.crt")
+    if bundle.is_file() and str(bundle) != cert:
+        volumes.append(f"{bundle}:{bundle}:ro")
+    conf = tmp / "pip.conf"
+    conf.write_text("[global]\n" + "".join(f"{k} = {v}\n" for k, v in sorted(settings.items())))
+    volumes.append(f"{conf}:/etc/pip.conf:ro")
+    return [arg for volume in volumes for arg in ("--volume", volume)]
+
+
+def pallas_image(repo: Path, *, verbose: bool = False) -> Image:
+    """The project's image (built from its Dockerfile on the Debian base when the project changed)."""
+    base = debian_base()
+    ref = f"localhost/pallas:{context_hash(repo, base)}"
+    archive = archives() / f"pallas-{ref.rsplit(':', 1)[1]}.tar"
+    if archive.exists():
+        return Image(ref, archive)
+    if not has_image(ref):
+        with tempfile.TemporaryDirectory(prefix="pallas-build-") as tmp:
+            buildah(
+                "build",
+                "--isolation",
+                "chroot",
+                "--pull=never",  # (the value must be attached: `--pull never` reads as two arguments)
+                "--layers",
+                "--build-arg",
+                f"BASE_IMAGE={base}",
+                *build_mounts(Path(tmp)),
+                "--tag",
+                ref,
+                "--file",
+                str(repo / "Dockerfile"),
+                str(repo),
+                quiet=not verbose,
+            )
+    push_archive(ref, archive)
+    forget_older(ref)
+    return Image(ref, archive)
+
+
+KEEP = 3
+"""Project images kept (each ~300 MB): a few, so checkouts of different trees on one machine
+(a worktree beside the main one) do not rebuild each other's images over and over."""
+
+
+def forget_older(current: str) -> None:
+    """Drop all but the newest few project images and archives; build layers stay cached."""
+    repo = current.rsplit(":", 1)[0]
+    newest = sorted(archives().glob("pallas-*.tar"), key=lambda p: p.stat().st_mtime, reverse=True)
+    keep = set(newest[:KEEP])
+    tags = {p.name.removeprefix("pallas-").removesuffix(".tar") for p in keep} | {current.rsplit(":", 1)[1]}
+    for old in set(newest) - keep:
+        old.unlink(missing_ok=True)
+    listed = buildah("images", "--format", "{{.Name}}:{{.Tag}}", "--filter", f"reference={repo}")
+    for line in listed.splitlines():
+        if line.strip() and line.strip().rsplit(":", 1)[1] not in tags:
+            with contextlib.suppress(NodeError):
+                buildah("rmi", line.strip())

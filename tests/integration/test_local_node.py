@@ -1,0 +1,97 @@
+"""The session cluster's real node: Ready, CoreDNS answering only the cluster, and the network
+pieces that keep pod and Service traffic on this machine in place.
+
+Nothing here sends a packet anywhere but to this machine: DNS questions go to the cluster DNS,
+routes are looked up (`ip route get` sends nothing), rules and sysctls are read.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import socket
+import struct
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.cluster import HACK_CLUSTER, LocalCluster
+
+
+@pytest.fixture(scope="module")
+def node(kube_cluster: LocalCluster) -> dict[str, Any]:
+    env = json.loads(
+        subprocess.run([str(HACK_CLUSTER), "env", "--json"], capture_output=True, text=True).stdout
+    )
+    if not env.get("node"):
+        pytest.skip("the session cluster runs without a node (PALLAS_NODE=0)")
+    return dict(env["node"])
+
+
+def ask(server: str, name: str, qtype: int = 1) -> tuple[int, list[str]]:
+    """One DNS question over UDP: (rcode, the A records of the answer)."""
+    ident = secrets.randbits(16)
+    query = struct.pack(">HHHHHH", ident, 0x0100, 1, 0, 0, 0)
+    query += b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0"
+    query += struct.pack(">HH", qtype, 1)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(5)
+        sock.sendto(query, (server, 53))
+        reply = sock.recv(4096)
+    got, flags, _, answers = struct.unpack(">HHHH", reply[:8])
+    assert got == ident
+    addresses = []
+    if answers:  # the question is echoed back first; A records end with a 4-byte address
+        addresses = [socket.inet_ntoa(reply[-4:])] if reply[-6:-4] == b"\x00\x04" else []
+    return flags & 0xF, addresses
+
+
+def test_the_node_is_ready_with_containerd(kube_cluster: LocalCluster, node: dict[str, Any]) -> None:
+    obj = json.loads(kube_cluster.kubectl("get", "node", node["node_name"], "-o", "json").stdout)
+    info = obj["status"]["nodeInfo"]
+    assert info["kubeletVersion"] == "v1.34.10"
+    assert info["containerRuntimeVersion"].startswith("containerd://1.")
+    ready = {c["type"]: c["status"] for c in obj["status"]["conditions"]}["Ready"]
+    assert ready == "True"
+    assert not [t for t in obj["spec"].get("taints", []) if t["key"] == "node.kubernetes.io/not-ready"]
+    assert {"type": "InternalIP", "address": node["node_ip"]} in obj["status"]["addresses"]
+
+
+def test_coredns_answers_cluster_names_and_refuses_the_rest(node: dict[str, Any]) -> None:
+    rcode, addresses = ask(node["dns_ip"], "kubernetes.default.svc.cluster.local")
+    assert (rcode, addresses) == (0, [str(node["service_cidr"]).rsplit(".", 2)[0] + ".0.1"])
+    # Not forwarded anywhere: refused on the spot (5), which sends the host's resolver on.
+    assert ask(node["dns_ip"], "pallas-test.invalid")[0] == 5
+    # The host resolves cluster names through it.
+    assert socket.gethostbyname("kube-dns.kube-system.svc.cluster.local") == node["dns_ip"]
+
+
+def test_the_network_keeps_pod_and_service_traffic_on_the_machine(node: dict[str, Any]) -> None:
+    state = json.loads(
+        subprocess.run([str(HACK_CLUSTER), "env", "--json"], capture_output=True, text=True).stdout
+    )
+    bridge = json.loads((Path(state["state_dir"]) / "state.json").read_text())["node"]["bridge"]
+    table = "pallas_guard_" + bridge.replace("-", "_")
+    rules = subprocess.run(["nft", "list", "table", "inet", table], capture_output=True, text=True)
+    assert rules.returncode == 0, "the guard table is installed"
+    for chain in ("forward", "postrouting", "input"):
+        assert f"chain {chain}" in rules.stdout
+    # Forwarding only on the bridge; the machine-wide switch is left off.
+    assert Path(f"/proc/sys/net/ipv4/conf/{bridge}/forwarding").read_text().strip() == "1"
+    assert Path("/proc/sys/net/ipv4/ip_forward").read_text().strip() == "0"
+    # A Service or pod address is routed onto the bridge, never towards the default route.
+    service_ip = str(node["service_cidr"]).rsplit(".", 2)[0] + ".200.200"
+    pod_ip = str(node["pod_cidr"]).rsplit(".", 1)[0] + ".250"
+    for address in (service_ip, pod_ip):
+        [route] = json.loads(
+            subprocess.run(["ip", "-j", "route", "get", address], capture_output=True, text=True).stdout
+        )
+        assert route["dev"] == bridge, route
+    fallbacks = json.loads(
+        subprocess.run(
+            ["ip", "-j", "route", "show", "type", "unreachable"], capture_output=True, text=True
+        ).stdout
+    )
+    assert {node["pod_cidr"], node["service_cidr"]} <= {r["dst"] for r in fallbacks}

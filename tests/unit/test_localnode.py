@@ -1,0 +1,172 @@
+"""hack/localnode without a node: the settings it accepts, and the safety properties its network,
+CNI, containerd, kubelet, CoreDNS and image-context choices promise (docs/local-kubernetes.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from localnode import NodeError, configs, dns, images, network, settings
+from localnode.configs import NodePaths
+from localnode.settings import NodeSettings
+
+DEFAULTS = NodeSettings(
+    enabled=True,
+    name="pallas-node",
+    bridge="pallas0",
+    pod_cidr="10.244.0.0/24",
+    service_cidr="10.96.0.0/16",
+    kubelet_port=10250,
+    kubelet_healthz_port=10248,
+    proxy_healthz_port=10256,
+    proxy_metrics_port=10249,
+)
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for var in (
+        "PALLAS_NODE",
+        "PALLAS_NODE_NAME",
+        "PALLAS_NODE_BRIDGE",
+        "PALLAS_POD_CIDR",
+        "PALLAS_SERVICE_CIDR",
+    ):
+        monkeypatch.delenv(var, raising=False)
+    for var, _ in settings.PORT_VARS.values():
+        monkeypatch.delenv(var, raising=False)
+    return monkeypatch
+
+
+def test_defaults_and_derived_addresses(clean_env: pytest.MonkeyPatch) -> None:
+    s = settings.from_env()
+    assert s == DEFAULTS
+    assert (s.node_ip, s.prefix, s.api_service_ip, s.dns_ip) == ("10.244.0.1", 24, "10.96.0.1", "10.96.0.10")
+    assert s.guard_table == "pallas_guard_pallas0"
+    assert NodeSettings.from_json(json.loads(json.dumps(s.to_json()))) == s
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "says"),
+    [
+        ("PALLAS_POD_CIDR", "8.8.8.0/24", "must be an IPv4 range inside 10.0.0.0/8"),
+        ("PALLAS_POD_CIDR", "192.0.2.0/24", "must be an IPv4 range inside 10.0.0.0/8"),
+        ("PALLAS_POD_CIDR", "10.244.0.1/24", "is not an IPv4 network in CIDR form"),
+        ("PALLAS_POD_CIDR", "10.244.0.0/30", "is too small"),
+        ("PALLAS_SERVICE_CIDR", "fd00::/64", "must be an IPv4 range"),
+        ("PALLAS_SERVICE_CIDR", "10.244.0.0/16", "overlap"),
+        ("PALLAS_NODE_BRIDGE", "a-very-long-bridge-name", "is not an interface name"),
+        ("PALLAS_NODE_NAME", "Node_1", "is not a DNS label"),
+        ("PALLAS_KUBE_PROXY_METRICS_PORT", "10250", "the node's ports must differ"),
+    ],
+)
+def test_bad_settings_are_refused(clean_env: pytest.MonkeyPatch, var: str, value: str, says: str) -> None:
+    clean_env.setenv(var, value)
+    with pytest.raises(NodeError, match=says):
+        settings.from_env()
+
+
+def test_the_guard_keeps_the_ranges_on_lo_and_the_bridge() -> None:
+    rules = network.guard_rules(DEFAULTS)
+    # Replaces an older copy atomically, and runs before kube-proxy's chains (priority 0/-100).
+    assert rules.index("delete table inet pallas_guard_pallas0") < rules.index(
+        "table inet pallas_guard_pallas0 {"
+    )
+    assert rules.count("priority -300") == 3
+    forward = rules.split("chain forward")[1].split("chain postrouting")[0]
+    assert 'iifname "pallas0" oifname "pallas0" accept' in forward
+    assert 'iifname "pallas0" drop' in forward
+    assert 'oifname "pallas0" drop' in forward
+    postrouting = rules.split("chain postrouting")[1].split("chain input")[0]
+    assert 'oifname { "lo", "pallas0" } accept' in postrouting
+    assert "ip daddr { 10.244.0.0/24, 10.96.0.0/16 } drop" in postrouting
+    assert "ct original ip daddr 10.96.0.0/16 drop" in postrouting
+    assert "ct original ip saddr 10.244.0.0/24 drop" in postrouting
+
+
+def test_pods_get_no_default_route_no_gateway_and_no_masquerade(tmp_path: Path) -> None:
+    conf = json.loads(configs.cni_config(DEFAULTS, NodePaths(tmp_path)))
+    (bridge,) = conf["plugins"]
+    # A CNI gateway would switch on machine-wide forwarding; masquerading would let pods out.
+    assert (bridge["isGateway"], bridge["isDefaultGateway"], bridge["ipMasq"]) == (False, False, False)
+    assert bridge["ipam"]["routes"] == [{"dst": "10.96.0.0/16", "gw": "10.244.0.1"}]
+    assert bridge["ipam"]["dataDir"].startswith(str(tmp_path))
+
+
+def test_containerd_pulls_from_nowhere_and_keeps_its_state_in_the_node_folder(tmp_path: Path) -> None:
+    paths = NodePaths(tmp_path)
+    conf = configs.containerd_config(paths, "localhost/pallas-pause:x")
+    assert f'root = "{tmp_path}/containerd/root"' in conf
+    assert f'state = "{tmp_path}/containerd/state"' in conf
+    assert "netns_mounts_under_state_dir = true" in conf
+    assert "restrict_oom_score_adj = true" in conf
+    assert f'config_path = "{paths.registry_hosts}"' in conf
+    assert configs.registry_hosts().startswith('server = "http://127.0.0.1:1"')
+    assert set(configs.containerd_env().values()) == {"http://127.0.0.1:1", ""}
+
+
+def test_kubelet_and_kube_proxy_listen_inside_the_machine(tmp_path: Path) -> None:
+    kubelet = json.loads(configs.kubelet_config(DEFAULTS, NodePaths(tmp_path), tmp_path / "pki"))
+    assert (kubelet["address"], kubelet["healthzBindAddress"], kubelet["readOnlyPort"]) == (
+        "10.244.0.1",
+        "127.0.0.1",
+        0,
+    )
+    assert kubelet["resolvConf"] == "", "pods get no host resolver"
+    assert kubelet["clusterDNS"] == ["10.96.0.10"]
+    proxy = json.loads(configs.proxy_config(DEFAULTS, NodePaths(tmp_path)))
+    assert proxy["mode"] == "iptables"
+    assert proxy["nodePortAddresses"] == ["10.244.0.1/32"]
+    assert proxy["healthzBindAddress"].startswith("127.0.0.1:")
+    assert proxy["metricsBindAddress"].startswith("127.0.0.1:")
+    assert proxy["iptables"]["masqueradeAll"] is False
+
+
+def test_coredns_answers_only_the_cluster_and_never_forwards() -> None:
+    corefile = dns.corefile(DEFAULTS)
+    assert corefile.startswith("cluster.local:1053 0.244.10.in-addr.arpa:1053 96.10.in-addr.arpa:1053 {")
+    assert "forward" not in corefile
+    assert "fallthrough" not in corefile
+    service = dns.manifests(DEFAULTS, "img")[-1]
+    assert service["spec"]["clusterIP"] == "10.96.0.10"
+    assert {p["port"] for p in service["spec"]["ports"]} == {53, 9153}
+
+
+def test_the_host_resolver_block_goes_in_first_and_comes_out_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text("search example.internal\nnameserver 10.255.255.53\n")
+    monkeypatch.setattr(dns, "RESOLV_CONF", resolv)
+    dns.host_resolver_on(DEFAULTS, tmp_path)
+    dns.host_resolver_on(DEFAULTS, tmp_path)  # idempotent
+    lines = resolv.read_text().splitlines()
+    assert lines[1] == "nameserver 10.96.0.10"
+    assert sum(line.startswith(dns.BEGIN) for line in lines) == 1
+    assert dns.host_resolver_is_on()
+    dns.host_resolver_off()
+    assert resolv.read_text() == "search example.internal\nnameserver 10.255.255.53\n"
+
+
+def test_the_image_context_follows_the_dockerignore_allow_list(tmp_path: Path) -> None:
+    (tmp_path / ".dockerignore").write_text("*\n!pyproject.toml\n!runtime/\n**/__pycache__\n**/*.pyc\n")
+    for rel in (
+        "pyproject.toml",
+        "runtime/a.py",
+        "runtime/__pycache__/a.pyc",
+        "runtime/b.pyc",
+        "tests/t.py",
+        ".env",
+    ):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(rel)
+    (tmp_path / "Dockerfile").write_text("FROM x\n")
+    assert images.context_files(tmp_path) == [Path("pyproject.toml"), Path("runtime/a.py")]
+    before = images.context_hash(tmp_path, "base:1")
+    (tmp_path / "tests" / "t.py").write_text("changed")  # outside the context: same image
+    assert images.context_hash(tmp_path, "base:1") == before
+    (tmp_path / "runtime" / "a.py").write_text("changed")
+    assert images.context_hash(tmp_path, "base:1") != before
+    assert images.context_hash(tmp_path, "base:2") != images.context_hash(tmp_path, "base:1")
