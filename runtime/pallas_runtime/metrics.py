@@ -110,6 +110,12 @@ class RuntimeMetrics:
             ["agent"],
             registry=r,
         )
+        self.auth_requests_total = Counter(
+            "pallas_auth_requests_total",
+            "MCP requests by access decision (allowed, denied, unauthenticated, unavailable).",
+            ["agent", "outcome"],
+            registry=r,
+        )
         self.active_conversations = Gauge(
             "pallas_active_conversations", "Conversations held in memory.", ["agent"], registry=r
         )

@@ -37,6 +37,7 @@ from pallas_runtime.agent.inputs import ImageInput, InvalidInput, user_message
 from pallas_runtime.agent.loop import AgentLoop, MaxIterationsExceeded
 from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.agent.turns import Conversations, NoConversation
+from pallas_runtime.auth import build_auth
 from pallas_runtime.conversations.caller import checked_id, current_caller
 from pallas_runtime.conversations.factory import build_store
 from pallas_runtime.conversations.model import ConversationBusy, ConversationStore, StoreUnavailable, TurnLost
@@ -151,7 +152,16 @@ def build_server(
     store = store or build_store(config, environ)
     loop = AgentLoop(config, provider, sources, metrics)
     conversations = Conversations(config.name, store, loop)
-    health = HealthChecker(config, provider, sources, metrics, environ, store=store)
+    auth = build_auth(config, metrics)
+    health = HealthChecker(
+        config,
+        provider,
+        sources,
+        metrics,
+        environ,
+        store=store,
+        access_problem=auth.verifier.problem if auth else None,
+    )
     state = {"ready": False}
     agent = config.name
     metrics.agent_info.labels(agent, config.model).set(1)
@@ -196,9 +206,10 @@ def build_server(
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            await asyncio.gather(
-                provider.aclose(), store.aclose(), *(s.aclose() for s in sources), return_exceptions=True
-            )
+            closing = [provider.aclose(), store.aclose(), *(s.aclose() for s in sources)]
+            if auth is not None:
+                closing.append(auth.verifier.aclose())
+            await asyncio.gather(*closing, return_exceptions=True)
 
     server = FastMCP(
         agent,
@@ -207,6 +218,7 @@ def build_server(
         lifespan=lifespan,
         middleware=[_SendMessageMetrics(agent, metrics)],
         mask_error_details=True,
+        auth=auth,
     )
 
     @server.tool(name="send_message", description=SEND_MESSAGE_DESCRIPTION, output_schema=None)

@@ -78,7 +78,10 @@ def plan_agent(
         return plan
     urls = {a: names.agent_url(a, ns, peers[a].port) for a in spec.agents}
     try:
-        rendered = render_agent(name, spec, deployment, urls)
+        url = names.resource_url(
+            name, ns, spec.service.port, spec.deployment, deployment.registry.public_url_template
+        )
+        rendered = render_agent(name, spec, deployment, urls, namespace=ns, url=url)
     except RenderError as exc:
         plan.problem = Problem(exc.reason, str(exc))
         return plan

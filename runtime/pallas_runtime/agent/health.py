@@ -5,7 +5,9 @@ Semantics (seed 001 §2, docs/api.md §3):
   the session), each bounded by `health.probeTimeoutSeconds` (3 s);
 - the provider's preflight result (models endpoint) is reused until it is older than
   `health.providerRecheckSeconds`, then re-probed alongside the downstream probes;
-- `ok` when everything passed; `degraded` when a downstream or the provider check failed;
+- `ok` when everything passed; `degraded` when a downstream or the provider check failed, or
+  when checking callers failed lately (the API server or the issuer did not answer: those
+  requests were refused with 503);
   `error` when the agent cannot serve any request: its provider's API key is not configured.
   `message` names each problem.
 """
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from pallas_api.config import AgentConfig
 from pallas_api.health import HealthReport, HealthStatus
@@ -36,9 +38,11 @@ class HealthChecker:
         metrics: RuntimeMetrics,
         environ: Mapping[str, str] | None = None,
         store: ConversationStore | None = None,
+        access_problem: Callable[[], str | None] | None = None,
     ) -> None:
         self._config = config
         self._store = store
+        self._access_problem = access_problem
         self._provider = provider
         self._sources = list(sources)
         self._metrics = metrics
@@ -90,6 +94,9 @@ class HealthChecker:
             problems.append(f"LLM: {provider.message}")
         if store is not None:
             problems.append(f"Conversations: {store}")
+        access = self._access_problem() if self._access_problem is not None else None
+        if access:
+            problems.append(f"Access: {access}")
         status: HealthStatus
         if self._key_missing:
             status = "error"
