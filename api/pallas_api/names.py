@@ -32,6 +32,8 @@ LABEL_PART_OF: Final = "app.kubernetes.io/part-of"
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 LABEL_DEPLOYMENT: Final = "pallas.dev/deployment"
 LABEL_AGENT: Final = "pallas.dev/agent"
+LABEL_NAMESPACE: Final = "pallas.dev/namespace"
+"""On cluster-scoped children (which have no namespace of their own): the owner's namespace."""
 MANAGED_BY: Final = "pallas-operator"
 
 ANNOTATION_CONFIG_HASH: Final = "pallas.dev/config-hash"

@@ -63,8 +63,15 @@ def agent_deployment(w: AgentWorkload) -> Manifest:
         ],
         **probes(),
     }
-    pod_spec = {
-        "automountServiceAccountToken": False,
+    pod_spec: dict[str, object] = {
+        # No API credentials unless the agent checks callers (auth.mode kubernetes): then it runs
+        # as the deployment's agents ServiceAccount, allowed token and access reviews only.
+        **(
+            {"serviceAccountName": names.agents_service_account(w.deployment_name)}
+            if w.deployment.auth.mode == "kubernetes"
+            else {}
+        ),
+        "automountServiceAccountToken": w.deployment.auth.mode == "kubernetes",
         "securityContext": pod_security(),
         "containers": [container],
         "volumes": [

@@ -13,7 +13,7 @@ from pallas_api import names
 from pallas_api.conditions import INVALID_SPEC
 from pallas_api.config import render_config
 from pallas_api.render import RenderError, render_agent, split_model
-from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
+from pallas_api.spec import AuthSpec, PallasAgentSpec, PallasDeploymentSpec
 from pallas_operator.builders import (
     AgentWorkload,
     Manifest,
@@ -43,6 +43,8 @@ class AgentPlan:
     secrets: set[str] = field(default_factory=set)
     health_interval: float = 60.0
     health_timeout: float = 3.0
+    auth: AuthSpec = field(default_factory=AuthSpec)
+    """The deployment's auth: how the operator's probes authenticate."""
 
 
 def _invalid(what: str, exc: ValidationError) -> Problem:
@@ -72,6 +74,7 @@ def plan_agent(
         plan.model = split_model(spec.model or deployment.model.default)[1]
         plan.health_interval = float(deployment.health_check.interval_seconds)
         plan.health_timeout = deployment.health_check.timeout_seconds
+        plan.auth = deployment.auth
     peers = world.agents_in(ns)
     plan.problem = check_agent(name, spec, deployment, peers)
     if plan.problem is not None or deployment is None:

@@ -282,7 +282,12 @@ class RemoteMcpSource:
             raise _Failure(exc, recorder) from exc
 
     async def probe(self) -> ProbeResult:
-        """MCP initialize (and DELETE of the session) within the probe timeout; never raises."""
+        """MCP initialize (and DELETE of the session) within the probe timeout; never raises.
+
+        A source that forwards the caller's bearer is probed without one (a probe has no
+        caller): its 401 with a Bearer challenge means it serves and wants that token, so it
+        counts as up. With configured credentials a 401 stays a failure: they are wrong.
+        """
         outcome = await mcp_probe.probe(
             self._url,
             budget=self._probe_timeout,
@@ -290,6 +295,8 @@ class RemoteMcpSource:
             headers=self._headers,
             verify=tls_context(),
         )
+        if not outcome.ok and outcome.unauthorized and self._forwards_bearer:
+            return ProbeResult(source=self._name, ok=True)
         return ProbeResult(source=self._name, ok=outcome.ok, message=outcome.message)
 
     async def aclose(self) -> None:
