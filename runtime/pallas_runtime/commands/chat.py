@@ -43,6 +43,7 @@ from fastmcp import Client
 from fastmcp.client.transports import StreamableHttpTransport
 from mcp import MCPError
 
+from pallas_api.probe import probe
 from pallas_runtime.commands.credentials import CredentialsError, add_token_arguments, bearer_token
 
 SERVER_JSON_PATH = "/.well-known/mcp/server.json"
@@ -78,7 +79,7 @@ def parse_headers(values: Sequence[str], bearer: str | None) -> dict[str, str]:
         headers[name.strip()] = content.strip()
     if bearer is not None:
         if any(name.lower() == "authorization" for name in headers):
-            raise ChatError("give either a token or an Authorization --header, not both", EXIT_USAGE)
+            raise ChatError("give either --token or an Authorization --header, not both", EXIT_USAGE)
         if not bearer.strip():
             raise ChatError("--token: the token is empty", EXIT_USAGE)
         headers["Authorization"] = f"Bearer {bearer.strip()}"
@@ -297,9 +298,11 @@ async def open_session(
     try:
         await connection.enter_async_context(client)
     except MCPError as exc:
-        raise ChatError(f"{url} is not an MCP server: {exc.error.message}") from None
+        refusal = await _refusal(url, headers, wait)
+        raise ChatError(refusal or f"{url} is not an MCP server: {exc.error.message}") from None
     except (RuntimeError, httpx2.HTTPError, OSError) as exc:
-        raise ChatError(f"cannot connect to {url}: {_refusal(exc, headers) or _reason(exc)}") from None
+        refusal = await _refusal(url, headers, wait)
+        raise ChatError(f"cannot connect to {url}: {refusal or _reason(exc)}") from None
     try:
         info = client.initialize_result.server_info if client.initialize_result else None
         yield ChatSession(
@@ -316,23 +319,22 @@ async def open_session(
             await connection.aclose()
 
 
-def _refusal(exc: BaseException, headers: dict[str, str]) -> str | None:
-    """What a 401 or 403 of an agent checking callers means, and what to do; None for others."""
-    link: BaseException | None = exc
-    while link is not None and not isinstance(link, httpx2.HTTPStatusError):
-        link = link.__cause__ or link.__context__
-    if link is None:
-        return None
-    status = link.response.status_code
+async def _refusal(url: str, headers: dict[str, str], wait: float) -> str | None:
+    """What a 401 or 403 of an agent checking callers means, and what to do; None for others.
+
+    The MCP client reports an HTTP error status as a bare "error response"; one plain MCP probe
+    of the endpoint tells the statuses apart.
+    """
+    outcome = await probe(url, budget=min(wait, 10.0), headers=headers)
     sent = any(name.lower() == "authorization" for name in headers)
-    if status == 401 and not sent:
+    if outcome.unauthorized and not sent:
         return (
             "the agent asks for a bearer token (401): pass --token, set PALLAS_TOKEN, "
             "or --as-serviceaccount NS/NAME"
         )
-    if status == 401:
+    if outcome.unauthorized:
         return "the agent refused the token (401): it is invalid, expired, or for another audience or issuer"
-    if status == 403:
+    if outcome.message.startswith("HTTP 403"):
         return (
             "the token is valid but this caller may not talk to the agent (403): it needs RBAC verb "
             "invoke on the PallasAgent (auth.mode kubernetes) or a place in its spec.access (auth.mode oidc)"

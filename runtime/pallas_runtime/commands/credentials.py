@@ -20,6 +20,7 @@ from collections.abc import Mapping
 import httpx2
 from lightkube import ApiError, AsyncClient, ConfigError, KubeConfig
 from lightkube.models.authentication_v1 import TokenRequestSpec
+from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ServiceAccount
 
 TOKEN_ENV = "PALLAS_TOKEN"
@@ -77,7 +78,10 @@ async def mint_token(
         raise CredentialsError(
             f"--as-serviceaccount needs a kubeconfig or in-cluster credentials: {exc}"
         ) from None
-    request = ServiceAccount.Token(spec=TokenRequestSpec(audiences=audiences, expirationSeconds=lifetime))
+    request = ServiceAccount.Token(
+        metadata=ObjectMeta(name=name, namespace=namespace),
+        spec=TokenRequestSpec(audiences=audiences, expirationSeconds=lifetime),
+    )
     try:
         answer = await client.create(request, name, namespace=namespace)
     except ApiError as exc:
@@ -113,9 +117,8 @@ async def bearer_token(
                 f"--as-serviceaccount {args.as_serviceaccount!r}: expected NAMESPACE/NAME", usage=True
             )
         return await mint_token(match.group(1), match.group(3), list(args.audience), lifetime=lifetime)
-    token = args.token if args.token is not None else environ.get(TOKEN_ENV)
-    if token is None:
-        return None
-    if not token.strip():
-        raise CredentialsError("the token is empty (--token or $PALLAS_TOKEN)", usage=True)
-    return token.strip()
+    if args.token is None:
+        return environ.get(TOKEN_ENV, "").strip() or None  # an empty variable counts as unset
+    if not args.token.strip():
+        raise CredentialsError("--token: the token is empty", usage=True)
+    return str(args.token).strip()
