@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from lightkube import ApiError, AsyncClient
 from lightkube.models.authentication_v1 import TokenRequestSpec
+from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ServiceAccount
 
 LIFETIME = 600
@@ -48,7 +49,8 @@ class ProbeTokens:
         if minted is not None and time.monotonic() < minted.renew_at:
             return minted.token
         request = ServiceAccount.Token(
-            spec=TokenRequestSpec(audiences=list(audiences), expirationSeconds=LIFETIME)
+            metadata=ObjectMeta(name=service_account, namespace=namespace),
+            spec=TokenRequestSpec(audiences=list(audiences), expirationSeconds=LIFETIME),
         )
         try:
             answer = await self._client.create(request, service_account, namespace=namespace)
