@@ -71,77 +71,84 @@ def _can(cluster: LocalCluster, who: str, *args: str) -> str:
 async def test_kubernetes_mode_gives_agents_an_identity_with_exactly_the_review_rights(
     pallas_crds: LocalCluster, pallas_operator: RunningOperator, kube_client: AsyncClient, namespace: str
 ) -> None:
-    mod = in_namespace(namespace)
-    kubectl_apply(
-        pallas_crds,
-        secret("llm", None, mod),
-        deployment("ouranos", mod, KUBERNETES),
-        agent("research", mod),
-        agent("writer", mod),
-    )
-    binding_name = f"pallas:{namespace}:ouranos:auth-delegator"
+    try:
+        mod = in_namespace(namespace)
+        kubectl_apply(
+            pallas_crds,
+            secret("llm", None, mod),
+            deployment("ouranos", mod, KUBERNETES),
+            agent("research", mod),
+            agent("writer", mod),
+        )
+        binding_name = f"pallas:{namespace}:ouranos:auth-delegator"
 
-    async def identity() -> Any:
-        role = await get_object(kube_client, Role, namespace, "ouranos-agents")
-        if role is None or role["rules"][0].get("resourceNames") != ["research", "writer"]:
-            return None
-        if await get_object(kube_client, RoleBinding, namespace, "ouranos-agents") is None:
-            return None
-        return await get_object(kube_client, ClusterRoleBinding, "", binding_name)
+        async def identity() -> Any:
+            role = await get_object(kube_client, Role, namespace, "ouranos-agents")
+            if role is None or role["rules"][0].get("resourceNames") != ["research", "writer"]:
+                return None
+            if await get_object(kube_client, RoleBinding, namespace, "ouranos-agents") is None:
+                return None
+            return await get_object(kube_client, ClusterRoleBinding, "", binding_name)
 
-    binding = await eventually(identity, 45, "the agents' ServiceAccount, Role and auth-delegator binding")
-    assert binding["roleRef"] == {
-        "apiGroup": "rbac.authorization.k8s.io",
-        "kind": "ClusterRole",
-        "name": "system:auth-delegator",
-    }
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "ouranos-agents", "namespace": namespace}
-    ]
-    assert binding["metadata"]["labels"]["pallas.dev/namespace"] == namespace
-    assert await get_object(kube_client, ServiceAccount, namespace, "ouranos-agents") is not None
-    assert await get_object(kube_client, RoleBinding, namespace, "ouranos-agents") is not None
-    pod = (await get_object(kube_client, Deployment, namespace, "research"))["spec"]["template"]["spec"]  # type: ignore[index]
-    assert (pod["serviceAccountName"], pod["automountServiceAccountToken"]) == ("ouranos-agents", True)
-    await _condition(
-        kube_client, PallasDeployment, namespace, "ouranos", "Authenticated", ("True", "KubernetesRBAC")
-    )
-
-    who = f"system:serviceaccount:{namespace}:ouranos-agents"
-    assert _can(pallas_crds, who, "create", "tokenreviews.authentication.k8s.io") == "yes"
-    assert _can(pallas_crds, who, "create", "subjectaccessreviews.authorization.k8s.io") == "yes"
-    assert _can(pallas_crds, who, "invoke", "pallasagents.pallas.dev/research", "-n", namespace) == "yes"
-    assert _can(pallas_crds, who, "invoke", "pallasagents.pallas.dev/other", "-n", namespace) == "no"
-    assert _can(pallas_crds, who, "get", "secrets", "-n", namespace) == "no"
-    assert _can(pallas_crds, who, "list", "pods", "-n", namespace) == "no"
-
-    # Leaving kubernetes mode takes the identity away again, the cluster-scoped binding included.
-    kubectl_apply(pallas_crds, deployment("ouranos", mod))
-
-    async def gone() -> bool:
-        return (
-            await get_object(kube_client, ClusterRoleBinding, "", binding_name) is None
-            and await get_object(kube_client, ServiceAccount, namespace, "ouranos-agents") is None
-            and await get_object(kube_client, Role, namespace, "ouranos-agents") is None
+        binding = await eventually(
+            identity, 45, "the agents' ServiceAccount, Role and auth-delegator binding"
+        )
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": "system:auth-delegator",
+        }
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "ouranos-agents", "namespace": namespace}
+        ]
+        assert binding["metadata"]["labels"]["pallas.dev/namespace"] == namespace
+        assert await get_object(kube_client, ServiceAccount, namespace, "ouranos-agents") is not None
+        assert await get_object(kube_client, RoleBinding, namespace, "ouranos-agents") is not None
+        pod = (await get_object(kube_client, Deployment, namespace, "research"))["spec"]["template"]["spec"]  # type: ignore[index]
+        assert (pod["serviceAccountName"], pod["automountServiceAccountToken"]) == ("ouranos-agents", True)
+        await _condition(
+            kube_client, PallasDeployment, namespace, "ouranos", "Authenticated", ("True", "KubernetesRBAC")
         )
 
-    await eventually(gone, 45, "the identity removed with auth.mode none")
-    pod = (await get_object(kube_client, Deployment, namespace, "research"))["spec"]["template"]["spec"]  # type: ignore[index]
-    assert (pod["serviceAccountName"], pod["serviceAccount"]) == ("default", "default")
-    assert pod["automountServiceAccountToken"] is False
-    await _condition(
-        kube_client, PallasDeployment, namespace, "ouranos", "Authenticated", ("False", "AuthDisabled")
-    )
+        who = f"system:serviceaccount:{namespace}:ouranos-agents"
+        assert _can(pallas_crds, who, "create", "tokenreviews.authentication.k8s.io") == "yes"
+        assert _can(pallas_crds, who, "create", "subjectaccessreviews.authorization.k8s.io") == "yes"
+        assert _can(pallas_crds, who, "invoke", "pallasagents.pallas.dev/research", "-n", namespace) == "yes"
+        assert _can(pallas_crds, who, "invoke", "pallasagents.pallas.dev/other", "-n", namespace) == "no"
+        assert _can(pallas_crds, who, "get", "secrets", "-n", namespace) == "no"
+        assert _can(pallas_crds, who, "list", "pods", "-n", namespace) == "no"
 
-    # Deleting a kubernetes-mode deployment removes its binding too (no owner reference can).
-    kubectl_apply(pallas_crds, deployment("ouranos", mod, KUBERNETES))
-    await eventually(identity, 45, "the binding back")
-    pallas_crds.kubectl("delete", "pallasdeployment", "ouranos", "-n", namespace)
+        # Leaving kubernetes mode takes the identity away again, the cluster-scoped binding included.
+        kubectl_apply(pallas_crds, deployment("ouranos", mod))
 
-    async def unbound() -> bool:
-        return await get_object(kube_client, ClusterRoleBinding, "", binding_name) is None
+        async def gone() -> bool:
+            return (
+                await get_object(kube_client, ClusterRoleBinding, "", binding_name) is None
+                and await get_object(kube_client, ServiceAccount, namespace, "ouranos-agents") is None
+                and await get_object(kube_client, Role, namespace, "ouranos-agents") is None
+            )
 
-    await eventually(unbound, 45, "the binding removed with its deployment")
+        await eventually(gone, 45, "the identity removed with auth.mode none")
+        pod = (await get_object(kube_client, Deployment, namespace, "research"))["spec"]["template"]["spec"]  # type: ignore[index]
+        assert (pod["serviceAccountName"], pod["serviceAccount"]) == ("default", "default")
+        assert pod["automountServiceAccountToken"] is False
+        await _condition(
+            kube_client, PallasDeployment, namespace, "ouranos", "Authenticated", ("False", "AuthDisabled")
+        )
+
+        # Deleting a kubernetes-mode deployment removes its binding too (no owner reference can).
+        kubectl_apply(pallas_crds, deployment("ouranos", mod, KUBERNETES))
+        await eventually(identity, 45, "the binding back")
+        pallas_crds.kubectl("delete", "pallasdeployment", "ouranos", "-n", namespace)
+
+        async def unbound() -> bool:
+            return await get_object(kube_client, ClusterRoleBinding, "", binding_name) is None
+
+        await eventually(unbound, 45, "the binding removed with its deployment")
+    finally:  # a failed test must not leave the cluster-scoped binding behind
+        pallas_crds.kubectl(
+            "delete", "clusterrolebinding", f"pallas:{namespace}:ouranos:auth-delegator", "--ignore-not-found"
+        )
 
 
 async def test_a_public_url_without_auth_is_flagged_once(
