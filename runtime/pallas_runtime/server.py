@@ -46,7 +46,7 @@ from pallas_runtime.downstream.sources import build_sources
 from pallas_runtime.llm.factory import create_provider
 from pallas_runtime.llm.provider import LLMError, LLMProvider
 from pallas_runtime.messages import AssistantMessage, ImagePart, TextPart, UserMessage
-from pallas_runtime.metrics import CONTENT_TYPE, RuntimeMetrics
+from pallas_runtime.metrics import AUTH_OUTCOMES, CONTENT_TYPE, RuntimeMetrics
 
 log = logging.getLogger("pallas.server")
 
@@ -169,6 +169,8 @@ def build_server(
     # Both outcome series exist from the start, so rate() sees the first error of a new agent.
     for outcome in ("ok", "error"):
         metrics.send_message_total.labels(agent, outcome)
+    for decision in AUTH_OUTCOMES:  # open agents too: 0 says nobody was refused
+        metrics.auth_requests_total.labels(agent, decision)
 
     async def preflight() -> None:
         check = await health.check_provider()

@@ -55,8 +55,6 @@ class PallasVerifier(TokenVerifier):
         self._judge = judge
         self._cache = cache
         self._requests = metrics.auth_requests_total
-        for outcome in ("allowed", "denied", "unauthenticated", "unavailable"):
-            self._requests.labels(agent, outcome)
         self._outage: tuple[float, str] | None = None
 
     def problem(self) -> str | None:
