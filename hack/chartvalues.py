@@ -73,6 +73,10 @@ class Rbac(Values):
     or only `watchNamespaces` when set. `namespace`: a Role and RoleBinding in each of
     `watchNamespaces` (which must exist, and must not be empty); the one cluster-wide grant is
     reading Namespace objects, which kopf lists when it is given namespaces by name."""
+    aggregate_roles: bool = True
+    """Install the ClusterRoles `pallas-view` (read PallasDeployments and PallasAgents) and
+    `pallas-edit` (also write them and `invoke` agents), aggregated into the built-in `view`,
+    `edit` and `admin` roles. Their names are fixed: one release per cluster installs them."""
 
 
 class ServiceAccount(Values):

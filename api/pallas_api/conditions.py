@@ -18,6 +18,7 @@ HEALTHY: Final = "Healthy"
 READY: Final = "Ready"
 REGISTRY_AVAILABLE: Final = "RegistryAvailable"
 MONITORING_READY: Final = "MonitoringReady"
+AUTHENTICATED: Final = "Authenticated"
 
 # --- Accepted -----------------------------------------------------------------------------
 ACCEPTED_REASON: Final = "Accepted"
@@ -30,6 +31,8 @@ DEPENDENCY_CYCLE: Final = "DependencyCycle"
 NAME_CONFLICT: Final = "NameConflict"
 SECRET_NOT_FOUND: Final = "SecretNotFound"
 SECRET_KEY_NOT_FOUND: Final = "SecretKeyNotFound"
+ACCESS_NOT_ENFORCEABLE: Final = "AccessNotEnforceable"
+"""spec.access names callers but the deployment authenticates nobody (auth.mode none)."""
 
 # --- DependenciesReady --------------------------------------------------------------------
 DEPENDENCIES_READY_REASON: Final = "DependenciesReady"
@@ -51,12 +54,17 @@ AWAITING_AVAILABILITY: Final = "AwaitingAvailability"
 VERIFYING: Final = "Verifying"
 VERIFICATION_FAILED: Final = "VerificationFailed"
 
+VERIFIED_WITHOUT_TOKEN: Final = "VerifiedWithoutToken"
+"""oidc mode: the operator holds no token, so it checked the agent's authorization challenge."""
+
 # --- Healthy (HealthOk, HealthDegraded, HealthError come from the report's status) -------------
 NOT_CHECKED: Final = "NotChecked"
 HEALTH_CHECK_FAILED: Final = "HealthCheckFailed"
 HEALTH_OK: Final = "HealthOk"
 HEALTH_DEGRADED: Final = "HealthDegraded"
 HEALTH_ERROR: Final = "HealthError"
+HEALTH_NOT_CHECKABLE: Final = "HealthNotCheckable"
+"""oidc mode: get_health needs a token the operator does not hold."""
 
 # --- Ready --------------------------------------------------------------------------------
 AGENT_READY: Final = "AgentReady"
@@ -66,3 +74,11 @@ AGENTS_NOT_READY: Final = "AgentsNotReady"
 # --- MonitoringReady ----------------------------------------------------------------------
 SERVICE_MONITORS_APPLIED: Final = "ServiceMonitorsApplied"
 SERVICE_MONITOR_CRD_NOT_FOUND: Final = "ServiceMonitorCRDNotFound"
+
+# --- Authenticated (PallasDeployment) ---------------------------------------------------------
+KUBERNETES_AUTH: Final = "KubernetesRBAC"
+OIDC_AUTH: Final = "OIDC"
+UNAUTHENTICATED: Final = "Unauthenticated"
+"""auth.mode none while the registry publishes a public URL: anyone reaching it may call agents."""
+AUTH_DISABLED: Final = "AuthDisabled"
+"""auth.mode none, agents reachable only inside the cluster."""

@@ -207,6 +207,61 @@ class HealthSettings(_Model):
     """TTL of the provider preflight result; an older one is re-probed by `get_health`."""
 
 
+INVOKE_VERB = "invoke"
+"""The RBAC verb on `pallasagents/<name>` that lets a caller talk to an agent."""
+
+
+class KubernetesAuthConfig(_Model):
+    """TokenReview and SubjectAccessReview settings (`mode: kubernetes`)."""
+
+    audiences: list[str] = Field(default_factory=list)
+    """TokenReview `spec.audiences`; empty: the API server's own."""
+    cache_seconds: Annotated[int, Field(ge=0, le=300)] = 10
+    """How long a decision is reused for the same token."""
+
+
+class OidcConfig(_Model):
+    """The issuer whose JWTs the agent accepts (`mode: oidc`)."""
+
+    issuer: Annotated[str, Field(pattern=HTTP_URL)]
+    audience: Annotated[str, Field(min_length=1)]
+    jwks_url: Annotated[str | None, Field(alias="jwksURL", pattern=HTTP_URL)] = None
+    """Default: discovered from the issuer's `/.well-known/openid-configuration`."""
+    subject_claim: str = "sub"
+    groups_claim: str = "groups"
+    algorithms: list[str] = Field(default_factory=lambda: ["RS256"])
+    jwks_refresh_seconds: Annotated[float, Field(ge=0, le=3600)] = 30.0
+    """Least time between two JWKS fetches caused by an unknown key id (a rotation)."""
+
+
+class AccessConfig(_Model):
+    """Callers admitted by name or group; both empty: every authenticated caller."""
+
+    subjects: list[str] = Field(default_factory=list)
+    groups: list[str] = Field(default_factory=list)
+
+
+class AuthConfig(_Model):
+    """Who may talk to this agent (docs/api.md §6)."""
+
+    mode: Literal["none", "kubernetes", "oidc"] = "none"
+    namespace: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)] = "default"
+    """The agent's namespace: where the SubjectAccessReview asks about `pallasagents/<name>`."""
+    resource: Annotated[str | None, Field(pattern=HTTP_URL)] = None
+    """The agent's MCP URL as clients use it: the RFC 9728 `resource`."""
+    kubernetes: KubernetesAuthConfig = KubernetesAuthConfig()
+    oidc: OidcConfig | None = None
+    access: AccessConfig = AccessConfig()
+
+    @model_validator(mode="after")
+    def _settings(self) -> Self:
+        if self.mode == "oidc" and self.oidc is None:
+            raise ValueError("auth.mode oidc needs auth.oidc")
+        if self.mode != "none" and self.resource is None:
+            raise ValueError(f"auth.mode {self.mode} needs auth.resource (the agent's URL)")
+        return self
+
+
 class AgentConfig(_Model):
     """Everything one agent process needs; rendered into the agent's ConfigMap."""
 
@@ -228,6 +283,7 @@ class AgentConfig(_Model):
     conversations: ConversationStoreConfig = ConversationStoreConfig()
     limits: InputLimits = InputLimits()
     health: HealthSettings = HealthSettings()
+    auth: AuthConfig = AuthConfig()
 
     @model_validator(mode="after")
     def _unique_tool_sources(self) -> Self:

@@ -100,6 +100,26 @@ DEPLOYMENT_RULES: dict[str, list[Rule]] = {
             fieldPath=".postgres",
         )
     ],
+    "spec.auth": [
+        _rule(
+            "!has(self.mode) || self.mode != 'oidc' || has(self.oidc)",
+            "spec.auth.mode oidc needs spec.auth.oidc with at least issuer and audience",
+            fieldPath=".oidc",
+        ),
+        _rule(
+            "!has(self.oidc) || (has(self.mode) && self.mode == 'oidc')",
+            "spec.auth.oidc is only used with spec.auth.mode oidc: set the mode to oidc or remove "
+            "spec.auth.oidc",
+            fieldPath=".oidc",
+        ),
+    ],
+    "spec.network.allowFrom[]": [
+        _rule(
+            "has(self.namespaceSelector) || has(self.podSelector)",
+            "an allowFrom entry needs namespaceSelector, podSelector or both (an empty entry would admit "
+            "every pod in the namespace)",
+        )
+    ],
 }
 
 

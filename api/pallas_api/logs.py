@@ -10,8 +10,8 @@ Knobs (environment):
 Chatty libraries (HTTP clients, SDKs, MCP, uvicorn access lines) stay at WARNING whatever the
 root level, so a debug session of Pallas does not drown in their output. JSON is written by
 python-json-logger (already installed with kopf).
-Every record passes a redaction filter: `Bearer …` credentials and the values of secret
-environment variables the process was given never reach a log line.
+Every record passes a redaction filter: `Bearer …` credentials, anything shaped like a JWT, and
+the values of secret environment variables the process was given never reach a log line.
 """
 
 from __future__ import annotations
@@ -53,6 +53,8 @@ QUIET_LOGGERS = (
     "asyncpg",
 )
 _BEARER = re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]+")
+_JWT = re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*")
+"""A JWT anywhere (callers' OIDC and ServiceAccount tokens), even without a `Bearer` before it."""
 
 
 class Redactor(logging.Filter):
@@ -67,6 +69,7 @@ class Redactor(logging.Filter):
     def redact(self, text: str) -> str:
         """The text with bearer credentials and known secret values replaced."""
         text = _BEARER.sub(r"\1 [redacted]", text)
+        text = _JWT.sub("[redacted-jwt]", text)
         for secret in self._secrets:
             text = text.replace(secret, "[redacted]")
         return text

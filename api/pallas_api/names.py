@@ -8,6 +8,7 @@ Child names are derived, never stored, so any replica of the operator (and a hum
 
 from __future__ import annotations
 
+import re
 from typing import Final
 from urllib.parse import urlsplit
 
@@ -31,6 +32,8 @@ LABEL_PART_OF: Final = "app.kubernetes.io/part-of"
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 LABEL_DEPLOYMENT: Final = "pallas.dev/deployment"
 LABEL_AGENT: Final = "pallas.dev/agent"
+LABEL_NAMESPACE: Final = "pallas.dev/namespace"
+"""On cluster-scoped children (which have no namespace of their own): the owner's namespace."""
 MANAGED_BY: Final = "pallas-operator"
 
 ANNOTATION_CONFIG_HASH: Final = "pallas.dev/config-hash"
@@ -79,6 +82,38 @@ def public_host(template: str, agent: str, namespace: str) -> str | None:
         return None
     url = template.replace("{agent}", agent).replace("{namespace}", namespace)
     return urlsplit(url).hostname
+
+
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+
+
+def public_url(template: str, agent: str, namespace: str, deployment: str) -> str | None:
+    """An agent's public URL from `publicURLTemplate`; None when unset, or not a usable http(s) URL."""
+    values = {"agent": agent, "namespace": namespace, "deployment": deployment}
+    if not template or any(name not in values for name in _PLACEHOLDER.findall(template)):
+        return None
+    url = _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
+    return url if re.match(r"^https?://[^\s/]+", url) else None
+
+
+def resource_url(agent: str, namespace: str, port: int, deployment: str, template: str) -> str:
+    """The URL an agent's callers use (its RFC 9728 resource): the public one, else cluster DNS."""
+    return public_url(template, agent, namespace, deployment) or agent_url(agent, namespace, port)
+
+
+def agents_service_account(deployment: str) -> str:
+    """The ServiceAccount agents of a deployment run as in `auth.mode: kubernetes`."""
+    return f"{deployment}-agents"
+
+
+def auth_delegation_binding(namespace: str, deployment: str) -> str:
+    """The ClusterRoleBinding letting those agents create TokenReviews and SubjectAccessReviews."""
+    return f"pallas:{namespace}:{deployment}:auth-delegator"
+
+
+def network_policy_name(deployment: str) -> str:
+    """The NetworkPolicy guarding a deployment's agents (`spec.network.policy`)."""
+    return f"{deployment}-agents"
 
 
 def registry_url(deployment: str, namespace: str, port: int) -> str:

@@ -12,17 +12,24 @@ an initialize result as JSON or as an SSE event; then, when asked, `notification
 `tools/list` (every page) and `tools/call get_health` on that session; finally DELETE the
 session, best effort. SSE transport (legacy): open the event stream and expect its `endpoint`
 event. Never raises: a failure is an outcome with a short reason and no header values.
+
+An endpoint that asks for a bearer (MCP authorization: 401 with `WWW-Authenticate: Bearer`)
+fails with `unauthorized` set and the challenge's `resource_metadata` URL, so a caller without a
+token can still tell "serving, wants a token" from "broken"; a JSON error body's
+`error_description` (a 403 or a 503 of the agent's access checks) is part of the reason.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import re
 import socket
 import ssl
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import anyio
 import httpx2
@@ -35,6 +42,8 @@ MAX_BODY = 4 * 1024 * 1024
 MAX_TOOLS = 1000
 NOT_MCP = "not an MCP server (no initialize result)"
 _ACCEPT_BOTH = "application/json, text/event-stream"
+_RESOURCE_METADATA = re.compile(r'resource_metadata="([^"]+)"')
+MAX_ERROR_BODY = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,10 +68,38 @@ class ProbeOutcome:
     """The `get_health` report, when asked for and readable."""
     health_problem: str = ""
     """Why no report came back when one was asked for."""
+    unauthorized: bool = False
+    """The endpoint answered 401 with a Bearer challenge: it serves, and wants a token."""
+    resource_metadata: str = ""
+    """The challenge's RFC 9728 metadata URL, when it named one."""
 
 
 class _ProbeFailed(Exception):
     """A step failed; the message is the outcome's reason."""
+
+    def __init__(self, message: str, *, unauthorized: bool = False, resource_metadata: str = "") -> None:
+        super().__init__(message)
+        self.unauthorized = unauthorized
+        self.resource_metadata = resource_metadata
+
+
+async def _refusal(response: httpx2.Response) -> _ProbeFailed:
+    """The failure a non-200 answer stands for: its status, what the server said, its challenge."""
+    reason = f"HTTP {response.status_code}"
+    body = b""
+    async for chunk in response.aiter_bytes():
+        body += chunk
+        if len(body) > MAX_ERROR_BODY:
+            break
+    with contextlib.suppress(ValueError, UnicodeDecodeError):
+        error = json.loads(body)
+        described = error.get("error_description") if isinstance(error, dict) else None
+        if isinstance(described, str) and described:
+            reason += f": {described[:200]}"
+    challenge = response.headers.get("www-authenticate", "")
+    unauthorized = response.status_code == 401 and challenge.lower().startswith("bearer")
+    found = _RESOURCE_METADATA.search(challenge) if unauthorized else None
+    return _ProbeFailed(reason, unauthorized=unauthorized, resource_metadata=found.group(1) if found else "")
 
 
 def leaf_exceptions(exc: BaseException) -> Iterator[BaseException]:
@@ -169,7 +206,7 @@ class _Session:
             "POST", self.url, json=body, headers=self._request_headers()
         ) as response:
             if response.status_code != 200:
-                raise _ProbeFailed(f"HTTP {response.status_code}")
+                raise await _refusal(response)
             if method == "initialize":
                 self.session_id = response.headers.get("mcp-session-id")
             try:
@@ -247,7 +284,7 @@ async def _open_event_stream(client: httpx2.AsyncClient, url: str, headers: Mapp
     request_headers = {**headers, "Accept": "text/event-stream"}
     async with client.stream("GET", url, headers=request_headers) as response:
         if response.status_code != 200:
-            raise _ProbeFailed(f"HTTP {response.status_code}")
+            raise await _refusal(response)
         if not response.headers.get("content-type", "").lower().startswith("text/event-stream"):
             raise _ProbeFailed("not an MCP SSE endpoint (no event stream)")
         async for line in response.aiter_lines():
@@ -293,7 +330,7 @@ async def probe(
                 with anyio.move_on_at(deadline):  # whatever time is left; an unfinished DELETE is fine
                     await session.end()
     except _ProbeFailed as exc:
-        return _failed(session, str(exc))
+        return _failed(session, str(exc), exc)
     except Exception as exc:  # noqa: BLE001 - a failure here must not end the caller
         return _failed(session, describe_transport_failure(exc) or f"unexpected {type(exc).__name__}")
     if outcome is None:
@@ -301,9 +338,15 @@ async def probe(
     return outcome
 
 
-def _failed(session: _Session | None, message: str) -> ProbeOutcome:
+def _failed(session: _Session | None, message: str, cause: _ProbeFailed | None = None) -> ProbeOutcome:
     identity = session.identity if session is not None else None
-    return ProbeOutcome(ok=False, message=message, server=identity)
+    return ProbeOutcome(
+        ok=False,
+        message=message,
+        server=identity,
+        unauthorized=cause is not None and cause.unauthorized,
+        resource_metadata=cause.resource_metadata if cause is not None else "",
+    )
 
 
 async def _converse(session: _Session, list_tools: bool, get_health: bool) -> ProbeOutcome:
@@ -319,3 +362,43 @@ async def _converse(session: _Session, list_tools: bool, get_health: bool) -> Pr
     except (_ProbeFailed, HealthReportError) as exc:
         return ProbeOutcome(ok=True, server=identity, tools=tools, health_problem=str(exc))
     return ProbeOutcome(ok=True, server=identity, tools=tools, health=report)
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceMetadata:
+    """What an endpoint's RFC 9728 protected-resource metadata says (or why it could not be read)."""
+
+    ok: bool
+    message: str = ""
+    resource: str = ""
+    authorization_servers: tuple[str, ...] = ()
+
+
+def metadata_url(mcp_url: str) -> str:
+    """The root RFC 9728 metadata URL of the server an MCP endpoint belongs to."""
+    parts = urlsplit(mcp_url)
+    return f"{parts.scheme}://{parts.netloc}/.well-known/oauth-protected-resource"
+
+
+async def resource_metadata(mcp_url: str, *, budget: float) -> ResourceMetadata:
+    """Read the protected-resource metadata of the server serving `mcp_url`; never raises."""
+    url = metadata_url(mcp_url)
+    try:
+        with anyio.fail_after(budget):
+            async with httpx2.AsyncClient(timeout=httpx2.Timeout(budget)) as client:
+                response = await client.get(url, headers={"Accept": "application/json"})
+        if response.status_code != 200:
+            return ResourceMetadata(False, f"{url}: HTTP {response.status_code}")
+        document = response.json()
+    except TimeoutError:
+        return ResourceMetadata(False, f"{url}: timed out after {budget:g}s")
+    except ValueError:
+        return ResourceMetadata(False, f"{url}: not JSON")
+    except Exception as exc:  # noqa: BLE001 - a failure here must not end the caller
+        return ResourceMetadata(False, f"{url}: {describe_transport_failure(exc) or type(exc).__name__}")
+    servers = document.get("authorization_servers") if isinstance(document, dict) else None
+    if not isinstance(servers, list) or not all(isinstance(s, str) for s in servers):
+        return ResourceMetadata(False, f"{url}: no authorization_servers")
+    return ResourceMetadata(
+        True, resource=str(document.get("resource", "")), authorization_servers=tuple(servers)
+    )

@@ -11,14 +11,23 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pallas_api.conditions import AGENT_NOT_FOUND, PROVIDER_NOT_FOUND, SERVER_NOT_FOUND
+from pallas_api.conditions import (
+    ACCESS_NOT_ENFORCEABLE,
+    AGENT_NOT_FOUND,
+    PROVIDER_NOT_FOUND,
+    SERVER_NOT_FOUND,
+)
 from pallas_api.config import (
+    AccessConfig,
     AgentConfig,
+    AuthConfig,
     ConversationStoreConfig,
     DownstreamServer,
     HeaderConfig,
     HealthSettings,
     HistoryLimits,
+    KubernetesAuthConfig,
+    OidcConfig,
     PeerAgent,
     ProviderConfig,
 )
@@ -73,6 +82,46 @@ def _store(spec: ConversationsSpec, secrets: list[SecretBinding], *, local: bool
     return ConversationStoreConfig(type=store, dsn_env=dsn_env, ttl_seconds=spec.ttl_seconds)
 
 
+def render_auth(
+    agent: PallasAgentSpec, deployment: PallasDeploymentSpec, namespace: str, url: str | None
+) -> AuthConfig:
+    """The agent's auth settings: the deployment's mode, the agent's access lists, its URL.
+
+    Raises:
+        RenderError: `spec.access` names callers while the deployment authenticates nobody
+            (the lists could not be enforced, and an agent that looks restricted must not be open).
+    """
+    auth = deployment.auth
+    if auth.mode == "none":
+        if agent.access.restricted:
+            raise RenderError(
+                ACCESS_NOT_ENFORCEABLE,
+                "spec.access names allowed callers, but the deployment's spec.auth.mode is none, so "
+                "no caller is identified: set spec.auth.mode to kubernetes or oidc, or remove spec.access",
+            )
+        return AuthConfig(namespace=namespace)
+    oidc = None
+    if auth.oidc is not None:
+        oidc = OidcConfig(
+            issuer=auth.oidc.issuer,
+            audience=auth.oidc.audience,
+            jwks_url=auth.oidc.jwks_url,
+            subject_claim=auth.oidc.subject_claim,
+            groups_claim=auth.oidc.groups_claim,
+            algorithms=list(auth.oidc.algorithms),
+        )
+    return AuthConfig(
+        mode=auth.mode,
+        namespace=namespace,
+        resource=url,
+        kubernetes=KubernetesAuthConfig(
+            audiences=list(auth.kubernetes.audiences), cache_seconds=auth.kubernetes.cache_seconds
+        ),
+        oidc=oidc,
+        access=AccessConfig(subjects=list(agent.access.subjects), groups=list(agent.access.groups)),
+    )
+
+
 def render_agent(
     name: str,
     agent: PallasAgentSpec,
@@ -80,6 +129,8 @@ def render_agent(
     agent_urls: Mapping[str, str],
     *,
     local: bool = False,
+    namespace: str = "default",
+    url: str | None = None,
 ) -> RenderedAgent:
     """Build the runtime config of agent `name`.
 
@@ -89,10 +140,15 @@ def render_agent(
         deployment: The spec of the PallasDeployment it belongs to.
         agent_urls: MCP URLs of the agents it may call, by name.
         local: For `pallas run` (the default store is SQLite) rather than a pod (memory).
+        namespace: The agent's namespace (where its access is authorised).
+        url: The agent's MCP URL as its callers use it (the protected resource); required when
+            the deployment's auth mode is not `none`.
 
     Raises:
-        RenderError: a model provider, server or agent that does not exist.
+        RenderError: a model provider, server or agent that does not exist, or access lists
+            that cannot be enforced.
     """
+    auth = render_auth(agent, deployment, namespace, url)
     secrets: list[SecretBinding] = []
     model_ref = agent.model or deployment.model.default
     provider_name, model = split_model(model_ref)
@@ -176,5 +232,6 @@ def render_agent(
         conversations=_store(deployment.conversations, secrets, local=local),
         limits=agent.limits,
         health=HealthSettings(probe_timeout_seconds=deployment.health_check.timeout_seconds),
+        auth=auth,
     )
     return RenderedAgent(config, tuple(dict.fromkeys(secrets)))

@@ -220,6 +220,118 @@ class MonitoringSpec(_Spec):
     """ServiceMonitor settings."""
 
 
+AuthMode = Literal["none", "kubernetes", "oidc"]
+JwtAlgorithm = Literal[
+    "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"
+]
+"""Asymmetric JWS algorithms an issuer may sign with. `none` and the HMAC family never verify:
+an agent holds no shared secret, and `alg: none` is not a signature."""
+CLAIM_NAME = r"^[A-Za-z0-9_:./-]+$"
+
+
+class KubernetesAuthSpec(_Spec):
+    """How agents check Kubernetes tokens (`mode: kubernetes`)."""
+
+    audiences: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=253)]],
+        Field(max_length=8, json_schema_extra={"x-kubernetes-list-type": "set"}),
+    ] = Field(default_factory=list)
+    """Audiences a caller's token must be issued for (TokenReview `spec.audiences`). Empty: the
+    API server's own, so any token kubectl would accept. A dedicated audience (e.g. `pallas.dev`,
+    tokens from `kubectl create token SA --audience pallas.dev`) keeps the tokens callers send to
+    agents useless against the API server."""
+    cache_seconds: Annotated[int, Field(ge=0, le=300)] = 10
+    """Seconds an allow or deny decision is reused for the same token (0: ask every time)."""
+
+
+class OidcSpec(_Spec):
+    """The OpenID Connect issuer whose JWTs agents accept (`mode: oidc`)."""
+
+    issuer: Annotated[str, Field(pattern=HTTP_URL, max_length=2048)]
+    """Issuer URL; a token's `iss` must equal it exactly."""
+    audience: Annotated[str, Field(min_length=1, max_length=2048)]
+    """A token's `aud` must contain it (the client id or API identifier registered at the issuer)."""
+    jwks_url: Annotated[str | None, Field(alias="jwksURL", pattern=HTTP_URL, max_length=2048)] = None
+    """Where the issuer publishes its signing keys; default: `jwks_uri` of the issuer's
+    `/.well-known/openid-configuration`."""
+    subject_claim: Annotated[str, Field(pattern=CLAIM_NAME, max_length=128)] = "sub"
+    """Claim naming the caller (matched against `PallasAgent.spec.access.subjects`)."""
+    groups_claim: Annotated[str, Field(pattern=CLAIM_NAME, max_length=128)] = "groups"
+    """Claim listing the caller's groups (matched against `spec.access.groups`)."""
+    algorithms: Annotated[
+        list[JwtAlgorithm],
+        Field(min_length=1, max_length=10, json_schema_extra={"x-kubernetes-list-type": "set"}),
+    ] = Field(default_factory=lambda: list[JwtAlgorithm](["RS256"]))
+    """Signature algorithms accepted (asymmetric only)."""
+
+
+class AuthSpec(_Spec):
+    """Who may talk to the deployment's agents."""
+
+    mode: AuthMode = "none"
+    """`none` (anyone who reaches an agent), `kubernetes` (a Kubernetes token, authorised by RBAC
+    verb `invoke` on `pallasagents`) or `oidc` (a JWT of `oidc.issuer`)."""
+    kubernetes: KubernetesAuthSpec = KubernetesAuthSpec()
+    """Settings of `mode: kubernetes`."""
+    oidc: OidcSpec | None = None
+    """Settings of `mode: oidc` (required there, refused otherwise)."""
+
+    @model_validator(mode="after")
+    def _oidc_settings(self) -> Self:
+        if self.mode == "oidc" and self.oidc is None:
+            raise ValueError("auth.mode oidc needs auth.oidc (issuer and audience)")
+        if self.mode != "oidc" and self.oidc is not None:
+            raise ValueError(f"auth.oidc is only used with auth.mode oidc (mode is {self.mode})")
+        return self
+
+
+class LabelSelectorRequirement(_Spec):
+    """One label expression of a selector."""
+
+    key: Annotated[str, Field(min_length=1, max_length=317)]
+    """Label key."""
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    """How the key relates to the values."""
+    values: Annotated[list[str], Field(max_length=64)] = Field(default_factory=list)
+    """Values for In and NotIn; empty for Exists and DoesNotExist."""
+
+
+class LabelSelector(_Spec):
+    """A Kubernetes label selector."""
+
+    match_labels: dict[str, str] = Field(default_factory=dict)
+    """Labels that must all be present with these values."""
+    match_expressions: Annotated[list[LabelSelectorRequirement], Field(max_length=16)] = Field(
+        default_factory=list
+    )
+    """Expressions that must all hold."""
+
+
+class NetworkPeer(_Spec):
+    """Who else may reach the agents (a NetworkPolicy `from` entry)."""
+
+    namespace_selector: LabelSelector | None = None
+    """Namespaces (with `podSelector`: pods in those namespaces)."""
+    pod_selector: LabelSelector | None = None
+    """Pods (in the deployment's namespace, unless `namespaceSelector` is set)."""
+
+    @model_validator(mode="after")
+    def _one_selector(self) -> Self:
+        if self.namespace_selector is None and self.pod_selector is None:
+            raise ValueError("an allowFrom entry needs namespaceSelector, podSelector or both")
+        return self
+
+
+class NetworkSpec(_Spec):
+    """Network isolation of the deployment's agents."""
+
+    policy: bool = False
+    """Write a NetworkPolicy admitting traffic to the agents only from the deployment's own
+    agents, its registry, the operator and `allowFrom`."""
+    allow_from: Annotated[list[NetworkPeer], Field(max_length=32)] = Field(default_factory=list)
+    """More peers that may reach the agents (clients, an ingress controller, Prometheus)."""
+
+
 class PallasDeploymentSpec(_Spec):
     """A group of agents sharing model, providers and tools."""
 
@@ -241,6 +353,10 @@ class PallasDeploymentSpec(_Spec):
     """Monitoring."""
     conversations: ConversationsSpec = ConversationsSpec()
     """Where conversations are kept."""
+    auth: AuthSpec = AuthSpec()
+    """Who may talk to the agents (docs/api.md §6)."""
+    network: NetworkSpec = NetworkSpec()
+    """Network isolation of the agents."""
 
     @model_validator(mode="after")
     def _names(self) -> Self:
@@ -307,6 +423,27 @@ class AgentHistorySpec(_Spec):
     """Conversations kept per pod by the memory store (least recently used dropped first)."""
 
 
+class AccessSpec(_Spec):
+    """Which authenticated callers may talk to one agent (both lists empty or absent: everyone)."""
+
+    subjects: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=512)]],
+        Field(max_length=256, json_schema_extra={"x-kubernetes-list-type": "set"}),
+    ] = Field(default_factory=list)
+    """Callers allowed by name: the OIDC subject claim, or the Kubernetes user name
+    (`system:serviceaccount:<ns>:<name>` for a ServiceAccount)."""
+    groups: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=512)]],
+        Field(max_length=256, json_schema_extra={"x-kubernetes-list-type": "set"}),
+    ] = Field(default_factory=list)
+    """Callers allowed by group: the OIDC groups claim, or the Kubernetes groups."""
+
+    @property
+    def restricted(self) -> bool:
+        """Whether the lists name anyone (empty lists admit every authenticated caller)."""
+        return bool(self.subjects or self.groups)
+
+
 class PallasAgentSpec(_Spec):
     """One LLM agent, served as one MCP endpoint."""
 
@@ -349,6 +486,9 @@ class PallasAgentSpec(_Spec):
     """The agent's Service."""
     pod: AgentPodSpec = AgentPodSpec()
     """Pod settings."""
+    access: AccessSpec = AccessSpec()
+    """Callers allowed beyond the deployment's auth mode: with `oidc`, the subjects and groups
+    that may call; with `kubernetes`, a further restriction on top of RBAC `invoke`."""
 
     def dependencies(self) -> list[str]:
         """Agents that must be Ready first: `agents` and `dependsOn`, in order, without repeats."""

@@ -15,6 +15,17 @@ from pallas_operator.services import ServiceResolver
 from pallas_operator.settings import OperatorSettings
 
 
+def label_map(text: str) -> dict[str, str]:
+    """`k=v,k2=v2` → a dict; an entry without `=` is a usage error naming it."""
+    labels: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise argparse.ArgumentTypeError(f"{item!r} is not KEY=VALUE")
+        labels[key] = value
+    return labels
+
+
 class OperatorCommand:
     """Run the operator against the current kubeconfig or in-cluster credentials."""
 
@@ -49,6 +60,18 @@ class OperatorCommand:
             "--service-host-map", type=Path, metavar="FILE",
             help="HOST[:PORT]=HOST[:PORT] lines mapping agent Service addresses to reachable ones",
         )  # fmt: skip
+        parser.add_argument(
+            "--pod-namespace",
+            default=os.environ.get("POD_NAMESPACE"),
+            help="namespace of the operator's pods, admitted by agents' NetworkPolicies (env POD_NAMESPACE)",
+        )
+        parser.add_argument(
+            "--pod-labels",
+            type=label_map,
+            default={},
+            metavar="K=V,...",
+            help="labels selecting the operator's pods, admitted by agents' NetworkPolicies",
+        )
         parser.add_argument("--verbose", "-v", action="store_true", help="log at debug level")
 
     def run(self, args: argparse.Namespace) -> int:
@@ -75,5 +98,7 @@ class OperatorCommand:
             resolver=resolver,
             http_port=args.http_port,
             lease_namespace=args.lease_namespace,
+            pod_namespace=args.pod_namespace or None,
+            pod_labels=args.pod_labels,
         )
         return asyncio.run(run_operator(settings))

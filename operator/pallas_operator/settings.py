@@ -42,3 +42,8 @@ class OperatorSettings:
     """Seconds of unfinished initial indexing after which (and every as many after) a warning says so."""
     monitoring_recheck: float = 60.0
     """Seconds until a deployment wanting ServiceMonitors looks again for their missing CRD."""
+    pod_namespace: str | None = field(default_factory=lambda: os.environ.get("POD_NAMESPACE") or None)
+    """Where the operator's own pods run (NetworkPolicies admit its probes from there); None
+    when it runs outside the cluster."""
+    pod_labels: dict[str, str] = field(default_factory=dict)
+    """Labels selecting the operator's own pods (`--pod-labels`, set by the chart)."""

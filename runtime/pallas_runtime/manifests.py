@@ -206,7 +206,10 @@ def plan_local(
         deployment = manifests.deployments[agent.namespace, agent.spec.deployment]
         urls = {d: f"http://{LOOPBACK}:{ports[agent.namespace, d]}/mcp" for d in agent.spec.agents}
         try:
-            rendered = render_agent(agent.name, agent.spec, deployment.spec, urls, local=True)
+            url = f"http://{LOOPBACK}:{ports[key]}/mcp"
+            rendered = render_agent(
+                agent.name, agent.spec, deployment.spec, urls, local=True, namespace=agent.namespace, url=url
+            )
         except RenderError as exc:
             raise ManifestError(f"{_where(agent.source, agent.kind, agent.name)}: {exc}") from None
         agent_env = dict(env)

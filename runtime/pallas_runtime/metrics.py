@@ -30,6 +30,8 @@ _MESSAGE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 6
 _LLM_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300)
 _TOOL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 HEALTH_VALUES = {"ok": 1.0, "degraded": 0.5, "error": 0.0}
+AUTH_OUTCOMES = ("allowed", "denied", "unauthenticated", "unavailable")
+"""The `outcome` values of `pallas_auth_requests_total`."""
 
 
 class RuntimeMetrics:
@@ -114,6 +116,12 @@ class RuntimeMetrics:
             "pallas_requests_refused",
             "MCP requests refused before reaching a tool, by reason (too_large).",
             ["agent", "reason"],
+            registry=r,
+        )
+        self.auth_requests_total = Counter(
+            "pallas_auth_requests_total",
+            "MCP requests by access decision (allowed, denied, unauthenticated, unavailable).",
+            ["agent", "outcome"],
             registry=r,
         )
         self.active_conversations = Gauge(

@@ -42,6 +42,7 @@ from pallas_runtime.agent.inputs import ImageInput, InvalidInput, user_message
 from pallas_runtime.agent.loop import AgentLoop, MaxIterationsExceeded
 from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.agent.turns import Conversations, NoConversation
+from pallas_runtime.auth import build_auth
 from pallas_runtime.conversations.caller import checked_id, current_caller
 from pallas_runtime.conversations.factory import build_store
 from pallas_runtime.conversations.model import ConversationBusy, ConversationStore, StoreUnavailable, TurnLost
@@ -51,7 +52,7 @@ from pallas_runtime.inflight import InFlight, ShuttingDown
 from pallas_runtime.llm.factory import create_provider
 from pallas_runtime.llm.provider import LLMError, LLMProvider
 from pallas_runtime.messages import AssistantMessage, ImagePart, TextPart, UserMessage
-from pallas_runtime.metrics import CONTENT_TYPE, RuntimeMetrics
+from pallas_runtime.metrics import AUTH_OUTCOMES, CONTENT_TYPE, RuntimeMetrics
 from pallas_runtime.request_limit import MAX_REQUEST_BYTES, RequestLimit
 
 log = logging.getLogger("pallas.server")
@@ -180,7 +181,16 @@ def build_server(
     store = store or build_store(config, environ)
     loop = AgentLoop(config, provider, sources, metrics)
     conversations = Conversations(config.name, store, loop)
-    health = HealthChecker(config, provider, sources, metrics, environ, store=store)
+    auth = build_auth(config, metrics)
+    health = HealthChecker(
+        config,
+        provider,
+        sources,
+        metrics,
+        environ,
+        store=store,
+        access_problem=auth.verifier.problem if auth else None,
+    )
     state = {"ready": False}
     agent = config.name
     metrics.agent_info.labels(agent, config.model).set(1)
@@ -188,6 +198,8 @@ def build_server(
     # Both outcome series exist from the start, so rate() sees the first error of a new agent.
     for outcome in ("ok", "error"):
         metrics.send_message_total.labels(agent, outcome)
+    for decision in AUTH_OUTCOMES:  # open agents too: 0 says nobody was refused
+        metrics.auth_requests_total.labels(agent, decision)
 
     async def preflight() -> None:
         check = await health.check_provider()
@@ -225,9 +237,10 @@ def build_server(
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            await asyncio.gather(
-                provider.aclose(), store.aclose(), *(s.aclose() for s in sources), return_exceptions=True
-            )
+            closing = [provider.aclose(), store.aclose(), *(s.aclose() for s in sources)]
+            if auth is not None:
+                closing.append(auth.verifier.aclose())
+            await asyncio.gather(*closing, return_exceptions=True)
 
     server = FastMCP(
         agent,
@@ -236,6 +249,7 @@ def build_server(
         lifespan=lifespan,
         middleware=[_SendMessageMetrics(agent, metrics), _PlainArgumentErrors()],
         mask_error_details=True,
+        auth=auth,
     )
 
     inflight = InFlight(agent)

@@ -32,6 +32,15 @@ ClusterRole with rbac.scope=cluster, a Role in each watched namespace with rbac.
 - apiGroups: ['']
   resources: [events]
   verbs: [create]
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [pallas.dev]
+  resources: [pallasagents]
+  verbs: [invoke]
+- apiGroups: ['']
+  resources: [serviceaccounts/token]
+  verbs: [create]
 {{- end }}
 
 {{/*
@@ -58,6 +67,24 @@ ClusterRole, read-only, of namespace objects only.
 {{- end }}
 
 {{/*
+auth.mode kubernetes (either scope): each such PallasDeployment gets a ClusterRoleBinding of
+the built-in system:auth-delegator role (TokenReview, SubjectAccessReview: both cluster-scoped)
+to its agents' ServiceAccount. The operator holds those two rights itself, because Kubernetes
+lets a subject bind only what it holds; bindings are read and written by name, never listed.
+*/}}
+{{- define "pallas.rbac.authRules" -}}
+- apiGroups: [authentication.k8s.io]
+  resources: [tokenreviews]
+  verbs: [create]
+- apiGroups: [authorization.k8s.io]
+  resources: [subjectaccessreviews]
+  verbs: [create]
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [clusterrolebindings]
+  verbs: [get, create, patch, delete]
+{{- end }}
+
+{{/*
 Leader election, in the Lease's namespace only; reads and writes of the one Lease by name.
 */}}
 {{- define "pallas.rbac.leaseRules" -}}
@@ -68,4 +95,30 @@ Leader election, in the Lease's namespace only; reads and writes of the one Leas
   resources: [leases]
   resourceNames: [pallas-operator]
   verbs: [get, update]
+{{- end }}
+
+{{/*
+pallas-view: read PallasDeployments and PallasAgents. Aggregated into the built-in view,
+edit and admin ClusterRoles.
+*/}}
+{{- define "pallas.rbac.viewRules" -}}
+- apiGroups: [pallas.dev]
+  resources: [pallasagents, pallasdeployments]
+  verbs: [get, list, watch]
+{{- end }}
+
+{{/*
+pallas-edit: pallas-view, plus write them and talk to agents (verb invoke on pallasagents,
+what auth.mode kubernetes checks). Aggregated into the built-in edit and admin ClusterRoles.
+*/}}
+{{- define "pallas.rbac.editRules" -}}
+- apiGroups: [pallas.dev]
+  resources: [pallasagents, pallasdeployments]
+  verbs: [get, list, watch]
+- apiGroups: [pallas.dev]
+  resources: [pallasagents, pallasdeployments]
+  verbs: [create, update, patch, delete, deletecollection]
+- apiGroups: [pallas.dev]
+  resources: [pallasagents]
+  verbs: [invoke]
 {{- end }}

@@ -4,6 +4,7 @@ No client, no kopf, no clock: the same inputs always give the same objects, whic
 server-side apply idempotent and the golden tests meaningful.
 """
 
+from pallas_operator.builders.access import access_children, auth_delegation_binding
 from pallas_operator.builders.agent import (
     AgentWorkload,
     agent_deployment,
@@ -14,6 +15,7 @@ from pallas_operator.builders.configmap import agent_config_map
 from pallas_operator.builders.hashing import SecretDigests, config_hash, value_digest
 from pallas_operator.builders.meta import Manifest, Owner, agent_labels, registry_labels
 from pallas_operator.builders.monitoring import service_monitors
+from pallas_operator.builders.network import agents_network_policy
 from pallas_operator.builders.registry import registry_children
 
 __all__ = [
@@ -21,11 +23,14 @@ __all__ = [
     "Manifest",
     "Owner",
     "SecretDigests",
+    "access_children",
     "agent_config_map",
     "agent_deployment",
     "agent_disruption_budget",
     "agent_labels",
     "agent_service",
+    "agents_network_policy",
+    "auth_delegation_binding",
     "config_hash",
     "registry_children",
     "registry_labels",

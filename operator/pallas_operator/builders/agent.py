@@ -63,8 +63,16 @@ def agent_deployment(w: AgentWorkload) -> Manifest:
         ],
         **probes(),
     }
-    pod_spec = {
-        "automountServiceAccountToken": False,
+    kubernetes_auth = w.deployment.auth.mode == "kubernetes"
+    pod_spec: dict[str, object] = {
+        # No API credentials unless the agent checks callers (auth.mode kubernetes): then it runs
+        # as the deployment's agents ServiceAccount, allowed token and access reviews only. The
+        # name is always set: dropping it would leave the API server's deprecated alias
+        # `serviceAccount` behind, and the pods on an identity that may no longer exist.
+        "serviceAccountName": names.agents_service_account(w.deployment_name)
+        if kubernetes_auth
+        else "default",
+        "automountServiceAccountToken": kubernetes_auth,
         "securityContext": pod_security(),
         "containers": [container],
         "volumes": [

@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING, cast
 
 from lightkube import AsyncClient
 
-from pallas_operator.engine.prober import Prober
+from pallas_operator.engine.prober import ProbeAccess, Prober
 from pallas_operator.engine.queue import WorkQueue
 from pallas_operator.engine.startup import StartupTracker
 from pallas_operator.engine.world import World
 from pallas_operator.k8s.apply import Applier
+from pallas_operator.k8s.tokens import ProbeTokens
 from pallas_operator.metrics import OperatorMetrics
 from pallas_operator.settings import OperatorSettings
 
@@ -59,7 +60,8 @@ class Operator:
         self.world = World()
         self.metrics = metrics
         self.applier = Applier(client, on_write=self.metrics.count_write)
-        self.prober = Prober(settings.resolver, notify=self._probed)
+        self.tokens = ProbeTokens(client)
+        self.prober = Prober(settings.resolver, notify=self._probed, credentials=self._probe_token)
         self.queue = WorkQueue(self._reconcile, workers=settings.workers)
         self.metrics.queue_depth.set_function(lambda: self.queue.depth)
         self.startup = StartupTracker(metrics, ready or threading.Event(), settings.stall_after)
@@ -67,6 +69,9 @@ class Operator:
         """(namespace, Secret) → agents whose pods read it (so a rotation re-reconciles them)."""
         self.monitoring_checked: dict[tuple[str, str], MonitoringCheck] = {}
         """(namespace, deployment) → when its ServiceMonitors were last listed, and what was found."""
+        self.delegations: dict[tuple[str, str], bool] = {}
+        """(namespace, deployment) → whether its auth-delegator ClusterRoleBinding exists (absent:
+        not known yet in this process; that binding is cluster-scoped, so it is not watched)."""
         self.reconcilers = dict(reconcilers)
         """Kind → its reconcile (the reconciles live above the engine, so they are handed in)."""
 
@@ -76,6 +81,9 @@ class Operator:
 
     def _probed(self, key: Hashable) -> None:
         self.queue.add(key)
+
+    async def _probe_token(self, access: ProbeAccess) -> str:
+        return await self.tokens.token(access.namespace, access.service_account, access.audiences)
 
     def uses_secrets(self, namespace: str, agent: str, secrets: set[str]) -> None:
         """Record which Secrets an agent reads, replacing what it read before."""

@@ -3,6 +3,11 @@
 One task per agent that is available. A result that differs from the last one asks for a
 reconcile of the agent (which writes it into status); an unchanged one costs nothing, so
 an agent that stays healthy causes no API writes.
+
+How a probe authenticates follows the deployment's `auth.mode` (`ProbeAccess`): `none`, no
+credentials; `kubernetes`, a short-lived token of the deployment's agents ServiceAccount (from
+`Credentials`); `oidc`, none to hold, so only the authorization challenge is verified and
+`get_health` is not called.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 
 from pallas_operator.engine import checks
@@ -25,6 +30,26 @@ so the first retries come quickly."""
 
 
 @dataclass(frozen=True, slots=True)
+class ProbeAccess:
+    """How probes of one agent authenticate (its deployment's `auth`)."""
+
+    mode: str = "none"
+    namespace: str = ""
+    service_account: str = ""
+    """kubernetes: the identity the probe's token is minted for."""
+    audiences: tuple[str, ...] = ()
+    issuer: str = ""
+    """oidc: the issuer the agent's metadata must name."""
+
+
+OPEN = ProbeAccess()
+NOT_CHECKABLE = (
+    "spec.auth.mode is oidc and the operator holds no token of the issuer, so it does not call "
+    "get_health; the agent's pallas_agent_health_status metric shows health as callers see it"
+)
+
+
+@dataclass(frozen=True, slots=True)
 class ProbeTarget:
     """What to probe and how often; `rollout` changes when the agent's config does."""
 
@@ -33,6 +58,7 @@ class ProbeTarget:
     health_budget: float
     verify_budget: float
     rollout: str
+    access: ProbeAccess = OPEN
 
 
 @dataclass
@@ -46,8 +72,16 @@ class _Agent:
     task: asyncio.Task[None] | None = None
 
 
-Verify = Callable[[str, float], Awaitable[Verification]]
-Check = Callable[[str, float], Awaitable[HealthResult]]
+Headers = Mapping[str, str]
+Verify = Callable[[str, float, Headers], Awaitable[Verification]]
+Check = Callable[[str, float, Headers], Awaitable[HealthResult]]
+Challenge = Callable[[str, float, str], Awaitable[Verification]]
+Credentials = Callable[[ProbeAccess], Awaitable[str]]
+"""A bearer token for probes of a kubernetes-mode agent; raises with a reason when there is none."""
+
+
+async def _no_credentials(access: ProbeAccess) -> str:
+    raise RuntimeError("the operator has no way to mint probe tokens")
 
 
 class Prober:
@@ -59,11 +93,16 @@ class Prober:
         notify: Callable[[Hashable], None],
         verify: Verify = checks.verify,
         check: Check = checks.check_health,
+        *,
+        credentials: Credentials = _no_credentials,
+        challenge: Challenge = checks.verify_challenge,
     ) -> None:
         self._resolver = resolver
         self._notify = notify
         self._verify = verify
         self._check = check
+        self._credentials = credentials
+        self._challenge = challenge
         self._agents: dict[Hashable, _Agent] = {}
 
     def results(self, key: Hashable) -> tuple[Verification | None, HealthResult | None]:
@@ -97,19 +136,40 @@ class Prober:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
+    async def _headers(self, access: ProbeAccess) -> tuple[Headers, str]:
+        """(headers, problem): the probe's credentials, or why there are none."""
+        if access.mode != "kubernetes":
+            return {}, ""
+        try:
+            return {"Authorization": f"Bearer {await self._credentials(access)}"}, ""
+        except Exception as exc:  # noqa: BLE001 - reported as the probe's failure, then retried
+            return {}, str(exc)[:300] or type(exc).__name__
+
     async def _round(self, agent: _Agent) -> bool:
         """One verification (when due) and one health check; True when a result changed."""
         target = agent.target
         url = self._resolver.resolve(target.url)
+        access = target.access
+        headers, problem = await self._headers(access)
         changed = False
         if agent.verified_rollout != target.rollout:
-            verification = await self._verify(url, target.verify_budget)
+            if problem:
+                verification = Verification(ok=False, message=f"MCP verification of {url} failed: {problem}")
+            elif access.mode == "oidc":
+                verification = await self._challenge(url, target.verify_budget, access.issuer)
+            else:
+                verification = await self._verify(url, target.verify_budget, headers)
             if verification.ok:
                 agent.verified_rollout = target.rollout
             changed = verification != agent.verification
             agent.verification = verification
         if agent.verification is not None and agent.verification.ok:
-            health = await self._check(url, target.health_budget)
+            if access.mode == "oidc":
+                health = HealthResult(None, NOT_CHECKABLE, checkable=False)
+            elif problem:
+                health = HealthResult(None, problem)
+            else:
+                health = await self._check(url, target.health_budget, headers)
             changed = changed or health != agent.health
             agent.health = health
         return changed

@@ -27,6 +27,7 @@ CHILD_RESOURCES: dict[str, tuple[str, str, str]] = {
     "ServiceAccount": ("", "v1", "serviceaccounts"),
     "Role": ("rbac.authorization.k8s.io", "v1", "roles"),
     "RoleBinding": ("rbac.authorization.k8s.io", "v1", "rolebindings"),
+    "NetworkPolicy": ("networking.k8s.io", "v1", "networkpolicies"),
 }
 """Child kinds the operator watches (ServiceMonitors are optional and not watched)."""
 

@@ -77,9 +77,9 @@ def _stamped(manifest: Mapping[str, Any], digest: str) -> dict[str, Any]:
 
 
 def child_key(manifest: Mapping[str, Any]) -> ChildKey:
-    """(namespace, kind, name) of a manifest."""
+    """(namespace, kind, name) of a manifest; the namespace is "" for a cluster-scoped one."""
     meta = manifest["metadata"]
-    return (meta["namespace"], manifest["kind"], meta["name"])
+    return (meta.get("namespace", ""), manifest["kind"], meta["name"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,8 +137,8 @@ class Applier:
             return None
         resource = CHILD_KINDS[manifest["kind"]]
         obj = await self._client.patch(
-            resource, key[2], _stamped(manifest, digest), namespace=key[0], patch_type=PatchType.APPLY,
-            field_manager=names.FIELD_MANAGER, force=True,
+            resource, key[2], _stamped(manifest, digest), namespace=key[0] or None,
+            patch_type=PatchType.APPLY, field_manager=names.FIELD_MANAGER, force=True,
         )  # fmt: skip
         self._on_write(manifest["kind"], "apply")
         applied: dict[str, Any] = obj.to_dict()
@@ -153,7 +153,7 @@ class Applier:
         """Delete a child that should no longer exist; already gone is fine."""
         self.forget((namespace, kind, name))
         try:
-            await self._client.delete(CHILD_KINDS[kind], name, namespace=namespace)
+            await self._client.delete(CHILD_KINDS[kind], name, namespace=namespace or None)
         except ApiError as exc:
             if exc.status.code != 404:
                 raise
@@ -193,6 +193,16 @@ class Applier:
         self._on_write(kind, "status")
         self._written[key] = _Written(status, _rv(obj.metadata.resourceVersion if obj.metadata else None))
         return True
+
+    async def observe(self, kind: str, name: str, namespace: str = "") -> Seen | None:
+        """What the API server has of a child that is not watched (a read); None if it is absent."""
+        try:
+            obj = await self._client.get(CHILD_KINDS[kind], name, namespace=namespace or None)
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return None
+            raise
+        return seen(obj.to_dict())
 
     def forget_owner(self, namespace: str, kind: str, name: str) -> None:
         """The owner is gone: drop what is remembered about its status."""

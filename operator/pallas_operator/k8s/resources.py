@@ -7,8 +7,9 @@ from typing import Any
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import ConfigMap, Service, ServiceAccount
+from lightkube.resources.networking_v1 import NetworkPolicy
 from lightkube.resources.policy_v1 import PodDisruptionBudget
-from lightkube.resources.rbac_authorization_v1 import Role, RoleBinding
+from lightkube.resources.rbac_authorization_v1 import ClusterRoleBinding, Role, RoleBinding
 
 from pallas_api import names
 from pallas_api.kube import PallasAgent, PallasDeployment
@@ -26,8 +27,11 @@ CHILD_KINDS: dict[str, Any] = {
     "Role": Role,
     "RoleBinding": RoleBinding,
     "ServiceMonitor": ServiceMonitor,
+    "NetworkPolicy": NetworkPolicy,
+    "ClusterRoleBinding": ClusterRoleBinding,
 }
-"""Every kind of child, by `kind`; the operator writes no other."""
+"""Every kind of child, by `kind`; the operator writes no other. ClusterRoleBinding is the one
+cluster-scoped kind (its namespace is "" wherever a child key has one)."""
 
 __all__ = ["CHILD_KINDS", "OWNER_KINDS", "PallasAgent", "PallasDeployment", "ServiceMonitor"]
 

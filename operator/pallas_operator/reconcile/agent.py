@@ -5,7 +5,7 @@ from __future__ import annotations
 from pallas_api import conditions, names
 from pallas_api.status import PallasAgentStatus
 from pallas_operator.engine.context import AGENT, Operator, now
-from pallas_operator.engine.prober import ProbeTarget
+from pallas_operator.engine.prober import OPEN, ProbeAccess, ProbeTarget
 from pallas_operator.engine.world import OwnerRecord
 from pallas_operator.k8s.events import post_event
 from pallas_operator.reconcile.children import apply_children, stored_status
@@ -91,4 +91,19 @@ def _probe_target(
         health_budget=plan.health_timeout + 5,
         verify_budget=op.settings.verify_timeout,
         rollout=rollout,
+        access=_probe_access(plan, record),
     )
+
+
+def _probe_access(plan: AgentPlan, record: OwnerRecord) -> ProbeAccess:
+    auth = plan.auth
+    if auth.mode == "kubernetes" and plan.spec is not None:
+        return ProbeAccess(
+            mode="kubernetes",
+            namespace=record.namespace,
+            service_account=names.agents_service_account(plan.spec.deployment),
+            audiences=tuple(auth.kubernetes.audiences),
+        )
+    if auth.mode == "oidc" and auth.oidc is not None:
+        return ProbeAccess(mode="oidc", issuer=auth.oidc.issuer)
+    return OPEN

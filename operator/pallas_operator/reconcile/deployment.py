@@ -1,4 +1,8 @@
-"""Reconcile one PallasDeployment: its registry, its ServiceMonitors, its status."""
+"""Reconcile one PallasDeployment.
+
+Its registry, its agents' identity (auth.mode kubernetes) and NetworkPolicy, its ServiceMonitors,
+its status.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +15,18 @@ from pallas_api import conditions, names
 from pallas_api.spec import PallasDeploymentSpec
 from pallas_api.status import PallasDeploymentStatus
 from pallas_api.validation import describe
-from pallas_operator.builders import Owner, registry_children, service_monitors
+from pallas_operator.builders import (
+    Manifest,
+    Owner,
+    access_children,
+    agents_network_policy,
+    auth_delegation_binding,
+    registry_children,
+    service_monitors,
+)
 from pallas_operator.engine.context import MonitoringCheck, Operator, now
 from pallas_operator.engine.world import OwnerRecord
+from pallas_operator.k8s.events import post_event
 from pallas_operator.k8s.monitoring import owned_service_monitors
 from pallas_operator.reconcile.children import apply_children, stored_status
 from pallas_operator.status import AgentSummary, DeploymentObservation, deployment_status
@@ -65,7 +78,7 @@ async def reconcile_deployment(op: Operator, namespace: str, name: str) -> float
     """Bring one deployment's registry, monitoring and status in line with its spec."""
     record = op.world.deployment(namespace, name)
     if record is None:  # deleted: the garbage collector removes the registry
-        _forget(op, namespace, name)
+        await _forget(op, namespace, name)
         return None
     previous = stored_status(PallasDeploymentStatus, record)
     try:
@@ -75,7 +88,8 @@ async def reconcile_deployment(op: Operator, namespace: str, name: str) -> float
         return None
     owner = Owner(names.DEPLOYMENT_KIND, name, namespace, record.uid)
     children = op.world.children(namespace, record.uid)
-    desired = registry_children(owner, spec, op.settings.runtime_image) if spec.registry.enabled else []
+    desired = _desired(op, owner, spec)
+    await _delegation(op, owner, wanted=spec.auth.mode == "kubernetes")
     wanted = {(m["kind"], m["metadata"]["name"]) for m in desired}
     unwanted = [key for key in children if key not in wanted]
     registry = await apply_children(op, namespace, desired, children, unwanted, names.registry_name(name))
@@ -89,12 +103,73 @@ async def reconcile_deployment(op: Operator, namespace: str, name: str) -> float
         registry_url=names.registry_url(name, namespace, spec.registry.port),
         monitoring_enabled=monitoring_enabled,
         monitoring_crd_present=crd_present,
+        auth_mode=spec.auth.mode,
+        public_url_template=spec.registry.public_url_template,
     )
-    await _write(op, record, deployment_status(observation, previous, now()))
+    status = deployment_status(observation, previous, now())
+    await _write(op, record, status)
+    await _report(op, record, previous, status)
     return op.settings.monitoring_recheck if monitoring_enabled and not crd_present else None
 
 
-def _forget(op: Operator, namespace: str, name: str) -> None:
+def _desired(op: Operator, owner: Owner, spec: PallasDeploymentSpec) -> list[Manifest]:
+    """The namespaced children: registry, agents identity (kubernetes mode), NetworkPolicy."""
+    desired = registry_children(owner, spec, op.settings.runtime_image) if spec.registry.enabled else []
+    if spec.auth.mode == "kubernetes":
+        agents = [a.name for a in op.world.agents_of(owner.namespace, owner.name)]
+        desired += access_children(owner, agents)
+    if spec.network.policy:
+        settings = op.settings
+        desired.append(agents_network_policy(owner, spec, settings.pod_namespace, settings.pod_labels))
+    return desired
+
+
+async def _delegation(op: Operator, owner: Owner, *, wanted: bool) -> None:
+    """Apply or delete the deployment's cluster-scoped auth-delegator binding.
+
+    It is not watched (cluster-scoped, and only a few exist), so this process remembers whether
+    it exists; what it does not know yet it reads once. Nothing is written when the binding
+    already is what it should be, or already absent.
+    """
+    key = (owner.namespace, owner.name)
+    name = names.auth_delegation_binding(owner.namespace, owner.name)
+    known = op.delegations.get(key)
+    if wanted:
+        observed = await op.applier.observe("ClusterRoleBinding", name) if known is None else None
+        await op.applier.apply(auth_delegation_binding(owner), observed)
+        op.delegations[key] = True
+        return
+    if known is None:
+        known = await op.applier.observe("ClusterRoleBinding", name) is not None
+    if known:
+        await op.applier.delete("", "ClusterRoleBinding", name)
+        op.tokens.forget(owner.namespace, names.agents_service_account(owner.name))
+    op.delegations[key] = False
+
+
+async def _report(
+    op: Operator, record: OwnerRecord, old: PallasDeploymentStatus, new: PallasDeploymentStatus
+) -> None:
+    """A Warning Event when the agents become reachable without authentication at a public URL."""
+    before = next((c for c in old.conditions if c.type == conditions.AUTHENTICATED), None)
+    after = next((c for c in new.conditions if c.type == conditions.AUTHENTICATED), None)
+    if after is None or after.reason != conditions.UNAUTHENTICATED:
+        return
+    if before is not None and before.reason == after.reason:
+        return
+    await post_event(
+        op.client, kind=names.DEPLOYMENT_KIND, namespace=record.namespace, name=record.name,
+        uid=record.uid, reason=after.reason, message=after.message,
+    )  # fmt: skip
+    op.metrics.count_write(names.DEPLOYMENT_KIND, "event")
+
+
+async def _forget(op: Operator, namespace: str, name: str) -> None:
+    if op.delegations.pop((namespace, name), None):
+        # Cluster-scoped: no owner reference removes it with the deployment. An operator that
+        # was not running when the deployment went leaves it behind (docs/operator.md).
+        await op.applier.delete("", "ClusterRoleBinding", names.auth_delegation_binding(namespace, name))
+        op.tokens.forget(namespace, names.agents_service_account(name))
     op.applier.forget_owner(namespace, names.DEPLOYMENT_KIND, name)
     op.monitoring_checked.pop((namespace, name), None)
     op.metrics.set_phase(names.DEPLOYMENT_KIND, namespace, name, None)

@@ -13,7 +13,7 @@ from pallas_api import names
 from pallas_api.conditions import INVALID_SPEC
 from pallas_api.config import render_config
 from pallas_api.render import RenderError, render_agent, split_model
-from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
+from pallas_api.spec import AuthSpec, PallasAgentSpec, PallasDeploymentSpec
 from pallas_api.validation import describe
 from pallas_operator.builders import (
     AgentWorkload,
@@ -44,6 +44,8 @@ class AgentPlan:
     secrets: set[str] = field(default_factory=set)
     health_interval: float = 60.0
     health_timeout: float = 3.0
+    auth: AuthSpec = field(default_factory=AuthSpec)
+    """The deployment's auth: how the operator's probes authenticate."""
 
 
 def _invalid(what: str, exc: ValidationError) -> Problem:
@@ -71,13 +73,17 @@ def plan_agent(
         plan.model = split_model(spec.model or deployment.model.default)[1]
         plan.health_interval = float(deployment.health_check.interval_seconds)
         plan.health_timeout = deployment.health_check.timeout_seconds
+        plan.auth = deployment.auth
     peers = world.agents_in(ns)
     plan.problem = check_agent(name, spec, deployment, peers)
     if plan.problem is not None or deployment is None:
         return plan
     urls = {a: names.agent_url(a, ns, peers[a].port) for a in spec.agents}
     try:
-        rendered = render_agent(name, spec, deployment, urls)
+        url = names.resource_url(
+            name, ns, spec.service.port, spec.deployment, deployment.registry.public_url_template
+        )
+        rendered = render_agent(name, spec, deployment, urls, namespace=ns, url=url)
     except RenderError as exc:
         plan.problem = Problem(exc.reason, str(exc))
         return plan

@@ -32,6 +32,8 @@ class Verification:
     message: str = ""
     server_info: ServerInfo | None = None
     tools: tuple[str, ...] = ()
+    without_token: bool = False
+    """Only the authorization challenge was checked (oidc: the operator holds no token)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +42,8 @@ class HealthResult:
 
     status: HealthStatus | None
     message: str = ""
+    checkable: bool = True
+    """False when the operator cannot call get_health at all (oidc: it holds no token)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +86,8 @@ def _verified(obs: AgentObservation, available: bool, previous: PallasAgentStatu
     v = obs.verification
     if v is None:
         return _previous(previous, c.VERIFIED) or c.unknown(c.VERIFIED, r.VERIFYING)
+    if v.ok and v.without_token:
+        return c.true(c.VERIFIED, r.VERIFIED_WITHOUT_TOKEN, v.message)
     if v.ok:
         return c.true(
             c.VERIFIED, r.VERIFIED_REASON, f"MCP initialize and tools/list answered ({len(v.tools)} tools)"
@@ -95,6 +101,8 @@ def _healthy(obs: AgentObservation, available: bool, previous: PallasAgentStatus
     h = obs.health
     if h is None:
         return _previous(previous, c.HEALTHY) or c.unknown(c.HEALTHY, r.NOT_CHECKED)
+    if not h.checkable:
+        return c.unknown(c.HEALTHY, r.HEALTH_NOT_CHECKABLE, h.message)
     if h.status is None:
         return c.false(c.HEALTHY, r.HEALTH_CHECK_FAILED, h.message)
     reason = HEALTH_REASONS[h.status]
@@ -126,6 +134,8 @@ def _health(obs: AgentObservation, previous: PallasAgentStatus, now: str) -> Hea
     h = obs.health
     if h is None:
         return previous.health
+    if not h.checkable:
+        return None
     status: HealthStatus = h.status or "error"
     message = h.message if h.status is not None else f"get_health failed: {h.message}"
     old = previous.health

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from pallas_api.conditions import (
     ACCEPTED,
+    AUTHENTICATED,
     AVAILABLE,
     DEPENDENCIES_READY,
     HEALTHY,
@@ -23,6 +24,7 @@ from pallas_api.status import Condition, ConditionStatus
 
 __all__ = [
     "ACCEPTED",
+    "AUTHENTICATED",
     "AVAILABLE",
     "DEPENDENCIES_READY",
     "HEALTHY",

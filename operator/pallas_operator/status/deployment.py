@@ -1,4 +1,4 @@
-"""The status policy of a PallasDeployment: its registry, monitoring and agent counts. Pure."""
+"""The status policy of a PallasDeployment: registry, monitoring, access control, agent counts. Pure."""
 
 from __future__ import annotations
 
@@ -31,6 +31,10 @@ class DeploymentObservation:
     monitoring_crd_present: bool
     problem: str | None = None
     """Why the spec cannot be used at all (then nothing else is judged)."""
+    auth_mode: str = "none"
+    """`spec.auth.mode`."""
+    public_url_template: str = ""
+    """`spec.registry.publicURLTemplate`: agents published beyond the cluster."""
 
 
 def _registry(obs: DeploymentObservation) -> c.Verdict:
@@ -55,6 +59,31 @@ def _monitoring(obs: DeploymentObservation) -> c.Verdict | None:
         r.SERVICE_MONITOR_CRD_NOT_FOUND,
         "monitoring.serviceMonitor.enabled is true but the monitoring.coreos.com ServiceMonitor CRD is not "
         "installed: install the Prometheus Operator CRDs or disable it",
+    )
+
+
+def authenticated(obs: DeploymentObservation) -> c.Verdict:
+    """Who may talk to the agents; `Unauthenticated` when anyone may, at a public URL."""
+    if obs.auth_mode == "kubernetes":
+        return c.true(
+            c.AUTHENTICATED,
+            r.KUBERNETES_AUTH,
+            "callers need a Kubernetes token and RBAC verb invoke on pallasagents/<agent>",
+        )
+    if obs.auth_mode == "oidc":
+        return c.true(c.AUTHENTICATED, r.OIDC_AUTH, "callers need a JWT of spec.auth.oidc.issuer")
+    if obs.public_url_template:
+        return c.false(
+            c.AUTHENTICATED,
+            r.UNAUTHENTICATED,
+            f"spec.auth.mode is none and the registry publishes agents at {obs.public_url_template}: "
+            "anyone who reaches that URL can talk to them and spend the deployment's LLM tokens; set "
+            "spec.auth.mode to kubernetes or oidc",
+        )
+    return c.false(
+        c.AUTHENTICATED,
+        r.AUTH_DISABLED,
+        "spec.auth.mode is none: anything that reaches an agent's Service can talk to it",
     )
 
 
@@ -83,7 +112,7 @@ def deployment_status(
         ready = c.false(c.READY, r.AGENTS_NOT_READY, f"{counts.ready}/{counts.total} agents ready")
     else:
         ready = c.true(c.READY, r.ALL_AGENTS_READY, f"{counts.ready}/{counts.total} agents ready")
-    verdicts = [ready, registry] + ([monitoring] if monitoring is not None else [])
+    verdicts = [ready, registry, authenticated(obs)] + ([monitoring] if monitoring is not None else [])
     return PallasDeploymentStatus(
         observed_generation=obs.generation,
         conditions=c.stamp(verdicts, previous.conditions, obs.generation, now),

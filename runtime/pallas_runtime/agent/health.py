@@ -7,7 +7,9 @@ Semantics (seed 001 §2, docs/api.md §3):
   `health.providerRecheckSeconds`, then refreshed in the background: `get_health` never waits
   for the LLM endpoint (a hanging one used to add its 5 s timeout to the call); a failed check
   is reported with its age; before the first check finishes the provider is not judged;
-- `ok` when everything passed; `degraded` when a downstream or the provider check failed;
+- `ok` when everything passed; `degraded` when a downstream or the provider check failed, or
+  when checking callers failed lately (the API server or the issuer did not answer: those
+  requests were refused with 503);
   `error` when the agent cannot serve any request: its provider's API key is not configured.
   `message` names each problem.
 """
@@ -17,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from pallas_api.config import AgentConfig
 from pallas_api.health import HealthReport, HealthStatus
@@ -39,9 +41,11 @@ class HealthChecker:
         metrics: RuntimeMetrics,
         environ: Mapping[str, str] | None = None,
         store: ConversationStore | None = None,
+        access_problem: Callable[[], str | None] | None = None,
     ) -> None:
         self._config = config
         self._store = store
+        self._access_problem = access_problem
         self._provider = provider
         self._sources = list(sources)
         self._metrics = metrics
@@ -108,6 +112,9 @@ class HealthChecker:
             problems.append(f"LLM: {provider.message} (checked {age:.0f}s ago)")
         if store is not None:
             problems.append(f"Conversations: {store}")
+        access = self._access_problem() if self._access_problem is not None else None
+        if access:
+            problems.append(f"Access: {access}")
         status: HealthStatus
         if self._key_problem is not None:
             status = "error"

@@ -94,13 +94,15 @@ class AgentLoop:
         self._sources = list(sources)
         self._metrics = metrics
 
-    async def offered_tools(self) -> dict[str, OfferedTool]:
+    async def offered_tools(self, inbound_auth: str | None = None) -> dict[str, OfferedTool]:
         """Every tool of every reachable source by its model-facing name, denied ones flagged.
 
         A source that cannot list its tools is left out of this turn (and logged); the model
         still works with the others.
         """
-        listings = await asyncio.gather(*(s.list_tools() for s in self._sources), return_exceptions=True)
+        listings = await asyncio.gather(
+            *(s.list_tools(inbound_auth=inbound_auth) for s in self._sources), return_exceptions=True
+        )
         offered: dict[str, OfferedTool] = {}
         for source, listing in zip(self._sources, listings, strict=True):
             if isinstance(listing, BaseException):
@@ -131,7 +133,7 @@ class AgentLoop:
             LLMError: the provider failed after its retries.
             MaxIterationsExceeded: no final answer within `maxIterations` rounds.
         """
-        offered = await self.offered_tools()
+        offered = await self.offered_tools(inbound_auth)
         specs = [
             ToolSpec(name, o.tool.description, o.tool.input_schema)
             for name, o in offered.items()

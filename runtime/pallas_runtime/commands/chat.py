@@ -3,6 +3,7 @@
     pallas chat URL                         # REPL against an agent's MCP endpoint (.../mcp)
     pallas chat -m "Who wrote it?" URL      # one message, the answer on stdout
     pallas chat --registry REGISTRY_URL NAME   # the agent's URL from the registry catalogue
+    pallas chat --as-serviceaccount agents/alice URL   # as a ServiceAccount (auth.mode kubernetes)
 
 One stateful (legacy-mode) MCP session carries a generated `conversation_id`, so the agent
 keeps the history; every `send_message` carries a progress token and the progress lines go to
@@ -11,6 +12,10 @@ answer goes to stdout. REPL commands: `/history` (the agent's `<agent>_history` 
 conversation), `/threads` (your conversations with the agent), `/resume ID` (continue one),
 `/delete [ID]` (delete one; this one by default, then start a new one), `/clear` (a new
 conversation), `/quit` (or end of input). Ctrl-C stops.
+
+Agents that check callers (docs/api.md §6) take a bearer: `--token`, `$PALLAS_TOKEN`, or one
+minted for `--as-serviceaccount NS/NAME` (see `credentials`); a 401 or 403 is one line saying
+which of the two it was.
 
 Errors (unreachable URL, not an MCP server, a tool error, an agent the registry does not list)
 print one line on stderr and exit non-zero; in the REPL a failed message is reported and the
@@ -24,6 +29,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import shutil
 import sys
 import threading
@@ -36,6 +42,9 @@ import httpx2
 from fastmcp import Client
 from fastmcp.client.transports import StreamableHttpTransport
 from mcp import MCPError
+
+from pallas_api.probe import probe
+from pallas_runtime.commands.credentials import CredentialsError, add_token_arguments, bearer_token
 
 SERVER_JSON_PATH = "/.well-known/mcp/server.json"
 REPL_HELP = "commands: /history, /threads, /resume ID, /delete [ID], /clear, /quit (or Ctrl-D)"
@@ -57,7 +66,7 @@ class ChatError(Exception):
 
 
 def parse_headers(values: Sequence[str], bearer: str | None) -> dict[str, str]:
-    """`--header 'Name: value'` (repeatable) and `--bearer TOKEN` as one header dict.
+    """`--header 'Name: value'` (repeatable) and the bearer token as one header dict.
 
     Raises:
         ChatError: a header without a name, or a bearer given twice.
@@ -70,9 +79,9 @@ def parse_headers(values: Sequence[str], bearer: str | None) -> dict[str, str]:
         headers[name.strip()] = content.strip()
     if bearer is not None:
         if any(name.lower() == "authorization" for name in headers):
-            raise ChatError("give either --bearer or an Authorization --header, not both", EXIT_USAGE)
+            raise ChatError("give either --token or an Authorization --header, not both", EXIT_USAGE)
         if not bearer.strip():
-            raise ChatError("--bearer: the token is empty", EXIT_USAGE)
+            raise ChatError("--token: the token is empty", EXIT_USAGE)
         headers["Authorization"] = f"Bearer {bearer.strip()}"
     return headers
 
@@ -289,9 +298,11 @@ async def open_session(
     try:
         await connection.enter_async_context(client)
     except MCPError as exc:
-        raise ChatError(f"{url} is not an MCP server: {exc.error.message}") from None
+        refusal = await _refusal(url, headers, wait)
+        raise ChatError(refusal or f"{url} is not an MCP server: {exc.error.message}") from None
     except (RuntimeError, httpx2.HTTPError, OSError) as exc:
-        raise ChatError(f"cannot connect to {url}: {_reason(exc)}") from None
+        refusal = await _refusal(url, headers, wait)
+        raise ChatError(f"cannot connect to {url}: {refusal or _reason(exc)}") from None
     try:
         info = client.initialize_result.server_info if client.initialize_result else None
         yield ChatSession(
@@ -306,6 +317,29 @@ async def open_session(
         # agent went away, must not hide the outcome of the chat itself.
         with contextlib.suppress(Exception):
             await connection.aclose()
+
+
+async def _refusal(url: str, headers: dict[str, str], wait: float) -> str | None:
+    """What a 401 or 403 of an agent checking callers means, and what to do; None for others.
+
+    The MCP client reports an HTTP error status as a bare "error response"; one plain MCP probe
+    of the endpoint tells the statuses apart.
+    """
+    outcome = await probe(url, budget=min(wait, 10.0), headers=headers)
+    sent = any(name.lower() == "authorization" for name in headers)
+    if outcome.unauthorized and not sent:
+        return (
+            "the agent asks for a bearer token (401): pass --token, set PALLAS_TOKEN, "
+            "or --as-serviceaccount NS/NAME"
+        )
+    if outcome.unauthorized:
+        return "the agent refused the token (401): it is invalid, expired, or for another audience or issuer"
+    if outcome.message.startswith("HTTP 403"):
+        return (
+            "the token is valid but this caller may not talk to the agent (403): it needs RBAC verb "
+            "invoke on the PallasAgent (auth.mode kubernetes) or a place in its spec.access (auth.mode oidc)"
+        )
+    return None
 
 
 def _reason(exc: BaseException) -> str:
@@ -403,7 +437,11 @@ async def _thread_command(session: ChatSession, line: str, out: TextIO, err: Tex
 
 async def chat(args: argparse.Namespace) -> int:
     """Resolve the target, connect, and run one message or the REPL."""
-    headers = parse_headers(args.header, args.bearer)
+    try:
+        token = await bearer_token(args, os.environ)
+    except CredentialsError as exc:
+        raise ChatError(str(exc), EXIT_USAGE if exc.usage else EXIT_ERROR) from None
+    headers = parse_headers(args.header, token)
     if args.registry:
         url = await resolve_agent(args.registry, args.target, min(args.timeout, 30))
     elif args.target.startswith(("http://", "https://")):
@@ -442,7 +480,7 @@ class ChatCommand:
             metavar="'NAME: VALUE'",
             help="an HTTP header for every request to the agent (repeatable)",
         )
-        parser.add_argument("--bearer", metavar="TOKEN", help="send 'Authorization: Bearer TOKEN'")
+        add_token_arguments(parser, what="for the agent")
         parser.add_argument(
             "--conversation-id", metavar="ID", help="continue this conversation (default: a new one)"
         )

@@ -4,6 +4,11 @@ Every agent of the manifests runs in this process on its own loopback port (base
 in manifest order), started after the agents it depends on; the registry runs on the base
 port. `secretKeyRef`s resolve from Secret manifests in the files, else from the environment
 variable named by the reference's `key`.
+
+`spec.auth` works as in a cluster: `oidc` needs nothing more; `kubernetes` asks the API server of
+the current kubeconfig (TokenReview and SubjectAccessReview with its credentials, about the
+manifests' namespace). `--token`, `$PALLAS_TOKEN` or `--as-serviceaccount` give the registry a
+bearer for its checks of the agents; without one it lists them as asking for a token.
 """
 
 from __future__ import annotations
@@ -11,13 +16,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import socket
 import sys
+from collections.abc import Mapping
 from functools import partial
 
 from pallas_api.commands import EXIT_FAILURE, EXIT_USAGE, port_number
 from pallas_api.logs import setup_logging
+from pallas_runtime.commands.credentials import CredentialsError, add_token_arguments, bearer_token
 from pallas_runtime.manifests import LOOPBACK, LocalPlan, ManifestError, load_manifests, plan_local
 from pallas_runtime.metrics import RuntimeMetrics
 from pallas_runtime.server import agent_app, build_server, stop_turns
@@ -25,6 +33,8 @@ from pallas_runtime.serving import listen, serve
 
 log = logging.getLogger("pallas.run")
 DEFAULT_BASE_PORT = 24200
+RUN_TOKEN_LIFETIME = 86400
+"""Seconds a minted --as-serviceaccount token lasts: a local run often lasts a working day."""
 
 
 class RunCommand:
@@ -49,6 +59,7 @@ class RunCommand:
             help=f"registry port; agents get the next ports (default {DEFAULT_BASE_PORT})",
         )
         parser.add_argument("--agent", metavar="NAME", help="run only this agent, without a registry")
+        add_token_arguments(parser, what="for the registry's checks of agents that check callers")
 
     def run(self, args: argparse.Namespace) -> int:
         """Run the manifests until SIGTERM/SIGINT."""
@@ -78,10 +89,19 @@ class RunCommand:
         except ValueError as exc:
             print(f"pallas run: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        return asyncio.run(serve_plan(plan))
+        return asyncio.run(_run(plan, args))
 
 
-async def serve_plan(plan: LocalPlan) -> int:
+async def _run(plan: LocalPlan, args: argparse.Namespace) -> int:
+    try:
+        token = await bearer_token(args, os.environ, lifetime=RUN_TOKEN_LIFETIME)
+    except CredentialsError as exc:
+        print(f"pallas run: {exc}", file=sys.stderr)
+        return EXIT_USAGE if exc.usage else EXIT_FAILURE
+    return await serve_plan(plan, {"Authorization": f"Bearer {token}"} if token else {})
+
+
+async def serve_plan(plan: LocalPlan, probe_headers: Mapping[str, str] | None = None) -> int:
     """Start every agent in dependency order and serve until SIGINT/SIGTERM; stop them all."""
     metrics = RuntimeMetrics()
     tasks: list[asyncio.Task[None]] = []
@@ -110,7 +130,7 @@ async def serve_plan(plan: LocalPlan) -> int:
                 return EXIT_FAILURE
             sockets.append(sock)
             started = asyncio.Event()
-            tasks.append(asyncio.create_task(_serve_registry(plan, sock, started)))
+            tasks.append(asyncio.create_task(_serve_registry(plan, sock, started, probe_headers or {})))
             if not await _started(tasks[-1], started, "registry", plan.registry_port):
                 return EXIT_FAILURE
             print(
@@ -144,7 +164,9 @@ def _listen(what: str, port: int) -> socket.socket | None:
         return None
 
 
-async def _serve_registry(plan: LocalPlan, sock: socket.socket, started: asyncio.Event) -> None:
+async def _serve_registry(
+    plan: LocalPlan, sock: socket.socket, started: asyncio.Event, headers: Mapping[str, str]
+) -> None:
     # Imported here: the registry pulls in its own dependencies, which `--agent` runs never need.
     from pallas_runtime.registry import build_app
     from pallas_runtime.registry.static import LocalAgent, StaticSource
@@ -160,7 +182,8 @@ async def _serve_registry(plan: LocalPlan, sock: socket.socket, started: asyncio
                 namespace=agent.manifest.namespace,
             )
             for agent in plan.agents
-        ]
+        ],
+        headers=headers,
     )
     await serve(build_app(source), sock, started=started, graceful_timeout=2)
 

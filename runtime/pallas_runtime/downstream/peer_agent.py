@@ -49,9 +49,9 @@ class PeerAgentSource(RemoteMcpSource):
     def _keep(self, tool: mcp_types.Tool) -> bool:
         return tool.name == SEND_MESSAGE
 
-    async def list_tools(self) -> list[RemoteTool]:
+    async def list_tools(self, *, inbound_auth: str | None = None) -> list[RemoteTool]:
         """The peer's `send_message` tool (an empty list, with one warning, if it has none)."""
-        tools = [_without_conversation_id(t) for t in await super().list_tools()]
+        tools = [_without_conversation_id(t) for t in await super().list_tools(inbound_auth=inbound_auth)]
         if not tools and not self._warned_missing:
             self._warned_missing = True
             log.warning("%s: the peer agent offers no %s tool", self.name, SEND_MESSAGE)

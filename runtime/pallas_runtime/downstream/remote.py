@@ -10,6 +10,10 @@ Sessions and credentials:
   shared state, never read from a contextvar (the fast-agent incident: a bearer cached on a
   persistent connection reached the next user).
 - An explicitly configured `Authorization` header always wins over forwarding.
+- A source that forwards the caller's bearer and refuses the shared session with 401 (an agent
+  checking callers) is listed with the caller's bearer, on a session of the call's own; the
+  list is the same for every caller (tool schemas are not per user), so it is cached as usual,
+  and each call is still authorised by the source with its own caller's bearer.
 
 The tool list is cached and fetched again after `notifications/tools/list_changed`, a failed
 call or a lost connection.
@@ -119,6 +123,7 @@ class RemoteMcpSource:
         self._generation = 0
         self._cached_generation = -1
         self._list_lock = asyncio.Lock()
+        self._listing_needs_bearer = False
 
     @property
     def name(self) -> str:
@@ -183,12 +188,15 @@ class RemoteMcpSource:
                 raise failure from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def list_tools(self) -> list[RemoteTool]:
+    async def list_tools(self, *, inbound_auth: str | None = None) -> list[RemoteTool]:
         """The endpoint's tools, cached; fetched again after list_changed or a failure.
+
+        `inbound_auth` lists an endpoint that wants the caller's bearer (see the module notes).
 
         Raises:
             DownstreamError: The endpoint cannot be reached or does not answer in time.
         """
+        bearer = inbound_auth if self._forwards_bearer and inbound_auth else None
         async with self._list_lock:
             if self._tools is not None and self._cached_generation == self._generation:
                 return list(self._tools)
@@ -196,7 +204,7 @@ class RemoteMcpSource:
             listed: list[mcp_types.Tool] | None = None
             try:
                 with anyio.move_on_after(self._timeout):
-                    listed = await self._with_shared(self._list_all)
+                    listed = await self._list(bearer)
             except _Failure as failure:
                 if failure.kind == "other":
                     log.debug("%s: listing tools failed", self._name, exc_info=failure.cause)
@@ -206,6 +214,16 @@ class RemoteMcpSource:
             self._tools = [self._remote_tool(t) for t in listed if self._keep(t)]
             self._cached_generation = generation
             return list(self._tools)
+
+    async def _list(self, bearer: str | None) -> list[mcp_types.Tool]:
+        if bearer is None or not self._listing_needs_bearer:
+            try:
+                return await self._with_shared(self._list_all)
+            except _Failure as failure:
+                if bearer is None or failure.recorder.last_status != 401:
+                    raise
+                self._listing_needs_bearer = True
+        return await self._with_bearer(bearer, self._list_all)
 
     @staticmethod
     async def _list_all(session: ClientSession) -> list[mcp_types.Tool]:
@@ -296,6 +314,9 @@ class RemoteMcpSource:
         bearer: str,
         relay: _ProgressRelay | None,
     ) -> mcp_types.CallToolResult:
+        return await self._with_bearer(bearer, lambda s: self._call(s, tool, arguments, relay))
+
+    async def _with_bearer(self, bearer: str, op: Callable[[ClientSession], Awaitable[T]]) -> T:
         # A session (and HTTP client) of this call's own: the bearer goes nowhere else.
         headers = {**self._headers, "Authorization": bearer}
         recorder = HttpErrorRecorder()
@@ -308,12 +329,17 @@ class RemoteMcpSource:
                 recorder=recorder,
                 max_event_bytes=self._max_event_bytes,
             ) as session:
-                return await self._call(session, tool, arguments, relay)
+                return await op(session)
         except Exception as exc:
             raise _Failure(exc, recorder) from exc
 
     async def probe(self) -> ProbeResult:
-        """MCP initialize (and DELETE of the session) within the probe timeout; never raises."""
+        """MCP initialize (and DELETE of the session) within the probe timeout; never raises.
+
+        A source that forwards the caller's bearer is probed without one (a probe has no
+        caller): its 401 with a Bearer challenge means it serves and wants that token, so it
+        counts as up. With configured credentials a 401 stays a failure: they are wrong.
+        """
         outcome = await mcp_probe.probe(
             self._url,
             budget=self._probe_timeout,
@@ -321,6 +347,8 @@ class RemoteMcpSource:
             headers=self._headers,
             verify=tls_context(),
         )
+        if not outcome.ok and outcome.unauthorized and self._forwards_bearer:
+            return ProbeResult(source=self._name, ok=True)
         return ProbeResult(source=self._name, ok=outcome.ok, message=outcome.message)
 
     async def aclose(self) -> None:

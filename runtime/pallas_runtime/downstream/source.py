@@ -60,8 +60,12 @@ class ToolSource(Protocol):
     def name(self) -> str:
         """The source's name, the `<name>` of `<name>__<tool>`."""
 
-    async def list_tools(self) -> list[RemoteTool]:
-        """The source's tools, cached; refreshed after tools/list_changed or a failure."""
+    async def list_tools(self, *, inbound_auth: str | None = None) -> list[RemoteTool]:
+        """The source's tools, cached; refreshed after tools/list_changed or a failure.
+
+        `inbound_auth` is the caller's `Authorization`, for a source that lists only to callers
+        with a bearer (a peer agent checking callers); others ignore it.
+        """
 
     async def call_tool(
         self,

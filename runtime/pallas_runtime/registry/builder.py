@@ -11,7 +11,8 @@ The entry is `{"server": ServerDetail, "_meta": {...}}`:
   the phase, the closest the registry's three statuses come to "exists but do not use now".
 - `_meta["dev.pallas/agent"]` (our API group `pallas.dev`, reversed) holds the live state:
   phase, health, tools, discovery tags, provider and model (the agent-info shape of capability
-  discovery: `id`, `capabilities`, `status`, `providers`).
+  discovery: `id`, `capabilities`, `status`, `providers`), and `auth`: what a client must
+  present (`mode`; the oidc `issuer` and `audience`; the kubernetes token `audiences`).
 
 Every entry is checked with `validate_response` before it is returned, so nothing the schema
 refuses can reach a client.
@@ -156,7 +157,23 @@ def _vendor(state: AgentState, provider: str, model: str) -> dict[str, Any]:
             "maxOutputTokens": caps.max_output_tokens,
         },
         "providers": providers,
+        "auth": _auth(state),
     }
+
+
+def _auth(state: AgentState) -> dict[str, Any]:
+    """What a client must present (docs/api.md §6): mode and, per mode, where tokens come from."""
+    auth = state.auth
+    if auth.mode == "oidc":
+        return {"mode": "oidc", "issuer": auth.issuer, "audience": auth.audience}
+    if auth.mode == "kubernetes":
+        return {
+            "mode": "kubernetes",
+            "audiences": list(auth.audiences),
+            "verb": "invoke",
+            "resource": "pallasagents.pallas.dev",
+        }
+    return {"mode": "none"}
 
 
 def build_response(state: AgentState) -> dict[str, Any]:

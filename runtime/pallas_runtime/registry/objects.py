@@ -18,9 +18,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from pallas_api.config import ModelCapabilities
-from pallas_api.spec import Icon
+from pallas_api.spec import AuthSpec, Icon
 from pallas_api.status import HEALTH_STATUSES, PHASES
-from pallas_runtime.registry.state import AgentState, HealthView
+from pallas_runtime.registry.state import AgentState, AuthView, HealthView
 
 _TAG = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -40,6 +40,7 @@ class DeploymentSettings:
     model_default: str = ""
     capabilities: ModelCapabilities = field(default_factory=ModelCapabilities)
     provider_types: Mapping[str, str] = field(default_factory=dict)
+    auth: AuthView = field(default_factory=AuthView)
 
 
 def _map(value: Any) -> Mapping[str, Any]:
@@ -76,6 +77,10 @@ def deployment_settings(obj: Mapping[str, Any]) -> DeploymentSettings:
     except ValidationError:
         capabilities = ModelCapabilities()
     providers = {name: _text(_map(p).get("type")) for name, p in _map(spec.get("providers")).items()}
+    try:
+        auth = AuthView.of(AuthSpec.model_validate(_map(spec.get("auth"))))
+    except ValidationError:  # a spec the CRD let through but this version cannot read
+        auth = AuthView()
     return DeploymentSettings(
         name=_text(_map(obj.get("metadata")).get("name")),
         version=_text(spec.get("version")) or "1.0.0",
@@ -84,6 +89,7 @@ def deployment_settings(obj: Mapping[str, Any]) -> DeploymentSettings:
         model_default=_text(model.get("default")),
         capabilities=capabilities,
         provider_types={name: kind for name, kind in providers.items() if kind},
+        auth=auth,
     )
 
 
@@ -159,6 +165,7 @@ def agent_state(obj: Mapping[str, Any], deployment: DeploymentSettings | None) -
         version=settings.version,
         name_prefix=settings.name_prefix,
         public_url_template=settings.public_url_template,
+        auth=settings.auth,
         service_port=port if isinstance(port, int) and 0 < port < 65536 else 8000,
         phase=phase,
         ready=ready,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from pallas_api.config import ModelCapabilities
-from pallas_api.spec import Icon
+from pallas_api.spec import AuthSpec, Icon
 from pallas_api.status import HealthStatus
 
 
@@ -28,6 +28,28 @@ class HealthView:
     status: HealthStatus
     message: str = ""
     checked_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AuthView:
+    """What a client must present to talk to an agent (its deployment's `spec.auth`)."""
+
+    mode: str = "none"
+    issuer: str = ""
+    """oidc: the issuer whose tokens the agent accepts."""
+    audience: str = ""
+    """oidc: the audience those tokens must carry."""
+    audiences: tuple[str, ...] = ()
+    """kubernetes: the token audiences the agent accepts (empty: the API server's)."""
+
+    @classmethod
+    def of(cls, auth: AuthSpec) -> AuthView:
+        """The view of a deployment's auth settings."""
+        if auth.mode == "oidc" and auth.oidc is not None:
+            return cls("oidc", issuer=auth.oidc.issuer, audience=auth.oidc.audience)
+        if auth.mode == "kubernetes":
+            return cls("kubernetes", audiences=tuple(auth.kubernetes.audiences))
+        return cls()
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +71,7 @@ class AgentState:
         name_prefix: The deployment's `registry.namePrefix`; None derives one from the namespace.
         public_url_template: The deployment's `registry.publicURLTemplate` ("" = use `url`).
         service_port: The agent Service port, for the cluster DNS URL when status has none yet.
+        auth: What a client must present to talk to the agent.
         phase: `status.phase`.
         ready: Whether clients should use the agent now (listed without `?include=all`).
         status_message: Why it is not ready (the Ready condition's message), for `statusMessage`.
@@ -76,6 +99,7 @@ class AgentState:
     name_prefix: str | None = None
     public_url_template: str = ""
     service_port: int = 8000
+    auth: AuthView = field(default_factory=AuthView)
     phase: str = "Pending"
     ready: bool = False
     status_message: str = ""

@@ -13,7 +13,7 @@ not applied here.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -21,7 +21,7 @@ from pallas_api.probe import ProbeOutcome, probe
 from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
 from pallas_runtime.registry.catalogue import CatalogueStore
 from pallas_runtime.registry.source import CatalogueSource
-from pallas_runtime.registry.state import AgentState, HealthView, utcnow
+from pallas_runtime.registry.state import AgentState, AuthView, HealthView, utcnow
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +45,17 @@ class Observation:
     tools: tuple[str, ...] = ()
 
 
+NO_TOKEN = (
+    "asks for a bearer token, and this registry has none that it accepts: give `pallas run` one "
+    "(--token, PALLAS_TOKEN or --as-serviceaccount) to see its tools and health"
+)
+
+
 def observation(outcome: ProbeOutcome, now: datetime) -> Observation:
     """What a probe of a local agent found, as the catalogue shows it."""
+    if not outcome.ok and outcome.unauthorized:
+        # It serves and wants a token: usable by callers that have one, opaque to this registry.
+        return Observation(True, HealthView("degraded", NO_TOKEN, now))
     if not outcome.ok:
         return Observation(False, HealthView("error", f"unreachable: {outcome.message}"[:300], now))
     report = outcome.health
@@ -57,10 +66,11 @@ def observation(outcome: ProbeOutcome, now: datetime) -> Observation:
     return Observation(True, health, outcome.tools)
 
 
-async def probe_agent(url: str, budget: float) -> Observation:
+async def probe_agent(url: str, budget: float, headers: Mapping[str, str] | None = None) -> Observation:
     """Ask the agent at `url` for its tools and `get_health`, within `budget` seconds in total."""
     now = utcnow()
-    return observation(await probe(url, budget=budget, list_tools=True, get_health=True), now)
+    outcome = await probe(url, budget=budget, list_tools=True, get_health=True, headers=headers)
+    return observation(outcome, now)
 
 
 def base_state(agent: LocalAgent) -> AgentState:
@@ -78,6 +88,7 @@ def base_state(agent: LocalAgent) -> AgentState:
         tags=tuple(spec.capabilities),
         model_ref=model_ref,
         model_capabilities=deployment.model.capabilities,
+        auth=AuthView.of(deployment.auth),
         provider_type=provider.type if provider else None,
         version=deployment.version,
         name_prefix=deployment.registry.name_prefix,
@@ -128,6 +139,7 @@ class StaticSource(CatalogueSource):
         startup_interval: float = 0.5,
         probe_timeout: float = 5.0,
         store: CatalogueStore | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         """Publish `agents` as Pending; `run()` starts polling them.
 
@@ -137,6 +149,7 @@ class StaticSource(CatalogueSource):
             startup_interval: Seconds between polls while some agent has never answered.
             probe_timeout: Budget of one agent's probe (tools/list + get_health), in seconds.
             store: The store to fill; default: a new one.
+            headers: Sent with every probe (the bearer `pallas run` was given); never logged.
         """
         super().__init__(store)
         now = utcnow()
@@ -145,12 +158,15 @@ class StaticSource(CatalogueSource):
         self._poll_interval = poll_interval
         self._startup_interval = startup_interval
         self._probe_timeout = probe_timeout
+        self._headers = dict(headers or {})
         self._answered: set[str] = set()
         self.store.replace(self._states.values())
 
     async def refresh(self) -> None:
         """Probe every agent once and publish what was found."""
-        observations = await asyncio.gather(*(probe_agent(a.url, self._probe_timeout) for a in self.agents))
+        observations = await asyncio.gather(
+            *(probe_agent(a.url, self._probe_timeout, self._headers) for a in self.agents)
+        )
         now = utcnow()
         for agent, seen in zip(self.agents, observations, strict=True):
             if seen.reachable:

@@ -32,6 +32,7 @@ import pytest
 import yaml
 
 from pallas_api import names
+from pallas_operator.rbac import CLUSTER_RULES
 from tests.support.cluster import NO_NODE, REPO, LocalCluster
 from tests.support.operator import CRDS, install_crds
 from tests.support.ports import logged_port
@@ -244,9 +245,12 @@ def test_helm_install_gives_an_operator_whose_rbac_is_enough_and_uninstall_keeps
             assert _get(kube_cluster, "clusterrole", operator) is None
             reads = _get(kube_cluster, "clusterrole", f"{operator}-namespaces")
             assert reads is not None
+            # Reading namespaces, and the cluster-scoped rights behind auth.mode kubernetes.
             assert reads["rules"] == [
-                {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]}
-            ]
+                {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]},
+                *(r for r in CLUSTER_RULES if {"tokenreviews", "subjectaccessreviews", "clusterrolebindings"}
+                  & set(r["resources"])),
+            ]  # fmt: skip
         else:
             assert _get(kube_cluster, "clusterrole", operator) is not None
             assert _get(kube_cluster, "clusterrolebinding", operator) is not None

@@ -72,6 +72,28 @@ INVALID = [
     ("missing-providers", deployment("d1", without("spec.providers")), ["spec.providers", "Required value"]),
     ("inline-api-key", deployment("d1", at("spec.providers.vllm.apiKey", "sk-live")),
      ["spec.providers.vllm.apiKey", "must be of type object"]),
+    ("oidc-mode-without-settings", deployment("d1", at("spec.auth", {"mode": "oidc"})),
+     ["spec.auth.mode oidc needs spec.auth.oidc with at least issuer and audience"]),
+    ("oidc-settings-without-the-mode", deployment("d1", at("spec.auth", {
+        "mode": "kubernetes", "oidc": {"issuer": "https://id.example", "audience": "a"}})),
+     ["spec.auth.oidc is only used with spec.auth.mode oidc"]),
+    ("unknown-auth-mode", deployment("d1", at("spec.auth.mode", "basic")),
+     ['Unsupported value: "basic"', '"none", "kubernetes", "oidc"']),
+    ("oidc-alg-none", deployment("d1", at("spec.auth", {"mode": "oidc", "oidc": {
+        "issuer": "https://id.example", "audience": "a", "algorithms": ["none"]}})),
+     ["spec.auth.oidc.algorithms[0]", 'Unsupported value: "none"']),
+    ("oidc-hmac", deployment("d1", at("spec.auth", {"mode": "oidc", "oidc": {
+        "issuer": "https://id.example", "audience": "a", "algorithms": ["HS256"]}})),
+     ['Unsupported value: "HS256"']),
+    ("oidc-issuer-not-a-url", deployment("d1", at("spec.auth", {"mode": "oidc", "oidc": {
+        "issuer": "id.example", "audience": "a"}})),
+     ["spec.auth.oidc.issuer", "should match"]),
+    ("decision-cache-too-long", deployment("d1", at("spec.auth.kubernetes.cacheSeconds", 3600)),
+     ["spec.auth.kubernetes.cacheSeconds", "less than or equal to 300"]),
+    ("allow-from-empty-entry", deployment("d1", at("spec.network", {"policy": True, "allowFrom": [{}]})),
+     ["an allowFrom entry needs namespaceSelector, podSelector or both"]),
+    ("access-duplicate-subject", agent("a1", at("spec.access.subjects", ["alice", "alice"])),
+     ["spec.access.subjects[1]", "Duplicate value"]),
 ]  # fmt: skip
 
 

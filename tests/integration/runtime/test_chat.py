@@ -325,4 +325,4 @@ async def test_unreachable_registry_and_bad_arguments(capsys: pytest.CaptureFixt
         capsys, "--header", "authorization: x", "--bearer", "t", "-m", "hi", "http://127.0.0.1:1/mcp"
     )
     assert res.code == 2
-    assert res.err_lines == ["pallas chat: give either --bearer or an Authorization --header, not both"]
+    assert res.err_lines == ["pallas chat: give either --token or an Authorization --header, not both"]

@@ -22,6 +22,7 @@ from fastmcp.client.transports import StreamableHttpTransport
 
 from tests.support.fake_llm import Call, FakeOpenAI, Text, ToolCalls
 from tests.support.mcp_peers import free_port
+from tests.support.oidc import AUDIENCE, oidc_issuer
 
 PALLAS = [sys.executable, "-m", "pallas_runtime.cli"]
 
@@ -89,8 +90,10 @@ def manifests(llm: FakeOpenAI) -> list[dict[str, Any]]:
 
 
 @contextlib.asynccontextmanager
-async def pallas_run(path: Path, base_port: int) -> AsyncIterator[subprocess.Popen[str]]:
-    env = {**os.environ, "PALLAS_LOG_LEVEL": "DEBUG", "PALLAS_ROOT_LOG_LEVEL": "DEBUG"}
+async def pallas_run(
+    path: Path, base_port: int, env: dict[str, str] | None = None
+) -> AsyncIterator[subprocess.Popen[str]]:
+    env = {**os.environ, "PALLAS_LOG_LEVEL": "DEBUG", "PALLAS_ROOT_LOG_LEVEL": "DEBUG", **(env or {})}
     proc = subprocess.Popen(
         [*PALLAS, "run", "-f", str(path), "--base-port", str(base_port)],
         stdout=subprocess.PIPE,
@@ -217,3 +220,65 @@ async def test_a_taken_port_is_reported(fake_openai: FakeOpenAI, tmp_path: Path)
         )
     assert res.returncode == 1
     assert f"pallas run: agent worker: cannot listen on 127.0.0.1:{base + 2}" in res.stderr
+
+
+async def test_pallas_run_honours_oidc_auth_and_its_registry_takes_a_token(
+    fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    def step(request_json: dict[str, Any]) -> Any:
+        role, system = request_json["messages"][-1]["role"], request_json["messages"][0]["content"]
+        if role == "tool":
+            return Text(f"boss heard: {request_json['messages'][-1]['content']}")
+        if system == "boss":
+            return ToolCalls([Call("worker__send_message", {"message": "what is 6*7?"})])
+        return Text("42")
+
+    fake_openai.default = step
+    async with oidc_issuer() as issuer:
+        docs = manifests(fake_openai)
+        docs[1]["spec"]["auth"] = {"mode": "oidc", "oidc": {"issuer": issuer.url, "audience": AUDIENCE}}
+        docs[3]["spec"]["access"] = {"groups": ["research"]}  # the worker: researchers only
+        path = tmp_path / "agents.yaml"
+        path.write_text(yaml.safe_dump_all(docs))
+        base = free_ports(3)
+        alice, eve = issuer.token(sub="alice"), issuer.token(sub="eve", groups=["sales"])
+        # INFO: nothing reads the pipe until the end, and debug lines of the polling registry
+        # would fill it and block the process (tokens in debug logs are checked elsewhere).
+        quiet = {"PALLAS_LOG_LEVEL": "INFO", "PALLAS_ROOT_LOG_LEVEL": "WARNING"}
+        async with pallas_run(path, base, env={"PALLAS_TOKEN": alice, **quiet}) as proc:
+            boss = f"http://127.0.0.1:{base + 1}/mcp"
+            async with httpx2.AsyncClient() as http:
+                bare = await http.post(
+                    boss, json={}, headers={"Accept": "application/json, text/event-stream"}
+                )
+            assert bare.status_code == 401
+            assert await ask(boss, alice) == "boss heard: 42"
+            assert await ask(boss, eve) == "boss heard: Error: worker: calling send_message failed: HTTP 403"
+            entries = await registry_entries(base, lambda e: e["_meta"]["dev.pallas/agent"]["tools"])
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=15)
+    for entry in entries:
+        vendor = entry["_meta"]["dev.pallas/agent"]
+        assert vendor["auth"] == {"mode": "oidc", "issuer": issuer.url, "audience": AUDIENCE}
+        assert {"get_health", "send_message"} <= set(vendor["tools"])  # its token let the registry look
+    assert alice not in err
+    assert eve not in err
+
+
+async def ask(url: str, token: str) -> str:
+    transport = StreamableHttpTransport(url, headers={"Authorization": f"Bearer {token}"})
+    async with Client(transport, mode="legacy") as client:
+        result = await client.call_tool("send_message", {"message": "ask the worker"})
+    return str(result.content[0].text)
+
+
+async def registry_entries(base: int, ready: Any) -> list[dict[str, Any]]:
+    """The registry's two entries once `ready(entry)` holds for both."""
+    async with httpx2.AsyncClient() as http:
+        for _ in range(200):
+            response = await http.get(f"http://127.0.0.1:{base}/.well-known/mcp/server.json")
+            entries = response.json()["servers"] if response.status_code == 200 else []
+            if len(entries) == 2 and all(ready(e) for e in entries):
+                return list(entries)
+            await asyncio.sleep(0.1)
+    raise AssertionError("the registry never showed both agents as asked")

@@ -78,7 +78,7 @@ class FakeSource:
     calls: list[tuple[str, dict[str, Any], str | None]] = field(default_factory=list)
     conversations: list[ConversationKey | None] = field(default_factory=list)
 
-    async def list_tools(self) -> list[RemoteTool]:
+    async def list_tools(self, *, inbound_auth: str | None = None) -> list[RemoteTool]:
         if self.list_error is not None:
             raise self.list_error
         return [RemoteTool(self.name, t, f"the {t} tool", {"type": "object"}) for t in self.tools]

@@ -18,7 +18,7 @@ import jsonschema
 import pytest
 import yaml
 
-from pallas_operator.rbac import CLUSTER_RULES, LEASE_RULES
+from pallas_operator.rbac import CLUSTER_RULES, LEASE_RULES, USER_EDIT_RULES, USER_VIEW_RULES
 from tests.support.cluster import REPO
 
 CHART = REPO / "charts" / "pallas"
@@ -29,6 +29,12 @@ KUBE_VERSION = "1.34.0"
 CRD_NAMES = {"pallasagents.pallas.dev", "pallasdeployments.pallas.dev"}
 NAMESPACES_RULE = {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]}
 CRD_RULE = {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"]}
+AUTH_RESOURCES = {"tokenreviews", "subjectaccessreviews", "clusterrolebindings"}
+POD_ARGS = [
+    f"--pod-namespace={NAMESPACE}",
+    "--pod-labels=app.kubernetes.io/component=operator,app.kubernetes.io/instance=pallas,"
+    "app.kubernetes.io/name=pallas",
+]
 Doc = dict[str, Any]
 
 
@@ -119,8 +125,13 @@ def container(docs: list[Doc]) -> Doc:
 
 def namespaced_rules() -> list[Doc]:
     """The operator's rules from pallas_operator.rbac that a Role can grant."""
-    cluster_scoped = {"namespaces", "customresourcedefinitions"}
+    cluster_scoped = {"namespaces", "customresourcedefinitions", *AUTH_RESOURCES}
     return [r for r in CLUSTER_RULES if not cluster_scoped & set(r["resources"])]
+
+
+def auth_rules() -> list[Doc]:
+    """The cluster-scoped rules behind auth.mode kubernetes (granted in either scope)."""
+    return [r for r in CLUSTER_RULES if AUTH_RESOURCES & set(r["resources"])]
 
 
 # --- what a default install makes ------------------------------------------------------------
@@ -131,6 +142,8 @@ def test_defaults_make_the_operator_its_rbac_the_crds_and_the_metrics_service(re
     assert kinds(docs) == sorted(
         [
             ("ClusterRole", OPERATOR),
+            ("ClusterRole", "pallas-edit"),
+            ("ClusterRole", "pallas-view"),
             ("ClusterRoleBinding", OPERATOR),
             ("CustomResourceDefinition", "pallasagents.pallas.dev"),
             ("CustomResourceDefinition", "pallasdeployments.pallas.dev"),
@@ -155,6 +168,7 @@ def test_the_operator_runs_the_charts_image_on_all_namespaces_with_its_lease_her
         "--runtime-image=pallas:0.1.0",
         "--http-port=8080",
         f"--lease-namespace={NAMESPACE}",
+        *POD_ARGS,
     ]
     assert c["ports"] == [{"name": "http-metrics", "containerPort": 8080, "protocol": "TCP"}]
     for probe in ("livenessProbe", "readinessProbe"):
@@ -183,6 +197,7 @@ def test_operator_flags_follow_the_values(render: Render) -> None:
         "--runtime-image=registry.example/pallas-runtime:2",
         "--http-port=9090",
         "--lease-namespace=elections",
+        *POD_ARGS,
         "--verbose",
         "--service-host-map=/etc/hosts-map",
     ]
@@ -322,7 +337,7 @@ def test_crds_enabled_false_leaves_them_out(render: Render) -> None:
 def test_cluster_scope_grants_the_operators_rules_cluster_wide(render: Render) -> None:
     docs = render()
     role = one(docs, "ClusterRole", OPERATOR)
-    assert role["rules"] == [*namespaced_rules(), {**CRD_RULE, "verbs": ["list", "watch"]}]
+    assert role["rules"] == [*namespaced_rules(), {**CRD_RULE, "verbs": ["list", "watch"]}, *auth_rules()]
     # The operator watches every namespace, so kopf never lists them.
     assert NAMESPACES_RULE not in role["rules"]
     binding = one(docs, "ClusterRoleBinding", OPERATOR)
@@ -351,9 +366,9 @@ def test_namespace_scope_grants_a_role_in_each_watched_namespace_only(render: Re
             "name": OPERATOR,
         }
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": OPERATOR, "namespace": NAMESPACE}]
-    # The one cluster-wide grant: reading Namespace objects, which kopf lists for named namespaces.
-    assert one(docs, "ClusterRole")["metadata"]["name"] == f"{OPERATOR}-namespaces"
-    assert one(docs, "ClusterRole")["rules"] == [NAMESPACES_RULE]
+    # The cluster-wide grants: reading Namespace objects, which kopf lists for named namespaces,
+    # and the reviews (and their bindings) behind auth.mode kubernetes.
+    assert one(docs, "ClusterRole", f"{OPERATOR}-namespaces")["rules"] == [NAMESPACES_RULE, *auth_rules()]
     assert one(docs, "ClusterRoleBinding")["roleRef"]["name"] == f"{OPERATOR}-namespaces"
     assert [a for a in container(docs)["args"] if a.startswith("--namespace")] == [
         "--namespace=agents",
@@ -389,9 +404,31 @@ def test_leader_election_role_holds_one_lease_by_name(render: Render) -> None:
 
 
 def test_rbac_create_false_makes_no_roles(render: Render) -> None:
-    docs = render({"rbac": {"create": False}})
+    docs = render({"rbac": {"create": False, "aggregateRoles": False}})
     for kind in ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"):
         none_of(docs, kind)
+
+
+def test_users_get_pallas_view_and_edit_through_the_built_in_roles(render: Render) -> None:
+    docs = render({"rbac": {"create": False}})
+    view, edit = one(docs, "ClusterRole", "pallas-view"), one(docs, "ClusterRole", "pallas-edit")
+    aggregate = "rbac.authorization.k8s.io/aggregate-to-"
+    assert {k for k, v in view["metadata"]["labels"].items() if v == "true"} == {
+        f"{aggregate}view",
+        f"{aggregate}edit",
+        f"{aggregate}admin",
+    }
+    assert {k for k, v in edit["metadata"]["labels"].items() if v == "true"} == {
+        f"{aggregate}edit",
+        f"{aggregate}admin",
+    }
+    assert view["rules"] == USER_VIEW_RULES
+    assert edit["rules"] == USER_EDIT_RULES
+    invoke = [r for r in edit["rules"] if "invoke" in r["verbs"]]
+    assert invoke == [{"apiGroups": ["pallas.dev"], "resources": ["pallasagents"], "verbs": ["invoke"]}]
+    assert all("invoke" not in r["verbs"] for r in view["rules"])
+    without = render({"rbac": {"aggregateRoles": False}})
+    assert not [d for d in without if d["metadata"]["name"] in ("pallas-view", "pallas-edit")]
 
 
 # --- monitoring ------------------------------------------------------------------------------

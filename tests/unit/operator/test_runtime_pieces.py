@@ -8,7 +8,7 @@ import argparse
 import asyncio
 import itertools
 import os
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from pathlib import Path
 
 import httpx2
@@ -99,11 +99,12 @@ async def test_prober_verifies_once_per_rollout_and_reports_only_changes() -> No
     health = HealthResult("ok")
     notified: list[Hashable] = []
 
-    async def verify(url: str, budget: float) -> Verification:
+    async def verify(url: str, budget: float, headers: Mapping[str, str]) -> Verification:
+        assert headers == {}  # auth.mode none: no credentials
         verified.append(url)
         return Verification(ok=True, tools=("get_health",))
 
-    async def check(url: str, budget: float) -> HealthResult:
+    async def check(url: str, budget: float, headers: Mapping[str, str]) -> HealthResult:
         return health
 
     prober = Prober(ServiceResolver({"a.ns.svc.cluster.local": "127.0.0.1"}), notified.append, verify, check)

@@ -12,7 +12,7 @@ from pallas_api.config import ModelCapabilities
 from pallas_api.spec import Icon
 from pallas_runtime.registry.builder import VENDOR_META, InvalidAgent, build_response, one_line
 from pallas_runtime.registry.schema import OFFICIAL_META, SCHEMA_URL
-from pallas_runtime.registry.state import HealthView
+from pallas_runtime.registry.state import AuthView, HealthView
 from tests.support.registry import assert_valid_entry, state
 
 
@@ -73,6 +73,23 @@ def test_vendor_meta_carries_live_state_and_discovery_info() -> None:
                 "capabilities": {"vision": False, "tools": True},
             }
         ],
+        "auth": {"mode": "none"},
+    }
+
+
+def test_vendor_meta_says_what_a_client_must_present() -> None:
+    oidc = AuthView("oidc", issuer="https://id.example/realms/a", audience="agents")
+    assert entry(auth=oidc)["_meta"][VENDOR_META]["auth"] == {
+        "mode": "oidc",
+        "issuer": "https://id.example/realms/a",
+        "audience": "agents",
+    }
+    kubernetes = AuthView("kubernetes", audiences=("pallas.dev",))
+    assert entry(auth=kubernetes)["_meta"][VENDOR_META]["auth"] == {
+        "mode": "kubernetes",
+        "audiences": ["pallas.dev"],
+        "verb": "invoke",
+        "resource": "pallasagents.pallas.dev",
     }
 
 

@@ -1,0 +1,81 @@
+"""`spec.network.policy`: a NetworkPolicy per deployment guarding its agents.
+
+It admits traffic to the agents only from the deployment's own agents (peer calls), its
+registry, the operator (verification and health probes) and the peers listed in `allowFrom`.
+Egress is not restricted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pallas_api import names
+from pallas_api.spec import LabelSelector, NetworkPeer, PallasDeploymentSpec
+from pallas_operator.builders.meta import Manifest, Owner, component_labels, metadata, registry_selector
+
+
+def _selector(selector: LabelSelector) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if selector.match_labels:
+        out["matchLabels"] = dict(selector.match_labels)
+    if selector.match_expressions:
+        out["matchExpressions"] = [
+            {"key": e.key, "operator": e.operator, **({"values": list(e.values)} if e.values else {})}
+            for e in selector.match_expressions
+        ]
+    return out
+
+
+def _peer(peer: NetworkPeer) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if peer.namespace_selector is not None:
+        out["namespaceSelector"] = _selector(peer.namespace_selector)
+    if peer.pod_selector is not None:
+        out["podSelector"] = _selector(peer.pod_selector)
+    return out
+
+
+def agents_selector(deployment: str) -> dict[str, str]:
+    """Every agent pod of a deployment."""
+    return {names.LABEL_DEPLOYMENT: deployment, names.LABEL_COMPONENT: "agent"}
+
+
+def agents_network_policy(
+    owner: Owner,
+    spec: PallasDeploymentSpec,
+    operator_namespace: str | None,
+    operator_labels: Mapping[str, str],
+) -> Manifest:
+    """The NetworkPolicy of a deployment's agents.
+
+    Args:
+        owner: The PallasDeployment.
+        spec: Its spec (`network.allowFrom`).
+        operator_namespace: Where the operator's pods run; None leaves the operator out (an
+            operator outside the cluster reaches agents through other means).
+        operator_labels: Labels selecting the operator's pods.
+    """
+    sources: list[dict[str, Any]] = [
+        {"podSelector": {"matchLabels": agents_selector(owner.name)}},
+        {"podSelector": {"matchLabels": registry_selector(owner.name)}},
+    ]
+    if operator_namespace is not None and operator_labels:
+        sources.append(
+            {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": operator_namespace}},
+                "podSelector": {"matchLabels": dict(operator_labels)},
+            }
+        )
+    sources += [_peer(p) for p in spec.network.allow_from]
+    labels = component_labels(owner.name, "agent", names.network_policy_name(owner.name))
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": metadata(names.network_policy_name(owner.name), owner, labels),
+        "spec": {
+            "podSelector": {"matchLabels": agents_selector(owner.name)},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": sources}],
+        },
+    }
