@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import socket
 import time
 
@@ -185,6 +186,20 @@ async def test_openai_timeout(openai_server, providers):
         await provider.complete(system="", messages=HI, tools=[])
     assert time.monotonic() - started < 2
     assert raised.value.status is None
+
+
+async def test_a_timeout_after_retries_says_how_long_the_call_took_in_all(openai_server, providers):
+    cfg = config("openai", openai_server.base_url, provider={"timeoutSeconds": 0.2, "maxRetries": 1})
+    provider = providers(cfg)
+    openai_server.script(Delay(5), Delay(5))
+    started = time.monotonic()
+    with pytest.raises(LLMError) as raised:
+        await provider.complete(system="", messages=HI, tools=[])
+    waited = time.monotonic() - started
+    match = re.search(r"timed out after 0\.2s on each of 2 attempts \((\d+\.\d)s in all\)", str(raised.value))
+    assert match, str(raised.value)
+    assert 0.4 <= float(match[1]) <= waited + 0.05
+    assert len(openai_server.completions) == 2
 
 
 async def test_openai_connection_refused(providers):

@@ -48,6 +48,7 @@ class SdkProvider(abc.ABC):
         self._model = config.model
         self._label = f"{self.kind} provider '{provider.name}'"
         self._timeout = provider.timeout_seconds
+        self._attempts = provider.max_retries + 1
         self._base_url = (provider.base_url or self._default_base_url()).rstrip("/")
         self._key = api_key
         self._plan = self._make_plan(config)
@@ -124,6 +125,7 @@ class SdkProvider(abc.ABC):
             **self._request_body(system, messages, tools),
             **self._plan.wire_fields(),
         }
+        started = time.monotonic()
         try:
             # The SDKs' typed create() walks every message through a TypedDict transform (~60 ms
             # per call on a short conversation); post() keeps their retries, timeouts, auth
@@ -131,7 +133,9 @@ class SdkProvider(abc.ABC):
             response = await self._client.post(self.completion_path, cast_to=httpx2.Response, body=request)
             body = response.json()
         except self.sdk_errors.base as exc:
-            raise self._error(exc, self._timeout) from None
+            raise self._error(
+                exc, self._timeout, attempts=self._attempts, elapsed=time.monotonic() - started
+            ) from None
         except ValueError:
             raise LLMError(f"{self._label}: the response is not JSON") from None
         try:
@@ -183,7 +187,9 @@ class SdkProvider(abc.ABC):
     def _safe(self, text: str) -> str:
         return safe(text, self._key)
 
-    def _error(self, exc: Exception, timeout: float) -> LLMError:
+    def _error(
+        self, exc: Exception, timeout: float, *, attempts: int = 1, elapsed: float | None = None
+    ) -> LLMError:
         return describe(
             exc,
             sdk=self.sdk_errors,
@@ -191,4 +197,6 @@ class SdkProvider(abc.ABC):
             base_url=self._base_url,
             secret=self._key,
             timeout=timeout,
+            attempts=attempts,
+            elapsed=elapsed,
         )

@@ -54,11 +54,28 @@ def error_detail(body: object, fallback: str) -> str:
 
 
 def describe(
-    exc: Exception, *, sdk: SdkErrors, label: str, base_url: str, secret: str | None, timeout: float
+    exc: Exception,
+    *,
+    sdk: SdkErrors,
+    label: str,
+    base_url: str,
+    secret: str | None,
+    timeout: float,
+    attempts: int = 1,
+    elapsed: float | None = None,
 ) -> LLMError:
-    """The LLMError for an SDK exception: what failed, where, and the provider's own words."""
+    """The LLMError for an SDK exception: what failed, where, and the provider's own words.
+
+    A timeout after retries says so, with the time spent in all: "timed out after 5s" alone
+    read as 5 s when the caller had waited 16.
+    """
     if isinstance(exc, sdk.timeout):
-        return LLMError(f"{label}: request to {base_url} timed out after {timeout:g}s")
+        text = f"{label}: request to {base_url} timed out after {timeout:g}s"
+        if attempts > 1:
+            text += f" on each of {attempts} attempts"
+        if elapsed is not None and attempts > 1:
+            text += f" ({elapsed:.1f}s in all)"
+        return LLMError(text)
     if isinstance(exc, sdk.connection):
         cause = exc.__cause__
         reason = f"{type(cause).__name__}: {cause}" if cause else str(getattr(exc, "message", exc))
