@@ -296,9 +296,12 @@ def build_server(
             raise failed(exc) from None
         except StoreUnavailable as exc:
             raise failed(f"the conversation was not kept: {exc}") from None
+        finally:
+            # A failed turn can change the count too (a store that expired or evicted on the
+            # way); the gauge follows every turn, not only the successful ones.
+            await conversations_changed()
         if reply.conversation_id is None:
             return ToolResult(content=reply.text)
-        await conversations_changed()
         return ToolResult(content=reply.text, meta={CONVERSATION_META: reply.conversation_id})
 
     @server.tool(

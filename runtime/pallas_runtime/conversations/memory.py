@@ -123,8 +123,8 @@ class MemoryStore:
         return self._items.pop(key, None) is not None
 
     async def count(self, agent: str) -> int:
-        """Conversations kept for `agent`."""
-        return sum(1 for key in self._items if key.agent == agent)
+        """Conversations kept for `agent`; expired ones are forgotten first, not counted."""
+        return sum(1 for key in list(self._items) if key.agent == agent and self._get(key) is not None)
 
     async def check(self) -> str | None:
         """Always usable."""

@@ -17,8 +17,9 @@ from fastmcp.client.transports import StreamableHttpTransport
 from fastmcp.exceptions import ToolError
 
 from pallas_api.config import AgentConfig
+from pallas_runtime.metrics import RuntimeMetrics
 from tests.support.agents import agent_config, serve_agent
-from tests.support.fake_llm import Call, Delay, FakeOpenAI, Hold, Text, ToolCalls
+from tests.support.fake_llm import Call, Delay, FakeOpenAI, Hold, HttpError, Text, ToolCalls
 from tests.support.postgres import Postgres, running_postgres
 
 DSN_ENV = "PALLAS_CONVERSATIONS_DSN"
@@ -262,3 +263,27 @@ async def test_a_failed_send_is_one_log_line_with_the_agent_and_the_reason(
     assert [(r.levelname, getattr(r, "agent", None)) for r in failures] == [("INFO", "keeper")]
     assert "conversation_id is 300 characters long" in failures[0].getMessage()
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_the_active_conversations_gauge_follows_expiry_failed_turns_and_deletes(
+    fake_openai: FakeOpenAI,
+) -> None:
+    metrics = RuntimeMetrics(process_collectors=False)
+
+    def active() -> float | None:
+        return metrics.registry.get_sample_value("pallas_active_conversations", {"agent": "keeper"})
+
+    cfg = config(fake_openai, {"type": "memory", "ttlSeconds": 1})
+    fake_openai.script(Text("one"), HttpError(400, "no"), Text("two"), Text("three"))
+    async with serve_agent(cfg, metrics=metrics) as agent, client(agent.url) as c:
+        await send(c, "first", "one")
+        assert active() == 1
+        await asyncio.sleep(1.2)  # "one" expires
+        with pytest.raises(ToolError, match="language model call failed"):
+            await send(c, "fails", "failed")
+        assert active() == 0, "an expired conversation still counted after a failed turn"
+        await send(c, "second", "two")
+        await send(c, "third", "three")
+        assert active() == 2
+        await c.call_tool("delete_conversation", {"conversation_id": "two"})
+        assert active() == 1
