@@ -29,6 +29,7 @@ import subprocess
 from pathlib import Path
 
 from localnode import NodeError
+from localnode.procs import any_recorded_alive
 from localnode.settings import NodeSettings
 
 LOCK = Path("/run/pallas-node.json")
@@ -99,14 +100,14 @@ def remove_guard(s: NodeSettings) -> None:
 
 
 def take_lock(s: NodeSettings, state_dir: Path) -> None:
-    """Refuse a second node on this machine (its state folder still exists); else claim it."""
+    """Refuse a second node on this machine (one of its processes still runs); else claim it."""
     try:
         holder = json.loads(LOCK.read_text())
     except (OSError, ValueError):
         holder = None
     if holder and holder.get("state_dir") != str(state_dir):
         other = Path(str(holder.get("state_dir")))
-        if (other / "state.json").exists():
+        if any_recorded_alive(other):
             raise NodeError(
                 f"another local node runs on this machine (state in {other}); stop it with "
                 f"`PALLAS_CLUSTER_DIR={other} hack/cluster down`, or start this cluster with PALLAS_NODE=0"

@@ -4,6 +4,8 @@ CNI, containerd, kubelet, CoreDNS and image-context choices promise (docs/local-
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -170,3 +172,35 @@ def test_the_image_context_follows_the_dockerignore_allow_list(tmp_path: Path) -
     (tmp_path / "runtime" / "a.py").write_text("changed")
     assert images.context_hash(tmp_path, "base:1") != before
     assert images.context_hash(tmp_path, "base:2") != images.context_hash(tmp_path, "base:1")
+
+
+def _state(folder: Path, pid: int, exe: str) -> Path:
+    folder.mkdir()
+    (folder / "state.json").write_text(json.dumps({"processes": [{"name": "etcd", "pid": pid, "exe": exe}]}))
+    return folder
+
+
+def test_the_node_lock_refuses_a_running_node_and_outlives_a_dead_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A machine restart leaves the lock and the other cluster's state.json; neither is a node."""
+    lock = tmp_path / "pallas-node.json"
+    monkeypatch.setattr(network, "LOCK", lock)
+    mine = tmp_path / "mine"
+    with subprocess.Popen(["/bin/sleep", "30"]) as sleeper:
+        try:
+            running = _state(tmp_path / "running", sleeper.pid, "/bin/sleep")
+            lock.write_text(json.dumps({"state_dir": str(running), "bridge": "pallas0"}))
+            with pytest.raises(
+                NodeError, match=f"another local node runs on this machine \\(state in {running}\\)"
+            ):
+                network.take_lock(DEFAULTS, mine)
+        finally:
+            sleeper.kill()
+    sleeper.wait()
+    dead = _state(tmp_path / "dead", sleeper.pid, "/bin/sleep")
+    recycled = _state(tmp_path / "recycled", os.getpid(), "/usr/local/bin/etcd")  # a pid now running pytest
+    for stale in (dead, recycled):
+        lock.write_text(json.dumps({"state_dir": str(stale), "bridge": "pallas0"}))
+        network.take_lock(DEFAULTS, mine)
+        assert json.loads(lock.read_text())["state_dir"] == str(mine)
