@@ -112,12 +112,22 @@ async def test_list_tools_returns_remote_tools_and_caches_them():
         assert posts(srv) == seen, "the second list_tools must come from the cache"
 
 
+async def listed_eventually(source, names, within=5.0):
+    """The tools once the background refresh has brought `names` in (list_tools never waits)."""
+    deadline = time.monotonic() + within
+    while True:
+        tools = {t.name: t for t in await source.list_tools()}
+        if set(tools) == names or time.monotonic() > deadline:
+            return tools
+        await asyncio.sleep(0.02)
+
+
 async def test_list_changed_notification_refreshes_the_cache():
     async with ms.list_changed_server() as srv, server_source(srv.url) as source:
         assert [t.name for t in await source.list_tools()] == ["add_tool"]
         outcome = await source.call_tool("add_tool", {"name": "fresh"}, inbound_auth=None, on_progress=None)
         assert outcome.content == (TextPart("added fresh"),)
-        tools = {t.name: t for t in await source.list_tools()}
+        tools = await listed_eventually(source, {"add_tool", "fresh"})
         assert set(tools) == {"add_tool", "fresh"}
         assert tools["fresh"].description == "added at runtime: fresh"
 
@@ -129,17 +139,44 @@ async def test_list_changed_seen_on_a_forwarded_call_refreshes_too():
     ):
         await source.list_tools()
         await source.call_tool("add_tool", {"name": "other"}, inbound_auth="Bearer a", on_progress=None)
-        assert {t.name for t in await source.list_tools()} == {"add_tool", "other"}
+        assert set(await listed_eventually(source, {"add_tool", "other"})) == {"add_tool", "other"}
 
 
-async def test_failed_call_refreshes_the_cache():
+async def test_failed_call_refreshes_the_cache_in_the_background():
     async with ms.slow_server() as srv, server_source(srv.url, timeout_seconds=0.3) as source:
-        await source.list_tools()
+        listed = await source.list_tools()
         with pytest.raises(DownstreamError):
             await source.call_tool("sleep", {"seconds": 5}, inbound_auth=None, on_progress=None)
         seen = posts(srv)
-        await source.list_tools()
+        assert await source.list_tools() == listed  # the cached list, at once
+        deadline = time.monotonic() + 5
+        while posts(srv) == seen and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
         assert posts(srv) > seen, "list_tools after a failed call must ask the server again"
+
+
+async def test_a_hanging_server_costs_its_timeout_once_not_on_every_listing():
+    async with ms.silent_server() as srv, server_source(srv.url, name="hung", timeout_seconds=0.5) as source:
+        started = time.monotonic()
+        with pytest.raises(DownstreamError, match="hung: listing tools"):
+            await source.list_tools()  # never listed: the first listing is waited for
+        assert 0.4 < time.monotonic() - started < 3
+        for _ in range(5):
+            started = time.monotonic()
+            with pytest.raises(DownstreamError, match="hung: listing tools"):
+                await source.list_tools()
+            assert time.monotonic() - started < 0.1, "a known failure is reported without waiting"
+
+
+async def test_a_server_that_hangs_after_listing_keeps_its_tools_without_waiting():
+    async with ms.slow_server() as srv, server_source(srv.url, timeout_seconds=0.3) as source:
+        listed = await source.list_tools()
+        with pytest.raises(DownstreamError):  # a failed call marks the list stale
+            await source.call_tool("sleep", {"seconds": 5}, inbound_auth=None, on_progress=None)
+        for _ in range(5):
+            started = time.monotonic()
+            assert await source.list_tools() == listed
+            assert time.monotonic() - started < 0.1
 
 
 async def test_image_content_comes_back_as_image_part():

@@ -15,8 +15,12 @@ Sessions and credentials:
   list is the same for every caller (tool schemas are not per user), so it is cached as usual,
   and each call is still authorised by the source with its own caller's bearer.
 
-The tool list is cached and fetched again after `notifications/tools/list_changed`, a failed
-call or a lost connection.
+The tool list is cached. After `notifications/tools/list_changed`, a failed call or a lost
+connection it is fetched again in the background while turns go on with the list they had: a
+hanging server must not add its timeout to every message. Only a source never listed yet is
+waited for (once); a source that failed to list is left out of turns at once, with its last
+failure, while one background attempt at a time tries again. A background listing that needs
+the caller's bearer holds it only until that listing ends (at most the source's timeout).
 """
 
 from __future__ import annotations
@@ -122,7 +126,8 @@ class RemoteMcpSource:
         self._tools: list[RemoteTool] | None = None
         self._generation = 0
         self._cached_generation = -1
-        self._list_lock = asyncio.Lock()
+        self._listing: asyncio.Task[None] | None = None
+        self._list_failure: str | None = None
         self._listing_needs_bearer = False
 
     @property
@@ -156,8 +161,10 @@ class RemoteMcpSource:
 
     async def _on_message(self, message: IncomingMessage) -> None:
         if isinstance(message, mcp_types.ToolListChangedNotification):
-            log.info("%s: tool list changed; it is fetched again on next use", self._name)
+            log.info("%s: tool list changed; fetching it again", self._name)
             self._tools_changed()
+            if not self._listing_needs_bearer:
+                self._start_listing(None)
         elif isinstance(message, Exception):
             log.debug("%s: transport reported %s", self._name, describe_failure(message))
 
@@ -189,31 +196,52 @@ class RemoteMcpSource:
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def list_tools(self, *, inbound_auth: str | None = None) -> list[RemoteTool]:
-        """The endpoint's tools, cached; fetched again after list_changed or a failure.
+        """The endpoint's tools from the cache; a stale cache is refreshed in the background.
 
         `inbound_auth` lists an endpoint that wants the caller's bearer (see the module notes).
 
         Raises:
-            DownstreamError: The endpoint cannot be reached or does not answer in time.
+            DownstreamError: The endpoint has never been listed and cannot be now (the first
+                listing is waited for), or its last listing failed (reported at once).
         """
-        bearer = inbound_auth if self._forwards_bearer and inbound_auth else None
-        async with self._list_lock:
-            if self._tools is not None and self._cached_generation == self._generation:
-                return list(self._tools)
-            generation = self._generation
-            listed: list[mcp_types.Tool] | None = None
-            try:
-                with anyio.move_on_after(self._timeout):
-                    listed = await self._list(bearer)
-            except _Failure as failure:
-                if failure.kind == "other":
-                    log.debug("%s: listing tools failed", self._name, exc_info=failure.cause)
-                raise DownstreamError(f"{self._name}: listing tools failed: {failure.reason()}") from None
-            if listed is None:
-                raise DownstreamError(f"{self._name}: listing tools timed out after {self._timeout:g}s")
-            self._tools = [self._remote_tool(t) for t in listed if self._keep(t)]
-            self._cached_generation = generation
+        if self._tools is not None and self._cached_generation == self._generation:
             return list(self._tools)
+        bearer = inbound_auth if self._forwards_bearer and inbound_auth else None
+        listing = self._start_listing(bearer)
+        if self._tools is None and self._list_failure is None:
+            await asyncio.shield(listing)  # nothing to go on yet: wait for the first answer
+        if self._tools is not None:
+            return list(self._tools)
+        raise DownstreamError(self._list_failure or f"{self._name}: listing tools failed")
+
+    def _start_listing(self, bearer: str | None) -> asyncio.Task[None]:
+        """The listing in flight, or a new one: at most one per source at a time."""
+        if self._listing is None or self._listing.done():
+            self._listing = asyncio.create_task(self._refresh_tools(bearer), name=f"list-tools-{self._name}")
+        return self._listing
+
+    async def _refresh_tools(self, bearer: str | None) -> None:
+        """List the endpoint within the timeout; the result or the failure is kept, never raised."""
+        generation = self._generation
+        listed: list[mcp_types.Tool] | None = None
+        try:
+            with anyio.move_on_after(self._timeout):
+                listed = await self._list(bearer)
+        except _Failure as failure:
+            if failure.kind == "other":
+                log.debug("%s: listing tools failed", self._name, exc_info=failure.cause)
+            self._list_failure = f"{self._name}: listing tools failed: {failure.reason()}"
+            return
+        except Exception as exc:  # kept for the turns that ask, never lost in a task
+            log.debug("%s: listing tools failed", self._name, exc_info=exc)
+            self._list_failure = f"{self._name}: listing tools failed: {type(exc).__name__}"
+            return
+        if listed is None:
+            self._list_failure = f"{self._name}: listing tools timed out after {self._timeout:g}s"
+            return
+        self._tools = [self._remote_tool(t) for t in listed if self._keep(t)]
+        self._cached_generation = generation
+        self._list_failure = None
 
     async def _list(self, bearer: str | None) -> list[mcp_types.Tool]:
         if bearer is None or not self._listing_needs_bearer:
@@ -352,5 +380,12 @@ class RemoteMcpSource:
         return ProbeResult(source=self._name, ok=outcome.ok, message=outcome.message)
 
     async def aclose(self) -> None:
-        """Close the shared session; calls that forward a bearer close their own sessions."""
+        """Stop a listing in flight and close the shared session.
+
+        Calls that forward a bearer close their own sessions.
+        """
+        if self._listing is not None:
+            self._listing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listing
         await self._shared.aclose()
