@@ -61,11 +61,14 @@ CRD_WRITES = ("pallasagents", "pallasdeployments")
 
 # A control plane of its own (own state directory and ports), so that tests running against the
 # shared one neither disturb the figures nor get disturbed; stopped at the end if started here.
+# No node: the figures are the operator's, and a thousand agent pods would swamp the machine
+# (the machine's one node may also belong to another cluster).
 BENCH_CLUSTER = {
     "PALLAS_CLUSTER_DIR": "/tmp/pallas-bench-cluster",
-    "PALLAS_ETCD_PORT": "33790",
-    "PALLAS_ETCD_PEER_PORT": "33800",
-    "PALLAS_APISERVER_PORT": "36443",
+    "PALLAS_NODE": "0",
+    "PALLAS_ETCD_PORT": "53790",
+    "PALLAS_ETCD_PEER_PORT": "53800",
+    "PALLAS_APISERVER_PORT": "56443",
 }
 
 
