@@ -45,11 +45,13 @@ system-deps: ## install (if missing) the Debian packages: containerd, runc, CNI,
 image: system-deps ## build the pallas image here (only when the project changed) and load it into the node
 	hack/image build
 
-lint: venv ## ruff, mypy (strict, packages, bench and hack) and the import-layering contracts
+lint: venv ## ruff, mypy (strict: packages, bench, hack scripts) and the import-layering contracts
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/mypy bench hack/chartgen.py hack/chartvalues.py hack/localnode
+	MYPYPATH=hack $(BIN)/mypy --strict hack/cluster
+	MYPYPATH=hack $(BIN)/mypy --strict hack/image
 	$(BIN)/lint-imports
 
 verify: venv ## regenerate crds/ from the models and fail if the committed files differ
