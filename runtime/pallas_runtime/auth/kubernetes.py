@@ -18,6 +18,7 @@ import base64
 import json
 import logging
 import os
+from typing import TypeVar
 
 import httpx2
 from lightkube import ApiError, AsyncClient, ConfigError, KubeConfig
@@ -29,6 +30,8 @@ from lightkube.resources.authorization_v1 import SubjectAccessReview
 from pallas_api import names
 from pallas_api.config import INVOKE_VERB, AccessConfig, KubernetesAuthConfig
 from pallas_runtime.auth.identity import AuthUnavailable, Caller, Decision, admits
+
+_Review = TypeVar("_Review", TokenReview, SubjectAccessReview)
 
 log = logging.getLogger("pallas.auth")
 TIMEOUT = 5.0
@@ -131,15 +134,7 @@ class KubernetesJudge:
         self, token: str
     ) -> tuple[Caller | None, dict[str, list[str]] | None, str | None]:
         review = TokenReview(spec=TokenReviewSpec(token=token, audiences=self._audiences or None))
-        try:
-            result = await self._api().create(review)
-        except ApiError as exc:
-            raise _refused("TokenReview", exc) from None
-        except httpx2.HTTPError as exc:
-            raise AuthUnavailable(
-                "access checks unavailable: the API server did not answer the TokenReview "
-                f"({type(exc).__name__})"
-            ) from None
+        result = await self._review(review, "TokenReview")
         status = result.status
         if status is None or not status.authenticated or status.user is None or not status.user.username:
             return None, None, None
@@ -166,16 +161,19 @@ class KubernetesJudge:
                 ),
             )
         )
+        result = await self._review(review, "SubjectAccessReview")
+        return bool(result.status is not None and result.status.allowed)
+
+    async def _review(self, review: _Review, kind: str) -> _Review:
+        """Create a review; a refusal or an API server that does not answer is AuthUnavailable."""
         try:
-            result = await self._api().create(review)
+            return await self._api().create(review)
         except ApiError as exc:
-            raise _refused("SubjectAccessReview", exc) from None
+            raise _refused(kind, exc) from None
         except httpx2.HTTPError as exc:
             raise AuthUnavailable(
-                "access checks unavailable: the API server did not answer the SubjectAccessReview "
-                f"({type(exc).__name__})"
+                f"access checks unavailable: the API server did not answer the {kind} ({type(exc).__name__})"
             ) from None
-        return bool(result.status is not None and result.status.allowed)
 
     async def aclose(self) -> None:
         """Close the API connection."""

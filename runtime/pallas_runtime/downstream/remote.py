@@ -126,7 +126,7 @@ class RemoteMcpSource:
         self._tools: list[RemoteTool] | None = None
         self._generation = 0
         self._cached_generation = -1
-        self._listing: asyncio.Task[None] | None = None
+        self._listing: asyncio.Task[str | None] | None = None
         self._list_failure: str | None = None
         self._listing_needs_bearer = False
 
@@ -209,19 +209,26 @@ class RemoteMcpSource:
         bearer = inbound_auth if self._forwards_bearer and inbound_auth else None
         listing = self._start_listing(bearer)
         if self._tools is None and self._list_failure is None:
-            await asyncio.shield(listing)  # nothing to go on yet: wait for the first answer
+            failure = await asyncio.shield(listing)  # nothing to go on yet: wait for the answer
+            if self._tools is None:
+                raise DownstreamError(failure or f"{self._name}: listing tools failed")
         if self._tools is not None:
             return list(self._tools)
         raise DownstreamError(self._list_failure or f"{self._name}: listing tools failed")
 
-    def _start_listing(self, bearer: str | None) -> asyncio.Task[None]:
+    def _start_listing(self, bearer: str | None) -> asyncio.Task[str | None]:
         """The listing in flight, or a new one: at most one per source at a time."""
         if self._listing is None or self._listing.done():
             self._listing = asyncio.create_task(self._refresh_tools(bearer), name=f"list-tools-{self._name}")
         return self._listing
 
-    async def _refresh_tools(self, bearer: str | None) -> None:
-        """List the endpoint within the timeout; the result or the failure is kept, never raised."""
+    async def _refresh_tools(self, bearer: str | None) -> str | None:
+        """List the endpoint within the timeout; the failure is returned, never raised.
+
+        A failure of the source (unreachable, hanging, broken) is kept and reported to later
+        turns at once. A refusal of the caller's own bearer (401/403) is that caller's alone:
+        it is returned to them but never held against the next caller.
+        """
         generation = self._generation
         listed: list[mcp_types.Tool] | None = None
         try:
@@ -230,18 +237,21 @@ class RemoteMcpSource:
         except _Failure as failure:
             if failure.kind == "other":
                 log.debug("%s: listing tools failed", self._name, exc_info=failure.cause)
-            self._list_failure = f"{self._name}: listing tools failed: {failure.reason()}"
-            return
+            text = f"{self._name}: listing tools failed: {failure.reason()}"
+            if bearer is None or failure.recorder.last_status not in (401, 403):
+                self._list_failure = text
+            return text
         except Exception as exc:  # kept for the turns that ask, never lost in a task
             log.debug("%s: listing tools failed", self._name, exc_info=exc)
             self._list_failure = f"{self._name}: listing tools failed: {type(exc).__name__}"
-            return
+            return self._list_failure
         if listed is None:
             self._list_failure = f"{self._name}: listing tools timed out after {self._timeout:g}s"
-            return
+            return self._list_failure
         self._tools = [self._remote_tool(t) for t in listed if self._keep(t)]
         self._cached_generation = generation
         self._list_failure = None
+        return None
 
     async def _list(self, bearer: str | None) -> list[mcp_types.Tool]:
         if bearer is None or not self._listing_needs_bearer:
