@@ -449,14 +449,14 @@ async def test_bearers_and_header_values_never_reach_the_logs(caplog):
         server_source(
             srv.url,
             forward_inbound_auth=True,
-            timeout_seconds=0.5,
+            timeout_seconds=1.5,  # four sessions opened at once must fit it on a busy machine
             headers=[HeaderConfig(name="X-Api-Key", value="literal-key-value")],
         ) as source,
     ):
         calls = [source.call_tool("sleep", {"seconds": 0}, inbound_auth=t, on_progress=None) for t in tokens]
         await asyncio.gather(*calls)
         with pytest.raises(DownstreamError):
-            await source.call_tool("sleep", {"seconds": 2}, inbound_auth=tokens[0], on_progress=None)
+            await source.call_tool("sleep", {"seconds": 5}, inbound_auth=tokens[0], on_progress=None)
         await source.probe()
     async with server_source(srv.url, forward_inbound_auth=True) as gone:  # the server has stopped
         with pytest.raises(DownstreamError):
