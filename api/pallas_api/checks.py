@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from pallas_api import conditions, crds, names
-from pallas_api.references import check_references
+from pallas_api.references import DependencyGraph, check_references
 from pallas_api.render import RenderError, render_agent
 from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec, agent_dependencies
 from pallas_api.validation import field_problems
@@ -131,6 +131,24 @@ class Report:
     """`FILE:LINE: Kind/name` of objects of other kinds (Services, Secrets…), not checked."""
 
 
+def reference_problem(
+    name: str,
+    spec: PallasAgentSpec,
+    deployment: PallasDeploymentSpec | None,
+    graph: DependencyGraph,
+    namespace: str,
+) -> tuple[str, str] | None:
+    """The operator's first reference problem of an agent among files, as (field, message).
+
+    Shared by `pallas validate` and `pallas run`, whose "namespace" is the files' objects.
+    """
+    problem = check_references(name, spec, deployment, graph)
+    if problem is None:
+        return None
+    message = problem.message.replace("in this namespace", f"in namespace {namespace!r} of the files")
+    return REFERENCE_FIELDS[problem.reason], message
+
+
 def _rule_finding(source: str, what: str, rule: crds.Rule) -> Finding:
     where = rule.get("fieldPath", ".metadata.name").removeprefix(".")
     return Finding(source, what, where, rule["message"].removeprefix(where + " "))
@@ -191,12 +209,9 @@ def _check_agent(agent: _Object, objects: Sequence[_Object], report: Report) -> 
         return  # its deployment's own problems are reported; references would only repeat them
     deployment: PallasDeploymentSpec | None = deployments[0].spec if deployments else None
     graph = {o.name: o.dependencies for o in same_ns if o.kind == names.AGENT_KIND}
-    problem = check_references(agent.name, spec, deployment, graph)
+    problem = reference_problem(agent.name, spec, deployment, graph, agent.namespace)
     if problem is not None:
-        message = problem.message.replace(
-            "in this namespace", f"in namespace {agent.namespace!r} of the files"
-        )
-        report.problems.append(Finding(agent.source, what, REFERENCE_FIELDS[problem.reason], message))
+        report.problems.append(Finding(agent.source, what, *problem))
         return
     assert deployment is not None  # check_references reports a missing one
     urls = {peer: names.agent_url(peer, agent.namespace, 8000) for peer in spec.agents}

@@ -94,10 +94,18 @@ def test_only_one_agent_runs_without_a_registry(tmp_path: Path) -> None:
             r"apiVersion must be pallas\.dev/v1alpha1",
         ),
         ([agent("a")], r"spec\.deployment: PallasDeployment 'd' not found in namespace 'default'"),
-        ([DEPLOYMENT, agent("a", agents=["ghost"])], r"PallasAgent 'ghost' not found"),
+        (
+            [DEPLOYMENT, agent("a", agents=["ghost"])],
+            r"PallasAgent/a: spec\.agents/dependsOn: PallasAgents not found in namespace 'default' of the "
+            r"files: ghost",
+        ),
         (
             [DEPLOYMENT, agent("a", dependsOn=["b"]), agent("b", dependsOn=["a"])],
-            r"dependency cycle between agents: ",
+            r"PallasAgent/a: spec\.agents/dependsOn: agents and dependsOn form a cycle: a -> b -> a",
+        ),
+        (
+            [DEPLOYMENT, agent("d-registry")],
+            r"metadata\.name: the name 'd-registry' is taken by the registry",
         ),
         ([DEPLOYMENT, agent("a", servers=["nope"])], r"PallasAgent/a: mcpServers nope not defined"),
         ([DEPLOYMENT, agent("a"), agent("a")], r"PallasAgent/a: defined twice"),
