@@ -60,9 +60,17 @@ class ProviderConfig(_Model):
     base_url: Annotated[str | None, Field(alias="baseURL", pattern=HTTP_URL)] = None
     api_key_env: Annotated[str | None, Field(pattern=ENV_VAR_NAME)] = None
     """Name of the environment variable holding the API key (never the key itself)."""
+    api_key_source: Annotated[str | None, Field(max_length=600)] = None
+    """Where the key comes from in the user's words, for messages (`apiKeyEnv` is a name the
+    renderer chose): `Secret llm-keys key OPENAI_API_KEY` in a pod, `environment variable
+    OPENAI_API_KEY (secretKeyRef llm-keys/OPENAI_API_KEY)` under `pallas run`."""
     timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 120.0
     max_retries: Annotated[int, Field(ge=0, le=10)] = 3
     """Retries with exponential backoff on 429, 5xx and connection errors."""
+
+    def api_key_origin(self) -> str:
+        """What the user sets to give the key: `apiKeySource`, else the variable they named."""
+        return self.api_key_source or f"environment variable {self.api_key_env}"
 
 
 class HeaderConfig(_Model):
@@ -71,6 +79,13 @@ class HeaderConfig(_Model):
     name: Annotated[str, Field(pattern=HEADER_NAME, max_length=256)]
     value: str | None = None
     value_from_env: Annotated[str | None, Field(pattern=ENV_VAR_NAME)] = None
+    value_source: Annotated[str | None, Field(max_length=600)] = None
+    """Where `valueFromEnv`'s value comes from in the user's words, for messages (as
+    `provider.apiKeySource`)."""
+
+    def value_origin(self) -> str:
+        """What the user sets to give the value: `valueSource`, else the variable they named."""
+        return self.value_source or f"environment variable {self.value_from_env}"
 
     @model_validator(mode="after")
     def _exactly_one_source(self) -> Self:
@@ -166,10 +181,16 @@ class ConversationStoreConfig(_Model):
     """The SQLite file (`type: sqlite`); default `$XDG_STATE_HOME/pallas/conversations.db`."""
     dsn_env: Annotated[str | None, Field(pattern=ENV_VAR_NAME)] = None
     """Environment variable holding the PostgreSQL DSN (`type: postgres`); never the DSN itself."""
+    dsn_source: Annotated[str | None, Field(max_length=600)] = None
+    """Where the DSN comes from in the user's words, for messages (as `provider.apiKeySource`)."""
     ttl_seconds: Annotated[int | None, Field(gt=0)] = None
     """Conversations untouched this long are deleted; None keeps them."""
     turn_wait_seconds: Annotated[float, Field(gt=0, le=3600)] = 600.0
     """How long a turn waits for the previous turn of its conversation before failing."""
+
+    def dsn_origin(self) -> str:
+        """What the user sets to give the DSN: `dsnSource`, else the variable they named."""
+        return self.dsn_source or f"environment variable {self.dsn_env}"
 
     @model_validator(mode="after")
     def _needs(self) -> Self:

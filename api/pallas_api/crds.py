@@ -41,20 +41,22 @@ def _name_rule(max_length: int, what: str) -> Rule:
 
 _MODEL_MESSAGE = "must be '<provider>.<model>' where <provider> is a key of the deployment's spec.providers"
 
+AGENT_NAME_RULE = _name_rule(63, "it names the agent's Service")
+DEPLOYMENT_NAME_RULE = _name_rule(MAX_DEPLOYMENT_NAME, "the registry is named <name>-registry")
+NOT_SELF_IN_AGENTS = _rule(
+    "!has(self.spec.agents) || !(self.metadata.name in self.spec.agents)",
+    "spec.agents must not name the agent itself",
+    fieldPath=".spec.agents",
+)
+NOT_SELF_IN_DEPENDS_ON = _rule(
+    "!has(self.spec.dependsOn) || !(self.metadata.name in self.spec.dependsOn)",
+    "spec.dependsOn must not name the agent itself",
+    fieldPath=".spec.dependsOn",
+)
+"""The rules about the whole object: `pallas_api.checks` holds their Python counterparts."""
+
 AGENT_RULES: dict[str, list[Rule]] = {
-    "": [
-        _name_rule(63, "it names the agent's Service"),
-        _rule(
-            "!has(self.spec.agents) || !(self.metadata.name in self.spec.agents)",
-            "spec.agents must not name the agent itself",
-            fieldPath=".spec.agents",
-        ),
-        _rule(
-            "!has(self.spec.dependsOn) || !(self.metadata.name in self.spec.dependsOn)",
-            "spec.dependsOn must not name the agent itself",
-            fieldPath=".spec.dependsOn",
-        ),
-    ],
+    "": [AGENT_NAME_RULE, NOT_SELF_IN_AGENTS, NOT_SELF_IN_DEPENDS_ON],
     "spec.deployment": [
         _rule(
             "self == oldSelf",
@@ -67,7 +69,7 @@ AGENT_RULES: dict[str, list[Rule]] = {
 }
 
 DEPLOYMENT_RULES: dict[str, list[Rule]] = {
-    "": [_name_rule(MAX_DEPLOYMENT_NAME, "the registry is named <name>-registry")],
+    "": [DEPLOYMENT_NAME_RULE],
     "spec": [
         _rule(
             "self.providers.exists(p, self.model.default.startsWith(p + '.'))",

@@ -67,6 +67,18 @@ def env_name(*parts: str) -> str:
     return "PALLAS_" + "_".join(re.sub(r"[^A-Za-z0-9]", "_", p).upper() for p in parts)
 
 
+def secret_source(ref: SecretKeyRef, *, local: bool) -> str:
+    """Where a secret's value comes from, in the words of the manifest the user wrote.
+
+    Messages about a missing value name this, never the `PALLAS_…` variable the renderer chose:
+    in a pod the Secret and its key; under `pallas run` the environment variable to export (a
+    Secret manifest in the files would have filled it).
+    """
+    if local:
+        return f"environment variable {ref.key} (secretKeyRef {ref.name}/{ref.key})"
+    return f"Secret {ref.name} key {ref.key}"
+
+
 def split_model(ref: str) -> tuple[str, str]:
     """`<provider>.<model>` → (provider, model); the model id may itself contain dots."""
     provider, _, model = ref.partition(".")
@@ -75,11 +87,14 @@ def split_model(ref: str) -> tuple[str, str]:
 
 def _store(spec: ConversationsSpec, secrets: list[SecretBinding], *, local: bool) -> ConversationStoreConfig:
     store = spec.store or ("sqlite" if local else "memory")
-    dsn_env = None
+    dsn_env = dsn_source = None
     if store == "postgres" and spec.postgres is not None:
         dsn_env = env_name("CONVERSATIONS", "DSN")
+        dsn_source = secret_source(spec.postgres.dsn.secret_key_ref, local=local)
         secrets.append(SecretBinding(dsn_env, spec.postgres.dsn.secret_key_ref))
-    return ConversationStoreConfig(type=store, dsn_env=dsn_env, ttl_seconds=spec.ttl_seconds)
+    return ConversationStoreConfig(
+        type=store, dsn_env=dsn_env, dsn_source=dsn_source, ttl_seconds=spec.ttl_seconds
+    )
 
 
 def render_auth(
@@ -159,15 +174,17 @@ def render_agent(
             f"model {model_ref!r} names provider {provider_name!r}, which the deployment does not define",
             (provider_name,),
         )
-    api_key_env = None
+    api_key_env = api_key_source = None
     if provider_spec.api_key is not None:
         api_key_env = env_name("PROVIDER", provider_name, "API_KEY")
+        api_key_source = secret_source(provider_spec.api_key.secret_key_ref, local=local)
         secrets.append(SecretBinding(api_key_env, provider_spec.api_key.secret_key_ref))
     provider = ProviderConfig(
         name=provider_name,
         type=provider_spec.type,
         base_url=provider_spec.base_url,
         api_key_env=api_key_env,
+        api_key_source=api_key_source,
         timeout_seconds=provider_spec.timeout_seconds,
         max_retries=provider_spec.max_retries,
     )
@@ -187,7 +204,8 @@ def render_agent(
             if header.value_from is not None:
                 var = env_name("SERVER", server_name, "HEADER", str(index))
                 secrets.append(SecretBinding(var, header.value_from.secret_key_ref))
-                headers.append(HeaderConfig(name=header.name, value_from_env=var))
+                source = secret_source(header.value_from.secret_key_ref, local=local)
+                headers.append(HeaderConfig(name=header.name, value_from_env=var, value_source=source))
             else:
                 headers.append(HeaderConfig(name=header.name, value=header.value))
         servers.append(

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from pallas_api.config import (
@@ -34,9 +34,20 @@ REVERSE_DNS = r"^[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9
 SERVER_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
 DURATION = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
 
+
+def _each_once(items: list[Any]) -> list[Any]:
+    repeated = [item for index, item in enumerate(items) if item in items[:index]]
+    if repeated:
+        raise ValueError(f"duplicate value {repeated[0]!r}: each value may appear once")
+    return items
+
+
+SET = Field(json_schema_extra={"x-kubernetes-list-type": "set"})
+"""A list the API server keeps as a set (it refuses a repeated value); `ONCE` checks the same."""
+ONCE = AfterValidator(_each_once)
+
 NameList = Annotated[
-    list[Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]],
-    Field(max_length=64, json_schema_extra={"x-kubernetes-list-type": "set"}),
+    list[Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]], Field(max_length=64), SET, ONCE
 ]
 
 
@@ -234,7 +245,9 @@ class KubernetesAuthSpec(_Spec):
 
     audiences: Annotated[
         list[Annotated[str, Field(min_length=1, max_length=253)]],
-        Field(max_length=8, json_schema_extra={"x-kubernetes-list-type": "set"}),
+        Field(max_length=8),
+        SET,
+        ONCE,
     ] = Field(default_factory=list)
     """Audiences a caller's token must be issued for (TokenReview `spec.audiences`). Empty: the
     API server's own, so any token kubectl would accept. A dedicated audience (e.g. `pallas.dev`,
@@ -260,7 +273,9 @@ class OidcSpec(_Spec):
     """Claim listing the caller's groups (matched against `spec.access.groups`)."""
     algorithms: Annotated[
         list[JwtAlgorithm],
-        Field(min_length=1, max_length=10, json_schema_extra={"x-kubernetes-list-type": "set"}),
+        Field(min_length=1, max_length=10),
+        SET,
+        ONCE,
     ] = Field(default_factory=lambda: list[JwtAlgorithm](["RS256"]))
     """Signature algorithms accepted (asymmetric only)."""
 
@@ -428,13 +443,17 @@ class AccessSpec(_Spec):
 
     subjects: Annotated[
         list[Annotated[str, Field(min_length=1, max_length=512)]],
-        Field(max_length=256, json_schema_extra={"x-kubernetes-list-type": "set"}),
+        Field(max_length=256),
+        SET,
+        ONCE,
     ] = Field(default_factory=list)
     """Callers allowed by name: the OIDC subject claim, or the Kubernetes user name
     (`system:serviceaccount:<ns>:<name>` for a ServiceAccount)."""
     groups: Annotated[
         list[Annotated[str, Field(min_length=1, max_length=512)]],
-        Field(max_length=256, json_schema_extra={"x-kubernetes-list-type": "set"}),
+        Field(max_length=256),
+        SET,
+        ONCE,
     ] = Field(default_factory=list)
     """Callers allowed by group: the OIDC groups claim, or the Kubernetes groups."""
 
@@ -477,7 +496,9 @@ class PallasAgentSpec(_Spec):
     """Limits on what one send_message may carry."""
     capabilities: Annotated[
         list[Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]],
-        Field(max_length=32, json_schema_extra={"x-kubernetes-list-type": "set"}),
+        Field(max_length=32),
+        SET,
+        ONCE,
     ] = Field(default_factory=list)
     """Discovery tags (registry `?capability=`)."""
     replicas: Annotated[int, Field(ge=0, le=100)] = 1

@@ -12,7 +12,7 @@ import binascii
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from graphlib import CycleError, TopologicalSorter
+from graphlib import TopologicalSorter
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from pallas_api import names
+from pallas_api.checks import reference_problem
 from pallas_api.render import RenderedAgent, RenderError, render_agent
 from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
 from pallas_api.validation import describe
@@ -181,22 +182,15 @@ def plan_local(
     graph = {}
     for agent in manifests.agents:
         where = _where(agent.source, agent.kind, agent.name)
-        if (agent.namespace, agent.spec.deployment) not in manifests.deployments:
-            raise ManifestError(
-                f"{where}: spec.deployment: PallasDeployment {agent.spec.deployment!r} "
-                f"not found in namespace {agent.namespace!r}"
-            )
-        for dep in agent.spec.dependencies():
-            if (agent.namespace, dep) not in by_key:
-                raise ManifestError(f"{where}: spec.agents/dependsOn: PallasAgent {dep!r} not found")
-            if dep == agent.name:
-                raise ManifestError(f"{where}: spec.agents/dependsOn: an agent cannot depend on itself")
+        deployment = manifests.deployments.get((agent.namespace, agent.spec.deployment))
+        peers = {a.name: a.spec.dependencies() for a in manifests.agents if a.namespace == agent.namespace}
+        problem = reference_problem(
+            agent.name, agent.spec, deployment.spec if deployment else None, peers, agent.namespace
+        )
+        if problem is not None:  # the operator's own checks, so both say the same
+            raise ManifestError(f"{where}: {': '.join(problem)}")
         graph[agent.namespace, agent.name] = {(agent.namespace, d) for d in agent.spec.dependencies()}
-    try:
-        order = list(TopologicalSorter(graph).static_order())
-    except CycleError as exc:
-        cycle = " -> ".join(name for _, name in exc.args[1])
-        raise ManifestError(f"dependency cycle between agents: {cycle}") from None
+    order = list(TopologicalSorter(graph).static_order())  # acyclic: reference_problem said so
 
     planned = []
     for key in order:

@@ -240,7 +240,7 @@ async def test_openai_without_key_variable_sends_a_placeholder(providers):
 async def test_openai_missing_key_makes_no_request(openai_server, providers):
     provider = providers(config("openai", openai_server.base_url), {})
     check = await provider.preflight()
-    assert check.message == "openai provider 'llm': API key variable LLM_KEY is not set"
+    assert check.message == "openai provider 'llm': no API key: environment variable LLM_KEY is not set"
     with pytest.raises(LLMError, match="LLM_KEY is not set"):
         await provider.complete(system="", messages=HI, tools=[])
     assert openai_server.requests == []

@@ -567,7 +567,7 @@ def test_resolve_api_key(monkeypatch):
 async def test_missing_key_constructs_and_reports_it(provider_type):
     config = agent(provider={"name": "vllm", "type": provider_type, "apiKeyEnv": "VLLM_KEY"})
     provider = create_provider(config, {})
-    expected = f"{provider_type} provider 'vllm': API key variable VLLM_KEY is not set"
+    expected = f"{provider_type} provider 'vllm': no API key: environment variable VLLM_KEY is not set"
     check = await provider.preflight()
     assert (check.ok, check.message) == (False, expected)
     with pytest.raises(LLMError, match=expected) as raised:

@@ -11,7 +11,6 @@ from pallas_operator.status.references import (
     Problem,
     check_agent,
     check_secrets,
-    find_cycle,
     waiting_for,
 )
 from pallas_operator.status.workload import Workload, workload
@@ -29,7 +28,6 @@ __all__ = [
     "check_agent",
     "check_secrets",
     "deployment_status",
-    "find_cycle",
     "waiting_for",
     "workload",
 ]

@@ -26,7 +26,7 @@ from pallas_api.health import HealthReport, HealthStatus
 from pallas_runtime.conversations.model import ConversationStore
 from pallas_runtime.downstream.source import ProbeResult, ToolSource
 from pallas_runtime.llm.factory import resolve_api_key
-from pallas_runtime.llm.provider import LLMProvider, ProviderCheck
+from pallas_runtime.llm.provider import LLMProvider, ProviderCheck, missing_key_message
 from pallas_runtime.metrics import HEALTH_VALUES, RuntimeMetrics
 
 
@@ -51,10 +51,7 @@ class HealthChecker:
         self._metrics = metrics
         self._key_problem: str | None = None
         if resolve_api_key(config.provider, environ) is None:
-            self._key_problem = (
-                f"LLM: {config.provider.type} provider '{config.provider.name}': "
-                f"API key variable {config.provider.api_key_env} is not set"
-            )
+            self._key_problem = f"LLM: {missing_key_message(config.provider)}"
         self._provider_check: ProviderCheck | None = None
         self._provider_probe: asyncio.Task[ProviderCheck] | None = None
         self._refresh: asyncio.Task[None] | None = None

@@ -53,8 +53,8 @@ def build_store(config: AgentConfig, environ: Mapping[str, str] | None = None) -
         dsn = env.get(settings.dsn_env or "")
         if not dsn:
             raise ValueError(
-                f"conversations: the postgres store's DSN variable {settings.dsn_env} is not set "
-                "(conversations.postgres.dsn's Secret key)"
+                f"conversations: no postgres DSN: {settings.dsn_origin()} is not set "
+                "(spec.conversations.postgres.dsn)"
             )
         url = engine_url("postgres", dsn)
         secret = make_url(dsn).password

@@ -24,10 +24,10 @@ def resolve_headers(
         value = header.resolve(env)
         if value is None:
             log.warning(
-                "%s: header %s is not sent: environment variable %s is not set",
+                "%s: header %s is not sent: %s is not set",
                 source,
                 header.name,
-                header.value_from_env,
+                header.value_origin(),
             )
             continue
         resolved[header.name] = value

@@ -18,7 +18,7 @@ import httpx2
 from pallas_api.config import AgentConfig, ProviderConfig
 from pallas_runtime.llm.errors import SdkErrors, describe, safe
 from pallas_runtime.llm.params import ParamPlan, dropped_warning
-from pallas_runtime.llm.provider import LLMError, ProviderCheck
+from pallas_runtime.llm.provider import LLMError, ProviderCheck, missing_key_message
 from pallas_runtime.messages import Completion, Message, ToolSpec
 
 log = logging.getLogger("pallas.llm")
@@ -58,8 +58,7 @@ class SdkProvider(abc.ABC):
         if api_key:
             self._client = self._make_client(api_key, provider)
         else:
-            variable = provider.api_key_env or "(none configured)"
-            self._key_problem = f"{self._label}: API key variable {variable} is not set"
+            self._key_problem = missing_key_message(provider)
 
     # hooks
 

@@ -6,7 +6,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from pallas_api.config import ProviderConfig
 from pallas_runtime.messages import Completion, Message, ToolSpec
+
+
+def missing_key_message(provider: ProviderConfig) -> str:
+    """The one sentence for a provider without its key, naming what the user sets to give it."""
+    return f"{provider.type} provider '{provider.name}': no API key: {provider.api_key_origin()} is not set"
 
 
 class LLMError(Exception):

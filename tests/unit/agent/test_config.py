@@ -142,7 +142,10 @@ def test_render_agent_binds_secrets_to_env_vars_and_keeps_values_out() -> None:
         ("PALLAS_PROVIDER_VLLM_API_KEY", "llm", "VLLM_KEY"),
         ("PALLAS_SERVER_MNEMOSYNE_HEADER_0", "mn", "k"),
     ]
-    assert "VLLM_KEY" not in render_config(config)
+    # The key's name (never a value) is there only to be named in messages: what the user set.
+    text = render_config(config)
+    assert "apiKeySource: Secret llm key VLLM_KEY" in text
+    assert "secretKeyRef" not in text
 
 
 def test_render_agent_model_override_and_peers() -> None:

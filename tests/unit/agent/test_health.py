@@ -21,10 +21,13 @@ def checker(
     api_key_env: str | None = None,
     environ: dict[str, str] | None = None,
     recheck: float = 300,
+    api_key_source: str | None = None,
 ) -> tuple[HealthChecker, ScriptedProvider, RuntimeMetrics]:
     provider_cfg: dict[str, object] = {"name": "vllm", "type": "openai"}
     if api_key_env:
         provider_cfg["apiKeyEnv"] = api_key_env
+    if api_key_source:
+        provider_cfg["apiKeySource"] = api_key_source
     cfg = parse_config(
         {
             "name": "harper",
@@ -80,15 +83,25 @@ async def test_a_failed_provider_check_degrades_with_its_message() -> None:
 
 async def test_a_missing_api_key_is_an_error_because_no_request_can_succeed() -> None:
     missing = ProviderCheck(
-        False, "openai provider 'vllm': API key variable VLLM_KEY is not set", time.monotonic()
+        False,
+        "openai provider 'vllm': no API key: environment variable VLLM_KEY is not set",
+        time.monotonic(),
     )
     health, _, metrics = checker([], missing, api_key_env="VLLM_KEY", environ={})
     report = await health.report()  # known before any provider check has finished
     assert (report.status, report.message) == (
         "error",
-        "LLM: openai provider 'vllm': API key variable VLLM_KEY is not set",
+        "LLM: openai provider 'vllm': no API key: environment variable VLLM_KEY is not set",
     )
     assert gauge(metrics, "pallas_agent_health_status", agent="harper") == 0
+
+
+async def test_a_missing_api_key_names_the_secret_the_user_wrote_not_the_pods_variable() -> None:
+    health, _, _ = checker(
+        [], api_key_env="PALLAS_PROVIDER_VLLM_API_KEY", environ={}, api_key_source="Secret llm key VLLM_KEY"
+    )
+    report = await health.report()
+    assert report.message == "LLM: openai provider 'vllm': no API key: Secret llm key VLLM_KEY is not set"
 
 
 async def test_the_provider_check_is_reused_until_its_ttl_then_reprobed() -> None:

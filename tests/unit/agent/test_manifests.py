@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pallas_runtime.llm.provider import missing_key_message
 from pallas_runtime.manifests import ManifestError, load_manifests, plan_local
 
 REPO = Path(__file__).resolve().parents[3]
@@ -93,10 +94,18 @@ def test_only_one_agent_runs_without_a_registry(tmp_path: Path) -> None:
             r"apiVersion must be pallas\.dev/v1alpha1",
         ),
         ([agent("a")], r"spec\.deployment: PallasDeployment 'd' not found in namespace 'default'"),
-        ([DEPLOYMENT, agent("a", agents=["ghost"])], r"PallasAgent 'ghost' not found"),
+        (
+            [DEPLOYMENT, agent("a", agents=["ghost"])],
+            r"PallasAgent/a: spec\.agents/dependsOn: PallasAgents not found in namespace 'default' of the "
+            r"files: ghost",
+        ),
         (
             [DEPLOYMENT, agent("a", dependsOn=["b"]), agent("b", dependsOn=["a"])],
-            r"dependency cycle between agents: ",
+            r"PallasAgent/a: spec\.agents/dependsOn: agents and dependsOn form a cycle: a -> b -> a",
+        ),
+        (
+            [DEPLOYMENT, agent("d-registry")],
+            r"metadata\.name: the name 'd-registry' is taken by the registry",
         ),
         ([DEPLOYMENT, agent("a", servers=["nope"])], r"PallasAgent/a: mcpServers nope not defined"),
         ([DEPLOYMENT, agent("a"), agent("a")], r"PallasAgent/a: defined twice"),
@@ -135,3 +144,13 @@ def test_unresolved_secrets_are_reported(tmp_path: Path) -> None:
     [local] = plan_local(load_manifests([path]), 25000, environ={}).agents
     assert local.unresolved == ("secretKeyRef llm/P_KEY",)
     assert "PALLAS_PROVIDER_P_API_KEY" not in local.environ
+
+
+def test_messages_about_a_missing_secret_name_the_variable_the_user_exports(tmp_path: Path) -> None:
+    """Not PALLAS_PROVIDER_P_API_KEY, which the user never wrote: the secretKeyRef's key."""
+    path = write(tmp_path, DEPLOYMENT, agent("a", servers=["tools"]))
+    config = plan_local(load_manifests([path]), 25000, environ={}).agents[0].rendered.config
+    assert missing_key_message(config.provider) == (
+        "openai provider 'p': no API key: environment variable P_KEY (secretKeyRef llm/P_KEY) is not set"
+    )
+    assert config.servers[0].headers[0].value_origin() == "environment variable T_KEY (secretKeyRef t/T_KEY)"

@@ -112,6 +112,8 @@ def test_config_map_holds_a_loadable_config_and_no_secret_values() -> None:
     text = cm["data"]["agent.yaml"]
     config = parse_config(yaml.safe_load(text))
     assert config.provider.api_key_env == "PALLAS_PROVIDER_VLLM_API_KEY"
+    # What messages name: the Secret and key the user wrote, not the variable chosen above.
+    assert config.provider.api_key_origin() == "Secret llm key VLLM_KEY"
     assert "sk-" not in text
     assert "secretKeyRef" not in text
 

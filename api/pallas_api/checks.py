@@ -1,0 +1,248 @@
+"""The checks a manifest meets in a cluster, run offline: what `pallas validate` reports.
+
+Four kinds of check, each the same code or rule the cluster uses:
+
+- the spec models (`pallas_api.spec`), from which the CRDs' schemas are generated;
+- the CRDs' CEL rules: those about one field are model validators too, and those about the
+  whole object (its name, an agent naming itself) have a Python counterpart in `OBJECT_RULES`;
+  `CEL_OFFLINE` says, for every CEL rule, where it is checked here (a unit test keeps the two
+  lists in step);
+- references (deployment, peers, providers, servers, access) and dependency cycles, with the
+  operator's own functions (`pallas_api.references`, `render_agent`);
+- the apiVersion and a name given twice.
+
+Pure: documents in, problems out. Reading files is the command's job.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from pallas_api import conditions, crds, names
+from pallas_api.references import DependencyGraph, check_references
+from pallas_api.render import RenderError, render_agent
+from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec, agent_dependencies
+from pallas_api.validation import field_problems
+
+SPECS: Mapping[str, type[BaseModel]] = {
+    names.DEPLOYMENT_KIND: PallasDeploymentSpec,
+    names.AGENT_KIND: PallasAgentSpec,
+}
+
+ObjectCheck = Callable[[str, Mapping[str, Any]], bool]
+"""(metadata.name, raw spec) → whether the rule holds."""
+
+
+def _name_fits(max_length: int) -> ObjectCheck:
+    return lambda name, _spec: bool(re.fullmatch(crds.AGENT_NAME, name)) and len(name) <= max_length
+
+
+def _not_listed(field_name: str) -> ObjectCheck:
+    def check(name: str, spec: Mapping[str, Any]) -> bool:
+        listed = spec.get(field_name)
+        return not isinstance(listed, list) or name not in listed
+
+    return check
+
+
+OBJECT_RULES: Mapping[str, Sequence[tuple[crds.Rule, ObjectCheck]]] = {
+    names.AGENT_KIND: [
+        (crds.AGENT_NAME_RULE, _name_fits(63)),
+        (crds.NOT_SELF_IN_AGENTS, _not_listed("agents")),
+        (crds.NOT_SELF_IN_DEPENDS_ON, _not_listed("dependsOn")),
+    ],
+    names.DEPLOYMENT_KIND: [(crds.DEPLOYMENT_NAME_RULE, _name_fits(crds.MAX_DEPLOYMENT_NAME))],
+}
+"""The CEL rules about the whole object, as Python, each beside the rule it mirrors."""
+
+CEL_OFFLINE: Mapping[str, str] = {
+    "spec.deployment is immutable": "not checked: a rule about an update, and files have no old version",
+    "spec.model must be": "the pattern of PallasAgentSpec.model",
+    "spec.model.default must": "the pattern of ModelSpec.default and PallasDeploymentSpec._names",
+    "spec.providers keys": "PallasDeploymentSpec._names",
+    "spec.mcpServers keys": "PallasDeploymentSpec._names",
+    "a header needs exactly one": "HeaderSpec._exactly_one_source",
+    "spec.conversations.store postgres": "ConversationsSpec._postgres_needs_a_dsn",
+    "spec.auth.mode oidc needs": "AuthSpec._oidc_settings",
+    "spec.auth.oidc is only used": "AuthSpec._oidc_settings",
+    "an allowFrom entry needs": "NetworkPeer._one_selector",
+}
+"""How each CEL rule that is not in `OBJECT_RULES` is checked offline, by the start of its message."""
+
+RENDER_FIELDS: Mapping[str, str] = {
+    conditions.PROVIDER_NOT_FOUND: "spec.model",
+    conditions.SERVER_NOT_FOUND: "spec.servers",
+    conditions.AGENT_NOT_FOUND: "spec.agents",
+    conditions.ACCESS_NOT_ENFORCEABLE: "spec.access",
+}
+REFERENCE_FIELDS: Mapping[str, str] = {
+    conditions.DEPLOYMENT_NOT_FOUND: "spec.deployment",
+    conditions.NAME_CONFLICT: "metadata.name",
+    conditions.AGENT_NOT_FOUND: "spec.agents/dependsOn",
+    conditions.DEPENDENCY_CYCLE: "spec.agents/dependsOn",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """One YAML document and where it starts (`FILE:LINE`)."""
+
+    source: str
+    body: object
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One problem: `FILE:LINE: Kind/name: field: what is wrong`."""
+
+    source: str
+    object: str
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.source}: {self.object}: {self.field}: {self.message}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Object:
+    source: str
+    kind: str
+    namespace: str
+    name: str
+    spec: Any
+    """The validated spec, None when the object has problems of its own."""
+    dependencies: tuple[str, ...] = ()
+    """An agent's `agents` and `dependsOn` as written, valid or not (as the operator reads them)."""
+
+
+@dataclass
+class Report:
+    """What the documents hold: problems, the objects checked and the documents skipped."""
+
+    problems: list[Finding] = field(default_factory=list)
+    checked: int = 0
+    skipped: list[str] = field(default_factory=list)
+    """`FILE:LINE: Kind/name` of objects of other kinds (Services, Secrets…), not checked."""
+
+
+def reference_problem(
+    name: str,
+    spec: PallasAgentSpec,
+    deployment: PallasDeploymentSpec | None,
+    graph: DependencyGraph,
+    namespace: str,
+) -> tuple[str, str] | None:
+    """The operator's first reference problem of an agent among files, as (field, message).
+
+    Shared by `pallas validate` and `pallas run`, whose "namespace" is the files' objects.
+    """
+    problem = check_references(name, spec, deployment, graph)
+    if problem is None:
+        return None
+    message = problem.message.replace("in this namespace", f"in namespace {namespace!r} of the files")
+    return REFERENCE_FIELDS[problem.reason], message
+
+
+def _rule_finding(source: str, what: str, rule: crds.Rule) -> Finding:
+    where = rule.get("fieldPath", ".metadata.name").removeprefix(".")
+    return Finding(source, what, where, rule["message"].removeprefix(where + " "))
+
+
+def _object(doc: Document, report: Report) -> _Object | None:
+    body = doc.body
+    if not isinstance(body, dict):
+        report.problems.append(Finding(doc.source, "(document)", "(top level)", "must be a mapping"))
+        return None
+    kind, metadata = body.get("kind"), body.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    what = f"{kind}/{name}"
+    if not isinstance(kind, str) or not isinstance(name, str) or not name:
+        report.problems.append(Finding(doc.source, what, "kind, metadata.name", "every object needs both"))
+        return None
+    if kind not in SPECS:
+        report.skipped.append(f"{doc.source}: {what}")
+        return None
+    report.checked += 1
+    problems = report.problems
+    before = len(problems)
+    if body.get("apiVersion") != names.API_VERSION_STRING:
+        message = f"must be {names.API_VERSION_STRING} (got {body.get('apiVersion')!r})"
+        problems.append(Finding(doc.source, what, "apiVersion", message))
+    raw_spec = body.get("spec")
+    spec_dict = raw_spec if isinstance(raw_spec, dict) else {}
+    problems.extend(
+        _rule_finding(doc.source, what, rule)
+        for rule, holds in OBJECT_RULES[kind]
+        if not holds(name, spec_dict)
+    )
+    spec = None
+    try:
+        spec = SPECS[kind].model_validate(raw_spec)
+    except ValidationError as exc:
+        for problem in field_problems(exc, prefix="spec"):
+            where, _, message = problem.partition(": ")
+            problems.append(Finding(doc.source, what, where, message))
+    if len(problems) > before:
+        spec = None  # references are checked only on objects that pass their own checks
+    namespace = str(metadata.get("namespace") or "default") if isinstance(metadata, dict) else "default"
+    return _Object(doc.source, kind, namespace, name, spec, _dependencies(spec_dict))
+
+
+def _dependencies(spec: Mapping[str, Any]) -> tuple[str, ...]:
+    lists = [spec.get(key) for key in ("agents", "dependsOn")]
+    return tuple(agent_dependencies(*(v if isinstance(v, list) else [] for v in lists)))
+
+
+def _check_agent(agent: _Object, objects: Sequence[_Object], report: Report) -> None:
+    """The operator's reference checks and rendering, for an agent whose own checks passed."""
+    spec: PallasAgentSpec = agent.spec
+    what = f"{agent.kind}/{agent.name}"
+    same_ns = [o for o in objects if o.namespace == agent.namespace]
+    deployments = [o for o in same_ns if o.kind == names.DEPLOYMENT_KIND and o.name == spec.deployment]
+    if deployments and deployments[0].spec is None:
+        return  # its deployment's own problems are reported; references would only repeat them
+    deployment: PallasDeploymentSpec | None = deployments[0].spec if deployments else None
+    graph = {o.name: o.dependencies for o in same_ns if o.kind == names.AGENT_KIND}
+    problem = reference_problem(agent.name, spec, deployment, graph, agent.namespace)
+    if problem is not None:
+        report.problems.append(Finding(agent.source, what, *problem))
+        return
+    assert deployment is not None  # check_references reports a missing one
+    urls = {peer: names.agent_url(peer, agent.namespace, 8000) for peer in spec.agents}
+    url = names.agent_url(agent.name, agent.namespace, spec.service.port)
+    try:
+        render_agent(agent.name, spec, deployment, urls, namespace=agent.namespace, url=url)
+    except RenderError as exc:
+        report.problems.append(Finding(agent.source, what, RENDER_FIELDS.get(exc.reason, "spec"), str(exc)))
+
+
+def check_documents(documents: Sequence[Document]) -> Report:
+    """Check every PallasDeployment and PallasAgent of the documents, alone and together."""
+    report = Report()
+    objects: list[_Object] = []
+    for doc in documents:
+        if doc.body is None:  # an empty document, e.g. after a trailing `---`
+            continue
+        obj = _object(doc, report)
+        if obj is None:
+            continue
+        twin = next(
+            (o for o in objects if (o.kind, o.namespace, o.name) == (obj.kind, obj.namespace, obj.name)), None
+        )
+        if twin is not None:
+            message = f"defined twice in namespace {obj.namespace!r} (first at {twin.source})"
+            report.problems.append(Finding(obj.source, f"{obj.kind}/{obj.name}", "metadata.name", message))
+            continue
+        objects.append(obj)
+    for obj in objects:
+        if obj.kind == names.AGENT_KIND and obj.spec is not None:
+            _check_agent(obj, objects, report)
+    order = {doc.source: index for index, doc in enumerate(documents)}
+    report.problems.sort(key=lambda finding: order[finding.source])  # stable: in file order
+    return report

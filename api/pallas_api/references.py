@@ -1,0 +1,74 @@
+"""Checks of what an agent refers to: its deployment, the other agents, and dependency cycles.
+
+Pure and shared: the operator runs them over what the API server holds, `pallas validate` over
+the objects of the files it reads. A failed check is a `Problem`: the reason of the agent's
+`Accepted=False` and a message naming the missing thing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from pallas_api import names
+from pallas_api.conditions import AGENT_NOT_FOUND, DEPENDENCY_CYCLE, DEPLOYMENT_NOT_FOUND, NAME_CONFLICT
+from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
+
+DependencyGraph = Mapping[str, Sequence[str]]
+"""The agents of one namespace by name, each with its dependencies (`agents` and `dependsOn`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Why an agent cannot be accepted."""
+
+    reason: str
+    message: str
+
+
+def listing(items: Iterable[str]) -> str:
+    """Names sorted and joined by ", ", for messages."""
+    return ", ".join(sorted(items))
+
+
+def find_cycle(name: str, dependencies: Sequence[str], graph: DependencyGraph) -> list[str] | None:
+    """A dependency path from `name` back to itself (`[name, ..., name]`), if there is one."""
+    stack: list[tuple[str, list[str]]] = [(dep, [name, dep]) for dep in reversed(dependencies)]
+    seen: set[str] = set()
+    while stack:
+        current, path = stack.pop()
+        if current == name:
+            return path
+        if current in seen or current not in graph:
+            continue
+        seen.add(current)
+        stack.extend((dep, [*path, dep]) for dep in reversed(graph[current]))
+    return None
+
+
+def check_references(
+    name: str, spec: PallasAgentSpec, deployment: PallasDeploymentSpec | None, graph: DependencyGraph
+) -> Problem | None:
+    """The first problem with the agent's references, in the order a user would fix them.
+
+    Args:
+        name: The agent's name.
+        spec: Its spec.
+        deployment: The spec of its PallasDeployment, None when there is none of that name.
+        graph: Every agent of the namespace (this one included) with its dependencies.
+    """
+    if deployment is None:
+        return Problem(
+            DEPLOYMENT_NOT_FOUND, f"PallasDeployment {spec.deployment!r} not found in this namespace"
+        )
+    if name == names.registry_name(spec.deployment):
+        return Problem(
+            NAME_CONFLICT, f"the name {name!r} is taken by the registry of deployment {spec.deployment!r}"
+        )
+    missing = [a for a in spec.dependencies() if a not in graph]
+    if missing:
+        return Problem(AGENT_NOT_FOUND, f"PallasAgents not found in this namespace: {listing(missing)}")
+    cycle = find_cycle(name, spec.dependencies(), graph)
+    if cycle:
+        return Problem(DEPENDENCY_CYCLE, "agents and dependsOn form a cycle: " + " -> ".join(cycle))
+    return None
