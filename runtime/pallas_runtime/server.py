@@ -1,9 +1,10 @@
 """`build_server(config)`: one agent as a Streamable-HTTP MCP server (docs/api.md §3).
 
-The FastMCP server carries the `send_message` and `get_health` tools, the `<agent>_history`
-prompt and the `/healthz`, `/readyz` and `/metrics` routes. Building it does no I/O; the
-lifespan (run by the HTTP app or an in-memory client) starts the provider preflight and closes
-the provider and downstream connections on exit. Providers and sources can be passed in, which
+The FastMCP server carries the `send_message` tool and its alias named after the agent (the
+name the seeds' client snippets call), the `get_health` tool, the `<agent>_history` prompt and
+the `/healthz`, `/readyz` and `/metrics` routes. Building it does no I/O; the lifespan (run by
+the HTTP app or an in-memory client) starts the provider preflight and closes the provider and
+downstream connections on exit. Providers and sources can be passed in, which
 is how `pallas run` and benchmarks share process-wide pieces.
 """
 
@@ -61,6 +62,7 @@ SEND_MESSAGE_DESCRIPTION = (
     "Send a message (optionally with images) to this agent and get its answer. Pass the same "
     "conversation_id to continue a conversation; within one MCP session the session is the conversation."
 )
+BUILT_IN_TOOLS = frozenset({"send_message", "get_health", "list_conversations", "delete_conversation"})
 LIST_CONVERSATIONS_DESCRIPTION = (
     "Your conversations with this agent, most recent first: id, title (the start of the first "
     "message), last turn time and message count. Continue one by passing its id as conversation_id."
@@ -72,19 +74,45 @@ GAUGE_REFRESH = 10.0
 GET_HEALTH_DESCRIPTION = "Returns the health status of this agent and its downstream dependencies."
 
 
-class _SendMessageMetrics(Middleware):
-    """Counts every send_message outcome, including calls refused before the tool body runs."""
+def send_message_description(config: AgentConfig) -> str:
+    """What `send_message` says: who this agent is, then how to call it.
 
-    def __init__(self, agent: str, metrics: RuntimeMetrics) -> None:
+    An orchestrator offers a peer's `send_message` to its model under the peer's description,
+    so the agent's title and description must be in it for that model to know what the peer is
+    for (the generic text alone says nothing about it).
+    """
+    about = config.display_title
+    if config.description:
+        about += f": {config.description.rstrip('.')}."
+    return f"{about} {SEND_MESSAGE_DESCRIPTION}"
+
+
+def send_message_names(config: AgentConfig) -> tuple[str, ...]:
+    """`send_message` and its alias `<agent>`, unless the name is taken by a built-in tool.
+
+    Agent names are DNS labels, always valid MCP (and LLM function) tool names and never equal
+    to a built-in (those have an underscore); the check guards against a future built-in.
+    """
+    if config.name in BUILT_IN_TOOLS:
+        log.warning("agent %s: no alias tool: the name is a built-in tool's", config.name)
+        return ("send_message",)
+    return ("send_message", config.name)
+
+
+class _SendMessageMetrics(Middleware):
+    """Counts every send_message outcome (the alias's too), including calls refused early."""
+
+    def __init__(self, agent: str, metrics: RuntimeMetrics, names: Sequence[str]) -> None:
         self._agent = agent
         self._metrics = metrics
+        self._names = frozenset(names)
 
     async def on_call_tool(
         self,
         context: MiddlewareContext[CallToolRequestParams],
         call_next: CallNext[CallToolRequestParams, ToolResult],
     ) -> ToolResult:
-        if context.message.name != "send_message":
+        if context.message.name not in self._names:
             return await call_next(context)
         started = time.perf_counter()
         outcome = "error"
@@ -193,6 +221,7 @@ def build_server(
     )
     state = {"ready": False}
     agent = config.name
+    send_names = send_message_names(config)
     metrics.agent_info.labels(agent, config.model).set(1)
     metrics.active_conversations.labels(agent).set(0)
     # Both outcome series exist from the start, so rate() sees the first error of a new agent.
@@ -247,7 +276,7 @@ def build_server(
         instructions=config.description or None,
         version=config.version,
         lifespan=lifespan,
-        middleware=[_SendMessageMetrics(agent, metrics), _PlainArgumentErrors()],
+        middleware=[_SendMessageMetrics(agent, metrics, send_names), _PlainArgumentErrors()],
         mask_error_details=True,
         auth=auth,
     )
@@ -267,7 +296,6 @@ def build_server(
 
     _EDGES[server] = _Edges(lambda: metrics.requests_refused.labels(agent, "too_large").inc(), inflight)
 
-    @server.tool(name="send_message", description=SEND_MESSAGE_DESCRIPTION, output_schema=None)
     async def send_message(
         message: str,
         ctx: Context,
@@ -303,6 +331,9 @@ def build_server(
         if reply.conversation_id is None:
             return ToolResult(content=reply.text)
         return ToolResult(content=reply.text, meta={CONVERSATION_META: reply.conversation_id})
+
+    for name in send_names:
+        server.tool(name=name, description=send_message_description(config), output_schema=None)(send_message)
 
     @server.tool(
         name="get_health",

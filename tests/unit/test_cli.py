@@ -49,9 +49,8 @@ def test_unknown_command_names_it(capsys: pytest.CaptureFixture[str]) -> None:
     assert "invalid choice: 'no-such-command'" in capsys.readouterr().err
 
 
-def test_installed_program_runs() -> None:
-    res = subprocess.run(
-        [sys.executable, "-m", "pallas_runtime.cli", "--version"], capture_output=True, text=True
-    )
+@pytest.mark.parametrize("module", ["pallas_runtime.cli", "pallas_runtime"])
+def test_installed_program_runs(module: str) -> None:
+    res = subprocess.run([sys.executable, "-m", module, "--version"], capture_output=True, text=True)
     assert res.returncode == 0
     assert res.stdout.startswith("pallas ")

@@ -5,6 +5,10 @@ in manifest order), started after the agents it depends on; the registry runs on
 port. `secretKeyRef`s resolve from Secret manifests in the files, else from the environment
 variable named by the reference's `key`.
 
+As the original Pallas, it loads `./.env` (never overriding the environment), runs
+`$PALLAS_AGENTS_CONFIG` (default `agents.yaml`) when no `-f` is given, and uses `$OPENAI_BASE_URL`
+for openai providers without a `baseURL` (see `local_env`).
+
 `spec.auth` works as in a cluster: `oidc` needs nothing more; `kubernetes` asks the API server of
 the current kubeconfig (TokenReview and SubjectAccessReview with its credentials, about the
 manifests' namespace). `--token`, `$PALLAS_TOKEN` or `--as-serviceaccount` give the registry a
@@ -26,6 +30,7 @@ from functools import partial
 from pallas_api.commands import EXIT_FAILURE, EXIT_USAGE, port_number
 from pallas_api.logs import setup_logging
 from pallas_runtime.commands.credentials import CredentialsError, add_token_arguments, bearer_token
+from pallas_runtime.commands.local_env import manifest_files, with_openai_base_url, working_directory_env
 from pallas_runtime.manifests import LOOPBACK, LocalPlan, ManifestError, load_manifests, plan_local
 from pallas_runtime.metrics import RuntimeMetrics
 from pallas_runtime.server import agent_app, build_server, stop_turns
@@ -48,9 +53,9 @@ class RunCommand:
             "-f",
             "--file",
             action="append",
-            required=True,
             metavar="FILE",
-            help="manifest file (repeatable; multi-document YAML)",
+            help="manifest file (repeatable; multi-document YAML); default: $PALLAS_AGENTS_CONFIG, "
+            "else agents.yaml",
         )
         parser.add_argument(
             "--base-port",
@@ -69,8 +74,12 @@ class RunCommand:
                 file=sys.stderr,
             )
             return EXIT_USAGE
+        working_directory_env()
         try:
-            plan = plan_local(load_manifests(args.file), args.base_port, args.agent)
+            files = manifest_files(args.file, os.environ)
+            plan = with_openai_base_url(
+                plan_local(load_manifests(files), args.base_port, args.agent), os.environ
+            )
         except ManifestError as exc:
             print(f"pallas run: {exc}", file=sys.stderr)
             return EXIT_USAGE

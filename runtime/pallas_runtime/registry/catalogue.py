@@ -44,7 +44,7 @@ class Entry:
     title: str
     version: str
     status: str
-    listed: bool
+    ready: bool
     tags: frozenset[str]
     updated: datetime | None
     document: dict[str, Any]
@@ -65,7 +65,7 @@ class Entry:
             title=server["title"],
             version=server["version"],
             status=document["_meta"][OFFICIAL_META]["status"],
-            listed=state.ready and not state.deleting,
+            ready=state.ready and not state.deleting,
             tags=frozenset(state.tags),
             updated=state.updated_at or state.published_at,
             document=document,
@@ -80,7 +80,6 @@ class Catalogue:
     version: int
     entries: tuple[Entry, ...]
     by_name: Mapping[str, Entry]
-    tags: frozenset[str]
     left_out: int
 
     def count(self, status: str) -> int:
@@ -88,7 +87,7 @@ class Catalogue:
         return sum(1 for entry in self.entries if entry.status == status)
 
 
-EMPTY = Catalogue(version=0, entries=(), by_name={}, tags=frozenset(), left_out=0)
+EMPTY = Catalogue(version=0, entries=(), by_name={}, left_out=0)
 
 
 class CatalogueStore:
@@ -221,6 +220,5 @@ class CatalogueStore:
                 continue
             by_name[entry.name] = entry
         entries = tuple(sorted(by_name.values(), key=lambda e: e.name))
-        tags = frozenset(tag for entry in live for tag in entry.tags)
-        self._snapshot = Catalogue(self._version, entries, by_name, tags, len(self._left_out))
+        self._snapshot = Catalogue(self._version, entries, by_name, len(self._left_out))
         return self._snapshot

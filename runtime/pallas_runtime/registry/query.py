@@ -32,7 +32,17 @@ _CURSOR_PREFIX = "1:"
 _BASE64URL = re.compile(r"^[A-Za-z0-9_-]+$")
 _TRUE = ("true", "1")
 _FALSE = ("false", "0")
-KNOWN = ("cursor", "limit", "search", "updated_since", "version", "capability", "include", "include_deleted")
+KNOWN = (
+    "cursor",
+    "limit",
+    "search",
+    "updated_since",
+    "version",
+    "capability",
+    "ready",
+    "include",
+    "include_deleted",
+)
 
 
 class BadParameter(ValueError):
@@ -53,7 +63,7 @@ class Query:
     updated_since: datetime | None = None
     version: str | None = None
     capability: str | None = None
-    include_all: bool = False
+    ready_only: bool = False
     include_deleted: bool = False
 
 
@@ -105,8 +115,9 @@ def _timestamp(value: str) -> datetime:
 def parse_query(pairs: Iterable[tuple[str, str]]) -> Query:
     """Validate the list parameters.
 
-    They are `cursor`, `limit`, `search`, `updated_since`, `version`, `capability`, `include`
-    and `include_deleted`.
+    They are `cursor`, `limit`, `search`, `updated_since`, `version`, `capability`, `ready`,
+    `include` and `include_deleted`. Every accepted agent is listed unless `ready=true`; `include`
+    is what older clients send: `all` is the default now, `ready` means `ready=true`.
 
     Raises:
         BadParameter: a repeated, over-long or malformed parameter.
@@ -120,14 +131,17 @@ def parse_query(pairs: Iterable[tuple[str, str]]) -> Query:
         if len(value) > MAX_VALUE:
             raise BadParameter(key, f"longer than {MAX_VALUE} characters")
         given[key] = value
-    include = given.get("include", "ready")
+    include = given.get("include", "all")
     if include not in ("ready", "all"):
-        raise BadParameter("include", "must be 'all' (every phase) or 'ready' (the default)")
+        raise BadParameter("include", "must be 'all' (every phase, the default) or 'ready'")
+    ready_only = include == "ready"
+    if "ready" in given:
+        ready_only = _flag("ready", given["ready"])
     capability = given.get("capability")
     if capability is not None and (len(capability) > 63 or not TAG.match(capability)):
         raise BadParameter("capability", "must be a tag of lower-case letters, digits and '-'")
     updated_since = _timestamp(given["updated_since"]) if "updated_since" in given else None
-    # As in the registry API, a sync by time must also see deletions (and every other status).
+    # As in the registry API, a sync by time must also see deletions.
     syncing = updated_since is not None
     version = given.get("version") or None
     include_deleted = syncing
@@ -140,7 +154,7 @@ def parse_query(pairs: Iterable[tuple[str, str]]) -> Query:
         updated_since=updated_since,
         version=None if version == "latest" else version,
         capability=capability,
-        include_all=include == "all" or syncing,
+        ready_only=ready_only,
         include_deleted=include_deleted,
     )
 
@@ -149,7 +163,7 @@ def _matches(entry: Entry, query: Query) -> bool:
     if entry.status == "deleted":
         if not query.include_deleted:
             return False
-    elif not entry.listed and not query.include_all:
+    elif query.ready_only and not entry.ready:
         return False
     if query.capability is not None and query.capability not in entry.tags:
         return False
@@ -165,12 +179,9 @@ def _matches(entry: Entry, query: Query) -> bool:
 def select(catalogue: Catalogue, query: Query) -> list[Entry]:
     """The entries matching `query`'s filters, in server-name order.
 
-    Raises:
-        BadParameter: `capability` names a tag no agent of the catalogue declares.
+    A `capability` no agent declares selects nothing: tags come and go with agents, so a client
+    asking for one that is absent right now is not wrong, just early or late.
     """
-    if query.capability is not None and query.capability not in catalogue.tags:
-        known = ", ".join(sorted(catalogue.tags)) or "none"
-        raise BadParameter("capability", f"no agent declares {query.capability!r} (known: {known})")
     return [entry for entry in catalogue.entries if _matches(entry, query)]
 
 

@@ -73,7 +73,7 @@ class AgentState:
         service_port: The agent Service port, for the cluster DNS URL when status has none yet.
         auth: What a client must present to talk to the agent.
         phase: `status.phase`.
-        ready: Whether clients should use the agent now (listed without `?include=all`).
+        ready: Whether clients should use the agent now (what `?ready=true` keeps).
         status_message: Why it is not ready (the Ready condition's message), for `statusMessage`.
         health: The last health check.
         tools: Tool names the agent serves (`status.tools`).

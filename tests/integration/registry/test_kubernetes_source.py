@@ -98,7 +98,7 @@ async def registry(source: KubernetesSource) -> AsyncIterator[Reader]:
             await reader.http.aclose()
 
 
-async def test_lists_the_ready_agents_of_its_deployment(
+async def test_lists_every_accepted_agent_of_its_deployment(
     kube_cluster: LocalCluster, kube_client: AsyncClient, namespace: str
 ) -> None:
     await create_deployment(
@@ -118,7 +118,7 @@ async def test_lists_the_ready_agents_of_its_deployment(
     )
     source = KubernetesSource(namespace, "ouranos", config=kube_cluster.config())
     async with registry(source) as reader:
-        document = await reader.get()
+        document = await reader.get(ready="true")
         assert [e["server"]["name"] for e in document["servers"]] == ["ca.helu.ouranos/research"]
         server = document["servers"][0]["server"]
         assert server["version"] == "2.0.0"
@@ -131,11 +131,16 @@ async def test_lists_the_ready_agents_of_its_deployment(
         assert server["remotes"] == [
             {"type": "streamable-http", "url": f"http://research.{namespace}.svc.cluster.local:8000/mcp"}
         ]
+        # Accepted (the operator gave it a status), not ready: listed, its phase in our _meta.
+        assert await reader.agents() == ["research", "starting"]
         assert await reader.agents(include="all") == ["research", "starting"]
+        starting = (await reader.get(search="starting"))["servers"][0]
+        assert starting["_meta"][VENDOR_META]["phase"] == "Progressing"
+        assert starting["_meta"][OFFICIAL_META]["status"] == "deprecated"
         assert await reader.metric("pallas_registry_agents_left_out") == 1
         every = KubernetesSource(namespace, None, config=kube_cluster.config())
         async with registry(every) as all_agents:
-            assert await all_agents.agents() == ["elsewhere", "research"]
+            assert await all_agents.agents() == ["elsewhere", "research", "starting"]
 
 
 async def test_a_status_change_shows_within_two_seconds(
@@ -168,7 +173,7 @@ async def test_a_status_change_shows_within_two_seconds(
 
 
 async def _listed(reader: Reader, ready: bool) -> bool:
-    return (await reader.agents() == ["research"]) is ready
+    return (await reader.agents(ready="true") == ["research"]) is ready
 
 
 async def test_deployment_and_deletion_changes_are_followed(

@@ -122,29 +122,36 @@ async def _listed(base: str, count: int, **params: str) -> dict[str, Any] | None
     return document if len(document["servers"]) == count else None
 
 
-async def test_live_health_drives_what_is_listed() -> None:
+async def test_live_health_shows_in_meta_and_drives_ready_true() -> None:
     async with agents("research") as running:
         server, health = running["research"]
         source = StaticSource([local_agent("research", server.url)], poll_interval=0.1, probe_timeout=3)
         async with running_registry(source) as base:
             await source.wait_ready()
-            await until(lambda: _listed(base, 1))
+            await until(lambda: _listed(base, 1, ready="true"))
 
             health.update(status="degraded", message="argos unreachable")
             degraded = await until(lambda: _vendor_health(base, "degraded"))
             assert degraded["_meta"][OFFICIAL_META]["status"] == "active"
             assert degraded["_meta"][VENDOR_META]["health"]["message"] == "argos unreachable"
 
+            # A missing key must not empty the catalogue: the agent stays, its health says why.
             health.update(status="error", message="no API key")
-            await until(lambda: _listed(base, 0))
-            hidden = by_agent(await catalogue(base, include="all"))["research"]
-            assert hidden["_meta"][OFFICIAL_META]["status"] == "deprecated"
+            await until(lambda: _listed(base, 0, ready="true"))
+            unready = by_agent(await catalogue(base))["research"]
+            assert unready == by_agent(await catalogue(base, include="all"))["research"]
+            assert unready["_meta"][OFFICIAL_META]["status"] == "deprecated"
             assert (
-                hidden["_meta"][OFFICIAL_META]["statusMessage"] == "agent is Degraded, not ready: no API key"
+                unready["_meta"][OFFICIAL_META]["statusMessage"] == "agent is Degraded, not ready: no API key"
             )
+            assert unready["_meta"][VENDOR_META]["health"] == {
+                "status": "error",
+                "message": "no API key",
+                "checkedAt": unready["_meta"][VENDOR_META]["health"]["checkedAt"],
+            }
 
             health.update(status="ok", message="")
-            await until(lambda: _listed(base, 1))
+            await until(lambda: _listed(base, 1, ready="true"))
 
 
 async def _vendor_health(base: str, status: str) -> dict[str, Any] | None:
@@ -160,18 +167,18 @@ async def test_agents_appear_when_they_come_up_and_fail_when_they_go() -> None:
     source = StaticSource([agent], poll_interval=0.2, startup_interval=0.1, probe_timeout=1)
     async with running_registry(source) as base:
         await source.wait_ready()
-        pending = by_agent(await catalogue(base, include="all"))["late"]
+        pending = by_agent(await catalogue(base))["late"]
         assert pending["_meta"][VENDOR_META]["phase"] == "Pending"
-        assert (await catalogue(base))["servers"] == []
+        assert (await catalogue(base, ready="true"))["servers"] == []
         async with serve(stand_in_agent("late", {"status": "ok"}), port=port):
-            await until(lambda: _listed(base, 1))
+            await until(lambda: _listed(base, 1, ready="true"))
         failed = await until(lambda: _phase(base, "Failed"))
         assert failed["_meta"][VENDOR_META]["health"]["message"].startswith("unreachable:")
-        assert (await catalogue(base))["servers"] == []
+        assert (await catalogue(base, ready="true"))["servers"] == []
 
 
 async def _phase(base: str, phase: str) -> dict[str, Any] | None:
-    entry = by_agent(await catalogue(base, include="all")).get("late")
+    entry = by_agent(await catalogue(base)).get("late")
     return entry if entry and entry["_meta"][VENDOR_META]["phase"] == phase else None
 
 

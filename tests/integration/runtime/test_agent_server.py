@@ -319,3 +319,46 @@ async def test_probe_routes_and_health(fake_openai: FakeOpenAI) -> None:
     assert 'pallas_downstream_up{agent="harper",server="silent"} 0.0' in scrape
     assert 'pallas_agent_health_status{agent="harper"} 0.5' in scrape
     assert fake_openai.completions == []  # get_health never calls the LLM
+
+
+async def test_the_alias_named_after_the_agent_is_send_message(fake_openai: FakeOpenAI) -> None:
+    metrics = RuntimeMetrics(process_collectors=False)
+    fake_openai.script(Text("by alias"), Text("by name"))
+    async with agent(config(fake_openai), metrics) as running, client(running.url) as c:
+        tools = {t.name: t for t in await c.list_tools()}
+        aliased = await c.call_tool_mcp("harper", {"message": "hi", "conversation_id": "c-1"})
+        named = await c.call_tool_mcp("send_message", {"message": "again", "conversation_id": "c-1"})
+        bad = await c.call_tool_mcp("harper", {"message": "hi", "bogus": 1})
+    assert tools["harper"].input_schema == tools["send_message"].input_schema
+    assert tools["harper"].description == tools["send_message"].description
+    assert (aliased.is_error, aliased.content[0].text) == (False, "by alias")
+    assert (named.is_error, named.content[0].text) == (False, "by name")
+    # One conversation whichever name was called.
+    assert [m["content"] for m in fake_openai.completions[1].json["messages"][1:]] == [
+        "hi",
+        "by alias",
+        "again",
+    ]
+    assert bad.is_error
+    assert bad.content[0].text == "harper: invalid arguments: bogus: Unexpected keyword argument"
+    count = metrics.registry.get_sample_value
+    assert count("pallas_send_message_total", {"agent": "harper", "outcome": "ok"}) == 2
+    assert count("pallas_send_message_total", {"agent": "harper", "outcome": "error"}) == 1
+    assert count("pallas_send_message_duration_seconds_count", {"agent": "harper"}) == 3
+
+
+async def test_peer_tools_say_what_the_peer_is_for(fake_openai: FakeOpenAI) -> None:
+    fake_openai.script(Text("ok"))
+    worker_cfg = config(
+        fake_openai, "worker", title="Paper Finder", description="Finds and summarises papers."
+    )
+    async with (
+        agent(worker_cfg) as worker,
+        agent(config(fake_openai, "boss", agents=[{"name": "worker", "url": worker.url}])) as boss,
+    ):
+        await send(boss.url, {"message": "go"})
+    offered = {t["function"]["name"]: t["function"] for t in fake_openai.completions[0].json["tools"]}
+    assert list(offered) == ["worker__send_message"]  # never the alias too
+    assert offered["worker__send_message"]["description"].startswith(
+        "Paper Finder: Finds and summarises papers. Send a message"
+    )

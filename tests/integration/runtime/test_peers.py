@@ -192,7 +192,10 @@ async def test_sdk_handshake_lists_exactly_the_agent_surface(agent: ServedAgent)
 
     assert init.server_info.name == AGENT
     assert init.protocol_version == "2025-11-25"
-    assert set(tools) == {"send_message", "get_health", "list_conversations", "delete_conversation"}
+    assert set(tools) == {"send_message", AGENT, "get_health", "list_conversations", "delete_conversation"}
+    # The alias the seeds' client snippets call: send_message under the agent's name.
+    assert tools[AGENT].input_schema == tools["send_message"].input_schema
+    assert tools[AGENT].description == tools["send_message"].description
 
     # docs/api.md §3: send_message(message: str, images?: [{data, mime_type}], conversation_id?: str)
     schema = tools["send_message"].input_schema
@@ -377,6 +380,7 @@ async def test_inspector_cli_lists_and_calls(agent: ServedAgent, mcp_peers: McpP
         "delete_conversation",
         "get_health",
         "list_conversations",
+        AGENT,
         "send_message",
     ]
     by_name = {t["name"]: t for t in tools["tools"]}

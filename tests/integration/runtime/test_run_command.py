@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+import pytest
 import yaml
 from fastmcp import Client
 from fastmcp.client.transports import StreamableHttpTransport
 
+from pallas_runtime.registry.schema import OFFICIAL_META
 from tests.support.fake_llm import Call, FakeOpenAI, Text, ToolCalls
 from tests.support.mcp_peers import free_port
 from tests.support.oidc import AUDIENCE, oidc_issuer
@@ -91,15 +93,18 @@ def manifests(llm: FakeOpenAI) -> list[dict[str, Any]]:
 
 @contextlib.asynccontextmanager
 async def pallas_run(
-    path: Path, base_port: int, env: dict[str, str] | None = None
+    path: Path | None, base_port: int, env: dict[str, str] | None = None, cwd: Path | None = None
 ) -> AsyncIterator[subprocess.Popen[str]]:
+    """`pallas run -f path` (no `-f` when `path` is None) until the first two agents are ready."""
     env = {**os.environ, "PALLAS_LOG_LEVEL": "DEBUG", "PALLAS_ROOT_LOG_LEVEL": "DEBUG", **(env or {})}
+    files = ["-f", str(path)] if path is not None else []
     proc = subprocess.Popen(
-        [*PALLAS, "run", "-f", str(path), "--base-port", str(base_port)],
+        [*PALLAS, "run", *files, "--base-port", str(base_port)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        cwd=cwd,
     )
     try:
         async with httpx2.AsyncClient() as http:
@@ -160,13 +165,41 @@ async def test_agents_call_agents_and_nothing_secret_is_logged(
     assert "caller-jwt-abc" not in err
 
 
+async def test_dotenv_agents_config_and_openai_base_url_as_the_original(
+    fake_openai: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No -f, no baseURL: the manifests come from $PALLAS_AGENTS_CONFIG, the LLM URL from .env."""
+    for name in ("OPENAI_BASE_URL", "KEY"):
+        monkeypatch.delenv(name, raising=False)
+    docs = manifests(fake_openai)
+    del docs[1]["spec"]["providers"]["fake"]["baseURL"]
+    docs[0]["data"] = {}  # the key comes from .env too (a secretKeyRef falls back to $KEY)
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump_all(docs))
+    # The environment wins over .env: the run keeps the DEBUG level pallas_run sets.
+    (tmp_path / ".env").write_text(
+        f"OPENAI_BASE_URL={fake_openai.base_url}\nKEY={API_KEY}\nPALLAS_LOG_LEVEL=ERROR\n"
+    )
+    fake_openai.script(Text("from the fake"))
+    base = free_ports(3)
+    async with pallas_run(None, base, env={"PALLAS_AGENTS_CONFIG": "m.yaml"}, cwd=tmp_path) as proc:
+        async with Client(f"http://127.0.0.1:{base + 2}/mcp") as client:
+            reply = await client.call_tool("send_message", {"message": "hi"})
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=15)
+    assert reply.content[0].text == "from the fake"
+    (request,) = fake_openai.completions
+    assert request.headers["authorization"] == f"Bearer {API_KEY}"
+    assert any(json.loads(line).get("level") == "DEBUG" for line in err.splitlines()), err[-2000:]
+
+
 async def registry_listing(base: int) -> dict[str, str]:
     """Agent name -> URL from the registry on the base port, once it lists both as active."""
     async with httpx2.AsyncClient() as http:
         for _ in range(200):
             response = await http.get(f"http://127.0.0.1:{base}/.well-known/mcp/server.json")
-            if response.status_code == 200 and len(response.json()["servers"]) == 2:
-                entries = response.json()["servers"]
+            entries = response.json()["servers"] if response.status_code == 200 else []
+            # Every agent is listed from the start (Pending); wait until both are ready.
+            if len(entries) == 2 and all(e["_meta"][OFFICIAL_META]["status"] == "active" for e in entries):
                 return {
                     e["server"]["name"].rsplit("/", 1)[1]: e["server"]["remotes"][0]["url"] for e in entries
                 }

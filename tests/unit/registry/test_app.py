@@ -57,7 +57,8 @@ async def test_well_known_document(client: httpx2.AsyncClient) -> None:
     assert response.headers["content-type"] == "application/json"
     document = response.json()
     assert_valid_catalogue(document)
-    assert names(document) == ["coder", "research"]
+    # Every accepted agent, ready or not: clients attach them all and let health block sending.
+    assert names(document) == ["coder", "research", "waiting"]
     first = document["servers"][0]
     assert first["server"]["remotes"] == [
         {"type": "streamable-http", "url": "http://coder.agents.svc.cluster.local:8000/mcp"}
@@ -66,13 +67,13 @@ async def test_well_known_document(client: httpx2.AsyncClient) -> None:
 
 
 async def test_well_known_filters(client: httpx2.AsyncClient) -> None:
-    assert names((await client.get(WELL_KNOWN, params={"include": "all"})).json()) == [
-        "coder",
-        "research",
-        "waiting",
-    ]
+    everything = names((await client.get(WELL_KNOWN)).json())
+    assert names((await client.get(WELL_KNOWN, params={"include": "all"})).json()) == everything
+    assert names((await client.get(WELL_KNOWN, params={"ready": "true"})).json()) == ["coder", "research"]
+    assert names((await client.get(WELL_KNOWN, params={"include": "ready"})).json()) == ["coder", "research"]
+    assert names((await client.get(WELL_KNOWN, params={"ready": "false"})).json()) == everything
     assert names((await client.get(WELL_KNOWN, params={"capability": "code"})).json()) == ["coder"]
-    waiting = (await client.get(WELL_KNOWN, params={"include": "all", "search": "wait"})).json()["servers"][0]
+    waiting = (await client.get(WELL_KNOWN, params={"search": "wait"})).json()["servers"][0]
     assert waiting["_meta"][OFFICIAL_META]["status"] == "deprecated"
     assert waiting["_meta"][VENDOR_META]["phase"] == "Waiting"
 
@@ -80,7 +81,7 @@ async def test_well_known_filters(client: httpx2.AsyncClient) -> None:
 async def test_server_list_pages_through_everything(client: httpx2.AsyncClient) -> None:
     seen, cursor, pages = [], None, 0
     while True:
-        params = {"limit": "1", "include": "all"} | ({"cursor": cursor} if cursor else {})
+        params = {"limit": "1"} | ({"cursor": cursor} if cursor else {})
         document = (await client.get("/v0.1/servers", params=params)).json()
         assert_valid_catalogue(document, paged=True)
         assert document["metadata"]["count"] == len(document["servers"]) == 1
@@ -94,12 +95,19 @@ async def test_server_list_pages_through_everything(client: httpx2.AsyncClient) 
 
 async def test_server_list_default_page(client: httpx2.AsyncClient) -> None:
     document = (await client.get("/v0.1/servers")).json()
-    assert document["metadata"] == {"count": 2}
+    assert document["metadata"] == {"count": 3}
+
+
+@pytest.mark.parametrize("path", ["/v0.1/servers", WELL_KNOWN])
+async def test_a_capability_no_agent_declares_is_an_empty_list(client: httpx2.AsyncClient, path: str) -> None:
+    response = await client.get(path, params={"capability": "graph"})
+    assert response.status_code == 200
+    assert response.json()["servers"] == []
 
 
 async def test_include_deleted_and_updated_since(client: httpx2.AsyncClient) -> None:
     deleted = (await client.get("/v0.1/servers", params={"include_deleted": "true"})).json()
-    assert names(deleted) == ["coder", "leaving", "research"]
+    assert names(deleted) == ["coder", "leaving", "research", "waiting"]
     synced = (await client.get("/v0.1/servers", params={"updated_since": "2026-01-01T00:00:00Z"})).json()
     assert names(synced) == ["coder", "leaving", "research", "waiting"]
     future = (await client.get("/v0.1/servers", params={"updated_since": "2030-01-01T00:00:00Z"})).json()
@@ -160,9 +168,9 @@ async def test_not_ready_agents_can_be_looked_up_deleted_ones_on_request(client:
         ("/v0.1/servers?limit=500", 400, "'limit'"),
         ("/v0.1/servers?limit=abc", 400, "'limit'"),
         ("/v0.1/servers?cursor=%F0%9F%98%80", 400, "'cursor'"),
-        ("/v0.1/servers?capability=graph", 400, "no agent declares 'graph'"),
         ("/v0.1/servers?capability=NOT%20A%20TAG", 400, "'capability'"),
-        (WELL_KNOWN + "?capability=graph", 400, "'capability'"),
+        (WELL_KNOWN + "?capability=-x", 400, "'capability'"),
+        (WELL_KNOWN + "?ready=maybe", 400, "'ready'"),
         (WELL_KNOWN + "?include=most", 400, "'include'"),
         ("/v0.1/servers?updated_since=last+week", 400, "'updated_since'"),
         ("/v0.1/servers?search=" + "x" * 600, 400, "'search'"),
@@ -214,9 +222,15 @@ async def test_etag_and_if_none_match(client: httpx2.AsyncClient, source: Memory
         assert again.content == b""
         assert again.headers["etag"] == etag
     assert (await client.get(WELL_KNOWN, headers={"if-none-match": '"other"'})).status_code == 200
-    # A change nobody sees in this document keeps the ETag; a visible one changes it.
+    # A change nobody sees in this document keeps the ETag (a not-ready agent changing phase is
+    # not in the ready-only list); a visible one changes it.
+    ready_only = {"ready": "true"}
+    ready_etag = (await client.get(WELL_KNOWN, params=ready_only)).headers["etag"]
     source.store.upsert(state("waiting", ready=False, phase="Progressing"))
-    assert (await client.get(WELL_KNOWN, headers={"if-none-match": etag})).status_code == 304
+    unchanged = await client.get(WELL_KNOWN, params=ready_only, headers={"if-none-match": ready_etag})
+    assert unchanged.status_code == 304
+    assert (await client.get(WELL_KNOWN, headers={"if-none-match": etag})).status_code == 200
+    etag = (await client.get(WELL_KNOWN)).headers["etag"]
     source.store.upsert(state("research", tools=("send_message",)))
     changed = await client.get(WELL_KNOWN, headers={"if-none-match": etag})
     assert changed.status_code == 200
@@ -284,6 +298,7 @@ async def test_random_requests_never_get_a_500(client: httpx2.AsyncClient) -> No
         "updated_since",
         "version",
         "capability",
+        "ready",
         "include",
         "include_deleted",
         "x",

@@ -92,11 +92,16 @@ def test_bad_flag() -> None:
         parse(include_deleted="yes please")
 
 
-def test_include() -> None:
-    assert parse(include="all").include_all
-    assert not parse(include="ready").include_all
+def test_ready_and_the_old_include() -> None:
+    assert not parse().ready_only
+    assert parse(include="all") == parse()  # what old clients send: a no-op
+    assert parse(include="ready").ready_only
+    assert parse(ready="true").ready_only
+    assert not parse(include="ready", ready="false").ready_only  # the newer parameter wins
     with pytest.raises(BadParameter, match="'include'"):
         parse(include="everything")
+    with pytest.raises(BadParameter, match="'ready'"):
+        parse(ready="soon")
 
 
 @pytest.mark.parametrize("tag", ["Web", "web search", "-x", "x" * 64, "a_b", "ü"])
@@ -105,10 +110,10 @@ def test_malformed_capability(tag: str) -> None:
         parse(capability=tag)
 
 
-def test_updated_since_is_parsed_and_implies_every_status() -> None:
+def test_updated_since_is_parsed_and_implies_deleted_entries() -> None:
     query = parse(updated_since="2026-11-21T11:00:00+01:00")
     assert query.updated_since == datetime(2026, 11, 21, 10, tzinfo=UTC)
-    assert query.include_all
+    assert not query.ready_only
     assert query.include_deleted
 
 
@@ -133,18 +138,19 @@ def agents(entries) -> list[str]:
     return [entry.key[1] for entry in entries]
 
 
-def test_default_lists_only_ready_agents() -> None:
+def test_default_lists_every_agent_ready_true_only_ready_ones() -> None:
     catalogue = catalogue_of(state("a"), state("b", ready=False, phase="Degraded"), state("c", deleting=True))
-    assert agents(select(catalogue, parse())) == ["a"]
+    assert agents(select(catalogue, parse())) == ["a", "b"]
     assert agents(select(catalogue, parse(include="all"))) == ["a", "b"]
-    assert agents(select(catalogue, parse(include_deleted="true"))) == ["a", "c"]
+    assert agents(select(catalogue, parse(ready="true"))) == ["a"]
+    assert agents(select(catalogue, parse(include_deleted="true"))) == ["a", "b", "c"]
+    assert agents(select(catalogue, parse(include_deleted="true", ready="true"))) == ["a", "c"]
 
 
 def test_capability_filter_and_unknown_capability() -> None:
     catalogue = catalogue_of(state("a", tags=("web-search",)), state("b", tags=("code",)))
     assert agents(select(catalogue, parse(capability="code"))) == ["b"]
-    with pytest.raises(BadParameter, match=r"no agent declares 'graph' \(known: code, web-search\)"):
-        select(catalogue, parse(capability="graph"))
+    assert select(catalogue, parse(capability="graph")) == []
 
 
 def test_search_matches_name_and_title_case_insensitively() -> None:
