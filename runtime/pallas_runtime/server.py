@@ -42,7 +42,7 @@ from pallas_runtime.agent.health import HealthChecker
 from pallas_runtime.agent.inputs import ImageInput, InvalidInput, user_message
 from pallas_runtime.agent.loop import AgentLoop, MaxIterationsExceeded
 from pallas_runtime.agent.progress import ProgressReporter
-from pallas_runtime.agent.turns import Conversations, NoConversation
+from pallas_runtime.agent.turns import Conversations, NoConversation, Reply
 from pallas_runtime.auth import build_auth
 from pallas_runtime.conversations.caller import checked_id, current_caller
 from pallas_runtime.conversations.factory import build_store
@@ -308,6 +308,7 @@ def build_server(
         except (InvalidInput, ValueError) as exc:
             raise failed(exc, caller_error=True) from None
         inbound_auth = get_http_headers(include={"authorization"}).get("authorization")
+        reply: Reply | None = None
         try:
             with inflight.track():
                 reply = await conversations.send(
@@ -326,8 +327,9 @@ def build_server(
             raise failed(f"the conversation was not kept: {exc}") from None
         finally:
             # A failed turn can change the count too (a store that expired or evicted on the
-            # way); the gauge follows every turn, not only the successful ones.
-            await conversations_changed()
+            # way); only a finished turn that kept no conversation cannot.
+            if reply is None or reply.conversation_id is not None:
+                await conversations_changed()
         if reply.conversation_id is None:
             return ToolResult(content=reply.text)
         return ToolResult(content=reply.text, meta={CONVERSATION_META: reply.conversation_id})

@@ -123,8 +123,19 @@ class MemoryStore:
         return self._items.pop(key, None) is not None
 
     async def count(self, agent: str) -> int:
-        """Conversations kept for `agent`; expired ones are forgotten first, not counted."""
-        return sum(1 for key in list(self._items) if key.agent == agent and self._get(key) is not None)
+        """Conversations kept for `agent`; expired ones (as `history` sees them) are not counted.
+
+        Runs after every turn, so it stays one cheap pass: a clock read, then a comparison per
+        conversation; the lock table is asked only about the rare expired one.
+        """
+        if self._ttl is None:
+            return sum(1 for key in self._items if key.agent == agent)
+        oldest = time.monotonic() - self._ttl
+        return sum(
+            1
+            for key, conversation in self._items.items()
+            if key.agent == agent and (conversation.touched >= oldest or self._locks.held(key))
+        )
 
     async def check(self) -> str | None:
         """Always usable."""
