@@ -29,6 +29,8 @@ class Reply:
 
     text: str
     conversation_id: str | None
+    created: bool = False
+    """This turn started the conversation."""
 
 
 def conversation_key(
@@ -73,7 +75,7 @@ class Conversations:
         async with self.store.turn(key) as held:
             turn = await self._run(held.history, user, key, inbound_auth, progress)
             await held.commit(turn.messages, title_of([user]))
-        return Reply(turn.text, key.id)
+        return Reply(turn.text, key.id, created=not held.history)
 
     async def _run(
         self,
