@@ -42,6 +42,7 @@ from pallas_runtime.agent.health import HealthChecker
 from pallas_runtime.agent.inputs import ImageInput, InvalidInput, user_message
 from pallas_runtime.agent.loop import AgentLoop, MaxIterationsExceeded
 from pallas_runtime.agent.progress import ProgressReporter
+from pallas_runtime.agent.trace import TOOL_CALLS_META, tool_trace
 from pallas_runtime.agent.turns import Conversations, NoConversation, Reply
 from pallas_runtime.auth import build_auth
 from pallas_runtime.conversations.caller import checked_id, current_caller
@@ -72,6 +73,8 @@ CONVERSATION_META = "pallas.dev/conversationId"
 """The `_meta` key of a send_message result naming the conversation the turn was stored in."""
 GAUGE_REFRESH = 10.0
 GET_HEALTH_DESCRIPTION = "Returns the health status of this agent and its downstream dependencies."
+INSTRUCTION_URI = "pallas://instruction"
+"""The resource holding the agent's instruction (its model's system prompt): `pallas chat`'s /system."""
 
 
 def send_message_description(config: AgentConfig) -> str:
@@ -153,6 +156,11 @@ def _progress_sender(ctx: Context) -> Any:
     if not meta or meta.get("progressToken") is None:
         return None
     return ctx.report_progress
+
+
+def _wants_tool_calls(ctx: Context) -> bool:
+    meta = ctx.request_context.meta if ctx.request_context is not None else None
+    return bool(meta and meta.get(TOOL_CALLS_META) is True)
 
 
 def _session_id() -> str | None:
@@ -330,9 +338,12 @@ def build_server(
             # way); only a finished turn that kept no conversation cannot.
             if reply is None or reply.conversation_id is not None:
                 await conversations_changed()
-        if reply.conversation_id is None:
-            return ToolResult(content=reply.text)
-        return ToolResult(content=reply.text, meta={CONVERSATION_META: reply.conversation_id})
+        meta: dict[str, Any] = {}
+        if reply.conversation_id is not None:
+            meta[CONVERSATION_META] = reply.conversation_id
+        if _wants_tool_calls(ctx):
+            meta[TOOL_CALLS_META] = tool_trace(reply.turn)
+        return ToolResult(content=reply.text, meta=meta or None)
 
     for name in send_names:
         server.tool(name=name, description=send_message_description(config), output_schema=None)(send_message)
@@ -395,6 +406,15 @@ def build_server(
             raise ToolError(str(exc)) from None
         await conversations_changed()
         return f"deleted conversation {conversation_id!r}"
+
+    @server.resource(
+        INSTRUCTION_URI,
+        name="instruction",
+        description=f"The instruction (system prompt) {config.display_title}'s model works under.",
+        mime_type="text/plain",
+    )
+    def instruction() -> str:
+        return config.instruction
 
     @server.custom_route("/healthz", methods=["GET"])
     async def healthz(_: Request) -> Response:
