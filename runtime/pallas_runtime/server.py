@@ -36,13 +36,14 @@ from starlette.types import ASGIApp
 
 from pallas_api.config import AgentConfig
 from pallas_api.health import utc_timestamp
+from pallas_api.names import INSTRUCTION_URI, TOOL_CALLS_META
 from pallas_api.validation import describe
 from pallas_runtime import __version__
 from pallas_runtime.agent.health import HealthChecker
 from pallas_runtime.agent.inputs import ImageInput, InvalidInput, user_message
 from pallas_runtime.agent.loop import AgentLoop, MaxIterationsExceeded
 from pallas_runtime.agent.progress import ProgressReporter
-from pallas_runtime.agent.trace import TOOL_CALLS_META, tool_trace
+from pallas_runtime.agent.trace import tool_trace
 from pallas_runtime.agent.turns import Conversations, NoConversation, Reply
 from pallas_runtime.auth import build_auth
 from pallas_runtime.conversations.caller import checked_id, current_caller
@@ -73,8 +74,6 @@ CONVERSATION_META = "pallas.dev/conversationId"
 """The `_meta` key of a send_message result naming the conversation the turn was stored in."""
 GAUGE_REFRESH = 10.0
 GET_HEALTH_DESCRIPTION = "Returns the health status of this agent and its downstream dependencies."
-INSTRUCTION_URI = "pallas://instruction"
-"""The resource holding the agent's instruction (its model's system prompt): `pallas chat`'s /system."""
 
 
 def send_message_description(config: AgentConfig) -> str:

@@ -1,10 +1,11 @@
 """The tool calls of one turn as a caller may see them: names, arguments and (shortened) results.
 
 A turn's tool traffic stays inside the agent unless the caller asks for it (`send_message` with
-`_meta["pallas.dev/toolCalls"]: true`, what `pallas chat` sends): then the result's `_meta` under
-the same key lists every call the model made, in order, so a chat client can show what the agent
-did, as mcpctl's REPL does. Results are cut to `RESULT_TEXT_LIMIT` characters: they are for a
-person to glance at, and a whole tool result can be megabytes.
+`_meta["pallas.dev/toolCalls"]: true`, `pallas_api.names.TOOL_CALLS_META`, what `pallas chat`
+sends): then the result's `_meta` under the same key lists every call the model made, in
+order, so a chat client can show what the agent did, as mcpctl's REPL does. Results are cut to
+`RESULT_TEXT_LIMIT` characters: they are for a person to glance at, and a whole tool result
+can be megabytes.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from typing import Any
 
 from pallas_runtime.messages import AssistantMessage, ImagePart, Message, ToolResult, ToolResultsMessage
 
-TOOL_CALLS_META = "pallas.dev/toolCalls"
 RESULT_TEXT_LIMIT = 2000
 
 
