@@ -139,11 +139,65 @@ async def test_one_shot_prints_the_answer_and_progress(agent: ServedAgent, fake_
     assert res.code == 0, res.err
     answer = json.loads(res.out.removeprefix("echo said "))
     assert answer["authorization"] == "Bearer alice-token"
-    # Progress: plain lines on stderr (not a terminal), in the agent's formats.
-    assert f"… {AGENT} step 1 (llm)" in res.err_lines
-    assert "… echo/echo_headers: started" in res.err_lines
-    assert "… echo/echo_headers: completed" in res.err_lines
+    # Progress: plain lines on stderr (not a terminal), in the agent's formats and in order, then
+    # the tool call with its arguments and result.
+    assert res.err_lines == [
+        f"… {AGENT} step 1 (llm)",
+        f"… {AGENT} step 2 (tool)",
+        "… echo/echo_headers: started",
+        "… echo/echo_headers: completed",
+        f"… {AGENT} step 3 (llm)",
+        '[tool echo__echo_headers {"delay": 0}]',
+        f"[result echo__echo_headers ok: {res.out.removeprefix('echo said ').strip()}]",
+    ]
     assert fake_openai.completions[0].json["messages"][-1] == {"role": "user", "content": "Who is calling?"}
+
+
+async def test_one_shot_progress_is_flushed_before_the_answer(agent: ServedAgent, fake_openai: FakeOpenAI):
+    """stdout and stderr into one pipe (`2>&1 | less`): the progress lines come first."""
+    fake_openai.script(Text("The end."))
+    proc = await asyncio.create_subprocess_exec(
+        *pallas_argv(),
+        "chat",
+        "-m",
+        "hi",
+        agent.url,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, **QUIET_FASTMCP_ENV},
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+
+    assert proc.returncode == 0
+    assert out.decode().splitlines() == [f"… {AGENT} step 1 (llm)", "The end."]
+
+
+async def test_json_prints_the_raw_result(agent: ServedAgent, fake_openai: FakeOpenAI):
+    fake_openai.script(
+        ToolCalls([Call("echo__echo_headers", {"delay": 0})]), Text("Done."), HttpError(500, "down")
+    )
+
+    res = await pallas_chat("-m", "hi", "--json", "--conversation-id", "c-9", agent.url)
+
+    assert res.code == 0, res.err
+    document = json.loads(res.out)
+    assert document["content"] == [{"type": "text", "text": "Done."}]
+    assert document["isError"] is False
+    assert document["_meta"]["pallas.dev/conversationId"] == "c-9"
+    (call,) = document["_meta"]["pallas.dev/toolCalls"]
+    assert (call["name"], call["arguments"], call["isError"]) == ("echo__echo_headers", {"delay": 0}, False)
+    assert f"… {AGENT} step 1 (llm)" in res.err_lines  # progress stays on stderr
+
+    failed = await pallas_chat("-m", "again", "--json", agent.url)
+    assert failed.code == 1
+    document = json.loads(failed.out)
+    assert document["isError"] is True
+    assert document["content"][0]["text"].startswith("the language model call failed")
+
+    usage = await pallas_chat("--json", agent.url)
+    assert (usage.code, usage.out) == (2, "")
+    assert usage.err_lines == ["pallas chat: --json needs -m MESSAGE (the REPL prints text)"]
 
 
 async def test_header_option_sets_the_authorization(
