@@ -4,12 +4,15 @@
     pallas chat -m "Who wrote it?" URL      # one message, the answer on stdout
     pallas chat --registry REGISTRY_URL NAME   # the agent's URL from the registry catalogue
     pallas chat --as-serviceaccount agents/alice URL   # as a ServiceAccount (auth.mode kubernetes)
+    pallas chat -m "Who wrote it?" --json URL   # the raw send_message result, one JSON document
 
 One stateful (legacy-mode) MCP session carries a generated `conversation_id`, so the agent
-keeps the history; every `send_message` carries a progress token and the progress lines go to
-stderr while the agent works (rewritten in place on a terminal, one line each otherwise). The
-answer goes to stdout. REPL commands: `/history` (the agent's `<agent>_history` prompt for this
-conversation), `/threads` (your conversations with the agent), `/resume ID` (continue one),
+keeps the history (`chat_session`). While the agent works its progress goes to stderr: a status
+line on a terminal, erased before the answer, else one flushed line per message; the turn's tool
+calls follow, dimmed (`chat_display`). The answer goes to stdout. REPL commands (`chat_repl`):
+`/tools`, `/system` (the agent's instruction), `/set KEY VALUE` (per-call LLM parameters,
+`chat_params`), `/history` (the agent's `<agent>_history` prompt for this conversation),
+`/save FILE`, `/threads` (your conversations with the agent), `/resume ID` (continue one),
 `/delete [ID]` (delete one; this one by default, then start a new one), `/clear` (a new
 conversation), `/quit` (or end of input). Ctrl-C stops.
 

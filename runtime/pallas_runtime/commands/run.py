@@ -13,6 +13,8 @@ for openai providers without a `baseURL` (see `local_env`).
 the current kubeconfig (TokenReview and SubjectAccessReview with its credentials, about the
 manifests' namespace). `--token`, `$PALLAS_TOKEN` or `--as-serviceaccount` give the registry a
 bearer for its checks of the agents; without one it lists them as asking for a token.
+
+`--reload` applies edits of the files while running (see `reload`).
 """
 
 from __future__ import annotations
