@@ -248,12 +248,14 @@ def build_server(
 
     pending_refresh: list[asyncio.Task[None]] = []
 
-    async def conversations_changed() -> None:
-        # Counting a memory store costs nothing; a database is counted in the background, at
-        # most one count in flight, so a turn never waits on it.
+    async def conversations_changed(*, count_changed: bool) -> None:
+        # Counting a memory store costs nothing, and any turn may expire or evict others. A
+        # database's count changes here only when a conversation is created or deleted (other
+        # replicas' turns and the TTL sweep are counted every GAUGE_REFRESH); it is counted in the
+        # background, at most one count in flight, so a turn never waits on it.
         if store.kind == "memory":
             await refresh_gauge()
-        elif not pending_refresh or pending_refresh[-1].done():
+        elif count_changed and (not pending_refresh or pending_refresh[-1].done()):
             pending_refresh[:] = [asyncio.create_task(refresh_gauge())]
 
     async def keep_gauge() -> None:
@@ -336,7 +338,7 @@ def build_server(
             # A failed turn can change the count too (a store that expired or evicted on the
             # way); only a finished turn that kept no conversation cannot.
             if reply is None or reply.conversation_id is not None:
-                await conversations_changed()
+                await conversations_changed(count_changed=reply is not None and reply.created)
         meta: dict[str, Any] = {}
         if reply.conversation_id is not None:
             meta[CONVERSATION_META] = reply.conversation_id
@@ -403,7 +405,7 @@ def build_server(
             await conversations.delete(current_caller(), _checked(conversation_id) or "")
         except (NoConversation, StoreUnavailable) as exc:
             raise ToolError(str(exc)) from None
-        await conversations_changed()
+        await conversations_changed(count_changed=True)
         return f"deleted conversation {conversation_id!r}"
 
     @server.resource(

@@ -31,6 +31,8 @@ class Reply:
     conversation_id: str | None
     turn: Sequence[Message] = ()
     """The turn's messages (the user message, then every assistant and tool message)."""
+    created: bool = False
+    """This turn started the conversation."""
 
 
 def conversation_key(
@@ -75,7 +77,7 @@ class Conversations:
         async with self.store.turn(key) as held:
             turn = await self._run(held.history, user, key, inbound_auth, progress)
             await held.commit(turn.messages, title_of([user]))
-        return Reply(turn.text, key.id, turn.messages)
+        return Reply(turn.text, key.id, turn.messages, created=not held.history)
 
     async def _run(
         self,
