@@ -26,6 +26,14 @@ import pexpect
 import pyte
 
 ROWS, COLUMNS = 30, 120
+TERMINAL_OVERRIDES = ("FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "COLUMNS", "LINES")
+"""Variables with which rich overrides what it detects (a pipe taken for a terminal, its size)."""
+
+
+def detected_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This environment without `TERMINAL_OVERRIDES`, plus `extra`: a program sees what it runs on."""
+    env = {k: v for k, v in os.environ.items() if k not in TERMINAL_OVERRIDES}
+    return {**env, **(extra or {})}
 
 
 class Terminal:
@@ -81,7 +89,7 @@ async def terminal(
         pexpect.spawn,
         argv[0],
         list(argv[1:]),
-        env={**os.environ, "TERM": "xterm-256color", **(env or {})},
+        env=detected_env({"TERM": "xterm-256color", **(env or {})}),
         dimensions=(rows, columns),
         logfile=None,
     )

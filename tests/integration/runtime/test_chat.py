@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ from tests.support.agents import QUIET_FASTMCP_ENV, ServedAgent, agent_config, p
 from tests.support.fake_llm import Call, FakeOpenAI, Hold, HttpError, Text, ToolCalls
 from tests.support.mcp_servers import RunningServer, header_echo_server, serve, serve_app
 from tests.support.ports import closed_port
-from tests.support.terminal import terminal
+from tests.support.terminal import detected_env, terminal
 
 AGENT = "chat-test"
 INSTRUCTION = "You are terse.\nAnswer in one line."
@@ -71,7 +70,7 @@ async def pallas_chat(*args: str, stdin: str = "", limit: float = 60) -> Result:
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, **QUIET_FASTMCP_ENV},
+        env=detected_env(QUIET_FASTMCP_ENV),
     )
     out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), limit)
     assert proc.returncode is not None
@@ -176,7 +175,7 @@ async def test_one_shot_progress_is_flushed_before_the_answer(agent: ServedAgent
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
-        env={**os.environ, **QUIET_FASTMCP_ENV},
+        env=detected_env(QUIET_FASTMCP_ENV),
     )
     out, _ = await asyncio.wait_for(proc.communicate(), 60)
 
