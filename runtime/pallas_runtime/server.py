@@ -36,12 +36,14 @@ from starlette.types import ASGIApp
 
 from pallas_api.config import AgentConfig
 from pallas_api.health import utc_timestamp
+from pallas_api.names import INSTRUCTION_URI, TOOL_CALLS_META
 from pallas_api.validation import describe
 from pallas_runtime import __version__
 from pallas_runtime.agent.health import HealthChecker
 from pallas_runtime.agent.inputs import ImageInput, InvalidInput, user_message
 from pallas_runtime.agent.loop import AgentLoop, MaxIterationsExceeded
 from pallas_runtime.agent.progress import ProgressReporter
+from pallas_runtime.agent.trace import tool_trace
 from pallas_runtime.agent.turns import Conversations, NoConversation, Reply
 from pallas_runtime.auth import build_auth
 from pallas_runtime.conversations.caller import checked_id, current_caller
@@ -153,6 +155,11 @@ def _progress_sender(ctx: Context) -> Any:
     if not meta or meta.get("progressToken") is None:
         return None
     return ctx.report_progress
+
+
+def _wants_tool_calls(ctx: Context) -> bool:
+    meta = ctx.request_context.meta if ctx.request_context is not None else None
+    return bool(meta and meta.get(TOOL_CALLS_META) is True)
 
 
 def _session_id() -> str | None:
@@ -332,9 +339,12 @@ def build_server(
             # way); only a finished turn that kept no conversation cannot.
             if reply is None or reply.conversation_id is not None:
                 await conversations_changed(count_changed=reply is not None and reply.created)
-        if reply.conversation_id is None:
-            return ToolResult(content=reply.text)
-        return ToolResult(content=reply.text, meta={CONVERSATION_META: reply.conversation_id})
+        meta: dict[str, Any] = {}
+        if reply.conversation_id is not None:
+            meta[CONVERSATION_META] = reply.conversation_id
+        if _wants_tool_calls(ctx):
+            meta[TOOL_CALLS_META] = tool_trace(reply.turn)
+        return ToolResult(content=reply.text, meta=meta or None)
 
     for name in send_names:
         server.tool(name=name, description=send_message_description(config), output_schema=None)(send_message)
@@ -397,6 +407,15 @@ def build_server(
             raise ToolError(str(exc)) from None
         await conversations_changed(count_changed=True)
         return f"deleted conversation {conversation_id!r}"
+
+    @server.resource(
+        INSTRUCTION_URI,
+        name="instruction",
+        description=f"The instruction (system prompt) {config.display_title}'s model works under.",
+        mime_type="text/plain",
+    )
+    def instruction() -> str:
+        return config.instruction
 
     @server.custom_route("/healthz", methods=["GET"])
     async def healthz(_: Request) -> Response:
