@@ -94,7 +94,8 @@ async def test_the_ttl_sweep_deletes_untouched_conversations(tmp_path: Path) -> 
         await commit(store, key("old"), turn(1))
         await asyncio.sleep(1.2)
         await commit(store, key("new"), turn(1))
-        assert await store.sweep() == 1
+        # The store's own sweep (every second here) may have come first on a busy machine.
+        assert await store.sweep() in (0, 1)
         assert await store.history(key("old")) is None
         assert await store.history(key("new")) == turn(1)
     finally:
