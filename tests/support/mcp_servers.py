@@ -25,6 +25,7 @@ import mcp_types
 import uvicorn
 from fastmcp import Context, FastMCP
 from fastmcp.exceptions import ToolError
+from fastmcp.server.auth.providers.jwt import StaticTokenVerifier
 from fastmcp.server.dependencies import get_http_headers
 from fastmcp.tools import Tool, ToolResult
 from starlette.requests import Request
@@ -133,9 +134,9 @@ async def serve(
         yield running
 
 
-def header_echo_mcp() -> FastMCP:
+def header_echo_mcp(auth: StaticTokenVerifier | None = None) -> FastMCP:
     """Tool `echo_headers`: returns JSON {authorization, x_api_key} as seen on the tools/call request."""
-    mcp = FastMCP("header-echo")
+    mcp = FastMCP("header-echo", auth=auth)
 
     @mcp.tool(output_schema=None)
     async def echo_headers(delay: float = 0.02) -> str:
@@ -145,6 +146,16 @@ def header_echo_mcp() -> FastMCP:
         return json.dumps({"authorization": seen.get("authorization"), "x_api_key": seen.get("x-api-key")})
 
     return mcp
+
+
+def bearer_echo_mcp(tokens: tuple[str, ...] = ("Bearer caller-token",)) -> FastMCP:
+    """`header_echo_mcp` behind a bearer check: only the given `Authorization` values get in.
+
+    Anything else, a request without a bearer included (initialize too), gets fastmcp's 401
+    with a `WWW-Authenticate: Bearer` challenge, as an MCP server that checks callers answers.
+    """
+    known = {t.removeprefix("Bearer "): {"client_id": f"c{i}", "scopes": []} for i, t in enumerate(tokens)}
+    return header_echo_mcp(auth=StaticTokenVerifier(known))
 
 
 def slow_mcp() -> FastMCP:
@@ -254,6 +265,7 @@ def _served(factory: Any) -> Any:
 
 
 header_echo_server = _served(header_echo_mcp)
+bearer_echo_server = _served(bearer_echo_mcp)
 slow_server = _served(slow_mcp)
 progress_server = _served(progress_mcp)
 image_server = _served(image_mcp)

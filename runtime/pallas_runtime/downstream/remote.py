@@ -56,6 +56,9 @@ from pallas_runtime.sizes import MiB, human_bytes, utf8_size
 log = logging.getLogger("pallas.downstream")
 T = TypeVar("T")
 
+NEEDS_CALLER_CREDENTIALS = "needs caller credentials"
+"""The note of a source that refuses a probe without a bearer and is called with the caller's."""
+
 
 class _ProgressRelay:
     """Passes progress on to the caller's handler until the call is over; never fails the call."""
@@ -374,9 +377,11 @@ class RemoteMcpSource:
     async def probe(self) -> ProbeResult:
         """MCP initialize (and DELETE of the session) within the probe timeout; never raises.
 
-        A source that forwards the caller's bearer is probed without one (a probe has no
-        caller): its 401 with a Bearer challenge means it serves and wants that token, so it
-        counts as up. With configured credentials a 401 stays a failure: they are wrong.
+        The probe sends the configured headers. A source that forwards the caller's bearer is
+        probed without one (a probe has no caller): its 401 means it serves and wants the
+        caller's token, which every call carries, so it is up with the note `needs caller
+        credentials` rather than down. Without forwarding (or with a configured
+        `Authorization`), a 401 stays a failure: the configured credentials are missing or wrong.
         """
         outcome = await mcp_probe.probe(
             self._url,
@@ -385,8 +390,8 @@ class RemoteMcpSource:
             headers=self._headers,
             verify=tls_context(),
         )
-        if not outcome.ok and outcome.unauthorized and self._forwards_bearer:
-            return ProbeResult(source=self._name, ok=True)
+        if not outcome.ok and self._forwards_bearer and (outcome.unauthorized or outcome.status == 401):
+            return ProbeResult(source=self._name, ok=True, note=NEEDS_CALLER_CREDENTIALS)
         return ProbeResult(source=self._name, ok=outcome.ok, message=outcome.message)
 
     async def aclose(self) -> None:

@@ -47,6 +47,8 @@ class ProbeResult:
     ok: bool
     message: str = ""
     """Why it failed: `timed out after 3s`, `HTTP 503`, `connection refused`…"""
+    note: str = ""
+    """What is worth knowing about a source that is up, e.g. `needs caller credentials`."""
 
 
 class DownstreamError(Exception):
