@@ -235,7 +235,7 @@ def render_agent(
         instruction=agent.instruction,
         model=model,
         provider=provider,
-        capabilities=deployment.model.capabilities,
+        capabilities=deployment.model.capabilities_of(model_ref),
         servers=servers,
         agents=peers,
         request_params=agent.request_params,

@@ -156,6 +156,24 @@ INVALID = [
         reported_as=["spec: ", "names provider 'openai', which is not in providers"],
     ),
     Case(
+        "model-capabilities-key-not-a-model",
+        deployment("d1", at("spec.model.models", {"qwen3": {"vision": True}})),
+        refused_with=["spec.model.models keys must be '<provider>.<model>'"],
+        reported_as=["spec.model: ", "model.models key 'qwen3' must be '<provider>.<model>'"],
+    ),
+    Case(
+        "model-capabilities-of-the-default",
+        deployment("d1", at("spec.model.models", {"vllm.qwen3-8b": {"vision": True}})),
+        refused_with=["spec.model.models must not name the default model"],
+        reported_as=["spec.model: ", "model.models names the default model 'vllm.qwen3-8b'"],
+    ),
+    Case(
+        "model-capabilities-unknown-provider",
+        deployment("d1", at("spec.model.models", {"anthropic.claude-sonnet-4-5": {"vision": True}})),
+        refused_with=["spec.model.models keys must start with a key of spec.providers"],
+        reported_as=["spec: ", "model.models 'anthropic.claude-sonnet-4-5' names provider 'anthropic'"],
+    ),
+    Case(
         "postgres-without-dsn",
         deployment("d1", at("spec.conversations", {"store": "postgres"})),
         refused_with=["spec.conversations.postgres", "needs spec.conversations.postgres.dsn"],
