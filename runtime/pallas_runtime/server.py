@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastmcp import Context, FastMCP
-from fastmcp.exceptions import ToolError
+from fastmcp.exceptions import NotFoundError, ToolError
 from fastmcp.exceptions import ValidationError as ArgumentsInvalid
 from fastmcp.prompts import Message as PromptMessage
 from fastmcp.server.dependencies import get_http_headers
@@ -35,6 +35,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import ASGIApp
 
 from pallas_api.config import AgentConfig
+from pallas_api.errors import ErrorCode, error_content
 from pallas_api.health import utc_timestamp
 from pallas_api.validation import describe
 from pallas_runtime import __version__
@@ -126,11 +127,28 @@ class _SendMessageMetrics(Middleware):
             self._metrics.send_message_duration.labels(self._agent).observe(time.perf_counter() - started)
 
 
-class _PlainArgumentErrors(Middleware):
-    """Bad tool arguments are answered as `<tool>: invalid arguments: <field>: <problem>`.
+class CodedToolError(ToolError):
+    """A tool error with its machine-readable code (see `pallas_api.errors`)."""
 
-    fastmcp passes pydantic's own text through, with its input dumps and documentation links,
-    which is noise to a caller and can echo back whatever they sent.
+    def __init__(self, message: str, code: ErrorCode) -> None:
+        super().__init__(message, log_level=logging.DEBUG)
+        self.code = code
+
+
+def error_result(code: ErrorCode, text: str) -> ToolResult:
+    """An error result: the text as content, `{"error": {"code", "message"}}` as structured content.
+
+    A raised ToolError reaches the client as text alone; a returned result keeps the code.
+    """
+    return ToolResult(content=text, structured_content=error_content(code, text), is_error=True)
+
+
+class _CodedErrors(Middleware):
+    """Every error of the agent's own tools is answered with its code in the structured part.
+
+    Bad arguments read `<tool>: invalid arguments: <field>: <problem>`: fastmcp passes pydantic's
+    own text through, with its input dumps and documentation links, which is noise to a caller
+    and can echo back whatever they sent. An unknown tool keeps fastmcp's text.
     """
 
     async def on_call_tool(
@@ -145,7 +163,11 @@ class _PlainArgumentErrors(Middleware):
             if not isinstance(cause, ValidationError):
                 raise
             text = f"{context.message.name}: invalid arguments: {describe(cause, limit=5)}"
-            raise ToolError(text, log_level=logging.DEBUG) from None
+            return error_result(ErrorCode.INVALID_ARGUMENTS, text)
+        except CodedToolError as exc:
+            return error_result(exc.code, str(exc))
+        except NotFoundError:
+            return error_result(ErrorCode.TOOL_NOT_FOUND, f"Unknown tool: {context.message.name!r}")
 
 
 def _progress_sender(ctx: Context) -> Any:
@@ -163,7 +185,7 @@ def _checked(conversation_id: str | None) -> str | None:
     try:
         return checked_id(conversation_id) if conversation_id else None
     except ValueError as exc:
-        raise ToolError(str(exc)) from None
+        raise CodedToolError(str(exc), ErrorCode.INVALID_ARGUMENTS) from None
 
 
 def _history_messages(messages: Sequence[Any]) -> list[PromptMessage]:
@@ -278,23 +300,23 @@ def build_server(
         instructions=config.description or None,
         version=config.version,
         lifespan=lifespan,
-        middleware=[_SendMessageMetrics(agent, metrics, send_names), _PlainArgumentErrors()],
+        middleware=[_SendMessageMetrics(agent, metrics, send_names), _CodedErrors()],
         mask_error_details=True,
         auth=auth,
     )
 
     inflight = InFlight(agent)
 
-    def failed(exc: Exception | str, *, caller_error: bool = False) -> ToolError:
-        """One log line with the agent and the reason, and the error the caller gets.
+    def failed(exc: Exception | str, code: ErrorCode) -> CodedToolError:
+        """One log line with the agent, the code and the reason, and the error the caller gets.
 
         A caller's own bad input is INFO, anything else WARNING; fastmcp's generic "Error calling
         tool" line (no agent, no reason) is silenced for them.
         """
         text = str(exc)
-        log.log(logging.INFO if caller_error else logging.WARNING, "send_message failed: %s", text,
-                extra={"agent": agent})  # fmt: skip
-        return ToolError(text, log_level=logging.DEBUG)
+        level = logging.INFO if code is ErrorCode.INVALID_ARGUMENTS else logging.WARNING
+        log.log(level, "send_message failed: %s", text, extra={"agent": agent, "code": code.value})
+        return CodedToolError(text, code)
 
     _EDGES[server] = _Edges(lambda: metrics.requests_refused.labels(agent, "too_large").inc(), inflight)
 
@@ -308,7 +330,7 @@ def build_server(
             user = user_message(config, message, images)
             checked = checked_id(conversation_id) if conversation_id else None
         except (InvalidInput, ValueError) as exc:
-            raise failed(exc, caller_error=True) from None
+            raise failed(exc, ErrorCode.INVALID_ARGUMENTS) from None
         inbound_auth = get_http_headers(include={"authorization"}).get("authorization")
         reply: Reply | None = None
         try:
@@ -322,11 +344,15 @@ def build_server(
                     progress=ProgressReporter(agent, _progress_sender(ctx)),
                 )
         except LLMError as exc:
-            raise failed(f"the language model call failed: {exc}") from None
-        except (ShuttingDown, MaxIterationsExceeded, ConversationBusy, TurnLost) as exc:
-            raise failed(exc) from None
+            raise failed(f"the language model call failed: {exc}", ErrorCode.LLM_ERROR) from None
+        except MaxIterationsExceeded as exc:
+            raise failed(exc, ErrorCode.MAX_ITERATIONS) from None
+        except ConversationBusy as exc:
+            raise failed(exc, ErrorCode.TIMEOUT) from None
+        except (ShuttingDown, TurnLost) as exc:
+            raise failed(exc, ErrorCode.SERVER_UNAVAILABLE) from None
         except StoreUnavailable as exc:
-            raise failed(f"the conversation was not kept: {exc}") from None
+            raise failed(f"the conversation was not kept: {exc}", ErrorCode.SERVER_UNAVAILABLE) from None
         finally:
             # A failed turn can change the count too (a store that expired or evicted on the
             # way); only a finished turn that kept no conversation cannot.
@@ -369,7 +395,7 @@ def build_server(
         try:
             threads = await conversations.threads(current_caller())
         except StoreUnavailable as exc:
-            raise ToolError(str(exc)) from None
+            raise CodedToolError(str(exc), ErrorCode.SERVER_UNAVAILABLE) from None
         return json.dumps(
             {
                 "conversations": [
@@ -393,8 +419,10 @@ def build_server(
     async def delete_conversation(conversation_id: str) -> str:
         try:
             await conversations.delete(current_caller(), _checked(conversation_id) or "")
-        except (NoConversation, StoreUnavailable) as exc:
-            raise ToolError(str(exc)) from None
+        except NoConversation as exc:
+            raise CodedToolError(str(exc), ErrorCode.INVALID_ARGUMENTS) from None
+        except StoreUnavailable as exc:
+            raise CodedToolError(str(exc), ErrorCode.SERVER_UNAVAILABLE) from None
         await conversations_changed(count_changed=True)
         return f"deleted conversation {conversation_id!r}"
 

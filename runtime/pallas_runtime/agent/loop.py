@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pallas_api.config import AgentConfig
+from pallas_api.errors import ErrorCode
 from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.downstream.source import DownstreamError, RemoteTool, ToolOutcome, ToolSource
@@ -77,6 +78,13 @@ def llm_tool_name(qualified: str) -> str:
 
 def _error(call: ToolCall, text: str) -> ToolResult:
     return ToolResult(call.id, call.name, (TextPart(text),), is_error=True)
+
+
+def _log_failure(agent: str, tool: str, code: ErrorCode | None, outcome: ToolOutcome) -> None:
+    """One line per failed tool call: the model reads the text, operators also get the code."""
+    text = " ".join(p.text for p in outcome.content if isinstance(p, TextPart))[:500]
+    extra = {"agent": agent, "tool": tool, "code": code.value if code else None}
+    log.info("tool call %s failed: %s", tool, text, extra=extra)
 
 
 class AgentLoop:
@@ -201,17 +209,27 @@ class AgentLoop:
         progress: ProgressReporter,
         conversation: ConversationKey | None,
     ) -> ToolResult:
+        agent = self._config.name
         entry = offered.get(call.name)
         if entry is None:
             available = ", ".join(sorted(n for n, o in offered.items() if o.allowed)) or "none"
-            return _error(call, f"unknown tool {call.name!r}; available tools: {available}")
+            refusal = _error(call, f"unknown tool {call.name!r}; available tools: {available}")
+            _log_failure(agent, call.name, ErrorCode.TOOL_NOT_FOUND, ToolOutcome(refusal.content, True))
+            return refusal
         source, tool = entry.source.name, entry.tool
         if not (entry.allowed and self._config.tools.permits(tool.qualified_name)):
-            self._metrics.tool_denied_total.labels(self._config.name, source).inc()
-            log.info("denied tool call %s for agent %s", tool.qualified_name, self._config.name)
-            return _error(call, f"tool {call.name!r} is not allowed for this agent")
+            self._metrics.tool_denied_total.labels(agent, source).inc()
+            refusal = _error(call, f"tool {call.name!r} is not allowed for this agent")
+            _log_failure(
+                agent, tool.qualified_name, ErrorCode.DENIED_BY_POLICY, ToolOutcome(refusal.content, True)
+            )
+            return refusal
         if call.arguments_error is not None:
-            return _error(call, f"arguments for {call.name!r} are invalid: {call.arguments_error}")
+            refusal = _error(call, f"arguments for {call.name!r} are invalid: {call.arguments_error}")
+            _log_failure(
+                agent, tool.qualified_name, ErrorCode.INVALID_ARGUMENTS, ToolOutcome(refusal.content, True)
+            )
+            return refusal
 
         await progress.tool_started(source, tool.name)
         started = time.perf_counter()
@@ -224,12 +242,13 @@ class AgentLoop:
                 conversation=conversation,
             )
         except DownstreamError as exc:
-            outcome = ToolOutcome((TextPart(str(exc)),), is_error=True)
+            outcome = ToolOutcome((TextPart(str(exc)),), is_error=True, code=exc.code)
         except Exception:
             log.exception("calling %s failed unexpectedly", tool.qualified_name)
             outcome = ToolOutcome((TextPart(f"calling {tool.qualified_name} failed (see agent logs)"),), True)
         elapsed = time.perf_counter() - started
-        agent = self._config.name
+        if outcome.is_error:
+            _log_failure(agent, tool.qualified_name, outcome.code, outcome)
         self._metrics.tool_call_duration.labels(agent, source, "tool").observe(elapsed)
         self._metrics.tool_calls_total.labels(
             agent, source, "tool", "error" if outcome.is_error else "ok"

@@ -39,6 +39,7 @@ from mcp.client.session import IncomingMessage
 
 from pallas_api import probe as mcp_probe
 from pallas_api.config import DEFAULT_MAX_RESULT_BYTES
+from pallas_api.errors import ErrorCode, error_code_of
 from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.downstream.connection import SharedSession, Transport, open_session, tls_context
 from pallas_runtime.downstream.content import parts_from_result
@@ -331,7 +332,9 @@ class RemoteMcpSource:
                 relay.close()
         if result is None:
             self._tools_changed()
-            raise DownstreamError(f"{self._name}: {tool} timed out after {self._timeout:g}s")
+            raise DownstreamError(
+                f"{self._name}: {tool} timed out after {self._timeout:g}s", ErrorCode.TIMEOUT
+            )
         parts = parts_from_result(result)
         size = sum(utf8_size(p.text) if isinstance(p, TextPart) else len(p.data) for p in parts)
         if size > self._max_result_bytes:
@@ -340,7 +343,8 @@ class RemoteMcpSource:
                 f"the limit is {human_bytes(self._max_result_bytes)} (maxResultBytes)"
             )
             return ToolOutcome(content=(TextPart(text),), is_error=True)
-        return ToolOutcome(content=parts, is_error=result.is_error)
+        code = error_code_of(result.structured_content) if result.is_error else None
+        return ToolOutcome(content=parts, is_error=result.is_error, code=code)
 
     @staticmethod
     async def _call(

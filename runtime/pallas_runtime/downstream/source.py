@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from pallas_api.errors import ErrorCode
 from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.messages import ContentPart
 
@@ -37,6 +38,8 @@ class ToolOutcome:
 
     content: tuple[ContentPart, ...]
     is_error: bool = False
+    code: ErrorCode | None = None
+    """Why an error result failed, when known (a peer agent's result says so)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +56,10 @@ class ProbeResult:
 
 class DownstreamError(Exception):
     """A downstream call that could not be made or completed; the text names the source."""
+
+    def __init__(self, message: str, code: ErrorCode = ErrorCode.SERVER_UNAVAILABLE) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class ToolSource(Protocol):

@@ -241,6 +241,9 @@ async def test_bad_input_is_a_clear_tool_error_counted_and_the_server_keeps_serv
             result = await send(running.url, arguments)
             assert result.is_error, arguments
             assert error in result.content[0].text
+            assert result.structured_content == {
+                "error": {"code": "INVALID_ARGUMENTS", "message": result.content[0].text}
+            }
             assert "pydantic.dev" not in result.content[0].text
             assert "input_value" not in result.content[0].text
         result = await send(blind.url, {"message": "hi", "images": [{"data": PNG, "mime_type": "image/png"}]})
@@ -275,9 +278,28 @@ async def test_llm_failures_end_the_call_with_a_clear_error(
         result = await send(running.url, {"message": "hi"})
         assert result.is_error
         assert error in result.content[0].text
+        assert result.structured_content["error"]["code"] == "LLM_ERROR"
         fake_openai.reset()
         fake_openai.script(Text("recovered"))
         assert (await send(running.url, {"message": "again"})).content[0].text == "recovered"
+
+
+async def test_every_error_result_carries_a_machine_readable_code(fake_openai: FakeOpenAI) -> None:
+    fake_openai.default = ToolCalls([Call("nothing__here")])  # never a final answer
+    async with agent(config(fake_openai, maxIterations=2)) as running, client(running.url) as c:
+        looping = await c.call_tool_mcp("send_message", {"message": "loop"})
+        unknown = await c.call_tool_mcp("no_such_tool", {})
+        missing = await c.call_tool_mcp("delete_conversation", {"conversation_id": "never-was"})
+        ok = await c.call_tool_mcp("list_conversations", {})
+    codes = [r.structured_content["error"]["code"] for r in (looping, unknown, missing)]
+    assert codes == ["MAX_ITERATIONS", "TOOL_NOT_FOUND", "INVALID_ARGUMENTS"]
+    # The human text is what it always was, and is repeated as the structured message.
+    assert unknown.content[0].text == "Unknown tool: 'no_such_tool'"
+    assert looping.content[0].text.startswith("agent harper stopped after 2 LLM/tool rounds")
+    for result in (looping, unknown, missing):
+        assert result.is_error
+        assert result.structured_content["error"]["message"] == result.content[0].text
+    assert not ok.is_error
 
 
 async def test_downstream_down_or_slow_and_bad_tool_calls_go_back_to_the_model(
