@@ -28,6 +28,8 @@ MiB = 1024 * 1024
 DEFAULT_MAX_RESULT_BYTES = 8 * MiB
 """The largest tool result or peer answer read by default (the MCP client's own limit is 1 MiB)."""
 MaxResultBytes = Annotated[int, Field(ge=64 * 1024, le=64 * MiB)]
+DEFAULT_MAX_DEPTH = 5
+MaxDepth = Annotated[int, Field(ge=1, le=50)]
 
 
 class _Model(BaseModel):
@@ -299,6 +301,8 @@ class AgentConfig(_Model):
     agents: list[PeerAgent] = Field(default_factory=list)
     request_params: RequestParams = RequestParams()
     max_iterations: Annotated[int, Field(gt=0, le=1000)] = 12
+    max_depth: MaxDepth = DEFAULT_MAX_DEPTH
+    """The most agents a chain of agent-to-agent calls through this agent may have."""
     tools: ToolPolicy = ToolPolicy()
     history: HistoryLimits = HistoryLimits()
     conversations: ConversationStoreConfig = ConversationStoreConfig()

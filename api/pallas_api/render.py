@@ -240,6 +240,7 @@ def render_agent(
         agents=peers,
         request_params=agent.request_params,
         max_iterations=agent.max_iterations,
+        max_depth=agent.max_depth,
         tools=agent.tools,
         history=HistoryLimits(
             max_messages=agent.history.max_messages

@@ -16,11 +16,13 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from pydantic.alias_generators import to_camel
 
 from pallas_api.config import (
+    DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_RESULT_BYTES,
     DNS_LABEL,
     HEADER_NAME,
     HTTP_URL,
     InputLimits,
+    MaxDepth,
     MaxResultBytes,
     ModelCapabilities,
     RequestParams,
@@ -519,6 +521,11 @@ class PallasAgentSpec(_Spec):
     """Sampling parameters; those a provider does not support are dropped with a warning."""
     max_iterations: Annotated[int, Field(gt=0, le=1000)] = 12
     """LLM/tool rounds per send_message."""
+    max_depth: MaxDepth = DEFAULT_MAX_DEPTH
+    """The most agents a chain of agent-to-agent calls through this agent may have (the first
+    caller counts as 1). A call that would go deeper, or reach an agent already in its path,
+    is refused with a clear error: models decide at run time whom they call, so dependency
+    cycle checks cannot see every loop."""
     tools: ToolPolicy = ToolPolicy()
     """Allow/deny globs over `<server>__<tool>`."""
     history: AgentHistorySpec = AgentHistorySpec()

@@ -48,6 +48,7 @@ from pallas_runtime.auth import build_auth
 from pallas_runtime.conversations.caller import checked_id, current_caller
 from pallas_runtime.conversations.factory import build_store
 from pallas_runtime.conversations.model import ConversationBusy, ConversationStore, StoreUnavailable, TurnLost
+from pallas_runtime.downstream.call_path import CallPath, CallRefused
 from pallas_runtime.downstream.source import ToolSource
 from pallas_runtime.downstream.sources import build_sources
 from pallas_runtime.inflight import InFlight, ShuttingDown
@@ -170,8 +171,14 @@ class _CodedErrors(Middleware):
             return error_result(ErrorCode.TOOL_NOT_FOUND, f"Unknown tool: {context.message.name!r}")
 
 
-def _progress_sender(ctx: Context) -> Any:
+def _request_meta(ctx: Context) -> Mapping[str, Any] | None:
+    """The request's `_meta` as sent (the wire dict: camelCase keys)."""
     meta = ctx.request_context.meta if ctx.request_context is not None else None
+    return meta if isinstance(meta, Mapping) else None
+
+
+def _progress_sender(ctx: Context) -> Any:
+    meta = _request_meta(ctx)
     if not meta or meta.get("progressToken") is None:
         return None
     return ctx.report_progress
@@ -327,6 +334,10 @@ def build_server(
         conversation_id: str | None = None,
     ) -> ToolResult:
         try:
+            call_path = CallPath.inbound(_request_meta(ctx), agent, config.max_depth)
+        except CallRefused as exc:
+            raise failed(exc, exc.code) from None
+        try:
             user = user_message(config, message, images)
             checked = checked_id(conversation_id) if conversation_id else None
         except (InvalidInput, ValueError) as exc:
@@ -342,6 +353,7 @@ def build_server(
                     session_id=_session_id(),
                     inbound_auth=inbound_auth,
                     progress=ProgressReporter(agent, _progress_sender(ctx)),
+                    call_path=call_path,
                 )
         except LLMError as exc:
             raise failed(f"the language model call failed: {exc}", ErrorCode.LLM_ERROR) from None

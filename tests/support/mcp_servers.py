@@ -84,12 +84,21 @@ def bound_socket(port: int = 0, host: str = LOOPBACK) -> socket.socket:
 
 @contextlib.asynccontextmanager
 async def serve_app(
-    app: ASGIApp, *, path: str = "/mcp", port: int = 0, host: str = LOOPBACK
+    app: ASGIApp,
+    *,
+    path: str = "/mcp",
+    port: int = 0,
+    host: str = LOOPBACK,
+    sock: socket.socket | None = None,
 ) -> AsyncIterator[RunningServer]:
     """Serve an ASGI app with uvicorn on 127.0.0.1 (or `host`: pods reach the node's bridge
-    address) until the block ends."""
-    sock = bound_socket(port, host)
-    actual_port = sock.getsockname()[1]
+    address) until the block ends.
+
+    `sock` is a socket from `bound_socket()` to serve on, for servers whose URLs must be known
+    before any of them is built (agents that call each other); it is closed at the end.
+    """
+    sock = sock or bound_socket(port, host)
+    host, actual_port = sock.getsockname()[:2]
     running = RunningServer(url=f"http://{host}:{actual_port}{path}", port=actual_port)
     config = uvicorn.Config(
         _Recorder(app, running.requests),

@@ -22,6 +22,7 @@ from pallas_api.config import AgentConfig
 from pallas_api.errors import ErrorCode
 from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.conversations.model import ConversationKey
+from pallas_runtime.downstream.call_path import CallPath
 from pallas_runtime.downstream.source import DownstreamError, RemoteTool, ToolOutcome, ToolSource
 from pallas_runtime.llm.provider import LLMError, LLMProvider
 from pallas_runtime.messages import (
@@ -132,10 +133,12 @@ class AgentLoop:
         inbound_auth: str | None,
         progress: ProgressReporter,
         conversation: ConversationKey | None = None,
+        call_path: CallPath | None = None,
     ) -> TurnResult:
         """One `send_message`: loop until the model answers without tool calls.
 
-        `conversation` is the turn's conversation (for peer calls; the loop stores nothing).
+        `conversation` is the turn's conversation (for peer calls; the loop stores nothing);
+        `call_path` the agents this call passed through, this one last (for peer calls).
 
         Raises:
             LLMError: the provider failed after its retries.
@@ -167,7 +170,7 @@ class AgentLoop:
             await progress.step("tool")
             results = await asyncio.gather(
                 *(
-                    self._dispatch(call, offered, inbound_auth, progress, conversation)
+                    self._dispatch(call, offered, inbound_auth, progress, conversation, call_path)
                     for call in completion.tool_calls
                 )
             )
@@ -208,6 +211,7 @@ class AgentLoop:
         inbound_auth: str | None,
         progress: ProgressReporter,
         conversation: ConversationKey | None,
+        call_path: CallPath | None,
     ) -> ToolResult:
         agent = self._config.name
         entry = offered.get(call.name)
@@ -240,6 +244,7 @@ class AgentLoop:
                 inbound_auth=inbound_auth,
                 on_progress=progress.relay(source, tool.name),
                 conversation=conversation,
+                call_path=call_path,
             )
         except DownstreamError as exc:
             outcome = ToolOutcome((TextPart(str(exc)),), is_error=True, code=exc.code)

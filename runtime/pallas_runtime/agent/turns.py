@@ -16,6 +16,7 @@ from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.conversations.caller import Caller, one_turn_key
 from pallas_runtime.conversations.history import title_of
 from pallas_runtime.conversations.model import ConversationKey, ConversationStore, ThreadInfo
+from pallas_runtime.downstream.call_path import CallPath
 from pallas_runtime.messages import Message, UserMessage
 
 
@@ -61,6 +62,7 @@ class Conversations:
         session_id: str | None,
         inbound_auth: str | None,
         progress: ProgressReporter,
+        call_path: CallPath | None = None,
     ) -> Reply:
         """Run one turn; store it when the request names a conversation.
 
@@ -70,10 +72,11 @@ class Conversations:
         """
         key = conversation_key(self._agent, caller, conversation_id, session_id)
         if key is None:
-            turn = await self._run([], user, one_turn_key(self._agent, caller.owner), inbound_auth, progress)
+            key = one_turn_key(self._agent, caller.owner)
+            turn = await self._run([], user, key, inbound_auth, progress, call_path)
             return Reply(turn.text, None)
         async with self.store.turn(key) as held:
-            turn = await self._run(held.history, user, key, inbound_auth, progress)
+            turn = await self._run(held.history, user, key, inbound_auth, progress, call_path)
             await held.commit(turn.messages, title_of([user]))
         return Reply(turn.text, key.id, created=not held.history)
 
@@ -84,9 +87,10 @@ class Conversations:
         key: ConversationKey,
         inbound_auth: str | None,
         progress: ProgressReporter,
+        call_path: CallPath | None,
     ) -> TurnResult:
         return await self._loop.run(
-            history, user, inbound_auth=inbound_auth, progress=progress, conversation=key
+            history, user, inbound_auth=inbound_auth, progress=progress, conversation=key, call_path=call_path
         )
 
     async def history(

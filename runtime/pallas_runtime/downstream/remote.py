@@ -41,6 +41,7 @@ from pallas_api import probe as mcp_probe
 from pallas_api.config import DEFAULT_MAX_RESULT_BYTES
 from pallas_api.errors import ErrorCode, error_code_of
 from pallas_runtime.conversations.model import ConversationKey
+from pallas_runtime.downstream.call_path import CallPath
 from pallas_runtime.downstream.connection import SharedSession, Transport, open_session, tls_context
 from pallas_runtime.downstream.content import parts_from_result
 from pallas_runtime.downstream.failures import HttpErrorRecorder, classify, describe_failure, oversized
@@ -294,6 +295,7 @@ class RemoteMcpSource:
         inbound_auth: str | None,
         on_progress: ProgressHandler | None,
         conversation: ConversationKey | None = None,
+        call_path: CallPath | None = None,
     ) -> ToolOutcome:
         """Call one tool within the configured timeout.
 
@@ -306,13 +308,16 @@ class RemoteMcpSource:
         """
         bearer = inbound_auth if self._forwards_bearer and inbound_auth else None
         relay = _ProgressRelay(f"{self._name}: {tool}", on_progress) if on_progress is not None else None
+        meta = self._request_meta(call_path)
         result: mcp_types.CallToolResult | None = None
         try:
             with anyio.move_on_after(self._timeout):
                 if bearer is None:
-                    result = await self._with_shared(lambda s: self._call(s, tool, arguments, relay))
+                    result = await self._with_shared(lambda s: self._call(s, tool, arguments, relay, meta))
                 else:
-                    result = await self._call_with_bearer(tool, arguments, bearer, relay)
+                    result = await self._with_bearer(
+                        bearer, lambda s: self._call(s, tool, arguments, relay, meta)
+                    )
         except _Failure as failure:
             self._tools_changed()
             if oversized(failure.cause):
@@ -346,20 +351,19 @@ class RemoteMcpSource:
         code = error_code_of(result.structured_content) if result.is_error else None
         return ToolOutcome(content=parts, is_error=result.is_error, code=code)
 
+    def _request_meta(self, call_path: CallPath | None) -> dict[str, Any] | None:
+        """The `_meta` a tools/call carries; a downstream server takes no part in agent paths."""
+        return None
+
     @staticmethod
     async def _call(
-        session: ClientSession, tool: str, arguments: dict[str, Any], relay: _ProgressRelay | None
-    ) -> mcp_types.CallToolResult:
-        return await session.call_tool(tool, arguments, progress_callback=relay)
-
-    async def _call_with_bearer(
-        self,
+        session: ClientSession,
         tool: str,
         arguments: dict[str, Any],
-        bearer: str,
         relay: _ProgressRelay | None,
+        meta: dict[str, Any] | None,
     ) -> mcp_types.CallToolResult:
-        return await self._with_bearer(bearer, lambda s: self._call(s, tool, arguments, relay))
+        return await session.call_tool(tool, arguments, progress_callback=relay, meta=meta)  # type: ignore[arg-type]
 
     async def _with_bearer(self, bearer: str, op: Callable[[ClientSession], Awaitable[T]]) -> T:
         # A session (and HTTP client) of this call's own: the bearer goes nowhere else.

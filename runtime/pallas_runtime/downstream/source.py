@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 from pallas_api.errors import ErrorCode
 from pallas_runtime.conversations.model import ConversationKey
+from pallas_runtime.downstream.call_path import CallPath
 from pallas_runtime.messages import ContentPart
 
 ProgressHandler = Callable[[float, float | None, str | None], Awaitable[None]]
@@ -84,13 +85,16 @@ class ToolSource(Protocol):
         inbound_auth: str | None,
         on_progress: ProgressHandler | None,
         conversation: ConversationKey | None = None,
+        call_path: CallPath | None = None,
     ) -> ToolOutcome:
         """Call one tool.
 
         `inbound_auth` is this request's caller `Authorization` header value; it is sent only
         when the source forwards inbound auth and has no explicit Authorization header.
         `conversation` is the calling turn's conversation: a peer agent is given a conversation
-        id derived from it. Raises DownstreamError on transport failures and timeouts.
+        id derived from it. `call_path` is the calling turn's path of agents: a peer agent gets
+        it (and a call that would loop or go too deep is refused). Raises DownstreamError on
+        transport failures and timeouts.
         """
 
     async def probe(self) -> ProbeResult:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pallas_runtime.conversations.model import ConversationKey
+from pallas_runtime.downstream.call_path import CallPath
 from pallas_runtime.downstream.source import (
     DownstreamError,
     ProbeResult,
@@ -91,6 +92,7 @@ class FakeSource:
         inbound_auth: str | None,
         on_progress: ProgressHandler | None,
         conversation: ConversationKey | None = None,
+        call_path: CallPath | None = None,
     ) -> ToolOutcome:
         self.calls.append((tool, arguments, inbound_auth))
         self.conversations.append(conversation)
