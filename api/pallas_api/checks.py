@@ -70,6 +70,7 @@ CEL_OFFLINE: Mapping[str, str] = {
     "spec.providers keys": "PallasDeploymentSpec._names",
     "spec.mcpServers keys": "PallasDeploymentSpec._names",
     "a header needs exactly one": "HeaderSpec._exactly_one_source",
+    "spec.requestParams.responseFormat needs": "ResponseFormat._schema_with_its_type",
     "spec.conversations.store postgres": "ConversationsSpec._postgres_needs_a_dsn",
     "spec.auth.mode oidc needs": "AuthSpec._oidc_settings",
     "spec.auth.oidc is only used": "AuthSpec._oidc_settings",

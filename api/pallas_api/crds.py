@@ -66,6 +66,12 @@ AGENT_RULES: dict[str, list[Rule]] = {
     "spec.model": [
         _rule(f"self.matches(r'{MODEL_REF}')", f"spec.model {_MODEL_MESSAGE}, e.g. vllm.qwen3-8b"),
     ],
+    "spec.requestParams.responseFormat": [
+        _rule(
+            "(self.type == 'json_schema') == has(self.jsonSchema)",
+            "spec.requestParams.responseFormat needs jsonSchema exactly when its type is json_schema",
+        )
+    ],
 }
 
 DEPLOYMENT_RULES: dict[str, list[Rule]] = {

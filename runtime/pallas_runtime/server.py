@@ -34,14 +34,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import ASGIApp
 
-from pallas_api.config import AgentConfig
+from pallas_api.config import AgentConfig, RequestParams
 from pallas_api.errors import ErrorCode, error_content
 from pallas_api.health import utc_timestamp
 from pallas_api.validation import describe
 from pallas_runtime import __version__
 from pallas_runtime.agent.health import HealthChecker
 from pallas_runtime.agent.inputs import ImageInput, InvalidInput, user_message
-from pallas_runtime.agent.loop import AgentLoop, MaxIterationsExceeded
+from pallas_runtime.agent.loop import AgentLoop, MaxIterationsExceeded, ToolChoiceUnavailable
 from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.agent.turns import Conversations, NoConversation, Reply
 from pallas_runtime.auth import build_auth
@@ -62,7 +62,8 @@ log = logging.getLogger("pallas.server")
 
 SEND_MESSAGE_DESCRIPTION = (
     "Send a message (optionally with images) to this agent and get its answer. Pass the same "
-    "conversation_id to continue a conversation; within one MCP session the session is the conversation."
+    "conversation_id to continue a conversation; within one MCP session the session is the conversation. "
+    "params (optional) overrides the agent's request parameters for this call; null clears one."
 )
 BUILT_IN_TOOLS = frozenset({"send_message", "get_health", "list_conversations", "delete_conversation"})
 LIST_CONVERSATIONS_DESCRIPTION = (
@@ -332,6 +333,7 @@ def build_server(
         ctx: Context,
         images: list[ImageInput] | None = None,
         conversation_id: str | None = None,
+        params: RequestParams | None = None,
     ) -> ToolResult:
         try:
             call_path = CallPath.inbound(_request_meta(ctx), agent, config.max_depth)
@@ -340,6 +342,8 @@ def build_server(
         try:
             user = user_message(config, message, images)
             checked = checked_id(conversation_id) if conversation_id else None
+            if params is not None:
+                provider.check_params(params)
         except (InvalidInput, ValueError) as exc:
             raise failed(exc, ErrorCode.INVALID_ARGUMENTS) from None
         inbound_auth = get_http_headers(include={"authorization"}).get("authorization")
@@ -354,11 +358,14 @@ def build_server(
                     inbound_auth=inbound_auth,
                     progress=ProgressReporter(agent, _progress_sender(ctx)),
                     call_path=call_path,
+                    params=params,
                 )
         except LLMError as exc:
             raise failed(f"the language model call failed: {exc}", ErrorCode.LLM_ERROR) from None
         except MaxIterationsExceeded as exc:
             raise failed(exc, ErrorCode.MAX_ITERATIONS) from None
+        except ToolChoiceUnavailable as exc:
+            raise failed(exc, ErrorCode.INVALID_ARGUMENTS) from None
         except ConversationBusy as exc:
             raise failed(exc, ErrorCode.TIMEOUT) from None
         except (ShuttingDown, TurnLost) as exc:

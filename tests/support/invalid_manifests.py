@@ -144,6 +144,12 @@ INVALID = [
         reported_as=["spec.dependsOn.0: ", "should match"],
     ),
     Case(
+        "json-schema-format-without-schema",
+        agent("a1", spec(requestParams={"responseFormat": {"type": "json_schema"}})),
+        refused_with=["responseFormat needs jsonSchema exactly when its type is json_schema"],
+        reported_as=["spec.requestParams.responseFormat: ", "needs jsonSchema exactly when"],
+    ),
+    Case(
         "deployment-name-too-long",
         deployment(LONG_NAME),
         refused_with=["metadata.name must be at most 54", "-registry"],

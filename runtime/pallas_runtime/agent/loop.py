@@ -18,12 +18,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pallas_api.config import AgentConfig
+from pallas_api.config import AgentConfig, RequestParams
 from pallas_api.errors import ErrorCode
 from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.downstream.call_path import CallPath
 from pallas_runtime.downstream.source import DownstreamError, RemoteTool, ToolOutcome, ToolSource
+from pallas_runtime.llm.params import merge_params
 from pallas_runtime.llm.provider import LLMError, LLMProvider
 from pallas_runtime.messages import (
     AssistantMessage,
@@ -48,6 +49,14 @@ _LLM_NAME_MAX = 64  # OpenAI's limit on function names; Anthropic's is the same
 
 class MaxIterationsExceeded(Exception):
     """The model kept calling tools past `maxIterations`."""
+
+
+class ToolChoiceUnavailable(ValueError):
+    """`toolChoice` names a tool the agent does not offer this turn."""
+
+
+FORCING = frozenset({"required"})
+"""Tool choices other than a tool's name that force a tool call (applied to the first round only)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,15 +143,18 @@ class AgentLoop:
         progress: ProgressReporter,
         conversation: ConversationKey | None = None,
         call_path: CallPath | None = None,
+        params: RequestParams | None = None,
     ) -> TurnResult:
         """One `send_message`: loop until the model answers without tool calls.
 
         `conversation` is the turn's conversation (for peer calls; the loop stores nothing);
-        `call_path` the agents this call passed through, this one last (for peer calls).
+        `call_path` the agents this call passed through, this one last (for peer calls);
+        `params` the call's own request parameters, over the agent's.
 
         Raises:
             LLMError: the provider failed after its retries.
             MaxIterationsExceeded: no final answer within `maxIterations` rounds.
+            ToolChoiceUnavailable: `toolChoice` names a tool not offered this turn.
         """
         offered = await self.offered_tools(inbound_auth)
         specs = [
@@ -150,10 +162,13 @@ class AgentLoop:
             for name, o in offered.items()
             if o.allowed
         ]
+        first, later = self._round_params(merge_params(self._config.request_params, params), offered)
         messages: list[Message] = [*history, user]
         turn: list[Message] = [user]
-        for _ in range(self._config.max_iterations):
-            completion = await self._complete(messages, specs, progress)
+        for round_number in range(self._config.max_iterations):
+            completion = await self._complete(
+                messages, specs, progress, first if round_number == 0 else later
+            )
             assistant = AssistantMessage(completion.text, completion.tool_calls)
             messages.append(assistant)
             turn.append(assistant)
@@ -182,15 +197,42 @@ class AgentLoop:
             "without a final answer (raise spec.maxIterations if the task needs more)"
         )
 
+    def _round_params(
+        self, params: RequestParams, offered: dict[str, OfferedTool]
+    ) -> tuple[RequestParams, RequestParams]:
+        """The parameters of the turn's first LLM call and of the later ones.
+
+        A named `toolChoice` becomes the model-facing name of that tool. A choice that forces a
+        tool call (`required`, a name) applies to the first call only: forced on every round,
+        the model could never give its answer.
+        """
+        choice = params.tool_choice
+        if choice is None or choice in ("auto", "none"):
+            return params, params
+        later = params.model_copy(update={"tool_choice": None})
+        if choice in FORCING:
+            return params, later
+        for name, entry in offered.items():
+            if entry.tool.qualified_name == choice and entry.allowed:
+                return params.model_copy(update={"tool_choice": name}), later
+        available = ", ".join(sorted(o.tool.qualified_name for o in offered.values() if o.allowed)) or "none"
+        raise ToolChoiceUnavailable(
+            f"toolChoice {choice!r} is not a tool this agent offers now (available tools: {available})"
+        )
+
     async def _complete(
-        self, messages: list[Message], specs: list[ToolSpec], progress: ProgressReporter
+        self,
+        messages: list[Message],
+        specs: list[ToolSpec],
+        progress: ProgressReporter,
+        params: RequestParams,
     ) -> Completion:
         await progress.step("llm")
         agent, model = self._config.name, self._config.model
         started = time.perf_counter()
         try:
             completion = await self._provider.complete(
-                system=self._config.instruction, messages=messages, tools=specs
+                system=self._config.instruction, messages=messages, tools=specs, params=params
             )
         except LLMError:
             self._metrics.llm_request_duration.labels(agent, model, "error").observe(

@@ -8,10 +8,10 @@ wherever they run; a turn that fails or is cancelled stores nothing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pallas_runtime.agent.loop import AgentLoop, TurnResult
+from pallas_api.config import RequestParams
+from pallas_runtime.agent.loop import AgentLoop
 from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.conversations.caller import Caller, one_turn_key
 from pallas_runtime.conversations.history import title_of
@@ -63,6 +63,7 @@ class Conversations:
         inbound_auth: str | None,
         progress: ProgressReporter,
         call_path: CallPath | None = None,
+        params: RequestParams | None = None,
     ) -> Reply:
         """Run one turn; store it when the request names a conversation.
 
@@ -73,25 +74,18 @@ class Conversations:
         key = conversation_key(self._agent, caller, conversation_id, session_id)
         if key is None:
             key = one_turn_key(self._agent, caller.owner)
-            turn = await self._run([], user, key, inbound_auth, progress, call_path)
+            turn = await self._loop.run(
+                [], user, inbound_auth=inbound_auth, progress=progress, conversation=key,
+                call_path=call_path, params=params,
+            )  # fmt: skip
             return Reply(turn.text, None)
         async with self.store.turn(key) as held:
-            turn = await self._run(held.history, user, key, inbound_auth, progress, call_path)
+            turn = await self._loop.run(
+                held.history, user, inbound_auth=inbound_auth, progress=progress, conversation=key,
+                call_path=call_path, params=params,
+            )  # fmt: skip
             await held.commit(turn.messages, title_of([user]))
         return Reply(turn.text, key.id, created=not held.history)
-
-    async def _run(
-        self,
-        history: Sequence[Message],
-        user: UserMessage,
-        key: ConversationKey,
-        inbound_auth: str | None,
-        progress: ProgressReporter,
-        call_path: CallPath | None,
-    ) -> TurnResult:
-        return await self._loop.run(
-            history, user, inbound_auth=inbound_auth, progress=progress, conversation=key, call_path=call_path
-        )
 
     async def history(
         self, caller: Caller, conversation_id: str | None, session_id: str | None
