@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -102,22 +101,4 @@ def _without_conversation_id(tool: RemoteTool) -> RemoteTool:
     schema["properties"] = properties
     if "required" in schema:
         schema["required"] = [r for r in schema["required"] if r not in LEFT_TO_THE_CALLER]
-    if isinstance(schema.get("$defs"), dict):
-        schema["$defs"] = _referenced_defs(schema)
     return RemoteTool(tool.source, tool.name, tool.description, schema)
-
-
-def _referenced_defs(schema: dict[str, Any]) -> dict[str, Any]:
-    """The `$defs` still referenced once the hidden properties are gone.
-
-    The model reads each schema on every turn, so definitions only `params` used are dropped.
-    """
-    defs: dict[str, Any] = schema["$defs"]
-    kept: dict[str, Any] = {}
-    text = json.dumps({k: v for k, v in schema.items() if k != "$defs"})
-    while True:
-        found = {n: d for n, d in defs.items() if n not in kept and f'"#/$defs/{n}"' in text}
-        if not found:
-            return kept
-        kept.update(found)
-        text = json.dumps(found)
