@@ -50,6 +50,7 @@ class SdkProvider(abc.ABC):
         self._label = f"{self.kind} provider '{provider.name}'"
         self._timeout = provider.timeout_seconds
         self._attempts = provider.max_retries + 1
+        self._configured_base_url = provider.base_url
         self._base_url = (provider.base_url or self._default_base_url()).rstrip("/")
         self._key = api_key
         self._defaults = config.request_params

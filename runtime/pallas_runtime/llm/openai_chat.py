@@ -269,7 +269,9 @@ class OpenAIChatProvider(SdkProvider):
         return DEFAULT_BASE_URL
 
     def _plan_for(self, params: RequestParams) -> ParamPlan:
-        return openai_plan(params, native=is_native_openai(self._base_url), capabilities=self._capabilities)
+        return openai_plan(
+            params, native=is_native_openai(self._configured_base_url), capabilities=self._capabilities
+        )
 
     def _make_client(self, api_key: str, provider: ProviderConfig) -> openai.AsyncOpenAI:
         return openai.AsyncOpenAI(
