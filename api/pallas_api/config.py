@@ -12,7 +12,7 @@ import fnmatch
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -28,6 +28,8 @@ MiB = 1024 * 1024
 DEFAULT_MAX_RESULT_BYTES = 8 * MiB
 """The largest tool result or peer answer read by default (the MCP client's own limit is 1 MiB)."""
 MaxResultBytes = Annotated[int, Field(ge=64 * 1024, le=64 * MiB)]
+DEFAULT_MAX_DEPTH = 5
+MaxDepth = Annotated[int, Field(ge=1, le=50)]
 
 
 class _Model(BaseModel):
@@ -127,8 +129,54 @@ class PeerAgent(_Model):
     """The largest answer read from the peer."""
 
 
+FreeForm = Annotated[dict[str, Any], Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})]
+TOOL_CHOICE = r"^(auto|none|required|[A-Za-z0-9][A-Za-z0-9_-]*__[^\s]+)$"
+PARAM_FIELDS_ON_THE_WIRE = frozenset(
+    {
+        "model", "messages", "system", "tools", "tool_choice", "stream", "stream_options",
+        "temperature", "top_p", "top_k", "max_tokens", "max_completion_tokens", "stop",
+        "stop_sequences", "seed", "presence_penalty", "frequency_penalty", "response_format",
+        "reasoning_effort", "output_config",
+    }
+)  # fmt: skip
+"""Request fields Pallas writes itself: `extra` may not set them (say them by their own names)."""
+
+
+class JsonSchemaFormat(_Model):
+    """The JSON Schema a `json_schema` response must follow."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+    """Name of the format (letters, digits, `_`, `-`; at most 64)."""
+    schema_: FreeForm = Field(alias="schema")
+    """The JSON Schema."""
+    description: Annotated[str | None, Field(max_length=1000)] = None
+    """What the format is for."""
+    strict: bool | None = None
+    """Whether the provider must follow the schema exactly (OpenAI structured outputs)."""
+
+
+class ResponseFormat(_Model):
+    """The shape of the model's answer."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    """`text` (the default), `json_object` (any JSON object) or `json_schema` (one that follows
+    `jsonSchema`)."""
+    json_schema: JsonSchemaFormat | None = None
+    """The schema, for `type: json_schema` (only then)."""
+
+    @model_validator(mode="after")
+    def _schema_with_its_type(self) -> Self:
+        if (self.type == "json_schema") != (self.json_schema is not None):
+            raise ValueError("responseFormat needs jsonSchema exactly when its type is json_schema")
+        return self
+
+
 class RequestParams(_Model):
-    """Sampling parameters; those a provider does not support are dropped with one warning."""
+    """Model request parameters (sampling and output controls).
+
+    In an agent's spec, those its provider does not support are dropped with one warning (the
+    spec may outlive a change of model); in a `send_message` call's `params`, they are an error.
+    """
 
     temperature: Annotated[float | None, Field(ge=0, le=2)] = None
     """Sampling temperature."""
@@ -144,6 +192,30 @@ class RequestParams(_Model):
     """Sampling seed (OpenAI-compatible providers)."""
     effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None
     """Reasoning effort for models that take it (OpenAI reasoning_effort, Anthropic output_config)."""
+    presence_penalty: Annotated[float | None, Field(ge=-2, le=2)] = None
+    """Penalty on tokens already present (OpenAI-compatible providers)."""
+    frequency_penalty: Annotated[float | None, Field(ge=-2, le=2)] = None
+    """Penalty on tokens by their frequency so far (OpenAI-compatible providers)."""
+    response_format: ResponseFormat | None = None
+    """The answer's shape: text, a JSON object, or JSON following a schema (OpenAI-compatible
+    providers; Anthropic takes only text)."""
+    tool_choice: Annotated[str | None, Field(pattern=TOOL_CHOICE, max_length=256)] = None
+    """`auto`, `none` (answer without tools), `required` (call some tool) or a tool's
+    `<server>__<tool>` name (call that one). A forcing choice applies to the first LLM call of a
+    turn only, so the model can answer once it has the result."""
+    extra: FreeForm | None = None
+    """Provider-specific request fields, sent as they are at the top level of the request (e.g.
+    vLLM `repetition_penalty`, Anthropic `metadata: {user_id}`); not fields Pallas sets itself."""
+
+    @model_validator(mode="after")
+    def _extra_sets_no_field_of_ours(self) -> Self:
+        taken = sorted(PARAM_FIELDS_ON_THE_WIRE.intersection(self.extra or {}))
+        if taken:
+            raise ValueError(
+                f"extra may not set {', '.join(taken)}: Pallas writes {'it' if len(taken) == 1 else 'them'} "
+                "itself (use the parameter of that name)"
+            )
+        return self
 
 
 class ToolPolicy(_Model):
@@ -299,6 +371,8 @@ class AgentConfig(_Model):
     agents: list[PeerAgent] = Field(default_factory=list)
     request_params: RequestParams = RequestParams()
     max_iterations: Annotated[int, Field(gt=0, le=1000)] = 12
+    max_depth: MaxDepth = DEFAULT_MAX_DEPTH
+    """The most agents a chain of agent-to-agent calls through this agent may have."""
     tools: ToolPolicy = ToolPolicy()
     history: HistoryLimits = HistoryLimits()
     conversations: ConversationStoreConfig = ConversationStoreConfig()

@@ -66,6 +66,12 @@ AGENT_RULES: dict[str, list[Rule]] = {
     "spec.model": [
         _rule(f"self.matches(r'{MODEL_REF}')", f"spec.model {_MODEL_MESSAGE}, e.g. vllm.qwen3-8b"),
     ],
+    "spec.requestParams.responseFormat": [
+        _rule(
+            "(self.type == 'json_schema') == has(self.jsonSchema)",
+            "spec.requestParams.responseFormat needs jsonSchema exactly when its type is json_schema",
+        )
+    ],
 }
 
 DEPLOYMENT_RULES: dict[str, list[Rule]] = {
@@ -75,6 +81,26 @@ DEPLOYMENT_RULES: dict[str, list[Rule]] = {
             "self.providers.exists(p, self.model.default.startsWith(p + '.'))",
             "spec.model.default must start with a key of spec.providers and a '.', e.g. vllm.qwen3-8b",
             fieldPath=".model.default",
+        ),
+        _rule(
+            "!has(self.model.models) || "
+            "self.model.models.all(m, self.providers.exists(p, m.startsWith(p + '.')))",
+            "spec.model.models keys must start with a key of spec.providers and a '.', e.g. "
+            "anthropic.claude-sonnet-4-5",
+            fieldPath=".model.models",
+        ),
+    ],
+    "spec.model": [
+        _rule(
+            "!has(self.models) || !(self.default in self.models)",
+            "spec.model.models must not name the default model: its capabilities are spec.model.capabilities",
+            fieldPath=".models",
+        )
+    ],
+    "spec.model.models": [
+        _rule(
+            f"self.all(k, k.matches(r'{MODEL_REF}') && size(k) <= 253)",
+            f"spec.model.models keys {_MODEL_MESSAGE}, e.g. anthropic.claude-sonnet-4-5",
         )
     ],
     "spec.model.default": [

@@ -72,15 +72,25 @@ class ProbeOutcome:
     """The endpoint answered 401 with a Bearer challenge: it serves, and wants a token."""
     resource_metadata: str = ""
     """The challenge's RFC 9728 metadata URL, when it named one."""
+    status: int | None = None
+    """The HTTP status of a refusal (401, 503…), when the endpoint answered with one."""
 
 
 class _ProbeFailed(Exception):
     """A step failed; the message is the outcome's reason."""
 
-    def __init__(self, message: str, *, unauthorized: bool = False, resource_metadata: str = "") -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        unauthorized: bool = False,
+        resource_metadata: str = "",
+        status: int | None = None,
+    ) -> None:
         super().__init__(message)
         self.unauthorized = unauthorized
         self.resource_metadata = resource_metadata
+        self.status = status
 
 
 async def _refusal(response: httpx2.Response) -> _ProbeFailed:
@@ -99,7 +109,12 @@ async def _refusal(response: httpx2.Response) -> _ProbeFailed:
     challenge = response.headers.get("www-authenticate", "")
     unauthorized = response.status_code == 401 and challenge.lower().startswith("bearer")
     found = _RESOURCE_METADATA.search(challenge) if unauthorized else None
-    return _ProbeFailed(reason, unauthorized=unauthorized, resource_metadata=found.group(1) if found else "")
+    return _ProbeFailed(
+        reason,
+        unauthorized=unauthorized,
+        resource_metadata=found.group(1) if found else "",
+        status=response.status_code,
+    )
 
 
 def leaf_exceptions(exc: BaseException) -> Iterator[BaseException]:
@@ -346,6 +361,7 @@ def _failed(session: _Session | None, message: str, cause: _ProbeFailed | None =
         server=identity,
         unauthorized=cause is not None and cause.unauthorized,
         resource_metadata=cause.resource_metadata if cause is not None else "",
+        status=cause.status if cause is not None else None,
     )
 
 

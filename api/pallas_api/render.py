@@ -235,11 +235,12 @@ def render_agent(
         instruction=agent.instruction,
         model=model,
         provider=provider,
-        capabilities=deployment.model.capabilities,
+        capabilities=deployment.model.capabilities_of(model_ref),
         servers=servers,
         agents=peers,
         request_params=agent.request_params,
         max_iterations=agent.max_iterations,
+        max_depth=agent.max_depth,
         tools=agent.tools,
         history=HistoryLimits(
             max_messages=agent.history.max_messages

@@ -16,11 +16,13 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from pydantic.alias_generators import to_camel
 
 from pallas_api.config import (
+    DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_RESULT_BYTES,
     DNS_LABEL,
     HEADER_NAME,
     HTTP_URL,
     InputLimits,
+    MaxDepth,
     MaxResultBytes,
     ModelCapabilities,
     RequestParams,
@@ -45,6 +47,9 @@ def _each_once(items: list[Any]) -> list[Any]:
 SET = Field(json_schema_extra={"x-kubernetes-list-type": "set"})
 """A list the API server keeps as a set (it refuses a repeated value); `ONCE` checks the same."""
 ONCE = AfterValidator(_each_once)
+
+UNDECLARED_MODEL = ModelCapabilities()
+"""What a model that neither `model.capabilities` nor `model.models` describes is taken to do."""
 
 NameList = Annotated[
     list[Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]], Field(max_length=64), SET, ONCE
@@ -78,12 +83,36 @@ class SecretSource(_Spec):
 
 
 class ModelSpec(_Spec):
-    """The deployment's default model and what it can do."""
+    """The deployment's default model, and what each model its agents use can do."""
 
     default: Annotated[str, Field(pattern=MODEL_REF, max_length=253)]
     """Default model of every agent, as `<provider>.<model>`."""
     capabilities: ModelCapabilities = ModelCapabilities()
-    """Capabilities of the model, published in the registry and enforced on input (vision)."""
+    """Capabilities of the default model, published in the registry and enforced (vision on
+    input; maxOutputTokens bounds maxTokens)."""
+    models: Annotated[dict[str, ModelCapabilities], Field(max_length=64)] = Field(default_factory=dict)
+    """Capabilities of the other models agents choose with `spec.model`, by `<provider>.<model>`,
+    e.g. `{anthropic.claude-sonnet-4-5: {vision: true, contextWindow: 200000, maxOutputTokens:
+    64000}}`. An agent gets its own model's capabilities; a model listed nowhere gets the
+    defaults (vision false, contextWindow 131072, maxOutputTokens 16384)."""
+
+    def capabilities_of(self, model_ref: str) -> ModelCapabilities:
+        """What the model `<provider>.<model>` can do, as declared here (else the defaults)."""
+        if model_ref == self.default:
+            return self.capabilities
+        return self.models.get(model_ref, UNDECLARED_MODEL)
+
+    @model_validator(mode="after")
+    def _model_refs(self) -> Self:
+        for ref in self.models:
+            if not re.fullmatch(MODEL_REF, ref) or len(ref) > 253:
+                raise ValueError(f"model.models key {ref!r} must be '<provider>.<model>', e.g. vllm.qwen3-8b")
+        if self.default in self.models:
+            raise ValueError(
+                f"model.models names the default model {self.default!r}: its capabilities are "
+                "model.capabilities; remove it from model.models"
+            )
+        return self
 
 
 class ProviderSpec(_Spec):
@@ -381,12 +410,16 @@ class PallasDeploymentSpec(_Spec):
         for server in self.mcp_servers:
             if not re.fullmatch(SERVER_NAME, server) or len(server) > 63:
                 raise ValueError(f"mcpServers name {server!r} must match {SERVER_NAME} (at most 63 chars)")
-        default_provider = self.model.default.split(".", 1)[0]
-        if default_provider not in self.providers:
-            raise ValueError(
-                f"model.default {self.model.default!r} names provider {default_provider!r}, "
-                f"which is not in providers ({', '.join(sorted(self.providers))})"
-            )
+        for field, ref in [
+            ("model.default", self.model.default),
+            *(("model.models", m) for m in self.model.models),
+        ]:
+            provider = ref.split(".", 1)[0]
+            if provider not in self.providers:
+                raise ValueError(
+                    f"{field} {ref!r} names provider {provider!r}, "
+                    f"which is not in providers ({', '.join(sorted(self.providers))})"
+                )
         return self
 
 
@@ -488,6 +521,11 @@ class PallasAgentSpec(_Spec):
     """Sampling parameters; those a provider does not support are dropped with a warning."""
     max_iterations: Annotated[int, Field(gt=0, le=1000)] = 12
     """LLM/tool rounds per send_message."""
+    max_depth: MaxDepth = DEFAULT_MAX_DEPTH
+    """The most agents a chain of agent-to-agent calls through this agent may have (the first
+    caller counts as 1). A call that would go deeper, or reach an agent already in its path,
+    is refused with a clear error: models decide at run time whom they call, so dependency
+    cycle checks cannot see every loop."""
     tools: ToolPolicy = ToolPolicy()
     """Allow/deny globs over `<server>__<tool>`."""
     history: AgentHistorySpec = AgentHistorySpec()

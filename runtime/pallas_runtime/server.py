@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastmcp import Context, FastMCP
-from fastmcp.exceptions import ToolError
+from fastmcp.exceptions import NotFoundError, ToolError
 from fastmcp.exceptions import ValidationError as ArgumentsInvalid
 from fastmcp.prompts import Message as PromptMessage
 from fastmcp.server.dependencies import get_http_headers
@@ -34,14 +34,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import ASGIApp
 
-from pallas_api.config import AgentConfig
+from pallas_api.config import AgentConfig, RequestParams
+from pallas_api.errors import ErrorCode, error_content
 from pallas_api.health import utc_timestamp
 from pallas_api.names import INSTRUCTION_URI, TOOL_CALLS_META
 from pallas_api.validation import describe
 from pallas_runtime import __version__
 from pallas_runtime.agent.health import HealthChecker
 from pallas_runtime.agent.inputs import ImageInput, InvalidInput, user_message
-from pallas_runtime.agent.loop import AgentLoop, MaxIterationsExceeded
+from pallas_runtime.agent.loop import AgentLoop, MaxIterationsExceeded, ToolChoiceUnavailable
 from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.agent.trace import tool_trace
 from pallas_runtime.agent.turns import Conversations, NoConversation, Reply
@@ -49,6 +50,7 @@ from pallas_runtime.auth import build_auth
 from pallas_runtime.conversations.caller import checked_id, current_caller
 from pallas_runtime.conversations.factory import build_store
 from pallas_runtime.conversations.model import ConversationBusy, ConversationStore, StoreUnavailable, TurnLost
+from pallas_runtime.downstream.call_path import CallPath, CallRefused
 from pallas_runtime.downstream.source import ToolSource
 from pallas_runtime.downstream.sources import build_sources
 from pallas_runtime.inflight import InFlight, ShuttingDown
@@ -62,7 +64,8 @@ log = logging.getLogger("pallas.server")
 
 SEND_MESSAGE_DESCRIPTION = (
     "Send a message (optionally with images) to this agent and get its answer. Pass the same "
-    "conversation_id to continue a conversation; within one MCP session the session is the conversation."
+    "conversation_id to continue a conversation; within one MCP session the session is the conversation. "
+    "params (optional) overrides the agent's request parameters for this call; null clears one."
 )
 BUILT_IN_TOOLS = frozenset({"send_message", "get_health", "list_conversations", "delete_conversation"})
 LIST_CONVERSATIONS_DESCRIPTION = (
@@ -128,11 +131,28 @@ class _SendMessageMetrics(Middleware):
             self._metrics.send_message_duration.labels(self._agent).observe(time.perf_counter() - started)
 
 
-class _PlainArgumentErrors(Middleware):
-    """Bad tool arguments are answered as `<tool>: invalid arguments: <field>: <problem>`.
+class CodedToolError(ToolError):
+    """A tool error with its machine-readable code (see `pallas_api.errors`)."""
 
-    fastmcp passes pydantic's own text through, with its input dumps and documentation links,
-    which is noise to a caller and can echo back whatever they sent.
+    def __init__(self, message: str, code: ErrorCode) -> None:
+        super().__init__(message, log_level=logging.DEBUG)
+        self.code = code
+
+
+def error_result(code: ErrorCode, text: str) -> ToolResult:
+    """An error result: the text as content, `{"error": {"code", "message"}}` as structured content.
+
+    A raised ToolError reaches the client as text alone; a returned result keeps the code.
+    """
+    return ToolResult(content=text, structured_content=error_content(code, text), is_error=True)
+
+
+class _CodedErrors(Middleware):
+    """Every error of the agent's own tools is answered with its code in the structured part.
+
+    Bad arguments read `<tool>: invalid arguments: <field>: <problem>`: fastmcp passes pydantic's
+    own text through, with its input dumps and documentation links, which is noise to a caller
+    and can echo back whatever they sent. An unknown tool keeps fastmcp's text.
     """
 
     async def on_call_tool(
@@ -147,11 +167,21 @@ class _PlainArgumentErrors(Middleware):
             if not isinstance(cause, ValidationError):
                 raise
             text = f"{context.message.name}: invalid arguments: {describe(cause, limit=5)}"
-            raise ToolError(text, log_level=logging.DEBUG) from None
+            return error_result(ErrorCode.INVALID_ARGUMENTS, text)
+        except CodedToolError as exc:
+            return error_result(exc.code, str(exc))
+        except NotFoundError:
+            return error_result(ErrorCode.TOOL_NOT_FOUND, f"Unknown tool: {context.message.name!r}")
+
+
+def _request_meta(ctx: Context) -> Mapping[str, Any] | None:
+    """The request's `_meta` as sent (the wire dict: camelCase keys)."""
+    meta = ctx.request_context.meta if ctx.request_context is not None else None
+    return meta if isinstance(meta, Mapping) else None
 
 
 def _progress_sender(ctx: Context) -> Any:
-    meta = ctx.request_context.meta if ctx.request_context is not None else None
+    meta = _request_meta(ctx)
     if not meta or meta.get("progressToken") is None:
         return None
     return ctx.report_progress
@@ -170,7 +200,7 @@ def _checked(conversation_id: str | None) -> str | None:
     try:
         return checked_id(conversation_id) if conversation_id else None
     except ValueError as exc:
-        raise ToolError(str(exc)) from None
+        raise CodedToolError(str(exc), ErrorCode.INVALID_ARGUMENTS) from None
 
 
 def _history_messages(messages: Sequence[Any]) -> list[PromptMessage]:
@@ -285,23 +315,23 @@ def build_server(
         instructions=config.description or None,
         version=config.version,
         lifespan=lifespan,
-        middleware=[_SendMessageMetrics(agent, metrics, send_names), _PlainArgumentErrors()],
+        middleware=[_SendMessageMetrics(agent, metrics, send_names), _CodedErrors()],
         mask_error_details=True,
         auth=auth,
     )
 
     inflight = InFlight(agent)
 
-    def failed(exc: Exception | str, *, caller_error: bool = False) -> ToolError:
-        """One log line with the agent and the reason, and the error the caller gets.
+    def failed(exc: Exception | str, code: ErrorCode) -> CodedToolError:
+        """One log line with the agent, the code and the reason, and the error the caller gets.
 
         A caller's own bad input is INFO, anything else WARNING; fastmcp's generic "Error calling
         tool" line (no agent, no reason) is silenced for them.
         """
         text = str(exc)
-        log.log(logging.INFO if caller_error else logging.WARNING, "send_message failed: %s", text,
-                extra={"agent": agent})  # fmt: skip
-        return ToolError(text, log_level=logging.DEBUG)
+        level = logging.INFO if code is ErrorCode.INVALID_ARGUMENTS else logging.WARNING
+        log.log(level, "send_message failed: %s", text, extra={"agent": agent, "code": code.value})
+        return CodedToolError(text, code)
 
     _EDGES[server] = _Edges(lambda: metrics.requests_refused.labels(agent, "too_large").inc(), inflight)
 
@@ -310,12 +340,19 @@ def build_server(
         ctx: Context,
         images: list[ImageInput] | None = None,
         conversation_id: str | None = None,
+        params: RequestParams | None = None,
     ) -> ToolResult:
+        try:
+            call_path = CallPath.inbound(_request_meta(ctx), agent, config.max_depth)
+        except CallRefused as exc:
+            raise failed(exc, exc.code) from None
         try:
             user = user_message(config, message, images)
             checked = checked_id(conversation_id) if conversation_id else None
+            if params is not None:
+                provider.check_params(params)
         except (InvalidInput, ValueError) as exc:
-            raise failed(exc, caller_error=True) from None
+            raise failed(exc, ErrorCode.INVALID_ARGUMENTS) from None
         inbound_auth = get_http_headers(include={"authorization"}).get("authorization")
         reply: Reply | None = None
         try:
@@ -327,13 +364,21 @@ def build_server(
                     session_id=_session_id(),
                     inbound_auth=inbound_auth,
                     progress=ProgressReporter(agent, _progress_sender(ctx)),
+                    call_path=call_path,
+                    params=params,
                 )
         except LLMError as exc:
-            raise failed(f"the language model call failed: {exc}") from None
-        except (ShuttingDown, MaxIterationsExceeded, ConversationBusy, TurnLost) as exc:
-            raise failed(exc) from None
+            raise failed(f"the language model call failed: {exc}", ErrorCode.LLM_ERROR) from None
+        except MaxIterationsExceeded as exc:
+            raise failed(exc, ErrorCode.MAX_ITERATIONS) from None
+        except ToolChoiceUnavailable as exc:
+            raise failed(exc, ErrorCode.INVALID_ARGUMENTS) from None
+        except ConversationBusy as exc:
+            raise failed(exc, ErrorCode.TIMEOUT) from None
+        except (ShuttingDown, TurnLost) as exc:
+            raise failed(exc, ErrorCode.SERVER_UNAVAILABLE) from None
         except StoreUnavailable as exc:
-            raise failed(f"the conversation was not kept: {exc}") from None
+            raise failed(f"the conversation was not kept: {exc}", ErrorCode.SERVER_UNAVAILABLE) from None
         finally:
             # A failed turn can change the count too (a store that expired or evicted on the
             # way); only a finished turn that kept no conversation cannot.
@@ -379,7 +424,7 @@ def build_server(
         try:
             threads = await conversations.threads(current_caller())
         except StoreUnavailable as exc:
-            raise ToolError(str(exc)) from None
+            raise CodedToolError(str(exc), ErrorCode.SERVER_UNAVAILABLE) from None
         return json.dumps(
             {
                 "conversations": [
@@ -403,8 +448,10 @@ def build_server(
     async def delete_conversation(conversation_id: str) -> str:
         try:
             await conversations.delete(current_caller(), _checked(conversation_id) or "")
-        except (NoConversation, StoreUnavailable) as exc:
-            raise ToolError(str(exc)) from None
+        except NoConversation as exc:
+            raise CodedToolError(str(exc), ErrorCode.INVALID_ARGUMENTS) from None
+        except StoreUnavailable as exc:
+            raise CodedToolError(str(exc), ErrorCode.SERVER_UNAVAILABLE) from None
         await conversations_changed(count_changed=True)
         return f"deleted conversation {conversation_id!r}"
 

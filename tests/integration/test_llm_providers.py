@@ -276,7 +276,7 @@ async def test_native_openai_drops_top_k_with_one_warning(openai_server, provide
         assert request.json["reasoning_effort"] == "low"
     [warning] = [r for r in caplog.records if r.name == "pallas.llm"]
     assert warning.levelno == logging.WARNING
-    assert "top_k" in warning.getMessage()
+    assert "topK" in warning.getMessage()  # named as in the spec
     assert "openai provider 'llm'" in warning.getMessage()
 
 

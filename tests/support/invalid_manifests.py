@@ -144,6 +144,12 @@ INVALID = [
         reported_as=["spec.dependsOn.0: ", "should match"],
     ),
     Case(
+        "json-schema-format-without-schema",
+        agent("a1", spec(requestParams={"responseFormat": {"type": "json_schema"}})),
+        refused_with=["responseFormat needs jsonSchema exactly when its type is json_schema"],
+        reported_as=["spec.requestParams.responseFormat: ", "needs jsonSchema exactly when"],
+    ),
+    Case(
         "deployment-name-too-long",
         deployment(LONG_NAME),
         refused_with=["metadata.name must be at most 54", "-registry"],
@@ -154,6 +160,24 @@ INVALID = [
         deployment("d1", at("spec.model.default", "openai.gpt-4o")),
         refused_with=["spec.model.default must start with a key of spec.providers"],
         reported_as=["spec: ", "names provider 'openai', which is not in providers"],
+    ),
+    Case(
+        "model-capabilities-key-not-a-model",
+        deployment("d1", at("spec.model.models", {"qwen3": {"vision": True}})),
+        refused_with=["spec.model.models keys must be '<provider>.<model>'"],
+        reported_as=["spec.model: ", "model.models key 'qwen3' must be '<provider>.<model>'"],
+    ),
+    Case(
+        "model-capabilities-of-the-default",
+        deployment("d1", at("spec.model.models", {"vllm.qwen3-8b": {"vision": True}})),
+        refused_with=["spec.model.models must not name the default model"],
+        reported_as=["spec.model: ", "model.models names the default model 'vllm.qwen3-8b'"],
+    ),
+    Case(
+        "model-capabilities-unknown-provider",
+        deployment("d1", at("spec.model.models", {"anthropic.claude-sonnet-4-5": {"vision": True}})),
+        refused_with=["spec.model.models keys must start with a key of spec.providers"],
+        reported_as=["spec: ", "model.models 'anthropic.claude-sonnet-4-5' names provider 'anthropic'"],
     ),
     Case(
         "postgres-without-dsn",

@@ -25,6 +25,7 @@ import mcp_types
 import uvicorn
 from fastmcp import Context, FastMCP
 from fastmcp.exceptions import ToolError
+from fastmcp.server.auth.providers.jwt import StaticTokenVerifier
 from fastmcp.server.dependencies import get_http_headers
 from fastmcp.tools import Tool, ToolResult
 from starlette.requests import Request
@@ -83,12 +84,21 @@ def bound_socket(port: int = 0, host: str = LOOPBACK) -> socket.socket:
 
 @contextlib.asynccontextmanager
 async def serve_app(
-    app: ASGIApp, *, path: str = "/mcp", port: int = 0, host: str = LOOPBACK
+    app: ASGIApp,
+    *,
+    path: str = "/mcp",
+    port: int = 0,
+    host: str = LOOPBACK,
+    sock: socket.socket | None = None,
 ) -> AsyncIterator[RunningServer]:
     """Serve an ASGI app with uvicorn on 127.0.0.1 (or `host`: pods reach the node's bridge
-    address) until the block ends."""
-    sock = bound_socket(port, host)
-    actual_port = sock.getsockname()[1]
+    address) until the block ends.
+
+    `sock` is a socket from `bound_socket()` to serve on, for servers whose URLs must be known
+    before any of them is built (agents that call each other); it is closed at the end.
+    """
+    sock = sock or bound_socket(port, host)
+    host, actual_port = sock.getsockname()[:2]
     running = RunningServer(url=f"http://{host}:{actual_port}{path}", port=actual_port)
     config = uvicorn.Config(
         _Recorder(app, running.requests),
@@ -133,9 +143,9 @@ async def serve(
         yield running
 
 
-def header_echo_mcp() -> FastMCP:
+def header_echo_mcp(auth: StaticTokenVerifier | None = None) -> FastMCP:
     """Tool `echo_headers`: returns JSON {authorization, x_api_key} as seen on the tools/call request."""
-    mcp = FastMCP("header-echo")
+    mcp = FastMCP("header-echo", auth=auth)
 
     @mcp.tool(output_schema=None)
     async def echo_headers(delay: float = 0.02) -> str:
@@ -145,6 +155,16 @@ def header_echo_mcp() -> FastMCP:
         return json.dumps({"authorization": seen.get("authorization"), "x_api_key": seen.get("x-api-key")})
 
     return mcp
+
+
+def bearer_echo_mcp(tokens: tuple[str, ...] = ("Bearer caller-token",)) -> FastMCP:
+    """`header_echo_mcp` behind a bearer check: only the given `Authorization` values get in.
+
+    Anything else, a request without a bearer included (initialize too), gets fastmcp's 401
+    with a `WWW-Authenticate: Bearer` challenge, as an MCP server that checks callers answers.
+    """
+    known = {t.removeprefix("Bearer "): {"client_id": f"c{i}", "scopes": []} for i, t in enumerate(tokens)}
+    return header_echo_mcp(auth=StaticTokenVerifier(known))
 
 
 def slow_mcp() -> FastMCP:
@@ -254,6 +274,7 @@ def _served(factory: Any) -> Any:
 
 
 header_echo_server = _served(header_echo_mcp)
+bearer_echo_server = _served(bearer_echo_mcp)
 slow_server = _served(slow_mcp)
 progress_server = _served(progress_mcp)
 image_server = _served(image_mcp)

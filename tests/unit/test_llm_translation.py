@@ -24,10 +24,13 @@ from pallas_runtime.llm.openai_chat import (
     usage_from_chat,
 )
 from pallas_runtime.llm.params import (
+    ParamsNotTaken,
     anthropic_plan,
     anthropic_rule,
+    check_call_params,
     dropped_warning,
     is_native_openai,
+    merge_params,
     openai_plan,
 )
 from pallas_runtime.llm.provider import LLMError
@@ -443,6 +446,19 @@ def test_messages_usage_maps_cache_fields():
 ALL = RequestParams(
     temperature=0.6, top_p=0.9, top_k=40, max_tokens=4096, stop=["</done>"], seed=7, effort="high"
 )
+CAPS = ModelCapabilities()
+NEWER = RequestParams.model_validate(
+    {
+        "presencePenalty": 0.5,
+        "frequencyPenalty": -0.5,
+        "responseFormat": {
+            "type": "json_schema",
+            "jsonSchema": {"name": "answer", "schema": {"type": "object"}, "strict": True},
+        },
+        "toolChoice": "argos__search",
+        "extra": {"repetition_penalty": 1.1},
+    }
+)  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -461,7 +477,7 @@ def test_is_native_openai(base_url, native):
 
 
 def test_openai_native_drops_top_k_and_uses_max_completion_tokens():
-    plan = openai_plan(ALL, native=True)
+    plan = openai_plan(ALL, native=True, capabilities=CAPS)
     assert plan.kwargs == {
         "temperature": 0.6,
         "top_p": 0.9,
@@ -471,11 +487,11 @@ def test_openai_native_drops_top_k_and_uses_max_completion_tokens():
         "reasoning_effort": "high",
     }
     assert plan.extra_body == {}
-    assert plan.dropped == ("top_k",)
+    assert plan.dropped == ("topK",)
 
 
 def test_openai_compatible_sends_top_k_in_extra_body_and_max_tokens():
-    plan = openai_plan(ALL, native=False)
+    plan = openai_plan(ALL, native=False, capabilities=CAPS)
     assert plan.extra_body == {"top_k": 40}
     assert plan.kwargs["max_tokens"] == 4096
     assert "max_completion_tokens" not in plan.kwargs
@@ -484,7 +500,7 @@ def test_openai_compatible_sends_top_k_in_extra_body_and_max_tokens():
 
 
 def test_openai_unset_params_send_nothing():
-    assert openai_plan(RequestParams(), native=True).wire_fields() == {}
+    assert openai_plan(RequestParams(), native=True, capabilities=CAPS).wire_fields() == {}
 
 
 def test_anthropic_default_model_takes_sampling_but_not_seed_or_effort():
@@ -502,7 +518,7 @@ def test_anthropic_opus_4_7_takes_effort_and_no_sampling():
         "output_config": {"effort": "high"},
     }
     assert plan.extra_body == {}
-    assert plan.dropped == ("temperature", "top_p", "top_k", "seed")
+    assert plan.dropped == ("temperature", "topP", "topK", "seed")
 
 
 def test_anthropic_max_tokens_defaults_to_the_model_capability():
@@ -511,6 +527,98 @@ def test_anthropic_max_tokens_defaults_to_the_model_capability():
     )
     assert plan.wire_fields() == {"max_tokens": 999}
     assert plan.dropped == ()
+
+
+def test_openai_takes_penalties_response_format_tool_choice_and_extra_fields():
+    plan = openai_plan(NEWER, native=False, capabilities=CAPS)
+    assert plan.wire_fields() == {
+        "presence_penalty": 0.5,
+        "frequency_penalty": -0.5,
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "answer", "schema": {"type": "object"}, "strict": True},
+        },
+        "tool_choice": {"type": "function", "function": {"name": "argos__search"}},
+        "repetition_penalty": 1.1,
+    }
+    assert plan.dropped == ()
+    assert "tool_choice" not in plan.wire_fields(with_tools=False)  # both APIs refuse it without tools
+    for choice in ("auto", "none", "required"):
+        assert openai_plan(RequestParams(tool_choice=choice), native=True, capabilities=CAPS).kwargs == {
+            "tool_choice": choice
+        }
+
+
+def test_openai_clamps_max_tokens_to_the_model_and_stop_to_four_on_openai_only():
+    many = RequestParams(max_tokens=100_000, stop=["a", "b", "c", "d", "e", "f"])
+    caps = ModelCapabilities(max_output_tokens=8192)
+    native = openai_plan(many, native=True, capabilities=caps)
+    compatible = openai_plan(many, native=False, capabilities=caps)
+    assert native.kwargs == {"max_completion_tokens": 8192, "stop": ["a", "b", "c", "d"]}
+    assert compatible.kwargs == {"max_tokens": 8192, "stop": ["a", "b", "c", "d", "e", "f"]}
+    warning = dropped_warning(native, "openai provider 'o'")
+    assert warning == (
+        "openai provider 'o': maxTokens 100000 is above the model's maxOutputTokens; sending 8192; "
+        "openai provider 'o': stop has 6 sequences; OpenAI takes 4, the first are sent"
+    )
+
+
+def test_anthropic_maps_tool_choice_and_extra_and_drops_what_it_does_not_take():
+    plan = anthropic_plan(
+        NEWER, model="claude-sonnet-4-5", capabilities=ModelCapabilities(max_output_tokens=500)
+    )
+    assert plan.wire_fields() == {
+        "max_tokens": 500,
+        "tool_choice": {"type": "tool", "name": "argos__search"},
+        "repetition_penalty": 1.1,
+    }
+    assert plan.dropped == ("presencePenalty", "frequencyPenalty", "responseFormat")
+    choices = {c: anthropic_plan(RequestParams(tool_choice=c), model="claude-sonnet-4-5", capabilities=CAPS)
+               for c in ("auto", "none", "required")}  # fmt: skip
+    assert {c: p.kwargs["tool_choice"] for c, p in choices.items()} == {
+        "auto": {"type": "auto"},
+        "none": {"type": "none"},
+        "required": {"type": "any"},
+    }
+    text_only = RequestParams.model_validate({"responseFormat": {"type": "text"}, "maxTokens": 10**6})
+    plan = anthropic_plan(text_only, model="claude-sonnet-4-5", capabilities=ModelCapabilities())
+    assert (plan.wire_fields(), plan.dropped) == ({"max_tokens": 16384}, ())
+
+
+def test_a_calls_params_override_the_agents_and_null_clears_one():
+    defaults = RequestParams(temperature=0.6, max_tokens=4096, seed=7)
+    call = RequestParams.model_validate({"temperature": 0.1, "maxTokens": None, "toolChoice": "none"})
+    merged = merge_params(defaults, call)
+    assert (merged.temperature, merged.max_tokens, merged.seed, merged.tool_choice) == (0.1, None, 7, "none")
+    assert merge_params(defaults, None) is defaults
+    assert merge_params(defaults, RequestParams()) is defaults
+
+
+def test_a_calls_params_the_provider_does_not_take_are_an_error():
+    call = RequestParams.model_validate({"presencePenalty": 0.5, "seed": 1, "temperature": 0.2})
+    plan = anthropic_plan(call, model="claude-sonnet-4-5", capabilities=CAPS)
+    with pytest.raises(ParamsNotTaken) as refused:
+        check_call_params(plan, "anthropic provider 'claude' (model claude-sonnet-4-5)")
+    assert str(refused.value) == (
+        "params.seed, params.presencePenalty: "
+        "anthropic provider 'claude' (model claude-sonnet-4-5) does not take them"
+    )
+    check_call_params(openai_plan(call, native=False, capabilities=CAPS), "x")  # all taken: no error
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        ({"responseFormat": {"type": "json_schema"}}, "needs jsonSchema exactly when"),
+        ({"responseFormat": {"type": "text", "jsonSchema": {"name": "a", "schema": {}}}}, "needs jsonSchema"),
+        ({"toolChoice": "search"}, "should match pattern"),
+        ({"extra": {"temperature": 1, "model": "x"}}, "extra may not set model, temperature"),
+        ({"presencePenalty": 3}, "less than or equal to 2"),
+    ],
+)
+def test_request_params_refuse_what_no_provider_could_send(data, problem):
+    with pytest.raises(ValueError, match=problem):
+        RequestParams.model_validate(data)
 
 
 @pytest.mark.parametrize(
@@ -535,8 +643,8 @@ def test_anthropic_rules_match_families(model, sampling, effort):
 def test_dropped_warning_names_params_and_provider():
     plan = anthropic_plan(ALL, model="claude-opus-4-7", capabilities=ModelCapabilities())
     text = dropped_warning(plan, "anthropic provider 'claude'")
-    assert text == "anthropic provider 'claude' does not take temperature, top_p, top_k, seed; dropping them"
-    assert dropped_warning(openai_plan(RequestParams(), native=True), "x") is None
+    assert text == "anthropic provider 'claude' does not take temperature, topP, topK, seed; dropping them"
+    assert dropped_warning(openai_plan(RequestParams(), native=True, capabilities=CAPS), "x") is None
 
 
 # --- factory --------------------------------------------------------------------------------

@@ -7,7 +7,9 @@ Semantics (seed 001 §2, docs/api.md §3):
   `health.providerRecheckSeconds`, then refreshed in the background: `get_health` never waits
   for the LLM endpoint (a hanging one used to add its 5 s timeout to the call); a failed check
   is reported with its age; before the first check finishes the provider is not judged;
-- `ok` when everything passed; `degraded` when a downstream or the provider check failed, or
+- `ok` when everything passed, with a note on sources that are up but want something (a
+  downstream that forwards the caller's bearer and refuses a probe without one: "Needs caller
+  credentials: mnemosyne"); `degraded` when a downstream or the provider check failed, or
   when checking callers failed lately (the API server or the issuer did not answer: those
   requests were refused with 503);
   `error` when the agent cannot serve any request: its provider's API key is not configured.
@@ -120,7 +122,16 @@ class HealthChecker:
         else:
             status = "ok"
         self._metrics.agent_health_status.labels(agent).set(HEALTH_VALUES[status])
-        return HealthReport.now(status, "; ".join(problems))
+        return HealthReport.now(status, "; ".join([*problems, *_notes(probes)]))
+
+
+def _notes(probes: list[ProbeResult]) -> list[str]:
+    """Notes on sources that are up, grouped by note: `Needs caller credentials: a, b`."""
+    by_note: dict[str, list[str]] = {}
+    for probe in probes:
+        if probe.ok and probe.note:
+            by_note.setdefault(probe.note, []).append(probe.source)
+    return [f"{note[0].upper()}{note[1:]}: {', '.join(sources)}" for note, sources in by_note.items()]
 
 
 async def _nothing() -> None:

@@ -18,10 +18,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pallas_api.config import AgentConfig
+from pallas_api.config import AgentConfig, RequestParams
+from pallas_api.errors import ErrorCode
 from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.conversations.model import ConversationKey
+from pallas_runtime.downstream.call_path import CallPath
 from pallas_runtime.downstream.source import DownstreamError, RemoteTool, ToolOutcome, ToolSource
+from pallas_runtime.llm.params import merge_params
 from pallas_runtime.llm.provider import LLMError, LLMProvider
 from pallas_runtime.messages import (
     AssistantMessage,
@@ -46,6 +49,14 @@ _LLM_NAME_MAX = 64  # OpenAI's limit on function names; Anthropic's is the same
 
 class MaxIterationsExceeded(Exception):
     """The model kept calling tools past `maxIterations`."""
+
+
+class ToolChoiceUnavailable(ValueError):
+    """`toolChoice` names a tool the agent does not offer this turn."""
+
+
+FORCING = frozenset({"required"})
+"""Tool choices other than a tool's name that force a tool call (applied to the first round only)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +88,13 @@ def llm_tool_name(qualified: str) -> str:
 
 def _error(call: ToolCall, text: str) -> ToolResult:
     return ToolResult(call.id, call.name, (TextPart(text),), is_error=True)
+
+
+def _log_failure(agent: str, tool: str, code: ErrorCode | None, outcome: ToolOutcome) -> None:
+    """One line per failed tool call: the model reads the text, operators also get the code."""
+    text = " ".join(p.text for p in outcome.content if isinstance(p, TextPart))[:500]
+    extra = {"agent": agent, "tool": tool, "code": code.value if code else None}
+    log.info("tool call %s failed: %s", tool, text, extra=extra)
 
 
 class AgentLoop:
@@ -124,14 +142,19 @@ class AgentLoop:
         inbound_auth: str | None,
         progress: ProgressReporter,
         conversation: ConversationKey | None = None,
+        call_path: CallPath | None = None,
+        params: RequestParams | None = None,
     ) -> TurnResult:
         """One `send_message`: loop until the model answers without tool calls.
 
-        `conversation` is the turn's conversation (for peer calls; the loop stores nothing).
+        `conversation` is the turn's conversation (for peer calls; the loop stores nothing);
+        `call_path` the agents this call passed through, this one last (for peer calls);
+        `params` the call's own request parameters, over the agent's.
 
         Raises:
             LLMError: the provider failed after its retries.
             MaxIterationsExceeded: no final answer within `maxIterations` rounds.
+            ToolChoiceUnavailable: `toolChoice` names a tool not offered this turn.
         """
         offered = await self.offered_tools(inbound_auth)
         specs = [
@@ -139,10 +162,13 @@ class AgentLoop:
             for name, o in offered.items()
             if o.allowed
         ]
+        first, later = self._round_params(merge_params(self._config.request_params, params), offered)
         messages: list[Message] = [*history, user]
         turn: list[Message] = [user]
-        for _ in range(self._config.max_iterations):
-            completion = await self._complete(messages, specs, progress)
+        for round_number in range(self._config.max_iterations):
+            completion = await self._complete(
+                messages, specs, progress, first if round_number == 0 else later
+            )
             assistant = AssistantMessage(completion.text, completion.tool_calls)
             messages.append(assistant)
             turn.append(assistant)
@@ -159,7 +185,7 @@ class AgentLoop:
             await progress.step("tool")
             results = await asyncio.gather(
                 *(
-                    self._dispatch(call, offered, inbound_auth, progress, conversation)
+                    self._dispatch(call, offered, inbound_auth, progress, conversation, call_path)
                     for call in completion.tool_calls
                 )
             )
@@ -171,15 +197,42 @@ class AgentLoop:
             "without a final answer (raise spec.maxIterations if the task needs more)"
         )
 
+    def _round_params(
+        self, params: RequestParams, offered: dict[str, OfferedTool]
+    ) -> tuple[RequestParams, RequestParams]:
+        """The parameters of the turn's first LLM call and of the later ones.
+
+        A named `toolChoice` becomes the model-facing name of that tool. A choice that forces a
+        tool call (`required`, a name) applies to the first call only: forced on every round,
+        the model could never give its answer.
+        """
+        choice = params.tool_choice
+        if choice is None or choice in ("auto", "none"):
+            return params, params
+        later = params.model_copy(update={"tool_choice": None})
+        if choice in FORCING:
+            return params, later
+        for name, entry in offered.items():
+            if entry.tool.qualified_name == choice and entry.allowed:
+                return params.model_copy(update={"tool_choice": name}), later
+        available = ", ".join(sorted(o.tool.qualified_name for o in offered.values() if o.allowed)) or "none"
+        raise ToolChoiceUnavailable(
+            f"toolChoice {choice!r} is not a tool this agent offers now (available tools: {available})"
+        )
+
     async def _complete(
-        self, messages: list[Message], specs: list[ToolSpec], progress: ProgressReporter
+        self,
+        messages: list[Message],
+        specs: list[ToolSpec],
+        progress: ProgressReporter,
+        params: RequestParams,
     ) -> Completion:
         await progress.step("llm")
         agent, model = self._config.name, self._config.model
         started = time.perf_counter()
         try:
             completion = await self._provider.complete(
-                system=self._config.instruction, messages=messages, tools=specs
+                system=self._config.instruction, messages=messages, tools=specs, params=params
             )
         except LLMError:
             self._metrics.llm_request_duration.labels(agent, model, "error").observe(
@@ -200,18 +253,29 @@ class AgentLoop:
         inbound_auth: str | None,
         progress: ProgressReporter,
         conversation: ConversationKey | None,
+        call_path: CallPath | None,
     ) -> ToolResult:
+        agent = self._config.name
         entry = offered.get(call.name)
         if entry is None:
             available = ", ".join(sorted(n for n, o in offered.items() if o.allowed)) or "none"
-            return _error(call, f"unknown tool {call.name!r}; available tools: {available}")
+            refusal = _error(call, f"unknown tool {call.name!r}; available tools: {available}")
+            _log_failure(agent, call.name, ErrorCode.TOOL_NOT_FOUND, ToolOutcome(refusal.content, True))
+            return refusal
         source, tool = entry.source.name, entry.tool
         if not (entry.allowed and self._config.tools.permits(tool.qualified_name)):
-            self._metrics.tool_denied_total.labels(self._config.name, source).inc()
-            log.info("denied tool call %s for agent %s", tool.qualified_name, self._config.name)
-            return _error(call, f"tool {call.name!r} is not allowed for this agent")
+            self._metrics.tool_denied_total.labels(agent, source).inc()
+            refusal = _error(call, f"tool {call.name!r} is not allowed for this agent")
+            _log_failure(
+                agent, tool.qualified_name, ErrorCode.DENIED_BY_POLICY, ToolOutcome(refusal.content, True)
+            )
+            return refusal
         if call.arguments_error is not None:
-            return _error(call, f"arguments for {call.name!r} are invalid: {call.arguments_error}")
+            refusal = _error(call, f"arguments for {call.name!r} are invalid: {call.arguments_error}")
+            _log_failure(
+                agent, tool.qualified_name, ErrorCode.INVALID_ARGUMENTS, ToolOutcome(refusal.content, True)
+            )
+            return refusal
 
         await progress.tool_started(source, tool.name)
         started = time.perf_counter()
@@ -222,14 +286,16 @@ class AgentLoop:
                 inbound_auth=inbound_auth,
                 on_progress=progress.relay(source, tool.name),
                 conversation=conversation,
+                call_path=call_path,
             )
         except DownstreamError as exc:
-            outcome = ToolOutcome((TextPart(str(exc)),), is_error=True)
+            outcome = ToolOutcome((TextPart(str(exc)),), is_error=True, code=exc.code)
         except Exception:
             log.exception("calling %s failed unexpectedly", tool.qualified_name)
             outcome = ToolOutcome((TextPart(f"calling {tool.qualified_name} failed (see agent logs)"),), True)
         elapsed = time.perf_counter() - started
-        agent = self._config.name
+        if outcome.is_error:
+            _log_failure(agent, tool.qualified_name, outcome.code, outcome)
         self._metrics.tool_call_duration.labels(agent, source, "tool").observe(elapsed)
         self._metrics.tool_calls_total.labels(
             agent, source, "tool", "error" if outcome.is_error else "ok"

@@ -8,14 +8,15 @@ wherever they run; a turn that fails or is cancelled stores nothing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pallas_runtime.agent.loop import AgentLoop, TurnResult
+from pallas_api.config import RequestParams
+from pallas_runtime.agent.loop import AgentLoop
 from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.conversations.caller import Caller, one_turn_key
 from pallas_runtime.conversations.history import title_of
 from pallas_runtime.conversations.model import ConversationKey, ConversationStore, ThreadInfo
+from pallas_runtime.downstream.call_path import CallPath
 from pallas_runtime.messages import Message, UserMessage
 
 
@@ -63,6 +64,8 @@ class Conversations:
         session_id: str | None,
         inbound_auth: str | None,
         progress: ProgressReporter,
+        call_path: CallPath | None = None,
+        params: RequestParams | None = None,
     ) -> Reply:
         """Run one turn; store it when the request names a conversation.
 
@@ -72,24 +75,19 @@ class Conversations:
         """
         key = conversation_key(self._agent, caller, conversation_id, session_id)
         if key is None:
-            turn = await self._run([], user, one_turn_key(self._agent, caller.owner), inbound_auth, progress)
+            key = one_turn_key(self._agent, caller.owner)
+            turn = await self._loop.run(
+                [], user, inbound_auth=inbound_auth, progress=progress, conversation=key,
+                call_path=call_path, params=params,
+            )  # fmt: skip
             return Reply(turn.text, None, turn.messages)
         async with self.store.turn(key) as held:
-            turn = await self._run(held.history, user, key, inbound_auth, progress)
+            turn = await self._loop.run(
+                held.history, user, inbound_auth=inbound_auth, progress=progress, conversation=key,
+                call_path=call_path, params=params,
+            )  # fmt: skip
             await held.commit(turn.messages, title_of([user]))
         return Reply(turn.text, key.id, turn.messages, created=not held.history)
-
-    async def _run(
-        self,
-        history: Sequence[Message],
-        user: UserMessage,
-        key: ConversationKey,
-        inbound_auth: str | None,
-        progress: ProgressReporter,
-    ) -> TurnResult:
-        return await self._loop.run(
-            history, user, inbound_auth=inbound_auth, progress=progress, conversation=key
-        )
 
     async def history(
         self, caller: Caller, conversation_id: str | None, session_id: str | None

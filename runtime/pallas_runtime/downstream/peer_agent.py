@@ -10,12 +10,17 @@ import mcp_types
 from pallas_api.config import PeerAgent
 from pallas_runtime.conversations.caller import peer_conversation_id
 from pallas_runtime.conversations.model import ConversationKey
+from pallas_runtime.downstream.call_path import CallPath, CallRefused
 from pallas_runtime.downstream.remote import RemoteMcpSource
 from pallas_runtime.downstream.source import ProgressHandler, RemoteTool, ToolOutcome
+from pallas_runtime.messages import TextPart
 
 log = logging.getLogger("pallas.downstream")
 
 SEND_MESSAGE = "send_message"
+LEFT_TO_THE_CALLER = frozenset({"conversation_id", "params"})
+"""Arguments of a peer's send_message the model does not see or set: the conversation follows
+from the calling turn, and the peer's sampling parameters are the peer's own."""
 
 
 class PeerAgentSource(RemoteMcpSource):
@@ -24,7 +29,9 @@ class PeerAgentSource(RemoteMcpSource):
     Agents of one deployment share a trust boundary, so by default (`forwardInboundAuth: true`)
     the caller's bearer rides along, each such call on a session of its own. The conversation is
     not the model's to choose: `conversation_id` is left out of the schema it sees and set on
-    every call, derived from the calling turn's conversation (see `conversations.caller`).
+    every call, derived from the calling turn's conversation (see `conversations.caller`), and
+    so are the peer's per-call `params`. Each call carries the calling turn's path of agents
+    (`downstream.call_path`).
     """
 
     def __init__(self, peer: PeerAgent, *, probe_timeout: float) -> None:
@@ -65,18 +72,33 @@ class PeerAgentSource(RemoteMcpSource):
         inbound_auth: str | None,
         on_progress: ProgressHandler | None,
         conversation: ConversationKey | None = None,
+        call_path: CallPath | None = None,
     ) -> ToolOutcome:
-        """Call the peer's `send_message` in the peer conversation of the calling turn."""
-        arguments = {k: v for k, v in arguments.items() if k != "conversation_id"}
+        """Call the peer's `send_message` in the peer conversation of the calling turn.
+
+        The call carries the turn's path of agents; one that would loop back or make the chain
+        longer than `maxDepth` is refused here, unsent, as an error result with its code.
+        """
+        if call_path is not None:
+            try:
+                call_path.onward(self.name)
+            except CallRefused as exc:
+                return ToolOutcome((TextPart(str(exc)),), is_error=True, code=exc.code)
+        arguments = {k: v for k, v in arguments.items() if k not in LEFT_TO_THE_CALLER}
         if conversation is not None:
             arguments["conversation_id"] = peer_conversation_id(conversation, self.name)
-        return await super().call_tool(tool, arguments, inbound_auth=inbound_auth, on_progress=on_progress)
+        return await super().call_tool(
+            tool, arguments, inbound_auth=inbound_auth, on_progress=on_progress, call_path=call_path
+        )
+
+    def _request_meta(self, call_path: CallPath | None) -> dict[str, Any] | None:
+        return call_path.onward(self.name) if call_path is not None else None
 
 
 def _without_conversation_id(tool: RemoteTool) -> RemoteTool:
     schema = dict(tool.input_schema)
-    properties = {k: v for k, v in (schema.get("properties") or {}).items() if k != "conversation_id"}
+    properties = {k: v for k, v in (schema.get("properties") or {}).items() if k not in LEFT_TO_THE_CALLER}
     schema["properties"] = properties
     if "required" in schema:
-        schema["required"] = [r for r in schema["required"] if r != "conversation_id"]
+        schema["required"] = [r for r in schema["required"] if r not in LEFT_TO_THE_CALLER]
     return RemoteTool(tool.source, tool.name, tool.description, schema)

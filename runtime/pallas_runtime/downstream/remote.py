@@ -39,7 +39,9 @@ from mcp.client.session import IncomingMessage
 
 from pallas_api import probe as mcp_probe
 from pallas_api.config import DEFAULT_MAX_RESULT_BYTES
+from pallas_api.errors import ErrorCode, error_code_of
 from pallas_runtime.conversations.model import ConversationKey
+from pallas_runtime.downstream.call_path import CallPath
 from pallas_runtime.downstream.connection import SharedSession, Transport, open_session, tls_context
 from pallas_runtime.downstream.content import parts_from_result
 from pallas_runtime.downstream.failures import HttpErrorRecorder, classify, describe_failure, oversized
@@ -55,6 +57,9 @@ from pallas_runtime.sizes import MiB, human_bytes, utf8_size
 
 log = logging.getLogger("pallas.downstream")
 T = TypeVar("T")
+
+NEEDS_CALLER_CREDENTIALS = "needs caller credentials"
+"""The note of a source that refuses a probe without a bearer and is called with the caller's."""
 
 
 class _ProgressRelay:
@@ -290,6 +295,7 @@ class RemoteMcpSource:
         inbound_auth: str | None,
         on_progress: ProgressHandler | None,
         conversation: ConversationKey | None = None,
+        call_path: CallPath | None = None,
     ) -> ToolOutcome:
         """Call one tool within the configured timeout.
 
@@ -302,13 +308,16 @@ class RemoteMcpSource:
         """
         bearer = inbound_auth if self._forwards_bearer and inbound_auth else None
         relay = _ProgressRelay(f"{self._name}: {tool}", on_progress) if on_progress is not None else None
+        meta = self._request_meta(call_path)
         result: mcp_types.CallToolResult | None = None
         try:
             with anyio.move_on_after(self._timeout):
                 if bearer is None:
-                    result = await self._with_shared(lambda s: self._call(s, tool, arguments, relay))
+                    result = await self._with_shared(lambda s: self._call(s, tool, arguments, relay, meta))
                 else:
-                    result = await self._call_with_bearer(tool, arguments, bearer, relay)
+                    result = await self._with_bearer(
+                        bearer, lambda s: self._call(s, tool, arguments, relay, meta)
+                    )
         except _Failure as failure:
             self._tools_changed()
             if oversized(failure.cause):
@@ -328,7 +337,9 @@ class RemoteMcpSource:
                 relay.close()
         if result is None:
             self._tools_changed()
-            raise DownstreamError(f"{self._name}: {tool} timed out after {self._timeout:g}s")
+            raise DownstreamError(
+                f"{self._name}: {tool} timed out after {self._timeout:g}s", ErrorCode.TIMEOUT
+            )
         parts = parts_from_result(result)
         size = sum(utf8_size(p.text) if isinstance(p, TextPart) else len(p.data) for p in parts)
         if size > self._max_result_bytes:
@@ -337,22 +348,22 @@ class RemoteMcpSource:
                 f"the limit is {human_bytes(self._max_result_bytes)} (maxResultBytes)"
             )
             return ToolOutcome(content=(TextPart(text),), is_error=True)
-        return ToolOutcome(content=parts, is_error=result.is_error)
+        code = error_code_of(result.structured_content) if result.is_error else None
+        return ToolOutcome(content=parts, is_error=result.is_error, code=code)
+
+    def _request_meta(self, call_path: CallPath | None) -> dict[str, Any] | None:
+        """The `_meta` a tools/call carries; a downstream server takes no part in agent paths."""
+        return None
 
     @staticmethod
     async def _call(
-        session: ClientSession, tool: str, arguments: dict[str, Any], relay: _ProgressRelay | None
-    ) -> mcp_types.CallToolResult:
-        return await session.call_tool(tool, arguments, progress_callback=relay)
-
-    async def _call_with_bearer(
-        self,
+        session: ClientSession,
         tool: str,
         arguments: dict[str, Any],
-        bearer: str,
         relay: _ProgressRelay | None,
+        meta: dict[str, Any] | None,
     ) -> mcp_types.CallToolResult:
-        return await self._with_bearer(bearer, lambda s: self._call(s, tool, arguments, relay))
+        return await session.call_tool(tool, arguments, progress_callback=relay, meta=meta)  # type: ignore[arg-type]
 
     async def _with_bearer(self, bearer: str, op: Callable[[ClientSession], Awaitable[T]]) -> T:
         # A session (and HTTP client) of this call's own: the bearer goes nowhere else.
@@ -374,9 +385,11 @@ class RemoteMcpSource:
     async def probe(self) -> ProbeResult:
         """MCP initialize (and DELETE of the session) within the probe timeout; never raises.
 
-        A source that forwards the caller's bearer is probed without one (a probe has no
-        caller): its 401 with a Bearer challenge means it serves and wants that token, so it
-        counts as up. With configured credentials a 401 stays a failure: they are wrong.
+        The probe sends the configured headers. A source that forwards the caller's bearer is
+        probed without one (a probe has no caller): its 401 means it serves and wants the
+        caller's token, which every call carries, so it is up with the note `needs caller
+        credentials` rather than down. Without forwarding (or with a configured
+        `Authorization`), a 401 stays a failure: the configured credentials are missing or wrong.
         """
         outcome = await mcp_probe.probe(
             self._url,
@@ -385,8 +398,8 @@ class RemoteMcpSource:
             headers=self._headers,
             verify=tls_context(),
         )
-        if not outcome.ok and outcome.unauthorized and self._forwards_bearer:
-            return ProbeResult(source=self._name, ok=True)
+        if not outcome.ok and self._forwards_bearer and (outcome.unauthorized or outcome.status == 401):
+            return ProbeResult(source=self._name, ok=True, note=NEEDS_CALLER_CREDENTIALS)
         return ProbeResult(source=self._name, ok=outcome.ok, message=outcome.message)
 
     async def aclose(self) -> None:

@@ -6,7 +6,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from pallas_api.errors import ErrorCode
 from pallas_runtime.conversations.model import ConversationKey
+from pallas_runtime.downstream.call_path import CallPath
 from pallas_runtime.messages import ContentPart
 
 ProgressHandler = Callable[[float, float | None, str | None], Awaitable[None]]
@@ -37,6 +39,8 @@ class ToolOutcome:
 
     content: tuple[ContentPart, ...]
     is_error: bool = False
+    code: ErrorCode | None = None
+    """Why an error result failed, when known (a peer agent's result says so)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,10 +51,16 @@ class ProbeResult:
     ok: bool
     message: str = ""
     """Why it failed: `timed out after 3s`, `HTTP 503`, `connection refused`…"""
+    note: str = ""
+    """What is worth knowing about a source that is up, e.g. `needs caller credentials`."""
 
 
 class DownstreamError(Exception):
     """A downstream call that could not be made or completed; the text names the source."""
+
+    def __init__(self, message: str, code: ErrorCode = ErrorCode.SERVER_UNAVAILABLE) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class ToolSource(Protocol):
@@ -75,13 +85,16 @@ class ToolSource(Protocol):
         inbound_auth: str | None,
         on_progress: ProgressHandler | None,
         conversation: ConversationKey | None = None,
+        call_path: CallPath | None = None,
     ) -> ToolOutcome:
         """Call one tool.
 
         `inbound_auth` is this request's caller `Authorization` header value; it is sent only
         when the source forwards inbound auth and has no explicit Authorization header.
         `conversation` is the calling turn's conversation: a peer agent is given a conversation
-        id derived from it. Raises DownstreamError on transport failures and timeouts.
+        id derived from it. `call_path` is the calling turn's path of agents: a peer agent gets
+        it (and a call that would loop or go too deep is refused). Raises DownstreamError on
+        transport failures and timeouts.
         """
 
     async def probe(self) -> ProbeResult:

@@ -15,9 +15,9 @@ from typing import Any, ClassVar
 
 import httpx2
 
-from pallas_api.config import AgentConfig, ProviderConfig
+from pallas_api.config import AgentConfig, ProviderConfig, RequestParams
 from pallas_runtime.llm.errors import SdkErrors, describe, safe
-from pallas_runtime.llm.params import ParamPlan, dropped_warning
+from pallas_runtime.llm.params import ParamPlan, check_call_params, dropped_warning
 from pallas_runtime.llm.provider import LLMError, ProviderCheck, missing_key_message
 from pallas_runtime.messages import Completion, Message, ToolSpec
 
@@ -46,12 +46,15 @@ class SdkProvider(abc.ABC):
         provider = config.provider
         self._name = provider.name
         self._model = config.model
+        self._capabilities = config.capabilities
         self._label = f"{self.kind} provider '{provider.name}'"
         self._timeout = provider.timeout_seconds
         self._attempts = provider.max_retries + 1
+        self._configured_base_url = provider.base_url
         self._base_url = (provider.base_url or self._default_base_url()).rstrip("/")
         self._key = api_key
-        self._plan = self._make_plan(config)
+        self._defaults = config.request_params
+        self._plan = self._plan_for(config.request_params)
         self._warned = False
         self._key_problem: str | None = None
         self._client: Any = None
@@ -67,8 +70,8 @@ class SdkProvider(abc.ABC):
         """The vendor's public API, used when `baseURL` is not set."""
 
     @abc.abstractmethod
-    def _make_plan(self, config: AgentConfig) -> ParamPlan:
-        """Where each configured sampling parameter goes for this provider and model."""
+    def _plan_for(self, params: RequestParams) -> ParamPlan:
+        """Where each request parameter goes for this provider and model."""
 
     @abc.abstractmethod
     def _make_client(self, api_key: str, provider: ProviderConfig) -> Any:
@@ -109,7 +112,12 @@ class SdkProvider(abc.ABC):
         return self._model
 
     async def complete(
-        self, *, system: str, messages: Sequence[Message], tools: Sequence[ToolSpec]
+        self,
+        *,
+        system: str,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        params: RequestParams | None = None,
     ) -> Completion:
         """One model turn; see `LLMProvider.complete`.
 
@@ -119,10 +127,11 @@ class SdkProvider(abc.ABC):
         if self._client is None:
             raise LLMError(self._key_problem or self._label)
         self._warn_dropped_once()
+        plan = self._plan if params is None or params is self._defaults else self._plan_for(params)
         request = {
             "model": self._model,
             **self._request_body(system, messages, tools),
-            **self._plan.wire_fields(),
+            **plan.wire_fields(with_tools=bool(tools)),
         }
         started = time.monotonic()
         try:
@@ -143,6 +152,14 @@ class SdkProvider(abc.ABC):
             return self._parse(body)
         except ValueError as exc:
             raise LLMError(self._safe(f"{self._label}: unusable response: {exc}")) from None
+
+    def check_params(self, params: RequestParams) -> None:
+        """Refuse a call's own parameters that this provider and model do not take.
+
+        Raises:
+            ParamsNotTaken: The message names each such parameter and the provider.
+        """
+        check_call_params(self._plan_for(params), self._warning_subject())
 
     async def preflight(self) -> ProviderCheck:
         """Check the key and that the model exists; never raises."""

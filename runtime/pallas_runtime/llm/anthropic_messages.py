@@ -16,7 +16,7 @@ from typing import Any
 
 import anthropic
 
-from pallas_api.config import AgentConfig, ProviderConfig
+from pallas_api.config import ProviderConfig, RequestParams
 from pallas_runtime.llm.adapter import SdkProvider
 from pallas_runtime.llm.errors import SdkErrors
 from pallas_runtime.llm.params import ParamPlan, anthropic_plan
@@ -233,8 +233,8 @@ class AnthropicMessagesProvider(SdkProvider):
     def _default_base_url(self) -> str:
         return DEFAULT_BASE_URL
 
-    def _make_plan(self, config: AgentConfig) -> ParamPlan:
-        return anthropic_plan(config.request_params, model=config.model, capabilities=config.capabilities)
+    def _plan_for(self, params: RequestParams) -> ParamPlan:
+        return anthropic_plan(params, model=self._model, capabilities=self._capabilities)
 
     def _make_client(self, api_key: str, provider: ProviderConfig) -> anthropic.AsyncAnthropic:
         return anthropic.AsyncAnthropic(

@@ -16,7 +16,7 @@ from typing import Any
 
 import openai
 
-from pallas_api.config import AgentConfig, ProviderConfig
+from pallas_api.config import ProviderConfig, RequestParams
 from pallas_runtime.llm.adapter import SdkProvider
 from pallas_runtime.llm.errors import SdkErrors
 from pallas_runtime.llm.params import ParamPlan, is_native_openai, openai_plan
@@ -268,8 +268,10 @@ class OpenAIChatProvider(SdkProvider):
     def _default_base_url(self) -> str:
         return DEFAULT_BASE_URL
 
-    def _make_plan(self, config: AgentConfig) -> ParamPlan:
-        return openai_plan(config.request_params, native=is_native_openai(config.provider.base_url))
+    def _plan_for(self, params: RequestParams) -> ParamPlan:
+        return openai_plan(
+            params, native=is_native_openai(self._configured_base_url), capabilities=self._capabilities
+        )
 
     def _make_client(self, api_key: str, provider: ProviderConfig) -> openai.AsyncOpenAI:
         return openai.AsyncOpenAI(

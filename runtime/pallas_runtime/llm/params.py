@@ -1,23 +1,33 @@
-"""Which sampling parameters each provider and model takes, and where each goes on the wire.
+"""Which request parameters each provider and model takes, and where each goes on the wire.
 
-The agent's `RequestParams` are written once per agent and may outlive a change of model, so a
-parameter the target does not support is dropped (the adapter warns once) instead of failing
-every call. The matrix:
+The matrix (camelCase as in the spec; wire names as sent):
 
-| param       | OpenAI (api.openai.com)  | OpenAI-compatible (vLLM…) | Anthropic                    |
-|-------------|--------------------------|---------------------------|------------------------------|
-| temperature | `temperature`            | `temperature`             | `temperature`¹ (extra body)  |
-| top_p       | `top_p`                  | `top_p`                   | `top_p`¹ (extra body)        |
-| top_k       | dropped                  | `top_k` (extra body)      | `top_k`¹ (extra body)        |
-| max_tokens  | `max_completion_tokens`  | `max_tokens`              | `max_tokens`, always sent²   |
-| stop        | `stop`                   | `stop`                    | `stop_sequences`             |
-| seed        | `seed`                   | `seed`                    | dropped                      |
-| effort      | `reasoning_effort`       | `reasoning_effort`        | `output_config.effort`³      |
+| param            | OpenAI (api.openai.com)  | OpenAI-compatible (vLLM…) | Anthropic                      |
+|------------------|--------------------------|---------------------------|--------------------------------|
+| temperature      | `temperature`            | `temperature`             | `temperature`¹                 |
+| topP             | `top_p`                  | `top_p`                   | `top_p`¹                       |
+| topK             | not taken                | `top_k`                   | `top_k`¹                       |
+| maxTokens⁴       | `max_completion_tokens`  | `max_tokens`              | `max_tokens`, always sent²     |
+| stop             | `stop`, first 4 kept⁵    | `stop`                    | `stop_sequences`               |
+| seed             | `seed`                   | `seed`                    | not taken                      |
+| effort           | `reasoning_effort`       | `reasoning_effort`        | `output_config.effort`³        |
+| presencePenalty  | `presence_penalty`       | `presence_penalty`        | not taken                      |
+| frequencyPenalty | `frequency_penalty`      | `frequency_penalty`       | not taken                      |
+| responseFormat   | `response_format`        | `response_format`         | `text` only (nothing sent)     |
+| toolChoice⁶      | `tool_choice`            | `tool_choice`             | `tool_choice` (`required`: any)|
+| extra            | top-level fields         | top-level fields          | top-level fields               |
 
 ¹ Not for models whose rule in `ANTHROPIC_MODEL_RULES` says `sampling=False` (Claude Opus 4.7).
-  The Anthropic SDK has no keyword for them, so they ride in the SDK's `extra_body`.
 ² The Messages API requires it; unset, it is the model's `capabilities.maxOutputTokens`.
 ³ Only for models whose rule says `effort=True`; other Claude models reject `output_config.effort`.
+⁴ Clamped to the model's `capabilities.maxOutputTokens`.
+⁵ OpenAI refuses more than 4 stop sequences; OpenAI-compatible servers take more.
+⁶ Sent only with tools; a named tool is `{"type": "function", "function": {"name"}}` on OpenAI and
+  `{"type": "tool", "name"}` on Anthropic (`auto`, `none`, `required` → `{"type": "auto"|"none"|"any"}`).
+
+"Not taken": in an agent's `requestParams` (written once, possibly before a change of model) the
+parameter is dropped and the adapter warns once; in a `send_message` call's `params` it is an
+error naming the parameter and the provider (`check_call_params`).
 
 Native OpenAI takes `max_completion_tokens` because its reasoning models reject `max_tokens`;
 OpenAI-compatible servers (vLLM, llama.cpp, Ollama, LiteLLM) all read `max_tokens`, and not all of
@@ -31,7 +41,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from pallas_api.config import ModelCapabilities, RequestParams
+from pydantic.alias_generators import to_camel
+
+from pallas_api.config import ModelCapabilities, RequestParams, ResponseFormat
 
 SAMPLING = ("temperature", "top_p", "top_k")
 
@@ -67,16 +79,75 @@ class ParamPlan:
 
     `kwargs` are the fields the SDK's typed create call has keywords for and `extra_body` those
     it has none for; the adapters send both as top-level request fields (`wire_fields()`).
-    `dropped` names the configured parameters the target does not take.
+    `dropped` names (camelCase, as in the spec) the parameters the target does not take;
+    `adjusted` says which were changed to fit it (a clamped maxTokens, stop cut to 4).
     """
 
     kwargs: dict[str, Any] = field(default_factory=dict)
     extra_body: dict[str, Any] = field(default_factory=dict)
     dropped: tuple[str, ...] = ()
+    adjusted: tuple[str, ...] = ()
 
-    def wire_fields(self) -> dict[str, Any]:
-        """Every field this plan adds to the request body, as it appears on the wire."""
-        return {**self.kwargs, **self.extra_body}
+    def wire_fields(self, *, with_tools: bool = True) -> dict[str, Any]:
+        """Every field this plan adds to the request body, as it appears on the wire.
+
+        `tool_choice` goes only with tools: both APIs refuse it on a request that has none.
+        """
+        fields = {**self.kwargs, **self.extra_body}
+        if not with_tools:
+            fields.pop("tool_choice", None)
+        return fields
+
+
+class ParamsNotTaken(ValueError):
+    """Per-call parameters the provider does not take; the message names them and the provider."""
+
+
+def merge_params(defaults: RequestParams, call: RequestParams | None) -> RequestParams:
+    """The parameters of one call: the call's own over the agent's (`null` clears a default).
+
+    Args:
+        defaults: The agent's `requestParams`.
+        call: The `params` of the `send_message` call, or None.
+
+    Returns:
+        `defaults` with every field the call set replaced by the call's value.
+    """
+    if call is None or not call.model_fields_set:
+        return defaults
+    return defaults.model_copy(update={name: getattr(call, name) for name in call.model_fields_set})
+
+
+def _max_tokens(params: RequestParams, capabilities: ModelCapabilities, adjusted: list[str]) -> int | None:
+    if params.max_tokens is None or params.max_tokens <= capabilities.max_output_tokens:
+        return params.max_tokens
+    adjusted.append(
+        f"maxTokens {params.max_tokens} is above the model's maxOutputTokens; "
+        f"sending {capabilities.max_output_tokens}"
+    )
+    return capabilities.max_output_tokens
+
+
+def _openai_response_format(value: ResponseFormat) -> dict[str, Any]:
+    if value.json_schema is None:
+        return {"type": value.type}
+    schema: dict[str, Any] = {"name": value.json_schema.name, "schema": value.json_schema.schema_}
+    if value.json_schema.description is not None:
+        schema["description"] = value.json_schema.description
+    if value.json_schema.strict is not None:
+        schema["strict"] = value.json_schema.strict
+    return {"type": "json_schema", "json_schema": schema}
+
+
+OPENAI_MAX_STOP = 4
+"""OpenAI's API refuses more stop sequences than this."""
+OPENAI_PASSED_AS_IS = (
+    ("seed", "seed"),
+    ("presence_penalty", "presence_penalty"),
+    ("frequency_penalty", "frequency_penalty"),
+    ("effort", "reasoning_effort"),
+)
+"""Parameters every Chat Completions server takes as they are: (RequestParams field, wire name)."""
 
 
 def is_native_openai(base_url: str | None) -> bool:
@@ -110,52 +181,75 @@ def anthropic_rule(model: str) -> ModelRule:
     return DEFAULT_ANTHROPIC_RULE
 
 
-def openai_plan(params: RequestParams, *, native: bool) -> ParamPlan:
+def openai_plan(params: RequestParams, *, native: bool, capabilities: ModelCapabilities) -> ParamPlan:
     """Map request parameters onto a Chat Completions request.
 
     Args:
-        params: The agent's sampling parameters.
+        params: The request parameters.
         native: Whether the server is api.openai.com (see `is_native_openai`).
+        capabilities: The model's declared limits (`max_output_tokens` caps `max_tokens`).
 
     Returns:
-        The plan: SDK keywords, extra body fields and the names of dropped parameters.
+        The plan: SDK keywords, extra body fields, dropped and adjusted parameters.
     """
     kwargs: dict[str, Any] = {}
     extra: dict[str, Any] = {}
     dropped: list[str] = []
+    adjusted: list[str] = []
     if params.temperature is not None:
         kwargs["temperature"] = params.temperature
     if params.top_p is not None:
         kwargs["top_p"] = params.top_p
     if params.top_k is not None:
         if native:
-            dropped.append("top_k")
+            dropped.append("topK")
         else:
             extra["top_k"] = params.top_k
-    if params.max_tokens is not None:
-        kwargs["max_completion_tokens" if native else "max_tokens"] = params.max_tokens
+    max_tokens = _max_tokens(params, capabilities, adjusted)
+    if max_tokens is not None:
+        kwargs["max_completion_tokens" if native else "max_tokens"] = max_tokens
     if params.stop:
-        kwargs["stop"] = list(params.stop)
-    if params.seed is not None:
-        kwargs["seed"] = params.seed
-    if params.effort is not None:
-        kwargs["reasoning_effort"] = params.effort
-    return ParamPlan(kwargs=kwargs, extra_body=extra, dropped=tuple(dropped))
+        stop = list(params.stop)
+        if native and len(stop) > OPENAI_MAX_STOP:
+            adjusted.append(
+                f"stop has {len(stop)} sequences; OpenAI takes {OPENAI_MAX_STOP}, the first are sent"
+            )
+            stop = stop[:OPENAI_MAX_STOP]
+        kwargs["stop"] = stop
+    for name, wire in OPENAI_PASSED_AS_IS:
+        if (value := getattr(params, name)) is not None:
+            kwargs[wire] = value
+    if params.response_format is not None:
+        kwargs["response_format"] = _openai_response_format(params.response_format)
+    if params.tool_choice is not None:
+        choice = params.tool_choice
+        named = choice not in ("auto", "none", "required")
+        kwargs["tool_choice"] = {"type": "function", "function": {"name": choice}} if named else choice
+    extra.update(params.extra or {})
+    return ParamPlan(kwargs=kwargs, extra_body=extra, dropped=tuple(dropped), adjusted=tuple(adjusted))
+
+
+ANTHROPIC_TOOL_CHOICE = {"auto": "auto", "none": "none", "required": "any"}
 
 
 def anthropic_plan(params: RequestParams, *, model: str, capabilities: ModelCapabilities) -> ParamPlan:
     """Map request parameters onto a Messages API request for `model`.
 
     Args:
-        params: The agent's sampling parameters.
+        params: The request parameters.
         model: The Claude model id; its rule decides sampling and effort support.
-        capabilities: The model's declared limits; `max_output_tokens` is the default `max_tokens`.
+        capabilities: The model's declared limits; `max_output_tokens` is the default and the
+            largest `max_tokens`.
 
     Returns:
-        The plan: SDK keywords (always with `max_tokens`), extra body fields and dropped names.
+        The plan: SDK keywords (always with `max_tokens`), extra body fields, dropped and
+        adjusted parameters.
     """
     rule = anthropic_rule(model)
-    kwargs: dict[str, Any] = {"max_tokens": params.max_tokens or capabilities.max_output_tokens}
+    adjusted: list[str] = []
+    kwargs: dict[str, Any] = {
+        "max_tokens": _max_tokens(params, capabilities, adjusted) or capabilities.max_output_tokens
+    }
     extra: dict[str, Any] = {}
     dropped: list[str] = []
     for name in SAMPLING:
@@ -165,30 +259,59 @@ def anthropic_plan(params: RequestParams, *, model: str, capabilities: ModelCapa
         if rule.sampling:
             extra[name] = value
         else:
-            dropped.append(name)
+            dropped.append(to_camel(name))
     if params.stop:
         kwargs["stop_sequences"] = list(params.stop)
-    if params.seed is not None:
-        dropped.append("seed")
+    for name in ("seed", "presence_penalty", "frequency_penalty"):
+        if getattr(params, name) is not None:
+            dropped.append(to_camel(name))
+    if params.response_format is not None and params.response_format.type != "text":
+        dropped.append("responseFormat")
     if params.effort is not None:
         if rule.effort:
             kwargs["output_config"] = {"effort": params.effort}
         else:
             dropped.append("effort")
-    return ParamPlan(kwargs=kwargs, extra_body=extra, dropped=tuple(dropped))
+    if params.tool_choice is not None:
+        choice = params.tool_choice
+        kind = ANTHROPIC_TOOL_CHOICE.get(choice)
+        kwargs["tool_choice"] = {"type": kind} if kind else {"type": "tool", "name": choice}
+    extra.update(params.extra or {})
+    return ParamPlan(kwargs=kwargs, extra_body=extra, dropped=tuple(dropped), adjusted=tuple(adjusted))
 
 
 def dropped_warning(plan: ParamPlan, provider: str) -> str | None:
-    """The one warning an adapter logs about `plan`, or None when nothing was dropped.
+    """The one warning an adapter logs about `plan`, or None when nothing was dropped or changed.
 
     Args:
         plan: The plan computed for the provider and model.
         provider: How the provider is named in logs, e.g. `anthropic provider 'claude' (claude-opus-4-7)`.
 
     Returns:
-        A sentence naming the dropped parameters and the provider, or None.
+        A sentence naming the dropped parameters and the provider, and any adjustments; or None.
     """
-    if not plan.dropped:
-        return None
-    names = ", ".join(plan.dropped)
-    return f"{provider} does not take {names}; dropping {'it' if len(plan.dropped) == 1 else 'them'}"
+    parts = []
+    if plan.dropped:
+        names = ", ".join(plan.dropped)
+        parts.append(
+            f"{provider} does not take {names}; dropping {'it' if len(plan.dropped) == 1 else 'them'}"
+        )
+    parts.extend(f"{provider}: {change}" for change in plan.adjusted)
+    return "; ".join(parts) or None
+
+
+def check_call_params(plan: ParamPlan, provider: str) -> None:
+    """Refuse per-call parameters the provider does not take (the agent's own are dropped instead).
+
+    Args:
+        plan: The plan of the call's own parameters.
+        provider: How the provider is named, as in `dropped_warning`.
+
+    Raises:
+        ParamsNotTaken: A parameter is not taken; the message names each and the provider.
+    """
+    if plan.dropped:
+        names = ", ".join(f"params.{name}" for name in plan.dropped)
+        raise ParamsNotTaken(
+            f"{names}: {provider} does not take {'it' if len(plan.dropped) == 1 else 'them'}"
+        )

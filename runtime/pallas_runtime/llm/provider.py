@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from pallas_api.config import ProviderConfig
+from pallas_api.config import ProviderConfig, RequestParams
 from pallas_runtime.messages import Completion, Message, ToolSpec
 
 
@@ -45,9 +45,17 @@ class LLMProvider(Protocol):
         """The model id sent to the provider."""
 
     async def complete(
-        self, *, system: str, messages: Sequence[Message], tools: Sequence[ToolSpec]
+        self,
+        *,
+        system: str,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        params: RequestParams | None = None,
     ) -> Completion:
-        """One model turn. Raises LLMError once retries are exhausted."""
+        """One model turn with `params` (default: the agent's); LLMError once retries are spent."""
+
+    def check_params(self, params: RequestParams) -> None:
+        """Refuse a call's own parameters the provider does not take (raises ParamsNotTaken)."""
 
     async def preflight(self) -> ProviderCheck:
         """Check the key and that the model exists via the models endpoint; never raises."""

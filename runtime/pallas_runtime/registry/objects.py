@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from pallas_api.config import ModelCapabilities
-from pallas_api.spec import AuthSpec, Icon
+from pallas_api.spec import UNDECLARED_MODEL, AuthSpec, Icon
 from pallas_api.status import HEALTH_STATUSES, PHASES
 from pallas_runtime.registry.state import AgentState, AuthView, HealthView
 
@@ -39,6 +39,9 @@ class DeploymentSettings:
     public_url_template: str = ""
     model_default: str = ""
     capabilities: ModelCapabilities = field(default_factory=ModelCapabilities)
+    """The default model's."""
+    model_capabilities: Mapping[str, ModelCapabilities] = field(default_factory=dict)
+    """Other models', by `<provider>.<model>` (`spec.model.models`)."""
     provider_types: Mapping[str, str] = field(default_factory=dict)
     auth: AuthView = field(default_factory=AuthView)
 
@@ -67,15 +70,20 @@ def _time(value: Any) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
+def _capabilities(raw: Any) -> ModelCapabilities:
+    try:
+        return ModelCapabilities.model_validate(_map(raw))
+    except ValidationError:
+        return ModelCapabilities()
+
+
 def deployment_settings(obj: Mapping[str, Any]) -> DeploymentSettings:
     """The catalogue-relevant settings of a PallasDeployment object."""
     spec = _map(obj.get("spec"))
     registry = _map(spec.get("registry"))
     model = _map(spec.get("model"))
-    try:
-        capabilities = ModelCapabilities.model_validate(_map(model.get("capabilities")))
-    except ValidationError:
-        capabilities = ModelCapabilities()
+    capabilities = _capabilities(model.get("capabilities"))
+    others = {ref: _capabilities(raw) for ref, raw in _map(model.get("models")).items()}
     providers = {name: _text(_map(p).get("type")) for name, p in _map(spec.get("providers")).items()}
     try:
         auth = AuthView.of(AuthSpec.model_validate(_map(spec.get("auth"))))
@@ -88,6 +96,7 @@ def deployment_settings(obj: Mapping[str, Any]) -> DeploymentSettings:
         public_url_template=_text(registry.get("publicURLTemplate")),
         model_default=_text(model.get("default")),
         capabilities=capabilities,
+        model_capabilities=others,
         provider_types={name: kind for name, kind in providers.items() if kind},
         auth=auth,
     )
@@ -160,7 +169,11 @@ def agent_state(obj: Mapping[str, Any], deployment: DeploymentSettings | None) -
         icons=_icons(spec.get("icons")),
         tags=tuple(t for t in _list(spec.get("capabilities")) if isinstance(t, str) and _TAG.match(t)),
         model_ref=model_ref,
-        model_capabilities=settings.capabilities,
+        model_capabilities=(
+            settings.capabilities
+            if model_ref == settings.model_default
+            else settings.model_capabilities.get(model_ref, UNDECLARED_MODEL)
+        ),
         provider_type=settings.provider_types.get(model_ref.partition(".")[0]),
         version=settings.version,
         name_prefix=settings.name_prefix,

@@ -65,7 +65,7 @@ class AgentState:
         icons: Icons from the spec (the builder drops those the registry schema would refuse).
         tags: Discovery tags (`spec.capabilities`).
         model_ref: The configured model, `<provider>.<model>` (agent override or deployment default).
-        model_capabilities: What the model can do (the deployment's `model.capabilities`).
+        model_capabilities: What its model can do (`model.capabilities`, or its entry in `model.models`).
         provider_type: Wire protocol of the model's provider (`openai`/`anthropic`) when known.
         version: The deployment's `spec.version`.
         name_prefix: The deployment's `registry.namePrefix`; None derives one from the namespace.

@@ -87,7 +87,7 @@ def base_state(agent: LocalAgent) -> AgentState:
         icons=tuple(spec.icons),
         tags=tuple(spec.capabilities),
         model_ref=model_ref,
-        model_capabilities=deployment.model.capabilities,
+        model_capabilities=deployment.model.capabilities_of(model_ref),
         auth=AuthView.of(deployment.auth),
         provider_type=provider.type if provider else None,
         version=deployment.version,

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import yaml
 from lightkube import AsyncClient
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import ConfigMap, Service
 
+from pallas_api import names
+from pallas_api.config import parse_config
 from pallas_api.kube import PallasAgent, PallasDeployment
 from tests.support.cluster import LocalCluster
 from tests.support.operator import (
@@ -73,6 +76,35 @@ async def test_kubectl_apply_gives_the_agent_its_children(
     assert condition({"status": status}, "Available") == ("False", "DeploymentUnavailable")
     assert status["url"] == f"http://research.{namespace}.svc.cluster.local:8000/mcp"
     assert status["model"] == "qwen3-8b"
+
+
+async def test_an_agent_on_another_model_gets_that_models_capabilities_in_its_config(
+    pallas_crds: LocalCluster, pallas_operator: RunningOperator, kube_client: AsyncClient, namespace: str
+) -> None:
+    vision = {"vision": True, "contextWindow": 200000, "maxOutputTokens": 64000}
+    kubectl_apply(
+        pallas_crds,
+        secret("llm", None, in_namespace(namespace)),
+        deployment(
+            "ouranos",
+            in_namespace(namespace),
+            at("spec.model.capabilities", {"vision": False, "contextWindow": 32768, "maxOutputTokens": 8192}),
+            at("spec.model.models", {"vllm.qwen2-vl-7b": vision}),
+        ),
+        agent("research", in_namespace(namespace), at("spec.model", "vllm.qwen2-vl-7b")),
+        agent("writer", in_namespace(namespace)),
+    )
+
+    async def capabilities(name: str) -> Any:
+        config_map = await get_object(kube_client, ConfigMap, namespace, f"{name}-config")
+        if config_map is None:
+            return None
+        return parse_config(yaml.safe_load(config_map["data"][names.CONFIG_FILE])).capabilities
+
+    research = await eventually(lambda: capabilities("research"), 30, "the research agent's ConfigMap")
+    writer = await eventually(lambda: capabilities("writer"), 30, "the writer agent's ConfigMap")
+    assert (research.vision, research.context_window, research.max_output_tokens) == (True, 200000, 64000)
+    assert (writer.vision, writer.context_window, writer.max_output_tokens) == (False, 32768, 8192)
 
 
 async def test_available_agent_is_verified_over_mcp_and_its_health_followed(

@@ -20,7 +20,13 @@ from pallas_api.config import AgentConfig, parse_config
 from pallas_runtime.metrics import RuntimeMetrics
 from pallas_runtime.server import agent_app, build_server
 from tests.support.fake_llm import Call, Delay, FakeAnthropic, FakeOpenAI, HttpError, Text, ToolCalls
-from tests.support.mcp_servers import RunningServer, header_echo_server, serve_app, silent_server
+from tests.support.mcp_servers import (
+    RunningServer,
+    bearer_echo_server,
+    header_echo_server,
+    serve_app,
+    silent_server,
+)
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 32).decode()
 
@@ -235,6 +241,9 @@ async def test_bad_input_is_a_clear_tool_error_counted_and_the_server_keeps_serv
             result = await send(running.url, arguments)
             assert result.is_error, arguments
             assert error in result.content[0].text
+            assert result.structured_content == {
+                "error": {"code": "INVALID_ARGUMENTS", "message": result.content[0].text}
+            }
             assert "pydantic.dev" not in result.content[0].text
             assert "input_value" not in result.content[0].text
         result = await send(blind.url, {"message": "hi", "images": [{"data": PNG, "mime_type": "image/png"}]})
@@ -269,9 +278,28 @@ async def test_llm_failures_end_the_call_with_a_clear_error(
         result = await send(running.url, {"message": "hi"})
         assert result.is_error
         assert error in result.content[0].text
+        assert result.structured_content["error"]["code"] == "LLM_ERROR"
         fake_openai.reset()
         fake_openai.script(Text("recovered"))
         assert (await send(running.url, {"message": "again"})).content[0].text == "recovered"
+
+
+async def test_every_error_result_carries_a_machine_readable_code(fake_openai: FakeOpenAI) -> None:
+    fake_openai.default = ToolCalls([Call("nothing__here")])  # never a final answer
+    async with agent(config(fake_openai, maxIterations=2)) as running, client(running.url) as c:
+        looping = await c.call_tool_mcp("send_message", {"message": "loop"})
+        unknown = await c.call_tool_mcp("no_such_tool", {})
+        missing = await c.call_tool_mcp("delete_conversation", {"conversation_id": "never-was"})
+        ok = await c.call_tool_mcp("list_conversations", {})
+    codes = [r.structured_content["error"]["code"] for r in (looping, unknown, missing)]
+    assert codes == ["MAX_ITERATIONS", "TOOL_NOT_FOUND", "INVALID_ARGUMENTS"]
+    # The human text is what it always was, and is repeated as the structured message.
+    assert unknown.content[0].text == "Unknown tool: 'no_such_tool'"
+    assert looping.content[0].text.startswith("agent harper stopped after 2 LLM/tool rounds")
+    for result in (looping, unknown, missing):
+        assert result.is_error
+        assert result.structured_content["error"]["message"] == result.content[0].text
+    assert not ok.is_error
 
 
 async def test_downstream_down_or_slow_and_bad_tool_calls_go_back_to_the_model(
@@ -319,6 +347,38 @@ async def test_probe_routes_and_health(fake_openai: FakeOpenAI) -> None:
     assert 'pallas_downstream_up{agent="harper",server="silent"} 0.0' in scrape
     assert 'pallas_agent_health_status{agent="harper"} 0.5' in scrape
     assert fake_openai.completions == []  # get_health never calls the LLM
+
+
+async def test_a_server_that_wants_the_callers_bearer_is_up_with_a_note_not_degraded(
+    fake_openai: FakeOpenAI,
+) -> None:
+    fake_openai.script(ToolCalls([Call("vault__echo_headers", {"delay": 0})]), Text("done"))
+    async with bearer_echo_server() as vault:
+        forwarding = config(
+            fake_openai,
+            servers=[{"name": "vault", "url": vault.url, "forwardInboundAuth": True,
+                      "headers": [{"name": "X-Api-Key", "value": "k1"}]}],
+        )  # fmt: skip
+        not_forwarding = config(fake_openai, "blind", servers=[{"name": "vault", "url": vault.url}])
+        async with agent(forwarding) as running, agent(not_forwarding) as blind:
+            async with client(running.url) as c:
+                health = json.loads((await c.call_tool("get_health", {})).content[0].text)
+            async with client(blind.url) as c:
+                blind_health = json.loads((await c.call_tool("get_health", {})).content[0].text)
+            answer = await send(running.url, {"message": "go"}, bearer="Bearer caller-token")
+    assert health["status"] == "ok"
+    assert health["message"] == "Needs caller credentials: vault"
+    # Without forwarding nothing could ever get in: that is a real problem.
+    assert blind_health["status"] == "degraded"
+    assert blind_health["message"].startswith("Unreachable: vault (HTTP 401")
+    # The probe carried the configured headers; the caller's bearer reached the server on the call.
+    posts = [r.headers for r in vault.received("POST")]
+    assert any(h.get("x-api-key") == "k1" and "authorization" not in h for h in posts)
+    assert any(h.get("authorization") == "Bearer caller-token" for h in posts)
+    assert not answer.is_error
+    tool_text = last_tool_text(fake_openai.completions[1].json)
+    assert tool_text is not None
+    assert json.loads(tool_text)["authorization"] == "Bearer caller-token"
 
 
 async def test_the_alias_named_after_the_agent_is_send_message(fake_openai: FakeOpenAI) -> None:

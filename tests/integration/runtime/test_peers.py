@@ -197,10 +197,13 @@ async def test_sdk_handshake_lists_exactly_the_agent_surface(agent: ServedAgent)
     assert tools[AGENT].input_schema == tools["send_message"].input_schema
     assert tools[AGENT].description == tools["send_message"].description
 
-    # docs/api.md §3: send_message(message: str, images?: [{data, mime_type}], conversation_id?: str)
+    # docs/api.md §3: send_message(message: str, images?: [{data, mime_type}], conversation_id?: str,
+    # params?: RequestParams)
     schema = tools["send_message"].input_schema
     assert schema["type"] == "object"
-    assert set(schema["properties"]) == {"message", "images", "conversation_id"}
+    assert set(schema["properties"]) == {"message", "images", "conversation_id", "params"}
+    params = next(s for s in schema["properties"]["params"]["anyOf"] if s.get("type") == "object")
+    assert {"temperature", "maxTokens", "toolChoice", "responseFormat", "extra"} <= set(params["properties"])
     assert schema["required"] == ["message"]
     valid = [
         {"message": "hi"},

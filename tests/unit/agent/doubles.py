@@ -8,7 +8,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pallas_api.config import RequestParams
 from pallas_runtime.conversations.model import ConversationKey
+from pallas_runtime.downstream.call_path import CallPath
 from pallas_runtime.downstream.source import (
     DownstreamError,
     ProbeResult,
@@ -27,6 +29,7 @@ class ScriptedProvider:
     script: list[Completion | LLMError]
     check: ProviderCheck = field(default_factory=lambda: ProviderCheck(True, "", time.monotonic()))
     calls: list[tuple[str, list[Message], list[ToolSpec]]] = field(default_factory=list)
+    params: list[RequestParams | None] = field(default_factory=list)
     preflights: int = 0
     hang: asyncio.Event | None = None  # when set to an Event, preflight waits for it
 
@@ -39,13 +42,22 @@ class ScriptedProvider:
         return "m"
 
     async def complete(
-        self, *, system: str, messages: Sequence[Message], tools: Sequence[ToolSpec]
+        self,
+        *,
+        system: str,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        params: RequestParams | None = None,
     ) -> Completion:
         self.calls.append((system, list(messages), list(tools)))
+        self.params.append(params)
         step = self.script.pop(0) if self.script else Completion("(script exhausted)")
         if isinstance(step, LLMError):
             raise step
         return step
+
+    def check_params(self, params: RequestParams) -> None:
+        return None
 
     async def preflight(self) -> ProviderCheck:
         self.preflights += 1
@@ -91,6 +103,7 @@ class FakeSource:
         inbound_auth: str | None,
         on_progress: ProgressHandler | None,
         conversation: ConversationKey | None = None,
+        call_path: CallPath | None = None,
     ) -> ToolOutcome:
         self.calls.append((tool, arguments, inbound_auth))
         self.conversations.append(conversation)

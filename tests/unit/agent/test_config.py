@@ -160,6 +160,27 @@ def test_render_agent_model_override_and_peers() -> None:
     assert rendered.secrets == ()
 
 
+def test_each_agent_gets_the_capabilities_of_its_own_model() -> None:
+    dep = deployment(
+        model={
+            "default": "vllm.qwen3-8b",
+            "capabilities": {"vision": False, "contextWindow": 32768, "maxOutputTokens": 8192},
+            "models": {"anthropic.claude-sonnet-4-5": {"vision": True, "contextWindow": 200000,
+                                                       "maxOutputTokens": 64000}},
+        }
+    )  # fmt: skip
+    claude = render_agent("a", agent(model="anthropic.claude-sonnet-4-5"), dep, {}).config.capabilities
+    default = render_agent("b", agent(), dep, {}).config.capabilities
+    undeclared = render_agent("c", agent(model="vllm.llama-3-70b"), dep, {}).config.capabilities
+    assert (claude.vision, claude.context_window, claude.max_output_tokens) == (True, 200000, 64000)
+    assert (default.vision, default.context_window, default.max_output_tokens) == (False, 32768, 8192)
+    assert (undeclared.vision, undeclared.context_window, undeclared.max_output_tokens) == (
+        False,
+        131072,
+        16384,
+    )
+
+
 @pytest.mark.parametrize(
     ("spec", "reason", "missing"),
     [

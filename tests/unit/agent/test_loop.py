@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
-from pallas_api.config import parse_config
-from pallas_runtime.agent.loop import AgentLoop, MaxIterationsExceeded, llm_tool_name
+from pallas_api.config import RequestParams, parse_config
+from pallas_api.errors import ErrorCode
+from pallas_runtime.agent.loop import AgentLoop, MaxIterationsExceeded, ToolChoiceUnavailable, llm_tool_name
 from pallas_runtime.agent.progress import ProgressReporter
-from pallas_runtime.downstream.source import ProgressHandler, ToolOutcome
+from pallas_runtime.downstream.source import DownstreamError, ProgressHandler, ToolOutcome
 from pallas_runtime.llm.provider import LLMError
 from pallas_runtime.messages import (
     AssistantMessage,
@@ -145,6 +146,63 @@ async def test_downstream_failures_go_back_to_the_model_and_count_as_errors() ->
         )
         == 1
     )
+
+
+async def test_each_failed_tool_call_is_logged_with_its_code(caplog: pytest.LogCaptureFixture) -> None:
+    async def timing_out(tool: str, *_: Any) -> ToolOutcome:
+        raise DownstreamError(f"argos: {tool} timed out after 3s", ErrorCode.TIMEOUT)
+
+    async def refusing_peer(*_: Any) -> ToolOutcome:
+        return ToolOutcome(
+            (TextPart("agent x is already in this call's path"),), True, ErrorCode.LOOP_DETECTED
+        )
+
+    argos = FakeSource("argos", ["search", "drop"], handler=timing_out)
+    peer = FakeSource("peer", ["send_message"], handler=refusing_peer)
+    bad_args = Completion("", (ToolCall("x1", "argos__search", {}, arguments_error="not valid JSON"),))
+    loop, _, _ = make(
+        [calls("nope__tool", "argos__drop", "argos__search", "peer__send_message"), bad_args, text("done")],
+        [argos, peer],
+        tools={"deny": ["argos__drop"]},
+    )
+    with caplog.at_level("INFO", logger="pallas.agent"):
+        await run(loop)
+    codes = {r.tool: r.code for r in caplog.records if hasattr(r, "code")}  # type: ignore[attr-defined]
+    assert codes == {
+        "nope__tool": "TOOL_NOT_FOUND",
+        "argos__drop": "DENIED_BY_POLICY",
+        "argos__search": "INVALID_ARGUMENTS",  # the last failure of that tool: its bad arguments
+        "peer__send_message": "LOOP_DETECTED",
+    }
+    timeouts = [r for r in caplog.records if getattr(r, "code", None) == "TIMEOUT"]
+    assert [r.getMessage() for r in timeouts] == [
+        "tool call argos__search failed: argos: search timed out after 3s"
+    ]
+
+
+async def test_a_forced_tool_choice_applies_to_the_first_round_only() -> None:
+    argos = FakeSource("argos", ["search"])
+    loop, provider, _ = make(
+        [calls("argos__search"), text("found")], [argos], requestParams={"toolChoice": "required", "seed": 3}
+    )
+    await run(loop)
+    assert [(p.tool_choice, p.seed) for p in provider.params if p] == [("required", 3), (None, 3)]
+
+
+async def test_a_named_tool_choice_is_the_models_name_for_it_and_must_be_offered() -> None:
+    tools = FakeSource("tools", ["look.up"])
+    loop, provider, _ = make([calls(llm_tool_name("tools__look.up")), text("ok")], [tools])
+    call = RequestParams.model_validate({"toolChoice": "tools__look.up", "temperature": 0.3})
+    await loop.run([], USER, inbound_auth=None, progress=ProgressReporter("harper", None), params=call)
+    assert [(p.tool_choice, p.temperature) for p in provider.params if p] == [
+        (llm_tool_name("tools__look.up"), 0.3),
+        (None, 0.3),
+    ]
+    missing = RequestParams(tool_choice="argos__search")
+    with pytest.raises(
+        ToolChoiceUnavailable, match=r"toolChoice 'argos__search' is not a tool this agent offers"
+    ):
+        await loop.run([], USER, inbound_auth=None, progress=ProgressReporter("harper", None), params=missing)
 
 
 async def test_a_source_that_cannot_list_is_left_out_of_the_turn() -> None:

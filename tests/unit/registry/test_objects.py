@@ -70,6 +70,24 @@ def test_deployment_defaults_and_bad_capabilities() -> None:
     assert settings.provider_types == {}
 
 
+def test_an_agent_that_overrides_the_model_publishes_that_models_capabilities() -> None:
+    obj = deployment(
+        "ouranos",
+        at(
+            "spec.model.models",
+            {"vllm.vl-7b": {"vision": True, "maxOutputTokens": 4096}, "vllm.x": {"vision": 2}},
+        ),
+    )
+    settings = deployment_settings(obj)
+    own = agent_state(ready_agent(spec(model="vllm.vl-7b")), settings)
+    undeclared = agent_state(ready_agent(spec(model="vllm.other")), settings)
+    unreadable = agent_state(ready_agent(spec(model="vllm.x")), settings)
+    assert own.model_capabilities == ModelCapabilities(vision=True, max_output_tokens=4096)
+    assert build_response(own)["server"]["capabilities"]["vision"] is True
+    assert undeclared.model_capabilities == ModelCapabilities()
+    assert unreadable.model_capabilities == ModelCapabilities()
+
+
 def test_a_ready_agent() -> None:
     obj = ready_agent(
         spec(

@@ -19,7 +19,11 @@ NOW = datetime(2026, 11, 21, 10, tzinfo=UTC)
 DEPLOYMENT = PallasDeploymentSpec.model_validate(
     {
         "version": "3.0.0",
-        "model": {"default": "vllm.qwen3-8b", "capabilities": {"vision": True}},
+        "model": {
+            "default": "vllm.qwen3-8b",
+            "capabilities": {"vision": True},
+            "models": {"anthropic.claude-sonnet-4-5": {"contextWindow": 200000, "maxOutputTokens": 64000}},
+        },
         "providers": {"vllm": {"type": "openai"}, "anthropic": {"type": "anthropic"}},
         "registry": {"namePrefix": "ca.helu.ouranos", "publicURLTemplate": "https://public/{agent}/mcp"},
     }
@@ -38,7 +42,19 @@ def test_base_state_from_the_manifests() -> None:
     assert state.key == ("agents", "research")
     assert (state.title, state.tags, state.version) == ("Research", ("web-search",), "3.0.0")
     assert (state.model_ref, state.provider_type) == ("anthropic.claude-sonnet-4-5", "anthropic")
-    assert state.model_capabilities.vision
+    # The agent's own model's capabilities, not the default model's.
+    assert state.model_capabilities.model_dump() == {
+        "vision": False,
+        "context_window": 200000,
+        "max_output_tokens": 64000,
+    }
+    assert base_state(local()).model_capabilities.vision  # the default model's
+    undeclared = base_state(local(model="vllm.llama-3-70b")).model_capabilities
+    assert (undeclared.vision, undeclared.context_window, undeclared.max_output_tokens) == (
+        False,
+        131072,
+        16384,
+    )
     assert (state.phase, state.ready) == ("Pending", False)
     # Local agents are published at their loopback URL, never the cluster's public template.
     assert state.public_url_template == ""

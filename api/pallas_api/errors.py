@@ -1,0 +1,59 @@
+"""Machine-readable codes of agents' tool errors (docs/api.md §3).
+
+An error result of an agent's tool (`send_message`, its alias, `list_conversations`,
+`delete_conversation`, an unknown tool) keeps its human text in `content`, unchanged, and
+carries the code in its structured part:
+
+    {"isError": true, "content": [{"type": "text", "text": "the language model call failed: …"}],
+     "structuredContent": {"error": {"code": "LLM_ERROR", "message": "the language model call failed: …"}}}
+
+The same codes name the failures of tool calls inside an agent's loop (in its log lines: the
+model reads the text, since neither provider's wire has a field for a code). The vocabulary is
+the MCP gateway's (`DENIED_BY_POLICY`, `TOOL_NOT_FOUND`, `SERVER_UNAVAILABLE`, `TIMEOUT`) plus the
+agent's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Any
+
+
+class ErrorCode(StrEnum):
+    """What kind of failure a tool error is."""
+
+    DENIED_BY_POLICY = "DENIED_BY_POLICY"
+    """The agent's tool policy (`spec.tools`) does not allow the tool."""
+    TOOL_NOT_FOUND = "TOOL_NOT_FOUND"
+    """No tool of that name."""
+    SERVER_UNAVAILABLE = "SERVER_UNAVAILABLE"
+    """Something the call needs cannot be reached: a downstream server, the conversation store,
+    or the agent itself (shutting down)."""
+    INVALID_ARGUMENTS = "INVALID_ARGUMENTS"
+    """The arguments are malformed or not acceptable (message, images, conversation, params)."""
+    TIMEOUT = "TIMEOUT"
+    """A downstream call, or the wait for the conversation's previous turn, ran out of time."""
+    LLM_ERROR = "LLM_ERROR"
+    """The language model call failed after retries, or answered unusably."""
+    MAX_ITERATIONS = "MAX_ITERATIONS"
+    """The model kept calling tools past `maxIterations`."""
+    LOOP_DETECTED = "LOOP_DETECTED"
+    """An agent-to-agent call would reach an agent already in the call's path."""
+    MAX_DEPTH = "MAX_DEPTH"
+    """An agent-to-agent call would make the chain of agents longer than `maxDepth`."""
+
+
+def error_content(code: ErrorCode, message: str) -> dict[str, Any]:
+    """The structured part of an error result: `{"error": {"code": …, "message": …}}`."""
+    return {"error": {"code": code.value, "message": message}}
+
+
+def error_code_of(structured: object) -> ErrorCode | None:
+    """The code in an error result's structured part, or None when it has none we know."""
+    error = structured.get("error") if isinstance(structured, Mapping) else None
+    code = error.get("code") if isinstance(error, Mapping) else None
+    try:
+        return ErrorCode(code) if isinstance(code, str) else None
+    except ValueError:
+        return None
