@@ -8,6 +8,7 @@ wherever they run; a turn that fails or is cancelled stores nothing.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pallas_api.config import RequestParams
