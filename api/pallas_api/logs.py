@@ -81,7 +81,7 @@ _JWT = re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*")
 """A JWT anywhere (callers' OIDC and ServiceAccount tokens), even without a `Bearer` before it."""
 _KOPF_ATTRS = ("settings", "k8s_skip", "k8s_ref")
 """What kopf's per-object logger adds to a record; its reference becomes our fields."""
-_FIELDS: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar("pallas_log_fields", default={})
+_FIELDS: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar("pallas_log_fields")
 
 
 class Redactor(logging.Filter):
@@ -123,7 +123,7 @@ class ContextFields(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Set the fields the record does not carry yet; never drops it."""
-        for key, value in {**self._fields, **_FIELDS.get(), **_kopf_fields(record)}.items():
+        for key, value in {**self._fields, **_FIELDS.get({}), **_kopf_fields(record)}.items():
             if not hasattr(record, key):
                 setattr(record, key, value)
         return True
@@ -143,7 +143,7 @@ def _kopf_fields(record: logging.LogRecord) -> dict[str, str]:
 @contextlib.contextmanager
 def log_fields(**fields: str) -> Iterator[None]:
     """Within the block (and the tasks started in it), records carry these fields."""
-    token = _FIELDS.set({**_FIELDS.get(), **fields})
+    token = _FIELDS.set({**_FIELDS.get({}), **fields})
     try:
         yield
     finally:
@@ -153,7 +153,7 @@ def log_fields(**fields: str) -> Iterator[None]:
 def fields_context(**fields: str) -> contextvars.Context:
     """A copy of the current context whose records carry these fields (`create_task(context=)`)."""
     context = contextvars.copy_context()
-    context.run(_FIELDS.set, {**_FIELDS.get(), **fields})
+    context.run(_FIELDS.set, {**_FIELDS.get({}), **fields})
     return context
 
 
@@ -232,7 +232,7 @@ class LogSettings:
         file = Path(environ["PALLAS_LOG_FILE"]) if environ.get("PALLAS_LOG_FILE") else None
         if file is None and not stderr:  # never nowhere: the original's always-on file
             file = state_dir(environ) / FILE_NAME
-        return cls(level, root_level, bool(root and root.strip()), fmt, stderr, file)  # type: ignore[arg-type]
+        return cls(level, root_level, bool(root and root.strip()), fmt, stderr, file)
 
 
 def _file_handler(path: Path) -> logging.Handler:
@@ -301,11 +301,11 @@ def setup_logging(
         lib = logging.getLogger(name)
         lib.handlers.clear()
         lib.propagate = True
-    for name in QUIET_LOGGERS:
-        logging.getLogger(name).setLevel(max(logging.WARNING, settings.root_level))
-    uvicorn_level = settings.root_level if settings.root_level_set else max(logging.WARNING, settings.root_level)
+    quiet = max(logging.WARNING, settings.root_level)
     for name in UVICORN_LOGGERS:
-        logging.getLogger(name).setLevel(uvicorn_level)
+        logging.getLogger(name).setLevel(settings.root_level if settings.root_level_set else quiet)
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(quiet)
     return redactor
 
 

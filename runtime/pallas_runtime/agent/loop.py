@@ -19,9 +19,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pallas_api.config import AgentConfig
+from pallas_runtime.agent.audit import Outcome, audit_tool_call
 from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.conversations.model import ConversationKey
-from pallas_runtime.downstream.source import DownstreamError, RemoteTool, ToolOutcome, ToolSource
+from pallas_runtime.downstream.source import (
+    DownstreamError,
+    DownstreamTimeout,
+    RemoteTool,
+    ToolOutcome,
+    ToolSource,
+)
 from pallas_runtime.llm.provider import LLMError, LLMProvider
 from pallas_runtime.messages import (
     AssistantMessage,
@@ -201,20 +208,24 @@ class AgentLoop:
         progress: ProgressReporter,
         conversation: ConversationKey | None,
     ) -> ToolResult:
+        agent = self._config.name
         entry = offered.get(call.name)
         if entry is None:
+            audit_tool_call(agent, "", call.name, "DENY", 0.0, "unknown tool")
             available = ", ".join(sorted(n for n, o in offered.items() if o.allowed)) or "none"
             return _error(call, f"unknown tool {call.name!r}; available tools: {available}")
         source, tool = entry.source.name, entry.tool
         if not (entry.allowed and self._config.tools.permits(tool.qualified_name)):
-            self._metrics.tool_denied_total.labels(self._config.name, source).inc()
-            log.info("denied tool call %s for agent %s", tool.qualified_name, self._config.name)
+            self._metrics.tool_denied_total.labels(agent, source).inc()
+            audit_tool_call(agent, source, tool.name, "DENY", 0.0, "not allowed by spec.tools")
             return _error(call, f"tool {call.name!r} is not allowed for this agent")
         if call.arguments_error is not None:
+            audit_tool_call(agent, source, tool.name, "ERROR", 0.0, "arguments are not a JSON object")
             return _error(call, f"arguments for {call.name!r} are invalid: {call.arguments_error}")
 
         await progress.tool_started(source, tool.name)
         started = time.perf_counter()
+        timed_out = False
         try:
             outcome = await entry.source.call_tool(
                 tool.name,
@@ -224,12 +235,14 @@ class AgentLoop:
                 conversation=conversation,
             )
         except DownstreamError as exc:
+            timed_out = isinstance(exc, DownstreamTimeout)
             outcome = ToolOutcome((TextPart(str(exc)),), is_error=True)
         except Exception:
             log.exception("calling %s failed unexpectedly", tool.qualified_name)
             outcome = ToolOutcome((TextPart(f"calling {tool.qualified_name} failed (see agent logs)"),), True)
         elapsed = time.perf_counter() - started
-        agent = self._config.name
+        verdict: Outcome = "TIMEOUT" if timed_out else "ERROR" if outcome.is_error else "ALLOW"
+        audit_tool_call(agent, source, tool.name, verdict, elapsed)
         self._metrics.tool_call_duration.labels(agent, source, "tool").observe(elapsed)
         self._metrics.tool_calls_total.labels(
             agent, source, "tool", "error" if outcome.is_error else "ok"

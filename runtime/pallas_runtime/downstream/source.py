@@ -53,6 +53,10 @@ class DownstreamError(Exception):
     """A downstream call that could not be made or completed; the text names the source."""
 
 
+class DownstreamTimeout(DownstreamError):
+    """A downstream call that did not answer within the source's timeout."""
+
+
 class ToolSource(Protocol):
     """A downstream MCP server or peer agent the agent loop can call."""
 

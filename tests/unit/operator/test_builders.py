@@ -127,7 +127,8 @@ def test_secrets_reach_the_pod_only_as_secret_key_refs() -> None:
         "name": "PALLAS_PROVIDER_VLLM_API_KEY",
         "valueFrom": {"secretKeyRef": {"name": "llm", "key": "VLLM_KEY"}},
     }
-    bound = {e["name"] for e in container["env"] if e["name"].startswith(("PALLAS_PROVIDER_", "PALLAS_SERVER_"))}
+    prefixes = ("PALLAS_PROVIDER_", "PALLAS_SERVER_")
+    bound = {e["name"] for e in container["env"] if e["name"].startswith(prefixes)}
     assert bound == {"PALLAS_PROVIDER_VLLM_API_KEY", "PALLAS_SERVER_MNEMOSYNE_HEADER_0"}
     assert all("value" not in e for e in container["env"] if e["name"] in bound)
 
@@ -138,7 +139,8 @@ def _env(manifest: dict[str, Any]) -> dict[str, str]:
 
 
 def _registry_env(dep: PallasDeploymentSpec) -> dict[str, str]:
-    [registry] = [o for o in registry_children(DEPLOYMENT_OWNER, dep, "pallas:test") if o["kind"] == "Deployment"]
+    children = registry_children(DEPLOYMENT_OWNER, dep, "pallas:test")
+    [registry] = [o for o in children if o["kind"] == "Deployment"]
     return _env(registry)
 
 
@@ -156,7 +158,8 @@ def test_pods_log_json_at_the_spec_log_level_naming_their_deployment() -> None:
     own = _agent_spec(at("spec.logLevel", "debug"))
     assert _env(agent_deployment(_workload(own, dep=dep)))["PALLAS_LOG_LEVEL"] == "DEBUG"
     # A user's own env entry is the last word (runtime.env, then pod.env).
-    mine = _agent_spec(at("spec.logLevel", "debug"), at("spec.pod.env", [{"name": "PALLAS_LOG_LEVEL", "value": "ERROR"}]))
+    own_env = [{"name": "PALLAS_LOG_LEVEL", "value": "ERROR"}]
+    mine = _agent_spec(at("spec.logLevel", "debug"), at("spec.pod.env", own_env))
     assert _env(agent_deployment(_workload(mine)))["PALLAS_LOG_LEVEL"] == "ERROR"
 
 

@@ -119,7 +119,11 @@ async def test_every_line_of_a_reconcile_names_what_it_reconciles() -> None:
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     assert [(e["message"].split("\n")[0], e["agent"], e["namespace"]) for e in lines] == [
         ("reconciling", "research", "team-a"),
-        ("reconcile of ('agent', 'team-a', 'research') failed (attempt 1); retrying in 1.0s", "research", "team-a"),
+        (
+            "reconcile of ('agent', 'team-a', 'research') failed (attempt 1); retrying in 1.0s",
+            "research",
+            "team-a",
+        ),
     ]
     assert key_fields(("deployment", "ns", "ouranos")) == {"deployment": "ouranos", "namespace": "ns"}
 
