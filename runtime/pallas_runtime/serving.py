@@ -76,8 +76,10 @@ async def serve(
     """
     config = uvicorn.Config(
         app,
-        log_config=None,  # our logging setup; no access log (metrics cover requests)
-        access_log=False,
+        # Our logging setup (pallas_api.logs): uvicorn's error and access lines go through it,
+        # quiet (WARNING) unless PALLAS_ROOT_LOG_LEVEL asks for them.
+        log_config=None,
+        access_log=True,
         lifespan="on",
         timeout_graceful_shutdown=graceful_timeout,
         server_header=False,

@@ -28,9 +28,11 @@ from collections.abc import Mapping
 from functools import partial
 
 from pallas_api.commands import EXIT_FAILURE, EXIT_USAGE, port_number
-from pallas_api.logs import setup_logging
+from pallas_api.logs import LEVELS, fields_context, log_format, setup_logging
+from pallas_api.render import log_level
 from pallas_runtime.commands.credentials import CredentialsError, add_token_arguments, bearer_token
 from pallas_runtime.commands.local_env import manifest_files, with_openai_base_url, working_directory_env
+from pallas_runtime.commands.startup import StartupReport
 from pallas_runtime.manifests import LOOPBACK, LocalPlan, ManifestError, load_manifests, plan_local
 from pallas_runtime.metrics import RuntimeMetrics
 from pallas_runtime.server import agent_app, build_server, stop_turns
@@ -83,22 +85,31 @@ class RunCommand:
         except ManifestError as exc:
             print(f"pallas run: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        for agent in plan.agents:
-            for ref in agent.unresolved:
-                key = ref.rsplit("/", 1)[1]
-                print(
-                    f"pallas run: warning: agent {agent.manifest.name}: {ref} has no value "
-                    f"(no such Secret manifest key and ${key} is unset)",
-                    file=sys.stderr,
-                )
         secrets = {b.env for a in plan.agents for b in a.rendered.secrets}
         merged_env = {k: v for a in plan.agents for k, v in a.environ.items()}
         try:
-            setup_logging(merged_env, secret_env=secrets)
+            setup_logging(_with_log_level(plan, merged_env), secret_env=secrets)
         except ValueError as exc:
             print(f"pallas run: {exc}", file=sys.stderr)
             return EXIT_USAGE
+        for agent in plan.agents:
+            for ref in agent.unresolved:
+                key = ref.rsplit("/", 1)[1]
+                log.warning(
+                    "%s has no value (no such Secret manifest key and $%s is unset)",
+                    ref,
+                    key,
+                    extra={"agent": agent.manifest.name},
+                )
         return asyncio.run(_run(plan, args))
+
+
+def _with_log_level(plan: LocalPlan, environ: Mapping[str, str]) -> dict[str, str]:
+    """`$PALLAS_LOG_LEVEL` wins; else the most verbose `logLevel` of the agents run (one process)."""
+    if environ.get("PALLAS_LOG_LEVEL") or not plan.agents:
+        return dict(environ)
+    levels = (log_level(a.deployment.spec, a.manifest.spec).upper() for a in plan.agents)
+    return {**environ, "PALLAS_LOG_LEVEL": min(levels, key=LEVELS.index)}
 
 
 async def _run(plan: LocalPlan, args: argparse.Namespace) -> int:
@@ -116,6 +127,7 @@ async def serve_plan(plan: LocalPlan, probe_headers: Mapping[str, str] | None = 
     tasks: list[asyncio.Task[None]] = []
     sockets: list[socket.socket] = []
     stop = asyncio.Event()
+    report = StartupReport(table=log_format() == "console")
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
@@ -129,10 +141,11 @@ async def serve_plan(plan: LocalPlan, probe_headers: Mapping[str, str] | None = 
             server = build_server(config, metrics=metrics, environ=agent.environ)
             started = asyncio.Event()
             serving = serve(agent_app(server), sock, started=started, before_stop=partial(stop_turns, server))
-            tasks.append(asyncio.create_task(serving))
+            fields = {"agent": config.name, "deployment": agent.deployment.name}
+            tasks.append(asyncio.create_task(serving, context=fields_context(**fields)))
             if not await _started(tasks[-1], started, f"agent {config.name}", agent.port):
                 return EXIT_FAILURE
-            print(f"agent {config.name:<24} {agent.url}", flush=True)
+            report.started("agent", config.name, agent.url)
         if plan.registry_port is not None:
             sock = _listen("registry", plan.registry_port)
             if sock is None:
@@ -142,10 +155,10 @@ async def serve_plan(plan: LocalPlan, probe_headers: Mapping[str, str] | None = 
             tasks.append(asyncio.create_task(_serve_registry(plan, sock, started, probe_headers or {})))
             if not await _started(tasks[-1], started, "registry", plan.registry_port):
                 return EXIT_FAILURE
-            print(
-                f"registry {'':<21} http://{LOOPBACK}:{plan.registry_port}/.well-known/mcp/server.json",
-                flush=True,
+            report.started(
+                "registry", "", f"http://{LOOPBACK}:{plan.registry_port}/.well-known/mcp/server.json"
             )
+        await report.ready(probe_headers or {})
         log.info("running %d agent(s); stop with Ctrl-C", len(plan.agents))
         waiters = [asyncio.create_task(stop.wait()), *tasks]
         await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
