@@ -243,11 +243,11 @@ def _file_handler(path: Path) -> logging.Handler:
         raise ValueError(f"PALLAS_LOG_FILE: cannot write {path}: {exc.strerror}") from None
 
 
-def _stderr_handler(settings: LogSettings, stream: TextIO) -> logging.Handler:
+def _stderr_handler(settings: LogSettings, stream: TextIO, fields: Mapping[str, str]) -> logging.Handler:
     if settings.format == "console":
         from pallas_api.console import console_handler  # rich: imported only for a terminal
 
-        return console_handler(stream)
+        return console_handler(stream, fields)
     handler = logging.StreamHandler(stream)
     handler.setFormatter(json_formatter())
     return handler
@@ -282,7 +282,7 @@ def setup_logging(
 
     handlers: list[logging.Handler] = []
     if settings.stderr:
-        handlers.append(_stderr_handler(settings, out))
+        handlers.append(_stderr_handler(settings, out, given))
     if settings.file is not None:
         handlers.append(_file_handler(settings.file))
         handlers[-1].setFormatter(json_formatter())

@@ -238,3 +238,14 @@ def test_kopf_object_references_become_fields() -> None:
     [entry] = lines(stream.getvalue())
     assert (entry["agent"], entry["namespace"]) == ("a1", "ns")
     assert not {"k8s_ref", "k8s_skip", "settings"} & set(entry)
+
+
+def test_console_lines_of_a_one_agent_process_do_not_repeat_its_name() -> None:
+    stream = io.StringIO()
+    setup_logging({"PALLAS_LOG_FORMAT": "console"}, stream=stream, fields={"agent": "solo"})
+    logging.getLogger("pallas.test").info("serving")
+    with log_fields(agent="peer"):
+        logging.getLogger("pallas.test").info("about another agent")
+    first, second = stream.getvalue().splitlines()
+    assert "solo" not in first
+    assert "peer about another agent" in second
