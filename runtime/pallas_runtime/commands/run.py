@@ -88,7 +88,7 @@ class RunCommand:
         secrets = {b.env for a in plan.agents for b in a.rendered.secrets}
         merged_env = {k: v for a in plan.agents for k, v in a.environ.items()}
         try:
-            setup_logging(_with_log_level(plan, merged_env), secret_env=secrets)
+            setup_logging(with_log_level(plan, merged_env), secret_env=secrets)
         except ValueError as exc:
             print(f"pallas run: {exc}", file=sys.stderr)
             return EXIT_USAGE
@@ -104,7 +104,7 @@ class RunCommand:
         return asyncio.run(_run(plan, args))
 
 
-def _with_log_level(plan: LocalPlan, environ: Mapping[str, str]) -> dict[str, str]:
+def with_log_level(plan: LocalPlan, environ: Mapping[str, str]) -> dict[str, str]:
     """`$PALLAS_LOG_LEVEL` wins; else the most verbose `logLevel` of the agents run (one process)."""
     if environ.get("PALLAS_LOG_LEVEL") or not plan.agents:
         return dict(environ)
