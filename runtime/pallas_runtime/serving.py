@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 import socket
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
@@ -77,9 +78,10 @@ async def serve(
     config = uvicorn.Config(
         app,
         # Our logging setup (pallas_api.logs): uvicorn's error and access lines go through it,
-        # quiet (WARNING) unless PALLAS_ROOT_LOG_LEVEL asks for them.
+        # quiet (WARNING) unless PALLAS_ROOT_LOG_LEVEL asks for them; a quiet access log costs
+        # nothing per request (uvicorn builds each line before the level check).
         log_config=None,
-        access_log=True,
+        access_log=logging.getLogger("uvicorn.access").isEnabledFor(logging.INFO),
         lifespan="on",
         timeout_graceful_shutdown=graceful_timeout,
         server_header=False,
