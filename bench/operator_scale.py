@@ -36,6 +36,7 @@ import contextlib
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -57,6 +58,8 @@ from pallas_api.kube import PallasAgent  # noqa: E402
 from tests.support.operator import agent, deployment, in_namespace, secret  # noqa: E402
 
 CRD_WRITES = ("pallasagents", "pallasdeployments")
+PROFILE_DIR: Path | None = None
+"""`--profile DIR`: the operator runs under py-spy (on PATH), one flame graph per case."""
 
 
 # A control plane of its own (own state directory and ports), so that tests running against the
@@ -120,15 +123,20 @@ def peak_rss_mb(pid: int) -> float:
 
 @contextlib.asynccontextmanager
 async def operator_process(
-    env: dict[str, Any], namespace: str, port: int
+    env: dict[str, Any], namespace: str, port: int, profile: str | None = None
 ) -> AsyncIterator[subprocess.Popen[str]]:
+    command = [str(Path(sys.executable).parent / "pallas"), "operator", "-n", namespace,
+               "--http-port", str(port), "--lease-namespace", namespace]  # fmt: skip
+    if PROFILE_DIR is not None and profile is not None:  # py-spy samples the operator into a flame graph
+        svg = PROFILE_DIR / f"operator-{profile}.svg"
+        command = ["py-spy", "record", "--nonblocking", "--rate", "50", "-o", str(svg), "--", *command]
     proc = subprocess.Popen(
-        [str(Path(sys.executable).parent / "pallas"), "operator", "-n", namespace, "--http-port", str(port),
-         "--lease-namespace", namespace],
+        command,
         env={**os.environ, "KUBECONFIG": env["kubeconfig"]},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         text=True,
+        start_new_session=True,
     )  # fmt: skip
     try:
         async with httpx2.AsyncClient(timeout=2) as http:
@@ -139,8 +147,9 @@ async def operator_process(
                 await asyncio.sleep(0.1)
         yield proc
     finally:
-        proc.terminate()
-        proc.wait(30)
+        # To the whole group: the operator stops on SIGINT, py-spy then writes its graph.
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(60)
 
 
 async def converged(client: AsyncClient, namespace: str, names: list[str]) -> int:
@@ -211,7 +220,8 @@ async def run_existing(env: dict[str, Any], n: int, unrelated: int) -> list[dict
         await create_all(client, objects_of(namespace, names, unrelated))
         metrics_url = f"http://127.0.0.1:{port}/metrics"
         started = time.monotonic()
-        async with operator_process(env, namespace, port) as proc, httpx2.AsyncClient(timeout=5) as http:
+        operator = operator_process(env, namespace, port, f"start-{n}")
+        async with operator as proc, httpx2.AsyncClient(timeout=5) as http:
             converge = await until_converged(client, namespace, names, started)
             await asyncio.sleep(5)
             writes = operator_writes((await http.get(metrics_url)).text)
@@ -221,7 +231,8 @@ async def run_existing(env: dict[str, Any], n: int, unrelated: int) -> list[dict
                 "peak_rss_mb": round(peak_rss_mb(proc.pid), 1),
             })  # fmt: skip
         started = time.monotonic()
-        async with operator_process(env, namespace, port) as proc, httpx2.AsyncClient(timeout=5) as http:
+        operator = operator_process(env, namespace, port, f"restart-{n}")
+        async with operator as proc, httpx2.AsyncClient(timeout=5) as http:
             while True:
                 text = (await http.get(metrics_url)).text
                 events = "pallas_operator_watch_events_total"
@@ -290,15 +301,21 @@ async def main() -> None:
     parser.add_argument("--idle", type=float, default=60.0, help="seconds of idling measured")
     parser.add_argument("--unrelated", type=int, default=500, help="Secrets no agent uses (start/restart)")
     parser.add_argument("--keep-cluster", action="store_true", help="leave the bench control plane running")
+    parser.add_argument("--profile", type=Path, help="py-spy the operator into DIR/*.svg")
+    parser.add_argument("--cases", nargs="+", default=["existing", "create"], choices=["existing", "create"])
     args = parser.parse_args()
+    global PROFILE_DIR
+    PROFILE_DIR = args.profile
     was_running = hack_cluster("status").returncode == 0
     env = cluster_env()
     try:
         kubectl(env, "apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
         for n in args.agents:
-            for result in await run_existing(env, n, args.unrelated):
-                print(json.dumps(result), flush=True)
-            print(json.dumps(await run_size(env, n, args.idle)), flush=True)
+            if "existing" in args.cases:
+                for result in await run_existing(env, n, args.unrelated):
+                    print(json.dumps(result), flush=True)
+            if "create" in args.cases:
+                print(json.dumps(await run_size(env, n, args.idle)), flush=True)
     finally:
         if not was_running and not args.keep_cluster:
             hack_cluster("down")

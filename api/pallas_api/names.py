@@ -36,6 +36,12 @@ LABEL_NAMESPACE: Final = "pallas.dev/namespace"
 """On cluster-scoped children (which have no namespace of their own): the owner's namespace."""
 MANAGED_BY: Final = "pallas-operator"
 
+TOOL_CALLS_META: Final = "pallas.dev/toolCalls"
+"""`send_message`'s `_meta` key: `true` in a request asks for the turn's tool calls, listed under
+the same key of the result's `_meta` (docs/api.md §3)."""
+INSTRUCTION_URI: Final = "pallas://instruction"
+"""The MCP resource holding an agent's instruction (its model's system prompt)."""
+
 ANNOTATION_CONFIG_HASH: Final = "pallas.dev/config-hash"
 """On the pod template: sha256 of the rendered config and the referenced Secret keys."""
 ANNOTATION_APPLIED_HASH: Final = "pallas.dev/applied-hash"

@@ -53,8 +53,8 @@ class OperatorMetrics:
         )
         self.watch_events = Counter(
             "pallas_operator_watch_events",
-            "Watched objects' events by kind and stage: indexed (kopf indexes filled) and handled "
-            "(handlers ran); handled stays 0 while the start-up barrier holds",
+            "Watched objects' events by kind and stage: indexed (recorded in the operator's "
+            "indexes) and handled (routed to the work queue)",
             ["kind", "stage"],
             registry=self.registry,
         )

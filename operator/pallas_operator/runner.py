@@ -25,7 +25,7 @@ from pallas_operator.k8s.client import make_client
 from pallas_operator.k8s.lease import LeaderElector, LeaseConfig
 from pallas_operator.metrics import OperatorMetrics
 from pallas_operator.settings import OperatorSettings
-from pallas_operator.wiring import RECONCILERS, build_kopf_registry, world_is_empty
+from pallas_operator.wiring import RECONCILERS, build_kopf_registry, existing_objects
 
 log = logging.getLogger(__name__)
 LOST_LEADERSHIP = 1
@@ -136,7 +136,7 @@ class Runner:
     @staticmethod
     async def _track_startup(operator: Operator, kopf_started: asyncio.Event) -> None:
         await kopf_started.wait()
-        await operator.startup.watch(lambda: world_is_empty(operator))
+        await operator.startup.watch(lambda: existing_objects(operator))
 
 
 async def run_operator(settings: OperatorSettings) -> int:

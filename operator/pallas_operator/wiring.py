@@ -1,6 +1,7 @@
-"""The kopf registrations: what is watched, indexed, and which events queue which reconciles.
+"""The kopf registrations: what is watched, and which events queue which reconciles.
 
-kopf handlers here only record and route: indexes keep what reconciles read, and every trigger
+kopf event handlers here only record and route: each event is filed in the operator's own
+indexes (`World.record`; no kopf indexes, whose start-up barrier costs O(N²)), and every trigger
 ends in `Operator.enqueue`. The queue runs the one idempotent reconcile per resource. (Handlers
 take `**kw`: kopf passes everything by keyword, and its typed protocols want exactly that.)
 """
@@ -19,15 +20,9 @@ from lightkube.resources.core_v1 import Secret
 
 from pallas_api import names
 from pallas_operator.engine.context import AGENT, DEPLOYMENT, Operator
-from pallas_operator.engine.world import (
-    CHILD_RESOURCES,
-    child_record,
-    controller_of,
-    dependencies,
-    owner_record,
-    secret_digests,
-)
-from pallas_operator.k8s.listing import ALL_NAMESPACES, none_exist
+from pallas_operator.engine.indexes import ObjectKey
+from pallas_operator.engine.world import CHILD_RESOURCES, controller_of
+from pallas_operator.k8s.listing import ALL_NAMESPACES, names_of
 from pallas_operator.k8s.resources import CHILD_KINDS, PallasAgent, PallasDeployment
 from pallas_operator.reconcile.agent import reconcile_agent
 from pallas_operator.reconcile.deployment import reconcile_deployment
@@ -35,15 +30,6 @@ from pallas_operator.reconcile.deployment import reconcile_deployment
 MANAGED: dict[str, Any] = {names.LABEL_MANAGED_BY: names.MANAGED_BY}
 G, V = names.GROUP, names.VERSION
 AGENTS, DEPLOYMENTS = names.AGENT_PLURAL, names.DEPLOYMENT_PLURAL
-INDEXES = (
-    "agents",
-    "agents_by_namespace",
-    "agents_by_dependency",
-    "agents_by_deployment",
-    "deployments",
-    "secrets",
-    *(f"children-{kind}" for kind in CHILD_RESOURCES),
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,16 +62,15 @@ WATCHED: dict[str, Watched] = {
 """Every kind kopf watches; only these selectors' objects travel over the watches."""
 
 
-def _configure(op: Operator, settings: kopf.OperatorSettings, indexes: dict[str, Any]) -> None:
+def _configure(op: Operator, settings: kopf.OperatorSettings) -> None:
     settings.posting.enabled = False  # Events are posted by k8s.events, on transitions only
     settings.watching.server_timeout = 600
     settings.watching.client_timeout = 660
-    # No worker limit: kopf holds every object's handlers until all objects of all indexed kinds
-    # are indexed, and indexing an object needs a worker of its own, so any limit below the
-    # number of existing objects deadlocks start-up (kopf docs, "Precautions for huge clusters";
-    # kopf#1243). Workers are cheap tasks here (handlers only record and enqueue, kopf writes
-    # nothing to our objects) and leave soon when idle; the reconciles themselves run on the
-    # work queue's fixed workers.
+    # No worker limit: with kopf indexes, a limit below the number of existing objects
+    # deadlocked start-up (kopf docs, "Precautions for huge clusters"; kopf#1243). There are no
+    # kopf indexes any more, but a limit would still only queue events: workers are cheap tasks
+    # here (handlers only record and enqueue, kopf writes nothing to our objects) and leave soon
+    # when idle; the reconciles themselves run on the work queue's fixed workers.
     settings.queueing.worker_limit = None
     settings.queueing.idle_timeout = 0.5
     for watched in WATCHED.values():
@@ -94,17 +79,22 @@ def _configure(op: Operator, settings: kopf.OperatorSettings, indexes: dict[str,
         if watched.fields:
             fields = build_selector(watched.fields, for_fields=True)
             settings.watching.field_selectors[watched.selector] = fields
-    op.world.bind({name: indexes[name] for name in INDEXES})
-    op.queue.start()
 
 
-async def world_is_empty(op: Operator) -> bool:
-    """Whether no watched object exists at all (then kopf has nothing to index, no handler runs)."""
+async def existing_objects(op: Operator) -> set[ObjectKey]:
+    """Every watched object that exists now, as the watches select them (the start-up barrier)."""
     namespaces = op.settings.namespaces or (ALL_NAMESPACES,)
-    for watched in WATCHED.values():
-        if not await none_exist(op.client, watched.resource, namespaces, watched.labels, watched.fields):
-            return False
-    return True
+    found: set[ObjectKey] = set()
+    for kind, watched in WATCHED.items():
+        listed = await names_of(op.client, watched.resource, namespaces, watched.labels, watched.fields)
+        found.update((kind, namespace, name) for namespace, name in listed)
+    return found
+
+
+def _record(op: Operator, kind: str, kw: dict[str, Any]) -> None:
+    """File the event's object in the world (before anything reads it)."""
+    op.world.record(kind, kw["body"], deleted=kw["type"] == "DELETED")
+    op.startup.indexed((kind, kw["namespace"], kw["name"]))
 
 
 class _Generations:
@@ -127,30 +117,13 @@ class _Generations:
 
 def _register_agents(reg: kopf.OperatorRegistry, op: Operator) -> None:
     kind = names.AGENT_KIND
-
-    @kopf.index(G, V, AGENTS, registry=reg, id="agents")
-    async def agents(**kw: Any) -> dict[Any, Any]:
-        op.startup.indexed(kind)
-        return {(kw["namespace"], kw["name"]): owner_record(kw["body"])}
-
-    @kopf.index(G, V, AGENTS, registry=reg, id="agents_by_namespace")
-    async def agents_by_namespace(**kw: Any) -> dict[Any, Any]:
-        return {kw["namespace"]: owner_record(kw["body"])}
-
-    @kopf.index(G, V, AGENTS, registry=reg, id="agents_by_dependency")
-    async def agents_by_dependency(**kw: Any) -> dict[Any, Any]:
-        return {(kw["namespace"], dep): kw["name"] for dep in dependencies(kw["spec"])}
-
-    @kopf.index(G, V, AGENTS, registry=reg, id="agents_by_deployment")
-    async def agents_by_deployment(**kw: Any) -> dict[Any, Any]:
-        return {(kw["namespace"], kw["spec"].get("deployment")): kw["name"]}
-
     generations = _Generations()
 
     @kopf.on.event(G, V, AGENTS, registry=reg, id="agent-events")
     async def agent_event(**kw: Any) -> None:
         # Events, not kopf's create/update/resume handlers: those make kopf patch every object
         # it handles (its diff-base and progress annotations), a write per object at every start.
+        _record(op, kind, kw)
         op.startup.handled(kind)
         namespace, name = kw["namespace"], kw["name"]
         if generations.changed(kw):
@@ -163,18 +136,13 @@ def _register_agents(reg: kopf.OperatorRegistry, op: Operator) -> None:
 
 def _register_deployments(reg: kopf.OperatorRegistry, op: Operator) -> None:
     kind = names.DEPLOYMENT_KIND
-
-    @kopf.index(G, V, DEPLOYMENTS, registry=reg, id="deployments")
-    async def deployments(**kw: Any) -> dict[Any, Any]:
-        op.startup.indexed(kind)
-        return {(kw["namespace"], kw["name"]): owner_record(kw["body"])}
-
     generations = _Generations()
 
     @kopf.on.event(G, V, DEPLOYMENTS, registry=reg, id="deployment-events")
     async def deployment_event(**kw: Any) -> None:
         # Agents render the deployment's spec: re-reconcile them when it changes or goes away,
         # not on the deployment's own status writes.
+        _record(op, kind, kw)
         op.startup.handled(kind)
         namespace, name = kw["namespace"], kw["name"]
         if not generations.changed(kw):
@@ -185,13 +153,9 @@ def _register_deployments(reg: kopf.OperatorRegistry, op: Operator) -> None:
 
 
 def _register_secrets(reg: kopf.OperatorRegistry, op: Operator) -> None:
-    @kopf.index("v1", "secrets", registry=reg, id="secrets")
-    async def secrets(**kw: Any) -> dict[Any, Any]:
-        op.startup.indexed("Secret")
-        return {(kw["namespace"], kw["name"]): secret_digests(kw["body"])}
-
     @kopf.on.event("v1", "secrets", registry=reg, id="secret-events")
     async def secret_event(**kw: Any) -> None:
+        _record(op, "Secret", kw)
         op.startup.handled("Secret")
         namespace = kw["namespace"]
         for agent in op.secret_users.get((namespace, kw["name"]), set()).copy():
@@ -199,17 +163,9 @@ def _register_secrets(reg: kopf.OperatorRegistry, op: Operator) -> None:
 
 
 def _register_children(reg: kopf.OperatorRegistry, op: Operator) -> None:
-    def child_index(kind: str) -> Any:
-        async def index(**kw: Any) -> dict[Any, Any] | None:
-            op.startup.indexed(kind)
-            body = kw["body"]
-            record, owner = child_record(body), controller_of(body)
-            return {(kw["namespace"], owner[2]): record} if record is not None and owner is not None else None
-
-        return index
-
     def child_event(kind: str) -> Any:
         async def event(**kw: Any) -> None:
+            _record(op, kind, kw)
             op.startup.handled(kind)
             body, namespace = kw["body"], kw["namespace"]
             owner = controller_of(body)
@@ -223,7 +179,6 @@ def _register_children(reg: kopf.OperatorRegistry, op: Operator) -> None:
 
     for kind, (group, version, plural) in CHILD_RESOURCES.items():
         where = (f"{plural}.{version}.{group}",) if group else (version, plural)
-        kopf.index(*where, labels=MANAGED, registry=reg, id=f"children-{kind}")(child_index(kind))
         kopf.on.event(*where, labels=MANAGED, registry=reg, id=f"child-events-{kind}")(child_event(kind))
 
 
@@ -265,7 +220,7 @@ def build_kopf_registry(op: Operator) -> kopf.OperatorRegistry:
 
     @kopf.on.startup(registry=reg, id="configure")
     async def configure(**kw: Any) -> None:
-        _configure(op, kw["settings"], kw)
+        _configure(op, kw["settings"])
 
     _register_agents(reg, op)
     _register_deployments(reg, op)

@@ -167,17 +167,50 @@ class LocalPlan:
     registry_port: int | None
 
 
+AgentKey = tuple[str, str]
+"""An agent's (namespace, name)."""
+
+
+def agent_ports(
+    agents: Sequence[AgentManifest], base_port: int, keep: Mapping[AgentKey, int] | None = None
+) -> dict[AgentKey, int]:
+    """Each agent's port: the one in `keep` (a running agent's), else the next free after base.
+
+    With nothing kept the agents get base+1, base+2… in manifest order.
+
+    Raises:
+        ManifestError: the ports would pass 65535.
+    """
+    keys = [(a.namespace, a.name) for a in agents]
+    ports = {key: (keep or {})[key] for key in keys if key in (keep or {})}
+    taken = set(ports.values())
+    candidate = base_port
+    for key in keys:
+        if key in ports:
+            continue
+        candidate += 1
+        while candidate in taken:
+            candidate += 1
+        ports[key] = candidate
+    if max(ports.values()) > 65535:
+        raise ManifestError(f"--base-port {base_port} leaves no room for {len(ports)} agents below 65536")
+    return ports
+
+
 def plan_local(
     manifests: Manifests,
     base_port: int,
     only_agent: str | None = None,
     environ: Mapping[str, str] | None = None,
+    keep_ports: Mapping[AgentKey, int] | None = None,
 ) -> LocalPlan:
-    """Ports (registry on base, agents on base+1… in manifest order), configs and start order."""
+    """Ports (registry on base, agents on base+1… in manifest order), configs and start order.
+
+    `keep_ports` are the ports of agents already running (`pallas run --reload`): they keep
+    them, and agents new to the manifests take the free ports after the base.
+    """
     env = dict(os.environ if environ is None else environ)
-    ports = {(a.namespace, a.name): base_port + i for i, a in enumerate(manifests.agents, start=1)}
-    if max(ports.values()) > 65535:
-        raise ManifestError(f"--base-port {base_port} leaves no room for {len(ports)} agents below 65536")
+    ports = agent_ports(manifests.agents, base_port, keep_ports)
     by_key = {(a.namespace, a.name): a for a in manifests.agents}
     graph = {}
     for agent in manifests.agents:

@@ -36,12 +36,14 @@ from starlette.types import ASGIApp
 
 from pallas_api.config import AgentConfig
 from pallas_api.health import utc_timestamp
+from pallas_api.names import INSTRUCTION_URI, TOOL_CALLS_META
 from pallas_api.validation import describe
 from pallas_runtime import __version__
 from pallas_runtime.agent.health import HealthChecker
 from pallas_runtime.agent.inputs import ImageInput, InvalidInput, user_message
 from pallas_runtime.agent.loop import AgentLoop, MaxIterationsExceeded
 from pallas_runtime.agent.progress import ProgressReporter
+from pallas_runtime.agent.trace import tool_trace
 from pallas_runtime.agent.turns import Conversations, NoConversation, Reply
 from pallas_runtime.auth import build_auth
 from pallas_runtime.conversations.caller import checked_id, current_caller
@@ -155,6 +157,11 @@ def _progress_sender(ctx: Context) -> Any:
     return ctx.report_progress
 
 
+def _wants_tool_calls(ctx: Context) -> bool:
+    meta = ctx.request_context.meta if ctx.request_context is not None else None
+    return bool(meta and meta.get(TOOL_CALLS_META) is True)
+
+
 def _session_id() -> str | None:
     return get_http_headers(include={"mcp-session-id"}).get("mcp-session-id")
 
@@ -241,12 +248,14 @@ def build_server(
 
     pending_refresh: list[asyncio.Task[None]] = []
 
-    async def conversations_changed() -> None:
-        # Counting a memory store costs nothing; a database is counted in the background, at
-        # most one count in flight, so a turn never waits on it.
+    async def conversations_changed(*, count_changed: bool) -> None:
+        # Counting a memory store costs nothing, and any turn may expire or evict others. A
+        # database's count changes here only when a conversation is created or deleted (other
+        # replicas' turns and the TTL sweep are counted every GAUGE_REFRESH); it is counted in the
+        # background, at most one count in flight, so a turn never waits on it.
         if store.kind == "memory":
             await refresh_gauge()
-        elif not pending_refresh or pending_refresh[-1].done():
+        elif count_changed and (not pending_refresh or pending_refresh[-1].done()):
             pending_refresh[:] = [asyncio.create_task(refresh_gauge())]
 
     async def keep_gauge() -> None:
@@ -329,10 +338,13 @@ def build_server(
             # A failed turn can change the count too (a store that expired or evicted on the
             # way); only a finished turn that kept no conversation cannot.
             if reply is None or reply.conversation_id is not None:
-                await conversations_changed()
-        if reply.conversation_id is None:
-            return ToolResult(content=reply.text)
-        return ToolResult(content=reply.text, meta={CONVERSATION_META: reply.conversation_id})
+                await conversations_changed(count_changed=reply is not None and reply.created)
+        meta: dict[str, Any] = {}
+        if reply.conversation_id is not None:
+            meta[CONVERSATION_META] = reply.conversation_id
+        if _wants_tool_calls(ctx):
+            meta[TOOL_CALLS_META] = tool_trace(reply.turn)
+        return ToolResult(content=reply.text, meta=meta or None)
 
     for name in send_names:
         server.tool(name=name, description=send_message_description(config), output_schema=None)(send_message)
@@ -393,8 +405,17 @@ def build_server(
             await conversations.delete(current_caller(), _checked(conversation_id) or "")
         except (NoConversation, StoreUnavailable) as exc:
             raise ToolError(str(exc)) from None
-        await conversations_changed()
+        await conversations_changed(count_changed=True)
         return f"deleted conversation {conversation_id!r}"
+
+    @server.resource(
+        INSTRUCTION_URI,
+        name="instruction",
+        description=f"The instruction (system prompt) {config.display_title}'s model works under.",
+        mime_type="text/plain",
+    )
+    def instruction() -> str:
+        return config.instruction
 
     @server.custom_route("/healthz", methods=["GET"])
     async def healthz(_: Request) -> Response:

@@ -70,7 +70,10 @@ class Operator:
         self.prober = Prober(settings.resolver, notify=self._probed, credentials=self._probe_token)
         self.queue = WorkQueue(self._reconcile, workers=settings.workers, fields=key_fields)
         self.metrics.queue_depth.set_function(lambda: self.queue.depth)
-        self.startup = StartupTracker(metrics, ready or threading.Event(), settings.stall_after)
+        # The queue starts once the world holds every object that existed at start-up.
+        self.startup = StartupTracker(
+            metrics, ready or threading.Event(), settings.stall_after, on_ready=self.queue.start
+        )
         self.secret_users: dict[tuple[str, str], set[str]] = {}
         """(namespace, Secret) → agents whose pods read it (so a rotation re-reconciles them)."""
         self.monitoring_checked: dict[tuple[str, str], MonitoringCheck] = {}

@@ -1,15 +1,14 @@
-"""Whether the operator can act yet: kopf's initial indexing finished and handlers run.
+"""Whether the operator can act yet: every object that existed at start-up is in the world.
 
-kopf calls an object's handlers only once every object of every indexed kind has been indexed
-(its start-up barrier); until then nothing is reconciled. kopf's own ready flag is raised before
-that, when its start-up activities end, so it cannot answer readiness. This tracker can:
+kopf's own start-up barrier (kopf indexes) costs O(N²) over N existing objects, so the operator
+keeps its own indexes and its own barrier: it lists every watched kind once (with the watches'
+selectors) and holds the work queue until each listed object has come through the watches and
+been recorded. Then the queue starts and `/readyz` says ready: reconciles never decide on half a
+world (an agent whose Secret was not seen yet would be marked SecretNotFound and written).
 
-- every index function reports the objects it indexed, every event handler the objects it
-  handled; the first handled event means the barrier is down (handlers run only after it);
-- when nothing exists to index, no handler ever runs: the watcher lists each watched kind with
-  the watches' own selectors (one item per request) and calls an empty world ready;
-- while neither has happened, it logs how far indexing got every `stall_after` seconds, so a
-  stuck start-up is visible in the log and in the metrics, never behind a green /readyz.
+Objects deleted between the listing and the watch would never come: while not ready the kinds are
+listed again every `RELIST_EVERY` seconds and only what still exists is waited for. A start-up that
+takes long is logged every `stall_after` seconds with how far it got, and `/metrics` shows it.
 """
 
 from __future__ import annotations
@@ -21,18 +20,19 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 
+from pallas_operator.engine.indexes import ObjectKey
 from pallas_operator.metrics import OperatorMetrics
 
 log = logging.getLogger(__name__)
-CHECK_EVERY = 2.0
-"""Seconds between looks for an empty world while not ready."""
+RELIST_EVERY = 5.0
+"""Seconds between listings while not ready."""
 
-Emptiness = Callable[[], Awaitable[bool]]
-"""Whether every watched kind is empty (with the watches' selectors) in every watched namespace."""
+Listing = Callable[[], Awaitable[set[ObjectKey]]]
+"""Every watched object that exists now (with the watches' selectors, in the watched namespaces)."""
 
 
 class StartupTracker:
-    """Counts indexed and handled objects by kind and decides readiness."""
+    """Counts the objects seen by kind and decides readiness."""
 
     def __init__(
         self,
@@ -41,60 +41,76 @@ class StartupTracker:
         stall_after: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        on_ready: Callable[[], None] = lambda: None,
     ) -> None:
         self._metrics = metrics
         self._ready = ready
         self._stall_after = stall_after
         self._clock = clock
         self._sleep = sleep
+        self._on_ready = on_ready
+        self._seen: set[ObjectKey] = set()
+        self._waiting: set[ObjectKey] | None = None
+        """Listed objects not seen yet; None until the first listing answered."""
         self.indexed_by_kind: Counter[str] = Counter()
-        self.handled_by_kind: Counter[str] = Counter()
 
     @property
     def ready(self) -> bool:
-        """Whether initial indexing finished and handlers run."""
+        """Whether every object that existed at start-up is recorded and reconciles run."""
         return self._ready.is_set()
 
-    def indexed(self, kind: str) -> None:
-        """An index function ran for an object of `kind`."""
+    def indexed(self, key: ObjectKey) -> None:
+        """An object's event was recorded in the world."""
+        kind = key[0]
         self.indexed_by_kind[kind] += 1
         self._metrics.watch_events.labels(kind=kind, stage="indexed").inc()
+        if self._ready.is_set():
+            return
+        self._seen.add(key)
+        if self._waiting is not None:
+            self._waiting.discard(key)
+            if not self._waiting:
+                self._become_ready()
 
     def handled(self, kind: str) -> None:
-        """An event handler ran for an object of `kind`: kopf's start-up barrier is down."""
-        self.handled_by_kind[kind] += 1
+        """An object's event was routed to the work queue."""
         self._metrics.watch_events.labels(kind=kind, stage="handled").inc()
-        self._become_ready("handlers run")
 
-    def _become_ready(self, why: str) -> None:
-        if not self._ready.is_set():
-            self._ready.set()
-            self._metrics.ready.set(1)
-            log.info(
-                "ready (%s): %d objects indexed at start-up",
-                why,
-                sum(self.indexed_by_kind.values()),
-            )
+    def _become_ready(self) -> None:
+        if self._ready.is_set():
+            return
+        self._ready.set()
+        self._metrics.ready.set(1)
+        log.info("ready: %d objects recorded at start-up", len(self._seen))
+        self._seen.clear()
+        self._waiting = None
+        self._on_ready()
 
-    async def watch(self, empty: Emptiness) -> None:
-        """Until ready: call an empty world ready, and log a stalled start-up now and then."""
+    async def watch(self, listing: Listing) -> None:
+        """Until ready: list what exists, wait for it, and log a slow start-up now and then."""
         started = self._clock()
         next_report = started + self._stall_after
         while not self._ready.is_set():
-            if not self.indexed_by_kind:
-                try:
-                    if await empty():
-                        self._become_ready("nothing to index")
-                        return
-                except Exception as exc:  # noqa: BLE001 - the API server may not answer yet; look again
-                    log.warning("could not list the watched kinds yet: %s", exc)
+            try:
+                existing = await listing()
+            except Exception as exc:  # noqa: BLE001 - the API server may not answer yet; look again
+                log.warning("could not list the watched kinds yet: %s", exc)
+            else:
+                if self._ready.is_set():
+                    return
+                self._waiting = existing - self._seen
+                if not self._waiting:
+                    self._become_ready()
+                    return
             if self._clock() >= next_report:
                 next_report += self._stall_after
-                counts = ", ".join(f"{k} {n}" for k, n in sorted(self.indexed_by_kind.items())) or "none"
+                waiting = sorted(self._waiting or ())
                 log.warning(
-                    "initial indexing has not finished after %.0fs; nothing is reconciled until it "
-                    "does (objects indexed so far: %s)",
+                    "start-up has not finished after %.0fs; nothing is reconciled until it does "
+                    "(%d objects recorded, %s still to come%s)",
                     self._clock() - started,
-                    counts,
+                    len(self._seen),
+                    len(waiting) if self._waiting is not None else "the listing has not answered;",
+                    f", e.g. {'/'.join(waiting[0])}" if waiting else "",
                 )
-            await self._sleep(CHECK_EVERY if not self.indexed_by_kind else 0.5)
+            await self._sleep(RELIST_EVERY)

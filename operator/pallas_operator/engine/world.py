@@ -1,7 +1,8 @@
-"""What the operator knows of the cluster: records kept by kopf indexes, and typed reads of them.
+"""What the operator knows of the cluster: records kept in indexes, and typed reads of them.
 
-The index functions turn each watched object into a small frozen record (Secrets into key
-digests only, never values); `World` answers the questions a reconcile asks. Reconciles read
+The event handlers turn each watched object into a small frozen record (Secrets into key
+digests only, never values) and `World.record` files it; `World` answers the questions a
+reconcile asks. Reconciles read
 only from here, so an idle reconcile costs no API request.
 """
 
@@ -15,6 +16,7 @@ from typing import Any
 from pallas_api import names
 from pallas_api.spec import ServiceSpec, agent_dependencies
 from pallas_operator.builders import value_digest
+from pallas_operator.engine.indexes import Index, ObjectKey
 from pallas_operator.k8s.apply import Seen, seen
 from pallas_operator.status import AgentFacts, Workload, workload
 
@@ -172,15 +174,53 @@ class _Secrets(Mapping[str, Mapping[str, str]]):
         return sum(1 for ns, _ in self._index if ns == self._namespace)
 
 
+INDEXES = (
+    "agents",
+    "agents_by_namespace",
+    "agents_by_dependency",
+    "agents_by_deployment",
+    "deployments",
+    "secrets",
+    *(f"children-{kind}" for kind in CHILD_RESOURCES),
+)
+
+
+def contributions(kind: str, body: Mapping[str, Any]) -> dict[str, dict[Any, Any] | None]:
+    """What an object of `kind` files under each index it belongs to."""
+    meta = body.get("metadata") or {}
+    namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+    if kind == names.AGENT_KIND:
+        record, spec = owner_record(body), body.get("spec") or {}
+        return {
+            "agents": {(namespace, name): record},
+            "agents_by_namespace": {namespace: record},
+            "agents_by_dependency": {(namespace, dep): name for dep in dependencies(spec)},
+            "agents_by_deployment": {(namespace, spec.get("deployment")): name},
+        }
+    if kind == names.DEPLOYMENT_KIND:
+        return {"deployments": {(namespace, name): owner_record(body)}}
+    if kind == "Secret":
+        return {"secrets": {(namespace, name): secret_digests(body)}}
+    child, owner = child_record(body), controller_of(body)
+    filed = {(namespace, owner[2]): child} if child is not None and owner is not None else None
+    return {f"children-{kind}": filed}
+
+
 class World:
-    """Typed reads over the kopf indexes (bound once they exist, at operator start-up)."""
+    """Typed reads over the indexes of every watched object."""
 
     def __init__(self) -> None:
-        self._indexes: Mapping[str, Mapping[Any, Iterable[Any]]] = {}
+        self._indexes: dict[str, Index] = {name: Index() for name in INDEXES}
 
-    def bind(self, indexes: Mapping[str, Any]) -> None:
-        """Read from these kopf indexes from now on."""
-        self._indexes = indexes
+    def record(self, kind: str, body: Mapping[str, Any], *, deleted: bool = False) -> None:
+        """File an object as last seen (or forget it when deleted)."""
+        meta = body.get("metadata") or {}
+        obj: ObjectKey = (kind, str(meta.get("namespace", "")), str(meta.get("name", "")))
+        for index, contributed in contributions(kind, body).items():
+            if deleted:
+                self._indexes[index].remove(obj)
+            else:
+                self._indexes[index].put(obj, contributed)
 
     def agent(self, namespace: str, name: str) -> OwnerRecord | None:
         """The PallasAgent as last seen, or None."""

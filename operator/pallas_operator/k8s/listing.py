@@ -1,4 +1,4 @@
-"""Whether objects of a kind exist: one cheap list request per namespace (a page of one item)."""
+"""Which objects of a kind exist (the start-up barrier lists them)."""
 
 from __future__ import annotations
 
@@ -10,22 +10,25 @@ from lightkube import AsyncClient
 ALL_NAMESPACES = "*"
 
 
-async def none_exist(
+async def names_of(
     client: AsyncClient,
     resource: Any,
     namespaces: Iterable[str],
     labels: Mapping[str, str] | None = None,
     fields: Mapping[str, Any] | None = None,
-) -> bool:
-    """True when no object of `resource` matches the selectors in any of `namespaces` ("*": all)."""
+) -> list[tuple[str, str]]:
+    """(namespace, name) of every object of `resource` that matches, in pages of 500."""
+    found: list[tuple[str, str]] = []
     for namespace in namespaces:
         listing = client.list(
             resource,
             namespace=namespace,
-            chunk_size=1,
+            chunk_size=500,
             labels=dict(labels) if labels else None,
             fields=dict(fields) if fields else None,
         )
-        async for _ in listing:
-            return False
-    return True
+        async for obj in listing:
+            meta = obj.metadata
+            if meta is not None and meta.name:
+                found.append((meta.namespace or "", meta.name))
+    return found

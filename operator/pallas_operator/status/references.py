@@ -9,7 +9,7 @@ thing. Only names ever appear in messages, never a Secret's content.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from pallas_api.conditions import SECRET_KEY_NOT_FOUND, SECRET_NOT_FOUND
@@ -39,8 +39,27 @@ def check_agent(
     agents: Mapping[str, AgentFacts],
 ) -> Problem | None:
     """The first problem with the agent's references (the checks `pallas validate` runs too)."""
-    graph = {other: facts.dependencies for other, facts in agents.items()}
-    return check_references(name, spec, deployment, graph)
+    return check_references(name, spec, deployment, _Dependencies(agents))
+
+
+class _Dependencies(Mapping[str, tuple[str, ...]]):
+    """Each agent's dependencies, read only when looked up.
+
+    The checks look up a handful of agents; building the whole namespace's graph for each
+    reconcile made a start-up over N agents cost O(N²).
+    """
+
+    def __init__(self, agents: Mapping[str, AgentFacts]) -> None:
+        self._agents = agents
+
+    def __getitem__(self, name: str) -> tuple[str, ...]:
+        return self._agents[name].dependencies
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._agents)
+
+    def __len__(self) -> int:
+        return len(self._agents)
 
 
 def check_secrets(

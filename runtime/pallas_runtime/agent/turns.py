@@ -29,6 +29,10 @@ class Reply:
 
     text: str
     conversation_id: str | None
+    turn: Sequence[Message] = ()
+    """The turn's messages (the user message, then every assistant and tool message)."""
+    created: bool = False
+    """This turn started the conversation."""
 
 
 def conversation_key(
@@ -69,11 +73,11 @@ class Conversations:
         key = conversation_key(self._agent, caller, conversation_id, session_id)
         if key is None:
             turn = await self._run([], user, one_turn_key(self._agent, caller.owner), inbound_auth, progress)
-            return Reply(turn.text, None)
+            return Reply(turn.text, None, turn.messages)
         async with self.store.turn(key) as held:
             turn = await self._run(held.history, user, key, inbound_auth, progress)
             await held.commit(turn.messages, title_of([user]))
-        return Reply(turn.text, key.id)
+        return Reply(turn.text, key.id, turn.messages, created=not held.history)
 
     async def _run(
         self,

@@ -13,6 +13,8 @@ for openai providers without a `baseURL` (see `local_env`).
 the current kubeconfig (TokenReview and SubjectAccessReview with its credentials, about the
 manifests' namespace). `--token`, `$PALLAS_TOKEN` or `--as-serviceaccount` give the registry a
 bearer for its checks of the agents; without one it lists them as asking for a token.
+
+`--reload` applies edits of the files while running (see `reload`).
 """
 
 from __future__ import annotations
@@ -22,21 +24,19 @@ import asyncio
 import logging
 import os
 import signal
-import socket
 import sys
 from collections.abc import Mapping
-from functools import partial
 
 from pallas_api.commands import EXIT_FAILURE, EXIT_USAGE, port_number
-from pallas_api.logs import LEVELS, fields_context, log_format, setup_logging
+from pallas_api.logs import LEVELS, log_format, setup_logging
 from pallas_api.render import log_level
 from pallas_runtime.commands.credentials import CredentialsError, add_token_arguments, bearer_token
+from pallas_runtime.commands.local_agents import LocalRun, StartFailed
 from pallas_runtime.commands.local_env import manifest_files, with_openai_base_url, working_directory_env
+from pallas_runtime.commands.reload import Reload, watch
 from pallas_runtime.commands.startup import StartupReport
 from pallas_runtime.manifests import LOOPBACK, LocalPlan, ManifestError, load_manifests, plan_local
 from pallas_runtime.metrics import RuntimeMetrics
-from pallas_runtime.server import agent_app, build_server, stop_turns
-from pallas_runtime.serving import listen, serve
 
 log = logging.getLogger("pallas.run")
 DEFAULT_BASE_PORT = 24200
@@ -66,6 +66,11 @@ class RunCommand:
             help=f"registry port; agents get the next ports (default {DEFAULT_BASE_PORT})",
         )
         parser.add_argument("--agent", metavar="NAME", help="run only this agent, without a registry")
+        parser.add_argument(
+            "--reload",
+            action="store_true",
+            help="watch the manifest files and apply edits: restart only the agents whose config changed",
+        )
         add_token_arguments(parser, what="for the registry's checks of agents that check callers")
 
     def run(self, args: argparse.Namespace) -> int:
@@ -101,7 +106,8 @@ class RunCommand:
                     key,
                     extra={"agent": agent.manifest.name},
                 )
-        return asyncio.run(_run(plan, args))
+        reload = Reload(files, args.base_port, args.agent) if args.reload else None
+        return asyncio.run(_run(plan, args, reload))
 
 
 def with_log_level(plan: LocalPlan, environ: Mapping[str, str]) -> dict[str, str]:
@@ -112,20 +118,23 @@ def with_log_level(plan: LocalPlan, environ: Mapping[str, str]) -> dict[str, str
     return {**environ, "PALLAS_LOG_LEVEL": min(levels, key=LEVELS.index)}
 
 
-async def _run(plan: LocalPlan, args: argparse.Namespace) -> int:
+async def _run(plan: LocalPlan, args: argparse.Namespace, reload: Reload | None) -> int:
     try:
         token = await bearer_token(args, os.environ, lifetime=RUN_TOKEN_LIFETIME)
     except CredentialsError as exc:
         print(f"pallas run: {exc}", file=sys.stderr)
         return EXIT_USAGE if exc.usage else EXIT_FAILURE
-    return await serve_plan(plan, {"Authorization": f"Bearer {token}"} if token else {})
+    return await serve_plan(plan, {"Authorization": f"Bearer {token}"} if token else {}, reload)
 
 
-async def serve_plan(plan: LocalPlan, probe_headers: Mapping[str, str] | None = None) -> int:
-    """Start every agent in dependency order and serve until SIGINT/SIGTERM; stop them all."""
-    metrics = RuntimeMetrics()
-    tasks: list[asyncio.Task[None]] = []
-    sockets: list[socket.socket] = []
+async def serve_plan(
+    plan: LocalPlan, probe_headers: Mapping[str, str] | None = None, reload: Reload | None = None
+) -> int:
+    """Start every agent in dependency order and serve until SIGINT/SIGTERM; stop them all.
+
+    With `reload`, edits of its files are applied while serving (see `reload.watch`).
+    """
+    run = LocalRun(plan, RuntimeMetrics(), probe_headers or {})
     stop = asyncio.Event()
     report = StartupReport(table=log_format() == "console")
     loop = asyncio.get_running_loop()
@@ -134,89 +143,34 @@ async def serve_plan(plan: LocalPlan, probe_headers: Mapping[str, str] | None = 
     try:
         for agent in plan.agents:
             config = agent.rendered.config
-            sock = _listen(f"agent {config.name}", agent.port)
-            if sock is None:
-                return EXIT_FAILURE
-            sockets.append(sock)
-            server = build_server(config, metrics=metrics, environ=agent.environ)
-            started = asyncio.Event()
-            serving = serve(agent_app(server), sock, started=started, before_stop=partial(stop_turns, server))
-            fields = {"agent": config.name, "deployment": agent.deployment.name}
-            tasks.append(asyncio.create_task(serving, context=fields_context(**fields)))
-            if not await _started(tasks[-1], started, f"agent {config.name}", agent.port):
+            try:
+                await run.start_agent(agent)
+            except StartFailed as exc:
+                print(f"pallas run: {exc}", file=sys.stderr)
                 return EXIT_FAILURE
             report.started("agent", config.name, agent.url)
         if plan.registry_port is not None:
-            sock = _listen("registry", plan.registry_port)
-            if sock is None:
-                return EXIT_FAILURE
-            sockets.append(sock)
-            started = asyncio.Event()
-            tasks.append(asyncio.create_task(_serve_registry(plan, sock, started, probe_headers or {})))
-            if not await _started(tasks[-1], started, "registry", plan.registry_port):
+            try:
+                await run.start_registry(plan.agents, plan.registry_port)
+            except StartFailed as exc:
+                print(f"pallas run: {exc}", file=sys.stderr)
                 return EXIT_FAILURE
             report.started(
                 "registry", "", f"http://{LOOPBACK}:{plan.registry_port}/.well-known/mcp/server.json"
             )
         await report.ready(probe_headers or {})
         log.info("running %d agent(s); stop with Ctrl-C", len(plan.agents))
-        waiters = [asyncio.create_task(stop.wait()), *tasks]
-        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        waiters[0].cancel()
+        waiters = [asyncio.create_task(stop.wait()), asyncio.create_task(run.ended.wait())]
+        watcher = asyncio.create_task(watch(run, reload, stop)) if reload is not None else None
+        await asyncio.wait([*waiters, *([watcher] if watcher else [])], return_when=asyncio.FIRST_COMPLETED)
+        stop.set()  # the watcher's stop event: it ends within its 50 ms step
+        for waiter in waiters:
+            waiter.cancel()
+        if watcher is not None and (failure := (await asyncio.gather(watcher, return_exceptions=True))[0]):
+            log.error("watching the manifests failed: %s", failure)
+            return EXIT_FAILURE
         return 0
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for sock in sockets:
-            sock.close()
+        await run.close()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
-
-
-def _listen(what: str, port: int) -> socket.socket | None:
-    try:
-        return listen(LOOPBACK, port)
-    except OSError as exc:
-        print(
-            f"pallas run: {what}: cannot listen on {LOOPBACK}:{port}: {exc.strerror} "
-            "(try another --base-port)",
-            file=sys.stderr,
-        )
-        return None
-
-
-async def _serve_registry(
-    plan: LocalPlan, sock: socket.socket, started: asyncio.Event, headers: Mapping[str, str]
-) -> None:
-    # Imported here: the registry pulls in its own dependencies, which `--agent` runs never need.
-    from pallas_runtime.registry import build_app
-    from pallas_runtime.registry.static import LocalAgent, StaticSource
-
-    source = StaticSource(
-        [
-            LocalAgent(
-                agent.manifest.name,
-                agent.manifest.spec,
-                agent.deployment.spec,
-                agent.url,
-                deployment_name=agent.deployment.name,
-                namespace=agent.manifest.namespace,
-            )
-            for agent in plan.agents
-        ],
-        headers=headers,
-    )
-    await serve(build_app(source), sock, started=started, graceful_timeout=2)
-
-
-async def _started(task: asyncio.Task[None], started: asyncio.Event, what: str, port: int) -> bool:
-    """Wait until a server listens; say why in one line if it cannot."""
-    waiter = asyncio.create_task(started.wait())
-    await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
-    if started.is_set():
-        return True
-    waiter.cancel()
-    error = None if task.cancelled() else task.exception()
-    print(f"pallas run: {what} on {LOOPBACK}:{port} did not start: {error}", file=sys.stderr)
-    return False

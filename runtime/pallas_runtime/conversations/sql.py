@@ -1,11 +1,12 @@
-"""SQLite and PostgreSQL stores through SQLAlchemy 2 (async: aiosqlite, asyncpg).
+"""SQLite and PostgreSQL stores through SQLAlchemy 2 (SQLite in a worker thread, asyncpg).
 
 A turn holds its conversation with a lease in the conversation's row (`holder`, `held_until`),
 renewed while the turn runs: turns of one conversation never interleave, whichever replica or
 process runs them, and a replica that dies mid-turn frees its conversations when the lease runs
 out. Within one process a lock per conversation keeps local turns from polling each other. The
 commit inserts the turn's messages, trims the oldest ones at a turn boundary and releases the
-lease in one transaction. The schema is created and upgraded by Alembic at start-up.
+lease in one transaction. The schema is created and upgraded by Alembic at start-up. Each piece
+of work is one synchronous function over a connection, run by `database.Database`.
 """
 
 from __future__ import annotations
@@ -17,24 +18,24 @@ import logging
 import os
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from importlib.resources import files
-from typing import Any
+from typing import Any, TypeVar
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, and_, bindparam, case, delete, event, func, insert, or_, select, update
+from sqlalchemy import Connection, and_, bindparam, case, delete, func, insert, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.sql.elements import BindParameter
 
 from pallas_runtime.conversations import codec
+from pallas_runtime.conversations.database import Database, PostgresDatabase, SqliteDatabase
 from pallas_runtime.conversations.history import first_kept, role_of
 from pallas_runtime.conversations.locks import KeyedLocks
 from pallas_runtime.conversations.model import (
@@ -49,6 +50,7 @@ from pallas_runtime.conversations.tables import conversations as conv
 from pallas_runtime.conversations.tables import messages as msg
 from pallas_runtime.messages import Message
 
+_T = TypeVar("_T")
 log = logging.getLogger(__name__)
 LEASE = timedelta(seconds=30)
 CACHED_CONVERSATIONS = 1000
@@ -61,7 +63,7 @@ CHECK_TIMEOUT = 3.0
 def engine_url(kind: str, target: str) -> str:
     """The SQLAlchemy URL of a SQLite file path or a PostgreSQL DSN (`postgres[ql]://…`)."""
     if kind == "sqlite":
-        return f"sqlite+aiosqlite:///{target}"
+        return f"sqlite:///{target}"
     url = make_url(target)
     if url.drivername in ("postgres", "postgresql", "postgresql+asyncpg"):
         return url.set(drivername="postgresql+asyncpg").render_as_string(hide_password=False)
@@ -87,6 +89,10 @@ def _messages_of(key: ConversationKey) -> Any:
 
 def _key_params(key: ConversationKey) -> dict[str, str]:
     return {"p_agent": key.agent, "p_owner": key.owner, "p_id": key.id}
+
+
+def _row_key(key: ConversationKey) -> dict[str, str]:
+    return {"agent": key.agent, "owner": key.owner, "conversation_id": key.id}
 
 
 class _Statements:
@@ -152,6 +158,34 @@ class _Statements:
         )
         """Record a stored turn and release the hold; no row when the hold was lost."""
         self.trim = delete(msg).where(messages_of, msg.c.seq < bindparam("p_before"))
+        self.store_at_once = text(_STORE_AT_ONCE) if kind == "postgres" else None
+        """PostgreSQL: `store`, the insert and the trim as one statement, so one round trip."""
+
+
+# A statement is atomic, so the three changes need no transaction: BEGIN and COMMIT would be two
+# more round trips. The CTEs share one snapshot, so the trim cannot see the rows the insert adds:
+# the commit never inserts rows that the trim would remove.
+_STORE_AT_ONCE = """
+WITH kept AS (
+    UPDATE pallas_conversations
+    SET title = CASE WHEN title = '' THEN :p_title ELSE title END, updated_at = :p_now,
+        message_count = :p_count, next_seq = :p_next_seq, version = :p_version,
+        holder = NULL, held_until = NULL
+    WHERE agent = :p_agent AND owner = :p_owner AND id = :p_id AND holder = :p_holder
+    RETURNING id
+), added AS (
+    INSERT INTO pallas_messages (agent, owner, conversation_id, seq, role, payload)
+    SELECT :p_agent, :p_owner, :p_id, m.seq, m.role, m.payload
+    FROM unnest(CAST(:p_seqs AS integer[]), CAST(:p_roles AS text[]), CAST(:p_payloads AS text[]))
+        AS m(seq, role, payload)
+    WHERE EXISTS (SELECT 1 FROM kept)
+), trimmed AS (
+    DELETE FROM pallas_messages
+    WHERE agent = :p_agent AND owner = :p_owner AND conversation_id = :p_id AND seq < :p_before
+        AND EXISTS (SELECT 1 FROM kept)
+)
+SELECT count(*) FROM kept
+"""
 
 
 def _migrate(connection: Connection) -> None:
@@ -220,21 +254,9 @@ class SqlStore:
         self._holder_prefix = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._migrated = False
         self._migrating: asyncio.Lock | None = None
-        options: dict[str, Any] = {"pool_pre_ping": True}
-        if kind == "sqlite":
-            options["connect_args"] = {"timeout": 30}
-        else:
-            options.update(pool_size=5, max_overflow=20, pool_timeout=30, pool_recycle=1800)
-        self._engine: AsyncEngine = create_async_engine(url, **options)
-        # Single statements run on a second pool in autocommit, without a liveness ping: one
-        # round trip each instead of four (ping, BEGIN, statement, COMMIT); a connection found
-        # dead is retried once on a fresh one.
-        self._quick: AsyncEngine = create_async_engine(
-            url, **{**options, "pool_pre_ping": False, "isolation_level": "AUTOCOMMIT"}
+        self._db: Database = (
+            SqliteDatabase(url, self.describe) if kind == "sqlite" else PostgresDatabase(url, self.describe)
         )
-        if kind == "sqlite":
-            for engine in (self._engine, self._quick):
-                event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         self._sweeper: asyncio.Task[None] | None = None
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -253,8 +275,7 @@ class SqlStore:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
-        await self._engine.dispose()
-        await self._quick.dispose()
+        await self._db.dispose()
 
     def describe(self, exc: BaseException) -> str:
         """A short reason, without the password."""
@@ -272,42 +293,32 @@ class SqlStore:
             "unreachable for longer than the lease); nothing was stored, send the message again"
         )
 
-    @asynccontextmanager
-    async def _connect(self) -> AsyncIterator[AsyncConnection]:
-        """A transaction, with the store's failures turned into `StoreUnavailable`."""
+    async def _transaction(self, work: Callable[[Connection], _T]) -> _T:
+        """Run `work` in one transaction (`StoreUnavailable` when the database fails)."""
         await self._ready()
-        try:
-            async with self._engine.begin() as connection:
-                yield connection
-        except (SQLAlchemyError, OSError) as exc:
-            raise StoreUnavailable(self.describe(exc)) from None
+        return await self._db.transaction(work)
+
+    async def _single(self, work: Callable[[Connection], _T], *, retry: bool = True) -> _T:
+        """Run `work` (one statement, or reads) without a transaction of its own."""
+        await self._ready()
+        return await self._db.single(work, retry=retry)
 
     async def _rows(self, statement: Any, params: dict[str, Any] | None = None) -> list[Any]:
-        """Run one statement on its own (autocommit) and return its rows."""
-        await self._ready()
-        for attempt in (1, 2):
-            try:
-                async with self._quick.connect() as connection:
-                    result = await connection.execute(statement, params)
-                    return list(result.all()) if result.returns_rows else [result.rowcount]
-            except DBAPIError as exc:
-                if exc.connection_invalidated and attempt == 1:
-                    continue
-                raise StoreUnavailable(self.describe(exc)) from None
-            except (SQLAlchemyError, OSError) as exc:
-                raise StoreUnavailable(self.describe(exc)) from None
-        raise AssertionError("unreachable")  # pragma: no cover
+        """Run one statement on its own and return its rows."""
+
+        def run(connection: Connection) -> list[Any]:
+            result = connection.execute(statement, params)
+            return list(result.all()) if result.returns_rows else [result.rowcount]
+
+        return await self._single(run)
 
     async def _ready(self) -> None:
         if self._migrated:
             return
         assert self._migrating is not None, "start() the store first"
         async with self._migrating:  # one migration at a time; a second one finds nothing to do
-            try:
-                async with self._engine.begin() as connection:
-                    await connection.run_sync(_migrate)
-            except (SQLAlchemyError, OSError) as exc:
-                raise StoreUnavailable(self.describe(exc)) from None
+            if not self._migrated:
+                await self._db.transaction(_migrate)
             self._migrated = True
 
     async def check(self) -> str | None:
@@ -386,13 +397,9 @@ class SqlStore:
         while True:
             await asyncio.sleep(RENEW_EVERY)
             try:
-                async with self._connect() as connection:
-                    renewed = await connection.execute(
-                        update(conv)
-                        .where(_pk(turn.key), conv.c.holder == turn.holder)
-                        .values(held_until=_now() + LEASE)
-                    )
-                if renewed.rowcount != 1:
+                held = and_(_pk(turn.key), conv.c.holder == turn.holder)
+                renewed = await self._rows(update(conv).where(held).values(held_until=_now() + LEASE))
+                if renewed != [1]:
                     turn.lost.set()
                     return
             except StoreUnavailable as exc:  # the next renewal may succeed before the lease ends
@@ -410,51 +417,69 @@ class SqlStore:
         all_seqs = [*before.seqs, *range(first_seq, first_seq + len(messages))]
         cut = first_kept([role_of(m) for m in all_messages], self._max_messages)
         version = uuid.uuid4().hex
-        async with self._connect() as connection:
-            kept = await connection.execute(
-                self._statements.store,
-                {
-                    **_key_params(key),
-                    "p_holder": turn.holder,
-                    "p_title": title,
-                    "p_now": _now(),
-                    "p_count": len(all_messages) - cut,
-                    "p_next_seq": first_seq + len(messages),
-                    "p_version": version,
-                },
-            )
-            if kept.first() is None:
-                self._cache.pop(key, None)
-                raise TurnLost(self.lost_message(key))
-            if messages:
-                await connection.execute(
-                    insert(msg),
-                    [
-                        {
-                            "agent": key.agent, "owner": key.owner, "conversation_id": key.id,
-                            "seq": seq, "role": role_of(m), "payload": json.dumps(codec.encode(m)),
-                        }
-                        for seq, m in zip(all_seqs[len(before.seqs) :], messages, strict=True)
-                    ],
-                )  # fmt: skip
-            if cut:
-                await connection.execute(
-                    self._statements.trim, {**_key_params(key), "p_before": all_seqs[cut]}
+        statements = self._statements
+        stored = {
+            **_key_params(key),
+            "p_holder": turn.holder,
+            "p_title": title,
+            "p_now": _now(),
+            "p_count": len(all_messages) - cut,
+            "p_next_seq": first_seq + len(messages),
+            "p_version": version,
+        }
+        # Only what the trim keeps is inserted (a turn longer than the limit loses its own start).
+        added = [
+            (seq, role_of(m), json.dumps(codec.encode(m)))
+            for seq, m in zip(all_seqs[len(before.seqs) :], messages, strict=True)
+            if cut == 0 or seq >= all_seqs[cut]
+        ]
+        before_seq = all_seqs[cut] if cut else 0
+        at_once = statements.store_at_once
+
+        def store(connection: Connection) -> bool:
+            if at_once is not None:
+                seqs, roles, payloads = (
+                    (list(column) for column in zip(*added, strict=True)) if added else ([], [], [])
                 )
+                params = {
+                    **stored,
+                    "p_seqs": seqs,
+                    "p_roles": roles,
+                    "p_payloads": payloads,
+                    "p_before": before_seq,
+                }
+                return bool(connection.execute(at_once, params).scalar_one())
+            if connection.execute(statements.store, stored).first() is None:
+                return False  # the hold was lost: nothing is written
+            if added:
+                rows = [
+                    {**_row_key(key), "seq": seq, "role": role, "payload": payload}
+                    for seq, role, payload in added
+                ]
+                connection.execute(insert(msg), rows)
+            if cut:
+                connection.execute(statements.trim, {**_key_params(key), "p_before": before_seq})
+            return True
+
+        # The statement at once is never retried: a connection lost during it may have stored it.
+        stored_turn = await (
+            self._single(store, retry=False) if at_once is not None else self._transaction(store)
+        )
+        if not stored_turn:
+            self._cache.pop(key, None)
+            raise TurnLost(self.lost_message(key))
         self._remember(key, _Transcript(version, all_messages[cut:], all_seqs[cut:]))
 
     async def _release(self, turn: _SqlTurn) -> None:
         """Give the lease back; a conversation this turn created and never filled goes away."""
+        held = and_(_pk(turn.key), conv.c.holder == turn.holder)
+
+        def release(connection: Connection) -> None:
+            connection.execute(delete(conv).where(held, conv.c.message_count == 0))
+            connection.execute(update(conv).where(held).values(holder=None, held_until=None))
+
         try:
-            async with self._connect() as connection:
-                await connection.execute(
-                    delete(conv).where(_pk(turn.key), conv.c.holder == turn.holder, conv.c.message_count == 0)
-                )
-                await connection.execute(
-                    update(conv)
-                    .where(_pk(turn.key), conv.c.holder == turn.holder)
-                    .values(holder=None, held_until=None)
-                )
+            await self._transaction(release)
         except StoreUnavailable as exc:  # the lease runs out by itself
             log.warning("releasing conversation %r failed: %s", turn.key.id, exc)
 
@@ -478,10 +503,12 @@ class SqlStore:
     async def delete(self, key: ConversationKey) -> bool:
         """Forget one conversation and its messages."""
         self._cache.pop(key, None)
-        async with self._connect() as connection:
-            await connection.execute(delete(msg).where(_messages_of(key)))
-            gone = await connection.execute(delete(conv).where(_pk(key), conv.c.message_count > 0))
-            return bool(gone.rowcount)
+
+        def forget(connection: Connection) -> bool:
+            connection.execute(delete(msg).where(_messages_of(key)))
+            return bool(connection.execute(delete(conv).where(_pk(key), conv.c.message_count > 0)).rowcount)
+
+        return await self._transaction(forget)
 
     async def count(self, agent: str) -> int:
         """Conversations kept for `agent`."""
@@ -496,14 +523,15 @@ class SqlStore:
             return 0
         cutoff = _now() - self._ttl
         stale = and_(conv.c.updated_at < cutoff, conv.c.holder.is_(None))
-        async with self._connect() as connection:
-            keys = (
-                await connection.execute(select(conv.c.agent, conv.c.owner, conv.c.id).where(stale))
-            ).all()
+
+        def sweep(connection: Connection) -> int:
+            keys = connection.execute(select(conv.c.agent, conv.c.owner, conv.c.id).where(stale)).all()
             for agent, owner, id_ in keys:
-                await connection.execute(delete(msg).where(_messages_of(ConversationKey(agent, owner, id_))))
-            await connection.execute(delete(conv).where(stale))
+                connection.execute(delete(msg).where(_messages_of(ConversationKey(agent, owner, id_))))
+            connection.execute(delete(conv).where(stale))
             return len(keys)
+
+        return await self._transaction(sweep)
 
     async def _sweep_forever(self) -> None:
         assert self._ttl is not None
@@ -517,15 +545,3 @@ class SqlStore:
                 continue
             if removed:
                 log.info("deleted %d conversations older than the TTL", removed)
-
-
-def _sqlite_pragmas(dbapi_connection: Any, _: Any) -> None:
-    # WAL lets readers run beside the writer (get_health, history, list) in pallas run.
-    # synchronous=NORMAL, SQLite's advice for WAL: a commit no longer waits for an fsync (the
-    # WAL is synced at checkpoints), so a turn stays durable across a crash of the process and
-    # only the last turns can be lost to a power cut or a crash of the machine itself.
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.close()

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from pallas_runtime.conversations import sql as sql_module
 from pallas_runtime.conversations.model import ConversationStore, StoreUnavailable, TurnLost
@@ -31,10 +32,12 @@ def factory_on(server: Postgres) -> StoreFactory:
         store = pg_store(server, max_messages=max_messages, turn_wait=turn_wait, ttl_seconds=ttl_seconds)
         # Every check starts from empty tables (the contract counts conversations).
         await store.start()
-        async with store._engine.begin() as connection:
+        await store.aclose()
+        engine = create_async_engine(engine_url("postgres", server.dsn))
+        async with engine.begin() as connection:
             await connection.execute(text("DELETE FROM pallas_messages"))
             await connection.execute(text("DELETE FROM pallas_conversations"))
-        await store.aclose()
+        await engine.dispose()
         store = pg_store(server, max_messages=max_messages, turn_wait=turn_wait, ttl_seconds=ttl_seconds)
         async for running in started(store):
             yield running

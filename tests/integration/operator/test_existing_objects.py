@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -143,12 +144,9 @@ async def test_operator_converges_over_existing_objects_and_restarts_without_wri
     async with running_operator(pallas_crds, populated[0], **settings) as second:
         operator = second.runner.operator
         assert operator is not None
-        # Ready means handlers run: every existing agent's events were handled once.
-        await eventually(
-            lambda: _handled_all(operator.startup.handled_by_kind),
-            60,
-            "the restarted operator handling agents",
-        )
+        # Ready means every existing object was recorded, and the queue runs from then on.
+        await eventually(lambda: _ready(second.runner.ready), 60, "the restarted operator ready")
+        assert operator.startup.indexed_by_kind["PallasAgent"] >= 2 * AGENTS_PER_NAMESPACE
         await asyncio.wait_for(operator.queue.drained(), 60)
         await asyncio.sleep(2)  # any write would have reached the API server by now
         await asyncio.wait_for(operator.queue.drained(), 60)
@@ -159,5 +157,5 @@ async def test_operator_converges_over_existing_objects_and_restarts_without_wri
     assert not changed, f"objects written after the restart: {sorted(changed)[:10]}"
 
 
-async def _handled_all(handled: Any) -> bool:
-    return bool(handled["PallasAgent"] >= 2 * AGENTS_PER_NAMESPACE)
+async def _ready(ready: threading.Event) -> bool:
+    return ready.is_set()

@@ -362,3 +362,34 @@ async def test_peer_tools_say_what_the_peer_is_for(fake_openai: FakeOpenAI) -> N
     assert offered["worker__send_message"]["description"].startswith(
         "Paper Finder: Finds and summarises papers. Send a message"
     )
+
+
+async def test_tool_calls_in_the_result_only_when_asked_and_the_instruction_resource(
+    fake_openai: FakeOpenAI,
+) -> None:
+    async with header_echo_server() as echo:
+        cfg = config(fake_openai, servers=[{"name": "echo", "url": echo.url}])
+        fake_openai.script(
+            ToolCalls([Call("echo__echo_headers", {"delay": 0}), Call("echo__nope", "not json")]),
+            Text("Done."),
+            ToolCalls([Call("echo__echo_headers", {"delay": 0})]),
+            Text("Again."),
+        )
+        async with agent(cfg) as running, client(running.url) as c:
+            asked = await c.call_tool_mcp(
+                "send_message", {"message": "hi"}, meta={"pallas.dev/toolCalls": True}
+            )
+            plain = await c.call_tool_mcp("send_message", {"message": "hi"})
+            (resource,) = await c.list_resources()
+            instruction = await c.read_resource("pallas://instruction")
+    assert asked.content[0].text == "Done."
+    echoed, bad = asked.meta["pallas.dev/toolCalls"]
+    assert echoed["name"] == "echo__echo_headers"
+    assert echoed["arguments"] == {"delay": 0}
+    assert echoed["isError"] is False
+    assert json.loads(echoed["result"]) == {"authorization": None, "x_api_key": None}
+    assert bad["argumentsError"]
+    assert bad["isError"] is True
+    assert "pallas.dev/toolCalls" not in (plain.meta or {})
+    assert str(resource.uri) == "pallas://instruction"
+    assert instruction[0].text == "You help."

@@ -13,7 +13,7 @@ in `CONFORMANCE_RAN` runs once against the agent and must end with no FAILURE an
 - server-initialize, ping: the handshake and the keep-alive every server must answer.
 - tools-list, prompts-list: listings with a valid structure (our two tools, our history prompt).
 - resources-list: the agent advertises the `resources` capability (fastmcp always does), so
-  `resources/list` must answer validly; it answers an empty list.
+  `resources/list` must answer validly; it lists the agent's one resource, `pallas://instruction`.
 - logging-set-level: the agent advertises `logging` (fastmcp's default), so `logging/setLevel`
   must be accepted.
 - server-sse-multiple-streams: several concurrent POST SSE streams on one session (transport).
@@ -32,7 +32,7 @@ Excluded (`CONFORMANCE_EXCLUDED`), because they need fixtures of the suite's ref
 - completion-complete: needs the fixture prompt `test_prompt_with_arguments` and the
   `completions` capability; the agent offers no completions.
 - resources-read-text, resources-read-binary, resources-templates-read: fixture resources
-  (`test://...`); the agent has none.
+  (`test://...`); the agent has only its instruction.
 - resources-subscribe, resources-unsubscribe: fixture resource `test://watched-resource`, and
   fastmcp 4.1.2 has no subscribe handler at all (it advertises `subscribe: false`).
 - prompts-get-simple, -with-args, -embedded-resource, -with-image: fixture prompts `test_*`;
@@ -109,9 +109,9 @@ CONFORMANCE_EXCLUDED = {
     "elicitation-sep1034-defaults": _FIXTURE_TOOLS + "; the agent never elicits",
     "elicitation-sep1330-enums": _FIXTURE_TOOLS + "; the agent never elicits",
     "server-sse-polling": "needs fixture tool test_reconnection; the agent has no event store to resume from",
-    "resources-read-text": "fixture resource test://static-text; the agent has no resources",
-    "resources-read-binary": "fixture resource test://static-binary; the agent has no resources",
-    "resources-templates-read": "fixture template test://template/{id}/data; the agent has no resources",
+    "resources-read-text": "fixture resource test://static-text; the agent has only pallas://instruction",
+    "resources-read-binary": "fixture resource test://static-binary; the agent has only pallas://instruction",
+    "resources-templates-read": "fixture template test://template/{id}/data; the agent has no templates",
     "resources-subscribe": "fixture resource; fastmcp 4.1.2 has no resources/subscribe handler",
     "resources-unsubscribe": "fixture resource; fastmcp 4.1.2 has no resources/unsubscribe handler",
     "prompts-get-simple": "fixture prompt test_simple_prompt; our prompt is checked by three clients",

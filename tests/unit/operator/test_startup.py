@@ -1,12 +1,14 @@
-"""Readiness of the operator: initial indexing finished and handlers run (handlers.startup)."""
+"""Readiness of the operator: every object that existed at start-up is recorded (engine.startup)."""
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Awaitable, Callable
 
 import pytest
 
+from pallas_operator.engine.indexes import ObjectKey
 from pallas_operator.engine.startup import StartupTracker
 from pallas_operator.metrics import OperatorMetrics
 from tests.support.operator import total
@@ -25,87 +27,100 @@ class FakeTime:
         self.now += seconds
 
 
-def tracker(stall_after: float = 30.0) -> tuple[StartupTracker, threading.Event, OperatorMetrics, FakeTime]:
-    metrics, ready, time_ = OperatorMetrics(), threading.Event(), FakeTime()
-    return StartupTracker(metrics, ready, stall_after, time_.clock, time_.sleep), ready, metrics, time_
+def tracker(
+    stall_after: float = 30.0,
+) -> tuple[StartupTracker, threading.Event, OperatorMetrics, FakeTime, list[str]]:
+    metrics, ready, time_, started = OperatorMetrics(), threading.Event(), FakeTime(), []
+    startup = StartupTracker(
+        metrics, ready, stall_after, time_.clock, time_.sleep, on_ready=lambda: started.append("queue")
+    )
+    return startup, ready, metrics, time_, started
 
 
-def test_indexing_alone_is_not_ready_and_the_first_handled_event_is() -> None:
-    startup, ready, metrics, _ = tracker()
-    for _ in range(40):
-        startup.indexed("Secret")
-    assert not ready.is_set()
-    assert total(metrics, "pallas_operator_ready") == 0
-    startup.handled("Secret")
-    assert ready.is_set()
-    assert total(metrics, "pallas_operator_ready") == 1
-    assert total(metrics, "pallas_operator_watch_events_total") == 41
+def secret(n: int) -> ObjectKey:
+    return ("Secret", "ns", f"s{n}")
 
 
-async def test_an_empty_world_is_ready_without_any_handler() -> None:
-    startup, ready, _, _ = tracker()
-    looks = 0
+def listing_of(*keys: ObjectKey) -> Callable[[], Awaitable[set[ObjectKey]]]:
+    async def listing() -> set[ObjectKey]:
+        return set(keys)
 
-    async def empty() -> bool:
-        nonlocal looks
-        looks += 1
-        return looks >= 2  # the first look fails to see the end of the listing race
-
-    await startup.watch(empty)
-    assert ready.is_set()
-    assert looks == 2
+    return listing
 
 
-async def test_a_world_with_objects_is_never_called_empty() -> None:
-    startup, ready, _, time_ = tracker(stall_after=10)
-    startup.indexed("PallasAgent")
+async def test_ready_only_once_every_listed_object_is_recorded_then_the_queue_starts() -> None:
+    startup, ready, metrics, time_, started = tracker()
+    existing = [secret(n) for n in range(40)]
+    for key in existing[:10]:  # the watches may be faster than the listing
+        startup.indexed(key)
 
-    async def empty() -> bool:
-        raise AssertionError("an indexed object exists: no emptiness check is due")
-
-    async def handled_later(seconds: float) -> None:
+    async def recorded_later(seconds: float) -> None:
         time_.now += seconds
-        if time_.now >= 3:
-            startup.handled("PallasAgent")
+        for key in existing[10:39]:
+            startup.indexed(key)
+        assert not ready.is_set(), "ready with an object still to come"
+        assert not started
+        startup.indexed(existing[39])
 
-    startup._sleep = handled_later
-    await startup.watch(empty)
+    startup._sleep = recorded_later
+    await startup.watch(listing_of(*existing))
+    assert ready.is_set()
+    assert started == ["queue"]
+    assert total(metrics, "pallas_operator_ready") == 1
+    assert total(metrics, "pallas_operator_watch_events_total") == 40
+    startup.indexed(secret(41))  # later events change nothing
+    assert started == ["queue"]
+
+
+async def test_an_empty_world_is_ready_at_once() -> None:
+    startup, ready, _, _, started = tracker()
+    await startup.watch(listing_of())
+    assert ready.is_set()
+    assert started == ["queue"]
+
+
+async def test_an_object_deleted_before_the_watch_saw_it_is_not_waited_for() -> None:
+    startup, ready, _, _, _ = tracker()
+    listings = iter([{secret(1), secret(2)}, {secret(1)}])  # s2 went before the watch listed it
+
+    async def listing() -> set[ObjectKey]:
+        return next(listings)
+
+    startup.indexed(secret(1))
+    await startup.watch(listing)
     assert ready.is_set()
 
 
-async def test_a_stalled_start_up_is_logged_every_stall_period(caplog: pytest.LogCaptureFixture) -> None:
-    startup, ready, _, time_ = tracker(stall_after=10)
-    for _ in range(33):
-        startup.indexed("PallasAgent")
+async def test_a_slow_start_up_is_logged_every_stall_period(caplog: pytest.LogCaptureFixture) -> None:
+    startup, ready, _, time_, _ = tracker(stall_after=10)
+    existing = [("PallasAgent", "ns", f"a{n}") for n in range(34)]
+    for key in existing[:33]:
+        startup.indexed(key)
 
-    async def stop_after_25s(seconds: float) -> None:
+    async def last_after_25s(seconds: float) -> None:
         time_.now += seconds
         if time_.now >= 25:
-            startup.handled("PallasAgent")
+            startup.indexed(existing[33])
 
-    startup._sleep = stop_after_25s
-
-    async def never_called() -> bool:
-        raise AssertionError
-
+    startup._sleep = last_after_25s
     with caplog.at_level(logging.WARNING, logger="pallas_operator.engine.startup"):
-        await startup.watch(never_called)
+        await startup.watch(listing_of(*existing))
     stalls = [r.getMessage() for r in caplog.records if "has not finished" in r.getMessage()]
     assert len(stalls) == 2, stalls
-    assert "PallasAgent 33" in stalls[0]
+    assert "33 objects recorded, 1 still to come, e.g. PallasAgent/ns/a33" in stalls[0]
     assert ready.is_set()
 
 
 async def test_an_unreachable_api_server_is_retried_not_fatal(caplog: pytest.LogCaptureFixture) -> None:
-    startup, ready, _, _ = tracker()
+    startup, ready, _, _, _ = tracker()
     looks = 0
 
-    async def flaky() -> bool:
+    async def flaky() -> set[ObjectKey]:
         nonlocal looks
         looks += 1
         if looks == 1:
             raise ConnectionError("connection refused")
-        return True
+        return set()
 
     with caplog.at_level(logging.WARNING):
         await startup.watch(flaky)

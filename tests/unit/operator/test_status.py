@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
 
 from pallas_api.references import find_cycle
@@ -140,6 +143,26 @@ def test_check_agent_reports_in_the_order_a_user_fixes_things() -> None:
     cycle = check_agent("a", _agent_spec(spec(dependsOn=["b"])), dep, {"b": _facts("b", "a")})
     assert cycle == Problem("DependencyCycle", "agents and dependsOn form a cycle: a -> b -> a")
     assert check_agent("a", _agent_spec(spec(dependsOn=["b"])), dep, {"b": _facts("b")}) is None
+
+
+class _LookupsOnly(dict[str, AgentFacts]):
+    """A namespace's agents that refuse to be walked: a reconcile may only look agents up."""
+
+    def __iter__(self) -> Iterator[str]:
+        raise AssertionError("the check walked every agent of the namespace")
+
+    def items(self) -> Any:
+        raise AssertionError("the check walked every agent of the namespace")
+
+
+def test_check_agent_looks_up_its_dependencies_without_walking_the_namespace() -> None:
+    # Walking every agent per reconcile made a start-up over 1,000 agents O(N²): 243 s, not 60.
+    dep = PallasDeploymentSpec.model_validate(deployment()["spec"])
+    agents = _LookupsOnly({f"x{i}": _facts(f"x{i}") for i in range(1000)} | {"b": _facts("b", "a")})
+    cycle = check_agent("a", _agent_spec(spec(dependsOn=["b"])), dep, agents)
+    assert cycle == Problem("DependencyCycle", "agents and dependsOn form a cycle: a -> b -> a")
+    missing = check_agent("a", _agent_spec(spec(agents=["y"])), dep, agents)
+    assert missing == Problem("AgentNotFound", "PallasAgents not found in this namespace: y")
 
 
 def test_waiting_for_lists_dependencies_not_ready() -> None:

@@ -1,0 +1,50 @@
+"""The tool calls of one turn as a caller may see them: names, arguments and (shortened) results.
+
+A turn's tool traffic stays inside the agent unless the caller asks for it (`send_message` with
+`_meta["pallas.dev/toolCalls"]: true`, `pallas_api.names.TOOL_CALLS_META`, what `pallas chat`
+sends): then the result's `_meta` under the same key lists every call the model made, in
+order, so a chat client can show what the agent did, as mcpctl's REPL does. Results are cut to
+`RESULT_TEXT_LIMIT` characters: they are for a person to glance at, and a whole tool result
+can be megabytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pallas_runtime.messages import AssistantMessage, ImagePart, Message, ToolResult, ToolResultsMessage
+
+RESULT_TEXT_LIMIT = 2000
+
+
+def _result_text(result: ToolResult) -> str:
+    parts = [p.text if not isinstance(p, ImagePart) else f"[image {p.mime_type}]" for p in result.content]
+    text = "\n".join(parts)
+    if len(text) <= RESULT_TEXT_LIMIT:
+        return text
+    return f"{text[:RESULT_TEXT_LIMIT]}… ({len(text) - RESULT_TEXT_LIMIT} more characters)"
+
+
+def tool_trace(turn: Sequence[Message]) -> list[dict[str, Any]]:
+    """Every tool call of `turn`: `{"name", "arguments", "isError", "result"}` in call order.
+
+    `name` is the tool as the model called it (`<server>__<tool>`); a call whose arguments were
+    not a JSON object has `argumentsError` instead of arguments; `isError` and `result` are
+    missing for a call with no result (a turn cut short).
+    """
+    results = {r.call_id: r for m in turn if isinstance(m, ToolResultsMessage) for r in m.results}
+    trace: list[dict[str, Any]] = []
+    for message in turn:
+        if not isinstance(message, AssistantMessage):
+            continue
+        for call in message.tool_calls:
+            entry: dict[str, Any] = {"name": call.name, "arguments": call.arguments}
+            if call.arguments_error is not None:
+                entry["argumentsError"] = call.arguments_error
+            result = results.get(call.id)
+            if result is not None:
+                entry["isError"] = result.is_error
+                entry["result"] = _result_text(result)
+            trace.append(entry)
+    return trace

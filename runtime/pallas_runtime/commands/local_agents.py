@@ -1,0 +1,210 @@
+"""The agents and the registry `pallas run` hosts in its one process, each startable and stoppable.
+
+An agent is its FastMCP server served by uvicorn on its own loopback socket (bound first, so a
+taken port is one clear line); stopping it ends its running turns with "shutting down", stops the
+server and closes the socket, so the port can be bound again at once (`--reload` restarts an
+agent on the port it had). The registry is served the same way from the agents' manifests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+
+from fastmcp import FastMCP
+
+from pallas_api.logs import fields_context
+from pallas_runtime.manifests import LOOPBACK, AgentKey, LocalPlan, PlannedAgent
+from pallas_runtime.metrics import RuntimeMetrics
+from pallas_runtime.server import agent_app, build_server, stop_turns
+from pallas_runtime.serving import listen, serve
+
+GRACE_SECONDS = 2
+"""How long a stopping server waits for open requests. Running turns end at once anyway (they
+answer "shutting down"); what is left are clients' open streams, which never end by themselves,
+and a `--reload` restart should not wait on them for uvicorn's default 10 s."""
+
+
+class StartFailed(Exception):
+    """An agent or the registry could not start; the text says which, where and why."""
+
+
+@dataclass
+class Hosted:
+    """A server running in this process: its serving task and its socket."""
+
+    task: asyncio.Task[None]
+    sock: socket.socket
+
+    async def stop(self) -> None:
+        """Stop serving (in-flight requests get their grace period) and free the port."""
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+        self.sock.close()
+
+
+@dataclass
+class HostedAgent(Hosted):
+    """An agent running in this process."""
+
+    planned: PlannedAgent
+    server: FastMCP
+
+
+def _listen(what: str, port: int) -> socket.socket:
+    try:
+        return listen(LOOPBACK, port)
+    except OSError as exc:
+        raise StartFailed(
+            f"{what}: cannot listen on {LOOPBACK}:{port}: {exc.strerror} (try another --base-port)"
+        ) from None
+
+
+async def _started(task: asyncio.Task[None], started: asyncio.Event, what: str, port: int) -> None:
+    """Wait until a server listens.
+
+    Raises:
+        StartFailed: it stopped first.
+    """
+    waiter = asyncio.create_task(started.wait())
+    await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
+    if started.is_set():
+        return
+    waiter.cancel()
+    error = None if task.cancelled() else task.exception()
+    raise StartFailed(f"{what} on {LOOPBACK}:{port} did not start: {error}")
+
+
+async def start_agent(agent: PlannedAgent, metrics: RuntimeMetrics) -> HostedAgent:
+    """Serve `agent` on its port until stopped.
+
+    Raises:
+        StartFailed: the port is taken or the server did not start.
+    """
+    config = agent.rendered.config
+    sock = _listen(f"agent {config.name}", agent.port)
+    try:
+        server = build_server(config, metrics=metrics, environ=agent.environ)
+    except ValueError as exc:  # a conversation store that cannot be built; the text names the setting
+        sock.close()
+        raise StartFailed(f"agent {config.name}: {exc}") from None
+    started = asyncio.Event()
+    serving = serve(
+        agent_app(server),
+        sock,
+        started=started,
+        graceful_timeout=GRACE_SECONDS,
+        before_stop=partial(stop_turns, server),
+    )
+    # Every line logged while serving it (uvicorn's and fastmcp's too) names the agent.
+    fields = fields_context(agent=config.name, deployment=agent.deployment.name)
+    hosted = HostedAgent(asyncio.create_task(serving, context=fields), sock, agent, server)
+    try:
+        await _started(hosted.task, started, f"agent {config.name}", agent.port)
+    except StartFailed:
+        await hosted.stop()
+        raise
+    return hosted
+
+
+async def start_registry(agents: Sequence[PlannedAgent], port: int, headers: Mapping[str, str]) -> Hosted:
+    """Serve the registry of `agents` on `port` until stopped.
+
+    Raises:
+        StartFailed: the port is taken or the server did not start.
+    """
+    # Imported here: the registry pulls in its own dependencies, which `--agent` runs never need.
+    from pallas_runtime.registry import build_app
+    from pallas_runtime.registry.static import LocalAgent, StaticSource
+
+    source = StaticSource(
+        [
+            LocalAgent(
+                agent.manifest.name,
+                agent.manifest.spec,
+                agent.deployment.spec,
+                agent.url,
+                deployment_name=agent.deployment.name,
+                namespace=agent.manifest.namespace,
+            )
+            for agent in agents
+        ],
+        headers=headers,
+    )
+    sock = _listen("registry", port)
+    started = asyncio.Event()
+    task = asyncio.create_task(
+        serve(build_app(source), sock, started=started, graceful_timeout=GRACE_SECONDS)
+    )
+    hosted = Hosted(task, sock)
+    try:
+        await _started(task, started, "registry", port)
+    except StartFailed:
+        await hosted.stop()
+        raise
+    return hosted
+
+
+class LocalRun:
+    """What `pallas run` hosts now: the agents of a plan and the registry listing them.
+
+    `ended` is set when a server stops by itself (not by `stop_*`): the run is then over.
+    """
+
+    def __init__(self, plan: LocalPlan, metrics: RuntimeMetrics, probe_headers: Mapping[str, str]) -> None:
+        self.plan = plan
+        """The plan of the agents hosted now."""
+        self.metrics = metrics
+        self.probe_headers = probe_headers
+        self.agents: dict[AgentKey, HostedAgent] = {}
+        self.registry: Hosted | None = None
+        self.ended = asyncio.Event()
+        self._stopping: set[asyncio.Task[None]] = set()
+
+    def _watch(self, hosted: Hosted) -> None:
+        def done(task: asyncio.Task[None]) -> None:
+            if task not in self._stopping:
+                self.ended.set()
+
+        hosted.task.add_done_callback(done)
+
+    async def _stop(self, hosted: Hosted) -> None:
+        self._stopping.add(hosted.task)
+        await hosted.stop()
+        self._stopping.discard(hosted.task)
+
+    def ports(self) -> dict[AgentKey, int]:
+        """The port of every hosted agent."""
+        return {key: hosted.planned.port for key, hosted in self.agents.items()}
+
+    async def start_agent(self, agent: PlannedAgent) -> None:
+        """Host `agent` (see `start_agent`)."""
+        hosted = await start_agent(agent, self.metrics)
+        self.agents[agent.manifest.namespace, agent.manifest.name] = hosted
+        self._watch(hosted)
+
+    async def stop_agent(self, key: AgentKey) -> None:
+        """Stop the agent `key`, if hosted."""
+        hosted = self.agents.pop(key, None)
+        if hosted is not None:
+            await self._stop(hosted)
+
+    async def start_registry(self, agents: Sequence[PlannedAgent], port: int) -> None:
+        """Host the registry of `agents` (see `start_registry`)."""
+        self.registry = await start_registry(agents, port, self.probe_headers)
+        self._watch(self.registry)
+
+    async def stop_registry(self) -> None:
+        """Stop the registry, if hosted."""
+        registry, self.registry = self.registry, None
+        if registry is not None:
+            await self._stop(registry)
+
+    async def close(self) -> None:
+        """Stop everything: the registry, then every agent at once."""
+        await self.stop_registry()
+        agents, self.agents = list(self.agents.values()), {}
+        await asyncio.gather(*(self._stop(hosted) for hosted in agents))

@@ -1,0 +1,166 @@
+"""`pallas run --reload`: an edit of the manifests restarts only the agents it changed.
+
+`pallas run` runs as a process with two agents (boss calls worker) on the SQLite conversation
+store (its default); the test edits the manifest file as a person would and watches the
+program's output. The worker is proven untouched by an MCP session opened before the edits and
+used after them: a restarted server would not know the session. The boss is proven restarted by
+its next LLM request, which carries the new instruction, and the conversation had before the edit
+goes on after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import yaml
+from fastmcp import Client
+from fastmcp.client.transports import StreamableHttpTransport
+
+from tests.integration.runtime.test_run_command import PALLAS, free_ports, manifests
+from tests.support.agents import QUIET_FASTMCP_ENV
+from tests.support.fake_llm import FakeOpenAI, Text
+
+
+@dataclass
+class Running:
+    """A `pallas run --reload` process and the lines it has written so far."""
+
+    proc: asyncio.subprocess.Process
+    out: list[str] = field(default_factory=list)
+    err: list[str] = field(default_factory=list)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def line(self, stream: str, start: str, after: int = 0, limit: float = 30) -> str:
+        """The first line of `stream` ("out"/"err") from index `after` on that starts with `start`."""
+        lines = self.out if stream == "out" else self.err
+        async with asyncio.timeout(limit):
+            while True:
+                found = next((line for line in lines[after:] if line.startswith(start)), None)
+                if found is not None:
+                    return found
+                assert self.proc.returncode is None, "\n".join(self.err[-20:])
+                self.changed.clear()
+                await self.changed.wait()
+
+
+async def _collect(stream: asyncio.StreamReader, into: list[str], changed: asyncio.Event) -> None:
+    async for raw in stream:
+        into.append(raw.decode().rstrip("\n"))
+        changed.set()
+
+
+@contextlib.asynccontextmanager
+async def pallas_run_reload(path: Path, base: int) -> AsyncIterator[Running]:
+    proc = await asyncio.create_subprocess_exec(
+        *PALLAS,
+        "run",
+        "-f",
+        str(path),
+        "--base-port",
+        str(base),
+        "--reload",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, **QUIET_FASTMCP_ENV},
+    )
+    running = Running(proc)
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    readers = [
+        asyncio.create_task(_collect(proc.stdout, running.out, running.changed)),
+        asyncio.create_task(_collect(proc.stderr, running.err, running.changed)),
+    ]
+    try:
+        await running.line("out", "registry ", limit=60)
+        yield running
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+        await asyncio.wait_for(proc.wait(), 30)
+        await asyncio.gather(*readers)
+
+
+def edited(docs: list[dict[str, Any]], agent: str, **spec: Any) -> list[dict[str, Any]]:
+    """`docs` with `spec` merged into the named PallasAgent's spec."""
+    result = [dict(d) for d in docs]
+    for doc in result:
+        if doc["kind"] == "PallasAgent" and doc["metadata"]["name"] == agent:
+            doc["spec"] = {**doc["spec"], **spec}
+    return result
+
+
+async def send(url: str, message: str, conversation_id: str) -> str:
+    async with Client(StreamableHttpTransport(url), mode="legacy") as client:
+        result = await client.call_tool(
+            "send_message", {"message": message, "conversation_id": conversation_id}
+        )
+    return str(result.content[0].text)
+
+
+async def test_an_edit_restarts_only_the_changed_agent_and_its_conversations_go_on(
+    fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    fake_openai.default = lambda request: Text(f"{request['messages'][0]['content']} answers")
+    docs = manifests(fake_openai)
+    path = tmp_path / "agents.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    base = free_ports(4)
+    boss, worker, helper = (f"http://127.0.0.1:{base + i}/mcp" for i in (1, 2, 3))
+
+    async with (
+        pallas_run_reload(path, base) as run,
+        Client(StreamableHttpTransport(worker), mode="legacy") as kept,
+    ):
+        await kept.call_tool("get_health", {})
+        assert await send(boss, "first", "c-1") == "boss answers"
+
+        # The boss's instruction changes: only the boss restarts, on its port.
+        path.write_text(yaml.safe_dump_all(edited(docs, "boss", instruction="boss v2")))
+        assert await run.line("out", "reloaded:") == "reloaded: restarted boss; unchanged worker"
+        assert await send(boss, "second", "c-1") == "boss v2 answers"
+        request = fake_openai.completions[-1].json
+        assert request["messages"][0] == {"role": "system", "content": "boss v2"}
+        assert [m["content"] for m in request["messages"][1:]] == ["first", "boss answers", "second"]
+        await kept.call_tool("get_health", {})  # the worker's server still knows this session
+
+        # An agent added starts on the next port; removed, it stops.
+        added = [*edited(docs, "boss", instruction="boss v2"), {**docs[-1], "metadata": {"name": "helper"}}]
+        mark = len(run.out)
+        path.write_text(yaml.safe_dump_all(added))
+        assert await run.line("out", "reloaded:", after=mark) == (
+            "reloaded: started helper; unchanged worker, boss"
+        )
+        assert await send(helper, "hi", "c-2") == "worker answers"
+        mark = len(run.out)
+        path.write_text(yaml.safe_dump_all(edited(docs, "boss", instruction="boss v2")))
+        assert (
+            await run.line("out", "reloaded:", after=mark)
+            == "reloaded: stopped helper; unchanged worker, boss"
+        )
+        async with httpx2.AsyncClient() as http:
+            with contextlib.suppress(httpx2.HTTPError):
+                response = await http.get(f"http://127.0.0.1:{base + 3}/readyz")
+                raise AssertionError(f"helper still answers: {response.status_code}")
+
+        # A bad edit is reported, naming file, object and field; everything runs as before.
+        mark = len(run.err)
+        path.write_text(yaml.safe_dump_all(edited(docs, "boss", instruction="boss v3", maxIterations=0)))
+        problem = await run.line("err", "pallas run: reload: ", after=mark)
+        assert problem.startswith(f"pallas run: reload: {path}:"), problem
+        assert "PallasAgent/boss: spec.maxIterations: " in problem, problem
+        await run.line("err", "pallas run: reload: the edit is not applied", after=mark)
+        assert await send(boss, "third", "c-1") == "boss v2 answers"
+        assert await send(worker, "still there?", "c-3") == "worker answers"
+        await kept.call_tool("get_health", {})
+        assert [line for line in run.out if line.startswith("reloaded:")] == [
+            "reloaded: restarted boss; unchanged worker",
+            "reloaded: started helper; unchanged worker, boss",
+            "reloaded: stopped helper; unchanged worker, boss",
+        ]
