@@ -31,7 +31,13 @@ from pallas_api.config import (
     PeerAgent,
     ProviderConfig,
 )
-from pallas_api.spec import ConversationsSpec, PallasAgentSpec, PallasDeploymentSpec, SecretKeyRef
+from pallas_api.spec import (
+    ConversationsSpec,
+    LogLevel,
+    PallasAgentSpec,
+    PallasDeploymentSpec,
+    SecretKeyRef,
+)
 
 
 class RenderError(Exception):
@@ -77,6 +83,25 @@ def secret_source(ref: SecretKeyRef, *, local: bool) -> str:
     if local:
         return f"environment variable {ref.key} (secretKeyRef {ref.name}/{ref.key})"
     return f"Secret {ref.name} key {ref.key}"
+
+
+def log_level(deployment: PallasDeploymentSpec, agent: PallasAgentSpec | None = None) -> LogLevel:
+    """The agent's `logLevel`, else its deployment's, else info (the registry: the deployment's)."""
+    return (agent.log_level if agent is not None else None) or deployment.log_level or "info"
+
+
+def log_environment(level: LogLevel, *, namespace: str, deployment: str) -> dict[str, str]:
+    """The logging knobs of a pod: JSON lines even with a tty, the level, what the lines concern.
+
+    `PALLAS_LOG_FORMAT=json` is explicit, so `kubectl run -t` or a `tty: true` patch cannot turn
+    a pod's lines into terminal output that log collectors cannot parse.
+    """
+    return {
+        "PALLAS_LOG_FORMAT": "json",
+        "PALLAS_LOG_LEVEL": level.upper(),
+        "PALLAS_NAMESPACE": namespace,
+        "PALLAS_DEPLOYMENT": deployment,
+    }
 
 
 def split_model(ref: str) -> tuple[str, str]:

@@ -35,6 +35,8 @@ MODEL_REF = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\.[A-Za-z0-9][A-Za-z0-9._:/@+-]*$"
 REVERSE_DNS = r"^[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?)+$"
 SERVER_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
 DURATION = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
+LogLevel = Literal["debug", "info", "warning", "error", "critical"]
+"""A level of the Pallas loggers, as `PALLAS_LOG_LEVEL` takes it (seed 000 §5)."""
 
 
 def _each_once(items: list[Any]) -> list[Any]:
@@ -401,6 +403,9 @@ class PallasDeploymentSpec(_Spec):
     """Who may talk to the agents (docs/api.md §6)."""
     network: NetworkSpec = NetworkSpec()
     """Network isolation of the agents."""
+    log_level: LogLevel | None = None
+    """Log level of the Pallas loggers in the agents' and the registry's pods
+    (`PALLAS_LOG_LEVEL`); an agent's `logLevel` overrides it; default info."""
 
     @model_validator(mode="after")
     def _names(self) -> Self:
@@ -548,6 +553,9 @@ class PallasAgentSpec(_Spec):
     access: AccessSpec = AccessSpec()
     """Callers allowed beyond the deployment's auth mode: with `oidc`, the subjects and groups
     that may call; with `kubernetes`, a further restriction on top of RBAC `invoke`."""
+    log_level: LogLevel | None = None
+    """Log level of the Pallas loggers in this agent's pods (`PALLAS_LOG_LEVEL`); default: the
+    deployment's `logLevel`, else info."""
 
     def dependencies(self) -> list[str]:
         """Agents that must be Ready first: `agents` and `dependsOn`, in order, without repeats."""

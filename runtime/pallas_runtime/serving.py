@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 import socket
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
@@ -76,8 +77,11 @@ async def serve(
     """
     config = uvicorn.Config(
         app,
-        log_config=None,  # our logging setup; no access log (metrics cover requests)
-        access_log=False,
+        # Our logging setup (pallas_api.logs): uvicorn's error and access lines go through it,
+        # quiet (WARNING) unless PALLAS_ROOT_LOG_LEVEL asks for them; a quiet access log costs
+        # nothing per request (uvicorn builds each line before the level check).
+        log_config=None,
+        access_log=logging.getLogger("uvicorn.access").isEnabledFor(logging.INFO),
         lifespan="on",
         timeout_graceful_shutdown=graceful_timeout,
         server_header=False,

@@ -8,7 +8,8 @@ it received), and stops when the block ends:
 
 `serve(mcp)` runs any FastMCP instance the same way; `transport="sse"` serves fastmcp's legacy SSE
 transport (the URL then points at the SSE endpoint). The probe helpers at the end are not MCP
-servers: one never answers, one answers every request with a fixed HTTP status.
+servers: one never answers, one answers every request with a fixed HTTP status; the last lists
+its tools as a real server does, then answers every tools/call with HTTP 500.
 """
 
 from __future__ import annotations
@@ -322,4 +323,41 @@ async def status_server(
         await Response(body, status_code=status, media_type=content_type)(scope, receive, send)
 
     async with serve_app(app) as running:
+        yield running
+
+
+class _CallsFail:
+    """ASGI middleware: an MCP server whose tools/call requests all get HTTP 500."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        if json.loads(body or b"{}").get("method") == "tools/call":
+            await Response("the tool broke the server", status_code=500)(scope, receive, send)
+            return
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+
+@contextlib.asynccontextmanager
+async def failing_calls_server() -> AsyncIterator[RunningServer]:
+    """header_echo_mcp() listing `echo_headers` normally; calling it gets HTTP 500."""
+    async with serve_app(_CallsFail(header_echo_mcp().http_app(path="/mcp"))) as running:
         yield running

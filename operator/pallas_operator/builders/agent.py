@@ -5,10 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pallas_api import names
-from pallas_api.render import SecretBinding
+from pallas_api.render import SecretBinding, log_level
 from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
 from pallas_operator.builders.meta import Manifest, Owner, agent_labels, agent_selector, metadata
-from pallas_operator.builders.pod import container_security, environment, pod_security, probes, resources
+from pallas_operator.builders.pod import (
+    container_security,
+    environment,
+    log_env,
+    pod_security,
+    probes,
+    resources,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +44,12 @@ def allowed_host_args(w: AgentWorkload) -> list[str]:
     return [arg for host in hosts for arg in ("--allowed-host", host)]
 
 
+def agent_log_env(w: AgentWorkload) -> list[dict[str, object]]:
+    """JSON lines at the agent's `logLevel` (else the deployment's), naming agent and deployment."""
+    level = log_level(w.deployment, w.agent)
+    return log_env(level, namespace=w.owner.namespace, deployment=w.deployment_name)
+
+
 def agent_deployment(w: AgentWorkload) -> Manifest:
     """The Deployment running `pallas agent` with the ConfigMap mounted and secrets as env refs."""
     labels = agent_labels(w.owner.name, w.deployment_name)
@@ -54,7 +67,7 @@ def agent_deployment(w: AgentWorkload) -> Manifest:
             *allowed_host_args(w),
         ],
         "ports": [{"name": names.METRICS_PORT_NAME, "containerPort": port, "protocol": "TCP"}],
-        "env": environment([w.deployment.runtime.env, w.agent.pod.env], w.secrets),
+        "env": environment([agent_log_env(w), w.deployment.runtime.env, w.agent.pod.env], w.secrets),
         "resources": resources(w.agent.pod.resources, w.deployment.runtime.resources),
         "securityContext": container_security(),
         "volumeMounts": [

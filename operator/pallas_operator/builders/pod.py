@@ -6,8 +6,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pallas_api import names
-from pallas_api.render import SecretBinding
-from pallas_api.spec import ResourceRequirements
+from pallas_api.render import SecretBinding, log_environment
+from pallas_api.spec import LogLevel, ResourceRequirements
 
 RUN_AS = 65532
 """A fixed non-root uid (distroless `nonroot`), so pods run unprivileged whatever the image says."""
@@ -74,10 +74,16 @@ def resources(
     return {kind: dict(values) for kind, values in default.items()}
 
 
+def log_env(level: LogLevel, *, namespace: str, deployment: str) -> list[dict[str, Any]]:
+    """The logging knobs of a Pallas pod as EnvVars (a user's env entry of the same name wins)."""
+    values = log_environment(level, namespace=namespace, deployment=deployment)
+    return [{"name": name, "value": value} for name, value in values.items()]
+
+
 def environment(
     user: Iterable[Sequence[Mapping[str, Any]]], secrets: Iterable[SecretBinding]
 ) -> list[dict[str, Any]]:
-    """User env lists (later ones override earlier by name), then the secret bindings.
+    """Env lists (later ones override earlier by name: ours, then the user's), then the secrets.
 
     Names are unique in the result: the API server treats `env` as a map keyed by name, and
     the secret bindings always win so a user entry cannot shadow an API key reference.

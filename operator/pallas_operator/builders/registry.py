@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pallas_api import names
+from pallas_api.render import log_level
 from pallas_api.spec import PallasDeploymentSpec
 from pallas_operator.builders.meta import Manifest, Owner, metadata, registry_labels, registry_selector
 from pallas_operator.builders.pod import (
     REGISTRY_RESOURCES,
     container_security,
+    log_env,
     pod_security,
     probes,
     resources,
@@ -33,6 +35,7 @@ def registry_deployment(owner: Owner, spec: PallasDeploymentSpec, default_image:
             str(port),
         ],
         "ports": [{"name": names.METRICS_PORT_NAME, "containerPort": port, "protocol": "TCP"}],
+        "env": log_env(log_level(spec), namespace=owner.namespace, deployment=owner.name),
         "resources": resources(default=REGISTRY_RESOURCES),
         "securityContext": container_security(),
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],

@@ -39,6 +39,12 @@ class MonitoringCheck:
     """Whether the ServiceMonitor CRD existed."""
 
 
+def key_fields(key: Hashable) -> dict[str, str]:
+    """The log fields of a reconcile: `agent` or `deployment`, and `namespace`."""
+    kind, namespace, name = cast(Key, key)
+    return {kind: name, "namespace": namespace}
+
+
 def now() -> str:
     """The current time as Kubernetes writes it (RFC 3339, seconds, UTC)."""
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -62,7 +68,7 @@ class Operator:
         self.applier = Applier(client, on_write=self.metrics.count_write)
         self.tokens = ProbeTokens(client)
         self.prober = Prober(settings.resolver, notify=self._probed, credentials=self._probe_token)
-        self.queue = WorkQueue(self._reconcile, workers=settings.workers)
+        self.queue = WorkQueue(self._reconcile, workers=settings.workers, fields=key_fields)
         self.metrics.queue_depth.set_function(lambda: self.queue.depth)
         # The queue starts once the world holds every object that existed at start-up.
         self.startup = StartupTracker(

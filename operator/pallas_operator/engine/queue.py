@@ -13,18 +13,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Mapping
+
+from pallas_api.logs import log_fields
 
 log = logging.getLogger(__name__)
 Reconcile = Callable[[Hashable], Awaitable[float | None]]
 """Reconciles a key; returns seconds after which to reconcile it again, or None."""
+LogFields = Callable[[Hashable], Mapping[str, str]]
+"""What a key's log lines concern (`agent`, `deployment`, `namespace`)."""
 
 
 class WorkQueue:
     """Deduplicating queue with a fixed set of workers."""
 
-    def __init__(self, reconcile: Reconcile, *, workers: int = 4, max_backoff: float = 60.0) -> None:
+    def __init__(
+        self,
+        reconcile: Reconcile,
+        *,
+        workers: int = 4,
+        max_backoff: float = 60.0,
+        fields: LogFields = lambda _: {},
+    ) -> None:
         self._reconcile = reconcile
+        self._fields = fields
         self._workers = workers
         self._max_backoff = max_backoff
         self._queue: asyncio.Queue[Hashable] = asyncio.Queue()
@@ -88,12 +100,16 @@ class WorkQueue:
             self._running.add(key)
             again: float | None = None
             try:
-                again = await self._reconcile(key)
-                self._failures.pop(key, None)
-            except Exception:
-                failures = self._failures[key] = self._failures.get(key, 0) + 1
-                again = min(self._max_backoff, 0.5 * 2**failures)
-                log.exception("reconcile of %s failed (attempt %d); retrying in %.1fs", key, failures, again)
+                with log_fields(**self._fields(key)):  # every line of the reconcile says what it is about
+                    try:
+                        again = await self._reconcile(key)
+                        self._failures.pop(key, None)
+                    except Exception:
+                        failures = self._failures[key] = self._failures.get(key, 0) + 1
+                        again = min(self._max_backoff, 0.5 * 2**failures)
+                        log.exception(
+                            "reconcile of %s failed (attempt %d); retrying in %.1fs", key, failures, again
+                        )
             finally:
                 self._running.discard(key)
             if key in self._dirty:

@@ -20,10 +20,17 @@ from dataclasses import dataclass
 
 from pallas_api.config import AgentConfig, RequestParams
 from pallas_api.errors import ErrorCode
+from pallas_runtime.agent.audit import Outcome, audit_tool_call
 from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.downstream.call_path import CallPath
-from pallas_runtime.downstream.source import DownstreamError, RemoteTool, ToolOutcome, ToolSource
+from pallas_runtime.downstream.source import (
+    DownstreamError,
+    DownstreamTimeout,
+    RemoteTool,
+    ToolOutcome,
+    ToolSource,
+)
 from pallas_runtime.llm.params import merge_params
 from pallas_runtime.llm.provider import LLMError, LLMProvider
 from pallas_runtime.messages import (
@@ -88,13 +95,6 @@ def llm_tool_name(qualified: str) -> str:
 
 def _error(call: ToolCall, text: str) -> ToolResult:
     return ToolResult(call.id, call.name, (TextPart(text),), is_error=True)
-
-
-def _log_failure(agent: str, tool: str, code: ErrorCode | None, outcome: ToolOutcome) -> None:
-    """One line per failed tool call: the model reads the text, operators also get the code."""
-    text = " ".join(p.text for p in outcome.content if isinstance(p, TextPart))[:500]
-    extra = {"agent": agent, "tool": tool, "code": code.value if code else None}
-    log.info("tool call %s failed: %s", tool, text, extra=extra)
 
 
 class AgentLoop:
@@ -258,27 +258,25 @@ class AgentLoop:
         agent = self._config.name
         entry = offered.get(call.name)
         if entry is None:
+            audit_tool_call(agent, "", call.name, "DENY", 0.0, "unknown tool", ErrorCode.TOOL_NOT_FOUND)
             available = ", ".join(sorted(n for n, o in offered.items() if o.allowed)) or "none"
-            refusal = _error(call, f"unknown tool {call.name!r}; available tools: {available}")
-            _log_failure(agent, call.name, ErrorCode.TOOL_NOT_FOUND, ToolOutcome(refusal.content, True))
-            return refusal
+            return _error(call, f"unknown tool {call.name!r}; available tools: {available}")
         source, tool = entry.source.name, entry.tool
         if not (entry.allowed and self._config.tools.permits(tool.qualified_name)):
             self._metrics.tool_denied_total.labels(agent, source).inc()
-            refusal = _error(call, f"tool {call.name!r} is not allowed for this agent")
-            _log_failure(
-                agent, tool.qualified_name, ErrorCode.DENIED_BY_POLICY, ToolOutcome(refusal.content, True)
-            )
-            return refusal
+            refused = ErrorCode.DENIED_BY_POLICY
+            audit_tool_call(agent, source, tool.name, "DENY", 0.0, "not allowed by spec.tools", refused)
+            return _error(call, f"tool {call.name!r} is not allowed for this agent")
         if call.arguments_error is not None:
-            refusal = _error(call, f"arguments for {call.name!r} are invalid: {call.arguments_error}")
-            _log_failure(
-                agent, tool.qualified_name, ErrorCode.INVALID_ARGUMENTS, ToolOutcome(refusal.content, True)
+            invalid = ErrorCode.INVALID_ARGUMENTS
+            audit_tool_call(
+                agent, source, tool.name, "ERROR", 0.0, "arguments are not a JSON object", invalid
             )
-            return refusal
+            return _error(call, f"arguments for {call.name!r} are invalid: {call.arguments_error}")
 
         await progress.tool_started(source, tool.name)
         started = time.perf_counter()
+        timed_out = False
         try:
             outcome = await entry.source.call_tool(
                 tool.name,
@@ -289,13 +287,16 @@ class AgentLoop:
                 call_path=call_path,
             )
         except DownstreamError as exc:
+            timed_out = isinstance(exc, DownstreamTimeout)
             outcome = ToolOutcome((TextPart(str(exc)),), is_error=True, code=exc.code)
         except Exception:
             log.exception("calling %s failed unexpectedly", tool.qualified_name)
             outcome = ToolOutcome((TextPart(f"calling {tool.qualified_name} failed (see agent logs)"),), True)
         elapsed = time.perf_counter() - started
-        if outcome.is_error:
-            _log_failure(agent, tool.qualified_name, outcome.code, outcome)
+        verdict: Outcome = "TIMEOUT" if timed_out else "ERROR" if outcome.is_error else "ALLOW"
+        audit_tool_call(
+            agent, source, tool.name, verdict, elapsed, code=outcome.code if outcome.is_error else None
+        )
         self._metrics.tool_call_duration.labels(agent, source, "tool").observe(elapsed)
         self._metrics.tool_calls_total.labels(
             agent, source, "tool", "error" if outcome.is_error else "ok"

@@ -49,7 +49,7 @@ class AgentCommand:
             print(f"pallas agent: {exc}", file=sys.stderr)
             return EXIT_USAGE
         try:
-            setup_logging(secret_env=secret_env_names(config))
+            setup_logging(secret_env=secret_env_names(config), fields={"agent": config.name})
         except ValueError as exc:
             print(f"pallas agent: {exc}", file=sys.stderr)
             return EXIT_USAGE

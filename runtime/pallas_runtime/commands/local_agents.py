@@ -16,6 +16,7 @@ from functools import partial
 
 from fastmcp import FastMCP
 
+from pallas_api.logs import fields_context
 from pallas_runtime.manifests import LOOPBACK, AgentKey, LocalPlan, PlannedAgent
 from pallas_runtime.metrics import RuntimeMetrics
 from pallas_runtime.server import agent_app, build_server, stop_turns
@@ -98,7 +99,9 @@ async def start_agent(agent: PlannedAgent, metrics: RuntimeMetrics) -> HostedAge
         graceful_timeout=GRACE_SECONDS,
         before_stop=partial(stop_turns, server),
     )
-    hosted = HostedAgent(asyncio.create_task(serving), sock, agent, server)
+    # Every line logged while serving it (uvicorn's and fastmcp's too) names the agent.
+    fields = fields_context(agent=config.name, deployment=agent.deployment.name)
+    hosted = HostedAgent(asyncio.create_task(serving, context=fields), sock, agent, server)
     try:
         await _started(hosted.task, started, f"agent {config.name}", agent.port)
     except StartFailed:

@@ -28,11 +28,13 @@ import sys
 from collections.abc import Mapping
 
 from pallas_api.commands import EXIT_FAILURE, EXIT_USAGE, port_number
-from pallas_api.logs import setup_logging
+from pallas_api.logs import LEVELS, log_format, setup_logging
+from pallas_api.render import log_level
 from pallas_runtime.commands.credentials import CredentialsError, add_token_arguments, bearer_token
 from pallas_runtime.commands.local_agents import LocalRun, StartFailed
 from pallas_runtime.commands.local_env import manifest_files, with_openai_base_url, working_directory_env
 from pallas_runtime.commands.reload import Reload, watch
+from pallas_runtime.commands.startup import StartupReport
 from pallas_runtime.manifests import LOOPBACK, LocalPlan, ManifestError, load_manifests, plan_local
 from pallas_runtime.metrics import RuntimeMetrics
 
@@ -88,23 +90,32 @@ class RunCommand:
         except ManifestError as exc:
             print(f"pallas run: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        for agent in plan.agents:
-            for ref in agent.unresolved:
-                key = ref.rsplit("/", 1)[1]
-                print(
-                    f"pallas run: warning: agent {agent.manifest.name}: {ref} has no value "
-                    f"(no such Secret manifest key and ${key} is unset)",
-                    file=sys.stderr,
-                )
         secrets = {b.env for a in plan.agents for b in a.rendered.secrets}
         merged_env = {k: v for a in plan.agents for k, v in a.environ.items()}
         try:
-            setup_logging(merged_env, secret_env=secrets)
+            setup_logging(with_log_level(plan, merged_env), secret_env=secrets)
         except ValueError as exc:
             print(f"pallas run: {exc}", file=sys.stderr)
             return EXIT_USAGE
+        for agent in plan.agents:
+            for ref in agent.unresolved:
+                key = ref.rsplit("/", 1)[1]
+                log.warning(
+                    "%s has no value (no such Secret manifest key and $%s is unset)",
+                    ref,
+                    key,
+                    extra={"agent": agent.manifest.name},
+                )
         reload = Reload(files, args.base_port, args.agent) if args.reload else None
         return asyncio.run(_run(plan, args, reload))
+
+
+def with_log_level(plan: LocalPlan, environ: Mapping[str, str]) -> dict[str, str]:
+    """`$PALLAS_LOG_LEVEL` wins; else the most verbose `logLevel` of the agents run (one process)."""
+    if environ.get("PALLAS_LOG_LEVEL") or not plan.agents:
+        return dict(environ)
+    levels = (log_level(a.deployment.spec, a.manifest.spec).upper() for a in plan.agents)
+    return {**environ, "PALLAS_LOG_LEVEL": min(levels, key=LEVELS.index)}
 
 
 async def _run(plan: LocalPlan, args: argparse.Namespace, reload: Reload | None) -> int:
@@ -125,6 +136,7 @@ async def serve_plan(
     """
     run = LocalRun(plan, RuntimeMetrics(), probe_headers or {})
     stop = asyncio.Event()
+    report = StartupReport(table=log_format() == "console")
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
@@ -136,17 +148,17 @@ async def serve_plan(
             except StartFailed as exc:
                 print(f"pallas run: {exc}", file=sys.stderr)
                 return EXIT_FAILURE
-            print(f"agent {config.name:<24} {agent.url}", flush=True)
+            report.started("agent", config.name, agent.url)
         if plan.registry_port is not None:
             try:
                 await run.start_registry(plan.agents, plan.registry_port)
             except StartFailed as exc:
                 print(f"pallas run: {exc}", file=sys.stderr)
                 return EXIT_FAILURE
-            print(
-                f"registry {'':<21} http://{LOOPBACK}:{plan.registry_port}/.well-known/mcp/server.json",
-                flush=True,
+            report.started(
+                "registry", "", f"http://{LOOPBACK}:{plan.registry_port}/.well-known/mcp/server.json"
             )
+        await report.ready(probe_headers or {})
         log.info("running %d agent(s); stop with Ctrl-C", len(plan.agents))
         waiters = [asyncio.create_task(stop.wait()), asyncio.create_task(run.ended.wait())]
         watcher = asyncio.create_task(watch(run, reload, stop)) if reload is not None else None

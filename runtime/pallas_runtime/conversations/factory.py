@@ -7,15 +7,14 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from pallas_api.config import AgentConfig
+from pallas_api.paths import state_dir
 from pallas_runtime.conversations.memory import MemoryStore
 from pallas_runtime.conversations.model import ConversationStore
 
 
 def default_sqlite_path(environ: Mapping[str, str] | None = None) -> Path:
     """`$XDG_STATE_HOME/pallas/conversations.db` (`~/.local/state/pallas/` by default)."""
-    env = os.environ if environ is None else environ
-    state = env.get("XDG_STATE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".local" / "state")
-    return Path(state) / "pallas" / "conversations.db"
+    return state_dir(environ) / "conversations.db"
 
 
 def build_store(config: AgentConfig, environ: Mapping[str, str] | None = None) -> ConversationStore:

@@ -9,6 +9,7 @@ says whether the session that saw the failure is still worth using.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Literal
 
 import anyio
@@ -19,6 +20,9 @@ from mcp import MCPError
 from pallas_api.probe import describe_transport_failure, leaf_exceptions
 
 Failure = Literal["transport", "session_gone", "protocol", "other"]
+TRACE = logging.getLogger("pallas.forward.trace")
+"""Full tracebacks of downstream failures, at DEBUG (the seed's `grep pallas.forward.trace`): the
+agent and the model only ever see the short reason `describe_failure` gives."""
 
 # The SDK's stand-in errors for HTTP failures; the status itself is kept by HttpErrorRecorder.
 _HTTP_FALLBACK_MESSAGES = frozenset({"Server returned an error response", "Not Found"})
@@ -106,3 +110,8 @@ def describe_failure(exc: BaseException, recorder: HttpErrorRecorder | None = No
         return f"transport error ({type(root).__name__})"
     # Unknown exception text may quote anything (a header, a payload); name only the type.
     return f"unexpected {type(root).__name__}"
+
+
+def trace_failure(source: str, what: str, exc: BaseException | None = None) -> None:
+    """Keep a downstream failure, with its traceback when there is one, on `pallas.forward.trace`."""
+    TRACE.debug("%s: %s failed", source, what, exc_info=exc, extra={"server": source})

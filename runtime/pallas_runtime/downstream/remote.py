@@ -39,14 +39,21 @@ from mcp.client.session import IncomingMessage
 
 from pallas_api import probe as mcp_probe
 from pallas_api.config import DEFAULT_MAX_RESULT_BYTES
-from pallas_api.errors import ErrorCode, error_code_of
+from pallas_api.errors import error_code_of
 from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.downstream.call_path import CallPath
 from pallas_runtime.downstream.connection import SharedSession, Transport, open_session, tls_context
 from pallas_runtime.downstream.content import parts_from_result
-from pallas_runtime.downstream.failures import HttpErrorRecorder, classify, describe_failure, oversized
+from pallas_runtime.downstream.failures import (
+    HttpErrorRecorder,
+    classify,
+    describe_failure,
+    oversized,
+    trace_failure,
+)
 from pallas_runtime.downstream.source import (
     DownstreamError,
+    DownstreamTimeout,
     ProbeResult,
     ProgressHandler,
     RemoteTool,
@@ -240,17 +247,17 @@ class RemoteMcpSource:
             with anyio.move_on_after(self._timeout):
                 listed = await self._list(bearer)
         except _Failure as failure:
-            if failure.kind == "other":
-                log.debug("%s: listing tools failed", self._name, exc_info=failure.cause)
+            trace_failure(self._name, "listing tools", failure.cause)
             text = f"{self._name}: listing tools failed: {failure.reason()}"
             if bearer is None or failure.recorder.last_status not in (401, 403):
                 self._list_failure = text
             return text
-        except Exception as exc:  # kept for the turns that ask, never lost in a task
-            log.debug("%s: listing tools failed", self._name, exc_info=exc)
+        except Exception as exc:  # noqa: BLE001 - kept for the turns that ask, never lost in a task
+            trace_failure(self._name, "listing tools", exc)
             self._list_failure = f"{self._name}: listing tools failed: {type(exc).__name__}"
             return self._list_failure
         if listed is None:
+            trace_failure(self._name, f"listing tools (timed out after {self._timeout:g}s)")
             self._list_failure = f"{self._name}: listing tools timed out after {self._timeout:g}s"
             return self._list_failure
         self._tools = [self._remote_tool(t) for t in listed if self._keep(t)]
@@ -320,6 +327,7 @@ class RemoteMcpSource:
                     )
         except _Failure as failure:
             self._tools_changed()
+            trace_failure(self._name, f"calling {tool}", failure.cause)
             if oversized(failure.cause):
                 raise DownstreamError(
                     f"{self._name}: the result of {tool} is larger than "
@@ -329,17 +337,14 @@ class RemoteMcpSource:
             if failure.kind == "protocol":
                 text = f"{self._name}: {tool} failed: {failure.reason()}"
                 return ToolOutcome(content=(TextPart(text),), is_error=True)
-            if failure.kind == "other":
-                log.debug("%s: calling %s failed", self._name, tool, exc_info=failure.cause)
             raise DownstreamError(f"{self._name}: calling {tool} failed: {failure.reason()}") from None
         finally:
             if relay is not None:
                 relay.close()
         if result is None:
             self._tools_changed()
-            raise DownstreamError(
-                f"{self._name}: {tool} timed out after {self._timeout:g}s", ErrorCode.TIMEOUT
-            )
+            trace_failure(self._name, f"calling {tool} (timed out after {self._timeout:g}s)")
+            raise DownstreamTimeout(f"{self._name}: {tool} timed out after {self._timeout:g}s")
         parts = parts_from_result(result)
         size = sum(utf8_size(p.text) if isinstance(p, TextPart) else len(p.data) for p in parts)
         if size > self._max_result_bytes:

@@ -63,6 +63,13 @@ class DownstreamError(Exception):
         self.code = code
 
 
+class DownstreamTimeout(DownstreamError):
+    """A downstream call that did not answer within the source's timeout."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, ErrorCode.TIMEOUT)
+
+
 class ToolSource(Protocol):
     """A downstream MCP server or peer agent the agent loop can call."""
 

@@ -63,7 +63,7 @@ class RegistryCommand:
     def run(self, args: argparse.Namespace) -> int:
         """Serve until SIGTERM/SIGINT; 1 (with one line on stderr) when it cannot start."""
         try:
-            setup_logging()
+            setup_logging(fields={"namespace": args.namespace or "", "deployment": args.deployment or ""})
         except ValueError as exc:
             print(f"pallas registry: {exc}", file=sys.stderr)
             return EXIT_USAGE

@@ -479,7 +479,8 @@ async def test_set_validates_locally_and_says_what_it_sends(agent: ServedAgent, 
     errors = [line for line in res.err_lines if line.startswith("pallas chat: /set:")]
     assert errors == [
         "pallas chat: /set: unknown parameter 'temprature'; the parameters are "
-        "temperature, top_p, top_k, max_tokens, stop, seed, effort",
+        "temperature, top_p, top_k, max_tokens, stop, seed, effort, presence_penalty, "
+        "frequency_penalty, response_format, tool_choice, extra",
         "pallas chat: /set: temperature: Input should be less than or equal to 2",
         "pallas chat: /set: stop: Input should be a valid list",
     ]

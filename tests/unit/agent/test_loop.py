@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ from pallas_api.config import RequestParams, parse_config
 from pallas_api.errors import ErrorCode
 from pallas_runtime.agent.loop import AgentLoop, MaxIterationsExceeded, ToolChoiceUnavailable, llm_tool_name
 from pallas_runtime.agent.progress import ProgressReporter
-from pallas_runtime.downstream.source import DownstreamError, ProgressHandler, ToolOutcome
+from pallas_runtime.downstream.source import DownstreamError, DownstreamTimeout, ProgressHandler, ToolOutcome
 from pallas_runtime.llm.provider import LLMError
 from pallas_runtime.messages import (
     AssistantMessage,
@@ -150,7 +151,7 @@ async def test_downstream_failures_go_back_to_the_model_and_count_as_errors() ->
 
 async def test_each_failed_tool_call_is_logged_with_its_code(caplog: pytest.LogCaptureFixture) -> None:
     async def timing_out(tool: str, *_: Any) -> ToolOutcome:
-        raise DownstreamError(f"argos: {tool} timed out after 3s", ErrorCode.TIMEOUT)
+        raise DownstreamTimeout(f"argos: {tool} timed out after 3s")
 
     async def refusing_peer(*_: Any) -> ToolOutcome:
         return ToolOutcome(
@@ -165,18 +166,16 @@ async def test_each_failed_tool_call_is_logged_with_its_code(caplog: pytest.LogC
         [argos, peer],
         tools={"deny": ["argos__drop"]},
     )
-    with caplog.at_level("INFO", logger="pallas.agent"):
+    with caplog.at_level("INFO", logger="pallas.audit"):
         await run(loop)
-    codes = {r.tool: r.code for r in caplog.records if hasattr(r, "code")}  # type: ignore[attr-defined]
-    assert codes == {
-        "nope__tool": "TOOL_NOT_FOUND",
-        "argos__drop": "DENIED_BY_POLICY",
-        "argos__search": "INVALID_ARGUMENTS",  # the last failure of that tool: its bad arguments
-        "peer__send_message": "LOOP_DETECTED",
-    }
-    timeouts = [r for r in caplog.records if getattr(r, "code", None) == "TIMEOUT"]
-    assert [r.getMessage() for r in timeouts] == [
-        "tool call argos__search failed: argos: search timed out after 3s"
+    audit = [r for r in caplog.records if r.name == "pallas.audit"]
+    codes = [(r.server, r.tool, getattr(r, "code", None)) for r in audit]  # type: ignore[attr-defined]
+    assert sorted(codes) == [
+        ("", "nope__tool", "TOOL_NOT_FOUND"),
+        ("argos", "drop", "DENIED_BY_POLICY"),
+        ("argos", "search", "INVALID_ARGUMENTS"),
+        ("argos", "search", "TIMEOUT"),
+        ("peer", "send_message", "LOOP_DETECTED"),
     ]
 
 
@@ -279,3 +278,41 @@ def test_llm_tool_names_are_valid_for_every_provider() -> None:
     long = llm_tool_name("s__" + "x" * 100)
     assert len(long) == 64
     assert long != llm_tool_name("s__" + "x" * 99 + "y")
+
+
+async def test_every_tool_call_gets_one_audit_line_without_arguments_or_results(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def answer(
+        tool: str, arguments: dict[str, Any], auth: str | None, p: ProgressHandler | None
+    ) -> Any:
+        if tool == "slow":
+            raise DownstreamTimeout("argos: slow timed out after 30s")
+        if tool == "broken":
+            raise DownstreamError("argos: calling broken failed: HTTP 500")
+        if tool == "bad":
+            return ToolOutcome((TextPart("result-secret: no such index"),), is_error=True)
+        return ToolOutcome((TextPart("result-secret: found it"),))
+
+    argos = FakeSource("argos", ["search", "slow", "broken", "bad", "drop"], handler=answer)
+    names = ["argos__search", "argos__slow", "argos__broken", "argos__bad", "argos__drop", "nope__x"]
+    loop, _, _ = make(
+        [calls(*names, args="argument-secret"), text("done")], [argos], tools={"deny": ["argos__drop"]}
+    )
+    with caplog.at_level(logging.INFO, logger="pallas.audit"):
+        await run(loop)
+    audit = [r for r in caplog.records if r.name == "pallas.audit"]
+    assert sorted((r.agent, r.server, r.tool, r.outcome) for r in audit) == [  # type: ignore[attr-defined]
+        ("harper", "", "nope__x", "DENY"),
+        ("harper", "argos", "bad", "ERROR"),
+        ("harper", "argos", "broken", "ERROR"),
+        ("harper", "argos", "drop", "DENY"),
+        ("harper", "argos", "search", "ALLOW"),
+        ("harper", "argos", "slow", "TIMEOUT"),
+    ]
+    assert all(isinstance(r.latency_ms, float) and r.latency_ms >= 0 for r in audit)  # type: ignore[attr-defined]
+    for record in audit:
+        line = record.getMessage() + repr(vars(record))
+        assert "secret" not in line, line
+    denied = next(r for r in audit if r.tool == "drop")  # type: ignore[attr-defined]
+    assert denied.getMessage() == "tool call argos/drop: DENY in 0 ms (not allowed by spec.tools)"

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pallas_runtime.commands.run import with_log_level
 from pallas_runtime.llm.provider import missing_key_message
 from pallas_runtime.manifests import ManifestError, load_manifests, plan_local
 
@@ -154,3 +155,13 @@ def test_messages_about_a_missing_secret_name_the_variable_the_user_exports(tmp_
         "openai provider 'p': no API key: environment variable P_KEY (secretKeyRef llm/P_KEY) is not set"
     )
     assert config.servers[0].headers[0].value_origin() == "environment variable T_KEY (secretKeyRef t/T_KEY)"
+
+
+def test_pallas_run_logs_at_the_most_verbose_log_level_of_its_agents_unless_told(tmp_path: Path) -> None:
+    deployment = {**DEPLOYMENT, "spec": {**DEPLOYMENT["spec"], "logLevel": "warning"}}
+    path = write(tmp_path, deployment, agent("quiet"), agent("chatty", logLevel="debug"))
+    plan = plan_local(load_manifests([path]), 25000, environ={})
+    assert with_log_level(plan, {})["PALLAS_LOG_LEVEL"] == "DEBUG"
+    assert with_log_level(plan, {"PALLAS_LOG_LEVEL": "error"})["PALLAS_LOG_LEVEL"] == "error"
+    only_quiet = plan_local(load_manifests([path]), 25000, "quiet", environ={})
+    assert with_log_level(only_quiet, {})["PALLAS_LOG_LEVEL"] == "WARNING"

@@ -201,7 +201,10 @@ def test_operator_flags_follow_the_values(render: Render) -> None:
         "--verbose",
         "--service-host-map=/etc/hosts-map",
     ]
-    assert c["env"] == [{"name": "PALLAS_LOG_LEVEL", "value": "debug"}]
+    assert c["env"] == [
+        {"name": "PALLAS_LOG_FORMAT", "value": "json"},  # a tty attached to the pod changes nothing
+        {"name": "PALLAS_LOG_LEVEL", "value": "debug"},
+    ]
     assert c["ports"][0]["containerPort"] == 9090
 
 

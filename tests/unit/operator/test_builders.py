@@ -54,9 +54,11 @@ def _agent_spec(*mods: Any) -> PallasAgentSpec:
     return PallasAgentSpec.model_validate(manifest["spec"])
 
 
-def _workload(agent_spec: PallasAgentSpec | None = None, secrets: Any = None) -> AgentWorkload:
+def _workload(
+    agent_spec: PallasAgentSpec | None = None, secrets: Any = None, dep: PallasDeploymentSpec | None = None
+) -> AgentWorkload:
     agent_spec = agent_spec or _agent_spec()
-    dep = _deployment_spec()
+    dep = dep or _deployment_spec()
     rendered = render_agent("research", agent_spec, dep, {})
     digest = config_hash(render_config(rendered.config), rendered.secrets, secrets or SECRETS)
     return AgentWorkload(AGENT_OWNER, "ouranos", agent_spec, dep, rendered.secrets, digest, "pallas:test")
@@ -125,7 +127,45 @@ def test_secrets_reach_the_pod_only_as_secret_key_refs() -> None:
         "name": "PALLAS_PROVIDER_VLLM_API_KEY",
         "valueFrom": {"secretKeyRef": {"name": "llm", "key": "VLLM_KEY"}},
     }
-    assert all("value" not in e for e in container["env"] if e["name"].startswith("PALLAS_"))
+    prefixes = ("PALLAS_PROVIDER_", "PALLAS_SERVER_")
+    bound = {e["name"] for e in container["env"] if e["name"].startswith(prefixes)}
+    assert bound == {"PALLAS_PROVIDER_VLLM_API_KEY", "PALLAS_SERVER_MNEMOSYNE_HEADER_0"}
+    assert all("value" not in e for e in container["env"] if e["name"] in bound)
+
+
+def _env(manifest: dict[str, Any]) -> dict[str, str]:
+    container = manifest["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e.get("value", "") for e in container["env"]}
+
+
+def _registry_env(dep: PallasDeploymentSpec) -> dict[str, str]:
+    children = registry_children(DEPLOYMENT_OWNER, dep, "pallas:test")
+    [registry] = [o for o in children if o["kind"] == "Deployment"]
+    return _env(registry)
+
+
+def test_pods_log_json_at_the_spec_log_level_naming_their_deployment() -> None:
+    default = _env(agent_deployment(_workload()))
+    assert {k: default[k] for k in ("PALLAS_LOG_FORMAT", "PALLAS_LOG_LEVEL")} == {
+        "PALLAS_LOG_FORMAT": "json",  # even when a tty is attached to the pod
+        "PALLAS_LOG_LEVEL": "INFO",
+    }
+    assert (default["PALLAS_NAMESPACE"], default["PALLAS_DEPLOYMENT"]) == ("agents", "ouranos")
+    dep = _deployment_spec(at("spec.logLevel", "warning"))
+    assert _env(agent_deployment(_workload(dep=dep)))["PALLAS_LOG_LEVEL"] == "WARNING"
+    assert _registry_env(dep)["PALLAS_LOG_LEVEL"] == "WARNING"
+    assert _registry_env(dep)["PALLAS_LOG_FORMAT"] == "json"
+    own = _agent_spec(at("spec.logLevel", "debug"))
+    assert _env(agent_deployment(_workload(own, dep=dep)))["PALLAS_LOG_LEVEL"] == "DEBUG"
+    # A user's own env entry is the last word (runtime.env, then pod.env).
+    own_env = [{"name": "PALLAS_LOG_LEVEL", "value": "ERROR"}]
+    mine = _agent_spec(at("spec.logLevel", "debug"), at("spec.pod.env", own_env))
+    assert _env(agent_deployment(_workload(mine)))["PALLAS_LOG_LEVEL"] == "ERROR"
+
+
+def test_a_log_level_outside_the_enum_is_refused() -> None:
+    with pytest.raises(ValueError, match="logLevel"):
+        _agent_spec(at("spec.logLevel", "loud"))
 
 
 def test_user_env_cannot_shadow_a_secret_binding() -> None:

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import itertools
+import json
+import logging
 import os
 from collections.abc import Hashable, Mapping
 from pathlib import Path
@@ -14,8 +17,10 @@ from pathlib import Path
 import httpx2
 import pytest
 
+from pallas_api.logs import setup_logging
 from pallas_operator.cli import OperatorCommand
 from pallas_operator.endpoints import ProbeEndpoints
+from pallas_operator.engine.context import key_fields
 from pallas_operator.engine.prober import Prober, ProbeTarget
 from pallas_operator.engine.queue import WorkQueue
 from pallas_operator.k8s.apply import fingerprint
@@ -91,6 +96,36 @@ async def test_queue_retries_failures_with_backoff() -> None:
     await queue.stop()
     assert len(attempts) == 3
     assert [round(b - a, 3) for a, b in itertools.pairwise(attempts)] == [1.0, 2.0]
+
+
+async def test_every_line_of_a_reconcile_names_what_it_reconciles() -> None:
+    stream = io.StringIO()
+    root = logging.getLogger()
+    saved = list(root.handlers)
+    setup_logging({"PALLAS_LOG_FORMAT": "json"}, stream=stream)
+    try:
+
+        async def reconcile(key: Hashable) -> float | None:
+            logging.getLogger("pallas_operator.test").info("reconciling")
+            raise RuntimeError("API server unavailable")
+
+        queue = WorkQueue(reconcile, workers=1, fields=key_fields)
+        queue.start()
+        queue.add(("agent", "team-a", "research"))
+        await queue.drained()
+        await queue.stop()
+    finally:
+        root.handlers[:] = saved
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [(e["message"].split("\n")[0], e["agent"], e["namespace"]) for e in lines] == [
+        ("reconciling", "research", "team-a"),
+        (
+            "reconcile of ('agent', 'team-a', 'research') failed (attempt 1); retrying in 1.0s",
+            "research",
+            "team-a",
+        ),
+    ]
+    assert key_fields(("deployment", "ns", "ouranos")) == {"deployment": "ouranos", "namespace": "ns"}
 
 
 @pytest.mark.looptime
