@@ -61,7 +61,6 @@ QUIET_LOGGERS = (
     "docket",
     "kopf.objects",
     "aiohttp.access",
-    "aiosqlite",
     "sqlalchemy",
     "alembic",
     "asyncpg",
