@@ -86,6 +86,23 @@ class ModelSpec(_Spec):
     """Capabilities of the model, published in the registry and enforced on input (vision)."""
 
 
+class ProviderCapabilities(_Spec):
+    """What a provider offers, as clients discovering it read it (the registry's provider entries).
+
+    Unset values are the wire protocol's: streaming and tools for both, JSON mode for `openai`
+    (Chat Completions `response_format`) and not for `anthropic`, vision as the agent's model.
+    """
+
+    streaming: bool | None = None
+    """Streams completions."""
+    tools: bool | None = None
+    """Calls tools (function calling)."""
+    vision: bool | None = None
+    """Accepts images; default: the `vision` capability of the agent's model."""
+    json_mode: bool | None = None
+    """Constrains output to JSON."""
+
+
 class ProviderSpec(_Spec):
     """An LLM endpoint."""
 
@@ -100,6 +117,13 @@ class ProviderSpec(_Spec):
     """Timeout of one model request."""
     max_retries: Annotated[int, Field(ge=0, le=10)] = 3
     """Retries with backoff on 429, 5xx and connection errors."""
+    display_name: Annotated[str, Field(max_length=100)] = ""
+    """Name clients show, e.g. `OpenAI`; default: the vendor's name when `baseURL` is unset (its
+    public API), else the provider's key."""
+    description: Annotated[str, Field(max_length=300)] = ""
+    """What this endpoint is, for clients choosing between providers."""
+    capabilities: ProviderCapabilities = ProviderCapabilities()
+    """What the provider offers, published in the registry."""
 
 
 class HeaderSpec(_Spec):

@@ -131,15 +131,27 @@ def _official(state: AgentState) -> dict[str, Any]:
     return official
 
 
+def _provider(state: AgentState, provider: str, model: str) -> dict[str, Any]:
+    """The agent's provider as seed 004 describes one: id, kind, models, capabilities, names."""
+    view = state.provider
+    entry: dict[str, Any] = {"id": provider, "kind": "llm", "models": [model] if model else []}
+    if view.type:
+        entry["type"] = view.type
+    entry["displayName"] = view.display_name or provider
+    if view.description:
+        entry["description"] = view.description
+    entry["capabilities"] = {
+        "streaming": view.streaming,
+        "tools": view.tools,
+        "vision": state.model_capabilities.vision if view.vision is None else view.vision,
+        "jsonMode": view.json_mode,
+    }
+    return entry
+
+
 def _vendor(state: AgentState, provider: str, model: str) -> dict[str, Any]:
     caps = state.model_capabilities
-    providers = []
-    if provider:
-        entry: dict[str, Any] = {"id": provider, "kind": "llm", "models": [model] if model else []}
-        if state.provider_type:
-            entry["type"] = state.provider_type
-        entry["capabilities"] = {"vision": caps.vision, "tools": True}
-        providers.append(entry)
+    providers = [_provider(state, provider, model)] if provider else []
     return {
         "id": state.name,
         "namespace": state.namespace,

@@ -18,9 +18,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from pallas_api.config import ModelCapabilities
-from pallas_api.spec import AuthSpec, Icon
+from pallas_api.spec import AuthSpec, Icon, ProviderSpec
 from pallas_api.status import HEALTH_STATUSES, PHASES
-from pallas_runtime.registry.state import AgentState, AuthView, HealthView
+from pallas_runtime.registry.state import AgentState, AuthView, HealthView, ProviderView
 
 _TAG = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -39,7 +39,7 @@ class DeploymentSettings:
     public_url_template: str = ""
     model_default: str = ""
     capabilities: ModelCapabilities = field(default_factory=ModelCapabilities)
-    provider_types: Mapping[str, str] = field(default_factory=dict)
+    providers: Mapping[str, ProviderView] = field(default_factory=dict)
     auth: AuthView = field(default_factory=AuthView)
 
 
@@ -67,6 +67,15 @@ def _time(value: Any) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
+def _provider(name: str, raw: Any) -> ProviderView:
+    """The view of one provider; only its type when the rest does not validate."""
+    try:
+        return ProviderView.of(name, ProviderSpec.model_validate(raw))
+    except ValidationError:  # a spec the CRD let through but this version cannot read
+        kind = _text(_map(raw).get("type"))
+        return ProviderView(type=kind, json_mode=kind == "openai") if kind else ProviderView()
+
+
 def deployment_settings(obj: Mapping[str, Any]) -> DeploymentSettings:
     """The catalogue-relevant settings of a PallasDeployment object."""
     spec = _map(obj.get("spec"))
@@ -76,7 +85,7 @@ def deployment_settings(obj: Mapping[str, Any]) -> DeploymentSettings:
         capabilities = ModelCapabilities.model_validate(_map(model.get("capabilities")))
     except ValidationError:
         capabilities = ModelCapabilities()
-    providers = {name: _text(_map(p).get("type")) for name, p in _map(spec.get("providers")).items()}
+    providers = {name: _provider(name, p) for name, p in _map(spec.get("providers")).items()}
     try:
         auth = AuthView.of(AuthSpec.model_validate(_map(spec.get("auth"))))
     except ValidationError:  # a spec the CRD let through but this version cannot read
@@ -88,7 +97,7 @@ def deployment_settings(obj: Mapping[str, Any]) -> DeploymentSettings:
         public_url_template=_text(registry.get("publicURLTemplate")),
         model_default=_text(model.get("default")),
         capabilities=capabilities,
-        provider_types={name: kind for name, kind in providers.items() if kind},
+        providers={name: view for name, view in providers.items() if view.type},
         auth=auth,
     )
 
@@ -161,7 +170,7 @@ def agent_state(obj: Mapping[str, Any], deployment: DeploymentSettings | None) -
         tags=tuple(t for t in _list(spec.get("capabilities")) if isinstance(t, str) and _TAG.match(t)),
         model_ref=model_ref,
         model_capabilities=settings.capabilities,
-        provider_type=settings.provider_types.get(model_ref.partition(".")[0]),
+        provider=settings.providers.get(model_ref.partition(".")[0], ProviderView()),
         version=settings.version,
         name_prefix=settings.name_prefix,
         public_url_template=settings.public_url_template,

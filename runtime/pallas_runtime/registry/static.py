@@ -21,7 +21,7 @@ from pallas_api.probe import ProbeOutcome, probe
 from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
 from pallas_runtime.registry.catalogue import CatalogueStore
 from pallas_runtime.registry.source import CatalogueSource
-from pallas_runtime.registry.state import AgentState, AuthView, HealthView, utcnow
+from pallas_runtime.registry.state import AgentState, AuthView, HealthView, ProviderView, utcnow
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +77,8 @@ def base_state(agent: LocalAgent) -> AgentState:
     """The spec-derived part of a local agent's state (Pending, not probed yet)."""
     spec, deployment = agent.spec, agent.deployment
     model_ref = spec.model or deployment.model.default
-    provider = deployment.providers.get(model_ref.partition(".")[0])
+    provider_name = model_ref.partition(".")[0]
+    provider = deployment.providers.get(provider_name)
     return AgentState(
         name=agent.name,
         namespace=agent.namespace,
@@ -89,7 +90,7 @@ def base_state(agent: LocalAgent) -> AgentState:
         model_ref=model_ref,
         model_capabilities=deployment.model.capabilities,
         auth=AuthView.of(deployment.auth),
-        provider_type=provider.type if provider else None,
+        provider=ProviderView.of(provider_name, provider) if provider else ProviderView(),
         version=deployment.version,
         name_prefix=deployment.registry.name_prefix,
         url=agent.url,

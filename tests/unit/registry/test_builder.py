@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from pallas_api.config import ModelCapabilities
-from pallas_api.spec import Icon
+from pallas_api.spec import Icon, ProviderSpec
 from pallas_runtime.registry.builder import VENDOR_META, InvalidAgent, build_response, one_line
 from pallas_runtime.registry.schema import OFFICIAL_META, SCHEMA_URL
-from pallas_runtime.registry.state import AuthView, HealthView
+from pallas_runtime.registry.state import AuthView, HealthView, ProviderView
 from tests.support.registry import assert_valid_entry, state
 
 
@@ -70,7 +70,8 @@ def test_vendor_meta_carries_live_state_and_discovery_info() -> None:
                 "kind": "llm",
                 "models": ["qwen3-8b"],
                 "type": "openai",
-                "capabilities": {"vision": False, "tools": True},
+                "displayName": "vllm",
+                "capabilities": {"streaming": True, "tools": True, "vision": False, "jsonMode": True},
             }
         ],
         "auth": {"mode": "none"},
@@ -94,14 +95,40 @@ def test_vendor_meta_says_what_a_client_must_present() -> None:
 
 
 def test_model_falls_back_to_the_configured_one() -> None:
-    built = entry(model=None, model_ref="anthropic.claude-sonnet-4-5", provider_type=None)
+    built = entry(model=None, model_ref="anthropic.claude-sonnet-4-5", provider=ProviderView())
     assert built["server"]["capabilities"]["model"] == "claude-sonnet-4-5"
+    # The deployment could not be read: no type, the key as the name, conservative capabilities.
     assert built["_meta"][VENDOR_META]["providers"][0] == {
         "id": "anthropic",
         "kind": "llm",
         "models": ["claude-sonnet-4-5"],
-        "capabilities": {"vision": False, "tools": True},
+        "displayName": "anthropic",
+        "capabilities": {"streaming": True, "tools": True, "vision": False, "jsonMode": False},
     }
+
+
+def test_provider_entry_as_seed_004_describes_it() -> None:
+    spec = ProviderSpec.model_validate(
+        {
+            "type": "anthropic",
+            "description": "Claude models",
+            "capabilities": {"vision": True},
+            "apiKey": {"secretKeyRef": {"name": "llm", "key": "ANTHROPIC_API_KEY"}},
+        }
+    )
+    built = entry(model_ref="anthropic.claude-sonnet-4-5", provider=ProviderView.of("anthropic", spec))
+    assert built["_meta"][VENDOR_META]["providers"] == [
+        {
+            "id": "anthropic",
+            "kind": "llm",
+            "models": ["qwen3-8b"],
+            "type": "anthropic",
+            "displayName": "Anthropic",
+            "description": "Claude models",
+            # Declared vision wins over the model's; JSON mode is not the Messages API's.
+            "capabilities": {"streaming": True, "tools": True, "vision": True, "jsonMode": False},
+        }
+    ]
 
 
 def test_no_model_known_means_no_capabilities() -> None:

@@ -16,17 +16,18 @@ from pallas_runtime.registry.objects import (
     agent_state,
     deployment_settings,
 )
-from pallas_runtime.registry.state import HealthView
+from pallas_runtime.registry.state import HealthView, ProviderView
 from tests.support.operator import agent, at, deployment, spec, without
 from tests.support.registry import assert_valid_entry, ready_status
 
+OPENAI_VLLM = ProviderView(type="openai", display_name="vllm", json_mode=True)
 SETTINGS = DeploymentSettings(
     name="ouranos",
     version="2.1.0",
     name_prefix="ca.helu.ouranos",
     model_default="vllm.qwen3-8b",
     capabilities=ModelCapabilities(vision=True, context_window=200000, max_output_tokens=32000),
-    provider_types={"vllm": "openai"},
+    providers={"vllm": OPENAI_VLLM},
 )
 
 
@@ -57,7 +58,7 @@ def test_deployment_settings() -> None:
         public_url_template="https://x/{agent}",
         model_default="vllm.qwen3-8b",
         capabilities=ModelCapabilities(vision=True, context_window=1000, max_output_tokens=10),
-        provider_types={"vllm": "openai"},
+        providers={"vllm": OPENAI_VLLM},
     )
 
 
@@ -67,7 +68,37 @@ def test_deployment_defaults_and_bad_capabilities() -> None:
     assert settings.version == "1.0.0"
     assert settings.name_prefix is None
     assert settings.capabilities == ModelCapabilities()
-    assert settings.provider_types == {}
+    assert settings.providers == {}
+
+
+def test_provider_display_fields_and_capabilities() -> None:
+    providers = {
+        "vllm": {"type": "openai", "baseURL": "http://vllm:8000/v1"},
+        "anthropic": {"type": "anthropic"},
+        "gpt": {
+            "type": "openai",
+            "displayName": "GPT via the gateway",
+            "description": "Company gateway",
+            "capabilities": {"streaming": False, "vision": True, "jsonMode": False},
+        },
+        "odd": {"type": "openai", "capabilities": {"streaming": "sometimes"}},
+    }
+    settings = deployment_settings(deployment("d", at("spec.providers", providers)))
+    assert settings.providers == {
+        # A self-hosted endpoint is named by its key; a vendor's public API by the vendor.
+        "vllm": ProviderView(type="openai", display_name="vllm", json_mode=True),
+        "anthropic": ProviderView(type="anthropic", display_name="Anthropic", json_mode=False),
+        "gpt": ProviderView(
+            type="openai",
+            display_name="GPT via the gateway",
+            description="Company gateway",
+            streaming=False,
+            vision=True,
+            json_mode=False,
+        ),
+        # A provider this version cannot read keeps its type and the protocol's defaults.
+        "odd": ProviderView(type="openai", json_mode=True),
+    }
 
 
 def test_a_ready_agent() -> None:
@@ -85,7 +116,7 @@ def test_a_ready_agent() -> None:
     assert (state.title, state.description) == ("Research Agent", "Researches questions")
     assert state.tags == ("web-search",)
     assert [icon.src for icon in state.icons] == ["https://x/i.svg"]
-    assert (state.model_ref, state.model, state.provider_type) == ("vllm.qwen3-8b", "qwen3-8b", "openai")
+    assert (state.model_ref, state.model, state.provider.type) == ("vllm.qwen3-8b", "qwen3-8b", "openai")
     assert (state.version, state.name_prefix, state.service_port) == ("2.1.0", "ca.helu.ouranos", 9000)
     assert state.model_capabilities.vision
     assert (state.phase, state.ready) == ("Ready", True)
@@ -104,7 +135,7 @@ def test_a_ready_agent() -> None:
 def test_agent_model_override() -> None:
     state = agent_state(ready_agent(spec(model="anthropic.claude-sonnet-4-5")), SETTINGS)
     assert state.model_ref == "anthropic.claude-sonnet-4-5"
-    assert state.provider_type is None
+    assert state.provider == ProviderView()
 
 
 def test_unknown_deployment_gives_defaults() -> None:

@@ -37,7 +37,7 @@ def test_base_state_from_the_manifests() -> None:
     )
     assert state.key == ("agents", "research")
     assert (state.title, state.tags, state.version) == ("Research", ("web-search",), "3.0.0")
-    assert (state.model_ref, state.provider_type) == ("anthropic.claude-sonnet-4-5", "anthropic")
+    assert (state.model_ref, state.provider.type) == ("anthropic.claude-sonnet-4-5", "anthropic")
     assert state.model_capabilities.vision
     assert (state.phase, state.ready) == ("Pending", False)
     # Local agents are published at their loopback URL, never the cluster's public template.
