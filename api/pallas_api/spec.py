@@ -33,6 +33,9 @@ MODEL_REF = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\.[A-Za-z0-9][A-Za-z0-9._:/@+-]*$"
 REVERSE_DNS = r"^[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?)+$"
 SERVER_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
 DURATION = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
+OPTIONAL_HTTP_URL = r"^(https?://[^\s]+)?$"
+ICON_SRC = r"^((https?|data):|[^:/?#\s]*([/?#]|$))"
+"""An http(s) or data: URI, or a relative reference (no scheme: its first segment has no colon)."""
 
 
 def _each_once(items: list[Any]) -> list[Any]:
@@ -171,6 +174,9 @@ class RegistrySpec(_Spec):
     """Reverse-DNS part of each server.name; default derived from the namespace."""
     public_url_template: Annotated[str, Field(alias="publicURLTemplate", max_length=2048)] = ""
     """Public agent URL, e.g. `https://agents.example.com/{agent}/mcp`; default: cluster DNS."""
+    public_url: Annotated[str, Field(alias="publicURL", pattern=OPTIONAL_HTTP_URL, max_length=2048)] = ""
+    """The registry's URL as clients reach it, e.g. `https://agents.example.com/pallas/`; relative
+    icon `src` values resolve against it. Default: its cluster URL."""
 
 
 class ResourceRequirements(_Spec):
@@ -417,8 +423,9 @@ class PallasDeploymentSpec(_Spec):
 class Icon(_Spec):
     """An icon shown by clients (MCP registry `icons`)."""
 
-    src: Annotated[str, Field(pattern=r"^(https?|data):", max_length=2048)]
-    """Icon URL (https or data: URI)."""
+    src: Annotated[str, Field(pattern=ICON_SRC, min_length=1, max_length=2048)]
+    """Icon URL: https, a data: URI, or relative (`/icons/research.svg`, resolved against the
+    registry's public URL)."""
     mime_type: Annotated[str | None, Field(pattern=r"^image/[A-Za-z0-9.+-]+$")] = None
     """MIME type, e.g. image/svg+xml."""
     sizes: Annotated[list[Annotated[str, Field(pattern=r"^(any|[0-9]+x[0-9]+)$")]], Field(max_length=16)] = (

@@ -193,6 +193,7 @@ async def _serve_registry(
             for agent in plan.agents
         ],
         headers=headers,
+        registry_url=f"http://{LOOPBACK}:{plan.registry_port}/",
     )
     await serve(build_app(source), sock, started=started, graceful_timeout=2)
 

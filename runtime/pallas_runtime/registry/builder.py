@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urljoin, urlsplit
 
 from pallas_api.spec import Icon
 from pallas_runtime.registry.naming import remote_url, server_name
@@ -65,12 +66,25 @@ def display_title(state: AgentState) -> str:
     return one_line(state.title, MAX_TEXT) or one_line(state.name.replace("-", " ").title(), MAX_TEXT)
 
 
-def _icon(icon: Icon) -> dict[str, Any] | None:
+def icon_url(src: str, registry_url: str) -> str:
+    """`src` made absolute: a relative reference resolves against the registry's public URL.
+
+    The schema wants an absolute URI (seed 001 allows relative ones, which clients resolve against
+    the registry they asked). The registry URL is taken as a directory, so a path prefix it has
+    (`https://agents.example.com/pallas`) is kept for `icons/a.svg`; `/icons/a.svg` is from the host.
+    """
+    if urlsplit(src).scheme or not registry_url:
+        return src
+    return urljoin(registry_url if registry_url.endswith("/") else registry_url + "/", src)
+
+
+def _icon(icon: Icon, registry_url: str) -> dict[str, Any] | None:
     # The spec accepts more than the registry does (longer URLs, any image/* type); keep what
     # clients can use and drop only the parts the schema would refuse.
-    if len(icon.src) > MAX_ICON_SRC or not is_uri(icon.src):
+    src = icon_url(icon.src, registry_url)
+    if len(src) > MAX_ICON_SRC or not is_uri(src):
         return None
-    out: dict[str, Any] = {"src": icon.src}
+    out: dict[str, Any] = {"src": src}
     if icon.mime_type in ICON_TYPES:
         out["mimeType"] = icon.mime_type
     if icon.sizes:
@@ -212,7 +226,7 @@ def build_response(state: AgentState) -> dict[str, Any]:
         "description": one_line(state.description, MAX_TEXT) or one_line(f"{title} (Pallas agent)", MAX_TEXT),
         "version": state.version,
     }
-    icons = [icon for icon in map(_icon, state.icons) if icon is not None]
+    icons = [icon for icon in (_icon(i, state.registry_url) for i in state.icons) if icon is not None]
     if icons:
         server["icons"] = icons
     server["remotes"] = [{"type": "streamable-http", "url": url}]

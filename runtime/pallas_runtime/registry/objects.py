@@ -17,8 +17,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from pallas_api import names
 from pallas_api.config import ModelCapabilities
-from pallas_api.spec import AuthSpec, Icon, ProviderSpec
+from pallas_api.spec import AuthSpec, Icon, ProviderSpec, RegistrySpec
 from pallas_api.status import HEALTH_STATUSES, PHASES
 from pallas_runtime.registry.state import AgentState, AuthView, HealthView, ProviderView
 
@@ -37,6 +38,8 @@ class DeploymentSettings:
     version: str = "1.0.0"
     name_prefix: str | None = None
     public_url_template: str = ""
+    registry_url: str = ""
+    """The registry's public URL: `registry.publicURL`, else its cluster URL."""
     model_default: str = ""
     capabilities: ModelCapabilities = field(default_factory=ModelCapabilities)
     providers: Mapping[str, ProviderView] = field(default_factory=dict)
@@ -90,11 +93,18 @@ def deployment_settings(obj: Mapping[str, Any]) -> DeploymentSettings:
         auth = AuthView.of(AuthSpec.model_validate(_map(spec.get("auth"))))
     except ValidationError:  # a spec the CRD let through but this version cannot read
         auth = AuthView()
+    meta = _map(obj.get("metadata"))
+    name = _text(meta.get("name"))
+    port = registry.get("port", RegistrySpec().port)
+    registry_url = _text(registry.get("publicURL"))
+    if not registry_url and name and isinstance(port, int):
+        registry_url = names.registry_base_url(name, _text(meta.get("namespace"), "default"), port)
     return DeploymentSettings(
-        name=_text(_map(obj.get("metadata")).get("name")),
+        name=name,
         version=_text(spec.get("version")) or "1.0.0",
         name_prefix=_text(registry.get("namePrefix")) or None,
         public_url_template=_text(registry.get("publicURLTemplate")),
+        registry_url=registry_url,
         model_default=_text(model.get("default")),
         capabilities=capabilities,
         providers={name: view for name, view in providers.items() if view.type},
@@ -174,6 +184,7 @@ def agent_state(obj: Mapping[str, Any], deployment: DeploymentSettings | None) -
         version=settings.version,
         name_prefix=settings.name_prefix,
         public_url_template=settings.public_url_template,
+        registry_url=settings.registry_url,
         auth=settings.auth,
         service_port=port if isinstance(port, int) and 0 < port < 65536 else 8000,
         phase=phase,

@@ -108,6 +108,8 @@ class AgentState:
         version: The deployment's `spec.version`.
         name_prefix: The deployment's `registry.namePrefix`; None derives one from the namespace.
         public_url_template: The deployment's `registry.publicURLTemplate` ("" = use `url`).
+        registry_url: The registry's public URL (its `registry.publicURL`, else its cluster URL),
+            which relative icon `src` values resolve against; "" leaves them out.
         service_port: The agent Service port, for the cluster DNS URL when status has none yet.
         auth: What a client must present to talk to the agent.
         phase: `status.phase`.
@@ -136,6 +138,7 @@ class AgentState:
     version: str = "1.0.0"
     name_prefix: str | None = None
     public_url_template: str = ""
+    registry_url: str = ""
     service_port: int = 8000
     auth: AuthView = field(default_factory=AuthView)
     phase: str = "Pending"

@@ -73,8 +73,11 @@ async def probe_agent(url: str, budget: float, headers: Mapping[str, str] | None
     return observation(outcome, now)
 
 
-def base_state(agent: LocalAgent) -> AgentState:
-    """The spec-derived part of a local agent's state (Pending, not probed yet)."""
+def base_state(agent: LocalAgent, registry_url: str = "") -> AgentState:
+    """The spec-derived part of a local agent's state (Pending, not probed yet).
+
+    `registry_url` is where this registry listens: relative icons resolve against it.
+    """
     spec, deployment = agent.spec, agent.deployment
     model_ref = spec.model or deployment.model.default
     provider_name = model_ref.partition(".")[0]
@@ -93,6 +96,7 @@ def base_state(agent: LocalAgent) -> AgentState:
         provider=ProviderView.of(provider_name, provider) if provider else ProviderView(),
         version=deployment.version,
         name_prefix=deployment.registry.name_prefix,
+        registry_url=registry_url,
         url=agent.url,
         service_port=spec.service.port,
     )
@@ -141,6 +145,7 @@ class StaticSource(CatalogueSource):
         probe_timeout: float = 5.0,
         store: CatalogueStore | None = None,
         headers: Mapping[str, str] | None = None,
+        registry_url: str = "",
     ) -> None:
         """Publish `agents` as Pending; `run()` starts polling them.
 
@@ -151,11 +156,16 @@ class StaticSource(CatalogueSource):
             probe_timeout: Budget of one agent's probe (tools/list + get_health), in seconds.
             store: The store to fill; default: a new one.
             headers: Sent with every probe (the bearer `pallas run` was given); never logged.
+            registry_url: This registry's own URL, which relative icon `src` values resolve
+                against (`registry.publicURL` is for clusters, as `publicURLTemplate`).
         """
         super().__init__(store)
         now = utcnow()
         self.agents = list(agents)
-        self._states = {a.name: replace(base_state(a), published_at=now, updated_at=now) for a in self.agents}
+        self._states = {
+            a.name: replace(base_state(a, registry_url), published_at=now, updated_at=now)
+            for a in self.agents
+        }
         self._poll_interval = poll_interval
         self._startup_interval = startup_interval
         self._probe_timeout = probe_timeout

@@ -219,6 +219,36 @@ def test_many_icons_keep_only_what_the_schema_accepts() -> None:
     assert gif == {"src": "https://example.com/a.gif", "theme": "dark"}
 
 
+@pytest.mark.parametrize(
+    ("registry_url", "src", "published"),
+    [
+        ("https://agents.example.com/", "/icons/r.svg", "https://agents.example.com/icons/r.svg"),
+        # The registry URL is a directory: its path prefix is kept for a relative path.
+        ("https://agents.example.com/pallas", "icons/r.svg", "https://agents.example.com/pallas/icons/r.svg"),
+        ("https://agents.example.com/pallas/", "/icons/r.svg", "https://agents.example.com/icons/r.svg"),
+        ("https://agents.example.com/a/", "../b/r.svg", "https://agents.example.com/b/r.svg"),
+        (
+            "http://reg.agents.svc.cluster.local:8080/",
+            "r.svg",
+            "http://reg.agents.svc.cluster.local:8080/r.svg",
+        ),
+        ("https://agents.example.com/", "//cdn.example.com/r.svg", "https://cdn.example.com/r.svg"),
+        # Absolute ones are published as they are.
+        ("https://agents.example.com/", "https://cdn.example.com/r.svg", "https://cdn.example.com/r.svg"),
+    ],
+)
+def test_relative_icons_resolve_against_the_registry_url(registry_url: str, src: str, published: str) -> None:
+    icon = Icon(src=src, sizes=["48x48", "any"])
+    built = entry(icons=(icon,), registry_url=registry_url)
+    assert built["server"]["icons"] == [{"src": published, "sizes": ["48x48", "any"]}]
+
+
+def test_relative_icons_without_a_registry_url_or_too_long_are_left_out() -> None:
+    assert "icons" not in entry(icons=(Icon(src="/icons/r.svg"),), registry_url="")["server"]
+    long = Icon(src="/" + "x" * 240 + ".svg")  # under 255 as given, over it once resolved
+    assert "icons" not in entry(icons=(long,), registry_url="https://agents.example.com/")["server"]
+
+
 def test_no_usable_icon_means_no_icons_key() -> None:
     assert "icons" not in entry(icons=(Icon(src="https://example.com/" + "x" * 300),))["server"]
 

@@ -56,6 +56,7 @@ def test_deployment_settings() -> None:
         version="2.1.0",
         name_prefix="ca.helu.ouranos",
         public_url_template="https://x/{agent}",
+        registry_url="http://ouranos-registry.default.svc.cluster.local:8080/",
         model_default="vllm.qwen3-8b",
         capabilities=ModelCapabilities(vision=True, context_window=1000, max_output_tokens=10),
         providers={"vllm": OPENAI_VLLM},
@@ -69,6 +70,13 @@ def test_deployment_defaults_and_bad_capabilities() -> None:
     assert settings.name_prefix is None
     assert settings.capabilities == ModelCapabilities()
     assert settings.providers == {}
+
+
+def test_registry_url_is_the_public_one_else_the_cluster_one() -> None:
+    public = deployment("d", at("spec.registry", {"publicURL": "https://agents.example.com/pallas"}))
+    assert deployment_settings(public).registry_url == "https://agents.example.com/pallas"
+    cluster = deployment("d", at("metadata.namespace", "agents"), at("spec.registry", {"port": 9000}))
+    assert deployment_settings(cluster).registry_url == "http://d-registry.agents.svc.cluster.local:9000/"
 
 
 def test_provider_display_fields_and_capabilities() -> None:

@@ -46,6 +46,12 @@ def test_base_state_from_the_manifests() -> None:
     assert build_response(state)["server"]["name"] == "ca.helu.ouranos/research"
 
 
+def test_relative_icons_resolve_against_the_local_registry() -> None:
+    agent = local(icons=[{"src": "/icons/r.svg", "sizes": ["any"]}])
+    icons = build_response(base_state(agent, "http://127.0.0.1:24200/"))["server"]["icons"]
+    assert icons == [{"src": "http://127.0.0.1:24200/icons/r.svg", "sizes": ["any"]}]
+
+
 def seen(status: str, message: str = "", tools: tuple[str, ...] = ("get_health",)) -> Observation:
     return Observation(True, HealthView(status, message, NOW), tools)  # type: ignore[arg-type]
 
