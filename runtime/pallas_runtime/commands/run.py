@@ -139,7 +139,8 @@ async def serve_plan(plan: LocalPlan, probe_headers: Mapping[str, str] | None = 
                 return EXIT_FAILURE
             sockets.append(sock)
             started = asyncio.Event()
-            tasks.append(asyncio.create_task(_serve_registry(plan, sock, started, probe_headers or {})))
+            serving = _serve_registry(plan, sock, started, probe_headers or {}, metrics)
+            tasks.append(asyncio.create_task(serving))
             if not await _started(tasks[-1], started, "registry", plan.registry_port):
                 return EXIT_FAILURE
             print(
@@ -174,10 +175,14 @@ def _listen(what: str, port: int) -> socket.socket | None:
 
 
 async def _serve_registry(
-    plan: LocalPlan, sock: socket.socket, started: asyncio.Event, headers: Mapping[str, str]
+    plan: LocalPlan,
+    sock: socket.socket,
+    started: asyncio.Event,
+    headers: Mapping[str, str],
+    metrics: RuntimeMetrics,
 ) -> None:
     # Imported here: the registry pulls in its own dependencies, which `--agent` runs never need.
-    from pallas_runtime.registry import build_app
+    from pallas_runtime.registry import RegistryMetrics, build_app
     from pallas_runtime.registry.static import LocalAgent, StaticSource
 
     source = StaticSource(
@@ -195,7 +200,10 @@ async def _serve_registry(
         headers=headers,
         registry_url=f"http://{LOOPBACK}:{plan.registry_port}/",
     )
-    await serve(build_app(source), sock, started=started, graceful_timeout=2)
+    # One scrape target for the local deployment, as the original: the registry's families join
+    # the agents' registry, so its /metrics (and every agent's) carries everything.
+    app = build_app(source, metrics=RegistryMetrics(source, registry=metrics.registry))
+    await serve(app, sock, started=started, graceful_timeout=2)
 
 
 async def _started(task: asyncio.Task[None], started: asyncio.Event, what: str, port: int) -> bool:

@@ -1,9 +1,12 @@
 """Prometheus metrics of the registry (docs/api.md §5): `pallas_up` and `pallas_registry_*`.
 
-Each app gets its own CollectorRegistry (several registries can live in one process, as under
-`pallas run` or in tests). Request series are labelled by route template and status code, never
-by path or query, so cardinality stays bounded. Catalogue and source figures are read from the
-source at scrape time rather than pushed, so they can never drift from what is served.
+Each app gets its own CollectorRegistry (several registries can live in one process, as in
+tests), or joins one it is given: under `pallas run` that is the agents' registry, so the
+registry's `/metrics` is the one scrape target of the whole local deployment, as in the original
+Pallas, and every agent port serves the same snapshot. Request series are labelled by route
+template and status code, never by path or query, so cardinality stays bounded. Catalogue and
+source figures are read from the source at scrape time rather than pushed, so they can never
+drift from what is served.
 """
 
 from __future__ import annotations
@@ -73,18 +76,26 @@ class _SourceCollector(Collector):
 class RegistryMetrics:
     """The metric families of one registry app."""
 
-    def __init__(self, source: CatalogueSource, *, process_collectors: bool = True) -> None:
-        """Create the families in a registry of their own.
+    def __init__(
+        self,
+        source: CatalogueSource,
+        *,
+        process_collectors: bool = True,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        """Create the families in a registry of their own, or in `registry`.
 
         Args:
             source: The source whose catalogue and state are reported.
             process_collectors: Also export `process_*` (off when several apps share a process).
+            registry: A registry to join (the agents' one under `pallas run`); its owner already
+                exports `pallas_up` and the process collectors, so neither is added again.
         """
-        self.registry = CollectorRegistry()
-        if process_collectors:
-            ProcessCollector(registry=self.registry)
-        self.up = Gauge("pallas_up", "1 while the Pallas process runs.", registry=self.registry)
-        self.up.set(1)
+        self.registry = registry or CollectorRegistry()
+        if registry is None:
+            if process_collectors:
+                ProcessCollector(registry=self.registry)
+            Gauge("pallas_up", "1 while the Pallas process runs.", registry=self.registry).set(1)
         self.requests = Counter(
             "pallas_registry_requests",
             "HTTP requests by route template and status code.",

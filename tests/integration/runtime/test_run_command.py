@@ -20,6 +20,7 @@ import pytest
 import yaml
 from fastmcp import Client
 from fastmcp.client.transports import StreamableHttpTransport
+from prometheus_client.parser import text_string_to_metric_families
 
 from pallas_runtime.registry.schema import OFFICIAL_META
 from tests.support.fake_llm import Call, FakeOpenAI, Text, ToolCalls
@@ -190,6 +191,37 @@ async def test_dotenv_agents_config_and_openai_base_url_as_the_original(
     (request,) = fake_openai.completions
     assert request.headers["authorization"] == f"Bearer {API_KEY}"
     assert any(json.loads(line).get("level") == "DEBUG" for line in err.splitlines()), err[-2000:]
+
+
+async def test_the_registry_port_is_the_one_scrape_target_of_the_run(
+    fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    """As the original: the registry's /metrics carries every agent's series (and its own)."""
+    fake_openai.default = Text("hello")
+    path = tmp_path / "agents.yaml"
+    path.write_text(yaml.safe_dump_all(manifests(fake_openai)))
+    base = free_ports(3)
+    async with pallas_run(path, base):
+        async with Client(f"http://127.0.0.1:{base + 2}/mcp") as client:
+            await client.call_tool("send_message", {"message": "hi"})
+        await registry_listing(base)
+        async with httpx2.AsyncClient() as http:
+            registry = (await http.get(f"http://127.0.0.1:{base}/metrics")).text
+            agent = (await http.get(f"http://127.0.0.1:{base + 1}/metrics")).text
+    families = {f.name: f for f in text_string_to_metric_families(registry)}
+    # One exposition: each family once (one `pallas_up`, one set of process metrics).
+    assert registry.count("# TYPE pallas_up gauge") == 1
+    assert registry.count("# TYPE process_cpu_seconds_total counter") == 1
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value for f in families.values() for s in f.samples
+    }
+    assert samples[("pallas_send_message_total", (("agent", "worker"), ("outcome", "ok")))] == 1
+    assert ("pallas_agent_info", (("agent", "boss"), ("model", fake_openai.models[0]))) in samples
+    assert samples[("pallas_up", ())] == 1
+    assert samples[("pallas_registry_servers", (("status", "active"),))] == 2
+    assert any(name == "pallas_registry_requests_total" for name, _ in samples)
+    # Every agent port serves the same families (the original's "same snapshot").
+    assert {f.name for f in text_string_to_metric_families(agent)} == set(families)
 
 
 async def registry_listing(base: int) -> dict[str, str]:
