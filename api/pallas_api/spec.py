@@ -534,6 +534,9 @@ class PallasAgentSpec(_Spec):
     """Discovery tags (registry `?capability=`)."""
     replicas: Annotated[int, Field(ge=0, le=100)] = 1
     """Pods serving this agent."""
+    busy_at: Annotated[int | None, Field(ge=1, le=100_000)] = None
+    """A pod with at least this many send_message calls in flight reports itself busy (in
+    `get_health` and as the registry status `busy`); it still takes calls. Default: never busy."""
     service: ServiceSpec = ServiceSpec()
     """The agent's Service."""
     pod: AgentPodSpec = AgentPodSpec()

@@ -58,7 +58,10 @@ class Health(_Status):
     message: str = ""
     """What is wrong when not ok."""
     checked_at: str
-    """When this result was first seen (RFC 3339); it moves only when status or message change."""
+    """When this result was first seen (RFC 3339); it moves only when the result changes."""
+    busy: bool | None = None
+    """Whether the pod that answered had `spec.busyAt` send_message calls in flight or more
+    (absent without `busyAt`)."""
 
 
 class ServerInfo(_Status):

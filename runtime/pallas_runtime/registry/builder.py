@@ -126,7 +126,16 @@ def _health(health: HealthView | None) -> dict[str, Any] | None:
     out: dict[str, Any] = {"status": health.status, "message": health.message}
     if health.checked_at is not None:
         out["checkedAt"] = rfc3339(health.checked_at)
+    if health.busy:
+        out["busy"] = True
     return out
+
+
+def _agent_status(state: AgentState) -> str:
+    """Seed 004's agent status: `ready`, `busy` (ready, at its `busyAt`) or `unavailable`."""
+    if not state.ready or state.deleting:
+        return "unavailable"
+    return "busy" if state.health is not None and state.health.busy else "ready"
 
 
 def _official(state: AgentState) -> dict[str, Any]:
@@ -170,7 +179,7 @@ def _vendor(state: AgentState, provider: str, model: str) -> dict[str, Any]:
         "id": state.name,
         "namespace": state.namespace,
         "deployment": state.deployment,
-        "status": "ready" if state.ready and not state.deleting else "unavailable",
+        "status": _agent_status(state),
         "phase": state.phase,
         "health": _health(state.health),
         "tools": list(state.tools),

@@ -134,7 +134,8 @@ def _health(raw: Any) -> HealthView | None:
     status = health.get("status")
     for known in HEALTH_STATUSES:
         if status == known:
-            return HealthView(known, _text(health.get("message")), _time(health.get("checkedAt")))
+            busy = health.get("busy") is True
+            return HealthView(known, _text(health.get("message")), _time(health.get("checkedAt")), busy)
     return None
 
 

@@ -28,6 +28,8 @@ class HealthView:
     status: HealthStatus
     message: str = ""
     checked_at: datetime | None = None
+    busy: bool = False
+    """The agent said it has `busyAt` calls in flight or more."""
 
 
 @dataclass(frozen=True, slots=True)

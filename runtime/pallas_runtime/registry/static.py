@@ -62,7 +62,7 @@ def observation(outcome: ProbeOutcome, now: datetime) -> Observation:
     if report is None:
         problem = outcome.health_problem or "get_health did not return a health report"
         return Observation(True, HealthView("error", problem[:300], now), outcome.tools)
-    health = HealthView(report.status, report.message or "", report.checked_at or now)
+    health = HealthView(report.status, report.message or "", report.checked_at or now, bool(report.busy))
     return Observation(True, health, outcome.tools)
 
 
@@ -117,13 +117,14 @@ def observed_state(previous: AgentState, seen: Observation, now: datetime) -> Ag
     state = replace(
         previous, phase=phase, ready=ready, status_message=message, health=seen.health, tools=tools
     )
-    visible = (phase, ready, message, seen.health.status, seen.health.message, tools)
+    visible = (phase, ready, message, seen.health.status, seen.health.message, seen.health.busy, tools)
     before = (
         previous.phase,
         previous.ready,
         previous.status_message,
         previous.health.status if previous.health else None,
         previous.health.message if previous.health else None,
+        previous.health.busy if previous.health else None,
         previous.tools,
     )
     if visible == before:

@@ -119,6 +119,27 @@ def test_health_checked_at_moves_only_when_the_result_changes() -> None:
     assert (changed.health.status, changed.health.checked_at) == ("ok", T2)
 
 
+def test_busy_is_carried_into_status_and_is_a_change_of_result() -> None:
+    idle = agent_status(
+        AgentObservation(1, workload=UP, verification=VERIFIED, health=HealthResult("ok", busy=False)),
+        EMPTY,
+        T0,
+    )
+    assert idle.health is not None
+    assert idle.health.busy is False
+    busy = agent_status(AgentObservation(1, workload=UP, health=HealthResult("ok", busy=True)), idle, T1)
+    assert busy.health is not None
+    assert (busy.health.busy, busy.health.checked_at, busy.phase) == (True, T1, "Ready")
+    assert (
+        "busy"
+        not in (
+            agent_status(
+                AgentObservation(1, workload=UP, verification=VERIFIED, health=HealthResult("ok")), EMPTY, T0
+            ).to_wire()["health"]
+        )
+    )
+
+
 def test_find_cycle_names_the_path() -> None:
     agents = {"a": ["b"], "b": ["c"], "c": ["a"]}
     assert find_cycle("a", ["b"], agents) == ["a", "b", "c", "a"]

@@ -13,7 +13,7 @@ from pallas_api.spec import Icon, ProviderSpec
 from pallas_runtime.registry.builder import VENDOR_META, InvalidAgent, build_response, one_line
 from pallas_runtime.registry.schema import OFFICIAL_META, SCHEMA_URL
 from pallas_runtime.registry.state import AuthView, HealthView, ProviderView
-from tests.support.registry import assert_valid_entry, state
+from tests.support.registry import T0, assert_valid_entry, state
 
 
 def entry(**changes: Any) -> dict[str, Any]:
@@ -76,6 +76,16 @@ def test_vendor_meta_carries_live_state_and_discovery_info() -> None:
         ],
         "auth": {"mode": "none"},
     }
+
+
+def test_a_ready_agent_at_its_busy_at_is_busy_and_still_active() -> None:
+    built = entry(health=HealthView("ok", "", T0, busy=True))
+    assert built["_meta"][VENDOR_META]["status"] == "busy"
+    assert built["_meta"][VENDOR_META]["health"]["busy"] is True
+    assert built["_meta"][OFFICIAL_META]["status"] == "active"
+    # Not ready wins: an agent that cannot be used is unavailable, busy or not.
+    unready = entry(ready=False, phase="Degraded", health=HealthView("error", "x", T0, busy=True))
+    assert unready["_meta"][VENDOR_META]["status"] == "unavailable"
 
 
 def test_vendor_meta_says_what_a_client_must_present() -> None:
