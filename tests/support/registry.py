@@ -160,11 +160,11 @@ async def set_status(client: AsyncClient, namespace: str, name: str, status: dic
 
 
 @contextlib.asynccontextmanager
-async def running_registry(source: CatalogueSource) -> AsyncIterator[str]:
-    """Serve `source` on a free loopback port; yields the base URL (`http://127.0.0.1:PORT`)."""
+async def running_registry(source: CatalogueSource, **app: Any) -> AsyncIterator[str]:
+    """Serve `source` (`build_app(source, **app)`) on a free loopback port; yields the base URL."""
     sock = listen(LOOPBACK, 0)
     started = asyncio.Event()
-    task = asyncio.create_task(serve(build_app(source), sock, started=started, graceful_timeout=2))
+    task = asyncio.create_task(serve(build_app(source, **app), sock, started=started, graceful_timeout=2))
     try:
         await asyncio.wait_for(started.wait(), 10)
         yield f"http://{LOOPBACK}:{bound_port(sock)}"

@@ -199,6 +199,8 @@ async def _serve_registry(
         ],
         headers=headers,
         registry_url=f"http://{LOOPBACK}:{plan.registry_port}/",
+        provider_keys=plan.provider_keys,
+        openai_base_url=plan.openai_base_url,
     )
     # One scrape target for the local deployment, as the original: the registry's families join
     # the agents' registry, so its /metrics (and every agent's) carries everything.

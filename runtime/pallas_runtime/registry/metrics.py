@@ -20,6 +20,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
+from pallas_runtime.registry.providers import ProviderChecks
 from pallas_runtime.registry.schema import STATUSES
 from pallas_runtime.registry.source import CatalogueSource
 
@@ -73,6 +74,23 @@ class _SourceCollector(Collector):
         yield restarts
 
 
+class _ProviderCollector(Collector):
+    """`pallas_registry_provider_up`: the last check of each provider (none before it is checked)."""
+
+    def __init__(self, checks: ProviderChecks) -> None:
+        self._checks = checks
+
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily(
+            "pallas_registry_provider_up",
+            "1 when the LLM provider passed the registry's last check of it.",
+            labels=["deployment", "provider"],
+        )
+        for result in self._checks.results:
+            up.add_metric([result.target.deployment, result.target.name], 1 if result.ok else 0)
+        yield up
+
+
 class RegistryMetrics:
     """The metric families of one registry app."""
 
@@ -110,6 +128,10 @@ class RegistryMetrics:
             registry=self.registry,
         )
         self.registry.register(_SourceCollector(source))
+
+    def watch_providers(self, checks: ProviderChecks) -> None:
+        """Export the provider checks' results (once per app)."""
+        self.registry.register(_ProviderCollector(checks))
 
     def observe(self, route: str, code: int, seconds: float) -> None:
         """Record one finished request."""

@@ -43,6 +43,8 @@ class DeploymentSettings:
     model_default: str = ""
     capabilities: ModelCapabilities = field(default_factory=ModelCapabilities)
     providers: Mapping[str, ProviderView] = field(default_factory=dict)
+    provider_specs: Mapping[str, ProviderSpec] = field(default_factory=dict)
+    """The providers this version can read whole (what the registry checks)."""
     auth: AuthView = field(default_factory=AuthView)
 
 
@@ -70,13 +72,19 @@ def _time(value: Any) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def _provider(name: str, raw: Any) -> ProviderView:
-    """The view of one provider; only its type when the rest does not validate."""
+def _provider_spec(raw: Any) -> ProviderSpec | None:
     try:
-        return ProviderView.of(name, ProviderSpec.model_validate(raw))
+        return ProviderSpec.model_validate(raw)
     except ValidationError:  # a spec the CRD let through but this version cannot read
-        kind = _text(_map(raw).get("type"))
-        return ProviderView(type=kind, json_mode=kind == "openai") if kind else ProviderView()
+        return None
+
+
+def _provider(name: str, spec: ProviderSpec | None, raw: Any) -> ProviderView:
+    """The view of one provider; only its type when the rest does not validate."""
+    if spec is not None:
+        return ProviderView.of(name, spec)
+    kind = _text(_map(raw).get("type"))
+    return ProviderView(type=kind, json_mode=kind == "openai") if kind else ProviderView()
 
 
 def deployment_settings(obj: Mapping[str, Any]) -> DeploymentSettings:
@@ -88,7 +96,9 @@ def deployment_settings(obj: Mapping[str, Any]) -> DeploymentSettings:
         capabilities = ModelCapabilities.model_validate(_map(model.get("capabilities")))
     except ValidationError:
         capabilities = ModelCapabilities()
-    providers = {name: _provider(name, p) for name, p in _map(spec.get("providers")).items()}
+    raw_providers = _map(spec.get("providers"))
+    specs = {name: _provider_spec(raw) for name, raw in raw_providers.items()}
+    providers = {name: _provider(name, specs[name], raw) for name, raw in raw_providers.items()}
     try:
         auth = AuthView.of(AuthSpec.model_validate(_map(spec.get("auth"))))
     except ValidationError:  # a spec the CRD let through but this version cannot read
@@ -108,6 +118,7 @@ def deployment_settings(obj: Mapping[str, Any]) -> DeploymentSettings:
         model_default=_text(model.get("default")),
         capabilities=capabilities,
         providers={name: view for name, view in providers.items() if view.type},
+        provider_specs={name: s for name, s in specs.items() if s is not None},
         auth=auth,
     )
 

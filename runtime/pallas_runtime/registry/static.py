@@ -18,8 +18,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from pallas_api.probe import ProbeOutcome, probe
-from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
+from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec, ProviderSpec
 from pallas_runtime.registry.catalogue import CatalogueStore
+from pallas_runtime.registry.providers import ProviderTarget, deployment_targets
 from pallas_runtime.registry.source import CatalogueSource
 from pallas_runtime.registry.state import AgentState, AuthView, HealthView, ProviderView, utcnow
 
@@ -71,6 +72,26 @@ async def probe_agent(url: str, budget: float, headers: Mapping[str, str] | None
     now = utcnow()
     outcome = await probe(url, budget=budget, list_tools=True, get_health=True, headers=headers)
     return observation(outcome, now)
+
+
+def _local_targets(
+    agents: Sequence[LocalAgent], keys: Mapping[tuple[str, str, str], str], openai_base_url: str | None
+) -> list[ProviderTarget]:
+    deployments: dict[tuple[str, str], list[LocalAgent]] = {}
+    for agent in agents:
+        deployments.setdefault((agent.namespace, agent.deployment_name), []).append(agent)
+    targets = []
+    for (namespace, name), members in deployments.items():
+        spec = members[0].deployment
+        models = [spec.model.default, *(a.spec.model or spec.model.default for a in members)]
+
+        def key(provider: str, _: ProviderSpec, namespace: str = namespace, name: str = name) -> str | None:
+            return keys.get((namespace, name, provider))
+
+        targets += deployment_targets(
+            name, spec.providers, models, key, local=True, openai_base_url=openai_base_url
+        )
+    return targets
 
 
 def base_state(agent: LocalAgent, registry_url: str = "") -> AgentState:
@@ -147,6 +168,8 @@ class StaticSource(CatalogueSource):
         store: CatalogueStore | None = None,
         headers: Mapping[str, str] | None = None,
         registry_url: str = "",
+        provider_keys: Mapping[tuple[str, str, str], str] | None = None,
+        openai_base_url: str | None = None,
     ) -> None:
         """Publish `agents` as Pending; `run()` starts polling them.
 
@@ -159,6 +182,9 @@ class StaticSource(CatalogueSource):
             headers: Sent with every probe (the bearer `pallas run` was given); never logged.
             registry_url: This registry's own URL, which relative icon `src` values resolve
                 against (`registry.publicURL` is for clusters, as `publicURLTemplate`).
+            provider_keys: (namespace, deployment, provider) → API key, for the provider checks
+                (from Secret manifests or the environment, as the agents' keys).
+            openai_base_url: `$OPENAI_BASE_URL`, the endpoint of openai providers without one.
         """
         super().__init__(store)
         now = utcnow()
@@ -172,7 +198,12 @@ class StaticSource(CatalogueSource):
         self._probe_timeout = probe_timeout
         self._headers = dict(headers or {})
         self._answered: set[str] = set()
+        self._providers = _local_targets(self.agents, provider_keys or {}, openai_base_url)
         self.store.replace(self._states.values())
+
+    def provider_targets(self) -> list[ProviderTarget]:
+        """Every provider of the run's deployments (fixed: the manifests do not change)."""
+        return self._providers
 
     async def refresh(self) -> None:
         """Probe every agent once and publish what was found."""

@@ -198,16 +198,28 @@ async def test_the_registry_port_is_the_one_scrape_target_of_the_run(
 ) -> None:
     """As the original: the registry's /metrics carries every agent's series (and its own)."""
     fake_openai.default = Text("hello")
+    docs = manifests(fake_openai)
+    # A provider no agent uses, keyed by the same Secret: the registry checks it all the same.
+    docs[1]["spec"]["providers"]["spare"] = {**docs[1]["spec"]["providers"]["fake"]}
     path = tmp_path / "agents.yaml"
-    path.write_text(yaml.safe_dump_all(manifests(fake_openai)))
+    path.write_text(yaml.safe_dump_all(docs))
     base = free_ports(3)
     async with pallas_run(path, base):
         async with Client(f"http://127.0.0.1:{base + 2}/mcp") as client:
             await client.call_tool("send_message", {"message": "hi"})
         await registry_listing(base)
         async with httpx2.AsyncClient() as http:
+            for _ in range(100):
+                providers = (await http.get(f"http://127.0.0.1:{base}/healthz")).json()["providers"]
+                if len(providers) == 2:
+                    break
+                await asyncio.sleep(0.1)
             registry = (await http.get(f"http://127.0.0.1:{base}/metrics")).text
             agent = (await http.get(f"http://127.0.0.1:{base + 1}/metrics")).text
+    assert {(p["name"], p["status"], tuple(p["models"])) for p in providers} == {
+        ("fake", "ok", (fake_openai.models[0],)),
+        ("spare", "ok", ()),
+    }
     families = {f.name: f for f in text_string_to_metric_families(registry)}
     # One exposition: each family once (one `pallas_up`, one set of process metrics).
     assert registry.count("# TYPE pallas_up gauge") == 1

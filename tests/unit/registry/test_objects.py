@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from pallas_api.config import ModelCapabilities
+from pallas_api.spec import ProviderSpec
 from pallas_runtime.registry.builder import InvalidAgent, build_response
 from pallas_runtime.registry.objects import (
     DeploymentSettings,
@@ -60,6 +61,7 @@ def test_deployment_settings() -> None:
         model_default="vllm.qwen3-8b",
         capabilities=ModelCapabilities(vision=True, context_window=1000, max_output_tokens=10),
         providers={"vllm": OPENAI_VLLM},
+        provider_specs={"vllm": ProviderSpec.model_validate(obj["spec"]["providers"]["vllm"])},
     )
 
 
