@@ -25,7 +25,7 @@ import httpx2
 from lightkube import AsyncClient, KubeConfig
 
 from pallas_api.kube import PallasAgent, PallasDeployment
-from pallas_api.render import env_name
+from pallas_api.render import provider_key_env
 from pallas_api.spec import ProviderSpec
 from pallas_runtime.registry.catalogue import CatalogueStore, Key
 from pallas_runtime.registry.objects import (
@@ -156,7 +156,7 @@ class KubernetesSource(CatalogueSource):
             models.append(model if isinstance(model, str) and model else settings.model_default)
 
         def key(name: str, _: ProviderSpec) -> str | None:
-            return self._environ.get(env_name("PROVIDER", name, "API_KEY")) or None
+            return self._environ.get(provider_key_env(name)) or None
 
         return deployment_targets(settings.name, settings.provider_specs, models, key)
 
