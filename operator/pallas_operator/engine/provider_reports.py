@@ -9,17 +9,16 @@ the deployment, which writes it into `status.providers`. An unchanged one costs 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import httpx2
 from pydantic import ValidationError
 
 from pallas_api.status import ProviderStatus
+from pallas_operator.engine.loops import KeyedLoops, Looping
 from pallas_operator.services import ServiceResolver
 from pallas_operator.status import ProviderCheck, ProviderReport
 
@@ -77,11 +76,8 @@ Read = Callable[[str, str, float], Awaitable[ProviderReport]]
 
 
 @dataclass
-class _Deployment:
-    source: ReportSource
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
+class _Deployment(Looping[ReportSource]):
     report: ProviderReport | None = None
-    task: asyncio.Task[None] | None = None
 
 
 class ProviderReports:
@@ -93,7 +89,7 @@ class ProviderReports:
         self._resolver = resolver
         self._notify = notify
         self._read = read
-        self._deployments: dict[Hashable, _Deployment] = {}
+        self._deployments = KeyedLoops[ReportSource, _Deployment](_Deployment, self._run, "providers")
 
     def report(self, key: Hashable) -> ProviderReport | None:
         """The latest report of a deployment (None: nothing read since it was tracked)."""
@@ -102,33 +98,15 @@ class ProviderReports:
 
     def track(self, key: Hashable, source: ReportSource | None) -> None:
         """Read `key`'s report from `source` from now on; None stops and forgets it."""
-        tracked = self._deployments.get(key)
-        if source is None:
-            if tracked is not None:
-                del self._deployments[key]
-                if tracked.task is not None:
-                    tracked.task.cancel()
-            return
-        if tracked is None:
-            tracked = self._deployments[key] = _Deployment(source)
-            tracked.task = asyncio.create_task(self._run(key, tracked), name=f"providers-{key}")
-        elif tracked.source != source:
-            tracked.source = source
-            tracked.wake.set()
+        self._deployments.track(key, source)
 
     async def stop(self) -> None:
         """Stop every reading task."""
-        tasks = [d.task for d in self._deployments.values() if d.task is not None]
-        self._deployments.clear()
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._deployments.stop()
 
     async def _run(self, key: Hashable, tracked: _Deployment) -> None:
         while True:
-            source = tracked.source
+            source = tracked.target
             try:
                 report = await self._read(
                     self._resolver.resolve(source.url), source.deployment, source.budget
@@ -138,9 +116,6 @@ class ProviderReports:
                     self._notify(key)
             except Exception:  # reading never takes the operator down; the next round retries
                 log.exception("reading the provider checks of %s failed", key)
-            tracked.wake.clear()
             checks = tracked.report.checks if tracked.report is not None else None
             complete = checks is not None and len(checks) >= source.expected
-            wait = source.interval if complete else min(source.interval, INCOMPLETE_RETRY)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(tracked.wake.wait(), wait)
+            await tracked.pause(source.interval if complete else min(source.interval, INCOMPLETE_RETRY))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -197,13 +199,18 @@ async def test_every_provider_is_checked_by_the_registry_and_shown_on_the_deploy
             {"name": "llm", "key": "VLLM_KEY", "optional": True},
         ]
         old_hash = dep["spec"]["template"]["metadata"]["annotations"]["pallas.dev/config-hash"]
-        # The registry pod, as kubelet would run it: `pallas registry`'s source with that env.
-        source = KubernetesSource(
-            namespace, "ouranos", config=pallas_crds.config(), environ=_registry_environment(dep, keys)
-        )
-        async with running_registry(source) as base:
-            pallas_operator.route("ouranos-registry", urlsplit(base).port or 0, 8080)
-            await pods_ready(kube_client, namespace, REGISTRY_PODS)
+
+        @contextlib.asynccontextmanager
+        async def registry_pod(dep: dict[str, Any]) -> AsyncIterator[None]:
+            """The registry pod as kubelet would run it: `pallas registry`'s source with its env."""
+            environ = _registry_environment(dep, keys)
+            source = KubernetesSource(namespace, "ouranos", config=pallas_crds.config(), environ=environ)
+            async with running_registry(source) as base:
+                pallas_operator.route("ouranos-registry", urlsplit(base).port or 0, 8080)
+                await pods_ready(kube_client, namespace, REGISTRY_PODS)
+                yield
+
+        async with registry_pod(dep):
             obj = await _deployment_condition(
                 kube_client, namespace, "ProvidersHealthy", ("False", "ProviderCheckFailed")
             )
@@ -224,12 +231,7 @@ async def test_every_provider_is_checked_by_the_registry_and_shown_on_the_deploy
                 return new if annotations["pallas.dev/config-hash"] != old_hash else None
 
             dep = await eventually(rolled, 30, "the registry's pod template to change with the key")
-        source = KubernetesSource(
-            namespace, "ouranos", config=pallas_crds.config(), environ=_registry_environment(dep, keys)
-        )
-        async with running_registry(source) as base:
-            pallas_operator.route("ouranos-registry", urlsplit(base).port or 0, 8080)
-            await pods_ready(kube_client, namespace, REGISTRY_PODS)
+        async with registry_pod(dep):
             obj = await _deployment_condition(
                 kube_client, namespace, "ProvidersHealthy", ("True", "ProvidersOk")
             )

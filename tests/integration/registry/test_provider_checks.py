@@ -8,10 +8,7 @@ models its agents use; a provider whose key is set but that no agent uses must s
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
-from collections.abc import Callable
 from typing import Any
 
 import httpx2
@@ -23,6 +20,7 @@ from pallas_api.status import ProviderStatus
 from pallas_runtime.registry.providers import ProviderChecks
 from pallas_runtime.registry.static import LocalAgent, StaticSource
 from tests.support.fake_llm import Delay, FakeAnthropic, FakeOpenAI
+from tests.support.operator import eventually
 from tests.support.registry import assert_valid_catalogue, running_registry
 
 OPENAI_KEY, ANTHROPIC_KEY = "sk-openai-0123456789", "sk-ant-0123456789"
@@ -73,23 +71,13 @@ async def healthz(base: str) -> dict[str, Any]:
     return dict(response.json())
 
 
-async def until(check: Callable[[], Any], within: float = 10.0) -> Any:
-    deadline = time.monotonic() + within
-    while True:
-        result = await check()
-        if result:
-            return result
-        assert time.monotonic() < deadline, "never happened"
-        await asyncio.sleep(0.05)
-
-
 async def checked(base: str, count: int) -> dict[str, dict[str, Any]]:
     async def all_checked() -> dict[str, dict[str, Any]] | None:
         report = await healthz(base)
         found = {p["name"]: p for p in report["providers"]}
         return found if len(found) == count else None
 
-    found: dict[str, dict[str, Any]] = await until(all_checked)
+    found: dict[str, dict[str, Any]] = await eventually(all_checked, 10, "every provider checked")
     for entry in found.values():
         ProviderStatus.model_validate(entry)  # what the operator reads
     return found
@@ -188,7 +176,7 @@ async def test_a_model_no_longer_served_and_a_fixed_key_are_seen_on_the_next_che
                 now = {p["name"]: p for p in (await healthz(base))["providers"]}
                 return now if now["backup"]["status"] == "ok" and now["vllm"]["status"] == "error" else None
 
-            now = await until(changed)
+            now = await eventually(changed, 10, "the next checks")
     assert now["vllm"]["message"] == (
         f"openai provider 'vllm': model 'qwen3-8b' not found at {openai.base_url}/models"
     )
