@@ -19,6 +19,7 @@ READY: Final = "Ready"
 REGISTRY_AVAILABLE: Final = "RegistryAvailable"
 MONITORING_READY: Final = "MonitoringReady"
 AUTHENTICATED: Final = "Authenticated"
+PROVIDERS_HEALTHY: Final = "ProvidersHealthy"
 
 # --- Accepted -----------------------------------------------------------------------------
 ACCEPTED_REASON: Final = "Accepted"
@@ -82,3 +83,9 @@ UNAUTHENTICATED: Final = "Unauthenticated"
 """auth.mode none while the registry publishes a public URL: anyone reaching it may call agents."""
 AUTH_DISABLED: Final = "AuthDisabled"
 """auth.mode none, agents reachable only inside the cluster."""
+
+# --- ProvidersHealthy (PallasDeployment; advice, never a blocker of Ready) --------------------
+PROVIDERS_OK: Final = "ProvidersOk"
+PROVIDER_CHECK_FAILED: Final = "ProviderCheckFailed"
+PROVIDERS_NOT_CHECKED: Final = "ProvidersNotChecked"
+"""No report from the registry yet (it is starting, unreachable, or has not checked them all)."""

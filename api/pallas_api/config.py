@@ -379,6 +379,8 @@ class AgentConfig(_Model):
     limits: InputLimits = InputLimits()
     health: HealthSettings = HealthSettings()
     auth: AuthConfig = AuthConfig()
+    busy_at: Annotated[int | None, Field(ge=1)] = None
+    """At least this many send_message calls in flight: `get_health` says busy (None: never)."""
 
     @model_validator(mode="after")
     def _unique_tool_sources(self) -> Self:

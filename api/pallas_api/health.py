@@ -1,9 +1,11 @@
 """The `get_health` report: what an agent answers and what the operator and registry read.
 
 `{"status": "ok"|"degraded"|"error", "timestamp": ISO-8601, "message"?: str}` (docs/api.md §3):
-`message` is required when not ok and names what is wrong. One model writes it (the agent) and
-the same model reads it (the operator's health checks, the registry of `pallas run`), so the
-three never disagree on its shape.
+`message` is required when not ok and names what is wrong. An agent with `busyAt` adds
+`"busy": bool` and `"inFlight": int` (its send_message calls running now); being busy is not a
+problem, so it leaves `status` alone (clients such as Daedalus know only the three values).
+One model writes it (the agent) and the same model reads it (the operator's health checks, the
+registry of `pallas run`), so the three never disagree on its shape.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ class HealthReportError(ValueError):
 class HealthReport(BaseModel):
     """One answer of an agent's `get_health` tool."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
 
     status: HealthStatus
     """`ok`: everything passed; `degraded`: serves, something it uses is down; `error`: cannot serve."""
@@ -43,6 +45,10 @@ class HealthReport(BaseModel):
     """When the report was made (RFC 3339)."""
     message: str | None = None
     """What is wrong; required when not ok."""
+    busy: bool | None = None
+    """Whether the calls in flight reached the agent's `busyAt` (absent without one)."""
+    in_flight: Annotated[int | None, Field(alias="inFlight", ge=0)] = None
+    """send_message calls running in the answering process (absent without `busyAt`)."""
 
     @model_validator(mode="after")
     def _message_when_not_ok(self) -> Self:
@@ -51,13 +57,27 @@ class HealthReport(BaseModel):
         return self
 
     @classmethod
-    def now(cls, status: HealthStatus, message: str | None = None) -> HealthReport:
-        """A report made at this moment."""
-        return cls(status=status, timestamp=utc_timestamp(), message=message or None)
+    def now(
+        cls,
+        status: HealthStatus,
+        message: str | None = None,
+        *,
+        in_flight: int | None = None,
+        busy_at: int | None = None,
+    ) -> HealthReport:
+        """A report made at this moment; with `busy_at`, saying whether `in_flight` reached it."""
+        report: dict[str, object] = {
+            "status": status,
+            "timestamp": utc_timestamp(),
+            "message": message or None,
+        }
+        if busy_at is not None and in_flight is not None:
+            report.update(busy=in_flight >= busy_at, inFlight=in_flight)
+        return cls.model_validate(report)
 
     def to_json(self) -> str:
         """The text the tool returns (no `message` key when there is none)."""
-        return self.model_dump_json(exclude_none=True)
+        return self.model_dump_json(exclude_none=True, by_alias=True)
 
     @classmethod
     def parse(cls, text: str) -> HealthReport:

@@ -122,8 +122,11 @@ def network_policy_name(deployment: str) -> str:
     return f"{deployment}-agents"
 
 
+def registry_base_url(deployment: str, namespace: str, port: int) -> str:
+    """The in-cluster root URL of a deployment's registry (ends with `/`)."""
+    return f"http://{registry_name(deployment)}.{namespace}.svc.cluster.local:{port}/"
+
+
 def registry_url(deployment: str, namespace: str, port: int) -> str:
     """The in-cluster catalogue URL of a deployment's registry."""
-    return (
-        f"http://{registry_name(deployment)}.{namespace}.svc.cluster.local:{port}/.well-known/mcp/server.json"
-    )
+    return registry_base_url(deployment, namespace, port) + ".well-known/mcp/server.json"

@@ -73,6 +73,20 @@ def env_name(*parts: str) -> str:
     return "PALLAS_" + "_".join(re.sub(r"[^A-Za-z0-9]", "_", p).upper() for p in parts)
 
 
+def provider_key_env(provider: str) -> str:
+    """The variable holding provider `provider`'s API key, in agent and registry pods alike."""
+    return env_name("PROVIDER", provider, "API_KEY")
+
+
+def provider_key_bindings(deployment: PallasDeploymentSpec) -> tuple[SecretBinding, ...]:
+    """Every provider key of a deployment, for its registry (which checks them all)."""
+    return tuple(
+        SecretBinding(provider_key_env(name), spec.api_key.secret_key_ref)
+        for name, spec in sorted(deployment.providers.items())
+        if spec.api_key is not None
+    )
+
+
 def secret_source(ref: SecretKeyRef, *, local: bool) -> str:
     """Where a secret's value comes from, in the words of the manifest the user wrote.
 
@@ -201,7 +215,7 @@ def render_agent(
         )
     api_key_env = api_key_source = None
     if provider_spec.api_key is not None:
-        api_key_env = env_name("PROVIDER", provider_name, "API_KEY")
+        api_key_env = provider_key_env(provider_name)
         api_key_source = secret_source(provider_spec.api_key.secret_key_ref, local=local)
         secrets.append(SecretBinding(api_key_env, provider_spec.api_key.secret_key_ref))
     provider = ProviderConfig(
@@ -277,5 +291,6 @@ def render_agent(
         limits=agent.limits,
         health=HealthSettings(probe_timeout_seconds=deployment.health_check.timeout_seconds),
         auth=auth,
+        busy_at=agent.busy_at,
     )
     return RenderedAgent(config, tuple(dict.fromkeys(secrets)))

@@ -37,6 +37,9 @@ SERVER_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
 DURATION = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 """A level of the Pallas loggers, as `PALLAS_LOG_LEVEL` takes it (seed 000 §5)."""
+OPTIONAL_HTTP_URL = r"^(https?://[^\s]+)?$"
+ICON_SRC = r"^((https?|data):|[^:/?#\s]*([/?#]|$))"
+"""An http(s) or data: URI, or a relative reference (no scheme: its first segment has no colon)."""
 
 
 def _each_once(items: list[Any]) -> list[Any]:
@@ -117,6 +120,23 @@ class ModelSpec(_Spec):
         return self
 
 
+class ProviderCapabilities(_Spec):
+    """What a provider offers, as clients discovering it read it (the registry's provider entries).
+
+    Unset values are the wire protocol's: streaming and tools for both, JSON mode for `openai`
+    (Chat Completions `response_format`) and not for `anthropic`, vision as the agent's model.
+    """
+
+    streaming: bool | None = None
+    """Streams completions."""
+    tools: bool | None = None
+    """Calls tools (function calling)."""
+    vision: bool | None = None
+    """Accepts images; default: the `vision` capability of the agent's model."""
+    json_mode: bool | None = None
+    """Constrains output to JSON."""
+
+
 class ProviderSpec(_Spec):
     """An LLM endpoint."""
 
@@ -131,6 +151,13 @@ class ProviderSpec(_Spec):
     """Timeout of one model request."""
     max_retries: Annotated[int, Field(ge=0, le=10)] = 3
     """Retries with backoff on 429, 5xx and connection errors."""
+    display_name: Annotated[str, Field(max_length=100)] = ""
+    """Name clients show, e.g. `OpenAI`; default: the vendor's name when `baseURL` is unset (its
+    public API), else the provider's key."""
+    description: Annotated[str, Field(max_length=300)] = ""
+    """What this endpoint is, for clients choosing between providers."""
+    capabilities: ProviderCapabilities = ProviderCapabilities()
+    """What the provider offers, published in the registry."""
 
 
 class HeaderSpec(_Spec):
@@ -178,6 +205,9 @@ class RegistrySpec(_Spec):
     """Reverse-DNS part of each server.name; default derived from the namespace."""
     public_url_template: Annotated[str, Field(alias="publicURLTemplate", max_length=2048)] = ""
     """Public agent URL, e.g. `https://agents.example.com/{agent}/mcp`; default: cluster DNS."""
+    public_url: Annotated[str, Field(alias="publicURL", pattern=OPTIONAL_HTTP_URL, max_length=2048)] = ""
+    """The registry's URL as clients reach it, e.g. `https://agents.example.com/pallas/`; relative
+    icon `src` values resolve against it. Default: its cluster URL."""
 
 
 class ResourceRequirements(_Spec):
@@ -431,8 +461,9 @@ class PallasDeploymentSpec(_Spec):
 class Icon(_Spec):
     """An icon shown by clients (MCP registry `icons`)."""
 
-    src: Annotated[str, Field(pattern=r"^(https?|data):", max_length=2048)]
-    """Icon URL (https or data: URI)."""
+    src: Annotated[str, Field(pattern=ICON_SRC, min_length=1, max_length=2048)]
+    """Icon URL: https, a data: URI, or relative (`/icons/research.svg`, resolved against the
+    registry's public URL)."""
     mime_type: Annotated[str | None, Field(pattern=r"^image/[A-Za-z0-9.+-]+$")] = None
     """MIME type, e.g. image/svg+xml."""
     sizes: Annotated[list[Annotated[str, Field(pattern=r"^(any|[0-9]+x[0-9]+)$")]], Field(max_length=16)] = (
@@ -546,6 +577,9 @@ class PallasAgentSpec(_Spec):
     """Discovery tags (registry `?capability=`)."""
     replicas: Annotated[int, Field(ge=0, le=100)] = 1
     """Pods serving this agent."""
+    busy_at: Annotated[int | None, Field(ge=1, le=100_000)] = None
+    """A pod with at least this many send_message calls in flight reports itself busy (in
+    `get_health` and as the registry status `busy`); it still takes calls. Default: never busy."""
     service: ServiceSpec = ServiceSpec()
     """The agent's Service."""
     pod: AgentPodSpec = AgentPodSpec()

@@ -17,6 +17,7 @@ PHASES: tuple[Phase, ...] = get_args(Phase)
 ConditionStatus = Literal["True", "False", "Unknown"]
 HealthStatus = Literal["ok", "degraded", "error"]
 HEALTH_STATUSES: tuple[HealthStatus, ...] = get_args(HealthStatus)
+ProviderCheckStatus = Literal["ok", "error"]
 
 
 class _Status(BaseModel):
@@ -58,7 +59,10 @@ class Health(_Status):
     message: str = ""
     """What is wrong when not ok."""
     checked_at: str
-    """When this result was first seen (RFC 3339); it moves only when status or message change."""
+    """When this result was first seen (RFC 3339); it moves only when the result changes."""
+    busy: bool | None = None
+    """Whether the pod that answered had `spec.busyAt` send_message calls in flight or more
+    (absent without `busyAt`)."""
 
 
 class ServerInfo(_Status):
@@ -115,6 +119,30 @@ class AgentCounts(_Status):
     """Of those, reporting health `ok`."""
 
 
+class ProviderStatus(_Status):
+    """The last check of one LLM provider of the deployment, made by its registry.
+
+    The registry (which holds the deployment's provider keys, never the operator) checks every
+    provider as the original preflight did: the models its agents use exist, and a provider no
+    agent uses ("key set, not active") answers its models endpoint with the key.
+    """
+
+    name: str
+    """The provider's key in `spec.providers`."""
+    type: str = ""
+    """Its wire protocol, `openai` or `anthropic`."""
+    status: ProviderCheckStatus
+    """`ok` or `error`."""
+    message: str = ""
+    """What the check found (what is wrong, when `error`)."""
+    checked_at: str | None = None
+    """When this result was first seen (RFC 3339); it moves only when the result changes."""
+    models: Annotated[list[str], Field(json_schema_extra={"x-kubernetes-list-type": "atomic"})] = Field(
+        default_factory=list
+    )
+    """Models the deployment's agents (and its default) use on it; empty: no agent uses it."""
+
+
 class PallasDeploymentStatus(_Status):
     """The observed state of a PallasDeployment."""
 
@@ -131,3 +159,8 @@ class PallasDeploymentStatus(_Status):
     """Agent counts."""
     registry_url: Annotated[str | None, Field(alias="registryURL")] = None
     """The registry's catalogue URL inside the cluster."""
+    providers: Annotated[
+        list[ProviderStatus],
+        Field(json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]}),
+    ] = Field(default_factory=list)
+    """The last check of each provider, from the registry's report (docs/api.md §4)."""

@@ -158,8 +158,8 @@ def _register_secrets(reg: kopf.OperatorRegistry, op: Operator) -> None:
         _record(op, "Secret", kw)
         op.startup.handled("Secret")
         namespace = kw["namespace"]
-        for agent in op.secret_users.get((namespace, kw["name"]), set()).copy():
-            op.enqueue(AGENT, namespace, agent)
+        for kind, name in op.secret_users.get((namespace, kw["name"]), set()).copy():
+            op.enqueue(kind, namespace, name)
 
 
 def _register_children(reg: kopf.OperatorRegistry, op: Operator) -> None:

@@ -30,6 +30,11 @@ class InFlight:
     def _stopped(self) -> bool:
         return self.stopping
 
+    @property
+    def count(self) -> int:
+        """Calls running now (what `busyAt` is compared with)."""
+        return len(self._tasks)
+
     def message(self) -> str:
         """What a caller is told."""
         return f"agent {self._agent} is shutting down; the message was not processed: send it again"

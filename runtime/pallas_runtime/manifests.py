@@ -165,6 +165,11 @@ class LocalPlan:
     agents: list[PlannedAgent]
     """In start order: every agent after the agents it depends on."""
     registry_port: int | None
+    provider_keys: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    """(namespace, deployment, provider) → API key of every provider of the run's deployments
+    that has one (the registry checks them all, used by an agent or not)."""
+    openai_base_url: str | None = None
+    """`$OPENAI_BASE_URL` when it applies (see `commands.local_env.with_openai_base_url`)."""
 
 
 AgentKey = tuple[str, str]
@@ -252,4 +257,13 @@ def plan_local(
     if only_agent is not None and not planned:
         names = ", ".join(a.name for a in manifests.agents)
         raise ManifestError(f"--agent {only_agent}: no such PallasAgent (have: {names})")
-    return LocalPlan(planned, None if only_agent is not None else base_port)
+    keys = {}
+    for run in planned:
+        namespace, deployment = run.manifest.namespace, run.deployment
+        for provider, provider_spec in deployment.spec.providers.items():
+            if provider_spec.api_key is not None:
+                ref = provider_spec.api_key.secret_key_ref
+                value = manifests.secrets.get((namespace, ref.name), {}).get(ref.key, env.get(ref.key))
+                if value:
+                    keys[namespace, deployment.name, provider] = value
+    return LocalPlan(planned, None if only_agent is not None else base_port, keys)

@@ -124,6 +124,12 @@ class RuntimeMetrics:
             ["agent", "outcome"],
             registry=r,
         )
+        self.send_message_in_flight = Gauge(
+            "pallas_send_message_in_flight",
+            "send_message calls running now (what busyAt is compared with).",
+            ["agent"],
+            registry=r,
+        )
         self.active_conversations = Gauge(
             "pallas_active_conversations", "Conversations held in memory.", ["agent"], registry=r
         )

@@ -247,6 +247,8 @@ def build_server(
     loop = AgentLoop(config, provider, sources, metrics)
     conversations = Conversations(config.name, store, loop)
     auth = build_auth(config, metrics)
+    agent = config.name
+    inflight = InFlight(agent)
     health = HealthChecker(
         config,
         provider,
@@ -255,12 +257,13 @@ def build_server(
         environ,
         store=store,
         access_problem=auth.verifier.problem if auth else None,
+        in_flight=lambda: inflight.count,
     )
     state = {"ready": False}
-    agent = config.name
     send_names = send_message_names(config)
     metrics.agent_info.labels(agent, config.model).set(1)
     metrics.active_conversations.labels(agent).set(0)
+    metrics.send_message_in_flight.labels(agent).set_function(lambda: inflight.count)
     # Both outcome series exist from the start, so rate() sees the first error of a new agent.
     for outcome in ("ok", "error"):
         metrics.send_message_total.labels(agent, outcome)
@@ -319,8 +322,6 @@ def build_server(
         mask_error_details=True,
         auth=auth,
     )
-
-    inflight = InFlight(agent)
 
     def failed(exc: Exception | str, code: ErrorCode) -> CodedToolError:
         """One log line with the agent, the code and the reason, and the error the caller gets.

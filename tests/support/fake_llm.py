@@ -145,6 +145,7 @@ class RecordedRequest:
     """Lower-cased names."""
     json: Any
     """The decoded body; None for a GET or a body that is not JSON."""
+    query: dict[str, str] = field(default_factory=dict)
 
 
 # --- server ---------------------------------------------------------------------------------
@@ -277,7 +278,9 @@ class _FakeServer(abc.ABC):
             body = json.loads(raw) if raw else None
         except ValueError:
             body = None
-        recorded = RecordedRequest(request.method, request.url.path, dict(request.headers), body)
+        recorded = RecordedRequest(
+            request.method, request.url.path, dict(request.headers), body, dict(request.query_params)
+        )
         self.requests.append(recorded)
         return recorded
 
@@ -475,7 +478,8 @@ _ANTHROPIC_ERROR_TYPES = {
 
 
 class FakeAnthropic(_FakeServer):
-    """`POST /v1/messages` and `GET /v1/models/{model}`, as api.anthropic.com answers them."""
+    """`POST /v1/messages`, `GET /v1/models` and `GET /v1/models/{model}`, as api.anthropic.com
+    answers them (the list pages with `limit`, as the real one)."""
 
     completion_path = "/v1/messages"
     base_path = ""
@@ -493,6 +497,7 @@ class FakeAnthropic(_FakeServer):
     def _routes(self) -> list[Route]:
         return [
             Route(self.completion_path, self._handle_completion, methods=["POST"]),
+            Route("/v1/models", self._handle_models, methods=["GET"]),
             Route("/v1/models/{model_id:path}", self._handle_models, methods=["GET"]),
         ]
 
@@ -556,18 +561,31 @@ class FakeAnthropic(_FakeServer):
         return JSONResponse(body, headers={"request-id": f"req_fake_{n}"})
 
     def _models_response(self, recorded: RecordedRequest) -> Response:
+        if recorded.path == "/v1/models":
+            limit = int(recorded.query.get("limit", "20"))
+            page = [self._model(m) for m in self.models[:limit]]
+            return JSONResponse(
+                {
+                    "data": page,
+                    "has_more": len(self.models) > limit,
+                    "first_id": page[0]["id"] if page else None,
+                    "last_id": page[-1]["id"] if page else None,
+                }
+            )
         model = recorded.path.removeprefix("/v1/models/")
         if model not in self.models:
             return self._error(HttpError(404, f"model: {model}", headers={}))
-        return JSONResponse(
-            {
-                "type": "model",
-                "id": model,
-                "display_name": model,
-                "created_at": "2026-01-01T00:00:00Z",
-                "lifecycle": "active",
-            }
-        )
+        return JSONResponse(self._model(model))
+
+    @staticmethod
+    def _model(model: str) -> dict[str, Any]:
+        return {
+            "type": "model",
+            "id": model,
+            "display_name": model,
+            "created_at": "2026-01-01T00:00:00Z",
+            "lifecycle": "active",
+        }
 
     def _error(self, error: HttpError) -> Response:
         kind = error.type or _ANTHROPIC_ERROR_TYPES.get(error.status, "api_error")

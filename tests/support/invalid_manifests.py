@@ -138,6 +138,18 @@ INVALID = [
         reported_as=["spec.capabilities.0: ", "should match"],
     ),
     Case(
+        "icon-src-other-scheme",
+        agent("a1", spec(icons=[{"src": "javascript:alert(1)"}])),
+        refused_with=["spec.icons[0].src", "should match"],
+        reported_as=["spec.icons.0.src: ", "should match"],
+    ),
+    Case(
+        "icon-sizes-a-string",
+        agent("a1", spec(icons=[{"src": "/icons/a.svg", "sizes": "any"}])),
+        refused_with=["spec.icons[0].sizes", "must be of type array"],
+        reported_as=["spec.icons.0.sizes: ", "valid list"],
+    ),
+    Case(
         "bad-dependency-name",
         agent("a1", spec(dependsOn=["Not_A_Name"])),
         refused_with=["spec.dependsOn[0]", "should match"],
@@ -196,6 +208,12 @@ INVALID = [
         deployment("d1", at("spec.providers.vllm.type", "gemini")),
         refused_with=["spec.providers.vllm.type", 'Unsupported value: "gemini"'],
         reported_as=["spec.providers.vllm.type: ", "'openai' or 'anthropic'"],
+    ),
+    Case(
+        "registry-public-url-not-http",
+        deployment("d1", at("spec.registry.publicURL", "ftp://agents.example.com/")),
+        refused_with=["spec.registry.publicURL", "should match"],
+        reported_as=["spec.registry.publicURL: ", "should match"],
     ),
     Case(
         "provider-bad-key",

@@ -40,6 +40,7 @@ from pallas_api.kube import PallasAgent, PallasDeployment
 from pallas_api.spec import Icon
 from pallas_runtime.registry import AgentState, CatalogueSource, HealthView, build_app
 from pallas_runtime.registry.schema import server_schema
+from pallas_runtime.registry.state import ProviderView
 from pallas_runtime.serving import bound_port, listen, serve
 from tests.support.cluster import REPO, LocalCluster
 from tests.support.mcp_servers import LOOPBACK, bound_socket, serve_app
@@ -62,7 +63,7 @@ def state(name: str = "research", **changes: Any) -> AgentState:
         tags=("web-search", "knowledge-graph"),
         model_ref="vllm.qwen3-8b",
         model_capabilities=ModelCapabilities(vision=False, context_window=200000, max_output_tokens=32000),
-        provider_type="openai",
+        provider=ProviderView(type="openai", display_name="vllm", json_mode=True),
         version="1.0.0",
         phase="Ready",
         ready=True,
@@ -159,11 +160,11 @@ async def set_status(client: AsyncClient, namespace: str, name: str, status: dic
 
 
 @contextlib.asynccontextmanager
-async def running_registry(source: CatalogueSource) -> AsyncIterator[str]:
-    """Serve `source` on a free loopback port; yields the base URL (`http://127.0.0.1:PORT`)."""
+async def running_registry(source: CatalogueSource, **app: Any) -> AsyncIterator[str]:
+    """Serve `source` (`build_app(source, **app)`) on a free loopback port; yields the base URL."""
     sock = listen(LOOPBACK, 0)
     started = asyncio.Event()
-    task = asyncio.create_task(serve(build_app(source), sock, started=started, graceful_timeout=2))
+    task = asyncio.create_task(serve(build_app(source, **app), sock, started=started, graceful_timeout=2))
     try:
         await asyncio.wait_for(started.wait(), 10)
         yield f"http://{LOOPBACK}:{bound_port(sock)}"

@@ -81,20 +81,21 @@ def log_env(level: LogLevel, *, namespace: str, deployment: str) -> list[dict[st
 
 
 def environment(
-    user: Iterable[Sequence[Mapping[str, Any]]], secrets: Iterable[SecretBinding]
+    user: Iterable[Sequence[Mapping[str, Any]]], secrets: Iterable[SecretBinding], *, optional: bool = False
 ) -> list[dict[str, Any]]:
     """Env lists (later ones override earlier by name: ours, then the user's), then the secrets.
 
     Names are unique in the result: the API server treats `env` as a map keyed by name, and
     the secret bindings always win so a user entry cannot shadow an API key reference.
+    `optional` bindings let the pod start without their Secret (the variable is then unset).
     """
     merged: dict[str, dict[str, Any]] = {}
     for env_list in user:
         for entry in env_list:
             merged[str(entry["name"])] = dict(entry)
     for binding in secrets:
-        merged[binding.env] = {
-            "name": binding.env,
-            "valueFrom": {"secretKeyRef": {"name": binding.ref.name, "key": binding.ref.key}},
-        }
+        ref: dict[str, Any] = {"name": binding.ref.name, "key": binding.ref.key}
+        if optional:
+            ref["optional"] = True
+        merged[binding.env] = {"name": binding.env, "valueFrom": {"secretKeyRef": ref}}
     return list(merged.values())

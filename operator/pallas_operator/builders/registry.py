@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from pallas_api import names
-from pallas_api.render import log_level
+from pallas_api.render import log_level, provider_key_bindings
 from pallas_api.spec import PallasDeploymentSpec
+from pallas_operator.builders.hashing import SecretDigests, config_hash
 from pallas_operator.builders.meta import Manifest, Owner, metadata, registry_labels, registry_selector
 from pallas_operator.builders.pod import (
     REGISTRY_RESOURCES,
     container_security,
+    environment,
     log_env,
     pod_security,
     probes,
@@ -16,8 +18,16 @@ from pallas_operator.builders.pod import (
 )
 
 
-def registry_deployment(owner: Owner, spec: PallasDeploymentSpec, default_image: str) -> Manifest:
-    """The Deployment running `pallas registry` for this PallasDeployment's namespace."""
+def registry_deployment(
+    owner: Owner, spec: PallasDeploymentSpec, default_image: str, secrets: SecretDigests
+) -> Manifest:
+    """The Deployment running `pallas registry` for this PallasDeployment's namespace.
+
+    Its pod gets every provider key (optional references: a missing Secret must not keep the
+    catalogue down; the provider check says the key is not set), for the registry's provider
+    checks; the keys' digests are hashed into the pod template, so a rotation restarts it.
+    """
+    keys = provider_key_bindings(spec)
     name = names.registry_name(owner.name)
     labels = registry_labels(owner.name)
     port = spec.registry.port
@@ -35,7 +45,9 @@ def registry_deployment(owner: Owner, spec: PallasDeploymentSpec, default_image:
             str(port),
         ],
         "ports": [{"name": names.METRICS_PORT_NAME, "containerPort": port, "protocol": "TCP"}],
-        "env": log_env(log_level(spec), namespace=owner.namespace, deployment=owner.name),
+        "env": environment(
+            [log_env(log_level(spec), namespace=owner.namespace, deployment=owner.name)], keys, optional=True
+        ),
         "resources": resources(default=REGISTRY_RESOURCES),
         "securityContext": container_security(),
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
@@ -50,7 +62,10 @@ def registry_deployment(owner: Owner, spec: PallasDeploymentSpec, default_image:
             "revisionHistoryLimit": 3,
             "selector": {"matchLabels": registry_selector(owner.name)},
             "template": {
-                "metadata": {"labels": labels},
+                "metadata": {
+                    "labels": labels,
+                    "annotations": {names.ANNOTATION_CONFIG_HASH: config_hash("", keys, secrets)},
+                },
                 "spec": {
                     "serviceAccountName": name,
                     "securityContext": pod_security(),
@@ -124,12 +139,17 @@ def registry_role_binding(owner: Owner) -> Manifest:
     }
 
 
-def registry_children(owner: Owner, spec: PallasDeploymentSpec, default_image: str) -> list[Manifest]:
-    """Every registry object, in an order that lets each find what it needs already there."""
+def registry_children(
+    owner: Owner, spec: PallasDeploymentSpec, default_image: str, secrets: SecretDigests | None = None
+) -> list[Manifest]:
+    """Every registry object, in an order that lets each find what it needs already there.
+
+    `secrets` are the digests of the namespace's Secrets (for the provider keys' hash).
+    """
     return [
         registry_service_account(owner),
         registry_role(owner),
         registry_role_binding(owner),
         registry_service(owner, spec),
-        registry_deployment(owner, spec, default_image),
+        registry_deployment(owner, spec, default_image, secrets or {}),
     ]

@@ -46,7 +46,8 @@ async def check_health(url: str, budget: float, headers: Mapping[str, str] | Non
         return HealthResult(None, outcome.message[:MAX_MESSAGE])
     if outcome.health is None:
         return HealthResult(None, outcome.health_problem[:MAX_MESSAGE])
-    return HealthResult(outcome.health.status, (outcome.health.message or "")[:MAX_MESSAGE])
+    report = outcome.health
+    return HealthResult(report.status, (report.message or "")[:MAX_MESSAGE], busy=report.busy)
 
 
 def _same_issuer(a: str, b: str) -> bool:

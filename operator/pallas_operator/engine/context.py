@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, cast
 from lightkube import AsyncClient
 
 from pallas_operator.engine.prober import ProbeAccess, Prober
+from pallas_operator.engine.provider_reports import ProviderReports
 from pallas_operator.engine.queue import WorkQueue
 from pallas_operator.engine.startup import StartupTracker
 from pallas_operator.engine.world import World
@@ -68,14 +69,16 @@ class Operator:
         self.applier = Applier(client, on_write=self.metrics.count_write)
         self.tokens = ProbeTokens(client)
         self.prober = Prober(settings.resolver, notify=self._probed, credentials=self._probe_token)
+        self.provider_reports = ProviderReports(settings.resolver, notify=self._probed)
         self.queue = WorkQueue(self._reconcile, workers=settings.workers, fields=key_fields)
         self.metrics.queue_depth.set_function(lambda: self.queue.depth)
         # The queue starts once the world holds every object that existed at start-up.
         self.startup = StartupTracker(
             metrics, ready or threading.Event(), settings.stall_after, on_ready=self.queue.start
         )
-        self.secret_users: dict[tuple[str, str], set[str]] = {}
-        """(namespace, Secret) → agents whose pods read it (so a rotation re-reconciles them)."""
+        self.secret_users: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        """(namespace, Secret) → (kind, name) of the resources whose pods read it: agents, and
+        deployments (their registry reads every provider key), so a rotation re-reconciles them."""
         self.monitoring_checked: dict[tuple[str, str], MonitoringCheck] = {}
         """(namespace, deployment) → when its ServiceMonitors were last listed, and what was found."""
         self.delegations: dict[tuple[str, str], bool] = {}
@@ -94,15 +97,16 @@ class Operator:
     async def _probe_token(self, access: ProbeAccess) -> str:
         return await self.tokens.token(access.namespace, access.service_account, access.audiences)
 
-    def uses_secrets(self, namespace: str, agent: str, secrets: set[str]) -> None:
-        """Record which Secrets an agent reads, replacing what it read before."""
+    def uses_secrets(self, kind: str, namespace: str, name: str, secrets: set[str]) -> None:
+        """Record which Secrets a resource's pods read, replacing what they read before."""
+        user = (kind, name)
         for (ns, secret), users in list(self.secret_users.items()):
             if ns == namespace and secret not in secrets:
-                users.discard(agent)
+                users.discard(user)
                 if not users:
                     del self.secret_users[(ns, secret)]
         for secret in secrets:
-            self.secret_users.setdefault((namespace, secret), set()).add(agent)
+            self.secret_users.setdefault((namespace, secret), set()).add(user)
 
     async def _reconcile(self, key: Hashable) -> float | None:
         kind, namespace, name = cast(Key, key)
@@ -120,3 +124,4 @@ class Operator:
         """Stop the work queue and every probe task."""
         await self.queue.stop()
         await self.prober.stop()
+        await self.provider_reports.stop()

@@ -12,13 +12,12 @@ credentials; `kubernetes`, a short-lived token of the deployment's agents Servic
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Hashable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pallas_operator.engine import checks
+from pallas_operator.engine.loops import KeyedLoops, Looping
 from pallas_operator.services import ServiceResolver
 from pallas_operator.status import HealthResult, Verification
 
@@ -62,14 +61,11 @@ class ProbeTarget:
 
 
 @dataclass
-class _Agent:
-    target: ProbeTarget
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
+class _Agent(Looping[ProbeTarget]):
     verified_rollout: str | None = None
     failed_verifications: int = 0
     verification: Verification | None = None
     health: HealthResult | None = None
-    task: asyncio.Task[None] | None = None
 
 
 Headers = Mapping[str, str]
@@ -103,7 +99,7 @@ class Prober:
         self._check = check
         self._credentials = credentials
         self._challenge = challenge
-        self._agents: dict[Hashable, _Agent] = {}
+        self._agents = KeyedLoops[ProbeTarget, _Agent](_Agent, self._run, "probe")
 
     def results(self, key: Hashable) -> tuple[Verification | None, HealthResult | None]:
         """The latest verification and health of an agent (None: nothing new since start)."""
@@ -112,29 +108,11 @@ class Prober:
 
     def track(self, key: Hashable, target: ProbeTarget | None) -> None:
         """Probe `key` at `target` from now on; None stops probing it and forgets its results."""
-        agent = self._agents.get(key)
-        if target is None:
-            if agent is not None:
-                del self._agents[key]
-                if agent.task is not None:
-                    agent.task.cancel()
-            return
-        if agent is None:
-            agent = self._agents[key] = _Agent(target)
-            agent.task = asyncio.create_task(self._run(key, agent), name=f"probe-{key}")
-        elif agent.target != target:
-            agent.target = target
-            agent.wake.set()
+        self._agents.track(key, target)
 
     async def stop(self) -> None:
         """Stop every probe task."""
-        tasks = [a.task for a in self._agents.values() if a.task is not None]
-        self._agents.clear()
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._agents.stop()
 
     async def _headers(self, access: ProbeAccess) -> tuple[Headers, str]:
         """(headers, problem): the probe's credentials, or why there are none."""
@@ -189,6 +167,4 @@ class Prober:
                 backoff = RETRY_UNVERIFIED[min(agent.failed_verifications, len(RETRY_UNVERIFIED) - 1)]
                 agent.failed_verifications += 1
                 wait = min(agent.target.interval, backoff)
-            agent.wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(agent.wake.wait(), wait)
+            await agent.pause(wait)

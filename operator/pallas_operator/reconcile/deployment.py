@@ -12,6 +12,7 @@ import time
 from pydantic import ValidationError
 
 from pallas_api import conditions, names
+from pallas_api.render import provider_key_bindings
 from pallas_api.spec import PallasDeploymentSpec
 from pallas_api.status import PallasDeploymentStatus
 from pallas_api.validation import describe
@@ -24,12 +25,19 @@ from pallas_operator.builders import (
     registry_children,
     service_monitors,
 )
-from pallas_operator.engine.context import MonitoringCheck, Operator, now
+from pallas_operator.engine.context import DEPLOYMENT, MonitoringCheck, Operator, now
+from pallas_operator.engine.provider_reports import ReportSource
 from pallas_operator.engine.world import OwnerRecord
 from pallas_operator.k8s.events import post_event
 from pallas_operator.k8s.monitoring import owned_service_monitors
 from pallas_operator.reconcile.children import apply_children, stored_status
-from pallas_operator.status import AgentSummary, DeploymentObservation, deployment_status
+from pallas_operator.status import (
+    AgentSummary,
+    DeploymentObservation,
+    ProviderReport,
+    Workload,
+    deployment_status,
+)
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +101,7 @@ async def reconcile_deployment(op: Operator, namespace: str, name: str) -> float
     wanted = {(m["kind"], m["metadata"]["name"]) for m in desired}
     unwanted = [key for key in children if key not in wanted]
     registry = await apply_children(op, namespace, desired, children, unwanted, names.registry_name(name))
+    report = _provider_report(op, record, spec, registry)
     crd_present = await _monitoring(op, record, owner, spec)
     monitoring_enabled = spec.monitoring.service_monitor.enabled
     observation = DeploymentObservation(
@@ -105,6 +114,8 @@ async def reconcile_deployment(op: Operator, namespace: str, name: str) -> float
         monitoring_crd_present=crd_present,
         auth_mode=spec.auth.mode,
         public_url_template=spec.registry.public_url_template,
+        providers=tuple(spec.providers),
+        provider_report=report,
     )
     status = deployment_status(observation, previous, now())
     await _write(op, record, status)
@@ -112,9 +123,33 @@ async def reconcile_deployment(op: Operator, namespace: str, name: str) -> float
     return op.settings.monitoring_recheck if monitoring_enabled and not crd_present else None
 
 
+def _provider_report(
+    op: Operator, record: OwnerRecord, spec: PallasDeploymentSpec, registry: Workload | None
+) -> ProviderReport | None:
+    """Read the registry's provider checks while it is available; the last report read."""
+    key = (DEPLOYMENT, record.namespace, record.name)
+    source = None
+    if spec.registry.enabled and registry is not None and registry.available:
+        base = names.registry_base_url(record.name, record.namespace, spec.registry.port)
+        source = ReportSource(
+            url=base + "healthz",
+            deployment=record.name,
+            interval=spec.health_check.interval_seconds,
+            budget=spec.health_check.timeout_seconds + 5,
+            expected=len(spec.providers),
+        )
+    op.provider_reports.track(key, source)
+    return op.provider_reports.report(key)
+
+
 def _desired(op: Operator, owner: Owner, spec: PallasDeploymentSpec) -> list[Manifest]:
     """The namespaced children: registry, agents identity (kubernetes mode), NetworkPolicy."""
-    desired = registry_children(owner, spec, op.settings.runtime_image) if spec.registry.enabled else []
+    secrets = op.world.secrets(owner.namespace)
+    keys = {binding.ref.name for binding in provider_key_bindings(spec)} if spec.registry.enabled else set()
+    op.uses_secrets(DEPLOYMENT, owner.namespace, owner.name, keys)  # a rotation restarts the registry
+    desired = (
+        registry_children(owner, spec, op.settings.runtime_image, secrets) if spec.registry.enabled else []
+    )
     if spec.auth.mode == "kubernetes":
         agents = [a.name for a in op.world.agents_of(owner.namespace, owner.name)]
         desired += access_children(owner, agents)
@@ -165,6 +200,8 @@ async def _report(
 
 
 async def _forget(op: Operator, namespace: str, name: str) -> None:
+    op.provider_reports.track((DEPLOYMENT, namespace, name), None)
+    op.uses_secrets(DEPLOYMENT, namespace, name, set())
     if op.delegations.pop((namespace, name), None):
         # Cluster-scoped: no owner reference removes it with the deployment. An operator that
         # was not running when the deployment went leaves it behind (docs/operator.md).

@@ -5,7 +5,13 @@ clock: the caller passes `now`, so the same observations always give the same st
 """
 
 from pallas_operator.status.agent import AgentObservation, HealthResult, Verification, agent_status
-from pallas_operator.status.deployment import AgentSummary, DeploymentObservation, deployment_status
+from pallas_operator.status.deployment import (
+    AgentSummary,
+    DeploymentObservation,
+    ProviderCheck,
+    ProviderReport,
+    deployment_status,
+)
 from pallas_operator.status.references import (
     AgentFacts,
     Problem,
@@ -22,6 +28,8 @@ __all__ = [
     "DeploymentObservation",
     "HealthResult",
     "Problem",
+    "ProviderCheck",
+    "ProviderReport",
     "Verification",
     "Workload",
     "agent_status",

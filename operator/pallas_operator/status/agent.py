@@ -44,6 +44,8 @@ class HealthResult:
     message: str = ""
     checkable: bool = True
     """False when the operator cannot call get_health at all (oidc: it holds no token)."""
+    busy: bool | None = None
+    """What the report said about load (None: the agent has no `busyAt`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,9 +141,9 @@ def _health(obs: AgentObservation, previous: PallasAgentStatus, now: str) -> Hea
     status: HealthStatus = h.status or "error"
     message = h.message if h.status is not None else f"get_health failed: {h.message}"
     old = previous.health
-    if old is not None and old.status == status and old.message == message:
+    if old is not None and (old.status, old.message, old.busy) == (status, message, h.busy):
         return old
-    return Health(status=status, message=message, checked_at=now)
+    return Health(status=status, message=message, checked_at=now, busy=h.busy)
 
 
 def agent_status(obs: AgentObservation, previous: PallasAgentStatus, now: str) -> PallasAgentStatus:

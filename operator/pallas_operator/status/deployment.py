@@ -1,11 +1,14 @@
-"""The status policy of a PallasDeployment: registry, monitoring, access control, agent counts. Pure."""
+"""The status policy of a PallasDeployment. Pure.
+
+Registry, monitoring, access control, agent counts, and the provider checks its registry reports.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from pallas_api import conditions as r
-from pallas_api.status import AgentCounts, PallasDeploymentStatus
+from pallas_api.status import AgentCounts, PallasDeploymentStatus, ProviderCheckStatus, ProviderStatus
 from pallas_operator.status import conditions as c
 from pallas_operator.status.workload import Workload
 
@@ -16,6 +19,25 @@ class AgentSummary:
 
     ready: bool
     healthy: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderCheck:
+    """One provider's check as the registry reported it."""
+
+    name: str
+    type: str
+    status: ProviderCheckStatus
+    message: str = ""
+    models: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderReport:
+    """What reading the registry's provider checks gave: the checks, or why there are none."""
+
+    checks: tuple[ProviderCheck, ...] | None
+    problem: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +57,10 @@ class DeploymentObservation:
     """`spec.auth.mode`."""
     public_url_template: str = ""
     """`spec.registry.publicURLTemplate`: agents published beyond the cluster."""
+    providers: tuple[str, ...] = ()
+    """The names of `spec.providers`."""
+    provider_report: ProviderReport | None = None
+    """The registry's last report (None: not read since this process started, or not due)."""
 
 
 def _registry(obs: DeploymentObservation) -> c.Verdict:
@@ -87,6 +113,64 @@ def authenticated(obs: DeploymentObservation) -> c.Verdict:
     )
 
 
+def _provider_statuses(
+    obs: DeploymentObservation, previous: PallasDeploymentStatus, now: str
+) -> list[ProviderStatus]:
+    """The reported checks of the spec's providers; the last known ones while there is no report.
+
+    `checkedAt` moves only when a provider's result changes (as an agent's `health.checkedAt`), so
+    an unchanged report costs no status write.
+    """
+    report = obs.provider_report
+    if not obs.registry_enabled:
+        return []
+    if report is None or report.checks is None:
+        return [p for p in previous.providers if p.name in obs.providers]
+    before = {p.name: p for p in previous.providers}
+    out = []
+    for check in sorted(report.checks, key=lambda check: check.name):
+        if check.name not in obs.providers:
+            continue
+        entry = ProviderStatus(
+            name=check.name,
+            type=check.type,
+            status=check.status,
+            message=check.message,
+            models=list(check.models),
+            checked_at=now,
+        )
+        old = before.get(check.name)
+        if old is not None and old.model_copy(update={"checked_at": now}) == entry:
+            entry = old
+        out.append(entry)
+    return out
+
+
+def providers_healthy(obs: DeploymentObservation, checked: list[ProviderStatus]) -> c.Verdict:
+    """Whether every provider passed the registry's check; advice, never a blocker of Ready."""
+    if not obs.registry_enabled:
+        return c.unknown(
+            c.PROVIDERS_HEALTHY,
+            r.REGISTRY_DISABLED,
+            "providers are checked by the registry, and spec.registry.enabled is false",
+        )
+    failed = [p for p in checked if p.status != "ok"]
+    if failed:
+        return c.false(
+            c.PROVIDERS_HEALTHY, r.PROVIDER_CHECK_FAILED, "; ".join(p.message or p.name for p in failed)
+        )
+    report = obs.provider_report
+    if len(checked) < len(obs.providers):
+        missing = sorted(set(obs.providers) - {p.name for p in checked})
+        why = f": {report.problem}" if report is not None and report.problem else ""
+        return c.unknown(
+            c.PROVIDERS_HEALTHY,
+            r.PROVIDERS_NOT_CHECKED,
+            f"the registry has not reported on {', '.join(missing)} yet{why}",
+        )
+    return c.true(c.PROVIDERS_HEALTHY, r.PROVIDERS_OK, f"{len(checked)} providers checked by the registry")
+
+
 def deployment_status(
     obs: DeploymentObservation, previous: PallasDeploymentStatus, now: str
 ) -> PallasDeploymentStatus:
@@ -112,10 +196,13 @@ def deployment_status(
         ready = c.false(c.READY, r.AGENTS_NOT_READY, f"{counts.ready}/{counts.total} agents ready")
     else:
         ready = c.true(c.READY, r.ALL_AGENTS_READY, f"{counts.ready}/{counts.total} agents ready")
-    verdicts = [ready, registry, authenticated(obs)] + ([monitoring] if monitoring is not None else [])
+    providers = _provider_statuses(obs, previous, now)
+    verdicts = [ready, registry, authenticated(obs), providers_healthy(obs, providers)]
+    verdicts += [monitoring] if monitoring is not None else []
     return PallasDeploymentStatus(
         observed_generation=obs.generation,
         conditions=c.stamp(verdicts, previous.conditions, obs.generation, now),
         agents=counts,
         registry_url=obs.registry_url if obs.registry_enabled else None,
+        providers=providers,
     )

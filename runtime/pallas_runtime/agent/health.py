@@ -13,7 +13,9 @@ Semantics (seed 001 §2, docs/api.md §3):
   when checking callers failed lately (the API server or the issuer did not answer: those
   requests were refused with 503);
   `error` when the agent cannot serve any request: its provider's API key is not configured.
-  `message` names each problem.
+  `message` names each problem;
+- with `busyAt`, `busy` and `inFlight` say whether this process's send_message calls in flight
+  reached it (a load signal for clients and the registry, not a problem: `status` is unchanged).
 """
 
 from __future__ import annotations
@@ -44,8 +46,10 @@ class HealthChecker:
         environ: Mapping[str, str] | None = None,
         store: ConversationStore | None = None,
         access_problem: Callable[[], str | None] | None = None,
+        in_flight: Callable[[], int] | None = None,
     ) -> None:
         self._config = config
+        self._in_flight = in_flight
         self._store = store
         self._access_problem = access_problem
         self._provider = provider
@@ -122,7 +126,13 @@ class HealthChecker:
         else:
             status = "ok"
         self._metrics.agent_health_status.labels(agent).set(HEALTH_VALUES[status])
-        return HealthReport.now(status, "; ".join([*problems, *_notes(probes)]))
+        in_flight = self._in_flight() if self._in_flight is not None else None
+        return HealthReport.now(
+            status,
+            "; ".join([*problems, *_notes(probes)]),
+            in_flight=in_flight,
+            busy_at=self._config.busy_at,
+        )
 
 
 def _notes(probes: list[ProbeResult]) -> list[str]:

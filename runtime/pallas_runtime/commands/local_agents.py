@@ -110,14 +110,23 @@ async def start_agent(agent: PlannedAgent, metrics: RuntimeMetrics) -> HostedAge
     return hosted
 
 
-async def start_registry(agents: Sequence[PlannedAgent], port: int, headers: Mapping[str, str]) -> Hosted:
+async def start_registry(
+    agents: Sequence[PlannedAgent],
+    port: int,
+    headers: Mapping[str, str],
+    plan: LocalPlan,
+    metrics: RuntimeMetrics,
+) -> Hosted:
     """Serve the registry of `agents` on `port` until stopped.
+
+    `plan` gives the providers' keys (for the provider checks) and `$OPENAI_BASE_URL`; the
+    registry's metric families join the agents' `metrics`, so the run is one scrape target.
 
     Raises:
         StartFailed: the port is taken or the server did not start.
     """
     # Imported here: the registry pulls in its own dependencies, which `--agent` runs never need.
-    from pallas_runtime.registry import build_app
+    from pallas_runtime.registry import RegistryMetrics, build_app
     from pallas_runtime.registry.static import LocalAgent, StaticSource
 
     source = StaticSource(
@@ -133,12 +142,16 @@ async def start_registry(agents: Sequence[PlannedAgent], port: int, headers: Map
             for agent in agents
         ],
         headers=headers,
+        registry_url=f"http://{LOOPBACK}:{port}/",
+        provider_keys=plan.provider_keys,
+        openai_base_url=plan.openai_base_url,
     )
+    # One scrape target for the local deployment, as the original: the registry's families join
+    # the agents' registry, so its /metrics (and every agent's) carries everything.
+    app = build_app(source, metrics=RegistryMetrics(source, registry=metrics.registry))
     sock = _listen("registry", port)
     started = asyncio.Event()
-    task = asyncio.create_task(
-        serve(build_app(source), sock, started=started, graceful_timeout=GRACE_SECONDS)
-    )
+    task = asyncio.create_task(serve(app, sock, started=started, graceful_timeout=GRACE_SECONDS))
     hosted = Hosted(task, sock)
     try:
         await _started(task, started, "registry", port)
@@ -192,9 +205,9 @@ class LocalRun:
         if hosted is not None:
             await self._stop(hosted)
 
-    async def start_registry(self, agents: Sequence[PlannedAgent], port: int) -> None:
+    async def start_registry(self, agents: Sequence[PlannedAgent], port: int, plan: LocalPlan) -> None:
         """Host the registry of `agents` (see `start_registry`)."""
-        self.registry = await start_registry(agents, port, self.probe_headers)
+        self.registry = await start_registry(agents, port, self.probe_headers, plan, self.metrics)
         self._watch(self.registry)
 
     async def stop_registry(self) -> None:

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 
 from dotenv import dotenv_values
 from pydantic import ValidationError
 
-from pallas_api.config import ProviderConfig
+from pallas_api.config import HTTP_URL, ProviderConfig
 from pallas_api.validation import describe
 from pallas_runtime.manifests import LocalPlan, ManifestError
 
@@ -81,7 +82,9 @@ def with_openai_base_url(plan: LocalPlan, environ: Mapping[str, str]) -> LocalPl
             config = agent.rendered.config.model_copy(update={"provider": provider})
             agent = dataclasses.replace(agent, rendered=dataclasses.replace(agent.rendered, config=config))
         agents.append(agent)
-    return dataclasses.replace(plan, agents=agents)
+    # The registry checks providers no agent uses too: they get the same endpoint.
+    usable = base_url if re.match(HTTP_URL, base_url) else None
+    return dataclasses.replace(plan, agents=agents, openai_base_url=usable)
 
 
 def working_directory_env(environ: MutableMapping[str, str] | None = None) -> list[str]:

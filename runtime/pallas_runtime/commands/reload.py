@@ -13,6 +13,7 @@ PostgreSQL outlive the restart; an agent's running turns end with "shutting down
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import sys
@@ -143,11 +144,11 @@ async def apply(run: LocalRun, plan: LocalPlan) -> Changes:
     if changes.registry and plan.registry_port is not None:
         await run.stop_registry()
         try:
-            await run.start_registry(hosted, plan.registry_port)
+            await run.start_registry(hosted, plan.registry_port, plan)
         except StartFailed as exc:
             print(f"pallas run: reload: {exc}", file=sys.stderr, flush=True)
     # What runs now: an agent that failed to start is new to the next reload, which retries it.
-    run.plan = LocalPlan(hosted, plan.registry_port)
+    run.plan = dataclasses.replace(plan, agents=hosted)
     return changes
 
 

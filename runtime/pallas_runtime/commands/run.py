@@ -151,7 +151,7 @@ async def serve_plan(
             report.started("agent", config.name, agent.url)
         if plan.registry_port is not None:
             try:
-                await run.start_registry(plan.agents, plan.registry_port)
+                await run.start_registry(plan.agents, plan.registry_port, plan)
             except StartFailed as exc:
                 print(f"pallas run: {exc}", file=sys.stderr)
                 return EXIT_FAILURE

@@ -6,7 +6,8 @@ Routes (docs/registry.md has the details):
 - `GET /v0.1/servers` — one page: `{"servers": [...], "metadata": {"count", "nextCursor"?}}`.
 - `GET /v0.1/servers/{serverName}/versions` and `.../versions/{version}` (`latest` or exact);
   the name is URL-encoded (`%2F`), a literal `/` works too.
-- `GET /healthz`, `/readyz` (503 until the source's first full list), `/metrics`.
+- `GET /healthz` (200 while the process runs, with the LLM provider checks: `providers.py`),
+  `/readyz` (503 until the source's first full list), `/metrics`.
 
 Errors are `{"error": "..."}` JSON with a 4xx status (`parameter` names the culprit); the app
 starts the source in its lifespan and restarts it should it ever fail.
@@ -30,6 +31,7 @@ from starlette.routing import Route
 from pallas_runtime.registry.catalogue import encode
 from pallas_runtime.registry.guard import SERVERS, WELL_KNOWN, Guard
 from pallas_runtime.registry.metrics import CONTENT_TYPE, RegistryMetrics
+from pallas_runtime.registry.providers import ProviderChecks
 from pallas_runtime.registry.query import SERVER_NAME, BadParameter, Query, page, parse_query, select
 from pallas_runtime.registry.responses import JSON, Rendered, ResponseCache, error, respond, server_list
 from pallas_runtime.registry.source import CatalogueSource
@@ -52,10 +54,13 @@ async def _supervise(source: CatalogueSource) -> None:
 
 
 class _Handlers:
-    def __init__(self, source: CatalogueSource, metrics: RegistryMetrics, cache: ResponseCache) -> None:
+    def __init__(
+        self, source: CatalogueSource, metrics: RegistryMetrics, cache: ResponseCache, checks: ProviderChecks
+    ) -> None:
         self.source = source
         self.metrics = metrics
         self.cache = cache
+        self.checks = checks
 
     def _not_ready(self) -> Response | None:
         # An empty catalogue before the first list would tell clients there are no agents.
@@ -137,7 +142,13 @@ class _Handlers:
         return respond(request, Rendered.of(entry.body))
 
     async def healthz(self, request: Request) -> Response:
-        return Response(encode({"status": "ok"}), media_type=JSON)
+        # Always 200 (a liveness probe: restarting fixes no provider), with the provider checks
+        # as the original's /healthz had them; `degraded` when one failed.
+        results = self.checks.results
+        status = "ok" if all(r.ok for r in results) else "degraded"
+        return Response(
+            encode({"status": status, "providers": [r.report() for r in results]}), media_type=JSON
+        )
 
     async def readyz(self, request: Request) -> Response:
         if self.source.ready:
@@ -171,6 +182,7 @@ def build_app(
     metrics: RegistryMetrics | None = None,
     start_source: bool = True,
     cache_size: int = 256,
+    providers: ProviderChecks | None = None,
 ) -> Guard:
     """The registry ASGI app over `source`.
 
@@ -180,23 +192,30 @@ def build_app(
         start_source: Run `source.run()` for the app's lifetime (its lifespan); turn off when the
             caller runs the source itself.
         cache_size: Rendered responses kept per app.
+        providers: The LLM provider checks (published on `/healthz` and `/metrics`, run with the
+            source); default: checks of `source.provider_targets()`.
 
     Returns:
         An ASGI app (Starlette, wrapped by the size/metrics guard).
     """
     metrics = metrics or RegistryMetrics(source)
-    handlers = _Handlers(source, metrics, ResponseCache(cache_size))
+    checks = providers or ProviderChecks(source.provider_targets)
+    metrics.watch_providers(checks)
+    handlers = _Handlers(source, metrics, ResponseCache(cache_size), checks)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        task = asyncio.create_task(_supervise(source)) if start_source else None
+        tasks = (
+            [asyncio.create_task(_supervise(source)), asyncio.create_task(checks.run())]
+            if start_source
+            else []
+        )
         try:
             yield
         finally:
-            if task is not None:
+            for task in tasks:
                 task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     routes = [
         Route(WELL_KNOWN, handlers.well_known, methods=["GET"]),

@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urljoin, urlsplit
 
 from pallas_api.spec import Icon
 from pallas_runtime.registry.naming import remote_url, server_name
@@ -65,12 +66,25 @@ def display_title(state: AgentState) -> str:
     return one_line(state.title, MAX_TEXT) or one_line(state.name.replace("-", " ").title(), MAX_TEXT)
 
 
-def _icon(icon: Icon) -> dict[str, Any] | None:
+def icon_url(src: str, registry_url: str) -> str:
+    """`src` made absolute: a relative reference resolves against the registry's public URL.
+
+    The schema wants an absolute URI (seed 001 allows relative ones, which clients resolve against
+    the registry they asked). The registry URL is taken as a directory, so a path prefix it has
+    (`https://agents.example.com/pallas`) is kept for `icons/a.svg`; `/icons/a.svg` is from the host.
+    """
+    if urlsplit(src).scheme or not registry_url:
+        return src
+    return urljoin(registry_url if registry_url.endswith("/") else registry_url + "/", src)
+
+
+def _icon(icon: Icon, registry_url: str) -> dict[str, Any] | None:
     # The spec accepts more than the registry does (longer URLs, any image/* type); keep what
     # clients can use and drop only the parts the schema would refuse.
-    if len(icon.src) > MAX_ICON_SRC or not is_uri(icon.src):
+    src = icon_url(icon.src, registry_url)
+    if len(src) > MAX_ICON_SRC or not is_uri(src):
         return None
-    out: dict[str, Any] = {"src": icon.src}
+    out: dict[str, Any] = {"src": src}
     if icon.mime_type in ICON_TYPES:
         out["mimeType"] = icon.mime_type
     if icon.sizes:
@@ -112,7 +126,16 @@ def _health(health: HealthView | None) -> dict[str, Any] | None:
     out: dict[str, Any] = {"status": health.status, "message": health.message}
     if health.checked_at is not None:
         out["checkedAt"] = rfc3339(health.checked_at)
+    if health.busy:
+        out["busy"] = True
     return out
+
+
+def _agent_status(state: AgentState) -> str:
+    """Seed 004's agent status: `ready`, `busy` (ready, at its `busyAt`) or `unavailable`."""
+    if not state.ready or state.deleting:
+        return "unavailable"
+    return "busy" if state.health is not None and state.health.busy else "ready"
 
 
 def _official(state: AgentState) -> dict[str, Any]:
@@ -131,20 +154,32 @@ def _official(state: AgentState) -> dict[str, Any]:
     return official
 
 
+def _provider(state: AgentState, provider: str, model: str) -> dict[str, Any]:
+    """The agent's provider as seed 004 describes one: id, kind, models, capabilities, names."""
+    view = state.provider
+    entry: dict[str, Any] = {"id": provider, "kind": "llm", "models": [model] if model else []}
+    if view.type:
+        entry["type"] = view.type
+    entry["displayName"] = view.display_name or provider
+    if view.description:
+        entry["description"] = view.description
+    entry["capabilities"] = {
+        "streaming": view.streaming,
+        "tools": view.tools,
+        "vision": state.model_capabilities.vision if view.vision is None else view.vision,
+        "jsonMode": view.json_mode,
+    }
+    return entry
+
+
 def _vendor(state: AgentState, provider: str, model: str) -> dict[str, Any]:
     caps = state.model_capabilities
-    providers = []
-    if provider:
-        entry: dict[str, Any] = {"id": provider, "kind": "llm", "models": [model] if model else []}
-        if state.provider_type:
-            entry["type"] = state.provider_type
-        entry["capabilities"] = {"vision": caps.vision, "tools": True}
-        providers.append(entry)
+    providers = [_provider(state, provider, model)] if provider else []
     return {
         "id": state.name,
         "namespace": state.namespace,
         "deployment": state.deployment,
-        "status": "ready" if state.ready and not state.deleting else "unavailable",
+        "status": _agent_status(state),
         "phase": state.phase,
         "health": _health(state.health),
         "tools": list(state.tools),
@@ -200,7 +235,7 @@ def build_response(state: AgentState) -> dict[str, Any]:
         "description": one_line(state.description, MAX_TEXT) or one_line(f"{title} (Pallas agent)", MAX_TEXT),
         "version": state.version,
     }
-    icons = [icon for icon in map(_icon, state.icons) if icon is not None]
+    icons = [icon for icon in (_icon(i, state.registry_url) for i in state.icons) if icon is not None]
     if icons:
         server["icons"] = icons
     server["remotes"] = [{"type": "streamable-http", "url": url}]

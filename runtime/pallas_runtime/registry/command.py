@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import logging
 import os
+import re
 import sys
 
 from lightkube import ConfigError, KubeConfig
@@ -25,6 +26,7 @@ from pallas_runtime.registry.app import build_app
 from pallas_runtime.registry.kubernetes import KubernetesSource
 from pallas_runtime.serving import bound_port, listen, serve, until_signalled
 
+PROVIDER_KEY = re.compile(r"^PALLAS_PROVIDER_[A-Z0-9_]+_API_KEY$")
 DEFAULT_PORT = RegistrySpec().port
 """The deployment's default `registry.port`."""
 
@@ -63,7 +65,11 @@ class RegistryCommand:
     def run(self, args: argparse.Namespace) -> int:
         """Serve until SIGTERM/SIGINT; 1 (with one line on stderr) when it cannot start."""
         try:
-            setup_logging(fields={"namespace": args.namespace or "", "deployment": args.deployment or ""})
+            # The provider keys the operator renders into the pod (for the provider checks).
+            setup_logging(
+                fields={"namespace": args.namespace or "", "deployment": args.deployment or ""},
+                secret_env=[name for name in os.environ if PROVIDER_KEY.match(name)],
+            )
         except ValueError as exc:
             print(f"pallas registry: {exc}", file=sys.stderr)
             return EXIT_USAGE

@@ -9,13 +9,15 @@ view replaces the old one in a single step, so a restart never shows an empty ca
 Credentials come from `KubeConfig.from_env()`: the pod's ServiceAccount (the operator's
 read-only Role: get/list/watch on pallasagents and pallasdeployments), else the kubeconfig.
 Without permission to read the PallasDeployment the agents are still published, with default
-settings.
+settings. With a deployment named, its providers are checked (`providers.py`) with the keys the
+operator renders into the registry pod.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,6 +25,8 @@ import httpx2
 from lightkube import AsyncClient, KubeConfig
 
 from pallas_api.kube import PallasAgent, PallasDeployment
+from pallas_api.render import provider_key_env
+from pallas_api.spec import ProviderSpec
 from pallas_runtime.registry.catalogue import CatalogueStore, Key
 from pallas_runtime.registry.objects import (
     DeploymentSettings,
@@ -30,6 +34,7 @@ from pallas_runtime.registry.objects import (
     agent_state,
     deployment_settings,
 )
+from pallas_runtime.registry.providers import ProviderTarget, deployment_targets
 from pallas_runtime.registry.reflector import Reflector
 from pallas_runtime.registry.source import CatalogueSource
 from pallas_runtime.registry.state import AgentState
@@ -52,6 +57,7 @@ class KubernetesSource(CatalogueSource):
         config: KubeConfig | None = None,
         watch_timeout: int = 240,
         store: CatalogueStore | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         """Configure; nothing connects before `run()`.
 
@@ -62,6 +68,9 @@ class KubernetesSource(CatalogueSource):
             config: Credentials; default `KubeConfig.from_env()` (in-cluster, else kubeconfig).
             watch_timeout: Seconds the API server keeps one watch open before it is renewed.
             store: The store to fill; default: a new one.
+            environ: Where the deployment's provider keys are (`PALLAS_PROVIDER_<NAME>_API_KEY`,
+                as the operator renders them into the registry pod); the process environment
+                by default. Providers are checked only with a `deployment`.
         """
         super().__init__(store)
         self.namespace = namespace
@@ -72,6 +81,7 @@ class KubernetesSource(CatalogueSource):
         self._settings: dict[str, DeploymentSettings] = {}
         self._agents: dict[Key, Mapping[str, Any]] = {}
         self._reflectors: list[Reflector] = []
+        self._environ = os.environ if environ is None else environ
 
     def _mine(self, obj: Mapping[str, Any]) -> bool:
         return self.deployment is None or (obj.get("spec") or {}).get("deployment") == self.deployment
@@ -134,6 +144,21 @@ class KubernetesSource(CatalogueSource):
             return
         self._agents[key] = obj
         self._publish(key)
+
+    def provider_targets(self) -> list[ProviderTarget]:
+        """Every provider of the deployment, with the models its agents use and its key."""
+        settings = self._settings.get(self.deployment or "")
+        if settings is None:
+            return []
+        models = [settings.model_default]
+        for obj in self._agents.values():
+            model = (obj.get("spec") or {}).get("model")
+            models.append(model if isinstance(model, str) and model else settings.model_default)
+
+        def key(name: str, _: ProviderSpec) -> str | None:
+            return self._environ.get(provider_key_env(name)) or None
+
+        return deployment_targets(settings.name, settings.provider_specs, models, key)
 
     @property
     def connected(self) -> bool:

@@ -1,9 +1,12 @@
 """Prometheus metrics of the registry (docs/api.md §5): `pallas_up` and `pallas_registry_*`.
 
-Each app gets its own CollectorRegistry (several registries can live in one process, as under
-`pallas run` or in tests). Request series are labelled by route template and status code, never
-by path or query, so cardinality stays bounded. Catalogue and source figures are read from the
-source at scrape time rather than pushed, so they can never drift from what is served.
+Each app gets its own CollectorRegistry (several registries can live in one process, as in
+tests), or joins one it is given: under `pallas run` that is the agents' registry, so the
+registry's `/metrics` is the one scrape target of the whole local deployment, as in the original
+Pallas, and every agent port serves the same snapshot. Request series are labelled by route
+template and status code, never by path or query, so cardinality stays bounded. Catalogue and
+source figures are read from the source at scrape time rather than pushed, so they can never
+drift from what is served.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
+from pallas_runtime.registry.providers import ProviderChecks
 from pallas_runtime.registry.schema import STATUSES
 from pallas_runtime.registry.source import CatalogueSource
 
@@ -70,21 +74,46 @@ class _SourceCollector(Collector):
         yield restarts
 
 
+class _ProviderCollector(Collector):
+    """`pallas_registry_provider_up`: the last check of each provider (none before it is checked)."""
+
+    def __init__(self, checks: ProviderChecks) -> None:
+        self._checks = checks
+
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily(
+            "pallas_registry_provider_up",
+            "1 when the LLM provider passed the registry's last check of it.",
+            labels=["deployment", "provider"],
+        )
+        for result in self._checks.results:
+            up.add_metric([result.target.deployment, result.target.name], 1 if result.ok else 0)
+        yield up
+
+
 class RegistryMetrics:
     """The metric families of one registry app."""
 
-    def __init__(self, source: CatalogueSource, *, process_collectors: bool = True) -> None:
-        """Create the families in a registry of their own.
+    def __init__(
+        self,
+        source: CatalogueSource,
+        *,
+        process_collectors: bool = True,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        """Create the families in a registry of their own, or in `registry`.
 
         Args:
             source: The source whose catalogue and state are reported.
             process_collectors: Also export `process_*` (off when several apps share a process).
+            registry: A registry to join (the agents' one under `pallas run`); its owner already
+                exports `pallas_up` and the process collectors, so neither is added again.
         """
-        self.registry = CollectorRegistry()
-        if process_collectors:
-            ProcessCollector(registry=self.registry)
-        self.up = Gauge("pallas_up", "1 while the Pallas process runs.", registry=self.registry)
-        self.up.set(1)
+        self.registry = registry or CollectorRegistry()
+        if registry is None:
+            if process_collectors:
+                ProcessCollector(registry=self.registry)
+            Gauge("pallas_up", "1 while the Pallas process runs.", registry=self.registry).set(1)
         self.requests = Counter(
             "pallas_registry_requests",
             "HTTP requests by route template and status code.",
@@ -99,6 +128,10 @@ class RegistryMetrics:
             registry=self.registry,
         )
         self.registry.register(_SourceCollector(source))
+
+    def watch_providers(self, checks: ProviderChecks) -> None:
+        """Export the provider checks' results (once per app)."""
+        self.registry.register(_ProviderCollector(checks))
 
     def observe(self, route: str, code: int, seconds: float) -> None:
         """Record one finished request."""

@@ -17,10 +17,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from pallas_api import names
 from pallas_api.config import ModelCapabilities
-from pallas_api.spec import UNDECLARED_MODEL, AuthSpec, Icon
+from pallas_api.spec import UNDECLARED_MODEL, AuthSpec, Icon, ProviderSpec, RegistrySpec
 from pallas_api.status import HEALTH_STATUSES, PHASES
-from pallas_runtime.registry.state import AgentState, AuthView, HealthView
+from pallas_runtime.registry.state import AgentState, AuthView, HealthView, ProviderView
 
 _TAG = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -37,12 +38,16 @@ class DeploymentSettings:
     version: str = "1.0.0"
     name_prefix: str | None = None
     public_url_template: str = ""
+    registry_url: str = ""
+    """The registry's public URL: `registry.publicURL`, else its cluster URL."""
     model_default: str = ""
     capabilities: ModelCapabilities = field(default_factory=ModelCapabilities)
     """The default model's."""
     model_capabilities: Mapping[str, ModelCapabilities] = field(default_factory=dict)
     """Other models', by `<provider>.<model>` (`spec.model.models`)."""
-    provider_types: Mapping[str, str] = field(default_factory=dict)
+    providers: Mapping[str, ProviderView] = field(default_factory=dict)
+    provider_specs: Mapping[str, ProviderSpec] = field(default_factory=dict)
+    """The providers this version can read whole (what the registry checks)."""
     auth: AuthView = field(default_factory=AuthView)
 
 
@@ -77,6 +82,21 @@ def _capabilities(raw: Any) -> ModelCapabilities:
         return ModelCapabilities()
 
 
+def _provider_spec(raw: Any) -> ProviderSpec | None:
+    try:
+        return ProviderSpec.model_validate(raw)
+    except ValidationError:  # a spec the CRD let through but this version cannot read
+        return None
+
+
+def _provider(name: str, spec: ProviderSpec | None, raw: Any) -> ProviderView:
+    """The view of one provider; only its type when the rest does not validate."""
+    if spec is not None:
+        return ProviderView.of(name, spec)
+    kind = _text(_map(raw).get("type"))
+    return ProviderView(type=kind, json_mode=kind == "openai") if kind else ProviderView()
+
+
 def deployment_settings(obj: Mapping[str, Any]) -> DeploymentSettings:
     """The catalogue-relevant settings of a PallasDeployment object."""
     spec = _map(obj.get("spec"))
@@ -84,20 +104,30 @@ def deployment_settings(obj: Mapping[str, Any]) -> DeploymentSettings:
     model = _map(spec.get("model"))
     capabilities = _capabilities(model.get("capabilities"))
     others = {ref: _capabilities(raw) for ref, raw in _map(model.get("models")).items()}
-    providers = {name: _text(_map(p).get("type")) for name, p in _map(spec.get("providers")).items()}
+    raw_providers = _map(spec.get("providers"))
+    specs = {name: _provider_spec(raw) for name, raw in raw_providers.items()}
+    providers = {name: _provider(name, specs[name], raw) for name, raw in raw_providers.items()}
     try:
         auth = AuthView.of(AuthSpec.model_validate(_map(spec.get("auth"))))
     except ValidationError:  # a spec the CRD let through but this version cannot read
         auth = AuthView()
+    meta = _map(obj.get("metadata"))
+    name = _text(meta.get("name"))
+    port = registry.get("port", RegistrySpec().port)
+    registry_url = _text(registry.get("publicURL"))
+    if not registry_url and name and isinstance(port, int):
+        registry_url = names.registry_base_url(name, _text(meta.get("namespace"), "default"), port)
     return DeploymentSettings(
-        name=_text(_map(obj.get("metadata")).get("name")),
+        name=name,
         version=_text(spec.get("version")) or "1.0.0",
         name_prefix=_text(registry.get("namePrefix")) or None,
         public_url_template=_text(registry.get("publicURLTemplate")),
+        registry_url=registry_url,
         model_default=_text(model.get("default")),
         capabilities=capabilities,
         model_capabilities=others,
-        provider_types={name: kind for name, kind in providers.items() if kind},
+        providers={name: view for name, view in providers.items() if view.type},
+        provider_specs={name: s for name, s in specs.items() if s is not None},
         auth=auth,
     )
 
@@ -124,7 +154,8 @@ def _health(raw: Any) -> HealthView | None:
     status = health.get("status")
     for known in HEALTH_STATUSES:
         if status == known:
-            return HealthView(known, _text(health.get("message")), _time(health.get("checkedAt")))
+            busy = health.get("busy") is True
+            return HealthView(known, _text(health.get("message")), _time(health.get("checkedAt")), busy)
     return None
 
 
@@ -174,10 +205,11 @@ def agent_state(obj: Mapping[str, Any], deployment: DeploymentSettings | None) -
             if model_ref == settings.model_default
             else settings.model_capabilities.get(model_ref, UNDECLARED_MODEL)
         ),
-        provider_type=settings.provider_types.get(model_ref.partition(".")[0]),
+        provider=settings.providers.get(model_ref.partition(".")[0], ProviderView()),
         version=settings.version,
         name_prefix=settings.name_prefix,
         public_url_template=settings.public_url_template,
+        registry_url=settings.registry_url,
         auth=settings.auth,
         service_port=port if isinstance(port, int) and 0 < port < 65536 else 8000,
         phase=phase,

@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Iterable
 
 from pallas_runtime.registry.catalogue import CatalogueStore
+from pallas_runtime.registry.providers import ProviderTarget
 from pallas_runtime.registry.state import AgentState
 
 
@@ -46,6 +47,10 @@ class CatalogueSource(abc.ABC):
     def count_restart(self, reason: str) -> None:
         """Count one restart of the watch (or poll) loop; `reason` is a bounded label."""
         self.restarts[reason] = self.restarts.get(reason, 0) + 1
+
+    def provider_targets(self) -> list[ProviderTarget]:
+        """The LLM providers this registry checks now (none unless the source knows keys)."""
+        return []
 
     @abc.abstractmethod
     async def run(self) -> None:

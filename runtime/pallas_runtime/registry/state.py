@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from pallas_api.config import ModelCapabilities
-from pallas_api.spec import AuthSpec, Icon
+from pallas_api.spec import AuthSpec, Icon, ProviderSpec
 from pallas_api.status import HealthStatus
 
 
@@ -28,6 +28,8 @@ class HealthView:
     status: HealthStatus
     message: str = ""
     checked_at: datetime | None = None
+    busy: bool = False
+    """The agent said it has `busyAt` calls in flight or more."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +54,44 @@ class AuthView:
         return cls()
 
 
+VENDOR_NAMES = {"openai": "OpenAI", "anthropic": "Anthropic"}
+"""Display names of the vendors' public APIs (a provider without `baseURL`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderView:
+    """The agent's provider as clients discovering it see it (seed 004's provider entry).
+
+    Capabilities are resolved here (declared, else the wire protocol's), except `vision`: None
+    means "as the agent's model", which only the builder knows.
+    """
+
+    type: str = ""
+    """Wire protocol (`openai`/`anthropic`); empty when the deployment could not be read."""
+    display_name: str = ""
+    """Empty: the provider's key."""
+    description: str = ""
+    streaming: bool = True
+    tools: bool = True
+    vision: bool | None = None
+    json_mode: bool = False
+
+    @classmethod
+    def of(cls, name: str, spec: ProviderSpec) -> ProviderView:
+        """The view of provider `name` of a deployment."""
+        caps = spec.capabilities
+        default_name = VENDOR_NAMES.get(spec.type, name) if spec.base_url is None else name
+        return cls(
+            type=spec.type,
+            display_name=spec.display_name or default_name,
+            description=spec.description,
+            streaming=True if caps.streaming is None else caps.streaming,
+            tools=True if caps.tools is None else caps.tools,
+            vision=caps.vision,
+            json_mode=spec.type == "openai" if caps.json_mode is None else caps.json_mode,
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class AgentState:
     """Everything the catalogue needs to know about one agent.
@@ -66,10 +106,12 @@ class AgentState:
         tags: Discovery tags (`spec.capabilities`).
         model_ref: The configured model, `<provider>.<model>` (agent override or deployment default).
         model_capabilities: What its model can do (`model.capabilities`, or its entry in `model.models`).
-        provider_type: Wire protocol of the model's provider (`openai`/`anthropic`) when known.
+        provider: The model's provider as published (type, display name, capabilities).
         version: The deployment's `spec.version`.
         name_prefix: The deployment's `registry.namePrefix`; None derives one from the namespace.
         public_url_template: The deployment's `registry.publicURLTemplate` ("" = use `url`).
+        registry_url: The registry's public URL (its `registry.publicURL`, else its cluster URL),
+            which relative icon `src` values resolve against; "" leaves them out.
         service_port: The agent Service port, for the cluster DNS URL when status has none yet.
         auth: What a client must present to talk to the agent.
         phase: `status.phase`.
@@ -94,10 +136,11 @@ class AgentState:
     tags: tuple[str, ...] = ()
     model_ref: str = ""
     model_capabilities: ModelCapabilities = field(default_factory=ModelCapabilities)
-    provider_type: str | None = None
+    provider: ProviderView = field(default_factory=ProviderView)
     version: str = "1.0.0"
     name_prefix: str | None = None
     public_url_template: str = ""
+    registry_url: str = ""
     service_port: int = 8000
     auth: AuthView = field(default_factory=AuthView)
     phase: str = "Pending"

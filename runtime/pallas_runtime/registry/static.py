@@ -18,10 +18,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from pallas_api.probe import ProbeOutcome, probe
-from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
+from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec, ProviderSpec
 from pallas_runtime.registry.catalogue import CatalogueStore
+from pallas_runtime.registry.providers import ProviderTarget, deployment_targets
 from pallas_runtime.registry.source import CatalogueSource
-from pallas_runtime.registry.state import AgentState, AuthView, HealthView, utcnow
+from pallas_runtime.registry.state import AgentState, AuthView, HealthView, ProviderView, utcnow
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +63,7 @@ def observation(outcome: ProbeOutcome, now: datetime) -> Observation:
     if report is None:
         problem = outcome.health_problem or "get_health did not return a health report"
         return Observation(True, HealthView("error", problem[:300], now), outcome.tools)
-    health = HealthView(report.status, report.message or "", report.checked_at or now)
+    health = HealthView(report.status, report.message or "", report.checked_at or now, bool(report.busy))
     return Observation(True, health, outcome.tools)
 
 
@@ -73,11 +74,35 @@ async def probe_agent(url: str, budget: float, headers: Mapping[str, str] | None
     return observation(outcome, now)
 
 
-def base_state(agent: LocalAgent) -> AgentState:
-    """The spec-derived part of a local agent's state (Pending, not probed yet)."""
+def _local_targets(
+    agents: Sequence[LocalAgent], keys: Mapping[tuple[str, str, str], str], openai_base_url: str | None
+) -> list[ProviderTarget]:
+    deployments: dict[tuple[str, str], list[LocalAgent]] = {}
+    for agent in agents:
+        deployments.setdefault((agent.namespace, agent.deployment_name), []).append(agent)
+    targets = []
+    for (namespace, name), members in deployments.items():
+        spec = members[0].deployment
+        models = [spec.model.default, *(a.spec.model or spec.model.default for a in members)]
+
+        def key(provider: str, _: ProviderSpec, namespace: str = namespace, name: str = name) -> str | None:
+            return keys.get((namespace, name, provider))
+
+        targets += deployment_targets(
+            name, spec.providers, models, key, local=True, openai_base_url=openai_base_url
+        )
+    return targets
+
+
+def base_state(agent: LocalAgent, registry_url: str = "") -> AgentState:
+    """The spec-derived part of a local agent's state (Pending, not probed yet).
+
+    `registry_url` is where this registry listens: relative icons resolve against it.
+    """
     spec, deployment = agent.spec, agent.deployment
     model_ref = spec.model or deployment.model.default
-    provider = deployment.providers.get(model_ref.partition(".")[0])
+    provider_name = model_ref.partition(".")[0]
+    provider = deployment.providers.get(provider_name)
     return AgentState(
         name=agent.name,
         namespace=agent.namespace,
@@ -89,9 +114,10 @@ def base_state(agent: LocalAgent) -> AgentState:
         model_ref=model_ref,
         model_capabilities=deployment.model.capabilities_of(model_ref),
         auth=AuthView.of(deployment.auth),
-        provider_type=provider.type if provider else None,
+        provider=ProviderView.of(provider_name, provider) if provider else ProviderView(),
         version=deployment.version,
         name_prefix=deployment.registry.name_prefix,
+        registry_url=registry_url,
         url=agent.url,
         service_port=spec.service.port,
     )
@@ -112,13 +138,14 @@ def observed_state(previous: AgentState, seen: Observation, now: datetime) -> Ag
     state = replace(
         previous, phase=phase, ready=ready, status_message=message, health=seen.health, tools=tools
     )
-    visible = (phase, ready, message, seen.health.status, seen.health.message, tools)
+    visible = (phase, ready, message, seen.health.status, seen.health.message, seen.health.busy, tools)
     before = (
         previous.phase,
         previous.ready,
         previous.status_message,
         previous.health.status if previous.health else None,
         previous.health.message if previous.health else None,
+        previous.health.busy if previous.health else None,
         previous.tools,
     )
     if visible == before:
@@ -140,6 +167,9 @@ class StaticSource(CatalogueSource):
         probe_timeout: float = 5.0,
         store: CatalogueStore | None = None,
         headers: Mapping[str, str] | None = None,
+        registry_url: str = "",
+        provider_keys: Mapping[tuple[str, str, str], str] | None = None,
+        openai_base_url: str | None = None,
     ) -> None:
         """Publish `agents` as Pending; `run()` starts polling them.
 
@@ -150,17 +180,30 @@ class StaticSource(CatalogueSource):
             probe_timeout: Budget of one agent's probe (tools/list + get_health), in seconds.
             store: The store to fill; default: a new one.
             headers: Sent with every probe (the bearer `pallas run` was given); never logged.
+            registry_url: This registry's own URL, which relative icon `src` values resolve
+                against (`registry.publicURL` is for clusters, as `publicURLTemplate`).
+            provider_keys: (namespace, deployment, provider) → API key, for the provider checks
+                (from Secret manifests or the environment, as the agents' keys).
+            openai_base_url: `$OPENAI_BASE_URL`, the endpoint of openai providers without one.
         """
         super().__init__(store)
         now = utcnow()
         self.agents = list(agents)
-        self._states = {a.name: replace(base_state(a), published_at=now, updated_at=now) for a in self.agents}
+        self._states = {
+            a.name: replace(base_state(a, registry_url), published_at=now, updated_at=now)
+            for a in self.agents
+        }
         self._poll_interval = poll_interval
         self._startup_interval = startup_interval
         self._probe_timeout = probe_timeout
         self._headers = dict(headers or {})
         self._answered: set[str] = set()
+        self._providers = _local_targets(self.agents, provider_keys or {}, openai_base_url)
         self.store.replace(self._states.values())
+
+    def provider_targets(self) -> list[ProviderTarget]:
+        """Every provider of the run's deployments (fixed: the manifests do not change)."""
+        return self._providers
 
     async def refresh(self) -> None:
         """Probe every agent once and publish what was found."""

@@ -130,8 +130,18 @@ async def test_available_agent_is_verified_over_mcp_and_its_health_followed(
         assert status["readyReplicas"] == 1
         assert condition({"status": status}, "Ready") == ("True", "AgentReady")
 
+        health.health = {"status": "ok", "busy": True, "inFlight": 4}
+
+        async def busy() -> Any:
+            obj = await get_object(kube_client, PallasAgent, namespace, "research")
+            return obj if ((obj or {}).get("status", {}).get("health") or {}).get("busy") else None
+
+        status = (await eventually(busy, 20, "status.health.busy"))["status"]
+        assert (status["phase"], status["health"]["status"]) == ("Ready", "ok")
+
         health.health = {"status": "degraded", "message": "argos: connection refused"}
         status = (await eventually(lambda: phase("Degraded"), 20, "phase Degraded"))["status"]
+        assert "busy" not in status["health"]
         assert status["health"]["message"] == "argos: connection refused"
         assert condition({"status": status}, "Healthy") == ("False", "HealthDegraded")
         assert condition({"status": status}, "Ready") == ("True", "AgentReady")

@@ -40,7 +40,8 @@ def test_invalid_manifest_is_refused_saying_what_to_fix(
 
 
 def test_valid_manifests_are_accepted_and_defaulted(pallas_crds: LocalCluster, namespace: str) -> None:
-    for manifest in (deployment("ouranos"), agent("research")):
+    relative_icon = spec(icons=[{"src": "/icons/research.svg", "sizes": ["any"]}])
+    for manifest in (deployment("ouranos"), agent("research", relative_icon)):
         in_namespace(namespace)(manifest)
         result = _create(pallas_crds, manifest)
         assert result.returncode == 0, result.stderr

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from lightkube import AsyncClient
 from lightkube.resources.apps_v1 import Deployment
@@ -13,7 +16,9 @@ from lightkube.resources.rbac_authorization_v1 import Role, RoleBinding
 
 from pallas_api.kube import PallasDeployment
 from pallas_operator.k8s.resources import ServiceMonitor
+from pallas_runtime.registry.kubernetes import KubernetesSource
 from tests.support.cluster import LocalCluster
+from tests.support.fake_llm import FakeAnthropic, FakeOpenAI
 from tests.support.operator import (
     RunningOperator,
     at,
@@ -26,7 +31,9 @@ from tests.support.operator import (
     kubectl_apply,
     pods_ready,
     running_operator,
+    secret,
 )
+from tests.support.registry import running_registry
 
 # The upstream prometheus-operator CRD, as Prometheus Operator installs it.
 SERVICE_MONITOR_CRD = Path(__file__).parent / "data" / "monitoring.coreos.com_servicemonitors.yaml"
@@ -140,3 +147,92 @@ async def test_service_monitors_follow_the_crd_and_the_setting(
         await eventually(pruned, 20, "ServiceMonitors removed when disabled")
         obj = await get_object(kube_client, PallasDeployment, namespace, "ouranos")
         assert condition(obj, "MonitoringReady") is None
+
+
+REGISTRY_PODS = {"pallas.dev/deployment": "ouranos", "app.kubernetes.io/component": "registry"}
+
+
+def _registry_environment(dep: dict[str, Any], secrets: dict[str, str]) -> dict[str, str]:
+    """What kubelet would give the registry container: its env, Secret references filled in."""
+    env = dep["spec"]["template"]["spec"]["containers"][0]["env"]
+    return {e["name"]: secrets[e["valueFrom"]["secretKeyRef"]["key"]] for e in env}
+
+
+async def test_every_provider_is_checked_by_the_registry_and_shown_on_the_deployment(
+    pallas_crds: LocalCluster, pallas_operator: RunningOperator, kube_client: AsyncClient, namespace: str
+) -> None:
+    """The operator holds no key: the registry pod gets them all, checks, and the operator reads it."""
+    keys = {"VLLM_KEY": "sk-test-1", "SPARE_KEY": "sk-ant-old-4711"}
+
+    def ref(key: str) -> dict[str, Any]:
+        return {"secretKeyRef": {"name": "llm", "key": key}}
+
+    async with (
+        FakeOpenAI(models=["qwen3-8b"], api_key="sk-test-1") as openai,
+        FakeAnthropic(models=["claude-x"], api_key="sk-ant-new-0815") as anthropic,
+    ):
+        providers = {
+            "vllm": {"type": "openai", "baseURL": openai.base_url, "apiKey": ref("VLLM_KEY")},
+            # Key set, not active: no agent (there are none) and not the default model.
+            "spare": {"type": "anthropic", "baseURL": anthropic.url, "apiKey": ref("SPARE_KEY")},
+        }
+        kubectl_apply(
+            pallas_crds,
+            secret("llm", keys, in_namespace(namespace)),
+            deployment(
+                "ouranos",
+                in_namespace(namespace),
+                at("spec.providers", providers),
+                at("spec.healthCheck.intervalSeconds", 5),
+            ),
+        )
+
+        async def registry_deployment() -> Any:
+            return await get_object(kube_client, Deployment, namespace, "ouranos-registry")
+
+        dep = await eventually(registry_deployment, 30, "the registry Deployment")
+        refs = [
+            e["valueFrom"]["secretKeyRef"] for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]
+        ]
+        assert refs == [
+            {"name": "llm", "key": "SPARE_KEY", "optional": True},
+            {"name": "llm", "key": "VLLM_KEY", "optional": True},
+        ]
+        old_hash = dep["spec"]["template"]["metadata"]["annotations"]["pallas.dev/config-hash"]
+
+        @contextlib.asynccontextmanager
+        async def registry_pod(dep: dict[str, Any]) -> AsyncIterator[None]:
+            """The registry pod as kubelet would run it: `pallas registry`'s source with its env."""
+            environ = _registry_environment(dep, keys)
+            source = KubernetesSource(namespace, "ouranos", config=pallas_crds.config(), environ=environ)
+            async with running_registry(source) as base:
+                pallas_operator.route("ouranos-registry", urlsplit(base).port or 0, 8080)
+                await pods_ready(kube_client, namespace, REGISTRY_PODS)
+                yield
+
+        async with registry_pod(dep):
+            obj = await _deployment_condition(
+                kube_client, namespace, "ProvidersHealthy", ("False", "ProviderCheckFailed")
+            )
+            checked = {p["name"]: p for p in obj["status"]["providers"]}
+            assert (checked["vllm"]["status"], checked["vllm"]["models"]) == ("ok", ["qwen3-8b"])
+            assert (checked["spare"]["status"], checked["spare"]["models"]) == ("error", [])
+            assert "HTTP 401" in checked["spare"]["message"]
+            assert condition(obj, "Ready") == ("True", "AllAgentsReady")  # warn-only
+            assert "sk-ant-old-4711" not in json.dumps(obj)
+
+            # Rotating the key restarts the registry (its pods read keys at start).
+            keys["SPARE_KEY"] = "sk-ant-new-0815"
+            kubectl_apply(pallas_crds, secret("llm", keys, in_namespace(namespace)))
+
+            async def rolled() -> Any:
+                new = await registry_deployment()
+                annotations = new["spec"]["template"]["metadata"]["annotations"]
+                return new if annotations["pallas.dev/config-hash"] != old_hash else None
+
+            dep = await eventually(rolled, 30, "the registry's pod template to change with the key")
+        async with registry_pod(dep):
+            obj = await _deployment_condition(
+                kube_client, namespace, "ProvidersHealthy", ("True", "ProvidersOk")
+            )
+    assert {p["name"]: p["status"] for p in obj["status"]["providers"]} == {"spare": "ok", "vllm": "ok"}

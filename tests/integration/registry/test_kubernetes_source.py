@@ -143,6 +143,82 @@ async def test_lists_every_accepted_agent_of_its_deployment(
             assert await all_agents.agents() == ["elsewhere", "research", "starting"]
 
 
+async def test_provider_entries_and_relative_icons_as_published(
+    kube_cluster: LocalCluster, kube_client: AsyncClient, namespace: str
+) -> None:
+    providers = {
+        "vllm": {
+            "type": "openai",
+            "baseURL": "http://vllm.llm.svc:8000/v1",
+            "displayName": "Local vLLM",
+            "description": "Qwen on the lab GPUs",
+            "capabilities": {"streaming": False, "vision": True},
+        },
+        "anthropic": {"type": "anthropic"},
+    }
+    await create_deployment(kube_client, namespace, providers=providers)
+    icons = [
+        {"src": "/icons/research.svg", "sizes": ["any"], "mimeType": "image/svg+xml"},
+        {"src": "icons/research-48.png", "sizes": ["48x48"]},
+    ]
+    await create_agent(kube_client, namespace, "research", ready_status("research", namespace), icons=icons)
+    await create_agent(
+        kube_client,
+        namespace,
+        "writer",
+        ready_status("writer", namespace, model="claude-sonnet-4-5"),
+        model="anthropic.claude-sonnet-4-5",
+    )
+    source = KubernetesSource(namespace, "ouranos", config=kube_cluster.config())
+    async with registry(source) as reader:
+        document = await reader.get()  # validated against the upstream schemas
+        entries = {e["server"]["name"].rpartition("/")[2]: e for e in document["servers"]}
+        base = f"http://ouranos-registry.{namespace}.svc.cluster.local:8080"
+        assert entries["research"]["server"]["icons"] == [
+            {"src": f"{base}/icons/research.svg", "mimeType": "image/svg+xml", "sizes": ["any"]},
+            {"src": f"{base}/icons/research-48.png", "sizes": ["48x48"]},
+        ]
+        assert entries["research"]["_meta"][VENDOR_META]["providers"] == [
+            {
+                "id": "vllm",
+                "kind": "llm",
+                "models": ["qwen3-8b"],
+                "type": "openai",
+                "displayName": "Local vLLM",
+                "description": "Qwen on the lab GPUs",
+                "capabilities": {"streaming": False, "tools": True, "vision": True, "jsonMode": True},
+            }
+        ]
+        assert entries["writer"]["_meta"][VENDOR_META]["providers"] == [
+            {
+                "id": "anthropic",
+                "kind": "llm",
+                "models": ["claude-sonnet-4-5"],
+                "type": "anthropic",
+                "displayName": "Anthropic",
+                "capabilities": {"streaming": True, "tools": True, "vision": False, "jsonMode": False},
+            }
+        ]
+        # The registry's public URL, once set, is what relative icons resolve against.
+        await kube_client.patch(
+            PallasDeployment,
+            "ouranos",
+            {"spec": {"registry": {"publicURL": "https://agents.example.com/pallas"}}},
+            namespace=namespace,
+            patch_type=PatchType.MERGE,
+        )
+
+        async def moved() -> bool:
+            icons = (await reader.get(search="research"))["servers"][0]["server"]["icons"]
+            # A path from the root is the host's; a relative one keeps the registry's path prefix.
+            return [icon["src"] for icon in icons] == [
+                "https://agents.example.com/icons/research.svg",
+                "https://agents.example.com/pallas/icons/research-48.png",
+            ]
+
+        await eventually(moved, what="icons resolved against registry.publicURL")
+
+
 async def test_a_status_change_shows_within_two_seconds(
     kube_cluster: LocalCluster, kube_client: AsyncClient, namespace: str
 ) -> None:

@@ -20,9 +20,10 @@ import pytest
 import yaml
 from fastmcp import Client
 from fastmcp.client.transports import StreamableHttpTransport
+from prometheus_client.parser import text_string_to_metric_families
 
 from pallas_runtime.registry.schema import OFFICIAL_META
-from tests.support.fake_llm import Call, FakeOpenAI, Text, ToolCalls
+from tests.support.fake_llm import Call, FakeOpenAI, Hold, Text, ToolCalls
 from tests.support.mcp_peers import free_port
 from tests.support.oidc import AUDIENCE, oidc_issuer
 
@@ -190,6 +191,90 @@ async def test_dotenv_agents_config_and_openai_base_url_as_the_original(
     (request,) = fake_openai.completions
     assert request.headers["authorization"] == f"Bearer {API_KEY}"
     assert any(json.loads(line).get("level") == "DEBUG" for line in err.splitlines()), err[-2000:]
+
+
+async def test_the_registry_port_is_the_one_scrape_target_of_the_run(
+    fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    """As the original: the registry's /metrics carries every agent's series (and its own)."""
+    fake_openai.default = Text("hello")
+    docs = manifests(fake_openai)
+    # A provider no agent uses, keyed by the same Secret: the registry checks it all the same.
+    docs[1]["spec"]["providers"]["spare"] = {**docs[1]["spec"]["providers"]["fake"]}
+    path = tmp_path / "agents.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    base = free_ports(3)
+    async with pallas_run(path, base):
+        async with Client(f"http://127.0.0.1:{base + 2}/mcp") as client:
+            await client.call_tool("send_message", {"message": "hi"})
+        await registry_listing(base)
+        async with httpx2.AsyncClient() as http:
+            for _ in range(100):
+                providers = (await http.get(f"http://127.0.0.1:{base}/healthz")).json()["providers"]
+                if len(providers) == 2:
+                    break
+                await asyncio.sleep(0.1)
+            registry = (await http.get(f"http://127.0.0.1:{base}/metrics")).text
+            agent = (await http.get(f"http://127.0.0.1:{base + 1}/metrics")).text
+    assert {(p["name"], p["status"], tuple(p["models"])) for p in providers} == {
+        ("fake", "ok", (fake_openai.models[0],)),
+        ("spare", "ok", ()),
+    }
+    families = {f.name: f for f in text_string_to_metric_families(registry)}
+    # One exposition: each family once (one `pallas_up`, one set of process metrics).
+    assert registry.count("# TYPE pallas_up gauge") == 1
+    assert registry.count("# TYPE process_cpu_seconds_total counter") == 1
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value for f in families.values() for s in f.samples
+    }
+    assert samples[("pallas_send_message_total", (("agent", "worker"), ("outcome", "ok")))] == 1
+    assert ("pallas_agent_info", (("agent", "boss"), ("model", fake_openai.models[0]))) in samples
+    assert samples[("pallas_up", ())] == 1
+    assert samples[("pallas_registry_servers", (("status", "active"),))] == 2
+    assert any(name == "pallas_registry_requests_total" for name, _ in samples)
+    # Every agent port serves the same families (the original's "same snapshot").
+    assert {f.name for f in text_string_to_metric_families(agent)} == set(families)
+
+
+async def test_an_agent_at_its_busy_at_says_so_in_get_health_and_the_registry(
+    fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    release = asyncio.Event()
+    fake_openai.default = Hold(release, Text("done"))
+    docs = manifests(fake_openai)
+    docs[3]["spec"]["busyAt"] = 2
+    path = tmp_path / "agents.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    base = free_ports(3)
+    worker = f"http://127.0.0.1:{base + 2}/mcp"
+    async with pallas_run(path, base), Client(worker) as a, Client(worker) as b, Client(worker) as c:
+        await registry_listing(base)
+        calls = [asyncio.create_task(x.call_tool("send_message", {"message": "wait"})) for x in (a, b)]
+        await fake_openai.holding_at_least(2)
+        health = json.loads((await c.call_tool("get_health", {})).content[0].text)
+        assert (health["status"], health["busy"], health["inFlight"]) == ("ok", True, 2)
+        assert await agent_status(base, "worker", "busy")
+        release.set()
+        await asyncio.gather(*calls)
+        health = json.loads((await c.call_tool("get_health", {})).content[0].text)
+        assert (health["busy"], health["inFlight"]) == (False, 0)
+        assert await agent_status(base, "worker", "ready")
+        async with httpx2.AsyncClient() as http:
+            exposition = (await http.get(f"http://127.0.0.1:{base}/metrics")).text
+    assert 'pallas_send_message_in_flight{agent="worker"} 0.0' in exposition
+
+
+async def agent_status(base: int, agent: str, wanted: str) -> bool:
+    """Whether the registry's `_meta` status of `agent` becomes `wanted` (it polls every 5 s)."""
+    async with httpx2.AsyncClient() as http:
+        for _ in range(150):
+            response = await http.get(f"http://127.0.0.1:{base}/.well-known/mcp/server.json")
+            entries = response.json()["servers"] if response.status_code == 200 else []
+            statuses = {e["server"]["name"]: e["_meta"]["dev.pallas/agent"]["status"] for e in entries}
+            if any(name.endswith("/" + agent) and status == wanted for name, status in statuses.items()):
+                return True
+            await asyncio.sleep(0.1)
+    return False
 
 
 async def registry_listing(base: int) -> dict[str, str]:

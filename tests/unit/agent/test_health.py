@@ -22,6 +22,8 @@ def checker(
     environ: dict[str, str] | None = None,
     recheck: float = 300,
     api_key_source: str | None = None,
+    busy_at: int | None = None,
+    in_flight: list[int] | None = None,
 ) -> tuple[HealthChecker, ScriptedProvider, RuntimeMetrics]:
     provider_cfg: dict[str, object] = {"name": "vllm", "type": "openai"}
     if api_key_env:
@@ -34,11 +36,14 @@ def checker(
             "model": "m",
             "provider": provider_cfg,
             "health": {"providerRecheckSeconds": recheck},
+            "busyAt": busy_at,
         }
     )
     provider = ScriptedProvider([], check or ProviderCheck(True, "", time.monotonic()))
     metrics = RuntimeMetrics(process_collectors=False)
-    return HealthChecker(cfg, provider, sources, metrics, environ or {}), provider, metrics
+    running = in_flight if in_flight is not None else [0]
+    health = HealthChecker(cfg, provider, sources, metrics, environ or {}, in_flight=lambda: running[0])
+    return health, provider, metrics
 
 
 def gauge(metrics: RuntimeMetrics, name: str, **labels: str) -> float | None:
@@ -55,6 +60,18 @@ async def test_all_reachable_is_ok_and_sets_the_gauges() -> None:
     assert gauge(metrics, "pallas_llm_provider_up", provider="vllm") == 1
     assert gauge(metrics, "pallas_agent_health_status", agent="harper") == 1
     assert provider.preflights == 1
+
+
+async def test_busy_when_the_calls_in_flight_reach_busy_at() -> None:
+    running = [1]
+    health, _, _ = checker([], busy_at=2, in_flight=running)
+    report = json.loads((await health.report()).to_json())
+    assert (report["status"], report["busy"], report["inFlight"]) == ("ok", False, 1)
+    running[0] = 2
+    report = json.loads((await health.report()).to_json())
+    assert (report["status"], report["busy"], report["inFlight"]) == ("ok", True, 2)
+    never, _, _ = checker([], in_flight=[50])
+    assert set(json.loads((await never.report()).to_json())) == {"status", "timestamp"}
 
 
 async def test_an_unreachable_downstream_degrades_naming_it() -> None:

@@ -47,10 +47,9 @@ def test_openai_base_url_fills_only_openai_providers_without_one(tmp_path: Path)
     path = write(tmp_path, deployment, agent("a"), agent("b", model="set.m"), agent("c", model="claude.m"))
     plan = plan_local(load_manifests([path]), 25000, environ={})
     assert with_openai_base_url(plan, {}) is plan
-    urls = {
-        a.manifest.name: a.rendered.config.provider.base_url
-        for a in with_openai_base_url(plan, {"OPENAI_BASE_URL": "http://127.0.0.1:8080/v1"}).agents
-    }
+    filled = with_openai_base_url(plan, {"OPENAI_BASE_URL": "http://127.0.0.1:8080/v1"})
+    urls = {a.manifest.name: a.rendered.config.provider.base_url for a in filled.agents}
     assert urls == {"a": "http://127.0.0.1:8080/v1", "b": "http://vllm:8000/v1", "c": None}
+    assert filled.openai_base_url == "http://127.0.0.1:8080/v1"  # for the registry's provider checks
     with pytest.raises(ManifestError, match=r"\$OPENAI_BASE_URL: "):
         with_openai_base_url(plan, {"OPENAI_BASE_URL": "llm:8080"})

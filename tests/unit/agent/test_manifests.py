@@ -71,6 +71,19 @@ def test_secrets_come_from_secret_manifests_else_the_environment(tmp_path: Path)
     assert local.environ["PALLAS_SERVER_TOOLS_HEADER_0"] == "from-env"
 
 
+def test_the_registry_gets_the_key_of_every_provider_even_unused_ones(tmp_path: Path) -> None:
+    deployment = {**DEPLOYMENT, "spec": {**DEPLOYMENT["spec"]}}  # type: ignore[dict-item]
+    deployment["spec"]["providers"] = {
+        **DEPLOYMENT["spec"]["providers"],  # type: ignore[index]
+        "spare": {"type": "anthropic", "apiKey": {"secretKeyRef": {"name": "llm", "key": "SPARE_KEY"}}},
+        "unset": {"type": "anthropic", "apiKey": {"secretKeyRef": {"name": "llm", "key": "UNSET_KEY"}}},
+        "local": {"type": "openai", "baseURL": "http://127.0.0.1:9/v1"},
+    }
+    path = write(tmp_path, deployment, agent("a"))
+    plan = plan_local(load_manifests([path]), 25000, environ={"P_KEY": "k-p", "SPARE_KEY": "k-spare"})
+    assert plan.provider_keys == {("default", "d", "p"): "k-p", ("default", "d", "spare"): "k-spare"}
+
+
 def test_only_one_agent_runs_without_a_registry(tmp_path: Path) -> None:
     path = write(tmp_path, DEPLOYMENT, agent("a"), agent("b"))
     plan = plan_local(load_manifests([path]), 25000, only_agent="b", environ={})

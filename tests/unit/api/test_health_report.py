@@ -18,6 +18,16 @@ def test_a_report_round_trips_and_leaves_out_an_absent_message() -> None:
     assert HealthReport.parse(degraded.to_json()).message == "Unreachable: argos (HTTP 503)"
 
 
+def test_load_is_reported_only_with_a_threshold_and_never_changes_the_status() -> None:
+    assert "busy" not in HealthReport.now("ok", in_flight=3).to_json()
+    busy = HealthReport.now("ok", in_flight=3, busy_at=3)
+    assert json.loads(busy.to_json())["busy"] is True
+    assert json.loads(busy.to_json())["inFlight"] == 3
+    assert busy.status == "ok"
+    assert HealthReport.parse(busy.to_json()) == busy
+    assert HealthReport.now("degraded", "x", in_flight=2, busy_at=3).busy is False
+
+
 @pytest.mark.parametrize(
     ("text", "names"),
     [

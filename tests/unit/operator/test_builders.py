@@ -98,7 +98,29 @@ def test_agent_with_replicas_and_no_affinity_golden() -> None:
 
 
 def test_registry_children_golden() -> None:
-    _golden("registry", registry_children(DEPLOYMENT_OWNER, _deployment_spec(), "pallas:test"))
+    _golden("registry", registry_children(DEPLOYMENT_OWNER, _deployment_spec(), "pallas:test", SECRETS))
+
+
+def test_the_registry_gets_every_provider_key_optionally_and_rolls_on_rotation() -> None:
+    spare = {"type": "anthropic", "apiKey": {"secretKeyRef": {"name": "spare", "key": "KEY"}}}
+    dep = _deployment_spec(at("spec.providers.spare", spare), at("spec.providers.local", {"type": "openai"}))
+    registry = registry_children(DEPLOYMENT_OWNER, dep, "pallas:test", SECRETS)[-1]
+    env = registry["spec"]["template"]["spec"]["containers"][0]["env"]
+    # Every provider with a key, used by an agent or not; optional: a missing Secret never keeps
+    # the catalogue down (the registry's check says the key is not set).
+    assert [(e["name"], e["valueFrom"]["secretKeyRef"]) for e in env if "valueFrom" in e] == [
+        ("PALLAS_PROVIDER_SPARE_API_KEY", {"name": "spare", "key": "KEY", "optional": True}),
+        ("PALLAS_PROVIDER_VLLM_API_KEY", {"name": "llm", "key": "VLLM_KEY", "optional": True}),
+    ]
+
+    def template_hash(secrets: Any) -> str:
+        dep_manifest = registry_children(DEPLOYMENT_OWNER, dep, "pallas:test", secrets)[-1]
+        return str(dep_manifest["spec"]["template"]["metadata"]["annotations"]["pallas.dev/config-hash"])
+
+    rotated = {**SECRETS, "llm": {**SECRETS["llm"], "VLLM_KEY": "another-digest"}}
+    unrelated = {**SECRETS, "llm": {**SECRETS["llm"], "OTHER": "x"}}
+    assert template_hash(rotated) != template_hash(SECRETS)
+    assert template_hash(unrelated) == template_hash(SECRETS)
 
 
 def test_service_monitors_golden() -> None:

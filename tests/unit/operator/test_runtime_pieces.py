@@ -22,10 +22,11 @@ from pallas_operator.cli import OperatorCommand
 from pallas_operator.endpoints import ProbeEndpoints
 from pallas_operator.engine.context import key_fields
 from pallas_operator.engine.prober import Prober, ProbeTarget
+from pallas_operator.engine.provider_reports import ProviderReports, ReportSource, _checks
 from pallas_operator.engine.queue import WorkQueue
 from pallas_operator.k8s.apply import fingerprint
 from pallas_operator.services import ServiceResolver, parse_pairs
-from pallas_operator.status import HealthResult, Verification
+from pallas_operator.status import HealthResult, ProviderCheck, ProviderReport, Verification
 
 SVC = "http://research.agents.svc.cluster.local:8000/mcp"
 
@@ -158,6 +159,51 @@ async def test_prober_verifies_once_per_rollout_and_reports_only_changes() -> No
     prober.track("a", None)
     assert prober.results("a") == (None, None)
     await prober.stop()
+
+
+async def test_provider_reports_are_read_through_the_resolver_and_notify_only_changes() -> None:
+    read: list[tuple[str, str]] = []
+    report = ProviderReport((ProviderCheck("vllm", "openai", "ok"),))
+    notified: list[Hashable] = []
+
+    async def fake_read(url: str, deployment: str, budget: float) -> ProviderReport:
+        read.append((url, deployment))
+        return report
+
+    reports = ProviderReports(
+        ServiceResolver({"r.ns.svc.cluster.local": "127.0.0.1"}), notified.append, fake_read
+    )
+    source = ReportSource("http://r.ns.svc.cluster.local:8080/healthz", "ouranos", 0.05, 1, expected=1)
+    reports.track("d", source)
+    await asyncio.sleep(0.2)
+    assert read[0] == ("http://127.0.0.1:8080/healthz", "ouranos")
+    assert len(read) > 2  # read every interval
+    assert notified == ["d"]  # but only a change is news
+    assert reports.report("d") == report
+    report = ProviderReport(None, "GET ...: ConnectError")
+    await asyncio.sleep(0.15)
+    assert notified == ["d", "d"]
+    reports.track("d", None)
+    assert reports.report("d") is None
+    await reports.stop()
+
+
+def test_a_report_keeps_its_deployments_providers_and_refuses_what_is_not_one() -> None:
+    body = {
+        "status": "degraded",
+        "providers": [
+            {"deployment": "ouranos", "name": "vllm", "type": "openai", "status": "ok", "models": ["m"]},
+            {"deployment": "other", "name": "x", "type": "openai", "status": "ok"},
+            {"name": "spare", "type": "anthropic", "status": "error", "message": "HTTP 401"},
+        ],
+    }
+    assert _checks(body, "ouranos") == (
+        ProviderCheck("vllm", "openai", "ok", "", ("m",)),
+        ProviderCheck("spare", "anthropic", "error", "HTTP 401"),
+    )
+    for bad in ({"status": "ok"}, [], {"providers": [{"name": "x", "status": "fine"}]}):
+        with pytest.raises(ValueError, match=r"providers|status"):
+            _checks(bad, "ouranos")
 
 
 async def test_probe_server_answers_probes_and_metrics() -> None:

@@ -18,6 +18,8 @@ from pallas_operator.status import (
     DeploymentObservation,
     HealthResult,
     Problem,
+    ProviderCheck,
+    ProviderReport,
     Verification,
     Workload,
     agent_status,
@@ -122,6 +124,27 @@ def test_health_checked_at_moves_only_when_the_result_changes() -> None:
     assert (changed.health.status, changed.health.checked_at) == ("ok", T2)
 
 
+def test_busy_is_carried_into_status_and_is_a_change_of_result() -> None:
+    idle = agent_status(
+        AgentObservation(1, workload=UP, verification=VERIFIED, health=HealthResult("ok", busy=False)),
+        EMPTY,
+        T0,
+    )
+    assert idle.health is not None
+    assert idle.health.busy is False
+    busy = agent_status(AgentObservation(1, workload=UP, health=HealthResult("ok", busy=True)), idle, T1)
+    assert busy.health is not None
+    assert (busy.health.busy, busy.health.checked_at, busy.phase) == (True, T1, "Ready")
+    assert (
+        "busy"
+        not in (
+            agent_status(
+                AgentObservation(1, workload=UP, verification=VERIFIED, health=HealthResult("ok")), EMPTY, T0
+            ).to_wire()["health"]
+        )
+    )
+
+
 def test_find_cycle_names_the_path() -> None:
     agents = {"a": ["b"], "b": ["c"], "c": ["a"]}
     assert find_cycle("a", ["b"], agents) == ["a", "b", "c", "a"]
@@ -215,3 +238,71 @@ def test_deployment_status_counts_agents_and_reports_monitoring() -> None:
     assert _cond(no_registry, "Ready") == ("True", "AllAgentsReady")
     assert no_registry.registry_url is None
     assert "MonitoringReady" not in {c.type for c in no_registry.conditions}
+
+
+def _with_report(report: ProviderReport | None, *, enabled: bool = True) -> DeploymentObservation:
+    return DeploymentObservation(
+        generation=1,
+        agents=(AgentSummary(True, True),),
+        registry_enabled=enabled,
+        registry=UP if enabled else None,
+        registry_url="http://r",
+        monitoring_enabled=False,
+        monitoring_crd_present=False,
+        providers=("vllm", "spare"),
+        provider_report=report,
+    )
+
+
+VLLM_OK = ProviderCheck(
+    "vllm", "openai", "ok", "openai provider 'vllm': model 'qwen3-8b' available", ("qwen3-8b",)
+)
+SPARE_BAD = ProviderCheck(
+    "spare", "anthropic", "error", "anthropic provider 'spare': HTTP 401: invalid x-api-key"
+)
+
+
+def test_provider_checks_show_in_status_and_a_failure_never_blocks_ready() -> None:
+    status = deployment_status(
+        _with_report(ProviderReport((VLLM_OK, SPARE_BAD))), PallasDeploymentStatus(), T0
+    )
+    assert [p.to_wire() for p in status.providers] == [
+        {"name": "spare", "type": "anthropic", "status": "error", "message": SPARE_BAD.message,
+         "checkedAt": T0, "models": []},
+        {"name": "vllm", "type": "openai", "status": "ok", "message": VLLM_OK.message,
+         "checkedAt": T0, "models": ["qwen3-8b"]},
+    ]  # fmt: skip
+    assert _cond(status, "ProvidersHealthy") == ("False", "ProviderCheckFailed")
+    assert "HTTP 401: invalid x-api-key" in next(
+        c.message for c in status.conditions if c.type == "ProvidersHealthy"
+    )
+    assert _cond(status, "Ready") == ("True", "AllAgentsReady")  # warn-only, as the seed's preflight
+
+
+def test_provider_checked_at_moves_only_when_its_result_does() -> None:
+    first = deployment_status(
+        _with_report(ProviderReport((VLLM_OK, SPARE_BAD))), PallasDeploymentStatus(), T0
+    )
+    spare_ok = ProviderCheck("spare", "anthropic", "ok", "anthropic provider 'spare': answers")
+    second = deployment_status(_with_report(ProviderReport((VLLM_OK, spare_ok))), first, T1)
+    assert {p.name: p.checked_at for p in second.providers} == {"spare": T1, "vllm": T0}
+    assert _cond(second, "ProvidersHealthy") == ("True", "ProvidersOk")
+    # The same report again: the same status, so nothing is written.
+    assert deployment_status(_with_report(ProviderReport((VLLM_OK, spare_ok))), second, T2) == second
+
+
+def test_without_a_report_the_last_checks_stand_and_the_condition_says_why() -> None:
+    first = deployment_status(
+        _with_report(ProviderReport((VLLM_OK, SPARE_BAD))), PallasDeploymentStatus(), T0
+    )
+    unread = deployment_status(
+        _with_report(ProviderReport(None, "GET http://r/healthz: ConnectError")), first, T1
+    )
+    assert unread.providers == first.providers
+    assert _cond(unread, "ProvidersHealthy") == ("False", "ProviderCheckFailed")
+    partial = deployment_status(_with_report(ProviderReport((VLLM_OK,))), PallasDeploymentStatus(), T0)
+    assert _cond(partial, "ProvidersHealthy") == ("Unknown", "ProvidersNotChecked")
+    never = deployment_status(_with_report(None), PallasDeploymentStatus(), T0)
+    assert (never.providers, _cond(never, "ProvidersHealthy")) == ([], ("Unknown", "ProvidersNotChecked"))
+    disabled = deployment_status(_with_report(None, enabled=False), first, T1)
+    assert (disabled.providers, _cond(disabled, "ProvidersHealthy")) == ([], ("Unknown", "RegistryDisabled"))

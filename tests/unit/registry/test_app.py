@@ -251,7 +251,7 @@ async def test_changes_show_on_the_next_request(client: httpx2.AsyncClient, sour
 
 
 async def test_health_and_metrics(client: httpx2.AsyncClient) -> None:
-    assert (await client.get("/healthz")).json() == {"status": "ok"}
+    assert (await client.get("/healthz")).json() == {"status": "ok", "providers": []}
     assert (await client.get("/readyz")).json() == {"status": "ready"}
     await client.get(WELL_KNOWN)
     await client.get("/v0.1/servers?limit=0")

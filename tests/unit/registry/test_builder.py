@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from pallas_api.config import ModelCapabilities
-from pallas_api.spec import Icon
+from pallas_api.spec import Icon, ProviderSpec
 from pallas_runtime.registry.builder import VENDOR_META, InvalidAgent, build_response, one_line
 from pallas_runtime.registry.schema import OFFICIAL_META, SCHEMA_URL
-from pallas_runtime.registry.state import AuthView, HealthView
-from tests.support.registry import assert_valid_entry, state
+from pallas_runtime.registry.state import AuthView, HealthView, ProviderView
+from tests.support.registry import T0, assert_valid_entry, state
 
 
 def entry(**changes: Any) -> dict[str, Any]:
@@ -70,11 +70,22 @@ def test_vendor_meta_carries_live_state_and_discovery_info() -> None:
                 "kind": "llm",
                 "models": ["qwen3-8b"],
                 "type": "openai",
-                "capabilities": {"vision": False, "tools": True},
+                "displayName": "vllm",
+                "capabilities": {"streaming": True, "tools": True, "vision": False, "jsonMode": True},
             }
         ],
         "auth": {"mode": "none"},
     }
+
+
+def test_a_ready_agent_at_its_busy_at_is_busy_and_still_active() -> None:
+    built = entry(health=HealthView("ok", "", T0, busy=True))
+    assert built["_meta"][VENDOR_META]["status"] == "busy"
+    assert built["_meta"][VENDOR_META]["health"]["busy"] is True
+    assert built["_meta"][OFFICIAL_META]["status"] == "active"
+    # Not ready wins: an agent that cannot be used is unavailable, busy or not.
+    unready = entry(ready=False, phase="Degraded", health=HealthView("error", "x", T0, busy=True))
+    assert unready["_meta"][VENDOR_META]["status"] == "unavailable"
 
 
 def test_vendor_meta_says_what_a_client_must_present() -> None:
@@ -94,14 +105,40 @@ def test_vendor_meta_says_what_a_client_must_present() -> None:
 
 
 def test_model_falls_back_to_the_configured_one() -> None:
-    built = entry(model=None, model_ref="anthropic.claude-sonnet-4-5", provider_type=None)
+    built = entry(model=None, model_ref="anthropic.claude-sonnet-4-5", provider=ProviderView())
     assert built["server"]["capabilities"]["model"] == "claude-sonnet-4-5"
+    # The deployment could not be read: no type, the key as the name, conservative capabilities.
     assert built["_meta"][VENDOR_META]["providers"][0] == {
         "id": "anthropic",
         "kind": "llm",
         "models": ["claude-sonnet-4-5"],
-        "capabilities": {"vision": False, "tools": True},
+        "displayName": "anthropic",
+        "capabilities": {"streaming": True, "tools": True, "vision": False, "jsonMode": False},
     }
+
+
+def test_provider_entry_as_seed_004_describes_it() -> None:
+    spec = ProviderSpec.model_validate(
+        {
+            "type": "anthropic",
+            "description": "Claude models",
+            "capabilities": {"vision": True},
+            "apiKey": {"secretKeyRef": {"name": "llm", "key": "ANTHROPIC_API_KEY"}},
+        }
+    )
+    built = entry(model_ref="anthropic.claude-sonnet-4-5", provider=ProviderView.of("anthropic", spec))
+    assert built["_meta"][VENDOR_META]["providers"] == [
+        {
+            "id": "anthropic",
+            "kind": "llm",
+            "models": ["qwen3-8b"],
+            "type": "anthropic",
+            "displayName": "Anthropic",
+            "description": "Claude models",
+            # Declared vision wins over the model's; JSON mode is not the Messages API's.
+            "capabilities": {"streaming": True, "tools": True, "vision": True, "jsonMode": False},
+        }
+    ]
 
 
 def test_no_model_known_means_no_capabilities() -> None:
@@ -190,6 +227,36 @@ def test_many_icons_keep_only_what_the_schema_accepts() -> None:
     assert "https://example.com/ä.png" not in sources
     gif = built["server"]["icons"][59]
     assert gif == {"src": "https://example.com/a.gif", "theme": "dark"}
+
+
+@pytest.mark.parametrize(
+    ("registry_url", "src", "published"),
+    [
+        ("https://agents.example.com/", "/icons/r.svg", "https://agents.example.com/icons/r.svg"),
+        # The registry URL is a directory: its path prefix is kept for a relative path.
+        ("https://agents.example.com/pallas", "icons/r.svg", "https://agents.example.com/pallas/icons/r.svg"),
+        ("https://agents.example.com/pallas/", "/icons/r.svg", "https://agents.example.com/icons/r.svg"),
+        ("https://agents.example.com/a/", "../b/r.svg", "https://agents.example.com/b/r.svg"),
+        (
+            "http://reg.agents.svc.cluster.local:8080/",
+            "r.svg",
+            "http://reg.agents.svc.cluster.local:8080/r.svg",
+        ),
+        ("https://agents.example.com/", "//cdn.example.com/r.svg", "https://cdn.example.com/r.svg"),
+        # Absolute ones are published as they are.
+        ("https://agents.example.com/", "https://cdn.example.com/r.svg", "https://cdn.example.com/r.svg"),
+    ],
+)
+def test_relative_icons_resolve_against_the_registry_url(registry_url: str, src: str, published: str) -> None:
+    icon = Icon(src=src, sizes=["48x48", "any"])
+    built = entry(icons=(icon,), registry_url=registry_url)
+    assert built["server"]["icons"] == [{"src": published, "sizes": ["48x48", "any"]}]
+
+
+def test_relative_icons_without_a_registry_url_or_too_long_are_left_out() -> None:
+    assert "icons" not in entry(icons=(Icon(src="/icons/r.svg"),), registry_url="")["server"]
+    long = Icon(src="/" + "x" * 240 + ".svg")  # under 255 as given, over it once resolved
+    assert "icons" not in entry(icons=(long,), registry_url="https://agents.example.com/")["server"]
 
 
 def test_no_usable_icon_means_no_icons_key() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from pallas_api.config import ModelCapabilities
+from pallas_api.spec import ProviderSpec
 from pallas_runtime.registry.builder import InvalidAgent, build_response
 from pallas_runtime.registry.objects import (
     DeploymentSettings,
@@ -16,17 +17,18 @@ from pallas_runtime.registry.objects import (
     agent_state,
     deployment_settings,
 )
-from pallas_runtime.registry.state import HealthView
+from pallas_runtime.registry.state import HealthView, ProviderView
 from tests.support.operator import agent, at, deployment, spec, without
 from tests.support.registry import assert_valid_entry, ready_status
 
+OPENAI_VLLM = ProviderView(type="openai", display_name="vllm", json_mode=True)
 SETTINGS = DeploymentSettings(
     name="ouranos",
     version="2.1.0",
     name_prefix="ca.helu.ouranos",
     model_default="vllm.qwen3-8b",
     capabilities=ModelCapabilities(vision=True, context_window=200000, max_output_tokens=32000),
-    provider_types={"vllm": "openai"},
+    providers={"vllm": OPENAI_VLLM},
 )
 
 
@@ -55,9 +57,11 @@ def test_deployment_settings() -> None:
         version="2.1.0",
         name_prefix="ca.helu.ouranos",
         public_url_template="https://x/{agent}",
+        registry_url="http://ouranos-registry.default.svc.cluster.local:8080/",
         model_default="vllm.qwen3-8b",
         capabilities=ModelCapabilities(vision=True, context_window=1000, max_output_tokens=10),
-        provider_types={"vllm": "openai"},
+        providers={"vllm": OPENAI_VLLM},
+        provider_specs={"vllm": ProviderSpec.model_validate(obj["spec"]["providers"]["vllm"])},
     )
 
 
@@ -67,7 +71,44 @@ def test_deployment_defaults_and_bad_capabilities() -> None:
     assert settings.version == "1.0.0"
     assert settings.name_prefix is None
     assert settings.capabilities == ModelCapabilities()
-    assert settings.provider_types == {}
+    assert settings.providers == {}
+
+
+def test_registry_url_is_the_public_one_else_the_cluster_one() -> None:
+    public = deployment("d", at("spec.registry", {"publicURL": "https://agents.example.com/pallas"}))
+    assert deployment_settings(public).registry_url == "https://agents.example.com/pallas"
+    cluster = deployment("d", at("metadata.namespace", "agents"), at("spec.registry", {"port": 9000}))
+    assert deployment_settings(cluster).registry_url == "http://d-registry.agents.svc.cluster.local:9000/"
+
+
+def test_provider_display_fields_and_capabilities() -> None:
+    providers = {
+        "vllm": {"type": "openai", "baseURL": "http://vllm:8000/v1"},
+        "anthropic": {"type": "anthropic"},
+        "gpt": {
+            "type": "openai",
+            "displayName": "GPT via the gateway",
+            "description": "Company gateway",
+            "capabilities": {"streaming": False, "vision": True, "jsonMode": False},
+        },
+        "odd": {"type": "openai", "capabilities": {"streaming": "sometimes"}},
+    }
+    settings = deployment_settings(deployment("d", at("spec.providers", providers)))
+    assert settings.providers == {
+        # A self-hosted endpoint is named by its key; a vendor's public API by the vendor.
+        "vllm": ProviderView(type="openai", display_name="vllm", json_mode=True),
+        "anthropic": ProviderView(type="anthropic", display_name="Anthropic", json_mode=False),
+        "gpt": ProviderView(
+            type="openai",
+            display_name="GPT via the gateway",
+            description="Company gateway",
+            streaming=False,
+            vision=True,
+            json_mode=False,
+        ),
+        # A provider this version cannot read keeps its type and the protocol's defaults.
+        "odd": ProviderView(type="openai", json_mode=True),
+    }
 
 
 def test_an_agent_that_overrides_the_model_publishes_that_models_capabilities() -> None:
@@ -103,7 +144,7 @@ def test_a_ready_agent() -> None:
     assert (state.title, state.description) == ("Research Agent", "Researches questions")
     assert state.tags == ("web-search",)
     assert [icon.src for icon in state.icons] == ["https://x/i.svg"]
-    assert (state.model_ref, state.model, state.provider_type) == ("vllm.qwen3-8b", "qwen3-8b", "openai")
+    assert (state.model_ref, state.model, state.provider.type) == ("vllm.qwen3-8b", "qwen3-8b", "openai")
     assert (state.version, state.name_prefix, state.service_port) == ("2.1.0", "ca.helu.ouranos", 9000)
     assert state.model_capabilities.vision
     assert (state.phase, state.ready) == ("Ready", True)
@@ -122,7 +163,7 @@ def test_a_ready_agent() -> None:
 def test_agent_model_override() -> None:
     state = agent_state(ready_agent(spec(model="anthropic.claude-sonnet-4-5")), SETTINGS)
     assert state.model_ref == "anthropic.claude-sonnet-4-5"
-    assert state.provider_type is None
+    assert state.provider == ProviderView()
 
 
 def test_unknown_deployment_gives_defaults() -> None:

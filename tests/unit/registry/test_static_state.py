@@ -41,7 +41,7 @@ def test_base_state_from_the_manifests() -> None:
     )
     assert state.key == ("agents", "research")
     assert (state.title, state.tags, state.version) == ("Research", ("web-search",), "3.0.0")
-    assert (state.model_ref, state.provider_type) == ("anthropic.claude-sonnet-4-5", "anthropic")
+    assert (state.model_ref, state.provider.type) == ("anthropic.claude-sonnet-4-5", "anthropic")
     # The agent's own model's capabilities, not the default model's.
     assert state.model_capabilities.model_dump() == {
         "vision": False,
@@ -60,6 +60,12 @@ def test_base_state_from_the_manifests() -> None:
     assert state.public_url_template == ""
     assert build_response(state)["server"]["remotes"][0]["url"] == "http://127.0.0.1:24201/mcp"
     assert build_response(state)["server"]["name"] == "ca.helu.ouranos/research"
+
+
+def test_relative_icons_resolve_against_the_local_registry() -> None:
+    agent = local(icons=[{"src": "/icons/r.svg", "sizes": ["any"]}])
+    icons = build_response(base_state(agent, "http://127.0.0.1:24200/"))["server"]["icons"]
+    assert icons == [{"src": "http://127.0.0.1:24200/icons/r.svg", "sizes": ["any"]}]
 
 
 def seen(status: str, message: str = "", tools: tuple[str, ...] = ("get_health",)) -> Observation:
