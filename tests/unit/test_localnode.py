@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -189,6 +190,11 @@ def test_the_node_lock_refuses_a_running_node_and_outlives_a_dead_one(
     mine = tmp_path / "mine"
     with subprocess.Popen(["/bin/sleep", "30"]) as sleeper:
         try:
+            # Popen returns once forked, maybe before the child runs sleep: wait until it does.
+            cmdline = Path(f"/proc/{sleeper.pid}/cmdline")
+            deadline = time.monotonic() + 10
+            while not cmdline.read_bytes().startswith(b"/bin/sleep") and time.monotonic() < deadline:
+                time.sleep(0.01)
             running = _state(tmp_path / "running", sleeper.pid, "/bin/sleep")
             lock.write_text(json.dumps({"state_dir": str(running), "bridge": "pallas0"}))
             with pytest.raises(
