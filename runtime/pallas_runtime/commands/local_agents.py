@@ -13,12 +13,16 @@ import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING
 
 from fastmcp import FastMCP
 
 from pallas_api.logs import fields_context
 from pallas_runtime.manifests import LOOPBACK, AgentKey, LocalPlan, PlannedAgent
 from pallas_runtime.metrics import RuntimeMetrics
+
+if TYPE_CHECKING:  # imported where used: `--agent` runs never load the registry
+    from pallas_runtime.registry import RegistryMetrics
 from pallas_runtime.server import agent_app, build_server, stop_turns
 from pallas_runtime.serving import listen, serve
 
@@ -44,6 +48,18 @@ class Hosted:
         self.task.cancel()
         await asyncio.gather(self.task, return_exceptions=True)
         self.sock.close()
+
+
+@dataclass
+class HostedRegistry(Hosted):
+    """The registry running in this process; its metric families leave the run's with it."""
+
+    metrics: RegistryMetrics
+
+    async def stop(self) -> None:
+        """Stop serving and take the registry's families out of the agents' metrics."""
+        await super().stop()
+        self.metrics.leave()
 
 
 @dataclass
@@ -148,11 +164,12 @@ async def start_registry(
     )
     # One scrape target for the local deployment, as the original: the registry's families join
     # the agents' registry, so its /metrics (and every agent's) carries everything.
-    app = build_app(source, metrics=RegistryMetrics(source, registry=metrics.registry))
     sock = _listen("registry", port)
+    joined = RegistryMetrics(source, registry=metrics.registry)
+    app = build_app(source, metrics=joined)
     started = asyncio.Event()
     task = asyncio.create_task(serve(app, sock, started=started, graceful_timeout=GRACE_SECONDS))
-    hosted = Hosted(task, sock)
+    hosted = HostedRegistry(task, sock, joined)
     try:
         await _started(task, started, "registry", port)
     except StartFailed:

@@ -127,11 +127,22 @@ class RegistryMetrics:
             buckets=_BUCKETS,
             registry=self.registry,
         )
-        self.registry.register(_SourceCollector(source))
+        self._joined: list[Collector] = [self.requests, self.duration, _SourceCollector(source)]
+        self.registry.register(self._joined[-1])
 
     def watch_providers(self, checks: ProviderChecks) -> None:
         """Export the provider checks' results (once per app)."""
-        self.registry.register(_ProviderCollector(checks))
+        self._joined.append(_ProviderCollector(checks))
+        self.registry.register(self._joined[-1])
+
+    def leave(self) -> None:
+        """Take this app's families out of the registry it joined.
+
+        A registry that `pallas run --reload` restarts joins the agents' registry again.
+        """
+        for collector in self._joined:
+            self.registry.unregister(collector)
+        self._joined.clear()
 
     def observe(self, route: str, code: int, seconds: float) -> None:
         """Record one finished request."""
