@@ -155,7 +155,9 @@ REGISTRY_PODS = {"pallas.dev/deployment": "ouranos", "app.kubernetes.io/componen
 def _registry_environment(dep: dict[str, Any], secrets: dict[str, str]) -> dict[str, str]:
     """What kubelet would give the registry container: its env, Secret references filled in."""
     env = dep["spec"]["template"]["spec"]["containers"][0]["env"]
-    return {e["name"]: secrets[e["valueFrom"]["secretKeyRef"]["key"]] for e in env}
+    return {
+        e["name"]: e["value"] if "value" in e else secrets[e["valueFrom"]["secretKeyRef"]["key"]] for e in env
+    }
 
 
 async def test_every_provider_is_checked_by_the_registry_and_shown_on_the_deployment(
