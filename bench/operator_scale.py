@@ -115,6 +115,10 @@ def operator_writes(metrics: str) -> dict[str, float]:
 
 
 def peak_rss_mb(pid: int) -> float:
+    """VmHWM of the operator: under `--profile` that is py-spy's child, not py-spy itself."""
+    if PROFILE_DIR is not None:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        pid = int(children[0]) if children else pid
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024

@@ -216,11 +216,12 @@ class World:
         """File an object as last seen (or forget it when deleted)."""
         meta = body.get("metadata") or {}
         obj: ObjectKey = (kind, str(meta.get("namespace", "")), str(meta.get("name", "")))
-        for index, contributed in contributions(kind, body).items():
-            if deleted:
-                self._indexes[index].remove(obj)
-            else:
-                self._indexes[index].put(obj, contributed)
+        if deleted:  # no records to build: the object's contributions are keyed by it
+            for index in self._indexes.values():
+                index.remove(obj)
+            return
+        for name, contributed in contributions(kind, body).items():
+            self._indexes[name].put(obj, contributed)
 
     def agent(self, namespace: str, name: str) -> OwnerRecord | None:
         """The PallasAgent as last seen, or None."""

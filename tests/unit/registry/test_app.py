@@ -17,6 +17,7 @@ from pallas_runtime.registry import MemorySource, build_app
 from pallas_runtime.registry import app as app_module
 from pallas_runtime.registry.builder import VENDOR_META
 from pallas_runtime.registry.metrics import RegistryMetrics
+from pallas_runtime.registry.query import KNOWN
 from pallas_runtime.registry.schema import OFFICIAL_META
 from pallas_runtime.registry.source import CatalogueSource
 from tests.support.registry import assert_valid_catalogue, assert_valid_entry, state
@@ -291,18 +292,7 @@ async def test_not_ready_until_the_first_full_list() -> None:
 async def test_random_requests_never_get_a_500(client: httpx2.AsyncClient) -> None:
     rng = random.Random(3)
     alphabet = string.printable + "%/?&=€😀\x00"
-    keys = [
-        "cursor",
-        "limit",
-        "search",
-        "updated_since",
-        "version",
-        "capability",
-        "ready",
-        "include",
-        "include_deleted",
-        "x",
-    ]
+    keys = [*KNOWN, "x"]
     bases = [WELL_KNOWN, "/v0.1/servers", f"/v0.1/servers/{RESEARCH}/versions/"]
     for _ in range(300):
         junk = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
