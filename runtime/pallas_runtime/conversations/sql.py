@@ -434,21 +434,24 @@ class SqlStore:
             if cut == 0 or seq >= all_seqs[cut]
         ]
         before_seq = all_seqs[cut] if cut else 0
-        at_once = statements.store_at_once
 
-        def store(connection: Connection) -> bool:
-            if at_once is not None:
-                seqs, roles, payloads = (
-                    (list(column) for column in zip(*added, strict=True)) if added else ([], [], [])
-                )
-                params = {
-                    **stored,
-                    "p_seqs": seqs,
-                    "p_roles": roles,
-                    "p_payloads": payloads,
-                    "p_before": before_seq,
-                }
-                return bool(connection.execute(at_once, params).scalar_one())
+        at_once_statement = statements.store_at_once
+
+        def store_at_once(connection: Connection) -> bool:
+            assert at_once_statement is not None
+            seqs, roles, payloads = (
+                (list(column) for column in zip(*added, strict=True)) if added else ([], [], [])
+            )
+            at_once = {
+                **stored,
+                "p_seqs": seqs,
+                "p_roles": roles,
+                "p_payloads": payloads,
+                "p_before": before_seq,
+            }
+            return bool(connection.execute(at_once_statement, at_once).scalar_one())
+
+        def store_in_steps(connection: Connection) -> bool:
             if connection.execute(statements.store, stored).first() is None:
                 return False  # the hold was lost: nothing is written
             if added:
@@ -461,10 +464,11 @@ class SqlStore:
                 connection.execute(statements.trim, {**_key_params(key), "p_before": before_seq})
             return True
 
-        # The statement at once is never retried: a connection lost during it may have stored it.
-        stored_turn = await (
-            self._single(store, retry=False) if at_once is not None else self._transaction(store)
-        )
+        if at_once_statement is not None:
+            # Never retried: a connection lost during the statement may have stored it.
+            stored_turn = await self._single(store_at_once, retry=False)
+        else:
+            stored_turn = await self._transaction(store_in_steps)
         if not stored_turn:
             self._cache.pop(key, None)
             raise TurnLost(self.lost_message(key))
