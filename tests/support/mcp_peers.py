@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -99,9 +100,43 @@ def install_mcp_peers() -> McpPeers:
 
 def free_port(host: str = LOOPBACK) -> int:
     """A TCP port on 127.0.0.1 (or `host`) that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1, host)
+
+
+def free_ports(count: int, host: str = LOOPBACK) -> int:
+    """A base port such that base .. base+count-1 are all free now (pallas run uses a block).
+
+    Ports come from below the kernel's ephemeral range: a port the kernel hands out (and the ones
+    after it) may become the local port of any outgoing connection on this busy machine (the node,
+    the API server) before the server under test binds it. They stay above the local cluster's
+    defaults (etcd 23790/23800, kube-apiserver 26443) and below the NodePort range (30000-), which
+    kube-proxy routes on loopback too.
+    """
+    ceiling = min(30000, _ephemeral_range()[0])
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(27000, ceiling - count)
+        sockets = []
+        try:
+            for port in range(base, base + count):
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+                sockets.append(sock)
+                sock.bind((host, port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
+    raise AssertionError("no block of free ports found")
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
 
 
 @dataclass(frozen=True)

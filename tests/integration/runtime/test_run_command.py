@@ -8,7 +8,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -24,31 +23,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pallas_runtime.registry.schema import OFFICIAL_META
 from tests.support.fake_llm import Call, FakeOpenAI, Hold, Text, ToolCalls
-from tests.support.mcp_peers import free_port
+from tests.support.mcp_peers import free_ports
 from tests.support.oidc import AUDIENCE, oidc_issuer
 
 PALLAS = [sys.executable, "-m", "pallas_runtime.cli"]
-
-
-def free_ports(count: int) -> int:
-    """A base port such that base .. base+count-1 are all free now (pallas run uses a block)."""
-    for _ in range(50):
-        base = free_port()
-        if base + count > 65535:
-            continue
-        sockets = []
-        try:
-            for port in range(base, base + count):
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-                sockets.append(sock)
-                sock.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for sock in sockets:
-                sock.close()
-    raise AssertionError("no block of free ports found")
 
 
 API_KEY = "sk-test-secret-0123456789"

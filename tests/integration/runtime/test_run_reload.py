@@ -23,9 +23,10 @@ import yaml
 from fastmcp import Client
 from fastmcp.client.transports import StreamableHttpTransport
 
-from tests.integration.runtime.test_run_command import PALLAS, free_ports, manifests
+from tests.integration.runtime.test_run_command import PALLAS, manifests
 from tests.support.agents import QUIET_FASTMCP_ENV
 from tests.support.fake_llm import FakeOpenAI, Text
+from tests.support.mcp_peers import free_ports
 
 
 @dataclass

@@ -23,9 +23,10 @@ import pexpect
 import yaml
 from fastmcp import Client
 
-from tests.integration.runtime.test_run_command import PALLAS, free_ports, manifests, pallas_run
+from tests.integration.runtime.test_run_command import PALLAS, manifests, pallas_run
 from tests.support.agents import QUIET_FASTMCP_ENV
 from tests.support.fake_llm import Call, FakeOpenAI, Text, ToolCalls
+from tests.support.mcp_peers import free_ports
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 READY = "stop with Ctrl-C"  # rich colours numbers and HTTP verbs, so match plain words
