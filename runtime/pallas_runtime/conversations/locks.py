@@ -19,6 +19,10 @@ class KeyedLocks:
     def __init__(self) -> None:
         self._locks: dict[Hashable, tuple[asyncio.Lock, int]] = {}
 
+    def __len__(self) -> int:
+        """How many keys are held or waited for."""
+        return len(self._locks)
+
     def held(self, key: Hashable) -> bool:
         """Whether a turn holds or waits for `key`."""
         return key in self._locks

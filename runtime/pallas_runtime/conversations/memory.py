@@ -5,8 +5,9 @@ A conversation with a turn in progress is never evicted, so a finished turn is a
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -54,6 +55,8 @@ class MemoryStore:
         self._ttl = ttl_seconds
         self._turn_wait = turn_wait
         self._items: OrderedDict[ConversationKey, _Conversation] = OrderedDict()
+        self._counts: Counter[str] = Counter()
+        """Conversations kept per agent (expired ones included until they are dropped)."""
         self._locks = KeyedLocks()
 
     async def start(self) -> None:
@@ -68,7 +71,7 @@ class MemoryStore:
     def _get(self, key: ConversationKey) -> _Conversation | None:
         conversation = self._items.get(key)
         if conversation is not None and self._expired(conversation) and not self._locks.held(key):
-            del self._items[key]
+            self._forget(key)
             return None
         return conversation
 
@@ -86,7 +89,10 @@ class MemoryStore:
             ) from None
 
     def _commit(self, key: ConversationKey, messages: Sequence[Message], title: str) -> None:
-        conversation = self._get(key) or _Conversation(title)
+        conversation = self._get(key)
+        if conversation is None:
+            conversation = _Conversation(title)
+            self._counts[key.agent] += 1
         conversation.messages.extend(messages)
         cut = first_kept([role_of(m) for m in conversation.messages], self._max_messages)
         del conversation.messages[:cut]
@@ -97,9 +103,20 @@ class MemoryStore:
         self._evict()
 
     def _evict(self) -> None:
+        # Oldest first, skipping the ones a turn holds; stops as soon as the excess is gone, so a
+        # turn pays for what it evicts, not for every conversation kept.
         excess = len(self._items) - self._max_conversations
-        for key in [k for k in self._items if not self._locks.held(k)][: max(excess, 0)]:
-            del self._items[key]
+        if excess <= 0:
+            return
+        oldest = itertools.islice(self._items, excess + len(self._locks))  # held ones are skipped
+        for key in [k for k in oldest if not self._locks.held(k)][:excess]:
+            self._forget(key)
+
+    def _forget(self, key: ConversationKey) -> bool:
+        if self._items.pop(key, None) is None:
+            return False
+        self._counts[key.agent] -= 1
+        return True
 
     async def history(self, key: ConversationKey) -> list[Message] | None:
         """The stored messages, or None."""
@@ -120,16 +137,17 @@ class MemoryStore:
 
     async def delete(self, key: ConversationKey) -> bool:
         """Forget one conversation."""
-        return self._items.pop(key, None) is not None
+        return self._forget(key)
 
     async def count(self, agent: str) -> int:
         """Conversations kept for `agent`; expired ones (as `history` sees them) are not counted.
 
-        Runs after every turn, so it stays one cheap pass: a clock read, then a comparison per
-        conversation; the lock table is asked only about the rare expired one.
+        Runs after every turn that creates a conversation: without a TTL it is a lookup; with one,
+        a pass with a comparison per conversation (the lock table is asked only about the rare
+        expired one).
         """
         if self._ttl is None:
-            return sum(1 for key in self._items if key.agent == agent)
+            return self._counts[agent]
         oldest = time.monotonic() - self._ttl
         return sum(
             1

@@ -107,3 +107,32 @@ def test_dsns_become_asyncpg_urls_and_anything_else_is_refused() -> None:
     assert engine_url("postgres", "postgresql://u@db/x") == "postgresql+asyncpg://u@db/x"
     with pytest.raises(ValueError, match="postgresql:// URL, not mysql://"):
         engine_url("postgres", "mysql://u@db/x")
+
+
+async def test_the_memory_store_evicts_past_held_conversations_and_counts_each_agent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [1000.0]
+    monkeypatch.setattr("pallas_runtime.conversations.memory.time.monotonic", lambda: now[0])
+    store = MemoryStore(max_conversations=3, max_messages=10)
+    for name in "abc":
+        await commit(store, key(name), turn(1))
+    async with contextlib.AsyncExitStack() as stack:
+        for name in "ab":  # the two oldest are in a turn: eviction must pass them by
+            await stack.enter_async_context(store.turn(key(name)))
+        await commit(store, key("d", agent="other"), turn(1))
+        await commit(store, key("e", agent="other"), turn(1))
+    assert [k.id for k in store._items] == ["a", "b", "e"]  # c and d went, oldest first
+    assert (await store.count("harper"), await store.count("other")) == (2, 1)
+    assert await store.delete(key("a")) and not await store.delete(key("a"))
+    assert await store.count("harper") == 1
+
+    expiring = MemoryStore(max_conversations=3, max_messages=10, ttl_seconds=60)
+    await commit(expiring, key("old"), turn(1))
+    now[0] += 61
+    await commit(expiring, key("new"), turn(1))
+    assert await expiring.count("harper") == 1
+    assert await expiring.history(key("old")) is None  # dropped on the way, and not counted twice
+    await commit(expiring, key("old"), turn(2))
+    assert await expiring.count("harper") == 2
+    assert expiring._counts["harper"] == 2
