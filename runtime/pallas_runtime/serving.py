@@ -17,6 +17,7 @@ import socket
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any
 
+import sniffio
 import uvicorn
 from starlette.types import ASGIApp
 
@@ -104,6 +105,28 @@ async def serve(
         server.should_exit = True
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+def run_server_loop(main: Coroutine[Any, Any, object]) -> None:
+    """Run a serving command's main coroutine to the end, the way anyio's own runner would.
+
+    The loop is uvloop's where it is installed (libuv's loop costs less per request than
+    asyncio's). While it runs, sniffio is told that this thread runs asyncio, the way trio
+    declares itself: otherwise every anyio call in the MCP SDK and httpx2 (hundreds per
+    message) sniffs for the running library anew. (anyio.run sets sniffio's context variable
+    instead, but uvicorn starts each connection's task from the loop's own context.)
+    """
+    previous, sniffio.thread_local.name = sniffio.thread_local.name, "asyncio"
+    try:
+        try:
+            import uvloop
+        except ImportError:  # pragma: no cover - a runtime dependency; a bare checkout may lack it
+            asyncio.run(main)
+            return
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(main)
+    finally:
+        sniffio.thread_local.name = previous
 
 
 async def until_signalled(work: Coroutine[Any, Any, None]) -> bool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import sys
@@ -12,7 +11,7 @@ from pallas_api.commands import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, port_number
 from pallas_api.config import ConfigError, load_config
 from pallas_api.logs import setup_logging
 from pallas_runtime.server import agent_app, build_server, secret_env_names, stop_turns
-from pallas_runtime.serving import bound_port, listen, serve, until_signalled
+from pallas_runtime.serving import bound_port, listen, run_server_loop, serve, until_signalled
 
 log = logging.getLogger("pallas.agent")
 
@@ -69,7 +68,7 @@ class AgentCommand:
         )
         try:
             with sock:
-                asyncio.run(until_signalled(serve(app, sock, before_stop=lambda: stop_turns(server))))
+                run_server_loop(until_signalled(serve(app, sock, before_stop=lambda: stop_turns(server))))
         except OSError as exc:
             print(f"pallas agent: {exc}", file=sys.stderr)
             return EXIT_FAILURE

@@ -28,6 +28,7 @@ from mcp.client.streamable_http import DEFAULT_MAX_SSE_EVENT_SIZE, streamable_ht
 
 from pallas_runtime import __version__
 from pallas_runtime.downstream.failures import HttpErrorRecorder, SourceClosedError, describe_failure
+from pallas_runtime.http_transport import AiohttpTransport
 
 log = logging.getLogger("pallas.downstream")
 
@@ -95,7 +96,10 @@ async def open_session(
         else:
             http = await stack.enter_async_context(
                 httpx2.AsyncClient(
-                    headers=dict(headers), timeout=_http_timeout(), event_hooks=hooks, verify=tls_context()
+                    headers=dict(headers),
+                    timeout=_http_timeout(),
+                    event_hooks=hooks,
+                    transport=AiohttpTransport(verify=tls_context()),
                 )
             )
             limit = max_event_bytes if max_event_bytes is not None else DEFAULT_MAX_SSE_EVENT_SIZE

@@ -17,6 +17,7 @@ from typing import Any
 import openai
 
 from pallas_api.config import ProviderConfig, RequestParams
+from pallas_runtime.http_transport import AiohttpTransport
 from pallas_runtime.llm.adapter import SdkProvider
 from pallas_runtime.llm.errors import SdkErrors
 from pallas_runtime.llm.params import ParamPlan, is_native_openai, openai_plan
@@ -279,6 +280,8 @@ class OpenAIChatProvider(SdkProvider):
             base_url=self._base_url,
             timeout=provider.timeout_seconds,
             max_retries=provider.max_retries,
+            # The SDK's own client settings, on the agent's aiohttp transport (see http_transport).
+            http_client=openai.DefaultAsyncHttpxClient(transport=AiohttpTransport()),
         )
 
     def _request_body(

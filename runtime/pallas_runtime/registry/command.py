@@ -11,7 +11,6 @@ and SIGINT stop it gracefully.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import re
@@ -24,7 +23,7 @@ from pallas_api.logs import setup_logging
 from pallas_api.spec import RegistrySpec
 from pallas_runtime.registry.app import build_app
 from pallas_runtime.registry.kubernetes import KubernetesSource
-from pallas_runtime.serving import bound_port, listen, serve, until_signalled
+from pallas_runtime.serving import bound_port, listen, run_server_loop, serve, until_signalled
 
 PROVIDER_KEY = re.compile(r"^PALLAS_PROVIDER_[A-Z0-9_]+_API_KEY$")
 DEFAULT_PORT = RegistrySpec().port
@@ -97,7 +96,7 @@ class RegistryCommand:
         )
         try:
             with sock:
-                asyncio.run(until_signalled(serve(build_app(source), sock, graceful_timeout=2)))
+                run_server_loop(until_signalled(serve(build_app(source), sock, graceful_timeout=2)))
         except OSError as exc:
             print(f"pallas registry: {exc}", file=sys.stderr)
             return EXIT_FAILURE
