@@ -11,12 +11,19 @@ the body alike; real timeouts are left as they were.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import ssl
 from collections.abc import AsyncIterator, Iterator
 
 import aiohttp
 import httpx2
 from httpx_aiohttp.httpx2 import AiohttpTransport as _Base
+
+DRAIN_SECONDS = 0.05
+"""How long closing a POST's body may wait for the rest of it (see `_Body`)."""
+DRAIN_BYTES = 64 * 1024
+"""How much of a POST's unread body closing it may read (see `_Body`)."""
 
 
 def _unmasked(exc: httpx2.ConnectTimeout, request: httpx2.Request | None) -> httpx2.TransportError:
@@ -41,8 +48,18 @@ def _connection_failures(request: httpx2.Request | None = None) -> Iterator[None
 
 
 class _Body(httpx2.AsyncByteStream):
-    def __init__(self, stream: httpx2.AsyncByteStream) -> None:
+    """A response body, its connection failures named, that can be finished before it is closed.
+
+    An MCP client stops reading a POST's event stream at the JSON-RPC response and closes it;
+    the end of the stream, which the server sends right after, is then still unread and the
+    connection cannot be reused: every call paid for a new TCP (and TLS) connection. `drain`
+    reads what remains of such a body, briefly and up to a bound, so that the connection goes
+    back to the pool.
+    """
+
+    def __init__(self, stream: httpx2.AsyncByteStream, *, drain: bool) -> None:
         self._stream = stream
+        self._drain = drain
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         with _connection_failures():
@@ -50,17 +67,59 @@ class _Body(httpx2.AsyncByteStream):
                 yield chunk
 
     async def aclose(self) -> None:
-        with _connection_failures():
-            await self._stream.aclose()
+        try:
+            if self._drain:
+                await self._finish()
+        finally:
+            with _connection_failures():
+                await self._stream.aclose()
+
+    async def _finish(self) -> None:
+        with contextlib.suppress(Exception):  # only an optimisation: on any failure, just close
+            async with asyncio.timeout(DRAIN_SECONDS):
+                left = DRAIN_BYTES
+                async for chunk in self._stream:
+                    left -= len(chunk)
+                    if left < 0:
+                        return
+
+
+def connection_pool(ssl_context: ssl.SSLContext) -> aiohttp.ClientSession:
+    """Keep-alive connections that many short-lived httpx2 clients can borrow in turn.
+
+    A connection carries no credential state (each request sends its own headers), and the pool
+    keeps no cookies, so nothing one caller's request or response carried reaches the next. No
+    limit on connections: each borrowing MCP session may hold one open for its GET stream, and a
+    cap would leave concurrent calls waiting on each other's streams.
+    """
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(ssl=ssl_context, limit=0), cookie_jar=aiohttp.DummyCookieJar()
+    )
 
 
 class AiohttpTransport(_Base):
-    """httpx-aiohttp's transport, its connection failures named as such."""
+    """httpx-aiohttp's transport, its connection failures named as such.
+
+    With `pool`, requests go over that pool's connections and closing the transport leaves the
+    pool open for its owner to close.
+    """
+
+    def __init__(
+        self, *, verify: ssl.SSLContext | bool = True, pool: aiohttp.ClientSession | None = None
+    ) -> None:
+        super().__init__(verify=verify, client=pool)
+        self._borrowed = pool is not None
+
+    async def aclose(self) -> None:
+        """Close the transport's own connections (not a borrowed pool's)."""
+        if not self._borrowed:
+            await super().aclose()
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         """Send `request` with aiohttp."""
         with _connection_failures(request):
             response = await super().handle_async_request(request)
         if isinstance(response.stream, httpx2.AsyncByteStream):
-            response.stream = _Body(response.stream)
+            # A GET may be a standing event stream; a POST's body ends with its answer.
+            response.stream = _Body(response.stream, drain=request.method == "POST")
         return response

@@ -367,6 +367,25 @@ async def test_forwarded_bearers_never_cross_between_concurrent_calls():
     assert set(tokens) <= deleted
 
 
+async def test_forwarded_calls_open_sessions_not_connections():
+    async with (
+        ms.header_echo_server() as srv,
+        server_source(srv.url, forward_inbound_auth=True) as source,
+    ):
+        await source.list_tools()
+        for token in bearers(10):  # ten calls, each with a session of its own
+            outcome = await source.call_tool(
+                "echo_headers", {"delay": 0}, inbound_auth=token, on_progress=None
+            )
+            assert echoed(outcome)["authorization"] == token
+    sessions = {r.headers["mcp-session-id"] for r in srv.requests if "mcp-session-id" in r.headers}
+    connections = {r.client_port for r in srv.requests}
+    assert len(sessions) == 11  # the shared one and one per call
+    # POSTs and DELETEs of every session share kept-alive connections; what remains is a
+    # connection per session for its standing GET stream. (A connection per request was 44.)
+    assert len(connections) <= len(sessions) + 2, connections
+
+
 async def test_non_forwarding_source_never_sends_the_inbound_bearer():
     tokens = bearers(40)
     async with (

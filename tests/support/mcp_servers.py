@@ -45,6 +45,8 @@ class RecordedRequest:
     method: str
     path: str
     headers: dict[str, str]
+    client_port: int | None = None
+    """The client's TCP port: which connection the request came over."""
 
 
 @dataclass
@@ -70,7 +72,9 @@ class _Recorder:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-            self.log.append(RecordedRequest(scope["method"], scope["path"], headers))
+            client = scope.get("client")
+            port = client[1] if client else None
+            self.log.append(RecordedRequest(scope["method"], scope["path"], headers, port))
         await self.app(scope, receive, send)
 
 

@@ -18,6 +18,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import aiohttp
 import anyio
 import httpx2
 import mcp_types
@@ -65,13 +66,15 @@ async def open_session(
     on_message: MessageHandlerFnT,
     recorder: HttpErrorRecorder,
     max_event_bytes: int | None = None,
+    pool: aiohttp.ClientSession | None = None,
 ) -> AsyncIterator[ClientSession]:
     """An initialized MCP session (handshake protocol) whose every HTTP request carries `headers`.
 
     Must be entered and exited by the same task (the SDK's transports run anyio task groups).
     On exit a Streamable HTTP session is ended with a DELETE. `max_event_bytes` bounds one SSE
     event of a Streamable HTTP session (the SDK's default is 1 MiB; the legacy SSE transport
-    keeps it).
+    keeps it). A Streamable HTTP session sends over `pool`'s connections when one is given
+    (see `http_transport.connection_pool`), else over connections of its own.
     """
     hooks: dict[str, list[Any]] = {"response": [recorder]}
     async with contextlib.AsyncExitStack() as stack:
@@ -99,7 +102,7 @@ async def open_session(
                     headers=dict(headers),
                     timeout=_http_timeout(),
                     event_hooks=hooks,
-                    transport=AiohttpTransport(verify=tls_context()),
+                    transport=AiohttpTransport(verify=tls_context(), pool=pool),
                 )
             )
             limit = max_event_bytes if max_event_bytes is not None else DEFAULT_MAX_SSE_EVENT_SIZE

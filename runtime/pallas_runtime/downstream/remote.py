@@ -32,6 +32,7 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
+import aiohttp
 import anyio
 import mcp_types
 from mcp import ClientSession
@@ -59,6 +60,7 @@ from pallas_runtime.downstream.source import (
     RemoteTool,
     ToolOutcome,
 )
+from pallas_runtime.http_transport import connection_pool
 from pallas_runtime.messages import TextPart
 from pallas_runtime.sizes import MiB, human_bytes, utf8_size
 
@@ -135,6 +137,9 @@ class RemoteMcpSource:
         )
         self._connect_recorder = HttpErrorRecorder()
         self._shared = SharedSession(name, self._open_shared, on_lost=self._tools_changed)
+        # One pool of keep-alive connections for the shared session and every call's own session:
+        # a call that forwards a bearer opens a session, not a TCP (and TLS) connection.
+        self._pool: aiohttp.ClientSession | None = None
         self._tools: list[RemoteTool] | None = None
         self._generation = 0
         self._cached_generation = -1
@@ -156,6 +161,11 @@ class RemoteMcpSource:
         """Which of the endpoint's tools this source offers; subclasses narrow it."""
         return True
 
+    def _connections(self) -> aiohttp.ClientSession:
+        if self._pool is None or self._pool.closed:
+            self._pool = connection_pool(tls_context())
+        return self._pool
+
     @contextlib.asynccontextmanager
     async def _open_shared(self) -> AsyncIterator[ClientSession]:
         recorder = HttpErrorRecorder()
@@ -167,6 +177,7 @@ class RemoteMcpSource:
             on_message=self._on_message,
             recorder=recorder,
             max_event_bytes=self._max_event_bytes,
+            pool=self._connections(),
         ) as session:
             self._recorders[session] = recorder
             yield session
@@ -382,6 +393,7 @@ class RemoteMcpSource:
                 on_message=self._on_message,
                 recorder=recorder,
                 max_event_bytes=self._max_event_bytes,
+                pool=self._connections(),
             ) as session:
                 return await op(session)
         except Exception as exc:
@@ -417,3 +429,5 @@ class RemoteMcpSource:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._listing
         await self._shared.aclose()
+        if self._pool is not None:
+            await self._pool.close()
