@@ -184,6 +184,11 @@ def metric(metrics: str, name: str, **labels: str) -> float:
     return out
 
 
+def reconciles_per_agent(metrics: str, n: int) -> float:
+    """Agent reconciles run so far, over the number of agents."""
+    return round(metric(metrics, "pallas_operator_reconcile_total", kind="agent") / n, 2)
+
+
 def objects_of(namespace: str, names: list[str], unrelated: int) -> list[dict[str, Any]]:
     mod = in_namespace(namespace)
     return [
@@ -228,10 +233,12 @@ async def run_existing(env: dict[str, Any], n: int, unrelated: int) -> list[dict
         async with operator as proc, httpx2.AsyncClient(timeout=5) as http:
             converge = await until_converged(client, namespace, names, started)
             await asyncio.sleep(5)
-            writes = operator_writes((await http.get(metrics_url)).text)
+            text = (await http.get(metrics_url)).text
+            writes = operator_writes(text)
             results.append({
                 "case": "start", "agents": n, "unrelated_secrets": unrelated,
                 "converged_s": round(converge, 1), "writes_per_agent": round(sum(writes.values()) / n, 2),
+                "reconciles_per_agent": reconciles_per_agent(text, n),
                 "peak_rss_mb": round(peak_rss_mb(proc.pid), 1),
             })  # fmt: skip
         started = time.monotonic()
@@ -277,7 +284,8 @@ async def run_size(env: dict[str, Any], n: int, idle: float) -> dict[str, Any]:
             created = time.monotonic() - started
             converge = await until_converged(client, namespace, names, started)
             await asyncio.sleep(5)  # let the Deployment controller's status updates play out
-            writes = operator_writes((await http.get(metrics_url)).text)
+            text = (await http.get(metrics_url)).text
+            writes = operator_writes(text)
             kopf = apiserver_kopf_patches(env) - kopf_before
             idle_start = (sum(writes.values()), apiserver_kopf_patches(env))
             await asyncio.sleep(idle)
@@ -290,6 +298,7 @@ async def run_size(env: dict[str, Any], n: int, idle: float) -> dict[str, Any]:
                 "converged_s": round(converge, 1),
                 "writes_per_agent": round((sum(writes.values()) + kopf) / n, 2),
                 "writes_by_verb": {**{k: int(v) for k, v in writes.items()}, "kopf-patch": int(kopf)},
+                "reconciles_per_agent": reconciles_per_agent(text, n),
                 "peak_rss_mb": round(peak_rss_mb(proc.pid), 1),
                 "idle_writes_per_min": round(idle_writes * 60 / idle, 2),
                 "lease_renewals_per_min": 6.0,
