@@ -64,11 +64,14 @@ async def test_a_server_hanging_up_is_a_read_error() -> None:
 
 
 async def test_a_connection_cut_while_streaming_is_a_network_error() -> None:
-    async with raw_server(cut_body) as url, httpx2.AsyncClient(transport=AiohttpTransport()) as client:
-        async with client.stream("GET", url) as response:
-            with pytest.raises(httpx2.NetworkError) as caught:
-                async for _ in response.aiter_bytes():
-                    pass
+    async with (
+        raw_server(cut_body) as url,
+        httpx2.AsyncClient(transport=AiohttpTransport()) as client,
+        client.stream("GET", url) as response,
+    ):
+        with pytest.raises(httpx2.NetworkError) as caught:
+            async for _ in response.aiter_bytes():
+                pass
     assert not isinstance(caught.value, httpx2.TimeoutException)
 
 

@@ -124,7 +124,8 @@ async def test_the_memory_store_evicts_past_held_conversations_and_counts_each_a
         await commit(store, key("e", agent="other"), turn(1))
     assert [k.id for k in store._items] == ["a", "b", "e"]  # c and d went, oldest first
     assert (await store.count("harper"), await store.count("other")) == (2, 1)
-    assert await store.delete(key("a")) and not await store.delete(key("a"))
+    assert await store.delete(key("a"))
+    assert not await store.delete(key("a"))
     assert await store.count("harper") == 1
 
     expiring = MemoryStore(max_conversations=3, max_messages=10, ttl_seconds=60)
