@@ -321,6 +321,8 @@ class Load:
     target_busy: float
     load_side_busy: float
     load_side_cpu_per_message: float
+    rss: float
+    """The target's RSS after the load (MB)."""
     failed: str | None = None
     """The first error, when one ended the load early."""
     probe: list[float] = field(default_factory=list)
@@ -373,7 +375,9 @@ async def load(
                 for session in sessions:
                     workers.create_task(worker(session))
         except* Exception as errors:
-            failed = f"{type(errors.exceptions[0]).__name__}: {str(errors.exceptions[0])[:200]}"
+            error = errors.exceptions[0]
+            said = str(error)[:200] or f"no answer within {CALL_SECONDS} s"
+            failed = f"{type(error).__name__}: {said}"
         elapsed = time.perf_counter() - started
         used, own_used = cpu_seconds(target.pid) - cpu, time.process_time() - own
         done.set()
@@ -388,6 +392,7 @@ async def load(
         used / elapsed,
         own_used / elapsed,
         own_used / messages,
+        rss_mb(target.pid),
         failed,
         probed,
     )
@@ -440,7 +445,6 @@ async def measure(launch: Launch, args: argparse.Namespace, llm: BenchLLM, echo:
         echo.requests.clear()
         longest = llm.longest
         under_load, failures = await load_that_holds(launch, target, args)
-        loaded_rss = rss_mb(target.pid) if not failures else float("nan")
     return Figures(
         pct(samples, 0.5),
         pct(samples, 0.95),
@@ -448,7 +452,7 @@ async def measure(launch: Launch, args: argparse.Namespace, llm: BenchLLM, echo:
         under_load,
         failures,
         idle_rss,
-        loaded_rss,
+        under_load.rss,
         target.start,
         llm_calls,
         downstream,
