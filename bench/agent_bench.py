@@ -601,7 +601,7 @@ def report(
     bare_p["p95"] = statistics.median(pct(b, 0.95) for b in bare) * 1e3
     print(f"\nmedians of {len(bare)} run(s) (min..max); the agent on CPU 0, the load side on CPU 1")
     print(f"bare fastmcp tool round trip  P50 {bare_p['p50']:.2f} ms  P95 {bare_p['p95']:.2f} ms")
-    width = 30
+    width = 38
     print(f"{'':40}" + "".join(f"{n:>{width}}" for n in figures) + "   target (issue 13)")
     for row in ROWS:
         offset = bare_p.get(row.above_bare, 0.0)
