@@ -1,17 +1,49 @@
-"""Agent runtime benchmark: prints figures; not a timed test.
+"""Agent runtime benchmark, Pallas beside fast-agent 0.2.36: prints figures; not a timed test.
 
     .venv/bin/python bench/agent_bench.py [--requests 300] [--load-requests 2000] [--concurrency 32]
+        [--phase-seconds 30] [--runs 3] [--peer fast-agent|none]
 
-The agent runs as a `pallas agent` process pinned to one core (CPU 0); the clients, the
-zero-latency fake OpenAI server and the downstream MCP servers run in this process on the
-other core. Each send_message makes one downstream tool call, so it costs two LLM round trips
-and one MCP tool call besides its own MCP round trip. The baseline is a bare fastmcp tool
-round trip to a server pinned the same way, measured in the same run.
+Two targets serve the same agent over MCP (Streamable HTTP, stateful sessions), one after the
+other, each pinned to CPU 0 with taskset: `pallas agent`, and the peer a user would otherwise
+pick, fast-agent-mcp 0.2.36 (the original Pallas's engine), run as its users run it: an agent
+script with `--server --transport http` (`fast_agent_peer.py` says how, and the one setting
+that departs from its defaults; this script installs it into a cache venv of its own when
+missing). Both have the same instruction, model and one downstream server (`echo0`), so one
+message is two LLM round trips and one MCP tool call besides its own MCP round trip; the table
+shows that this holds for both. Everything else runs in this process on CPU 1: the zero-latency
+fake OpenAI server (it streams its answer to fast-agent, which always asks for a stream; Pallas
+asks for none), the downstream `header_echo_server`s and the clients. The clients speak JSON-RPC
+over Streamable HTTP by hand (`mcp_wire.py`, one aiohttp session each), about a quarter of
+the CPU of an httpx2 client and far less than fastmcp's `Client`. Both the agent core's busy
+share and this process's are printed for the load, with this process's CPU per message: the
+load side can drive at most about 1 / that messages a second, so a target whose core is well
+below 100 % while this process is near it is measured by the load side, not by itself.
 
-Targets (issue 3): send_message overhead above the baseline P50 ≤ 2 ms and P95 ≤ 5 ms;
-≥ 200 send_message/s with 32 concurrent clients on one core; get_health P95 ≤ 50 ms with five
-healthy downstream servers and ≤ 3.2 s with one that never answers; idle RSS ≤ 120 MB; process
-start to /readyz ≤ 3 s.
+Measured, for each target in each of `--runs` runs (fresh processes every run, the targets'
+order alternating; the table shows medians of the runs and their range):
+
+- send round trip P50/P95: `--requests` sequential messages on one session (after 20 warm-up
+  messages), at most `--phase-seconds`; every answer is checked: its last line must be "done",
+  what the fake LLM says after the tool's result;
+- above the bare round trip: that minus a bare fastmcp tool round trip to a server pinned the
+  same way, measured by the same client in the same run;
+- throughput: up to `--load-requests` messages (at most `--phase-seconds`) from `--concurrency`
+  clients, each its own MCP session; agent CPU per message is the target process's user+system
+  time (/proc) over the load divided by the messages. The first failed message ends the load;
+  the target is then started afresh and loaded with half the clients, down to one, and the
+  failures are listed under the table;
+- idle RSS one second after ready, and after the load;
+- start to ready: Pallas until `/readyz` answers 200, fast-agent (which has no readiness
+  endpoint) until the first MCP `initialize` succeeds;
+- LLM calls and downstream HTTP requests per message, and the longest LLM request (messages):
+  what one message costs each runtime.
+
+Pallas only: get_health P50/P95 from one more session while the same load runs, the agent
+having five healthy downstreams; get_health with one of five downstreams never answering.
+
+Targets (issue 13): agent CPU per send_message <= 4 ms; >= 200 send_message/s with 32 clients
+on one core; latency above the bare round trip P50 <= 5 ms, P95 <= 8 ms; get_health P95 <=
+50 ms under load with 5 healthy downstreams; idle RSS <= 100 MB; start to /readyz <= 1 s.
 """
 
 from __future__ import annotations
@@ -19,27 +51,49 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx2
 import yaml
-from fastmcp import Client
-from fastmcp.client.transports import StreamableHttpTransport
+from starlette.requests import Request
+from starlette.responses import Response
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.support.fake_llm import Call, FakeOpenAI, Text, ToolCalls  # noqa: E402
+import fast_agent_peer  # noqa: E402
+from mcp_wire import McpSession  # noqa: E402
+
+from tests.support.fake_llm import (  # noqa: E402
+    Call,
+    FakeOpenAI,
+    HttpError,
+    RecordedRequest,
+    Step,
+    Text,
+    ToolCalls,
+)
 from tests.support.mcp_peers import free_port  # noqa: E402
-from tests.support.mcp_servers import header_echo_server, silent_server  # noqa: E402
+from tests.support.mcp_servers import RunningServer, header_echo_server, silent_server  # noqa: E402
+
+AGENT = "bench"
+MODEL = "bench-model"
+INSTRUCTION = "You are a benchmark agent: call the echo0 echo_headers tool once, then answer."
+MESSAGE = {"message": "hi"}
+ANSWER = "done"
+WARM_UP = 20
+CALL_SECONDS = 30  # a message not answered by then has failed (fast-agent's own connect timeout)
 
 BARE_SERVER = """
 import sys
@@ -53,13 +107,70 @@ uvicorn.run(mcp.http_app(path="/mcp"), host="127.0.0.1", port=int(sys.argv[1]), 
 """
 
 
+# --- the fake LLM, as both targets need it ---------------------------------------------------
+
+
+class BenchLLM(FakeOpenAI):
+    """The fake OpenAI server, streaming where asked, keeping counts instead of every request.
+
+    fast-agent 0.2.36 always sends `stream: true`; the same reply is then sent as
+    `chat.completion.chunk` events, as api.openai.com does. Recording every request body (the
+    fake's habit, for tests) would hold gigabytes after a long run of growing histories.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(models=[MODEL], default=self.step)
+        self.calls = 0
+        self.longest = 0
+
+    @staticmethod
+    def step(body: Any) -> Step:
+        """A tool call on the first round of a message, "done" after the tool's result."""
+        if body["messages"][-1]["role"] == "tool":
+            return Text(ANSWER)
+        # Pallas names the tool echo0__echo_headers, fast-agent echo0-echo_headers.
+        names = [t["function"]["name"] for t in body.get("tools") or []]
+        echo = next((n for n in names if n.startswith("echo0") and n.endswith("echo_headers")), None)
+        if echo is None:
+            return HttpError(400, f"bench: no echo0 echo_headers among the tools offered: {names}")
+        return ToolCalls([Call(echo, {"delay": 0})])
+
+    async def _record(self, request: Request) -> RecordedRequest:
+        recorded = await super()._record(request)
+        self.requests.clear()
+        if recorded.path == self.completion_path and isinstance(recorded.json, dict):
+            self.calls += 1
+            self.longest = max(self.longest, len(recorded.json.get("messages", [])))
+        return recorded
+
+    def _render_reply(self, step: Text | ToolCalls, recorded: RecordedRequest) -> Response:
+        reply = super()._render_reply(step, recorded)
+        asked = recorded.json if isinstance(recorded.json, dict) else {}
+        if not asked.get("stream"):
+            return reply
+        body = json.loads(bytes(reply.body))
+        choice = body["choices"][0]
+        head = {"id": body["id"], "object": "chat.completion.chunk", "created": body["created"]}
+        head["model"] = body["model"]
+        delta: dict[str, Any] = {"role": "assistant", "content": choice["message"]["content"]}
+        if calls := choice["message"].get("tool_calls"):
+            delta["tool_calls"] = [{"index": i, **c} for i, c in enumerate(calls)]
+        chunks = [
+            {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+            {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]},
+        ]
+        if "usage" in body and (asked.get("stream_options") or {}).get("include_usage"):
+            chunks.append({**head, "choices": [], "usage": body["usage"]})
+        events = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+        return Response(events, media_type="text/event-stream")
+
+
+# --- processes ---------------------------------------------------------------------------------
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def ms(seconds: float) -> str:
-    return f"{seconds * 1000:7.2f} ms"
 
 
 def cpu_seconds(pid: int) -> float:
@@ -75,211 +186,503 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
-async def wait_ready(url: str, proc: subprocess.Popen[bytes], within: float = 30) -> float:
-    """Seconds until `url` answers 200 (or, for a /mcp URL, answers at all)."""
-    started = time.perf_counter()
-    async with httpx2.AsyncClient() as http:
-        while time.perf_counter() - started < within:
-            if proc.poll() is not None:
-                raise RuntimeError(f"process exited with {proc.returncode}")
-            with contextlib.suppress(httpx2.HTTPError):
-                status = (await http.get(url, timeout=1)).status_code
-                if status == 200 or url.endswith("/mcp"):
-                    return time.perf_counter() - started
-            await asyncio.sleep(0.005)
-    raise TimeoutError(url)
+Probe = Callable[[], Awaitable[bool]]
+
+
+def readyz(url: str) -> Probe:
+    """Ready when `url` answers 200."""
+
+    async def probe() -> bool:
+        async with httpx2.AsyncClient() as http:
+            return (await http.get(url, timeout=1)).status_code == 200
+
+    return probe
+
+
+def answers_http(url: str) -> Probe:
+    """Ready when `url` answers HTTP at all."""
+
+    async def probe() -> bool:
+        async with httpx2.AsyncClient() as http:
+            await http.get(url, timeout=1)
+            return True
+
+    return probe
+
+
+def mcp_initializes(url: str) -> Probe:
+    """Ready when an MCP session can be initialized at `url`."""
+
+    async def probe() -> bool:
+        async with McpSession(url, timeout=1):
+            return True
+
+    return probe
+
+
+@dataclass
+class Running:
+    """A started process and how long it took to be ready."""
+
+    proc: subprocess.Popen[bytes]
+    ready_seconds: float
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+
+def tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-2000:]
 
 
 @contextlib.asynccontextmanager
 async def pinned_process(
-    args: list[str], ready_url: str
-) -> AsyncIterator[tuple[subprocess.Popen[bytes], float]]:
-    env = {**os.environ, "PALLAS_LOG_LEVEL": "WARNING", "FASTMCP_CHECK_FOR_UPDATES": "off"}
-    proc = subprocess.Popen(
-        ["taskset", "-c", "0", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    args: list[str], ready: Probe, log: Path, *, cwd: Path | None = None, within: float = 60
+) -> AsyncIterator[Running]:
+    """Run `args` on CPU 0 until the block ends; ready when `ready()` says so.
+
+    Logs at WARNING, for all alike: Pallas's own setting, and the mcp SDK's for fast-agent's
+    server (at its default, INFO, it writes several lines for every request).
+    """
+    env = {**os.environ, "PALLAS_LOG_LEVEL": "WARNING", "FASTMCP_LOG_LEVEL": "WARNING"}
+    env["FASTMCP_CHECK_FOR_UPDATES"] = "off"
+    for leak in ("PYTHONPATH", "VIRTUAL_ENV"):  # the peer runs on an interpreter of its own
+        env.pop(leak, None)
+    with log.open("wb") as out:
+        started = time.perf_counter()
+        proc = subprocess.Popen(["taskset", "-c", "0", *args], env=env, cwd=cwd, stdout=out, stderr=out)
     try:
-        yield proc, await wait_ready(ready_url, proc)
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{args[0]} exited with {proc.returncode}: {tail(log)}")
+            with contextlib.suppress(Exception):
+                if await ready():
+                    break
+            if time.perf_counter() - started > within:
+                raise TimeoutError(f"{args[0]} not ready within {within} s: {tail(log)}")
+            await asyncio.sleep(0.005)
+        yield Running(proc, time.perf_counter() - started)
     finally:
-        proc.terminate()
-        proc.wait(10)
+        proc.terminate()  # fast-agent waits 5 s on a first SIGTERM; the figures are taken
+        try:
+            proc.wait(2)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
 
 
-async def timed(call: Callable[[], Awaitable[Any]], n: int) -> list[float]:
-    for _ in range(20):  # warm-up: connections, caches, JIT-free but lazy imports
+# --- measurements ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """An agent served over MCP: where, how a message is sent, which process serves it."""
+
+    url: str
+    tool: str
+    pid: int
+    start: float
+    """Seconds from the process's start until it was ready."""
+
+
+Launch = Callable[[], contextlib.AbstractAsyncContextManager[Target]]
+
+
+async def send(session: McpSession, target: Target) -> None:
+    text = await session.call_tool(target.tool, MESSAGE)
+    # Pallas answers with the model's last text; fast-agent 0.2.36 with every text of the turn,
+    # the tool's result first: the last line is the model's answer in both.
+    if text.strip().splitlines()[-1:] != [ANSWER]:
+        raise AssertionError(f"{target.tool} answered {text[:300]!r}, not ending in {ANSWER!r}")
+
+
+async def timed(call: Callable[[], Awaitable[Any]], n: int, seconds: float) -> list[float]:
+    """Round trips of `n` sequential calls (fewer if `seconds` run out), after a warm-up."""
+    for _ in range(WARM_UP):  # connections, caches, lazy imports
         await call()
-    samples = []
-    for _ in range(n):
+    samples: list[float] = []
+    deadline = time.perf_counter() + seconds
+    while len(samples) < n and time.perf_counter() < deadline:
         started = time.perf_counter()
         await call()
         samples.append(time.perf_counter() - started)
     return samples
 
 
-def agent_config(path: Path, llm: FakeOpenAI, servers: list[tuple[str, str]]) -> None:
+@dataclass
+class Load:
+    """What the target did under `clients` concurrent sessions."""
+
+    clients: int
+    messages: int
+    rate: float
+    cpu_per_message: float
+    target_busy: float
+    load_side_busy: float
+    load_side_cpu_per_message: float
+    rss: float
+    """The target's RSS after the load (MB)."""
+    failed: str | None = None
+    """The first error, when one ended the load early."""
+    probe: list[float] = field(default_factory=list)
+    """Round trips of the probe called meanwhile from a session of its own."""
+
+
+async def load(
+    target: Target,
+    clients: int,
+    args: argparse.Namespace,
+    probe: Callable[[McpSession], Awaitable[Any]] | None = None,
+) -> Load:
+    """Up to `--load-requests` messages (or `--phase-seconds`) from `clients` sessions.
+
+    The first failed message ends the load: a target that errs under this load has no
+    throughput to report. `probe` runs in a loop meanwhile, from one more session.
+    """
+    budget = args.load_requests
+    deadline = time.perf_counter() + args.phase_seconds
+    sent = 0
+    probed: list[float] = []
+    async with contextlib.AsyncExitStack() as stack:
+        sessions = [
+            await stack.enter_async_context(McpSession(target.url, timeout=CALL_SECONDS))
+            for _ in range(clients)
+        ]
+        prober = (
+            await stack.enter_async_context(McpSession(target.url, timeout=CALL_SECONDS)) if probe else None
+        )
+        done = asyncio.Event()
+
+        async def worker(session: McpSession) -> None:
+            nonlocal budget, sent
+            while budget > 0 and time.perf_counter() < deadline:
+                budget -= 1
+                await send(session, target)
+                sent += 1
+
+        async def probing() -> None:
+            while prober and probe and not done.is_set():
+                started = time.perf_counter()
+                await probe(prober)
+                probed.append(time.perf_counter() - started)
+
+        failed = None
+        prober_task = asyncio.create_task(probing())
+        started, cpu, own = time.perf_counter(), cpu_seconds(target.pid), time.process_time()
+        try:
+            async with asyncio.TaskGroup() as workers:
+                for session in sessions:
+                    workers.create_task(worker(session))
+        except* Exception as errors:
+            error = errors.exceptions[0]
+            said = str(error)[:200] or f"no answer within {CALL_SECONDS} s"
+            failed = f"{type(error).__name__}: {said}"
+        elapsed = time.perf_counter() - started
+        used, own_used = cpu_seconds(target.pid) - cpu, time.process_time() - own
+        done.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(prober_task, 10)
+    messages = max(sent, 1)
+    return Load(
+        clients,
+        sent,
+        sent / elapsed,
+        used / messages,
+        used / elapsed,
+        own_used / elapsed,
+        own_used / messages,
+        rss_mb(target.pid),
+        failed,
+        probed,
+    )
+
+
+async def load_that_holds(
+    launch: Launch, target: Target, args: argparse.Namespace
+) -> tuple[Load, list[Load]]:
+    """The load with `--concurrency` clients; when the target fails under it, the same with
+    half the clients on a fresh process, and so on down to one: the held load and the failures."""
+    failures = []
+    under = await load(target, args.concurrency, args)
+    while under.failed and under.clients > 1:
+        failures.append(under)
+        async with launch() as fresh:
+            under = await load(fresh, under.clients // 2, args)
+    return under, failures
+
+
+@dataclass
+class Figures:
+    """One run's figures of one target."""
+
+    p50: float
+    p95: float
+    sequential: int
+    load: Load
+    failures: list[Load]
+    idle_rss: float
+    loaded_rss: float
+    start: float
+    llm_calls: float
+    downstream_requests: float
+    longest_prompt: int
+
+
+async def measure(launch: Launch, args: argparse.Namespace, llm: BenchLLM, echo: RunningServer) -> Figures:
+    """The figures of one target (the same measurements for every target)."""
+    async with launch() as target:
+        await asyncio.sleep(1)
+        idle_rss = rss_mb(target.pid)
+        llm.longest = 0
+        async with McpSession(target.url, timeout=CALL_SECONDS) as session:
+            await send(session, target)  # the first message may open downstream sessions
+            llm_before, echo_before = llm.calls, len(echo.requests)
+            samples = await timed(lambda: send(session, target), args.requests, args.phase_seconds)
+            messages = WARM_UP + len(samples)
+            llm_calls = (llm.calls - llm_before) / messages
+            downstream = (len(echo.requests) - echo_before) / messages
+        echo.requests.clear()
+        longest = llm.longest
+        under_load, failures = await load_that_holds(launch, target, args)
+    return Figures(
+        pct(samples, 0.5),
+        pct(samples, 0.95),
+        len(samples),
+        under_load,
+        failures,
+        idle_rss,
+        under_load.rss,
+        target.start,
+        llm_calls,
+        downstream,
+        longest,
+    )
+
+
+# --- the targets -------------------------------------------------------------------------------
+
+
+def pallas_config(path: Path, llm: BenchLLM, servers: dict[str, str]) -> None:
     path.write_text(
         yaml.safe_dump(
             {
-                "name": "bench",
-                "model": llm.models[0],
+                "name": AGENT,
+                "instruction": INSTRUCTION,
+                "model": MODEL,
                 "provider": {"name": "fake", "type": "openai", "baseURL": llm.base_url, "maxRetries": 0},
-                "servers": [{"name": n, "url": u} for n, u in servers],
+                "servers": [{"name": n, "url": u} for n, u in servers.items()],
                 "health": {"probeTimeoutSeconds": 3},
             }
         )
     )
 
 
-def llm_step(request_json: dict[str, Any]) -> Any:
-    if request_json["messages"][-1]["role"] == "tool":
-        return Text("done")
-    return ToolCalls([Call("echo0__echo_headers", {"delay": 0})])
+@contextlib.asynccontextmanager
+async def pallas(
+    tmp: Path, llm: BenchLLM, servers: dict[str, str], name: str = "pallas"
+) -> AsyncIterator[Target]:
+    """`pallas agent` serving the bench agent, ready when /readyz says so."""
+    config = tmp / f"{name}.yaml"
+    pallas_config(config, llm, servers)
+    port = free_port()
+    command = [str(REPO / ".venv/bin/pallas"), "agent", "--config", str(config), "--host", "127.0.0.1"]
+    ready = readyz(f"http://127.0.0.1:{port}/readyz")
+    async with pinned_process([*command, "--port", str(port)], ready, tmp / f"{name}.log") as running:
+        yield Target(f"http://127.0.0.1:{port}/mcp", "send_message", running.pid, running.ready_seconds)
+
+
+@contextlib.asynccontextmanager
+async def fast_agent(tmp: Path, llm: BenchLLM, servers: dict[str, str]) -> AsyncIterator[Target]:
+    """fast-agent serving the same agent, ready when an MCP session can be initialized."""
+    folder = tmp / "fast-agent"
+    folder.mkdir(exist_ok=True)
+    script = fast_agent_peer.write_agent(
+        folder, name=AGENT, instruction=INSTRUCTION, model=MODEL, base_url=llm.base_url, servers=servers
+    )
+    port = free_port()
+    url = fast_agent_peer.url(port)
+    command = fast_agent_peer.command(script, port)
+    async with pinned_process(command, mcp_initializes(url), folder / "serve.log", cwd=folder) as running:
+        yield Target(url, fast_agent_peer.tool(AGENT), running.pid, running.ready_seconds)
+
+
+@dataclass
+class PallasExtras:
+    health_under_load: list[float]
+    load: Load
+    silent_health: list[float]
+
+
+async def pallas_extras(
+    tmp: Path, llm: BenchLLM, servers: dict[str, str], args: argparse.Namespace
+) -> PallasExtras:
+    """get_health from one more session during the load, five healthy downstreams; then with
+    one downstream that never answers."""
+    async with pallas(tmp, llm, servers, "pallas-5") as target:
+        under_load = await load(target, args.concurrency, args, probe=lambda s: s.call_tool("get_health", {}))
+    if under_load.failed:
+        raise RuntimeError(f"pallas failed under load: {under_load.failed}")
+    slow_servers = {**dict(list(servers.items())[:4]), "silent": ""}
+    async with silent_server() as silent:
+        slow_servers["silent"] = silent.url
+        async with (
+            pallas(tmp, llm, slow_servers, "pallas-silent") as target,
+            McpSession(target.url, timeout=CALL_SECONDS) as session,
+        ):
+            slow = []
+            for _ in range(3):
+                started = time.perf_counter()
+                await session.call_tool("get_health", {})
+                slow.append(time.perf_counter() - started)
+    return PallasExtras(under_load.probe, under_load, slow)
+
+
+async def bare_round_trips(tmp: Path, args: argparse.Namespace) -> list[float]:
+    port = free_port()
+    (tmp / "bare.py").write_text(BARE_SERVER)
+    url = f"http://127.0.0.1:{port}/mcp"
+    async with (
+        pinned_process(
+            [sys.executable, str(tmp / "bare.py"), str(port)], answers_http(url), tmp / "bare.log"
+        ),
+        McpSession(url) as session,
+    ):
+        return await timed(lambda: session.call_tool("echo", MESSAGE), args.requests, args.phase_seconds)
+
+
+# --- report ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    value: Callable[[Figures], float]
+    fmt: str
+    goal: str = ""
+    above_bare: str = ""
+    """"p50" or "p95": shown minus the bare round trip's."""
+
+
+ROWS = [
+    Row("send round trip P50", lambda f: f.p50 * 1e3, "{:.2f} ms"),
+    Row("send round trip P95", lambda f: f.p95 * 1e3, "{:.2f} ms"),
+    Row("  above the bare round trip P50", lambda f: f.p50 * 1e3, "{:+.2f} ms", "<= 5 ms", "p50"),
+    Row("  above the bare round trip P95", lambda f: f.p95 * 1e3, "{:+.2f} ms", "<= 8 ms", "p95"),
+    Row("  sequential messages timed", lambda f: f.sequential, "{:.0f}"),
+    Row("throughput, agent on 1 core (1)", lambda f: f.load.rate, "{:.1f} msg/s", ">= 200/s (32 clients)"),
+    Row("  clients (1)", lambda f: f.load.clients, "{:.0f}"),
+    Row("  messages in the load", lambda f: f.load.messages, "{:.0f}"),
+    Row("agent CPU per message", lambda f: f.load.cpu_per_message * 1e3, "{:.2f} ms", "<= 4 ms"),
+    Row("agent core busy during the load", lambda f: f.load.target_busy * 100, "{:.0f} %"),
+    Row("load side (this process) busy", lambda f: f.load.load_side_busy * 100, "{:.0f} %"),
+    Row("  load side CPU per message", lambda f: f.load.load_side_cpu_per_message * 1e3, "{:.2f} ms"),
+    Row("idle RSS", lambda f: f.idle_rss, "{:.1f} MB", "<= 100 MB"),
+    Row("RSS after the load", lambda f: f.loaded_rss, "{:.1f} MB"),
+    Row("start to ready (2)", lambda f: f.start * 1e3, "{:.0f} ms", "<= 1 s"),
+    Row("LLM calls per message", lambda f: f.llm_calls, "{:.2f}"),
+    Row("downstream HTTP requests per message", lambda f: f.downstream_requests, "{:.2f}"),
+    Row("longest LLM request (messages)", lambda f: f.longest_prompt, "{:.0f}"),
+]
+
+
+def median_cell(values: list[float], fmt: str) -> str:
+    cell = fmt.format(statistics.median(values))
+    return cell if len(values) == 1 else f"{cell} ({fmt.format(min(values))}..{fmt.format(max(values))})"
+
+
+def report(
+    figures: dict[str, list[Figures]],
+    bare: list[list[float]],
+    extras: list[PallasExtras],
+    args: argparse.Namespace,
+) -> None:
+    bare_p = {"p50": statistics.median(pct(b, 0.5) for b in bare) * 1e3}
+    bare_p["p95"] = statistics.median(pct(b, 0.95) for b in bare) * 1e3
+    print(f"\nmedians of {len(bare)} run(s) (min..max); the agent on CPU 0, the load side on CPU 1")
+    print(f"bare fastmcp tool round trip  P50 {bare_p['p50']:.2f} ms  P95 {bare_p['p95']:.2f} ms")
+    width = 38
+    print(f"{'':40}" + "".join(f"{n:>{width}}" for n in figures) + "   target (issue 13)")
+    for row in ROWS:
+        offset = bare_p.get(row.above_bare, 0.0)
+        cells = "".join(
+            f"{median_cell([row.value(f) - offset for f in runs], row.fmt):>{width}}"
+            for runs in figures.values()
+        )
+        print(f"{row.label:40}{cells}   {row.goal}")
+    print(
+        f"(1) {args.concurrency} clients, each its own MCP session, up to {args.load_requests} messages"
+        f" or {args.phase_seconds:.0f} s; a target that fails under them is measured again, fresh,"
+        " with half the clients"
+    )
+    print("(2) pallas: until /readyz answers 200; fast-agent: until an MCP initialize succeeds")
+    for name, runs in figures.items():
+        for run, f in enumerate(runs, 1):
+            for failure in f.failures:
+                print(
+                    f"  {name} run {run}: failed with {failure.clients} clients after"
+                    f" {failure.messages} messages: {failure.failed}"
+                )
+    if extras:
+        p50 = [pct(e.health_under_load, 0.5) * 1e3 for e in extras]
+        p95 = [pct(e.health_under_load, 0.95) * 1e3 for e in extras]
+        rate = [e.load.rate for e in extras]
+        print(
+            f"pallas get_health during the load, 5 healthy downstreams  P50 {median_cell(p50, '{:.2f}')} ms"
+            f"  P95 {median_cell(p95, '{:.2f}')} ms   target P95 <= 50 ms"
+            f"  (load {median_cell(rate, '{:.0f}')} msg/s)"
+        )
+        slow = [max(e.silent_health) for e in extras]
+        print(
+            "pallas get_health, 1 of 5 downstreams never answers (3 s probe)"
+            f"  max {median_cell(slow, '{:.2f}')} s   target <= 3.2 s (issue 3)"
+        )
 
 
 async def main(args: argparse.Namespace) -> None:
     os.sched_setaffinity(0, {1})
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop the children on the way out
+    if args.peer == "fast-agent":
+        fast_agent_peer.python()  # installs it before anything is timed
+    figures: dict[str, list[Figures]] = {"pallas": []}
+    if args.peer == "fast-agent":
+        figures[f"fast-agent {fast_agent_peer.VERSION}"] = []
+    bare: list[list[float]] = []
+    extras: list[PallasExtras] = []
     async with contextlib.AsyncExitStack() as stack:
-        llm = await stack.enter_async_context(FakeOpenAI(models=["bench-model"], default=llm_step))
+        llm = await stack.enter_async_context(BenchLLM())
         echoes = [await stack.enter_async_context(header_echo_server()) for _ in range(5)]
-        servers = [(f"echo{i}", e.url) for i, e in enumerate(echoes)]
-        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
-
-        # Baseline: a bare fastmcp tool round trip.
-        bare_port = free_port()
-        (tmp / "bare.py").write_text(BARE_SERVER)
-        await stack.enter_async_context(
-            pinned_process(
-                [sys.executable, str(tmp / "bare.py"), str(bare_port)], f"http://127.0.0.1:{bare_port}/mcp"
-            )
-        )
-
-        config = tmp / "agent.yaml"
-        agent_config(config, llm, servers)
-        port = free_port()
-        url = f"http://127.0.0.1:{port}/mcp"
-        readyz = f"http://127.0.0.1:{port}/readyz"
-        starts = []
-        for _ in range(3):
-            async with pinned_process(
-                [
-                    str(REPO / ".venv/bin/pallas"),
-                    "agent",
-                    "--config",
-                    str(config),
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(port),
-                ],
-                readyz,
-            ) as (_, ready):
-                starts.append(ready)
-        agent, _ = await stack.enter_async_context(
-            pinned_process(
-                [
-                    str(REPO / ".venv/bin/pallas"),
-                    "agent",
-                    "--config",
-                    str(config),
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(port),
-                ],
-                readyz,
-            )
-        )
-        await asyncio.sleep(1)
-        idle_rss = rss_mb(agent.pid)
-
-        bare = await stack.enter_async_context(
-            Client(StreamableHttpTransport(f"http://127.0.0.1:{bare_port}/mcp"), mode="legacy")
-        )
-        client = await stack.enter_async_context(Client(StreamableHttpTransport(url), mode="legacy"))
-        baseline = await timed(lambda: bare.call_tool("echo", {"message": "hi"}), args.requests)
-        send = await timed(lambda: client.call_tool("send_message", {"message": "hi"}), args.requests)
-        health = await timed(lambda: client.call_tool("get_health", {}), 100)
-
-        # Throughput: 32 clients, each its own MCP session, sharing the requests.
-        clients = [
-            await stack.enter_async_context(Client(StreamableHttpTransport(url), mode="legacy"))
-            for _ in range(args.concurrency)
-        ]
-        per_client = args.load_requests // args.concurrency
-
-        async def worker(c: Client[Any]) -> None:
-            for _ in range(per_client):
-                await c.call_tool("send_message", {"message": "hi"})
-
-        started, cpu_before = time.perf_counter(), cpu_seconds(agent.pid)
-        await asyncio.gather(*(worker(c) for c in clients))
-        elapsed = time.perf_counter() - started
-        rate = per_client * args.concurrency / elapsed
-        agent_cpu = (cpu_seconds(agent.pid) - cpu_before) / (per_client * args.concurrency)
-        agent_busy = (cpu_seconds(agent.pid) - cpu_before) / elapsed
-        loaded_rss = rss_mb(agent.pid)
-
-        # get_health with one downstream that never answers.
-        silent = await stack.enter_async_context(silent_server())
-        agent_config(config, llm, [*servers[:4], ("silent", silent.url)])
-        port2 = free_port()
-        url2 = f"http://127.0.0.1:{port2}/mcp"
-        await stack.enter_async_context(
-            pinned_process(
-                [
-                    str(REPO / ".venv/bin/pallas"),
-                    "agent",
-                    "--config",
-                    str(config),
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(port2),
-                ],
-                f"http://127.0.0.1:{port2}/readyz",
-            )
-        )
-        slow_client = await stack.enter_async_context(Client(StreamableHttpTransport(url2), mode="legacy"))
-        slow_health = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            await slow_client.call_tool("get_health", {})
-            slow_health.append(time.perf_counter() - t0)
-
-    p50, p95 = pct(send, 0.5), pct(send, 0.95)
-    b50, b95 = pct(baseline, 0.5), pct(baseline, 0.95)
-    print(f"baseline bare fastmcp tool round trip   P50 {ms(b50)}  P95 {ms(b95)}  (n={len(baseline)})")
-    print(f"send_message (2 LLM calls + 1 tool)     P50 {ms(p50)}  P95 {ms(p95)}  (n={len(send)})")
-    print(
-        f"send_message overhead above baseline    P50 {ms(p50 - b50)}  P95 {ms(p95 - b95)}"
-        "   target P50 <= 2 ms, P95 <= 5 ms"
-    )
-    print(
-        f"throughput, {args.concurrency} clients, agent on 1 core  {rate:7.1f} send_message/s"
-        "   target >= 200/s"
-    )
-    print(
-        f"  agent CPU per send_message {ms(agent_cpu)}; agent core busy {agent_busy:5.0%} during the load"
-        " (below 100%: the client side is the limit)"
-    )
-    print(
-        f"get_health, 5 healthy downstreams       P50 {ms(pct(health, 0.5))}  P95 {ms(pct(health, 0.95))}"
-        "   target P95 <= 50 ms"
-    )
-    print(
-        f"get_health, 1 never answers (3 s probe) P50 {ms(pct(slow_health, 0.5))}  max {ms(max(slow_health))}"
-        "   target <= 3.2 s"
-    )
-    print(f"idle RSS {idle_rss:6.1f} MB (after load {loaded_rss:6.1f} MB)   target <= 120 MB")
-    print(
-        f"process start to /readyz  median {ms(statistics.median(starts))}  max {ms(max(starts))}"
-        "   target <= 3 s"
-    )
+        five = {f"echo{i}": e.url for i, e in enumerate(echoes)}
+        one = {"echo0": echoes[0].url}
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="agent-bench-")))
+        launchers: dict[str, Launch] = {
+            "pallas": lambda: pallas(tmp, llm, one),
+            f"fast-agent {fast_agent_peer.VERSION}": lambda: fast_agent(tmp, llm, one),
+        }
+        for run in range(args.runs):
+            bare.append(await bare_round_trips(tmp, args))
+            # Alternate the order, so that neither target always runs on a warmer machine.
+            order = list(figures) if run % 2 == 0 else list(reversed(figures))
+            for name in order:
+                result = await measure(launchers[name], args, llm, echoes[0])
+                figures[name].append(result)
+                under = result.load
+                print(
+                    f"run {run + 1} {name}: P50 {result.p50 * 1e3:.2f} ms, {under.rate:.1f} msg/s"
+                    f" with {under.clients} clients, {under.cpu_per_message * 1e3:.2f} ms CPU/msg,"
+                    f" agent busy {under.target_busy:.0%}, load side {under.load_side_busy:.0%}",
+                    flush=True,
+                )
+            extras.append(await pallas_extras(tmp, llm, five, args))
+    report(figures, bare, extras, args)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=300)
-    parser.add_argument("--load-requests", type=int, default=2000)
-    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--requests", type=int, default=300, help="sequential messages timed")
+    parser.add_argument("--load-requests", type=int, default=2000, help="messages in the load")
+    parser.add_argument("--concurrency", type=int, default=32, help="clients in the load")
+    parser.add_argument("--phase-seconds", type=float, default=30, help="time bound of each phase")
+    parser.add_argument("--runs", type=int, default=3, help="repeats; the table shows medians")
+    parser.add_argument("--peer", choices=["fast-agent", "none"], default="fast-agent")
     asyncio.run(main(parser.parse_args()))
