@@ -427,7 +427,6 @@ class Figures:
     load: Load
     failures: list[Load]
     idle_rss: float
-    loaded_rss: float
     start: float
     llm_calls: float
     downstream_requests: float
@@ -457,7 +456,6 @@ async def measure(launch: Launch, args: argparse.Namespace, llm: BenchLLM, echo:
         under_load,
         failures,
         idle_rss,
-        under_load.rss,
         target.start,
         llm_calls,
         downstream,
@@ -584,7 +582,7 @@ ROWS = [
     Row("load side (this process) busy", lambda f: f.load.load_side_busy * 100, "{:.0f} %"),
     Row("  load side CPU per message", lambda f: f.load.load_side_cpu_per_message * 1e3, "{:.2f} ms"),
     Row("idle RSS", lambda f: f.idle_rss, "{:.1f} MB", "<= 100 MB"),
-    Row("RSS after the load", lambda f: f.loaded_rss, "{:.1f} MB"),
+    Row("RSS after the load", lambda f: f.load.rss, "{:.1f} MB"),
     Row("start to ready (2)", lambda f: f.start * 1e3, "{:.0f} ms", "<= 1 s"),
     Row("LLM calls per message", lambda f: f.llm_calls, "{:.2f}"),
     Row("downstream HTTP requests per message", lambda f: f.downstream_requests, "{:.2f}"),

@@ -161,7 +161,10 @@ class RemoteMcpSource:
         """Which of the endpoint's tools this source offers; subclasses narrow it."""
         return True
 
-    def _connections(self) -> aiohttp.ClientSession:
+    def _connections(self) -> aiohttp.ClientSession | None:
+        """The source's connection pool (Streamable HTTP only: the SSE transport keeps its own)."""
+        if self._transport != "streamable-http":
+            return None
         if self._pool is None or self._pool.closed:
             self._pool = connection_pool(tls_context())
         return self._pool
