@@ -1,28 +1,36 @@
 """Where the SQL store's work runs: a SQLite file in a thread of its own, PostgreSQL over asyncpg.
 
-The store writes each piece of work (a turn's lease, its commit, a read) as one synchronous
-function over a SQLAlchemy `Connection`; a `Database` runs it in a transaction and turns the
-driver's failures into `StoreUnavailable`.
+The store writes each piece of work (a read, a release, a sweep) as one synchronous function
+over a SQLAlchemy `Connection`; a `Database` runs it in a transaction and turns the driver's
+failures into `StoreUnavailable`. A turn's lease and commit, the two trips of every message, run
+on the driver itself (`driver`, see `driver_sql`).
 
 - SQLite runs in this process: the whole function runs in one hop to a worker thread, on a
-  synchronous engine. Through aiosqlite every statement cost three or four hops between the event
-  loop and aiosqlite's thread (≈ 40 per turn, most of a turn's 4 ms).
+  synchronous engine; the turn's statements run on that thread's own sqlite3 connection. Through
+  aiosqlite every statement cost three or four hops between the event loop and aiosqlite's thread
+  (≈ 40 per turn, most of a turn's 4 ms).
 - PostgreSQL is a network round trip per statement whatever the driver: the function runs in
-  SQLAlchemy's greenlet over asyncpg. Single reads and the lease run in autocommit (no BEGIN and
-  COMMIT round trips), and no connection is pinged before use: a connection found dead (the server
-  restarted) invalidates the pool and the work is retried once on a fresh one, unless it may have
-  committed already.
+  SQLAlchemy's greenlet over asyncpg, the turn's statements on a pool of asyncpg's own. Single
+  reads, the lease and the commit run in autocommit (no BEGIN and COMMIT round trips), and no
+  connection is pinged before use: a connection found dead (the server restarted) is dropped and
+  the work is retried once on a fresh one, unless it may have committed already.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+import sqlite3
+import threading
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeAlias, TypeVar
 
+import asyncpg
+from asyncpg import Record
+from asyncpg.pool import PoolConnectionProxy
 from sqlalchemy import Connection, create_engine, event
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -30,6 +38,12 @@ from pallas_runtime.conversations.model import StoreUnavailable
 
 T = TypeVar("T")
 Work = Callable[[Connection], T]
+DriverWork = Callable[[sqlite3.Connection], T]
+DriverConnection: TypeAlias = "PoolConnectionProxy[Record]"
+"""A connection of asyncpg's pool (generic in its stubs only)."""
+AsyncpgWork = Callable[[DriverConnection], Awaitable[T]]
+DRIVER_POOL = 10
+"""asyncpg connections for the turns' own statements (beside SQLAlchemy's pool for the rest)."""
 SQLITE_THREADS = 4
 """Threads for SQLite work: a turn waiting on another process's write lock blocks one of them,
 never the event loop nor the default executor (DNS lookups of the LLM client)."""
@@ -69,28 +83,72 @@ class SqliteDatabase:
         )
         event.listen(self._engine, "connect", _sqlite_pragmas)
         self._threads = ThreadPoolExecutor(SQLITE_THREADS, thread_name_prefix="conversations")
+        self._path = str(make_url(url).database)
+        self._local = threading.local()
+        self._driver_connections: list[sqlite3.Connection] = []
 
     async def transaction(self, work: Work[T]) -> T:
         """Run `work` in one transaction, committed when it returns."""
-        return await self._in_thread(work)
 
-    async def single(self, work: Work[T], *, retry: bool = True) -> T:
-        """Run `work` in a transaction too: in-process, BEGIN and COMMIT cost nothing."""
-        return await self._in_thread(work)
-
-    async def _in_thread(self, work: Work[T]) -> T:
         def run() -> T:
             with self._engine.begin() as connection:
                 return work(connection)
 
+        return await self._in_thread(run)
+
+    async def single(self, work: Work[T], *, retry: bool = True) -> T:
+        """Run `work` in a transaction too: in-process, BEGIN and COMMIT cost nothing."""
+        return await self.transaction(work)
+
+    async def driver(self, work: DriverWork[T], *, transaction: bool) -> T:
+        """Run `work` on the thread's own sqlite3 connection, which is in autocommit mode.
+
+        `transaction=True` wraps it in BEGIN IMMEDIATE … COMMIT: the write lock is taken first,
+        so a concurrent writer in another process makes it wait (busy timeout), never fail.
+        """
+
+        def run() -> T:
+            connection = self._driver_connection()
+            if not transaction:
+                return work(connection)
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                result = work(connection)
+            except BaseException:
+                connection.rollback()
+                raise
+            connection.commit()
+            return result
+
+        return await self._in_thread(run)
+
+    def _driver_connection(self) -> sqlite3.Connection:
+        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = sqlite3.connect(
+                self._path, timeout=30, isolation_level=None, check_same_thread=False
+            )
+            _sqlite_pragmas(connection, None)
+            self._local.connection = connection
+            self._driver_connections.append(connection)
+        return connection
+
+    async def _in_thread(self, run: Callable[[], T]) -> T:
+        """One hop to a store thread and back; the driver's failures become `StoreUnavailable`."""
         try:
             return await asyncio.get_running_loop().run_in_executor(self._threads, run)
-        except (SQLAlchemyError, OSError) as exc:
+        except (SQLAlchemyError, sqlite3.Error, OSError) as exc:
             raise StoreUnavailable(self._describe(exc)) from None
 
     async def dispose(self) -> None:
         """Close every connection and stop the threads."""
-        await asyncio.get_running_loop().run_in_executor(self._threads, self._engine.dispose)
+
+        def close() -> None:
+            self._engine.dispose()
+            for connection in self._driver_connections:
+                connection.close()
+
+        await asyncio.get_running_loop().run_in_executor(self._threads, close)
         self._threads.shutdown(wait=False)
 
 
@@ -103,6 +161,42 @@ class PostgresDatabase:
         options["pool_recycle"] = 1800
         self._engine = create_async_engine(url, **options)
         self._autocommit = create_async_engine(url, **options, isolation_level="AUTOCOMMIT")
+        self._driver_dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+        self._driver_pool: asyncpg.Pool | None = None
+        self._driver_pool_opening = asyncio.Lock()
+
+    async def driver(self, work: AsyncpgWork[T], *, retry: bool) -> T:
+        """Run `work` (one statement, autocommit) on a connection of asyncpg's own pool.
+
+        A connection found dead (the server restarted) is dropped by the pool; `retry=True` runs
+        the work again on a fresh one, for statements that may safely run twice.
+        """
+        for attempt in (1, 2):
+            try:
+                pool = await self._driver_connections()
+                async with pool.acquire() as connection:
+                    return await work(connection)
+            except (asyncpg.exceptions.ConnectionDoesNotExistError, ConnectionResetError) as exc:
+                if attempt == 1 and retry:
+                    continue
+                raise self._unavailable(exc) from None
+            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
+                raise self._unavailable(exc) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _driver_connections(self) -> asyncpg.Pool:
+        if self._driver_pool is None:
+            async with self._driver_pool_opening:
+                if self._driver_pool is None:
+                    # min_size=0: opening the pool connects nobody, so a server that is down
+                    # fails the work that needs it, like SQLAlchemy's pool, not the store's start.
+                    self._driver_pool = await asyncpg.create_pool(
+                        self._driver_dsn,
+                        min_size=0,
+                        max_size=DRIVER_POOL,
+                        max_inactive_connection_lifetime=1800,
+                    )
+        return self._driver_pool
 
     async def transaction(self, work: Work[T]) -> T:
         """Run `work` in one transaction, committed when it returns."""
@@ -145,6 +239,10 @@ class PostgresDatabase:
             await self._engine.dispose()
         with contextlib.suppress(Exception):
             await self._autocommit.dispose()
+        if self._driver_pool is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._driver_pool.close(), 5)
+            self._driver_pool.terminate()
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _: Any) -> None:

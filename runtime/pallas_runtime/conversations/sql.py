@@ -6,7 +6,8 @@ process runs them, and a replica that dies mid-turn frees its conversations when
 out. Within one process a lock per conversation keeps local turns from polling each other. The
 commit inserts the turn's messages, trims the oldest ones at a turn boundary and releases the
 lease in one transaction. The schema is created and upgraded by Alembic at start-up. Each piece
-of work is one synchronous function over a connection, run by `database.Database`.
+of work is one synchronous function over a connection, run by `database.Database`; the lease and
+the commit run on the driver itself (`driver_sql.TurnWriter`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any, TypeVar
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, and_, bindparam, case, delete, func, insert, or_, select, text, update
+from sqlalchemy import Connection, and_, bindparam, case, delete, func, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
@@ -36,6 +37,7 @@ from sqlalchemy.sql.elements import BindParameter
 
 from pallas_runtime.conversations import codec
 from pallas_runtime.conversations.database import Database, PostgresDatabase, SqliteDatabase
+from pallas_runtime.conversations.driver_sql import PostgresTurns, SqliteTurns, TurnWriter
 from pallas_runtime.conversations.history import first_kept, role_of
 from pallas_runtime.conversations.locks import KeyedLocks
 from pallas_runtime.conversations.model import (
@@ -89,10 +91,6 @@ def _messages_of(key: ConversationKey) -> Any:
 
 def _key_params(key: ConversationKey) -> dict[str, str]:
     return {"p_agent": key.agent, "p_owner": key.owner, "p_id": key.id}
-
-
-def _row_key(key: ConversationKey) -> dict[str, str]:
-    return {"agent": key.agent, "owner": key.owner, "conversation_id": key.id}
 
 
 class _Statements:
@@ -160,6 +158,14 @@ class _Statements:
         self.trim = delete(msg).where(messages_of, msg.c.seq < bindparam("p_before"))
         self.store_at_once = text(_STORE_AT_ONCE) if kind == "postgres" else None
         """PostgreSQL: `store`, the insert and the trim as one statement, so one round trip."""
+
+    def writer(self, database: Database) -> TurnWriter:
+        """The lease and the commit, run on the database's driver itself."""
+        if isinstance(database, SqliteDatabase):
+            return SqliteTurns(database, self.take, self.store, self.trim)
+        assert isinstance(database, PostgresDatabase)
+        assert self.store_at_once is not None
+        return PostgresTurns(database, self.take, self.store_at_once)
 
 
 # A statement is atomic, so the three changes need no transaction: BEGIN and COMMIT would be two
@@ -257,6 +263,7 @@ class SqlStore:
         self._db: Database = (
             SqliteDatabase(url, self.describe) if kind == "sqlite" else PostgresDatabase(url, self.describe)
         )
+        self._turns = self._statements.writer(self._db)
         self._sweeper: asyncio.Task[None] | None = None
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -368,13 +375,18 @@ class SqlStore:
         while True:
             now = _now()
             params = {**_key_params(key), "p_holder": holder, "p_now": now, "p_until": now + LEASE}
-            taken = await self._rows(self._statements.take, params)
-            if taken:
-                return str(taken[0].version)
+            version = await self._take(params)
+            if version is not None:
+                return version
             if loop.time() >= deadline:
                 raise TimeoutError
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.5)
+
+    async def _take(self, params: dict[str, Any]) -> str | None:
+        """One attempt at the lease: the conversation's version, or None while another turn holds it."""
+        await self._ready()
+        return await self._turns.take(params)
 
     async def _transcript(self, key: ConversationKey, version: str) -> list[Message]:
         """The history at `version`: from this process's cache when no one else wrote since."""
@@ -417,7 +429,6 @@ class SqlStore:
         all_seqs = [*before.seqs, *range(first_seq, first_seq + len(messages))]
         cut = first_kept([role_of(m) for m in all_messages], self._max_messages)
         version = uuid.uuid4().hex
-        statements = self._statements
         stored = {
             **_key_params(key),
             "p_holder": turn.holder,
@@ -433,42 +444,8 @@ class SqlStore:
             for seq, m in zip(all_seqs[len(before.seqs) :], messages, strict=True)
             if cut == 0 or seq >= all_seqs[cut]
         ]
-        before_seq = all_seqs[cut] if cut else 0
-
-        at_once_statement = statements.store_at_once
-
-        def store_at_once(connection: Connection) -> bool:
-            assert at_once_statement is not None
-            seqs, roles, payloads = (
-                (list(column) for column in zip(*added, strict=True)) if added else ([], [], [])
-            )
-            at_once = {
-                **stored,
-                "p_seqs": seqs,
-                "p_roles": roles,
-                "p_payloads": payloads,
-                "p_before": before_seq,
-            }
-            return bool(connection.execute(at_once_statement, at_once).scalar_one())
-
-        def store_in_steps(connection: Connection) -> bool:
-            if connection.execute(statements.store, stored).first() is None:
-                return False  # the hold was lost: nothing is written
-            if added:
-                rows = [
-                    {**_row_key(key), "seq": seq, "role": role, "payload": payload}
-                    for seq, role, payload in added
-                ]
-                connection.execute(insert(msg), rows)
-            if cut:
-                connection.execute(statements.trim, {**_key_params(key), "p_before": before_seq})
-            return True
-
-        if at_once_statement is not None:
-            # Never retried: a connection lost during the statement may have stored it.
-            stored_turn = await self._single(store_at_once, retry=False)
-        else:
-            stored_turn = await self._transaction(store_in_steps)
+        await self._ready()
+        stored_turn = await self._turns.store(stored, added, all_seqs[cut] if cut else None)
         if not stored_turn:
             self._cache.pop(key, None)
             raise TurnLost(self.lost_message(key))

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+from pallas_runtime.conversations import sql as sql_module
 from pallas_runtime.conversations.memory import MemoryStore
-from pallas_runtime.conversations.model import ConversationStore
+from pallas_runtime.conversations.model import ConversationStore, TurnLost
 from pallas_runtime.conversations.sql import SqlStore, engine_url
 from tests.support.conversations import CONTRACT, StoreFactory, commit, key, started, turn
 
@@ -83,6 +85,44 @@ async def test_two_sqlite_stores_on_one_file_take_turns(tmp_path: Path) -> None:
         assert history in (turn(1) + turn(2), turn(2) + turn(1))
     finally:
         for store in (one, two):
+            await store.aclose()
+
+
+async def test_a_sqlite_lease_is_kept_while_renewed_and_freed_when_it_runs_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lease is taken on the driver and renewed through SQLAlchemy: both write one time format."""
+    monkeypatch.setattr(sql_module, "LEASE", timedelta(seconds=1))
+    monkeypatch.setattr(sql_module, "RENEW_EVERY", 0.2)
+    url = engine_url("sqlite", str(tmp_path / "lease.db"))
+    holder, waiter = (SqlStore("sqlite", url, max_messages=100) for _ in range(2))
+    for store in (holder, waiter):
+        await store.start()
+    loop = asyncio.get_running_loop()
+    try:
+        # A live turn longer than the lease: its renewals keep the other process waiting.
+        async with holder.turn(key()) as held:
+            started_at = loop.time()
+            waiting = asyncio.create_task(commit(waiter, key(), turn(2)))
+            await asyncio.sleep(2.0)
+            assert not waiting.done()
+            await held.commit(turn(1), "t")
+        await waiting
+        assert loop.time() - started_at >= 2.0
+        assert await holder.history(key()) == turn(1) + turn(2)
+
+        # A turn that stops renewing (its process died): the lease runs out and the other goes on.
+        monkeypatch.setattr(sql_module, "RENEW_EVERY", 3600.0)
+        dying = holder.turn(key())  # kept: a collected context manager would release the lease
+        stale_turn = await dying.__aenter__()
+        started_at = loop.time()
+        await commit(waiter, key(), turn(3))
+        assert 0.9 <= loop.time() - started_at < 10
+        with pytest.raises(TurnLost, match="nothing was stored"):
+            await stale_turn.commit(turn(9), "t")
+        assert await waiter.history(key()) == turn(1) + turn(2) + turn(3)
+    finally:
+        for store in (holder, waiter):
             await store.aclose()
 
 
