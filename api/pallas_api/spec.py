@@ -12,8 +12,7 @@ import re
 from collections.abc import Iterable
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import AfterValidator, BaseModel, Field, model_validator
 
 from pallas_api.config import (
     DEFAULT_MAX_DEPTH,
@@ -28,6 +27,7 @@ from pallas_api.config import (
     RequestParams,
     ToolPolicy,
 )
+from pallas_api.wire import camel_config
 
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 MODEL_REF = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\.[A-Za-z0-9][A-Za-z0-9._:/@+-]*$"
@@ -62,13 +62,7 @@ NameList = Annotated[
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        frozen=True,
-        use_attribute_docstrings=True,
-    )
+    model_config = camel_config(extra="forbid")
 
 
 class SecretKeyRef(_Spec):
