@@ -501,23 +501,19 @@ class AgentHistorySpec(_Spec):
     """Conversations kept per pod by the memory store (least recently used dropped first)."""
 
 
+CallerList = Annotated[
+    list[Annotated[str, Field(min_length=1, max_length=512)]], Field(max_length=256), SET, ONCE
+]
+"""Subjects or groups of callers, each named once."""
+
+
 class AccessSpec(_Spec):
     """Which authenticated callers may talk to one agent (both lists empty or absent: everyone)."""
 
-    subjects: Annotated[
-        list[Annotated[str, Field(min_length=1, max_length=512)]],
-        Field(max_length=256),
-        SET,
-        ONCE,
-    ] = Field(default_factory=list)
+    subjects: CallerList = Field(default_factory=list)
     """Callers allowed by name: the OIDC subject claim, or the Kubernetes user name
     (`system:serviceaccount:<ns>:<name>` for a ServiceAccount)."""
-    groups: Annotated[
-        list[Annotated[str, Field(min_length=1, max_length=512)]],
-        Field(max_length=256),
-        SET,
-        ONCE,
-    ] = Field(default_factory=list)
+    groups: CallerList = Field(default_factory=list)
     """Callers allowed by group: the OIDC groups claim, or the Kubernetes groups."""
 
     @property
