@@ -88,31 +88,28 @@ GO
     k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy
 }
 
-build_etcd() {
-  local mod="$WORK_DIR/etcd-$ETCD_VERSION"
+# Enter a Go module of its own in $WORK_DIR (name $1, version $2) that requires module $3 at $2.
+go_module() {
+  local mod="$WORK_DIR/$1-$2"
   mkdir -p "$mod"
   cd "$mod"
-  [[ -f go.mod ]] || go mod init local.invalid/etcd-bin >/dev/null 2>&1
-  go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
+  [[ -f go.mod ]] || go mod init "local.invalid/$1-bin" >/dev/null 2>&1
+  go get "$3@$2"
+}
+
+build_etcd() {
+  go_module etcd "$ETCD_VERSION" go.etcd.io/etcd/server/v3
   go build -trimpath -ldflags "-s -w" -o "$tmp_out/etcd" go.etcd.io/etcd/server/v3
 }
 
 build_helm() {
-  local mod="$WORK_DIR/helm-$HELM_VERSION"
-  mkdir -p "$mod"
-  cd "$mod"
-  [[ -f go.mod ]] || go mod init local.invalid/helm-bin >/dev/null 2>&1
-  go get "helm.sh/helm/v3@$HELM_VERSION"
+  go_module helm "$HELM_VERSION" helm.sh/helm/v3
   go build -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
     -o "$tmp_out/helm" helm.sh/helm/v3/cmd/helm
 }
 
 build_coredns() {
-  local mod="$WORK_DIR/coredns-$COREDNS_VERSION"
-  mkdir -p "$mod"
-  cd "$mod"
-  [[ -f go.mod ]] || go mod init local.invalid/coredns-bin >/dev/null 2>&1
-  go get "github.com/coredns/coredns@$COREDNS_VERSION"
+  go_module coredns "$COREDNS_VERSION" github.com/coredns/coredns
   go build -trimpath -ldflags "-s -w" -o "$tmp_out/coredns" github.com/coredns/coredns
 }
 

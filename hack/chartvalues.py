@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
+
+from pallas_api.wire import camel_config
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 OPTIONAL_DNS_LABEL = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$"
@@ -24,12 +25,7 @@ DURATION = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
 class Values(BaseModel):
     """A block of values: camelCase keys, no unknown keys (a typo fails `helm install`)."""
 
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        use_attribute_docstrings=True,
-    )
+    model_config = camel_config(extra="forbid", frozen=False)
 
 
 class Crds(Values):

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from pallas_api.validation import describe
+from pallas_api.wire import camel_config
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 ENV_VAR_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -33,14 +33,7 @@ MaxDepth = Annotated[int, Field(ge=1, le=50)]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        frozen=True,
-        validate_default=True,
-        use_attribute_docstrings=True,
-    )
+    model_config = camel_config(extra="forbid", validate_default=True)
 
 
 class ModelCapabilities(_Model):

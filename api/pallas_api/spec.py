@@ -12,8 +12,7 @@ import re
 from collections.abc import Iterable
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import AfterValidator, BaseModel, Field, model_validator
 
 from pallas_api.config import (
     DEFAULT_MAX_DEPTH,
@@ -28,6 +27,7 @@ from pallas_api.config import (
     RequestParams,
     ToolPolicy,
 )
+from pallas_api.wire import camel_config
 
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 MODEL_REF = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\.[A-Za-z0-9][A-Za-z0-9._:/@+-]*$"
@@ -62,13 +62,7 @@ NameList = Annotated[
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        frozen=True,
-        use_attribute_docstrings=True,
-    )
+    model_config = camel_config(extra="forbid")
 
 
 class SecretKeyRef(_Spec):
@@ -507,23 +501,19 @@ class AgentHistorySpec(_Spec):
     """Conversations kept per pod by the memory store (least recently used dropped first)."""
 
 
+CallerList = Annotated[
+    list[Annotated[str, Field(min_length=1, max_length=512)]], Field(max_length=256), SET, ONCE
+]
+"""Subjects or groups of callers, each named once."""
+
+
 class AccessSpec(_Spec):
     """Which authenticated callers may talk to one agent (both lists empty or absent: everyone)."""
 
-    subjects: Annotated[
-        list[Annotated[str, Field(min_length=1, max_length=512)]],
-        Field(max_length=256),
-        SET,
-        ONCE,
-    ] = Field(default_factory=list)
+    subjects: CallerList = Field(default_factory=list)
     """Callers allowed by name: the OIDC subject claim, or the Kubernetes user name
     (`system:serviceaccount:<ns>:<name>` for a ServiceAccount)."""
-    groups: Annotated[
-        list[Annotated[str, Field(min_length=1, max_length=512)]],
-        Field(max_length=256),
-        SET,
-        ONCE,
-    ] = Field(default_factory=list)
+    groups: CallerList = Field(default_factory=list)
     """Callers allowed by group: the OIDC groups claim, or the Kubernetes groups."""
 
     @property

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
+from pydantic import BaseModel, Field
+
+from pallas_api.wire import camel_config
 
 Phase = Literal["Pending", "Waiting", "Progressing", "Ready", "Degraded", "Failed"]
 PHASES: tuple[Phase, ...] = get_args(Phase)
@@ -21,13 +22,7 @@ ProviderCheckStatus = Literal["ok", "error"]
 
 
 class _Status(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="ignore",
-        frozen=True,
-        use_attribute_docstrings=True,
-    )
+    model_config = camel_config(extra="ignore")
 
     def to_wire(self) -> dict[str, object]:
         """The camelCase dict as stored in the API server (unset optionals left out)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter as Tally
 from collections.abc import Iterator
+from functools import partial
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -32,42 +33,34 @@ class OperatorMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.reconciles = Counter(
-            "pallas_operator_reconcile",
-            "Reconciles by kind and outcome (ok, error)",
-            ["kind", "outcome"],
-            registry=self.registry,
+        counter = partial(Counter, registry=self.registry)
+        gauge = partial(Gauge, registry=self.registry)
+        histogram = partial(Histogram, registry=self.registry)
+        self.reconciles = counter(
+            "pallas_operator_reconcile", "Reconciles by kind and outcome (ok, error)", ["kind", "outcome"]
         )
-        self.duration = Histogram(
+        self.duration = histogram(
             "pallas_operator_reconcile_duration_seconds",
             "Time one reconcile took",
             ["kind"],
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
-            registry=self.registry,
         )
-        self.writes = Counter(
+        self.writes = counter(
             "pallas_operator_api_writes",
             "Write requests to the API server by kind and verb (apply, status, delete, event)",
             ["kind", "verb"],
-            registry=self.registry,
         )
-        self.watch_events = Counter(
+        self.watch_events = counter(
             "pallas_operator_watch_events",
             "Watched objects' events by kind and stage: indexed (recorded in the operator's "
             "indexes) and handled (routed to the work queue)",
             ["kind", "stage"],
-            registry=self.registry,
         )
-        self.ready = Gauge(
+        self.ready = gauge(
             "pallas_operator_ready",
             "1 once initial indexing finished and handlers run (what /readyz says), else 0",
-            registry=self.registry,
         )
-        self.queue_depth = Gauge(
-            "pallas_operator_queue_depth",
-            "Reconciles queued or running",
-            registry=self.registry,
-        )
+        self.queue_depth = gauge("pallas_operator_queue_depth", "Reconciles queued or running")
         self._resources = _Resources()
         self.registry.register(self._resources)
 

@@ -92,9 +92,10 @@ async def existing_objects(op: Operator) -> set[ObjectKey]:
 
 
 def _record(op: Operator, kind: str, kw: dict[str, Any]) -> None:
-    """File the event's object in the world (before anything reads it)."""
+    """File the event's object in the world (before anything reads it); the handler routes it next."""
     op.world.record(kind, kw["body"], deleted=kw["type"] == "DELETED")
     op.startup.indexed((kind, kw["namespace"], kw["name"]))
+    op.startup.handled(kind)
 
 
 class _Generations:
@@ -116,15 +117,13 @@ class _Generations:
 
 
 def _register_agents(reg: kopf.OperatorRegistry, op: Operator) -> None:
-    kind = names.AGENT_KIND
     generations = _Generations()
 
     @kopf.on.event(G, V, AGENTS, registry=reg, id="agent-events")
     async def agent_event(**kw: Any) -> None:
         # Events, not kopf's create/update/resume handlers: those make kopf patch every object
         # it handles (its diff-base and progress annotations), a write per object at every start.
-        _record(op, kind, kw)
-        op.startup.handled(kind)
+        _record(op, names.AGENT_KIND, kw)
         namespace, name = kw["namespace"], kw["name"]
         if generations.changed(kw):
             op.enqueue(AGENT, namespace, name)
@@ -135,15 +134,13 @@ def _register_agents(reg: kopf.OperatorRegistry, op: Operator) -> None:
 
 
 def _register_deployments(reg: kopf.OperatorRegistry, op: Operator) -> None:
-    kind = names.DEPLOYMENT_KIND
     generations = _Generations()
 
     @kopf.on.event(G, V, DEPLOYMENTS, registry=reg, id="deployment-events")
     async def deployment_event(**kw: Any) -> None:
         # Agents render the deployment's spec: re-reconcile them when it changes or goes away,
         # not on the deployment's own status writes.
-        _record(op, kind, kw)
-        op.startup.handled(kind)
+        _record(op, names.DEPLOYMENT_KIND, kw)
         namespace, name = kw["namespace"], kw["name"]
         if not generations.changed(kw):
             return
@@ -156,7 +153,6 @@ def _register_secrets(reg: kopf.OperatorRegistry, op: Operator) -> None:
     @kopf.on.event("v1", "secrets", registry=reg, id="secret-events")
     async def secret_event(**kw: Any) -> None:
         _record(op, "Secret", kw)
-        op.startup.handled("Secret")
         namespace = kw["namespace"]
         for kind, name in op.secret_users.get((namespace, kw["name"]), set()).copy():
             op.enqueue(kind, namespace, name)
@@ -166,7 +162,6 @@ def _register_children(reg: kopf.OperatorRegistry, op: Operator) -> None:
     def child_event(kind: str) -> Any:
         async def event(**kw: Any) -> None:
             _record(op, kind, kw)
-            op.startup.handled(kind)
             body, namespace = kw["body"], kw["namespace"]
             owner = controller_of(body)
             if owner is None:

@@ -7,6 +7,8 @@ series with `agent`. Labels stay bounded: never a user, conversation or message.
 
 from __future__ import annotations
 
+from functools import partial
+
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -43,95 +45,76 @@ class RuntimeMetrics:
             ProcessCollector(registry=self.registry)
             PlatformCollector(registry=self.registry)
             GCCollector(registry=self.registry)
-        r = self.registry
-        self.up = Gauge("pallas_up", "1 while the Pallas process runs.", registry=r)
+        # Every family of this process goes in its own registry.
+        gauge = partial(Gauge, registry=self.registry)
+        counter = partial(Counter, registry=self.registry)
+        histogram = partial(Histogram, registry=self.registry)
+        self.up = gauge("pallas_up", "1 while the Pallas process runs.")
         self.up.set(1)
-        self.agent_info = Gauge(
-            "pallas_agent_info", "1 per agent served; a join source.", ["agent", "model"], registry=r
+        self.agent_info = gauge("pallas_agent_info", "1 per agent served; a join source.", ["agent", "model"])
+        self.send_message_total = counter(
+            "pallas_send_message_total", "send_message calls.", ["agent", "outcome"]
         )
-        self.send_message_total = Counter(
-            "pallas_send_message_total", "send_message calls.", ["agent", "outcome"], registry=r
-        )
-        self.send_message_duration = Histogram(
+        self.send_message_duration = histogram(
             "pallas_send_message_duration_seconds",
             "send_message wall-clock duration, the whole agent loop.",
             ["agent"],
             buckets=_MESSAGE_BUCKETS,
-            registry=r,
         )
-        self.llm_turns_total = Counter(
-            "pallas_llm_turns_total", "LLM round trips.", ["agent", "model"], registry=r
-        )
-        self.llm_request_duration = Histogram(
+        self.llm_turns_total = counter("pallas_llm_turns_total", "LLM round trips.", ["agent", "model"])
+        self.llm_request_duration = histogram(
             "pallas_llm_request_duration_seconds",
             "Duration of one LLM request, retries included.",
             ["agent", "model", "outcome"],
             buckets=_LLM_BUCKETS,
-            registry=r,
         )
-        self.llm_tokens_total = Counter(
+        self.llm_tokens_total = counter(
             "pallas_llm_tokens_total",
             "Tokens by kind (input, output, cache_read, cache_write, reasoning).",
             ["agent", "model", "kind"],
-            registry=r,
         )
-        self.tool_calls_total = Counter(
+        self.tool_calls_total = counter(
             "pallas_tool_calls_total",
             "Downstream MCP operations.",
             ["agent", "server", "operation", "outcome"],
-            registry=r,
         )
-        self.tool_call_duration = Histogram(
+        self.tool_call_duration = histogram(
             "pallas_tool_call_duration_seconds",
             "Downstream MCP operation duration.",
             ["agent", "server", "operation"],
             buckets=_TOOL_BUCKETS,
-            registry=r,
         )
-        self.tool_denied_total = Counter(
-            "pallas_tool_denied_total",
-            "Tool calls refused by the agent's tool policy.",
-            ["agent", "server"],
-            registry=r,
+        self.tool_denied_total = counter(
+            "pallas_tool_denied_total", "Tool calls refused by the agent's tool policy.", ["agent", "server"]
         )
-        self.downstream_up = Gauge(
+        self.downstream_up = gauge(
             "pallas_downstream_up",
             "1 when the downstream server passed the last get_health probe.",
             ["agent", "server"],
-            registry=r,
         )
-        self.llm_provider_up = Gauge(
-            "pallas_llm_provider_up",
-            "1 when the active LLM provider passed its last check.",
-            ["provider"],
-            registry=r,
+        self.llm_provider_up = gauge(
+            "pallas_llm_provider_up", "1 when the active LLM provider passed its last check.", ["provider"]
         )
-        self.agent_health_status = Gauge(
-            "pallas_agent_health_status",
-            "Last get_health: 1 ok, 0.5 degraded, 0 error.",
-            ["agent"],
-            registry=r,
+        self.agent_health_status = gauge(
+            "pallas_agent_health_status", "Last get_health: 1 ok, 0.5 degraded, 0 error.", ["agent"]
         )
-        self.requests_refused = Counter(
+        self.requests_refused = counter(
             "pallas_requests_refused",
             "MCP requests refused before reaching a tool, by reason (too_large).",
             ["agent", "reason"],
-            registry=r,
         )
-        self.auth_requests_total = Counter(
+        self.auth_requests_total = counter(
             "pallas_auth_requests_total",
             "MCP requests by access decision (allowed, denied, unauthenticated, unavailable).",
             ["agent", "outcome"],
-            registry=r,
         )
-        self.send_message_in_flight = Gauge(
+        self.send_message_in_flight = gauge(
             "pallas_send_message_in_flight",
             "send_message calls running now (what busyAt is compared with).",
             ["agent"],
-            registry=r,
         )
-        self.active_conversations = Gauge(
-            "pallas_active_conversations", "Conversations held in memory.", ["agent"], registry=r
+        self.active_conversations = gauge(
+            "pallas_active_conversations", "Conversations held in memory.", ["agent"]
         )
 
     def exposition(self) -> bytes:

@@ -21,7 +21,6 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,22 +28,28 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.ports import logged_port
+
 REPO = Path(__file__).resolve().parents[2]
 PEERS_SCRIPT = REPO / "hack" / "mcp-peers.sh"
 LOOPBACK = "127.0.0.1"
 
 # server-everything calls app.listen(PORT), which binds every interface and has no host option.
 # This preload makes a bare-port listen() bind 127.0.0.1 (or the given host: the local node's
-# bridge address, for pods) instead, so tests never open a port to the network.
+# bridge address, for pods) instead, so tests never open a port to the network. It is started
+# with PORT=0 and logs the port the OS gave it (server-everything only echoes PORT back).
 _BIND_PRELOAD = (
     'import net from "node:net";'
     "const listen = net.Server.prototype.listen;"
     "net.Server.prototype.listen = function (...args) {"
     ' const port = typeof args[0] === "number" || (typeof args[0] === "string" && /^[0-9]+$/.test(args[0]));'
     ' if (port && typeof args[1] !== "string") args.splice(1, 0, "HOST");'
+    ' this.once("listening", () =>'
+    " process.stderr.write(`pallas-test: bound port ${this.address().port}\\n`));"
     " return listen.apply(this, args);"
     "};"
 )
+_BOUND = r"^pallas-test: bound port ([0-9]+)$"
 
 
 @dataclass(frozen=True)
@@ -153,20 +158,6 @@ class EverythingServer:
         return self.log_path.read_text(errors="replace")
 
 
-def _wait_listening(
-    host: str, port: int, proc: subprocess.Popen[bytes], log_path: Path, timeout: float
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            output = log_path.read_text(errors="replace")[-500:]
-            raise RuntimeError(f"server-everything exited with {proc.returncode}: {output}")
-        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.2):
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"server-everything did not listen on {port} within {timeout:g}s")
-
-
 def _stop(proc: subprocess.Popen[bytes]) -> None:
     """SIGTERM the server's process group, then SIGKILL it if it lingers."""
     if proc.poll() is not None:
@@ -185,12 +176,11 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def run_server_everything(
     peers: McpPeers, *, startup_timeout: float = 20.0, host: str = LOOPBACK
 ) -> Iterator[EverythingServer]:
-    """Start server-everything (Streamable HTTP, 127.0.0.1 or `host`, free port) until the block ends."""
-    port = free_port(host)
+    """Start server-everything (Streamable HTTP, 127.0.0.1 or `host`, a port the OS picks) for the block."""
     with tempfile.TemporaryDirectory(prefix="server-everything-") as tmp:
         log_path = Path(tmp) / "server.log"
         # A minimal environment: its get-env tool returns the whole environment to any caller.
-        env = {"PATH": f"{peers.node_bin_dir}:/usr/bin:/bin", "PORT": str(port), "HOME": tmp}
+        env = {"PATH": f"{peers.node_bin_dir}:/usr/bin:/bin", "PORT": "0", "HOME": tmp}
         preload = "data:text/javascript," + urllib.parse.quote(_BIND_PRELOAD.replace("HOST", host))
         with log_path.open("wb") as log_file:
             proc = subprocess.Popen(
@@ -203,7 +193,7 @@ def run_server_everything(
                 start_new_session=True,  # its own process group, so _stop reaches any children
             )
         try:
-            _wait_listening(host, port, proc, log_path, startup_timeout)
+            port = logged_port(log_path, _BOUND, startup_timeout, proc.poll)
             yield EverythingServer(f"http://{host}:{port}/mcp", port, proc.pid, log_path)
         finally:
             _stop(proc)

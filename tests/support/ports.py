@@ -1,9 +1,12 @@
-"""Ports for tests: assigned by the OS and read back, never guessed.
+"""Ports for tests: assigned by the OS and read back, guessed only where a process cannot take 0.
 
 - A server we start in-process binds port 0 itself (`mcp_servers.bound_socket`).
 - A process we spawn gets `--port 0` and says in its log which port it bound (`logged_port`).
 - A URL where nothing may answer uses `closed_port()`: a socket bound for the whole block but
   never listening, so connecting is refused and no one else can take the port meanwhile.
+- Only a process that must be told a concrete port before it starts gets a guessed one
+  (`mcp_peers.free_port(s)`): `pallas run --base-port` (a block; port 0 is refused by design),
+  PostgreSQL (`-p` takes 1-65535), and the etcd, API server and node ports of `hack/cluster`.
 """
 
 from __future__ import annotations

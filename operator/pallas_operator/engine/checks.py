@@ -20,6 +20,7 @@ from pallas_api.status import ServerInfo
 from pallas_operator.status import HealthResult, Verification
 
 MAX_MESSAGE = 300
+"""Longest message the operator writes into a status (a longer one is cut here)."""
 
 
 async def verify(url: str, budget: float, headers: Mapping[str, str] | None = None) -> Verification:

@@ -18,12 +18,12 @@ import httpx2
 from pydantic import ValidationError
 
 from pallas_api.status import ProviderStatus
+from pallas_operator.engine.checks import MAX_MESSAGE
 from pallas_operator.engine.loops import KeyedLoops, Looping
 from pallas_operator.services import ServiceResolver
 from pallas_operator.status import ProviderCheck, ProviderReport
 
 log = logging.getLogger(__name__)
-MAX_MESSAGE = 300
 INCOMPLETE_RETRY = 2.0
 """Seconds before reading again a report that lacks providers (a registry just started checks)."""
 

@@ -71,6 +71,13 @@ def _previous(previous: PallasAgentStatus, type_: str) -> c.Verdict | None:
     return None
 
 
+def _unchecked(type_: str, available: bool, previous: PallasAgentStatus, first: str) -> c.Verdict:
+    # A check waits for availability; until its first result the previous condition stands.
+    if not available:
+        return c.unknown(type_, r.AWAITING_AVAILABILITY)
+    return _previous(previous, type_) or c.unknown(type_, first)
+
+
 def _available(obs: AgentObservation) -> c.Verdict:
     w = obs.workload
     if w is None:
@@ -83,11 +90,9 @@ def _available(obs: AgentObservation) -> c.Verdict:
 
 
 def _verified(obs: AgentObservation, available: bool, previous: PallasAgentStatus) -> c.Verdict:
-    if not available:
-        return c.unknown(c.VERIFIED, r.AWAITING_AVAILABILITY)
     v = obs.verification
-    if v is None:
-        return _previous(previous, c.VERIFIED) or c.unknown(c.VERIFIED, r.VERIFYING)
+    if v is None or not available:
+        return _unchecked(c.VERIFIED, available, previous, r.VERIFYING)
     if v.ok and v.without_token:
         return c.true(c.VERIFIED, r.VERIFIED_WITHOUT_TOKEN, v.message)
     if v.ok:
@@ -98,11 +103,9 @@ def _verified(obs: AgentObservation, available: bool, previous: PallasAgentStatu
 
 
 def _healthy(obs: AgentObservation, available: bool, previous: PallasAgentStatus) -> c.Verdict:
-    if not available:
-        return c.unknown(c.HEALTHY, r.AWAITING_AVAILABILITY)
     h = obs.health
-    if h is None:
-        return _previous(previous, c.HEALTHY) or c.unknown(c.HEALTHY, r.NOT_CHECKED)
+    if h is None or not available:
+        return _unchecked(c.HEALTHY, available, previous, r.NOT_CHECKED)
     if not h.checkable:
         return c.unknown(c.HEALTHY, r.HEALTH_NOT_CHECKABLE, h.message)
     if h.status is None:

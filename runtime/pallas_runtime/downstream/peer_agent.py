@@ -10,10 +10,9 @@ import mcp_types
 from pallas_api.config import PeerAgent
 from pallas_runtime.conversations.caller import peer_conversation_id
 from pallas_runtime.conversations.model import ConversationKey
-from pallas_runtime.downstream.call_path import CallPath, CallRefused
+from pallas_runtime.downstream.call_path import CallPath
 from pallas_runtime.downstream.remote import RemoteMcpSource
-from pallas_runtime.downstream.source import ProgressHandler, RemoteTool, ToolOutcome
-from pallas_runtime.messages import TextPart
+from pallas_runtime.downstream.source import RemoteTool
 
 log = logging.getLogger("pallas.downstream")
 
@@ -64,35 +63,19 @@ class PeerAgentSource(RemoteMcpSource):
             log.warning("%s: the peer agent offers no %s tool", self.name, SEND_MESSAGE)
         return tools
 
-    async def call_tool(
-        self,
-        tool: str,
-        arguments: dict[str, Any],
-        *,
-        inbound_auth: str | None,
-        on_progress: ProgressHandler | None,
-        conversation: ConversationKey | None = None,
-        call_path: CallPath | None = None,
-    ) -> ToolOutcome:
-        """Call the peer's `send_message` in the peer conversation of the calling turn.
+    def _outgoing(
+        self, arguments: dict[str, Any], conversation: ConversationKey | None, call_path: CallPath | None
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """`send_message` in the peer conversation of the calling turn, with the turn's path of agents.
 
-        The call carries the turn's path of agents; one that would loop back or make the chain
-        longer than `maxDepth` is refused here, unsent, as an error result with its code.
+        A call that would loop back or make the chain longer than `maxDepth` is refused here
+        (CallRefused), unsent; the caller gets it as an error result with its code.
         """
-        if call_path is not None:
-            try:
-                call_path.onward(self.name)
-            except CallRefused as exc:
-                return ToolOutcome((TextPart(str(exc)),), is_error=True, code=exc.code)
+        meta = call_path.onward(self.name) if call_path is not None else None
         arguments = {k: v for k, v in arguments.items() if k not in LEFT_TO_THE_CALLER}
         if conversation is not None:
             arguments["conversation_id"] = peer_conversation_id(conversation, self.name)
-        return await super().call_tool(
-            tool, arguments, inbound_auth=inbound_auth, on_progress=on_progress, call_path=call_path
-        )
-
-    def _request_meta(self, call_path: CallPath | None) -> dict[str, Any] | None:
-        return call_path.onward(self.name) if call_path is not None else None
+        return arguments, meta
 
 
 def _without_conversation_id(tool: RemoteTool) -> RemoteTool:

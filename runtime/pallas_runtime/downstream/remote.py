@@ -42,7 +42,7 @@ from pallas_api import probe as mcp_probe
 from pallas_api.config import DEFAULT_MAX_RESULT_BYTES
 from pallas_api.errors import error_code_of
 from pallas_runtime.conversations.model import ConversationKey
-from pallas_runtime.downstream.call_path import CallPath
+from pallas_runtime.downstream.call_path import CallPath, CallRefused
 from pallas_runtime.downstream.connection import SharedSession, Transport, open_session, tls_context
 from pallas_runtime.downstream.content import parts_from_result
 from pallas_runtime.downstream.failures import (
@@ -322,14 +322,17 @@ class RemoteMcpSource:
 
         `inbound_auth` is sent only when this source forwards inbound auth; such a call runs on a
         session of its own. A tool error (`isError`) or a JSON-RPC error answer is an outcome with
-        `is_error=True`, not an exception.
+        `is_error=True`, not an exception; so is a call `_outgoing` refuses, unsent.
 
         Raises:
             DownstreamError: Timeout, transport failure or an unusable answer.
         """
+        try:
+            arguments, meta = self._outgoing(arguments, conversation, call_path)
+        except CallRefused as exc:
+            return ToolOutcome((TextPart(str(exc)),), is_error=True, code=exc.code)
         bearer = inbound_auth if self._forwards_bearer and inbound_auth else None
         relay = _ProgressRelay(f"{self._name}: {tool}", on_progress) if on_progress is not None else None
-        meta = self._request_meta(call_path)
         result: mcp_types.CallToolResult | None = None
         try:
             with anyio.move_on_after(self._timeout):
@@ -370,9 +373,14 @@ class RemoteMcpSource:
         code = error_code_of(result.structured_content) if result.is_error else None
         return ToolOutcome(content=parts, is_error=result.is_error, code=code)
 
-    def _request_meta(self, call_path: CallPath | None) -> dict[str, Any] | None:
-        """The `_meta` a tools/call carries; a downstream server takes no part in agent paths."""
-        return None
+    def _outgoing(
+        self, arguments: dict[str, Any], conversation: ConversationKey | None, call_path: CallPath | None
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """The arguments and `_meta` a tools/call sends (CallRefused: the call is not to be sent).
+
+        A downstream server takes the model's arguments as they are and no part in agent paths.
+        """
+        return arguments, None
 
     @staticmethod
     async def _call(

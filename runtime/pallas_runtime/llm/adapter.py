@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import httpx2
 
 from pallas_api.config import AgentConfig, ProviderConfig, RequestParams
+from pallas_runtime.http_transport import AiohttpTransport
 from pallas_runtime.llm.errors import SdkErrors, describe, safe
 from pallas_runtime.llm.params import ParamPlan, check_call_params, dropped_warning
 from pallas_runtime.llm.provider import LLMError, ProviderCheck, missing_key_message
@@ -26,11 +27,16 @@ log = logging.getLogger("pallas.llm")
 PREFLIGHT_TIMEOUT_SECONDS = 5.0
 
 
+def wire_count(value: object) -> int:
+    """A token count as the server sent it; 0 where it sent none (missing, null, not a number)."""
+    return value if isinstance(value, int) else 0
+
+
 class SdkProvider(abc.ABC):
     """An LLMProvider on an official SDK client.
 
     Args:
-        config: The agent's configuration (provider, model, request parameters).
+        config: The agent's configuration (provider, model, capabilities, request parameters).
         api_key: The key to send; None when the variable named by `provider.apiKeyEnv` is
             unset, in which case `preflight` reports it and `complete` raises LLMError.
     """
@@ -38,6 +44,10 @@ class SdkProvider(abc.ABC):
     kind: ClassVar[str]
     """`openai` or `anthropic`, as in `provider.type`."""
     completion_path: ClassVar[str]
+    sdk_client: ClassVar[type[Any]]
+    """The SDK's async client class."""
+    sdk_http_client: ClassVar[type[Any]]
+    """The SDK's httpx client class (its own defaults), given the agent's transport."""
     sdk_errors: ClassVar[SdkErrors]
 
     preflight_timeout: float = PREFLIGHT_TIMEOUT_SECONDS
@@ -72,10 +82,6 @@ class SdkProvider(abc.ABC):
     @abc.abstractmethod
     def _plan_for(self, params: RequestParams) -> ParamPlan:
         """Where each request parameter goes for this provider and model."""
-
-    @abc.abstractmethod
-    def _make_client(self, api_key: str, provider: ProviderConfig) -> Any:
-        """The SDK client (retries and timeouts from the provider config)."""
 
     @abc.abstractmethod
     def _request_body(
@@ -191,6 +197,17 @@ class SdkProvider(abc.ABC):
             await self._client.close()
 
     # helpers
+
+    def _make_client(self, api_key: str, provider: ProviderConfig) -> Any:
+        # Retries and timeouts are the SDK's, set from the provider config; the SDK's own client
+        # settings run on the agent's aiohttp transport (see http_transport).
+        return self.sdk_client(
+            api_key=api_key,
+            base_url=self._base_url,
+            timeout=provider.timeout_seconds,
+            max_retries=provider.max_retries,
+            http_client=self.sdk_http_client(transport=AiohttpTransport()),
+        )
 
     def _warn_dropped_once(self) -> None:
         if self._warned:

@@ -16,9 +16,8 @@ from typing import Any
 
 import anthropic
 
-from pallas_api.config import ProviderConfig, RequestParams
-from pallas_runtime.http_transport import AiohttpTransport
-from pallas_runtime.llm.adapter import SdkProvider
+from pallas_api.config import RequestParams
+from pallas_runtime.llm.adapter import SdkProvider, wire_count
 from pallas_runtime.llm.errors import SdkErrors
 from pallas_runtime.llm.params import ParamPlan, anthropic_plan
 from pallas_runtime.messages import (
@@ -38,7 +37,6 @@ log = logging.getLogger("pallas.llm")
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 """The SDK's default, passed explicitly so an ambient ANTHROPIC_BASE_URL cannot redirect the agent."""
-"""LLMError texts are cut here: they end up in logs, health messages and tool results."""
 
 
 def _content_blocks(parts: Sequence[ContentPart]) -> list[dict[str, Any]]:
@@ -86,12 +84,6 @@ def messages_blocks(messages: Sequence[Message]) -> list[dict[str, Any]]:
     row are merged into one, because the API wants user and assistant turns to alternate (a user
     message after tool results is the usual case); an assistant message with neither text nor
     tool calls carries nothing and is left out.
-
-    Args:
-        messages: The conversation in provider-neutral types.
-
-    Returns:
-        The wire `messages` list.
     """
     wire: list[dict[str, Any]] = []
     for message in messages:
@@ -111,22 +103,11 @@ def messages_blocks(messages: Sequence[Message]) -> list[dict[str, Any]]:
 
 
 def messages_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
-    """Translate tool specs into Messages API tools.
-
-    Args:
-        tools: The tools offered to the model.
-
-    Returns:
-        The wire `tools` list (empty when there are none).
-    """
+    """The wire `tools` of a Messages API request (empty when no tools are offered)."""
     return [
         {"name": tool.name, "description": tool.description, "input_schema": tool.input_schema}
         for tool in tools
     ]
-
-
-def _count(value: object) -> int:
-    return value if isinstance(value, int) else 0
 
 
 def usage_from_messages(usage: object) -> Usage:
@@ -136,20 +117,14 @@ def usage_from_messages(usage: object) -> Usage:
     across: `input_tokens` → input, `output_tokens` → output, `cache_read_input_tokens` →
     cache_read, `cache_creation_input_tokens` → cache_write. Thinking tokens are part of
     `output_tokens` and not reported apart, so `reasoning` stays 0. Missing or null counts are 0.
-
-    Args:
-        usage: The response's `usage` object, or None.
-
-    Returns:
-        The token counts.
     """
     if not isinstance(usage, Mapping):
         return Usage()
     return Usage(
-        input=_count(usage.get("input_tokens")),
-        output=_count(usage.get("output_tokens")),
-        cache_read=_count(usage.get("cache_read_input_tokens")),
-        cache_write=_count(usage.get("cache_creation_input_tokens")),
+        input=wire_count(usage.get("input_tokens")),
+        output=wire_count(usage.get("output_tokens")),
+        cache_read=wire_count(usage.get("cache_read_input_tokens")),
+        cache_write=wire_count(usage.get("cache_creation_input_tokens")),
     )
 
 
@@ -174,12 +149,6 @@ def completion_from_messages(body: Mapping[str, Any]) -> Completion:
     Text blocks are concatenated; `tool_use` blocks become tool calls, and an `input` that is not
     an object gives `arguments={}` with `arguments_error` instead of raising. Other blocks
     (thinking, server tools) are not part of the neutral conversation and are skipped.
-
-    Args:
-        body: The decoded JSON response.
-
-    Returns:
-        The completion.
 
     Raises:
         ValueError: The body has no `content` list.
@@ -214,16 +183,12 @@ def completion_from_messages(body: Mapping[str, Any]) -> Completion:
 
 
 class AnthropicMessagesProvider(SdkProvider):
-    """One Claude model (or an Anthropic-compatible server) behind the Messages API.
-
-    Args:
-        config: The agent's configuration (provider, model, capabilities, request parameters).
-        api_key: The key to send; None when the variable named by `provider.apiKeyEnv` is
-            unset, in which case `preflight` reports it and `complete` raises LLMError.
-    """
+    """One Claude model (or an Anthropic-compatible server) behind the Messages API."""
 
     kind = "anthropic"
     completion_path = "/v1/messages"
+    sdk_client = anthropic.AsyncAnthropic
+    sdk_http_client = anthropic.DefaultAsyncHttpxClient
     sdk_errors = SdkErrors(
         anthropic.AnthropicError,
         anthropic.APITimeoutError,
@@ -236,16 +201,6 @@ class AnthropicMessagesProvider(SdkProvider):
 
     def _plan_for(self, params: RequestParams) -> ParamPlan:
         return anthropic_plan(params, model=self._model, capabilities=self._capabilities)
-
-    def _make_client(self, api_key: str, provider: ProviderConfig) -> anthropic.AsyncAnthropic:
-        return anthropic.AsyncAnthropic(
-            api_key=api_key,
-            base_url=self._base_url,
-            timeout=provider.timeout_seconds,
-            max_retries=provider.max_retries,
-            # The SDK's own client settings, on the agent's aiohttp transport (see http_transport).
-            http_client=anthropic.DefaultAsyncHttpxClient(transport=AiohttpTransport()),
-        )
 
     def _request_body(
         self, system: str, messages: Sequence[Message], tools: Sequence[ToolSpec]

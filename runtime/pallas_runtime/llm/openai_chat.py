@@ -16,9 +16,8 @@ from typing import Any
 
 import openai
 
-from pallas_api.config import ProviderConfig, RequestParams
-from pallas_runtime.http_transport import AiohttpTransport
-from pallas_runtime.llm.adapter import SdkProvider
+from pallas_api.config import RequestParams
+from pallas_runtime.llm.adapter import SdkProvider, wire_count
 from pallas_runtime.llm.errors import SdkErrors
 from pallas_runtime.llm.params import ParamPlan, is_native_openai, openai_plan
 from pallas_runtime.messages import (
@@ -39,7 +38,6 @@ log = logging.getLogger("pallas.llm")
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 """The SDK's default, passed explicitly so an ambient OPENAI_BASE_URL cannot redirect the agent."""
-"""LLMError texts are cut here: they end up in logs, health messages and tool results."""
 
 
 def _image_part(image: ImagePart) -> dict[str, Any]:
@@ -118,14 +116,7 @@ def chat_messages(system: str, messages: Sequence[Message]) -> list[dict[str, An
 
 
 def chat_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
-    """Translate tool specs into Chat Completions function tools.
-
-    Args:
-        tools: The tools offered to the model.
-
-    Returns:
-        The wire `tools` list (empty when there are none).
-    """
+    """The wire `tools` of a Chat Completions request: function tools (empty when none are offered)."""
     return [
         {
             "type": "function",
@@ -171,10 +162,6 @@ def _text_of(content: object) -> str:
     return ""
 
 
-def _count(value: object) -> int:
-    return value if isinstance(value, int) else 0
-
-
 def usage_from_chat(usage: object) -> Usage:
     """Map Chat Completions usage onto token kinds.
 
@@ -183,24 +170,20 @@ def usage_from_chat(usage: object) -> Usage:
     as billed) and `reasoning` is `completion_tokens_details.reasoning_tokens`. Chat Completions
     reports no cache writes. vLLM and llama.cpp omit the details objects or send null: missing
     counts are 0.
-
-    Args:
-        usage: The response's `usage` object, or None.
-
-    Returns:
-        The token counts.
     """
     if not isinstance(usage, Mapping):
         return Usage()
     prompt_details = usage.get("prompt_tokens_details")
     completion_details = usage.get("completion_tokens_details")
-    cached = _count(prompt_details.get("cached_tokens")) if isinstance(prompt_details, Mapping) else 0
+    cached = wire_count(prompt_details.get("cached_tokens")) if isinstance(prompt_details, Mapping) else 0
     reasoning = (
-        _count(completion_details.get("reasoning_tokens")) if isinstance(completion_details, Mapping) else 0
+        wire_count(completion_details.get("reasoning_tokens"))
+        if isinstance(completion_details, Mapping)
+        else 0
     )
     return Usage(
-        input=max(_count(usage.get("prompt_tokens")) - cached, 0),
-        output=_count(usage.get("completion_tokens")),
+        input=max(wire_count(usage.get("prompt_tokens")) - cached, 0),
+        output=wire_count(usage.get("completion_tokens")),
         cache_read=cached,
         reasoning=reasoning,
     )
@@ -211,12 +194,6 @@ def completion_from_chat(body: Mapping[str, Any]) -> Completion:
 
     Malformed tool-call arguments do not raise: the call gets `arguments={}` and
     `arguments_error`, so the loop can tell the model what went wrong.
-
-    Args:
-        body: The decoded JSON response.
-
-    Returns:
-        The completion.
 
     Raises:
         ValueError: The body has no choice with a message.
@@ -252,16 +229,12 @@ def completion_from_chat(body: Mapping[str, Any]) -> Completion:
 
 
 class OpenAIChatProvider(SdkProvider):
-    """One model behind a Chat Completions endpoint.
-
-    Args:
-        config: The agent's configuration (provider, model, request parameters).
-        api_key: The key to send; None when the variable named by `provider.apiKeyEnv` is
-            unset, in which case `preflight` reports it and `complete` raises LLMError.
-    """
+    """One model behind a Chat Completions endpoint."""
 
     kind = "openai"
     completion_path = "/chat/completions"
+    sdk_client = openai.AsyncOpenAI
+    sdk_http_client = openai.DefaultAsyncHttpxClient
     sdk_errors = SdkErrors(
         openai.OpenAIError, openai.APITimeoutError, openai.APIConnectionError, openai.APIStatusError
     )
@@ -272,16 +245,6 @@ class OpenAIChatProvider(SdkProvider):
     def _plan_for(self, params: RequestParams) -> ParamPlan:
         return openai_plan(
             params, native=is_native_openai(self._configured_base_url), capabilities=self._capabilities
-        )
-
-    def _make_client(self, api_key: str, provider: ProviderConfig) -> openai.AsyncOpenAI:
-        return openai.AsyncOpenAI(
-            api_key=api_key,
-            base_url=self._base_url,
-            timeout=provider.timeout_seconds,
-            max_retries=provider.max_retries,
-            # The SDK's own client settings, on the agent's aiohttp transport (see http_transport).
-            http_client=openai.DefaultAsyncHttpxClient(transport=AiohttpTransport()),
         )
 
     def _request_body(

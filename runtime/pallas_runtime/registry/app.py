@@ -85,23 +85,20 @@ class _Handlers:
             metadata["nextCursor"] = next_cursor
         return self.cache.put(key, Rendered.of(server_list(items, metadata)))
 
-    async def well_known(self, request: Request) -> Response:
+    def _list(self, request: Request, *, paged: bool) -> Response:
         if (unavailable := self._not_ready()) is not None:
             return unavailable
         try:
             query = parse_query(request.query_params.multi_items())
-            return respond(request, self._render_list(query, paged=False))
+            return respond(request, self._render_list(query, paged=paged))
         except BadParameter as exc:
             return error(400, str(exc), exc.parameter)
 
+    async def well_known(self, request: Request) -> Response:
+        return self._list(request, paged=False)
+
     async def servers(self, request: Request) -> Response:
-        if (unavailable := self._not_ready()) is not None:
-            return unavailable
-        try:
-            query = parse_query(request.query_params.multi_items())
-            return respond(request, self._render_list(query, paged=True))
-        except BadParameter as exc:
-            return error(400, str(exc), exc.parameter)
+        return self._list(request, paged=True)
 
     async def server(self, request: Request) -> Response:
         if (unavailable := self._not_ready()) is not None:

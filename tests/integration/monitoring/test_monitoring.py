@@ -43,9 +43,8 @@ from fastmcp import Client, FastMCP
 from pallas_runtime.registry.source import MemorySource
 from tests.support.agents import agent_config, serve_agent
 from tests.support.fake_llm import Call, FakeOpenAI, HttpError, Text, ToolCalls
-from tests.support.mcp_peers import free_port
 from tests.support.mcp_servers import serve
-from tests.support.ports import closed_port
+from tests.support.ports import closed_port, logged_port
 from tests.support.registry import running_registry, state
 
 REPO = Path(__file__).resolve().parents[3]
@@ -324,24 +323,27 @@ async def _stop(proc: asyncio.subprocess.Process) -> None:
 
 @contextlib.asynccontextmanager
 async def run_prometheus(binary: str, workdir: Path, config: dict[str, Any]) -> AsyncIterator[Prometheus]:
-    """Prometheus on a free loopback port with its storage in `workdir`; stopped on exit."""
+    """Prometheus on a loopback port the OS picks, with its storage in `workdir`; stopped on exit."""
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
     (workdir / "rules.yaml").write_text(yaml.safe_dump(rules_without_for()))
     log_path = workdir / "prometheus.log"
-    port = free_port()
     with log_path.open("wb") as log:
         proc = await asyncio.create_subprocess_exec(
             binary,
             f"--config.file={workdir / 'prometheus.yml'}",
             f"--storage.tsdb.path={workdir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--log.level=warn",
+            "--web.listen-address=127.0.0.1:0",
+            "--log.level=info",  # its "Listening on" line says which port port 0 became
             stdin=asyncio.subprocess.DEVNULL,
             stdout=log,
             stderr=log,
             start_new_session=True,  # its own process group, so cleanup reaches all of it
         )
     try:
+        port = await asyncio.to_thread(
+            logged_port, log_path, r'msg="Listening on" address=127\.0\.0\.1:(\d+)', WAIT_LIMIT,
+            lambda: proc.returncode,
+        )  # fmt: skip
         async with httpx2.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as http:
             deadline = time.monotonic() + WAIT_LIMIT
             while True:
