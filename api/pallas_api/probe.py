@@ -317,6 +317,7 @@ async def probe(
     list_tools: bool = False,
     get_health: bool = False,
     verify: ssl.SSLContext | bool = True,
+    connections: httpx2.AsyncBaseTransport | None = None,
 ) -> ProbeOutcome:
     """Probe one MCP endpoint within `budget` seconds in all (the DELETE included); never raises.
 
@@ -328,12 +329,17 @@ async def probe(
         list_tools: Also list the tools (every page).
         get_health: Also call the `get_health` tool and read its report.
         verify: TLS verification (a shared SSL context saves building one per probe).
+        connections: An HTTP transport to send through (e.g. over a pool of keep-alive
+            connections the caller owns; `verify` is then the transport's business); by default
+            the probe opens connections of its own and closes them.
     """
     deadline = anyio.current_time() + budget
     session: _Session | None = None
     outcome: ProbeOutcome | None = None
     try:
-        async with httpx2.AsyncClient(timeout=httpx2.Timeout(budget), verify=verify) as client:
+        async with httpx2.AsyncClient(
+            timeout=httpx2.Timeout(budget), verify=verify, transport=connections
+        ) as client:
             with anyio.move_on_at(deadline):
                 if transport == "sse":
                     await _open_event_stream(client, url, headers or {})

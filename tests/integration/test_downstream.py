@@ -386,6 +386,17 @@ async def test_forwarded_calls_open_sessions_not_connections():
     assert len(connections) <= len(sessions) + 2, connections
 
 
+async def test_health_probes_reuse_the_sources_connections():
+    async with ms.header_echo_server() as srv, server_source(srv.url) as source:
+        for _ in range(10):
+            assert (await source.probe()).ok
+    initializes = [r for r in srv.requests if r.method == "POST"]
+    deletes = [r for r in srv.requests if r.method == "DELETE"]
+    assert len(initializes) == len(deletes) == 10  # each probe still opens and ends a session
+    # Ten probes, two requests each, over kept-alive connections (a connection per probe was 10).
+    assert len({r.client_port for r in srv.requests}) <= 2
+
+
 async def test_non_forwarding_source_never_sends_the_inbound_bearer():
     tokens = bearers(40)
     async with (

@@ -60,7 +60,7 @@ from pallas_runtime.downstream.source import (
     RemoteTool,
     ToolOutcome,
 )
-from pallas_runtime.http_transport import connection_pool
+from pallas_runtime.http_transport import AiohttpTransport, connection_pool
 from pallas_runtime.messages import TextPart
 from pallas_runtime.sizes import MiB, human_bytes, utf8_size
 
@@ -419,12 +419,16 @@ class RemoteMcpSource:
         credentials` rather than down. Without forwarding (or with a configured
         `Authorization`), a 401 stays a failure: the configured credentials are missing or wrong.
         """
+        pool = self._connections()
         outcome = await mcp_probe.probe(
             self._url,
             budget=self._probe_timeout,
             transport=self._transport,
             headers=self._headers,
             verify=tls_context(),
+            # The source's keep-alive connections: no TCP connect per probe, and aiohttp's third
+            # of httpcore2's CPU per request (get_health probes every source on every call).
+            connections=AiohttpTransport(verify=tls_context(), pool=pool) if pool is not None else None,
         )
         if not outcome.ok and self._forwards_bearer and (outcome.unauthorized or outcome.status == 401):
             return ProbeResult(source=self._name, ok=True, note=NEEDS_CALLER_CREDENTIALS)
