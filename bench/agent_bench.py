@@ -513,6 +513,7 @@ async def fast_agent(tmp: Path, llm: BenchLLM, servers: dict[str, str]) -> Async
 
 @dataclass
 class PallasExtras:
+    health_idle: list[float]
     health_under_load: list[float]
     load: Load
     silent_health: list[float]
@@ -521,9 +522,11 @@ class PallasExtras:
 async def pallas_extras(
     tmp: Path, llm: BenchLLM, servers: dict[str, str], args: argparse.Namespace
 ) -> PallasExtras:
-    """get_health from one more session during the load, five healthy downstreams; then with
-    one downstream that never answers."""
+    """get_health alone (50 calls), then from one more session during the load, five healthy
+    downstreams; then with one downstream that never answers."""
     async with pallas(tmp, llm, servers, "pallas-5") as target:
+        async with McpSession(target.url, timeout=CALL_SECONDS) as session:
+            idle = await timed(lambda: session.call_tool("get_health", {}), 50, args.phase_seconds)
         under_load = await load(target, args.concurrency, args, probe=lambda s: s.call_tool("get_health", {}))
     if under_load.failed:
         raise RuntimeError(f"pallas failed under load: {under_load.failed}")
@@ -539,7 +542,7 @@ async def pallas_extras(
                 started = time.perf_counter()
                 await session.call_tool("get_health", {})
                 slow.append(time.perf_counter() - started)
-    return PallasExtras(under_load.probe, under_load, slow)
+    return PallasExtras(idle, under_load.probe, under_load, slow)
 
 
 async def bare_round_trips(tmp: Path, args: argparse.Namespace) -> list[float]:
@@ -633,6 +636,12 @@ def report(
                     f" {failure.messages} messages: {failure.failed}"
                 )
     if extras:
+        idle50 = [pct(e.health_idle, 0.5) * 1e3 for e in extras]
+        idle95 = [pct(e.health_idle, 0.95) * 1e3 for e in extras]
+        print(
+            f"pallas get_health, idle, 5 healthy downstreams  P50 {median_cell(idle50, '{:.2f}')} ms"
+            f"  P95 {median_cell(idle95, '{:.2f}')} ms"
+        )
         p50 = [pct(e.health_under_load, 0.5) * 1e3 for e in extras]
         p95 = [pct(e.health_under_load, 0.95) * 1e3 for e in extras]
         rate = [e.load.rate for e in extras]
