@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import json
 import logging
 import time
@@ -299,7 +300,11 @@ def build_server(
     @asynccontextmanager
     async def lifespan(_: FastMCP) -> AsyncIterator[dict[str, Any]]:
         await store.start()
-        tasks = [asyncio.create_task(preflight()), asyncio.create_task(keep_gauge())]
+        tasks = [
+            asyncio.create_task(preflight()),
+            asyncio.create_task(keep_gauge()),
+            asyncio.create_task(asyncio.to_thread(_import_what_fastmcp_defers)),
+        ]
         state["ready"] = True
         try:
             yield {}
@@ -523,3 +528,20 @@ def secret_env_names(config: AgentConfig) -> list[str]:
     names = [config.provider.api_key_env] if config.provider.api_key_env else []
     names += [h.value_from_env for s in config.servers for h in s.headers if h.value_from_env]
     return names
+
+
+LAZY_FASTMCP_IMPORTS = ("key_value.aio.adapters.pydantic", "key_value.aio.stores.memory")
+"""What fastmcp 4.1.2 imports at the first tool call (its session-state store)."""
+
+
+def _import_what_fastmcp_defers() -> None:
+    """Import, once the agent serves, what fastmcp would import inside the first tool call.
+
+    Its session-state store (py-key-value, decorated by beartype at import) took ~0.45 s of CPU
+    in the first caller's request (py-spy), every time an agent started. In a thread, after
+    `/readyz` says ready: start-up does not wait for it, and a first call that comes sooner
+    waits on the import lock as it would have anyway.
+    """
+    for module in LAZY_FASTMCP_IMPORTS:
+        with contextlib.suppress(ImportError):  # a later fastmcp may not use it
+            importlib.import_module(module)

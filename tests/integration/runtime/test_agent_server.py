@@ -8,7 +8,9 @@ import asyncio
 import base64
 import contextlib
 import json
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -18,7 +20,7 @@ from fastmcp.client.transports import StreamableHttpTransport
 
 from pallas_api.config import AgentConfig, parse_config
 from pallas_runtime.metrics import RuntimeMetrics
-from pallas_runtime.server import agent_app, build_server
+from pallas_runtime.server import LAZY_FASTMCP_IMPORTS, agent_app, build_server
 from tests.support.fake_llm import Call, Delay, FakeAnthropic, FakeOpenAI, HttpError, Text, ToolCalls
 from tests.support.mcp_servers import (
     RunningServer,
@@ -453,3 +455,35 @@ async def test_tool_calls_in_the_result_only_when_asked_and_the_instruction_reso
     assert "pallas.dev/toolCalls" not in (plain.meta or {})
     assert str(resource.uri) == "pallas://instruction"
     assert instruction[0].text == "You help."
+
+
+REPO = Path(__file__).resolve().parents[3]
+WARM_UP_SCRIPT = """
+import asyncio, sys, time
+from pallas_runtime.server import LAZY_FASTMCP_IMPORTS
+from tests.support.agents import agent_config, serve_agent
+
+def imported():
+    return [m for m in LAZY_FASTMCP_IMPORTS if m in sys.modules]
+
+async def main():
+    assert imported() == [], imported()  # not at import: the agent pays for it only once serving
+    async with serve_agent(agent_config("http://127.0.0.1:9/v1")):
+        deadline = time.monotonic() + 20
+        while len(imported()) < len(LAZY_FASTMCP_IMPORTS) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+    print(imported())
+
+asyncio.run(main())
+"""
+
+
+async def test_what_fastmcp_imports_at_the_first_tool_call_is_imported_once_the_agent_serves() -> None:
+    """Without it, the first call after every start paid ~0.45 s of imports (fastmcp's state store)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", WARM_UP_SCRIPT, cwd=REPO,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    assert out.decode().strip() == repr(list(LAZY_FASTMCP_IMPORTS))
