@@ -300,13 +300,10 @@ def build_server(
     @asynccontextmanager
     async def lifespan(_: FastMCP) -> AsyncIterator[dict[str, Any]]:
         await store.start()
-        tasks = [
-            asyncio.create_task(preflight()),
-            asyncio.create_task(keep_gauge()),
-            asyncio.create_task(asyncio.to_thread(_import_what_fastmcp_defers)),
-        ]
-        state["ready"] = True
+        tasks = [asyncio.create_task(preflight()), asyncio.create_task(keep_gauge())]
         try:
+            await asyncio.to_thread(_import_what_fastmcp_defers)
+            state["ready"] = True
             yield {}
         finally:
             state["ready"] = False
@@ -535,12 +532,12 @@ LAZY_FASTMCP_IMPORTS = ("key_value.aio.adapters.pydantic", "key_value.aio.stores
 
 
 def _import_what_fastmcp_defers() -> None:
-    """Import, once the agent serves, what fastmcp would import inside the first tool call.
+    """Import, before the agent says ready, what fastmcp would import inside the first tool call.
 
     Its session-state store (py-key-value, decorated by beartype at import) took ~0.45 s of CPU
-    in the first caller's request (py-spy), every time an agent started. In a thread, after
-    `/readyz` says ready: start-up does not wait for it, and a first call that comes sooner
-    waits on the import lock as it would have anyway.
+    in the first caller's request (py-spy), every time an agent started: a pod said ready and
+    then made its first caller wait. Now `/readyz` says ready that much later instead (in a
+    thread, while the preflight check of the provider runs on the loop).
     """
     for module in LAZY_FASTMCP_IMPORTS:
         with contextlib.suppress(ImportError):  # a later fastmcp may not use it
