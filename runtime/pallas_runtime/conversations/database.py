@@ -114,10 +114,12 @@ class SqliteDatabase:
             connection.execute("BEGIN IMMEDIATE")
             try:
                 result = work(connection)
+                connection.commit()
             except BaseException:
-                connection.rollback()
+                # A failed commit too: the next turn on this connection must find no transaction.
+                with contextlib.suppress(sqlite3.Error):
+                    connection.rollback()
                 raise
-            connection.commit()
             return result
 
         return await self._in_thread(run)
