@@ -7,7 +7,9 @@ Tiers are marked from their folder (tests/unit, tests/integration, tests/e2e), s
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,6 +40,17 @@ __all__ = [
 def _state_home(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Conversations of `pallas run` (SQLite under $XDG_STATE_HOME) go to a throw-away folder."""
     os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_restored() -> Iterator[None]:
+    """A command run in-process (`command.run(args)`) configures logging for a whole process: its
+    handler would outlive the test, writing to a capture stream that pytest has closed by then."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
