@@ -212,8 +212,10 @@ class ChartValues(Values):
     )
     """Namespaces whose PallasDeployments and PallasAgents the operator reconciles
     (`--namespace`, repeated); empty means every namespace (`rbac.scope: cluster` only)."""
-    log_level: Literal["info", "debug"] = "info"
-    """Operator log level (`debug` adds `--verbose`)."""
+    log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
+    """Operator log level, the levels of an agent's `spec.logLevel`: `debug` adds `--verbose`;
+    `warning`, `error` and `critical` set `PALLAS_LOG_LEVEL` (the operator's own loggers and, at
+    that level or above, every library's)."""
     extra_args: list[str] = []
     """Extra arguments of `pallas operator`."""
     extra_env: list[dict[str, Any]] = []

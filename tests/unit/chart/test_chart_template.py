@@ -209,6 +209,24 @@ def test_operator_flags_follow_the_values(render: Render) -> None:
 
 
 @pytest.mark.parametrize(
+    ("level", "verbose", "env"),
+    [
+        ("info", False, []),
+        ("debug", True, []),
+        ("warning", False, [{"name": "PALLAS_LOG_LEVEL", "value": "WARNING"}]),
+        ("error", False, [{"name": "PALLAS_LOG_LEVEL", "value": "ERROR"}]),
+        ("critical", False, [{"name": "PALLAS_LOG_LEVEL", "value": "CRITICAL"}]),
+    ],
+)
+def test_every_log_level_reaches_the_operator(
+    render: Render, level: str, verbose: bool, env: list[dict[str, str]]
+) -> None:
+    c = container(render({"logLevel": level}))
+    assert ("--verbose" in c["args"]) is verbose
+    assert c["env"] == [{"name": "PALLAS_LOG_FORMAT", "value": "json"}, *env]
+
+
+@pytest.mark.parametrize(
     ("image", "expected"),
     [
         ({"tag": "0.2.0"}, "pallas:0.2.0"),
