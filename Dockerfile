@@ -24,19 +24,23 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 WORKDIR /src
 # Only what the wheel is built from (.dockerignore keeps everything else out of the context).
 COPY pyproject.toml README.md ./
-COPY requirements/runtime.lock requirements/runtime.lock
+COPY requirements/install requirements/build.lock requirements/runtime.lock requirements/
 COPY api/ api/
 COPY runtime/ runtime/
 COPY operator/ operator/
 
-# Every dependency ships binary wheels for CPython 3.11 on Linux, so no compiler is needed even
-# here, and each is checked against the lock's hashes. The venv has no pip of its own: pip from
-# the base image installs into it.
-RUN pip wheel --no-deps --wheel-dir /wheels . \
+# Nothing here is resolved against the package index: requirements/install installs exactly the
+# locks (every version pinned, every hash checked, wheels only, --no-deps) and ends with
+# `pip check`, so a lock that misses a dependency fails this build, naming it, instead of a pod.
+# First the build tools (the pinned pip and the build backend, requirements/build.lock) into a
+# venv of their own, which builds the project's wheel without build isolation; then the runtime
+# lock and that wheel into the venv the image ships, which has no pip of its own.
+RUN python -m venv /opt/build \
+    && requirements/install /opt/build/bin/python requirements/build.lock \
+    && /opt/build/bin/pip wheel --quiet --no-deps --no-build-isolation --wheel-dir /wheels . \
     && python -m venv --without-pip /opt/pallas \
-    && pip --python /opt/pallas/bin/python install --only-binary=:all: --require-hashes \
-        -r requirements/runtime.lock \
-    && pip --python /opt/pallas/bin/python install --no-deps /wheels/pallas-*.whl \
+    && PIP=/opt/build/bin/pip requirements/install /opt/pallas/bin/python requirements/runtime.lock \
+        -- /wheels/pallas-*.whl \
     && /opt/pallas/bin/pallas --version
 
 # --- runtime: the venv alone, on the same slim base, as a non-root user --------------------------

@@ -7,7 +7,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # Re-install only when the dependency list or the lock changes.
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml requirements/dev.lock | sha256sum | cut -c1-16)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml requirements/build.lock requirements/dev.lock \
+  requirements/install | sha256sum | cut -c1-16)
 UV_VERSION := 0.13.9
 
 .PHONY: help venv lock k8s-bins mcp-peers system-deps image lint verify test test-unit test-integration \
@@ -16,21 +17,22 @@ UV_VERSION := 0.13.9
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml requirements/dev.lock
+$(STAMP): pyproject.toml requirements/build.lock requirements/dev.lock requirements/install
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 	  { echo "make: Python >= 3.11 is required (found $$($(PYTHON) --version))" >&2; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --require-hashes -r requirements/dev.lock
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	# Exactly the locks, hashes checked, nothing resolved, then `pip check` (requirements/install).
+	PIP="$(BIN)/python -m pip" requirements/install $(BIN)/python requirements/build.lock \
+	  requirements/dev.lock -- -e .
 	rm -f $(VENV)/.installed-* && touch $@
 
 venv: $(STAMP) ## create .venv with the locked dependencies (requirements/dev.lock, hashes checked)
 
-lock: venv ## re-resolve requirements/*.lock from pyproject.toml (after changing a pin)
+lock: venv ## re-resolve requirements/*.lock from pyproject.toml and requirements/build.in
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
-	for spec in "runtime.lock:" "dev.lock:--extra dev"; do \
-	  $(BIN)/uv pip compile --quiet pyproject.toml $${spec#*:} --generate-hashes --python-version 3.11 \
+	for spec in "runtime.lock:pyproject.toml" "dev.lock:pyproject.toml --extra dev" \
+	    "build.lock:requirements/build.in"; do \
+	  $(BIN)/uv pip compile --quiet $${spec#*:} --generate-hashes --python-version 3.11 \
 	    --python-platform x86_64-manylinux_2_28 -o requirements/$${spec%%:*}; done
 
 k8s-bins: ## build (or reuse) etcd, the Kubernetes control plane and node binaries, CoreDNS, kubectl, helm
@@ -42,8 +44,8 @@ mcp-peers: ## install (or reuse) the pinned MCP peers: Node 22, server-everythin
 system-deps: ## install (if missing) the Debian packages: containerd, runc, CNI, buildah, debootstrap, promtool…
 	hack/system-deps.sh
 
-image: system-deps ## build the pallas image here (only when the project changed) and load it into the node
-	hack/image build
+image: system-deps ## build the pallas image here (only when the project changed; always, from scratch, when CI=true) and load it into the node
+	hack/image build $(if $(filter true,$(CI)),--fresh)
 
 lint: venv ## ruff, mypy (strict: packages, bench, hack scripts) and the import-layering contracts
 	$(BIN)/ruff check .

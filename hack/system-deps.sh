@@ -17,6 +17,11 @@
 # recommended extras and without prompts. Services shipped by a package are never started
 # (an existing /usr/sbin/policy-rc.d is respected; without one a temporary deny-all one is used).
 # Needs root to install; a non-root user without the commands gets one line on stderr and exit 1.
+#
+# These float within Debian 12 (point releases and security updates): the archive serves only
+# each package's current version, so a `pkg=version` pin would break at the next security update
+# (docs/local-kubernetes.md, Pinned inputs). `--versions` prints what is installed, one
+# `package version` line each, so a run's log records exactly what it used (.ci/run prints it).
 set -euo pipefail
 
 # command | Debian package that provides it
@@ -36,6 +41,15 @@ NEEDS=(
 present() {  # a command on PATH, or a path glob that matches an executable
   if [[ $1 == /* ]]; then compgen -G "$1" >/dev/null; else command -v "$1" >/dev/null 2>&1; fi
 }
+
+if [[ "${1:-}" == "--versions" ]]; then
+  for need in "${NEEDS[@]}"; do
+    IFS='|' read -r _ pkg <<<"$need"
+    printf '%s %s\n' "$pkg" "$(dpkg-query -W -f='${Version}' "$pkg" 2>/dev/null || echo '(not installed)')"
+  done
+  exit 0
+fi
+[[ $# -eq 0 ]] || { echo "usage: hack/system-deps.sh [--versions]" >&2; exit 2; }
 
 missing=()
 for need in "${NEEDS[@]}"; do

@@ -173,14 +173,22 @@ def debian_mirror() -> str:
     return "http://deb.debian.org/debian"
 
 
-def debian_base() -> str:
-    """The base image's ref, built (and its root filesystem cached) if missing."""
+def debian_base(*, fresh: bool = False) -> str:
+    """The base image's ref, built (and its root filesystem cached) if missing.
+
+    `fresh` debootstraps it anew even when cached: its packages are whatever the Debian release
+    serves today (docs/local-kubernetes.md, Pinned inputs), so a cold build must not reuse them.
+    """
     mirror = debian_mirror()
     key = hashlib.sha256(f"{RECIPE} {SUITE} {mirror} {BASE_PACKAGES} {BASE_TRIM}".encode()).hexdigest()[:12]
     ref = f"localhost/pallas-base:{SUITE}-{key}"
-    if has_image(ref):
-        return ref
     rootfs_tar = archives() / f"debian-{SUITE}-{key}.rootfs.tar"
+    if fresh:
+        rootfs_tar.unlink(missing_ok=True)
+        if has_image(ref):
+            buildah("rmi", "--force", ref)
+    elif has_image(ref):
+        return ref
     if not rootfs_tar.exists():
         if shutil.which("debootstrap") is None:
             raise NodeError("debootstrap is not installed (the image's Debian base); run `make system-deps`")
@@ -307,12 +315,20 @@ def build_mounts(tmp: Path) -> list[str]:
     return [arg for volume in volumes for arg in ("--volume", volume)]
 
 
-def pallas_image(repo: Path, *, verbose: bool = False) -> Image:
-    """The project's image (built from its Dockerfile on the Debian base when the project changed)."""
-    base = debian_base()
+def pallas_image(repo: Path, *, verbose: bool = False, fresh: bool = False) -> Image:
+    """The project's image (built from its Dockerfile on the Debian base when the project changed).
+
+    `fresh` builds the base and the image from scratch, reusing no archive, image or build layer
+    (what CI does: a machine's cache must not hide what a new machine lacks).
+    """
+    base = debian_base(fresh=fresh)
     ref = f"localhost/pallas:{context_hash(repo, base)}"
     archive = archives() / f"pallas-{ref.rsplit(':', 1)[1]}.tar"
-    if archive.exists():
+    if fresh:
+        archive.unlink(missing_ok=True)
+        if has_image(ref):
+            buildah("rmi", "--force", ref)
+    elif archive.exists():
         return Image(ref, archive)
     if not has_image(ref):
         with tempfile.TemporaryDirectory(prefix="pallas-build-") as tmp:
@@ -322,6 +338,7 @@ def pallas_image(repo: Path, *, verbose: bool = False) -> Image:
                 "chroot",
                 "--pull=never",  # (the value must be attached: `--pull never` reads as two arguments)
                 "--layers",
+                *(["--no-cache"] if fresh else []),
                 "--build-arg",
                 f"BASE_IMAGE={base}",
                 *build_mounts(Path(tmp)),

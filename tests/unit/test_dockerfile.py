@@ -202,15 +202,32 @@ def test_multi_stage_with_one_exactly_pinned_base(stages: list[Stage], builder: 
     assert "${BASE_IMAGE}" in DOCKERFILE.read_text(), "the base is a build argument (hack/image sets it)"
 
 
-def test_builder_makes_a_wheel_and_installs_it_into_the_venv(builder: Stage):
+def test_builder_makes_a_wheel_and_installs_exactly_the_locks_into_the_venv(builder: Stage):
     run = " && ".join(i.args for i in builder.all("RUN"))
-    assert "pip wheel --no-deps --wheel-dir /wheels ." in run
+    # The build tools come from their own hashed lock, into a venv of their own.
+    assert "python -m venv /opt/build" in run
+    assert "requirements/install /opt/build/bin/python requirements/build.lock" in run
+    assert "/opt/build/bin/pip wheel --quiet --no-deps --no-build-isolation --wheel-dir /wheels ." in run
     assert f"python -m venv --without-pip {VENV}" in run
-    assert f"--python {VENV}/bin/python install --only-binary=:all: --require-hashes" in run
-    assert "-r requirements/runtime.lock" in run
-    assert f"--python {VENV}/bin/python install --no-deps /wheels/pallas-*.whl" in run
-    copied = {i.words()[0] for i in builder.all("COPY")}
-    assert copied == {"pyproject.toml", "requirements/runtime.lock", "api/", "runtime/", "operator/"}
+    # Every install goes through requirements/install (--no-deps, hashes, then pip check):
+    # no `pip install` resolves anything against the index.
+    assert (
+        f"PIP=/opt/build/bin/pip requirements/install {VENV}/bin/python requirements/runtime.lock"
+        " -- /wheels/pallas-*.whl" in run
+    )
+    assert "pip install" not in run
+    assert "--python" not in run
+    copied = {word for i in builder.all("COPY") for word in i.words()[:-1]}
+    assert copied == {
+        "pyproject.toml",
+        "README.md",
+        "requirements/install",
+        "requirements/build.lock",
+        "requirements/runtime.lock",
+        "api/",
+        "runtime/",
+        "operator/",
+    }
 
 
 def test_final_stage_copies_only_the_venv(final: Stage):
@@ -261,6 +278,8 @@ def test_dockerignore_is_an_allow_list_of_the_wheel_sources():
         "pyproject.toml",
         "README.md",
         "requirements/runtime.lock",
+        "requirements/build.lock",
+        "requirements/install",
         "api/",
         "runtime/",
         "operator/",

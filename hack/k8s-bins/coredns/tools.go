@@ -1,0 +1,8 @@
+//go:build tools
+
+// Package tools names the commands build-k8s-bins.sh builds, so go mod tidy pins their modules.
+package tools
+
+import (
+	_ "github.com/coredns/coredns"
+)
