@@ -235,6 +235,12 @@ class HistoryLimits(_Model):
 
 
 StoreType = Literal["memory", "sqlite", "postgres"]
+ConversationScope = Literal["caller", "session", "request"]
+"""What a `send_message` without `conversation_id` continues (docs/api.md §3)."""
+
+
+MAX_AGENT_IDENTITY = 300
+"""Namespace, deployment and agent (63 each), a UID (36) and three slashes, with room to spare."""
 
 
 class ConversationStoreConfig(_Model):
@@ -252,6 +258,13 @@ class ConversationStoreConfig(_Model):
     """Conversations untouched this long are deleted; None keeps them."""
     turn_wait_seconds: Annotated[float, Field(gt=0, le=3600)] = 600.0
     """How long a turn waits for the previous turn of its conversation before failing."""
+    scope: ConversationScope | None = None
+    """`caller`, `session` or `request`; None: `caller` with inbound auth, else `session`."""
+    agent_identity: Annotated[str | None, Field(max_length=MAX_AGENT_IDENTITY)] = None
+    """What keys this agent's conversations in a shared store: `<namespace>/<deployment>/<name>`,
+    then `/<uid>` in a cluster (`names.agent_identity`); None: the agent's name alone."""
+    abandoned_after_seconds: Annotated[int | None, Field(ge=3600)] = None
+    """A database store deletes the conversations of agents that have not run for this long."""
 
     def dsn_origin(self) -> str:
         """What the user sets to give the DSN: `dsnSource`, else the variable they named."""
@@ -385,6 +398,18 @@ class AgentConfig(_Model):
         if self.name in {a.name for a in self.agents}:
             raise ValueError(f"agent {self.name!r} lists itself among its agents")
         return self
+
+    @property
+    def conversation_scope(self) -> ConversationScope:
+        """The scope in force: the configured one, else `caller` when callers are identified."""
+        if self.conversations.scope is not None:
+            return self.conversations.scope
+        return "session" if self.auth.mode == "none" else "caller"
+
+    @property
+    def identity(self) -> str:
+        """What keys this agent's conversations (`conversations.agentIdentity`, else the name)."""
+        return self.conversations.agent_identity or self.name
 
     @property
     def display_title(self) -> str:

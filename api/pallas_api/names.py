@@ -107,6 +107,16 @@ def resource_url(agent: str, namespace: str, port: int, deployment: str, templat
     return public_url(template, agent, namespace, deployment) or agent_url(agent, namespace, port)
 
 
+def agent_identity(namespace: str, deployment: str, agent: str, uid: str | None = None) -> str:
+    """What keys an agent's conversations in a store shared by deployments and namespaces.
+
+    The UID (in a cluster) makes a re-created agent of the same name a new one: it starts with no
+    conversations. `pallas run` has no UID, so a re-run of the same manifests continues.
+    """
+    identity = f"{namespace}/{deployment}/{agent}"
+    return f"{identity}/{uid}" if uid else identity
+
+
 def agents_service_account(deployment: str) -> str:
     """The ServiceAccount agents of a deployment run as in `auth.mode: kubernetes`."""
     return f"{deployment}-agents"

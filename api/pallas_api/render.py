@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from pallas_api import names
 from pallas_api.conditions import (
     ACCESS_NOT_ENFORCEABLE,
     AGENT_NOT_FOUND,
@@ -124,7 +125,14 @@ def split_model(ref: str) -> tuple[str, str]:
     return provider, model
 
 
-def _store(spec: ConversationsSpec, secrets: list[SecretBinding], *, local: bool) -> ConversationStoreConfig:
+def _store(
+    spec: ConversationsSpec,
+    agent: PallasAgentSpec,
+    identity: str,
+    secrets: list[SecretBinding],
+    *,
+    local: bool,
+) -> ConversationStoreConfig:
     store = spec.store or ("sqlite" if local else "memory")
     dsn_env = dsn_source = None
     if store == "postgres" and spec.postgres is not None:
@@ -132,7 +140,13 @@ def _store(spec: ConversationsSpec, secrets: list[SecretBinding], *, local: bool
         dsn_source = secret_source(spec.postgres.dsn.secret_key_ref, local=local)
         secrets.append(SecretBinding(dsn_env, spec.postgres.dsn.secret_key_ref))
     return ConversationStoreConfig(
-        type=store, dsn_env=dsn_env, dsn_source=dsn_source, ttl_seconds=spec.ttl_seconds
+        type=store,
+        dsn_env=dsn_env,
+        dsn_source=dsn_source,
+        ttl_seconds=spec.ttl_seconds,
+        scope=agent.conversations.scope or spec.scope,
+        agent_identity=identity,
+        abandoned_after_seconds=spec.abandoned_after_seconds,
     )
 
 
@@ -185,6 +199,7 @@ def render_agent(
     local: bool = False,
     namespace: str = "default",
     url: str | None = None,
+    uid: str | None = None,
 ) -> RenderedAgent:
     """Build the runtime config of agent `name`.
 
@@ -197,6 +212,7 @@ def render_agent(
         namespace: The agent's namespace (where its access is authorised).
         url: The agent's MCP URL as its callers use it (the protected resource); required when
             the deployment's auth mode is not `none`.
+        uid: The PallasAgent's UID (in a cluster): a re-created agent keys new conversations.
 
     Raises:
         RenderError: a model provider, server or agent that does not exist, or access lists
@@ -287,7 +303,13 @@ def render_agent(
             or HistoryLimits().max_messages,
             max_conversations=agent.history.max_conversations,
         ),
-        conversations=_store(deployment.conversations, secrets, local=local),
+        conversations=_store(
+            deployment.conversations,
+            agent,
+            names.agent_identity(namespace, agent.deployment, name, uid),
+            secrets,
+            local=local,
+        ),
         limits=agent.limits,
         health=HealthSettings(probe_timeout_seconds=deployment.health_check.timeout_seconds),
         auth=auth,

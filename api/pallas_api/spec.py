@@ -20,6 +20,7 @@ from pallas_api.config import (
     DNS_LABEL,
     HEADER_NAME,
     HTTP_URL,
+    ConversationScope,
     InputLimits,
     MaxDepth,
     MaxResultBytes,
@@ -240,6 +241,17 @@ class ConversationsSpec(_Spec):
     (default 200)."""
     ttl_seconds: Annotated[int | None, Field(gt=0)] = None
     """Conversations untouched this long are deleted; default: kept."""
+    scope: ConversationScope | None = None
+    """What a `send_message` without `conversation_id` continues (the original Pallas's
+    `instance_scope`): `caller` — each caller's one default conversation, across sessions,
+    reconnects and restarts; `session` — the MCP session's own; `request` — nothing is kept.
+    Default: `caller` when `auth.mode` identifies callers, `session` when it is `none`. `caller`
+    without auth makes every client one caller sharing one conversation: only for a deliberately
+    single-user agent (docs/api.md §3). An agent's `conversations.scope` overrides it."""
+    abandoned_after_seconds: Annotated[int | None, Field(ge=3600)] = 604_800
+    """A database store deletes the conversations of an agent that has not run for this long (it
+    was deleted, or scaled to zero that long); null keeps them. A re-created agent starts empty
+    and its predecessor's conversations go at once. Default: 7 days."""
 
     @model_validator(mode="after")
     def _postgres_needs_a_dsn(self) -> Self:
@@ -492,6 +504,13 @@ class AgentPodSpec(_Spec):
     """Pod annotations."""
 
 
+class AgentConversationsSpec(_Spec):
+    """How this agent keeps conversations, over the deployment's `conversations`."""
+
+    scope: ConversationScope | None = None
+    """`caller`, `session` or `request`; default: the deployment's `conversations.scope`."""
+
+
 class AgentHistorySpec(_Spec):
     """Conversation history kept by this agent."""
 
@@ -556,6 +575,8 @@ class PallasAgentSpec(_Spec):
     """Allow/deny globs over `<server>__<tool>`."""
     history: AgentHistorySpec = AgentHistorySpec()
     """Conversation history limits."""
+    conversations: AgentConversationsSpec = AgentConversationsSpec()
+    """What a call without `conversation_id` continues (overrides the deployment's scope)."""
     limits: InputLimits = InputLimits()
     """Limits on what one send_message may carry."""
     capabilities: Annotated[

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastmcp import Context, FastMCP
-from fastmcp.exceptions import NotFoundError, ToolError
+from fastmcp.exceptions import NotFoundError, PromptError, ToolError
 from fastmcp.exceptions import ValidationError as ArgumentsInvalid
 from fastmcp.prompts import Message as PromptMessage
 from fastmcp.server.dependencies import get_http_headers
@@ -45,7 +45,7 @@ from pallas_runtime.agent.health import HealthChecker
 from pallas_runtime.agent.inputs import ImageInput, InvalidInput, user_message
 from pallas_runtime.agent.loop import AgentLoop, MaxIterationsExceeded, ToolChoiceUnavailable
 from pallas_runtime.agent.progress import ProgressReporter
-from pallas_runtime.agent.trace import tool_trace
+from pallas_runtime.agent.trace import tool_activity, tool_trace
 from pallas_runtime.agent.turns import Conversations, NoConversation, Reply
 from pallas_runtime.auth import build_auth
 from pallas_runtime.conversations.caller import checked_id, current_caller
@@ -57,21 +57,38 @@ from pallas_runtime.downstream.sources import build_sources
 from pallas_runtime.inflight import InFlight, ShuttingDown
 from pallas_runtime.llm.factory import create_provider
 from pallas_runtime.llm.provider import LLMError, LLMProvider
-from pallas_runtime.messages import AssistantMessage, ImagePart, TextPart, UserMessage
+from pallas_runtime.messages import AssistantMessage, ImagePart, TextPart, ToolResultsMessage, UserMessage
 from pallas_runtime.metrics import AUTH_OUTCOMES, CONTENT_TYPE, RuntimeMetrics
 from pallas_runtime.request_limit import MAX_REQUEST_BYTES, RequestLimit
 
 log = logging.getLogger("pallas.server")
 
 SEND_MESSAGE_DESCRIPTION = (
-    "Send a message (optionally with images) to this agent and get its answer. Pass the same "
-    "conversation_id to continue a conversation; within one MCP session the session is the conversation. "
+    "Send a message (optionally with images) to this agent and get its answer. "
     "params (optional) overrides the agent's request parameters for this call; null clears one."
+)
+SCOPE_DESCRIPTIONS = {
+    "caller": " Without conversation_id you continue your one default conversation with this agent, "
+    "from any session. Pass another conversation_id to keep a separate conversation.",
+    "session": " Without conversation_id the conversation is this MCP session's own; pass the same "
+    "conversation_id to continue a conversation across sessions.",
+    "request": " This agent keeps no conversations: every message starts afresh.",
+}
+SHARED_ID_WARNING = (
+    " This agent does not identify its callers: a conversation_id is shared by everyone who knows it, "
+    "so choose one nobody can guess."
+)
+SHARED_DEFAULT_WARNING = (
+    " This agent does not identify its callers: every client continues the same conversation."
 )
 BUILT_IN_TOOLS = frozenset({"send_message", "get_health", "list_conversations", "delete_conversation"})
 LIST_CONVERSATIONS_DESCRIPTION = (
     "Your conversations with this agent, most recent first: id, title (the start of the first "
     "message), last turn time and message count. Continue one by passing its id as conversation_id."
+)
+LIST_CONVERSATIONS_ANONYMOUS = (
+    " This agent does not identify its callers, so it lists only the conversations this MCP session "
+    "started or named."
 )
 DELETE_CONVERSATION_DESCRIPTION = "Delete one of your conversations with this agent, by id."
 CONVERSATION_META = "pallas.dev/conversationId"
@@ -90,7 +107,18 @@ def send_message_description(config: AgentConfig) -> str:
     about = config.display_title
     if config.description:
         about += f": {config.description.rstrip('.')}."
-    return f"{about} {SEND_MESSAGE_DESCRIPTION}"
+    scope = config.conversation_scope
+    text = f"{about} {SEND_MESSAGE_DESCRIPTION}{SCOPE_DESCRIPTIONS[scope]}"
+    if config.auth.mode == "none" and scope != "request":
+        text += SHARED_DEFAULT_WARNING if scope == "caller" else SHARED_ID_WARNING
+    return text
+
+
+def list_conversations_description(config: AgentConfig) -> str:
+    """What `list_conversations` says, including what an anonymous client is shown."""
+    if config.auth.mode == "none" and config.conversation_scope != "caller":
+        return LIST_CONVERSATIONS_DESCRIPTION + LIST_CONVERSATIONS_ANONYMOUS
+    return LIST_CONVERSATIONS_DESCRIPTION
 
 
 def send_message_names(config: AgentConfig) -> tuple[str, ...]:
@@ -214,8 +242,11 @@ def _history_messages(messages: Sequence[Any]) -> list[PromptMessage]:
                 elif isinstance(part, ImagePart):
                     image = ImageContent(type="image", data=part.data, mime_type=part.mime_type)
                     rendered.append(PromptMessage(image, role="user"))
-        elif isinstance(message, AssistantMessage) and message.text:
-            rendered.append(PromptMessage(message.text, role="assistant"))
+        elif isinstance(message, AssistantMessage | ToolResultsMessage):
+            # Tool activity is the agent's side of the turn: the assistant's role, one line each.
+            rendered.extend(PromptMessage(line, role="assistant") for line in tool_activity(message))
+            if isinstance(message, AssistantMessage) and message.text:
+                rendered.append(PromptMessage(message.text, role="assistant"))
     return rendered
 
 
@@ -246,7 +277,14 @@ def build_server(
     sources = list(sources) if sources is not None else build_sources(config, environ)
     store = store or build_store(config, environ)
     loop = AgentLoop(config, provider, sources, metrics)
-    conversations = Conversations(config.name, store, loop)
+    scope = config.conversation_scope
+    conversations = Conversations(config.identity, scope, store, loop)
+    if scope == "caller" and config.auth.mode == "none":
+        log.warning(
+            "agent %s: conversation scope caller without inbound auth: every client continues one "
+            "shared conversation (a single-user agent; docs/api.md §3)",
+            config.name,
+        )
     auth = build_auth(config, metrics)
     agent = config.name
     inflight = InFlight(agent)
@@ -412,20 +450,25 @@ def build_server(
     )
     async def history(conversation_id: str | None = None) -> list[PromptMessage]:
         try:
-            messages = await conversations.history(current_caller(), _checked(conversation_id), _session_id())
-        except (NoConversation, StoreUnavailable) as exc:
-            raise ValueError(str(exc)) from None
+            checked = checked_id(conversation_id) if conversation_id else None
+            messages = await conversations.history(current_caller(), checked, _session_id())
+        except (NoConversation, ValueError, StoreUnavailable) as exc:
+            # A caller's mistake is one INFO line without a traceback (fastmcp logs the error it
+            # re-raises at the error's own level, with one: DEBUG keeps that out of the log).
+            level = logging.WARNING if isinstance(exc, StoreUnavailable) else logging.INFO
+            log.log(level, "%s_history failed: %s", agent, exc, extra={"agent": agent})
+            raise PromptError(str(exc), log_level=logging.DEBUG) from None
         return _history_messages(messages)
 
     @server.tool(
         name="list_conversations",
-        description=LIST_CONVERSATIONS_DESCRIPTION,
+        description=list_conversations_description(config),
         output_schema=None,
         annotations={"readOnlyHint": True},
     )
     async def list_conversations() -> str:
         try:
-            threads = await conversations.threads(current_caller())
+            threads = await conversations.threads(current_caller(), _session_id())
         except StoreUnavailable as exc:
             raise CodedToolError(str(exc), ErrorCode.SERVER_UNAVAILABLE) from None
         return json.dumps(
@@ -450,7 +493,7 @@ def build_server(
     )
     async def delete_conversation(conversation_id: str) -> str:
         try:
-            await conversations.delete(current_caller(), _checked(conversation_id) or "")
+            await conversations.delete(current_caller(), _checked(conversation_id) or "", _session_id())
         except NoConversation as exc:
             raise CodedToolError(str(exc), ErrorCode.INVALID_ARGUMENTS) from None
         except StoreUnavailable as exc:

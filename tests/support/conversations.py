@@ -8,14 +8,18 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
+from pallas_runtime.conversations import tenancy
 from pallas_runtime.conversations.model import (
     ConversationBusy,
     ConversationKey,
     ConversationStore,
 )
+from pallas_runtime.conversations.sql import SqlStore
 from pallas_runtime.messages import (
     AssistantMessage,
     Message,
@@ -178,6 +182,61 @@ CONTRACT = [
     threads_list_the_most_recent_first,
     a_turn_waits_for_the_previous_one_then_gives_up,
 ]
+
+
+async def threads_can_be_limited_to_the_ids_a_session_named(factory: StoreFactory) -> None:
+    async with factory() as store:
+        for name in ("a", "b", "c"):
+            await commit(store, key(name), turn(1))
+        listed = await store.threads("harper", "anonymous", only=["c", "a", "never-stored"])
+        assert sorted(t.id for t in listed) == ["a", "c"]
+        assert await store.threads("harper", "anonymous", only=[]) == []
+
+
+CONTRACT.append(threads_can_be_limited_to_the_ids_a_session_named)
+
+
+async def agents_stay_apart_adopt_legacy_rows_and_lose_predecessors_and_abandoned_ones(
+    make: Callable[..., SqlStore], suffix: str
+) -> None:
+    """Tenancy in a SQL store (`tenancy`): run with SQLite and PostgreSQL.
+
+    `make(**options)` builds a SqlStore on the shared database; `suffix` keeps this run's names
+    apart from other runs on the same database.
+    """
+    name = f"keeper{suffix}"
+    one, two = f"ns/one/{name}/u1", f"ns/two/{name}/u2"
+    stores: list[SqlStore] = []
+
+    async def start(**options: Any) -> SqlStore:
+        store = make(**options)
+        await store.start()
+        stores.append(store)
+        return store
+
+    try:
+        older = await start()  # an older Pallas: rows keyed by the bare name
+        await commit(older, key("old", agent=name), turn(1))
+        first = await start(identity=one, legacy_name=name)
+        assert await first.history(key("old", agent=one)) == turn(1)
+        assert await first.history(key("old", agent=name)) is None
+        other = await start(identity=two, legacy_name=name)  # another deployment, same name
+        assert await other.history(key("old", agent=two)) is None
+        await commit(other, key("x", agent=two), turn(2))
+        # one's agent deleted and re-created: its predecessor's conversations go at once.
+        recreated = await start(identity=f"ns/one/{name}/u3", legacy_name=name, abandoned_after=3600)
+        assert await recreated.history(key("old", agent=one)) is None
+        assert await recreated.history(key("x", agent=two)) == turn(2)
+        # two's agent stops running: after `abandoned_after`, any agent on the database deletes its rows.
+        await recreated.housekeeping()
+        assert await recreated.history(key("x", agent=two)) == turn(2)
+        long_ago = datetime.now(UTC) - timedelta(hours=2)
+        await recreated._transaction(lambda c: tenancy.heartbeat(c, two, long_ago))
+        await recreated.housekeeping()
+        assert await recreated.history(key("x", agent=two)) is None
+    finally:
+        for store in stores:
+            await store.aclose()
 
 
 async def started(store: ConversationStore) -> AsyncIterator[ConversationStore]:

@@ -83,7 +83,7 @@ def plan_agent(
         url = names.resource_url(
             name, ns, spec.service.port, spec.deployment, deployment.registry.public_url_template
         )
-        rendered = render_agent(name, spec, deployment, urls, namespace=ns, url=url)
+        rendered = render_agent(name, spec, deployment, urls, namespace=ns, url=url, uid=record.uid)
     except RenderError as exc:
         plan.problem = Problem(exc.reason, str(exc))
         return plan

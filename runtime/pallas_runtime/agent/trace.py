@@ -10,6 +10,7 @@ can be megabytes.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -48,3 +49,31 @@ def tool_trace(turn: Sequence[Message]) -> list[dict[str, Any]]:
                 entry["result"] = _result_text(result)
             trace.append(entry)
     return trace
+
+
+HISTORY_ARGUMENTS_LIMIT = 300
+HISTORY_RESULT_LIMIT = 500
+
+
+def _cut(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text) - limit} more characters)"
+
+
+def tool_activity(message: AssistantMessage | ToolResultsMessage) -> list[str]:
+    """Tool calls or results as lines a person reads in the history (docs/api.md §3).
+
+    `[tool call] argos__search {"query": "…"}`, `[tool result] argos__search: …` or
+    `[tool error] argos__search: …`, each cut to a few hundred characters: the history shows what
+    the agent did, not megabytes of what a tool returned.
+    """
+    if isinstance(message, AssistantMessage):
+        lines = []
+        for call in message.tool_calls:
+            arguments = call.arguments_error or json.dumps(call.arguments, ensure_ascii=False)
+            lines.append(f"[tool call] {call.name} {_cut(arguments, HISTORY_ARGUMENTS_LIMIT)}")
+        return lines
+    return [
+        f"[tool {'error' if r.is_error else 'result'}] {r.name}: {_cut(_result_text(r), HISTORY_RESULT_LIMIT)}"
+        for r in message.results
+    ]

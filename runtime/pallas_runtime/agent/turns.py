@@ -1,9 +1,10 @@
 """A `send_message` turn over a conversation store: the key, the hold, the loop, the commit.
 
-The conversation is `conversation_id` when given, else the MCP session (legacy stateful
-sessions), else none (nothing kept). It belongs to the caller. The turn holds the conversation
-from reading its history to storing the turn, so turns of one conversation run one at a time
-wherever they run; a turn that fails or is cancelled stores nothing.
+Which conversation a request continues is the scope's (`conversations.scope`): an explicit
+`conversation_id`, else the caller's default conversation, else the MCP session's, else none
+(nothing kept). It belongs to the caller. The turn holds the conversation from reading its
+history to storing the turn, so turns of one conversation run one at a time wherever they run;
+a turn that fails or is cancelled stores nothing.
 """
 
 from __future__ import annotations
@@ -11,12 +12,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pallas_api.config import RequestParams
+from pallas_api.config import ConversationScope, RequestParams
 from pallas_runtime.agent.loop import AgentLoop
 from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.conversations.caller import Caller, one_turn_key
 from pallas_runtime.conversations.history import title_of
 from pallas_runtime.conversations.model import ConversationKey, ConversationStore, ThreadInfo
+from pallas_runtime.conversations.scope import SessionLedger, conversation_key, sees_only_its_session
 from pallas_runtime.downstream.call_path import CallPath
 from pallas_runtime.messages import Message, UserMessage
 
@@ -37,24 +39,25 @@ class Reply:
     """This turn started the conversation."""
 
 
-def conversation_key(
-    agent: str, caller: Caller, conversation_id: str | None, session_id: str | None
-) -> ConversationKey | None:
-    """The key of the conversation a request names, or None when it names none."""
-    if conversation_id:
-        return ConversationKey(agent, caller.owner, conversation_id)
-    if session_id:
-        return ConversationKey(agent, caller.owner, f"session:{session_id}")
-    return None
-
-
 class Conversations:
     """What the agent's MCP surface does with conversations."""
 
-    def __init__(self, agent: str, store: ConversationStore, loop: AgentLoop) -> None:
-        self._agent = agent
+    def __init__(
+        self, identity: str, scope: ConversationScope, store: ConversationStore, loop: AgentLoop
+    ) -> None:
+        self._identity = identity
+        self._scope = scope
         self.store = store
         self._loop = loop
+        self._ledger = SessionLedger()
+
+    def _key(
+        self, caller: Caller, conversation_id: str | None, session_id: str | None
+    ) -> ConversationKey | None:
+        key = conversation_key(self._identity, self._scope, caller, conversation_id, session_id)
+        if key is not None and session_id:
+            self._ledger.note(session_id, key.id)
+        return key
 
     async def send(
         self,
@@ -68,15 +71,15 @@ class Conversations:
         call_path: CallPath | None = None,
         params: RequestParams | None = None,
     ) -> Reply:
-        """Run one turn; store it when the request names a conversation.
+        """Run one turn; store it when the scope keeps a conversation for the request.
 
         Raises:
             ConversationBusy, StoreUnavailable, TurnLost: from the store (nothing stored).
             LLMError, MaxIterationsExceeded: from the loop (nothing stored).
         """
-        key = conversation_key(self._agent, caller, conversation_id, session_id)
+        key = self._key(caller, conversation_id, session_id)
         if key is None:
-            key = one_turn_key(self._agent, caller.owner)
+            key = one_turn_key(self._identity, caller.owner)
             turn = await self._loop.run(
                 [], user, inbound_auth=inbound_auth, progress=progress, conversation=key,
                 call_path=call_path, params=params,
@@ -98,26 +101,44 @@ class Conversations:
         Raises:
             NoConversation: none named, or none stored under that name for this caller.
         """
-        key = conversation_key(self._agent, caller, conversation_id, session_id)
+        key = self._key(caller, conversation_id, session_id)
         if key is None:
+            if self._scope == "request":
+                raise NoConversation("this agent keeps no conversations (its conversation scope is request)")
             raise NoConversation(
-                "no conversation: pass conversation_id, or ask within the MCP session you chatted in"
+                "no conversation: this agent keeps one per MCP session and this request has no session; "
+                "pass conversation_id"
             )
         messages = await self.store.history(key)
         if messages is None:
-            what = f"conversation_id {conversation_id!r}" if conversation_id else "this MCP session"
-            raise NoConversation(f"no stored conversation for {what}")
+            what = f"conversation_id {conversation_id!r}" if conversation_id else _default_name(self._scope)
+            raise NoConversation(f"no stored conversation for {what} yet")
         return messages
 
-    async def threads(self, caller: Caller) -> list[ThreadInfo]:
-        """The caller's conversations, most recent first."""
-        return await self.store.threads(self._agent, caller.owner)
+    async def threads(self, caller: Caller, session_id: str | None) -> list[ThreadInfo]:
+        """The conversations the caller may see, most recent first."""
+        if self._scope == "request":
+            return []
+        if sees_only_its_session(self._scope, caller):
+            ids = self._ledger.ids(session_id)
+            return await self.store.threads(self._identity, caller.owner, only=ids) if ids else []
+        return await self.store.threads(self._identity, caller.owner)
 
-    async def delete(self, caller: Caller, conversation_id: str) -> None:
+    async def delete(self, caller: Caller, conversation_id: str, session_id: str | None) -> None:
         """Forget one of the caller's conversations.
 
         Raises:
-            NoConversation: the caller has no conversation of that id.
+            NoConversation: the caller has no conversation of that id (an anonymous client: none
+                its session started or named).
         """
-        if not await self.store.delete(ConversationKey(self._agent, caller.owner, conversation_id)):
-            raise NoConversation(f"no stored conversation for conversation_id {conversation_id!r}")
+        missing = NoConversation(f"no stored conversation for conversation_id {conversation_id!r}")
+        if sees_only_its_session(self._scope, caller) and not self._ledger.knows(session_id, conversation_id):
+            raise missing
+        if not await self.store.delete(ConversationKey(self._identity, caller.owner, conversation_id)):
+            raise missing
+        if session_id:
+            self._ledger.forget(session_id, conversation_id)
+
+
+def _default_name(scope: ConversationScope) -> str:
+    return "your default conversation" if scope == "caller" else "this MCP session"

@@ -67,6 +67,11 @@ def one_turn_key(agent: str, owner: str) -> ConversationKey:
 
 
 def peer_conversation_id(key: ConversationKey, peer: str) -> str:
-    """The conversation id to pass to `peer` for a turn of conversation `key`."""
+    """The conversation id to pass to `peer` for a turn of conversation `key`.
+
+    It names the calling agent (by name: `key.agent` is its identity, `<namespace>/<deployment>/
+    <name>[/<uid>]`, or a bare name) and nothing a reader could turn back into the caller.
+    """
     digest = hashlib.sha256("\0".join((key.agent, key.owner, key.id, peer)).encode()).hexdigest()
-    return f"pallas-{key.agent}-{digest[:32]}"
+    parts = key.agent.split("/")
+    return f"pallas-{parts[2] if len(parts) >= 3 else parts[0]}-{digest[:32]}"

@@ -64,4 +64,7 @@ def build_store(config: AgentConfig, environ: Mapping[str, str] | None = None) -
         ttl_seconds=settings.ttl_seconds,
         turn_wait=settings.turn_wait_seconds,
         secret=secret,
+        identity=config.identity,
+        legacy_name=config.name,
+        abandoned_after=settings.abandoned_after_seconds,
     )

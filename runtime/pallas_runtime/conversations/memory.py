@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections import Counter, OrderedDict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -126,12 +126,16 @@ class MemoryStore:
         self._items.move_to_end(key)
         return list(conversation.messages)
 
-    async def threads(self, agent: str, owner: str) -> list[ThreadInfo]:
-        """The caller's conversations, most recent first."""
+    async def threads(self, agent: str, owner: str, only: Collection[str] | None = None) -> list[ThreadInfo]:
+        """The caller's conversations (those of `only`, when given), most recent first."""
+        wanted = None if only is None else set(only)
         out = [
             ThreadInfo(key.id, c.title, c.updated_at, len(c.messages))
             for key, c in list(self._items.items())
-            if key.agent == agent and key.owner == owner and self._get(key) is not None
+            if key.agent == agent
+            and key.owner == owner
+            and (wanted is None or key.id in wanted)
+            and self._get(key) is not None
         ]
         return sorted(out, key=lambda t: t.updated_at, reverse=True)
 

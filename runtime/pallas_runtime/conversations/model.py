@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -86,8 +86,11 @@ class ConversationStore(Protocol):
     async def history(self, key: ConversationKey) -> list[Message] | None:
         """The stored messages, or None when there is no such conversation."""
 
-    async def threads(self, agent: str, owner: str) -> list[ThreadInfo]:
-        """The caller's conversations with the agent, most recently updated first."""
+    async def threads(self, agent: str, owner: str, only: Collection[str] | None = None) -> list[ThreadInfo]:
+        """The caller's conversations with the agent, most recently updated first.
+
+        `only` limits them to those ids (what an anonymous session started or named).
+        """
 
     async def delete(self, key: ConversationKey) -> bool:
         """Forget one conversation; whether it existed."""

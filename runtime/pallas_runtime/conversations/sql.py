@@ -19,7 +19,7 @@ import logging
 import os
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -35,7 +35,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.sql.elements import BindParameter
 
-from pallas_runtime.conversations import codec
+from pallas_runtime.conversations import codec, tenancy
 from pallas_runtime.conversations.database import Database, PostgresDatabase, SqliteDatabase
 from pallas_runtime.conversations.driver_sql import PostgresTurns, SqliteTurns, TurnWriter
 from pallas_runtime.conversations.history import first_kept, role_of
@@ -59,6 +59,8 @@ CACHED_CONVERSATIONS = 1000
 """Transcripts kept in process: a turn reads its history from the database only when another
 process (a replica) wrote to the conversation since this one did."""
 RENEW_EVERY = 10.0
+HEARTBEAT_EVERY = 300.0
+"""Seconds between two records that the agent runs (`abandonedAfterSeconds` is at least 3600)."""
 CHECK_TIMEOUT = 3.0
 
 
@@ -238,6 +240,9 @@ class SqlStore:
         ttl_seconds: float | None = None,
         turn_wait: float = 600.0,
         secret: str | None = None,
+        identity: str | None = None,
+        legacy_name: str | None = None,
+        abandoned_after: float | None = None,
     ) -> None:
         """Build the store; nothing connects until `start`.
 
@@ -248,6 +253,12 @@ class SqlStore:
             ttl_seconds: Delete conversations untouched this long; None keeps them.
             turn_wait: Seconds a turn waits for the previous turn of its conversation.
             secret: The DSN's password, scrubbed from every message this store reports.
+            identity: The identity of the agent this process serves (its rows' `agent`): it
+                heartbeats, adopts rows keyed by `legacy_name` and deletes its predecessors'
+                (`tenancy.claim`); None does no housekeeping of agents.
+            legacy_name: The agent's bare name, which keyed its rows before identities.
+            abandoned_after: Seconds after which an identity that stopped running loses its
+                conversations (`tenancy.purge_abandoned`); None keeps them.
         """
         self.kind = kind
         self._max_messages = max_messages
@@ -265,16 +276,23 @@ class SqlStore:
         )
         self._turns = self._statements.writer(self._db)
         self._sweeper: asyncio.Task[None] | None = None
+        self._identity = identity
+        self._legacy_name = legacy_name
+        self._abandoned_after = timedelta(seconds=abandoned_after) if abandoned_after else None
+        self._claimed = False
 
     # --- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Migrate if the database answers (else the first use retries) and start the TTL sweep."""
+        """Migrate and claim the agent's rows if the database answers (else housekeeping retries)
+        and start the housekeeping: TTL sweep, heartbeat, abandoned agents.
+        """
         self._migrating = asyncio.Lock()
         with contextlib.suppress(StoreUnavailable):
             await self._ready()
-        if self._ttl is not None:
-            self._sweeper = asyncio.create_task(self._sweep_forever(), name="conversations-ttl")
+            await self._claim()
+        if self._ttl is not None or self._identity is not None:
+            self._sweeper = asyncio.create_task(self._sweep_forever(), name="conversations-housekeeping")
 
     async def aclose(self) -> None:
         """Stop the sweep and release every connection."""
@@ -471,14 +489,14 @@ class SqlStore:
         rows = await self._rows(select(msg.c.payload).where(_messages_of(key)).order_by(msg.c.seq))
         return [codec.decode(json.loads(row.payload)) for row in rows] if rows else None
 
-    async def threads(self, agent: str, owner: str) -> list[ThreadInfo]:
-        """The caller's conversations, most recently updated first."""
-        rows = await self._rows(
-            select(conv.c.id, conv.c.title, conv.c.updated_at, conv.c.message_count)
-            .where(conv.c.agent == agent, conv.c.owner == owner, conv.c.message_count > 0)
-            .order_by(conv.c.updated_at.desc())
-            .limit(1000)
+    async def threads(self, agent: str, owner: str, only: Collection[str] | None = None) -> list[ThreadInfo]:
+        """The caller's conversations (those of `only`, when given), most recently updated first."""
+        query = select(conv.c.id, conv.c.title, conv.c.updated_at, conv.c.message_count).where(
+            conv.c.agent == agent, conv.c.owner == owner, conv.c.message_count > 0
         )
+        if only is not None:
+            query = query.where(conv.c.id.in_(list(only)))
+        rows = await self._rows(query.order_by(conv.c.updated_at.desc()).limit(1000))
         return [ThreadInfo(r.id, r.title, _aware(r.updated_at), r.message_count) for r in rows]
 
     async def delete(self, key: ConversationKey) -> bool:
@@ -514,15 +532,45 @@ class SqlStore:
 
         return await self._transaction(sweep)
 
+    async def _claim(self) -> None:
+        if self._identity is None or self._claimed:
+            return
+        adopted, removed = await self._transaction(
+            lambda c: tenancy.claim(c, self._identity or "", self._legacy_name, _now())
+        )
+        self._claimed = True
+        if adopted:
+            log.info("adopted %d conversations stored under the agent's name before identities", adopted)
+        if removed:
+            log.info("deleted %d conversations of this agent's deleted predecessors", removed)
+
+    async def housekeeping(self) -> None:
+        """One round: TTL sweep, then claim (until it succeeds), heartbeat, abandoned agents."""
+        expired = await self.sweep()
+        if expired:
+            log.info("deleted %d conversations older than the TTL", expired)
+        if self._identity is None:
+            return
+        await self._claim()
+        identity, now = self._identity, _now()
+        await self._transaction(lambda c: tenancy.heartbeat(c, identity, now))
+        if self._abandoned_after is not None:
+            cutoff = now - self._abandoned_after
+            abandoned = await self._transaction(lambda c: tenancy.purge_abandoned(c, cutoff))
+            if abandoned:
+                log.info("deleted %d conversations of agents gone for longer than allowed", abandoned)
+
+    def _housekeeping_every(self) -> float:
+        periods = [HEARTBEAT_EVERY]
+        if self._ttl is not None:
+            periods.append(max(self._ttl.total_seconds() / 2, 1.0))
+        return min(periods)
+
     async def _sweep_forever(self) -> None:
-        assert self._ttl is not None
-        every = min(max(self._ttl.total_seconds() / 2, 1.0), 300.0)
+        every = self._housekeeping_every()
         while True:
             await asyncio.sleep(every)
             try:
-                removed = await self.sweep()
+                await self.housekeeping()
             except StoreUnavailable as exc:
-                log.warning("the conversation TTL sweep failed: %s", exc)
-                continue
-            if removed:
-                log.info("deleted %d conversations older than the TTL", removed)
+                log.warning("the conversation store's housekeeping failed: %s", exc)

@@ -1,4 +1,9 @@
-"""The two tables of the SQL stores (the migrations in `migrations/` create exactly these)."""
+"""The tables of the SQL stores (the migrations in `migrations/` create exactly these).
+
+`agent` is the agent's identity (`<namespace>/<deployment>/<name>[/<uid>]`, `pallas_api.names.
+agent_identity`): agents of different deployments and namespaces sharing one database never
+meet, and a re-created agent (a new UID) starts empty.
+"""
 
 from __future__ import annotations
 
@@ -15,12 +20,14 @@ from sqlalchemy import (
     Text,
 )
 
+from pallas_api.config import MAX_AGENT_IDENTITY
+
 metadata = MetaData()
 
 conversations = Table(
     "pallas_conversations",
     metadata,
-    Column("agent", String(63), nullable=False),
+    Column("agent", String(MAX_AGENT_IDENTITY), nullable=False),
     Column("owner", String(512), nullable=False),
     Column("id", String(256), nullable=False),
     Column("title", String(200), nullable=False, default=""),
@@ -40,7 +47,7 @@ conversations = Table(
 messages = Table(
     "pallas_messages",
     metadata,
-    Column("agent", String(63), nullable=False),
+    Column("agent", String(MAX_AGENT_IDENTITY), nullable=False),
     Column("owner", String(512), nullable=False),
     Column("conversation_id", String(256), nullable=False),
     Column("seq", Integer, nullable=False),
@@ -53,4 +60,14 @@ messages = Table(
         name="fk_pallas_messages_conversation",
         ondelete="CASCADE",
     ),
+)
+
+agents = Table(
+    "pallas_agents",
+    metadata,
+    # When each agent identity last ran: an agent gone for longer than the deployment's
+    # `conversations.abandonedAfterSeconds` was deleted (or parked), and its conversations go.
+    Column("identity", String(MAX_AGENT_IDENTITY), nullable=False),
+    Column("last_seen", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("identity", name="pk_pallas_agents"),
 )

@@ -14,7 +14,15 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from pallas_runtime.conversations import sql as sql_module
 from pallas_runtime.conversations.model import ConversationStore, StoreUnavailable, TurnLost
 from pallas_runtime.conversations.sql import SqlStore, engine_url
-from tests.support.conversations import CONTRACT, StoreFactory, commit, key, started, turn
+from tests.support.conversations import (
+    CONTRACT,
+    StoreFactory,
+    agents_stay_apart_adopt_legacy_rows_and_lose_predecessors_and_abandoned_ones,
+    commit,
+    key,
+    started,
+    turn,
+)
 from tests.support.postgres import PASSWORD, Postgres
 
 pytestmark = pytest.mark.timeout(300)
@@ -48,6 +56,14 @@ def factory_on(server: Postgres) -> StoreFactory:
 @pytest.mark.parametrize("check", CONTRACT, ids=lambda f: f.__name__)
 async def test_contract(postgres: Postgres, check: Callable[[StoreFactory], Awaitable[None]]) -> None:
     await check(factory_on(postgres))
+
+
+async def test_agents_stay_apart_adopt_legacy_rows_and_lose_predecessors_and_abandoned_ones(
+    postgres: Postgres,
+) -> None:
+    await agents_stay_apart_adopt_legacy_rows_and_lose_predecessors_and_abandoned_ones(
+        lambda **options: pg_store(postgres, max_messages=200, **options), secrets.token_hex(4)
+    )
 
 
 async def test_two_replicas_on_one_database_store_every_turn_in_order(postgres: Postgres) -> None:

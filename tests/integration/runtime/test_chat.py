@@ -90,6 +90,8 @@ async def agent(fake_openai: FakeOpenAI, echo: RunningServer) -> AsyncIterator[S
         name=AGENT,
         instruction=INSTRUCTION,
         servers=[{"name": "echo", "url": echo.url, "forwardInboundAuth": True}],
+        # A single-user desktop agent: one person, every chat of theirs listed in /threads.
+        conversations={"scope": "caller"},
     )
     async with serve_agent(config) as served:
         yield served

@@ -151,25 +151,28 @@ async def test_a_cancelled_send_stops_its_llm_call_and_stores_nothing(
     assert user_texts(fake_openai.completions[-1].json) == ["hello again"]
 
 
-async def test_threads_are_listed_resumed_from_any_session_and_deleted(
+async def test_threads_are_listed_by_the_session_that_named_them_resumed_by_id_and_deleted(
     fake_openai: FakeOpenAI, sqlite_path: Path
 ) -> None:
     async with serve_agent(config(fake_openai, sqlite_store(sqlite_path))) as agent:
         async with client(agent.url) as first:
             await send(first, "Tell me about Plato's Republic", "plato")
             _, session_conversation = await send(first, "a turn without an id")
-        assert session_conversation.startswith("session:")
+            assert session_conversation.startswith("session-")
+            listing = json.loads((await first.call_tool("list_conversations", {})).content[0].text)
+            assert {t["id"] for t in listing["conversations"]} == {"plato", session_conversation}
         async with client(agent.url) as later:  # a new MCP session: a reconnect, another tab
+            # Anonymous: nothing of another session is listed, not even by the same client.
             listing = json.loads((await later.call_tool("list_conversations", {})).content[0].text)
-            by_id = {t["id"]: t for t in listing["conversations"]}
-            assert set(by_id) == {"plato", session_conversation}
-            assert by_id["plato"]["title"] == "Tell me about Plato's Republic"
-            assert by_id["plato"]["messageCount"] == 2
+            assert listing["conversations"] == []
+            # An explicit id is a name anyone who knows it may use (docs/api.md §3).
             prompt = await later.get_prompt("keeper_history", {"conversation_id": "plato"})
             assert [m.content.text for m in prompt.messages] == ["Tell me about Plato's Republic", "ok"]
-            # The session's conversation is resumed by its id from the new session.
-            await send(later, "continuing", session_conversation)
-            assert user_texts(fake_openai.completions[-1].json) == ["a turn without an id", "continuing"]
+            listing = json.loads((await later.call_tool("list_conversations", {})).content[0].text)
+            by_id = {t["id"]: t for t in listing["conversations"]}
+            assert set(by_id) == {"plato"}
+            assert by_id["plato"]["title"] == "Tell me about Plato's Republic"
+            assert by_id["plato"]["messageCount"] == 2
             await later.call_tool("delete_conversation", {"conversation_id": "plato"})
             with pytest.raises(ToolError, match="no stored conversation for conversation_id 'plato'"):
                 await later.call_tool("delete_conversation", {"conversation_id": "plato"})

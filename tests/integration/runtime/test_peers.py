@@ -396,7 +396,7 @@ async def test_inspector_cli_lists_and_calls(agent: ServedAgent, mcp_peers: McpP
     # Kept under the session (the Inspector holds one), and the result names the conversation.
     assert answer["content"] == [{"type": "text", "text": "you said: hi"}]
     assert answer["isError"] is False
-    assert answer["_meta"]["pallas.dev/conversationId"].startswith("session:")
+    assert answer["_meta"]["pallas.dev/conversationId"].startswith("session-")
 
     assert [p["name"] for p in prompts["prompts"]] == [HISTORY_PROMPT]
 

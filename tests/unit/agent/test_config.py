@@ -213,3 +213,40 @@ def test_agent_config_is_immutable() -> None:
     with pytest.raises(ValueError, match="frozen"):
         config.name = "other"  # type: ignore[misc]
     assert isinstance(config, AgentConfig)
+
+
+def test_conversations_are_keyed_by_namespace_deployment_name_and_uid() -> None:
+    pod = render_agent("research", agent(), deployment(), {}, namespace="team-a", uid="0f9e-uid").config
+    assert pod.identity == "team-a/ouranos/research/0f9e-uid"
+    other = render_agent("research", agent(deployment="hyperion"), deployment(), {}, namespace="team-a")
+    assert other.config.identity == "team-a/hyperion/research"  # pallas run: no UID, re-runs continue
+    assert render_agent("research", agent(), deployment(), {}, namespace="team-b").config.identity == (
+        "team-b/ouranos/research"
+    )
+    # A config written by hand keys by the agent's name, as before identities.
+    assert parse_config(minimal()).identity == "research"
+
+
+@pytest.mark.parametrize(
+    ("deployment_scope", "agent_scope", "auth", "scope"),
+    [
+        (None, None, "none", "session"),  # private without identities
+        (None, None, "oidc", "caller"),  # continuous per identified caller
+        ("request", None, "oidc", "request"),
+        ("request", "caller", "none", "caller"),  # the agent overrides the deployment
+    ],
+)
+def test_the_conversation_scope_follows_the_agent_then_the_deployment_then_auth(
+    deployment_scope: str | None, agent_scope: str | None, auth: str, scope: str
+) -> None:
+    dep = deployment(
+        conversations={"scope": deployment_scope} if deployment_scope else {},
+        auth={
+            "mode": auth,
+            **({"oidc": {"issuer": "https://idp.example", "audience": "a"}} if auth == "oidc" else {}),
+        },
+    )
+    spec = agent(conversations={"scope": agent_scope} if agent_scope else {})
+    config = render_agent("research", spec, dep, {}, url="http://research.agents.svc:8000/mcp").config
+    assert config.conversation_scope == scope
+    assert config.conversations.abandoned_after_seconds == 604_800

@@ -14,7 +14,15 @@ from pallas_runtime.conversations import sql as sql_module
 from pallas_runtime.conversations.memory import MemoryStore
 from pallas_runtime.conversations.model import ConversationStore, TurnLost
 from pallas_runtime.conversations.sql import SqlStore, engine_url
-from tests.support.conversations import CONTRACT, StoreFactory, commit, key, started, turn
+from tests.support.conversations import (
+    CONTRACT,
+    StoreFactory,
+    agents_stay_apart_adopt_legacy_rows_and_lose_predecessors_and_abandoned_ones,
+    commit,
+    key,
+    started,
+    turn,
+)
 
 
 def memory_factory(_: Path) -> StoreFactory:
@@ -177,3 +185,12 @@ async def test_the_memory_store_evicts_past_held_conversations_and_counts_each_a
     await commit(expiring, key("old"), turn(2))
     assert await expiring.count("harper") == 2
     assert expiring._counts["harper"] == 2
+
+
+async def test_sqlite_agents_stay_apart_adopt_legacy_rows_and_lose_predecessors_and_abandoned_ones(
+    tmp_path: Path,
+) -> None:
+    url = engine_url("sqlite", str(tmp_path / "shared.db"))
+    await agents_stay_apart_adopt_legacy_rows_and_lose_predecessors_and_abandoned_ones(
+        lambda **options: SqlStore("sqlite", url, max_messages=200, **options), ""
+    )
