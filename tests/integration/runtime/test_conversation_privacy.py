@@ -252,3 +252,23 @@ async def test_two_deployments_on_one_database_stay_apart_and_a_recreated_agent_
     with contextlib.closing(sqlite3.connect(db)) as conn:
         agents = {row[0] for row in conn.execute("SELECT DISTINCT agent FROM pallas_conversations")}
     assert agents == {"team-a/tenant-two/keeper/uid-2", "team-a/tenant-one/keeper/uid-3"}
+
+
+async def test_a_shared_single_user_agent_is_expressible_and_says_so_loudly(
+    fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake_openai.default = Text("ok")
+    cfg = agent_config(fake_openai.base_url, name="desk", conversations={"scope": "caller"})
+    with caplog.at_level(logging.WARNING, logger="pallas.server"):
+        async with serve_agent(cfg) as agent:
+            async with client(agent.url) as (first, _):
+                tools = {t.name: t.description or "" for t in await first.list_tools()}
+                _, kept_in = await send(first, "my name is Ada")
+            async with client(agent.url) as (second, _):  # another client entirely
+                await send(second, "what is my name?")
+                assert await listed(second) == {"default"}
+    assert kept_in == "default"
+    assert user_texts(fake_openai.completions[-1].json) == ["my name is Ada", "what is my name?"]
+    assert "every client continues the same conversation" in tools["send_message"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("every client continues one shared conversation" in w for w in warnings), warnings
