@@ -74,6 +74,7 @@ def tool_activity(message: AssistantMessage | ToolResultsMessage) -> list[str]:
             lines.append(f"[tool call] {call.name} {_cut(arguments, HISTORY_ARGUMENTS_LIMIT)}")
         return lines
     return [
-        f"[tool {'error' if r.is_error else 'result'}] {r.name}: {_cut(_result_text(r), HISTORY_RESULT_LIMIT)}"
+        f"[tool {'error' if r.is_error else 'result'}] {r.name}: "
+        + _cut(_result_text(r), HISTORY_RESULT_LIMIT)
         for r in message.results
     ]

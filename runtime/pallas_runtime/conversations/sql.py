@@ -284,8 +284,10 @@ class SqlStore:
     # --- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Migrate and claim the agent's rows if the database answers (else housekeeping retries)
-        and start the housekeeping: TTL sweep, heartbeat, abandoned agents.
+        """Migrate, claim the agent's rows and start the housekeeping.
+
+        An unanswering database is not an error here: the first use migrates, and the
+        housekeeping (TTL sweep, heartbeat, abandoned agents) claims once it answers.
         """
         self._migrating = asyncio.Lock()
         with contextlib.suppress(StoreUnavailable):
