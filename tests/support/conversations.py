@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from fastmcp import Client
 
 from pallas_runtime.conversations import tenancy
 from pallas_runtime.conversations.model import (
@@ -237,6 +238,23 @@ async def agents_stay_apart_adopt_legacy_rows_and_lose_predecessors_and_abandone
     finally:
         for store in stores:
             await store.aclose()
+
+
+CONVERSATION_META = "pallas.dev/conversationId"
+
+
+async def send(c: Client[Any], message: str, conversation_id: str | None = None) -> tuple[str, Any]:
+    """`send_message` over MCP: the answer, and the conversation the turn was kept in."""
+    arguments: dict[str, Any] = {"message": message}
+    if conversation_id is not None:
+        arguments["conversation_id"] = conversation_id
+    result = await c.call_tool("send_message", arguments)
+    return result.content[0].text, (result.meta or {}).get(CONVERSATION_META)
+
+
+def user_texts(request_json: dict[str, Any]) -> list[str]:
+    """The user messages of an OpenAI chat request, in order."""
+    return [m["content"] for m in request_json["messages"] if m["role"] == "user"]
 
 
 async def started(store: ConversationStore) -> AsyncIterator[ConversationStore]:

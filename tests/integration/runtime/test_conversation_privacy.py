@@ -28,19 +28,15 @@ from fastmcp.exceptions import ToolError
 
 from pallas_api.config import AgentConfig
 from tests.support.agents import agent_config, serve_agent
+from tests.support.conversations import send, user_texts
 from tests.support.fake_llm import Call, FakeOpenAI, Text, ToolCalls
 from tests.support.mcp_servers import serve
 from tests.support.oidc import AUDIENCE, Issuer, oidc_issuer
 from tests.support.postgres import Postgres
 
 DSN_ENV = "PALLAS_CONVERSATIONS_DSN"
-CONVERSATION_META = "pallas.dev/conversationId"
 
 pytestmark = pytest.mark.timeout(240)
-
-
-def user_texts(request_json: dict[str, Any]) -> list[str]:
-    return [m["content"] for m in request_json["messages"] if m["role"] == "user"]
 
 
 @contextlib.asynccontextmanager
@@ -59,14 +55,6 @@ async def client(url: str, token: str | None = None) -> AsyncIterator[tuple[Clie
     transport = StreamableHttpTransport(url, httpx_client_factory=factory, auth=token)
     async with Client(transport, mode="legacy", timeout=60) as c:
         yield c, seen
-
-
-async def send(c: Client[Any], message: str, conversation_id: str | None = None) -> tuple[str, Any]:
-    arguments: dict[str, Any] = {"message": message}
-    if conversation_id is not None:
-        arguments["conversation_id"] = conversation_id
-    result = await c.call_tool("send_message", arguments)
-    return result.content[0].text, (result.meta or {}).get(CONVERSATION_META)
 
 
 async def listed(c: Client[Any]) -> set[str]:

@@ -19,11 +19,11 @@ from fastmcp.exceptions import ToolError
 from pallas_api.config import AgentConfig
 from pallas_runtime.metrics import RuntimeMetrics
 from tests.support.agents import agent_config, serve_agent
+from tests.support.conversations import send, user_texts
 from tests.support.fake_llm import Call, Delay, FakeOpenAI, Hold, HttpError, Text, ToolCalls
 from tests.support.postgres import Postgres, running_postgres
 
 DSN_ENV = "PALLAS_CONVERSATIONS_DSN"
-CONVERSATION_META = "pallas.dev/conversationId"
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -44,18 +44,6 @@ def config(llm: FakeOpenAI, store: dict[str, Any], name: str = "keeper", **field
 async def client(url: str) -> AsyncIterator[Client[Any]]:
     async with Client(StreamableHttpTransport(url), mode="legacy", timeout=60) as c:
         yield c
-
-
-async def send(c: Client[Any], message: str, conversation_id: str | None = None) -> tuple[str, Any]:
-    arguments: dict[str, Any] = {"message": message}
-    if conversation_id is not None:
-        arguments["conversation_id"] = conversation_id
-    result = await c.call_tool("send_message", arguments)
-    return result.content[0].text, (result.meta or {}).get(CONVERSATION_META)
-
-
-def user_texts(request_json: dict[str, Any]) -> list[str]:
-    return [m["content"] for m in request_json["messages"] if m["role"] == "user"]
 
 
 @pytest.fixture
