@@ -279,20 +279,17 @@ class SqlStore:
         self._identity = identity
         self._legacy_name = legacy_name
         self._abandoned_after = timedelta(seconds=abandoned_after) if abandoned_after else None
-        self._claimed = False
 
     # --- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
         """Migrate, claim the agent's rows and start the housekeeping.
 
-        An unanswering database is not an error here: the first use migrates, and the
-        housekeeping (TTL sweep, heartbeat, abandoned agents) claims once it answers.
+        An unanswering database is not an error here: the first use migrates and claims.
         """
         self._migrating = asyncio.Lock()
         with contextlib.suppress(StoreUnavailable):
             await self._ready()
-            await self._claim()
         if self._ttl is not None or self._identity is not None:
             self._sweeper = asyncio.create_task(self._sweep_forever(), name="conversations-housekeeping")
 
@@ -346,6 +343,8 @@ class SqlStore:
         async with self._migrating:  # one migration at a time; a second one finds nothing to do
             if not self._migrated:
                 await self._db.transaction(_migrate)
+                # Before any turn: a turn on a legacy conversation must find it adopted.
+                await self._claim()
             self._migrated = True
 
     async def check(self) -> str | None:
@@ -535,25 +534,25 @@ class SqlStore:
         return await self._transaction(sweep)
 
     async def _claim(self) -> None:
-        if self._identity is None or self._claimed:
+        """Heartbeat, adopt legacy rows, delete predecessors' (`tenancy.claim`); part of `_ready`."""
+        if self._identity is None:
             return
-        adopted, removed = await self._transaction(
-            lambda c: tenancy.claim(c, self._identity or "", self._legacy_name, _now())
+        identity = self._identity
+        adopted, removed = await self._db.transaction(
+            lambda c: tenancy.claim(c, identity, self._legacy_name, _now())
         )
-        self._claimed = True
         if adopted:
             log.info("adopted %d conversations stored under the agent's name before identities", adopted)
         if removed:
             log.info("deleted %d conversations of this agent's deleted predecessors", removed)
 
     async def housekeeping(self) -> None:
-        """One round: TTL sweep, then claim (until it succeeds), heartbeat, abandoned agents."""
+        """One round: TTL sweep, heartbeat, abandoned agents."""
         expired = await self.sweep()
         if expired:
             log.info("deleted %d conversations older than the TTL", expired)
         if self._identity is None:
             return
-        await self._claim()
         identity, now = self._identity, _now()
         await self._transaction(lambda c: tenancy.heartbeat(c, identity, now))
         if self._abandoned_after is not None:

@@ -18,14 +18,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, and_, delete, exists, insert, literal, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from pallas_runtime.conversations.tables import agents
 from pallas_runtime.conversations.tables import conversations as conv
 from pallas_runtime.conversations.tables import messages as msg
 
 _COPIED = ("owner", "id", "title", "created_at", "updated_at", "message_count", "next_seq", "version")
+
+
+def _insert(connection: Connection) -> Callable[..., Any]:
+    """The dialect's INSERT, which knows ON CONFLICT."""
+    return sqlite_insert if connection.dialect.name == "sqlite" else pg_insert
 
 
 def heartbeat(connection: Connection, identity: str, now: datetime) -> None:
@@ -65,7 +73,10 @@ def claim(connection: Connection, identity: str, legacy_name: str | None, now: d
         legacy = select(literal(identity), *(conv.c[c] for c in _COPIED)).where(
             conv.c.agent == legacy_name, ~taken
         )
-        adopted = int(connection.execute(insert(conv).from_select(["agent", *_COPIED], legacy)).rowcount)
+        # Two replicas may claim at once: the second one's copies of rows the first adopted are
+        # skipped (ON CONFLICT DO NOTHING), and its moves and deletes then find nothing left.
+        adopt = _insert(connection)(conv).from_select(["agent", *_COPIED], legacy).on_conflict_do_nothing()
+        adopted = int(connection.execute(adopt).rowcount)
         if adopted:
             owned = exists().where(
                 mine.c.agent == identity, mine.c.owner == msg.c.owner, mine.c.id == msg.c.conversation_id
