@@ -48,6 +48,7 @@ from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.agent.trace import tool_activity, tool_trace
 from pallas_runtime.agent.turns import Conversations, NoConversation, Reply
 from pallas_runtime.auth import build_auth
+from pallas_runtime.auth.credential import SingleCredential, forwarded_credential
 from pallas_runtime.conversations.caller import checked_id, current_caller
 from pallas_runtime.conversations.factory import build_store
 from pallas_runtime.conversations.model import ConversationBusy, ConversationStore, StoreUnavailable, TurnLost
@@ -374,7 +375,7 @@ def build_server(
         log.log(level, "send_message failed: %s", text, extra={"agent": agent, "code": code.value})
         return CodedToolError(text, code)
 
-    _EDGES[server] = _Edges(lambda: metrics.requests_refused.labels(agent, "too_large").inc(), inflight)
+    _EDGES[server] = _Edges(lambda reason: metrics.requests_refused.labels(agent, reason).inc(), inflight)
 
     async def send_message(
         message: str,
@@ -394,7 +395,7 @@ def build_server(
                 provider.check_params(params)
         except (InvalidInput, ValueError) as exc:
             raise failed(exc, ErrorCode.INVALID_ARGUMENTS) from None
-        inbound_auth = get_http_headers(include={"authorization"}).get("authorization")
+        inbound_auth = forwarded_credential(verified=auth is not None)
         reply: Reply | None = None
         try:
             with inflight.track():
@@ -531,8 +532,8 @@ def build_server(
 class _Edges:
     """What the HTTP edge of one agent server needs from it."""
 
-    refused: Callable[[], None]
-    """Counts a request refused before the MCP app (see `agent_app`)."""
+    refused: Callable[[str], None]
+    """Counts a request refused before the MCP app, by reason (see `agent_app`)."""
     inflight: InFlight
     """Its running send_message calls (see `stop_turns`)."""
 
@@ -549,7 +550,9 @@ async def stop_turns(server: FastMCP) -> int:
 def agent_app(server: FastMCP, allowed_hosts: Sequence[str] = ()) -> ASGIApp:
     """The agent's HTTP app: MCP at /mcp plus the probe and metrics routes.
 
-    Requests over the MCP SDK's body limit are refused with a JSON-RPC error naming the limit.
+    Requests over the MCP SDK's body limit are refused with a JSON-RPC error naming the limit,
+    and requests with more than one `Authorization` header with 400 `invalid_request`, before
+    authentication (`SingleCredential`: the agent verifies one credential and forwards it).
 
     DNS-rebinding protection is explicit: fastmcp 4.1.2's setting defaults to off. In "auto"
     mode it checks Host and Origin for servers bound to loopback (all of `pallas run`); listed
@@ -560,7 +563,9 @@ def agent_app(server: FastMCP, allowed_hosts: Sequence[str] = ()) -> ASGIApp:
         path="/mcp", host_origin_protection="auto", allowed_hosts=list(allowed_hosts) or None
     )
     edges = _EDGES.get(server)
-    return RequestLimit(app, MAX_REQUEST_BYTES, edges.refused if edges else lambda: None)
+    refused = edges.refused if edges else lambda _: None
+    one_credential = SingleCredential(app, lambda: refused("credentials"))
+    return RequestLimit(one_credential, MAX_REQUEST_BYTES, lambda: refused("too_large"))
 
 
 def secret_env_names(config: AgentConfig) -> list[str]:
