@@ -15,6 +15,7 @@ import contextlib
 import importlib
 import json
 import logging
+import os
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -38,6 +39,7 @@ from starlette.types import ASGIApp
 from pallas_api.config import AgentConfig, RequestParams
 from pallas_api.errors import ErrorCode, error_content
 from pallas_api.health import utc_timestamp
+from pallas_api.logs import SecretValues
 from pallas_api.names import INSTRUCTION_URI, TOOL_CALLS_META
 from pallas_api.validation import describe
 from pallas_runtime import __version__
@@ -277,7 +279,7 @@ def build_server(
     provider = provider or create_provider(config, environ)
     sources = list(sources) if sources is not None else build_sources(config, environ)
     store = store or build_store(config, environ)
-    loop = AgentLoop(config, provider, sources, metrics)
+    loop = AgentLoop(config, provider, sources, metrics, secret_values(config, environ))
     scope = config.conversation_scope
     conversations = Conversations(config.identity, scope, store, loop)
     if scope == "caller" and config.auth.mode == "none":
@@ -573,6 +575,12 @@ def secret_env_names(config: AgentConfig) -> list[str]:
     names = [config.provider.api_key_env] if config.provider.api_key_env else []
     names += [h.value_from_env for s in config.servers for h in s.headers if h.value_from_env]
     return names
+
+
+def secret_values(config: AgentConfig, environ: Mapping[str, str] | None = None) -> SecretValues:
+    """The values of `secret_env_names(config)`: what tool results are scrubbed of."""
+    env = os.environ if environ is None else environ
+    return SecretValues(value for name in secret_env_names(config) if (value := env.get(name)))
 
 
 LAZY_FASTMCP_IMPORTS = ("key_value.aio.adapters.pydantic", "key_value.aio.stores.memory")
