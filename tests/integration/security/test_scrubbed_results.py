@@ -78,7 +78,8 @@ async def test_secret_header_values_and_the_provider_key_are_scrubbed_from_tool_
 
     # The downstream did receive both secrets: this is what was echoed.
     sent = [r.headers for r in mirror_server.requests if r.method == "POST"]
-    assert sent and all((h["x-api-key"], h["x-gateway-key"]) == (TOOLS_KEY, LLM_KEY) for h in sent)
+    assert sent
+    assert all((h["x-api-key"], h["x-gateway-key"]) == (TOOLS_KEY, LLM_KEY) for h in sent)
 
     tool_message = llm.completions[1].json["messages"][-1]
     assert tool_message["role"] == "tool"
