@@ -62,6 +62,7 @@ from pallas_runtime.llm.factory import create_provider
 from pallas_runtime.llm.provider import LLMError, LLMProvider
 from pallas_runtime.messages import AssistantMessage, ImagePart, TextPart, ToolResultsMessage, UserMessage
 from pallas_runtime.metrics import AUTH_OUTCOMES, CONTENT_TYPE, RuntimeMetrics
+from pallas_runtime.request_ids import OneRequestPerId
 from pallas_runtime.request_limit import MAX_REQUEST_BYTES, RequestLimit
 
 log = logging.getLogger("pallas.server")
@@ -553,8 +554,9 @@ def agent_app(server: FastMCP, allowed_hosts: Sequence[str] = ()) -> ASGIApp:
     """The agent's HTTP app: MCP at /mcp plus the probe and metrics routes.
 
     Requests over the MCP SDK's body limit are refused with a JSON-RPC error naming the limit,
-    and requests with more than one `Authorization` header with 400 `invalid_request`, before
-    authentication (`SingleCredential`: the agent verifies one credential and forwards it).
+    requests with more than one `Authorization` header with 400 `invalid_request`, before
+    authentication (`SingleCredential`: the agent verifies one credential and forwards it), and a
+    request reusing the id of one still in flight on its session with 409 (`OneRequestPerId`).
 
     DNS-rebinding protection is explicit: fastmcp 4.1.2's setting defaults to off. In "auto"
     mode it checks Host and Origin for servers bound to loopback (all of `pallas run`); listed
@@ -566,7 +568,8 @@ def agent_app(server: FastMCP, allowed_hosts: Sequence[str] = ()) -> ASGIApp:
     )
     edges = _EDGES.get(server)
     refused = edges.refused if edges else lambda _: None
-    one_credential = SingleCredential(app, lambda: refused("credentials"))
+    one_per_id = OneRequestPerId(app, MAX_REQUEST_BYTES, lambda: refused("duplicate_id"))
+    one_credential = SingleCredential(one_per_id, lambda: refused("credentials"))
     return RequestLimit(one_credential, MAX_REQUEST_BYTES, lambda: refused("too_large"))
 
 
