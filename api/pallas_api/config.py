@@ -17,6 +17,14 @@ from typing import Annotated, Any, Literal, Self
 import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
+from pallas_api.urls import (
+    PEER_BEARER,
+    PUBLIC_KEYS,
+    PUBLISHED,
+    SECRET_API_KEY,
+    SECRET_HEADER,
+    WithoutCredentials,
+)
 from pallas_api.validation import describe
 from pallas_api.wire import camel_config
 
@@ -52,7 +60,9 @@ class ProviderConfig(_Model):
 
     name: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]
     type: Literal["openai", "anthropic"]
-    base_url: Annotated[str | None, Field(alias="baseURL", pattern=HTTP_URL)] = None
+    base_url: Annotated[
+        str | None, Field(alias="baseURL", pattern=HTTP_URL), WithoutCredentials(SECRET_API_KEY)
+    ] = None
     api_key_env: Annotated[str | None, Field(pattern=ENV_VAR_NAME)] = None
     """Name of the environment variable holding the API key (never the key itself)."""
     api_key_source: Annotated[str | None, Field(max_length=600)] = None
@@ -100,7 +110,7 @@ class DownstreamServer(_Model):
     """A downstream MCP server the agent may call."""
 
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$", max_length=63)]
-    url: Annotated[str, Field(pattern=HTTP_URL)]
+    url: Annotated[str, Field(pattern=HTTP_URL), WithoutCredentials(SECRET_HEADER)]
     transport: Literal["streamable-http", "sse"] = "streamable-http"
     headers: list[HeaderConfig] = Field(default_factory=list)
     forward_inbound_auth: bool = False
@@ -114,7 +124,7 @@ class PeerAgent(_Model):
     """Another Pallas agent offered to the model as the tool `<name>__send_message`."""
 
     name: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]
-    url: Annotated[str, Field(pattern=HTTP_URL)]
+    url: Annotated[str, Field(pattern=HTTP_URL), WithoutCredentials(PEER_BEARER)]
     forward_inbound_auth: bool = True
     """Agents of one deployment share a trust boundary, so the caller's bearer rides along."""
     timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 600.0
@@ -322,9 +332,11 @@ class KubernetesAuthConfig(_Model):
 class OidcConfig(_Model):
     """The issuer whose JWTs the agent accepts (`mode: oidc`)."""
 
-    issuer: Annotated[str, Field(pattern=HTTP_URL)]
+    issuer: Annotated[str, Field(pattern=HTTP_URL), WithoutCredentials(PUBLIC_KEYS)]
     audience: Annotated[str, Field(min_length=1)]
-    jwks_url: Annotated[str | None, Field(alias="jwksURL", pattern=HTTP_URL)] = None
+    jwks_url: Annotated[
+        str | None, Field(alias="jwksURL", pattern=HTTP_URL), WithoutCredentials(PUBLIC_KEYS)
+    ] = None
     """Default: discovered from the issuer's `/.well-known/openid-configuration`."""
     subject_claim: str = "sub"
     groups_claim: str = "groups"
@@ -346,7 +358,7 @@ class AuthConfig(_Model):
     mode: Literal["none", "kubernetes", "oidc"] = "none"
     namespace: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)] = "default"
     """The agent's namespace: where the SubjectAccessReview asks about `pallasagents/<name>`."""
-    resource: Annotated[str | None, Field(pattern=HTTP_URL)] = None
+    resource: Annotated[str | None, Field(pattern=HTTP_URL), WithoutCredentials(PUBLISHED)] = None
     """The agent's MCP URL as clients use it: the RFC 9728 `resource`."""
     kubernetes: KubernetesAuthConfig = KubernetesAuthConfig()
     oidc: OidcConfig | None = None

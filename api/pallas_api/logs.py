@@ -83,22 +83,44 @@ _KOPF_ATTRS = ("settings", "k8s_skip", "k8s_ref")
 _FIELDS: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar("pallas_log_fields")
 
 
+REDACTED = "[redacted]"
+MIN_SECRET_LENGTH = 6
+"""Shorter values would blank out ordinary words, so they are not treated as secrets."""
+
+
+class SecretValues:
+    """Known secret values (API keys, header values from Secrets), replaced wherever they appear.
+
+    What the log filter removes from every line, and what an agent removes from tool results
+    before its model and its caller see them (`pallas_runtime.agent.loop`).
+    """
+
+    def __init__(self, values: Iterable[str] = ()) -> None:
+        # Longest first, so a secret containing another is replaced whole.
+        self._values = sorted({v for v in values if len(v) >= MIN_SECRET_LENGTH}, key=len, reverse=True)
+
+    def __bool__(self) -> bool:
+        return bool(self._values)
+
+    def scrub(self, text: str) -> str:
+        """The text with every known value replaced by `[redacted]`."""
+        for value in self._values:
+            text = text.replace(value, REDACTED)
+        return text
+
+
 class Redactor(logging.Filter):
     """Replaces bearer credentials and known secret values in every record."""
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         super().__init__()
-        # Longest first, so a secret containing another is replaced whole; short values would
-        # blank out ordinary words, so they are not treated as secrets.
-        self._secrets = sorted({s for s in secrets if len(s) >= 6}, key=len, reverse=True)
+        self._secrets = SecretValues(secrets)
 
     def redact(self, text: str) -> str:
         """The text with bearer credentials and known secret values replaced."""
-        text = _BEARER.sub(r"\1 [redacted]", text)
+        text = _BEARER.sub(rf"\1 {REDACTED}", text)
         text = _JWT.sub("[redacted-jwt]", text)
-        for secret in self._secrets:
-            text = text.replace(secret, "[redacted]")
-        return text
+        return self._secrets.scrub(text)
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Redact the record in place (its traceback folded into the message); never drops it."""

@@ -28,6 +28,7 @@ from pallas_api.config import (
     RequestParams,
     ToolPolicy,
 )
+from pallas_api.urls import PUBLIC_KEYS, PUBLISHED, SECRET_API_KEY, SECRET_HEADER, WithoutCredentials
 from pallas_api.wire import camel_config
 
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -138,7 +139,11 @@ class ProviderSpec(_Spec):
     type: Literal["openai", "anthropic"]
     """Wire protocol: `openai` (Chat Completions: OpenAI, vLLM, llama.cpp, LiteLLM, Ollama…) or
     `anthropic` (Messages)."""
-    base_url: Annotated[str | None, Field(alias="baseURL", pattern=HTTP_URL)] = None
+    base_url: Annotated[
+        str | None,
+        Field(alias="baseURL", pattern=HTTP_URL, max_length=2048),
+        WithoutCredentials(SECRET_API_KEY),
+    ] = None
     """Endpoint base URL, e.g. `http://vllm.llm.svc:8000/v1`; default: the vendor's public API."""
     api_key: SecretSource | None = None
     """API key, by Secret reference. Optional for local OpenAI-compatible servers."""
@@ -175,8 +180,8 @@ class HeaderSpec(_Spec):
 class McpServerSpec(_Spec):
     """A downstream MCP server agents of the deployment may use."""
 
-    url: Annotated[str, Field(pattern=HTTP_URL, max_length=2048)]
-    """MCP endpoint URL."""
+    url: Annotated[str, Field(pattern=HTTP_URL, max_length=2048), WithoutCredentials(SECRET_HEADER)]
+    """MCP endpoint URL (credentials go in `headers`, never in the URL)."""
     transport: Literal["streamable-http", "sse"] = "streamable-http"
     """MCP transport."""
     timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 30.0
@@ -198,9 +203,15 @@ class RegistrySpec(_Spec):
     """Service port of the registry."""
     name_prefix: Annotated[str | None, Field(pattern=REVERSE_DNS, max_length=200)] = None
     """Reverse-DNS part of each server.name; default derived from the namespace."""
-    public_url_template: Annotated[str, Field(alias="publicURLTemplate", max_length=2048)] = ""
+    public_url_template: Annotated[
+        str, Field(alias="publicURLTemplate", max_length=2048), WithoutCredentials(PUBLISHED)
+    ] = ""
     """Public agent URL, e.g. `https://agents.example.com/{agent}/mcp`; default: cluster DNS."""
-    public_url: Annotated[str, Field(alias="publicURL", pattern=OPTIONAL_HTTP_URL, max_length=2048)] = ""
+    public_url: Annotated[
+        str,
+        Field(alias="publicURL", pattern=OPTIONAL_HTTP_URL, max_length=2048),
+        WithoutCredentials(PUBLISHED),
+    ] = ""
     """The registry's URL as clients reach it, e.g. `https://agents.example.com/pallas/`; relative
     icon `src` values resolve against it. Default: its cluster URL."""
 
@@ -327,11 +338,13 @@ class KubernetesAuthSpec(_Spec):
 class OidcSpec(_Spec):
     """The OpenID Connect issuer whose JWTs agents accept (`mode: oidc`)."""
 
-    issuer: Annotated[str, Field(pattern=HTTP_URL, max_length=2048)]
+    issuer: Annotated[str, Field(pattern=HTTP_URL, max_length=2048), WithoutCredentials(PUBLIC_KEYS)]
     """Issuer URL; a token's `iss` must equal it exactly."""
     audience: Annotated[str, Field(min_length=1, max_length=2048)]
     """A token's `aud` must contain it (the client id or API identifier registered at the issuer)."""
-    jwks_url: Annotated[str | None, Field(alias="jwksURL", pattern=HTTP_URL, max_length=2048)] = None
+    jwks_url: Annotated[
+        str | None, Field(alias="jwksURL", pattern=HTTP_URL, max_length=2048), WithoutCredentials(PUBLIC_KEYS)
+    ] = None
     """Where the issuer publishes its signing keys; default: `jwks_uri` of the issuer's
     `/.well-known/openid-configuration`."""
     subject_claim: Annotated[str, Field(pattern=CLAIM_NAME, max_length=128)] = "sub"
@@ -467,7 +480,7 @@ class PallasDeploymentSpec(_Spec):
 class Icon(_Spec):
     """An icon shown by clients (MCP registry `icons`)."""
 
-    src: Annotated[str, Field(pattern=ICON_SRC, min_length=1, max_length=2048)]
+    src: Annotated[str, Field(pattern=ICON_SRC, min_length=1, max_length=2048), WithoutCredentials(PUBLISHED)]
     """Icon URL: https, a data: URI, or relative (`/icons/research.svg`, resolved against the
     registry's public URL)."""
     mime_type: Annotated[str | None, Field(pattern=r"^image/[A-Za-z0-9.+-]+$")] = None

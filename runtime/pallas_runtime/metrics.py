@@ -100,7 +100,7 @@ class RuntimeMetrics:
         )
         self.requests_refused = counter(
             "pallas_requests_refused",
-            "MCP requests refused before reaching a tool, by reason (too_large).",
+            "MCP requests refused before reaching a tool, by reason (too_large, credentials, duplicate_id).",
             ["agent", "reason"],
         )
         self.auth_requests_total = counter(

@@ -15,6 +15,7 @@ import contextlib
 import importlib
 import json
 import logging
+import os
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -38,6 +39,7 @@ from starlette.types import ASGIApp
 from pallas_api.config import AgentConfig, RequestParams
 from pallas_api.errors import ErrorCode, error_content
 from pallas_api.health import utc_timestamp
+from pallas_api.logs import SecretValues
 from pallas_api.names import INSTRUCTION_URI, TOOL_CALLS_META
 from pallas_api.validation import describe
 from pallas_runtime import __version__
@@ -48,6 +50,7 @@ from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.agent.trace import tool_activity, tool_trace
 from pallas_runtime.agent.turns import Conversations, NoConversation, Reply
 from pallas_runtime.auth import build_auth
+from pallas_runtime.auth.credential import SingleCredential, forwarded_credential
 from pallas_runtime.conversations.caller import checked_id, current_caller
 from pallas_runtime.conversations.factory import build_store
 from pallas_runtime.conversations.model import ConversationBusy, ConversationStore, StoreUnavailable, TurnLost
@@ -59,6 +62,7 @@ from pallas_runtime.llm.factory import create_provider
 from pallas_runtime.llm.provider import LLMError, LLMProvider
 from pallas_runtime.messages import AssistantMessage, ImagePart, TextPart, ToolResultsMessage, UserMessage
 from pallas_runtime.metrics import AUTH_OUTCOMES, CONTENT_TYPE, RuntimeMetrics
+from pallas_runtime.request_ids import OneRequestPerId
 from pallas_runtime.request_limit import MAX_REQUEST_BYTES, RequestLimit
 
 log = logging.getLogger("pallas.server")
@@ -276,7 +280,7 @@ def build_server(
     provider = provider or create_provider(config, environ)
     sources = list(sources) if sources is not None else build_sources(config, environ)
     store = store or build_store(config, environ)
-    loop = AgentLoop(config, provider, sources, metrics)
+    loop = AgentLoop(config, provider, sources, metrics, secret_values(config, environ))
     scope = config.conversation_scope
     conversations = Conversations(config.identity, scope, store, loop)
     if scope == "caller" and config.auth.mode == "none":
@@ -374,7 +378,7 @@ def build_server(
         log.log(level, "send_message failed: %s", text, extra={"agent": agent, "code": code.value})
         return CodedToolError(text, code)
 
-    _EDGES[server] = _Edges(lambda: metrics.requests_refused.labels(agent, "too_large").inc(), inflight)
+    _EDGES[server] = _Edges(lambda reason: metrics.requests_refused.labels(agent, reason).inc(), inflight)
 
     async def send_message(
         message: str,
@@ -394,7 +398,7 @@ def build_server(
                 provider.check_params(params)
         except (InvalidInput, ValueError) as exc:
             raise failed(exc, ErrorCode.INVALID_ARGUMENTS) from None
-        inbound_auth = get_http_headers(include={"authorization"}).get("authorization")
+        inbound_auth = forwarded_credential(verified=auth is not None)
         reply: Reply | None = None
         try:
             with inflight.track():
@@ -531,8 +535,8 @@ def build_server(
 class _Edges:
     """What the HTTP edge of one agent server needs from it."""
 
-    refused: Callable[[], None]
-    """Counts a request refused before the MCP app (see `agent_app`)."""
+    refused: Callable[[str], None]
+    """Counts a request refused before the MCP app, by reason (see `agent_app`)."""
     inflight: InFlight
     """Its running send_message calls (see `stop_turns`)."""
 
@@ -549,7 +553,10 @@ async def stop_turns(server: FastMCP) -> int:
 def agent_app(server: FastMCP, allowed_hosts: Sequence[str] = ()) -> ASGIApp:
     """The agent's HTTP app: MCP at /mcp plus the probe and metrics routes.
 
-    Requests over the MCP SDK's body limit are refused with a JSON-RPC error naming the limit.
+    Requests over the MCP SDK's body limit are refused with a JSON-RPC error naming the limit,
+    requests with more than one `Authorization` header with 400 `invalid_request`, before
+    authentication (`SingleCredential`: the agent verifies one credential and forwards it), and a
+    request reusing the id of one still in flight on its session with 409 (`OneRequestPerId`).
 
     DNS-rebinding protection is explicit: fastmcp 4.1.2's setting defaults to off. In "auto"
     mode it checks Host and Origin for servers bound to loopback (all of `pallas run`); listed
@@ -560,7 +567,10 @@ def agent_app(server: FastMCP, allowed_hosts: Sequence[str] = ()) -> ASGIApp:
         path="/mcp", host_origin_protection="auto", allowed_hosts=list(allowed_hosts) or None
     )
     edges = _EDGES.get(server)
-    return RequestLimit(app, MAX_REQUEST_BYTES, edges.refused if edges else lambda: None)
+    refused = edges.refused if edges else lambda _: None
+    one_per_id = OneRequestPerId(app, MAX_REQUEST_BYTES, lambda: refused("duplicate_id"))
+    one_credential = SingleCredential(one_per_id, lambda: refused("credentials"))
+    return RequestLimit(one_credential, MAX_REQUEST_BYTES, lambda: refused("too_large"))
 
 
 def secret_env_names(config: AgentConfig) -> list[str]:
@@ -568,6 +578,12 @@ def secret_env_names(config: AgentConfig) -> list[str]:
     names = [config.provider.api_key_env] if config.provider.api_key_env else []
     names += [h.value_from_env for s in config.servers for h in s.headers if h.value_from_env]
     return names
+
+
+def secret_values(config: AgentConfig, environ: Mapping[str, str] | None = None) -> SecretValues:
+    """The values of `secret_env_names(config)`: what tool results are scrubbed of."""
+    env = os.environ if environ is None else environ
+    return SecretValues(value for name in secret_env_names(config) if (value := env.get(name)))
 
 
 LAZY_FASTMCP_IMPORTS = ("key_value.aio.adapters.pydantic", "key_value.aio.stores.memory")

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from tests.support.operator import Manifest, agent, at, deployment, spec, without
 
 LONG_NAME = "d" + "x" * 55
+PASSWORD = "hunter2-in-a-url"
+USER_INFO = f"admin:{PASSWORD}"
+"""Credentials in a URL: refused everywhere, and never repeated by a refusal."""
 
 
 @dataclass(frozen=True)
@@ -329,6 +332,87 @@ INVALID = [
         deployment("d1", at("spec.network", {"policy": True, "allowFrom": [{}]})),
         refused_with=["an allowFrom entry needs namespaceSelector, podSelector or both"],
         reported_as=["spec.network.allowFrom.0: ", "needs namespaceSelector, podSelector or both"],
+    ),
+    *(
+        Case(
+            f"credentials-in-{name}",
+            manifest,
+            refused_with=["must not carry credentials (user:password@host)", instead],
+            reported_as=[f"{field}: must not carry credentials (user:password@host)", instead],
+        )
+        for name, manifest, field, instead in [
+            (
+                "server-url",
+                deployment("d1", at("spec.mcpServers.argos.url", f"https://{USER_INFO}@argos.example/mcp")),
+                "spec.mcpServers.argos.url",
+                "put them in a header from a Secret instead",
+            ),
+            (
+                "provider-base-url",
+                deployment(
+                    "d1", at("spec.providers.vllm.baseURL", f"http://{USER_INFO}@vllm.llm.svc:8000/v1")
+                ),
+                "spec.providers.vllm.baseURL",
+                "put the key in apiKey",
+            ),
+            (
+                "public-url-template",
+                deployment(
+                    "d1",
+                    at(
+                        "spec.registry.publicURLTemplate", f"https://{USER_INFO}@agents.example/{{agent}}/mcp"
+                    ),
+                ),
+                "spec.registry.publicURLTemplate",
+                "published to every client",
+            ),
+            (
+                "registry-public-url",
+                deployment("d1", at("spec.registry.publicURL", f"https://{USER_INFO}@agents.example/")),
+                "spec.registry.publicURL",
+                "published to every client",
+            ),
+            (
+                "oidc-issuer",
+                deployment(
+                    "d1",
+                    at(
+                        "spec.auth",
+                        {
+                            "mode": "oidc",
+                            "oidc": {"issuer": f"https://{USER_INFO}@id.example", "audience": "a"},
+                        },
+                    ),
+                ),
+                "spec.auth.oidc.issuer",
+                "signing keys are public",
+            ),
+            (
+                "oidc-jwks-url",
+                deployment(
+                    "d1",
+                    at(
+                        "spec.auth",
+                        {
+                            "mode": "oidc",
+                            "oidc": {
+                                "issuer": "https://id.example",
+                                "audience": "a",
+                                "jwksURL": f"https://{USER_INFO}@id.example/keys",
+                            },
+                        },
+                    ),
+                ),
+                "spec.auth.oidc.jwksURL",
+                "signing keys are public",
+            ),
+            (
+                "icon-src",
+                agent("a1", spec(icons=[{"src": f"//{USER_INFO}@icons.example/a.svg"}])),
+                "spec.icons.0.src",
+                "published to every client",
+            ),
+        ]
     ),
     Case(
         "access-duplicate-subject",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.support.invalid_manifests import INVALID
+from tests.support.invalid_manifests import INVALID, PASSWORD
 from tests.support.operator import agent, at, deployment, spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,6 +67,26 @@ def test_stdin_and_repeated_files_are_read_together(tmp_path: Path) -> None:
     )
     service_line = stdin.splitlines().index("---") + 2  # the line after the separator
     assert f"<stdin>:{service_line}: Service/web: not a Pallas kind, not checked" in result.stderr
+
+
+def test_credentials_in_urls_are_reported_per_field_without_repeating_the_password() -> None:
+    docs = []
+    for case in INVALID:
+        if case.id.startswith("credentials-in-"):
+            docs.append(copy.deepcopy(case.manifest))
+            at("metadata.namespace", case.id)(docs[-1])
+            if docs[-1]["kind"] == "PallasAgent":
+                docs.append(deployment("ouranos", at("metadata.namespace", case.id)))
+    result = _validate("-f", "-", stdin=yaml.safe_dump_all(docs))
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert len(lines) == 7
+    assert all("must not carry credentials (user:password@host): " in line for line in lines), lines
+    assert (
+        "spec.mcpServers.argos.url: must not carry credentials (user:password@host): put them in a "
+        in lines[0]
+    )
+    assert PASSWORD not in result.stdout + result.stderr
 
 
 def test_bad_yaml_and_unreadable_files_are_usage_errors(tmp_path: Path) -> None:

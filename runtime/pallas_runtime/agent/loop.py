@@ -6,6 +6,11 @@ sees and is enforced again at dispatch: a call to a denied tool gets an error re
 in `pallas_tool_denied_total`. Every failure the model can recover from (unknown tool, bad
 arguments, downstream errors) goes back to it as an error result; LLM failures and running out
 of iterations end the call.
+
+Tool results (and a downstream call's progress messages) are scrubbed of the agent's own secret
+values (its provider key, its servers' header values from Secrets) before the model or the caller
+sees them: a server that echoes the headers it received would otherwise hand the model, its
+provider and the conversation the keys the agent holds (the same values the logs redact).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from dataclasses import dataclass
 
 from pallas_api.config import AgentConfig, RequestParams
 from pallas_api.errors import ErrorCode
+from pallas_api.logs import SecretValues
 from pallas_runtime.agent.audit import Outcome, audit_tool_call
 from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.conversations.model import ConversationKey
@@ -27,6 +33,7 @@ from pallas_runtime.downstream.call_path import CallPath
 from pallas_runtime.downstream.source import (
     DownstreamError,
     DownstreamTimeout,
+    ProgressHandler,
     RemoteTool,
     ToolOutcome,
     ToolSource,
@@ -106,11 +113,13 @@ class AgentLoop:
         provider: LLMProvider,
         sources: Sequence[ToolSource],
         metrics: RuntimeMetrics,
+        secrets: SecretValues | None = None,
     ) -> None:
         self._config = config
         self._provider = provider
         self._sources = list(sources)
         self._metrics = metrics
+        self._secrets = secrets or SecretValues()
 
     async def offered_tools(self, inbound_auth: str | None = None) -> dict[str, OfferedTool]:
         """Every tool of every reachable source by its model-facing name, denied ones flagged.
@@ -282,7 +291,7 @@ class AgentLoop:
                 tool.name,
                 call.arguments,
                 inbound_auth=inbound_auth,
-                on_progress=progress.relay(source, tool.name),
+                on_progress=self._scrubbed(progress.relay(source, tool.name)),
                 conversation=conversation,
                 call_path=call_path,
             )
@@ -307,9 +316,24 @@ class AgentLoop:
         )
 
     def _within_budget(self, outcome: ToolOutcome, qualified: str) -> tuple[ContentPart, ...]:
-        """The result as the model gets it: each text cut to `limits.maxToolResultBytes`."""
+        """The result as the model gets it: texts scrubbed of secrets, then cut to size.
+
+        Scrubbed first, so no part of a secret survives the cut to `limits.maxToolResultBytes`.
+        """
         limit = self._config.limits.max_tool_result_bytes
+        scrub = self._secrets.scrub
         return tuple(
-            TextPart(cut_to(p.text, limit, f"result of {qualified}")) if isinstance(p, TextPart) else p
+            TextPart(cut_to(scrub(p.text), limit, f"result of {qualified}")) if isinstance(p, TextPart) else p
             for p in outcome.content
         )
+
+    def _scrubbed(self, relay: ProgressHandler | None) -> ProgressHandler | None:
+        """A downstream call's progress relay whose messages are scrubbed of the agent's secrets."""
+        if relay is None or not self._secrets:
+            return relay
+        scrub = self._secrets.scrub
+
+        async def forward(progress: float, total: float | None, message: str | None) -> None:
+            await relay(progress, total, scrub(message) if message else message)
+
+        return forward

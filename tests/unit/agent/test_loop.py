@@ -10,6 +10,7 @@ import pytest
 
 from pallas_api.config import RequestParams, parse_config
 from pallas_api.errors import ErrorCode
+from pallas_api.logs import SecretValues
 from pallas_runtime.agent.loop import AgentLoop, MaxIterationsExceeded, ToolChoiceUnavailable, llm_tool_name
 from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.downstream.source import DownstreamError, DownstreamTimeout, ProgressHandler, ToolOutcome
@@ -27,7 +28,7 @@ from tests.unit.agent.doubles import FakeSource, ScriptedProvider, calls, failin
 
 
 def make(
-    script: list[Any], sources: list[FakeSource], **config: Any
+    script: list[Any], sources: list[FakeSource], *, secrets: SecretValues | None = None, **config: Any
 ) -> tuple[AgentLoop, ScriptedProvider, RuntimeMetrics]:
     cfg = parse_config(
         {
@@ -40,7 +41,7 @@ def make(
     )
     provider = ScriptedProvider(script)
     metrics = RuntimeMetrics(process_collectors=False)
-    return AgentLoop(cfg, provider, sources, metrics), provider, metrics
+    return AgentLoop(cfg, provider, sources, metrics, secrets), provider, metrics
 
 
 def value(metrics: RuntimeMetrics, name: str, **labels: str) -> float:
@@ -316,3 +317,37 @@ async def test_every_tool_call_gets_one_audit_line_without_arguments_or_results(
         assert "secret" not in line, line
     denied = next(r for r in audit if r.tool == "drop")  # type: ignore[attr-defined]
     assert denied.getMessage() == "tool call argos/drop: DENY in 0 ms (not allowed by spec.tools)"
+
+
+async def test_the_agents_secrets_are_scrubbed_from_results_errors_and_progress_before_the_cut() -> None:
+    key = "sk-provider-key-123456"
+    header = "x" * 1010 + key  # cut at 1024 bytes unscrubbed, it would keep the key's first 14
+
+    async def leaky(
+        tool: str, arguments: dict[str, Any], auth: str | None, progress: ProgressHandler | None
+    ) -> ToolOutcome:
+        if tool == "fail":
+            raise DownstreamError(f"argos: {tool} failed: HTTP 401: bad key {key}")
+        assert progress is not None
+        await progress(0.5, 1, f"sent {key}")
+        return ToolOutcome((TextPart(header),))
+
+    loop, provider, _ = make(
+        [calls("argos__echo", "argos__fail"), text("done")],
+        [FakeSource("argos", ["echo", "fail"], handler=leaky)],
+        secrets=SecretValues([key]),
+        limits={"maxToolResultBytes": 1024},
+    )
+    sent: list[str | None] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        sent.append(message)
+
+    result = await run(loop, reporter=ProgressReporter("harper", on_progress))
+    results = result.messages[2]
+    assert isinstance(results, ToolResultsMessage)
+    texts = [part.text for r in results.results for part in r.content if isinstance(part, TextPart)]
+    assert texts[0] == "x" * 1010 + "[redacted]"
+    assert texts[1] == "argos: fail failed: HTTP 401: bad key [redacted]"
+    assert "argos/echo: sent [redacted]" in sent
+    assert not any(key[:8] in str(t) for t in [*texts, *sent, provider.calls])
