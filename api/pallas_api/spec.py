@@ -198,7 +198,8 @@ class RegistrySpec(_Spec):
     name_prefix: Annotated[str | None, Field(pattern=REVERSE_DNS, max_length=200)] = None
     """Reverse-DNS part of each server.name; default derived from the namespace."""
     public_url_template: Annotated[str, Field(alias="publicURLTemplate", max_length=2048)] = ""
-    """Public agent URL, e.g. `https://agents.example.com/{agent}/mcp`; default: cluster DNS."""
+    """Public agent URL, e.g. `https://{deployment}.example.com/{agent}/mcp` (`{namespace}` too);
+    default: cluster DNS."""
     public_url: Annotated[str, Field(alias="publicURL", pattern=OPTIONAL_HTTP_URL, max_length=2048)] = ""
     """The registry's URL as clients reach it, e.g. `https://agents.example.com/pallas/`; relative
     icon `src` values resolve against it. Default: its cluster URL."""

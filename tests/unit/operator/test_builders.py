@@ -234,11 +234,21 @@ def test_agents_accept_only_their_service_names_and_public_host() -> None:
         "research.agents.svc",
         "research.agents.svc.cluster.local",
     ]
-    assert (
-        names.public_host("https://agents.example.com/{agent}/mcp", "research", "agents")
-        == "agents.example.com"
-    )
-    assert names.public_host("", "research", "agents") is None
+
+
+def test_agents_accept_the_public_host_with_the_deployment_filled_in() -> None:
+    template = "https://{deployment}-{agent}.{namespace}.example.com/mcp"
+    dep = _deployment_spec(at("spec.registry.publicURLTemplate", template))
+    command = agent_deployment(_workload(dep=dep))["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[6::2] == ["--allowed-host"] * 5
+    assert command[-1] == "ouranos-research.agents.example.com"
+
+
+def test_an_unusable_public_template_adds_no_host() -> None:
+    dep = _deployment_spec(at("spec.registry.publicURLTemplate", "https://{tenant}.example.com/mcp"))
+    command = agent_deployment(_workload(dep=dep))["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert "{" not in " ".join(command)
+    assert command[6::2] == ["--allowed-host"] * 4
 
 
 def test_config_hash_moves_with_the_config_and_with_a_rotated_secret_only() -> None:
