@@ -126,13 +126,16 @@ def split_model(ref: str) -> tuple[str, str]:
 
 def _store(spec: ConversationsSpec, secrets: list[SecretBinding], *, local: bool) -> ConversationStoreConfig:
     store = spec.store or ("sqlite" if local else "memory")
-    dsn_env = dsn_source = None
-    if store == "postgres" and spec.postgres is not None:
-        dsn_env = env_name("CONVERSATIONS", "DSN")
-        dsn_source = secret_source(spec.postgres.dsn.secret_key_ref, local=local)
-        secrets.append(SecretBinding(dsn_env, spec.postgres.dsn.secret_key_ref))
+    if store != "postgres" or spec.postgres is None:
+        return ConversationStoreConfig(type=store, ttl_seconds=spec.ttl_seconds)
+    dsn_env = env_name("CONVERSATIONS", "DSN")
+    secrets.append(SecretBinding(dsn_env, spec.postgres.dsn.secret_key_ref))
     return ConversationStoreConfig(
-        type=store, dsn_env=dsn_env, dsn_source=dsn_source, ttl_seconds=spec.ttl_seconds
+        type=store,
+        dsn_env=dsn_env,
+        dsn_source=secret_source(spec.postgres.dsn.secret_key_ref, local=local),
+        max_connections=spec.postgres.max_connections,
+        ttl_seconds=spec.ttl_seconds,
     )
 
 

@@ -15,12 +15,14 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import AfterValidator, BaseModel, Field, model_validator
 
 from pallas_api.config import (
+    DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_RESULT_BYTES,
     DNS_LABEL,
     HEADER_NAME,
     HTTP_URL,
     InputLimits,
+    MaxConnections,
     MaxDepth,
     MaxResultBytes,
     ModelCapabilities,
@@ -225,6 +227,11 @@ class PostgresSpec(_Spec):
 
     dsn: SecretSource
     """The connection string (`postgresql://user:password@host:5432/db`), from a Secret."""
+    max_connections: MaxConnections = DEFAULT_MAX_CONNECTIONS
+    """Connections each agent pod opens at most: one pool for all its conversation work (turns,
+    reads, migrations, the TTL sweep, health checks). Keep agents times replicas times this below the
+    server's `max_connections`; work beyond it waits a few seconds for a free connection, then
+    fails with a clear error."""
 
 
 class ConversationsSpec(_Spec):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from tests.support.operator import Manifest, agent, at, deployment, spec, without
 
 LONG_NAME = "d" + "x" * 55
+PG_DSN = {"secretKeyRef": {"name": "pg", "key": "dsn"}}
 
 
 @dataclass(frozen=True)
@@ -196,6 +197,18 @@ INVALID = [
         deployment("d1", at("spec.conversations", {"store": "postgres"})),
         refused_with=["spec.conversations.postgres", "needs spec.conversations.postgres.dsn"],
         reported_as=["spec.conversations: ", "needs conversations.postgres.dsn"],
+    ),
+    Case(
+        "postgres-max-connections-zero",
+        deployment("d1", at("spec.conversations.postgres", {"dsn": PG_DSN, "maxConnections": 0})),
+        refused_with=["spec.conversations.postgres.maxConnections", "greater than or equal to 1"],
+        reported_as=["spec.conversations.postgres.maxConnections: ", "greater than or equal to 1"],
+    ),
+    Case(
+        "postgres-max-connections-too-many",
+        deployment("d1", at("spec.conversations.postgres", {"dsn": PG_DSN, "maxConnections": 101})),
+        refused_with=["spec.conversations.postgres.maxConnections", "less than or equal to 100"],
+        reported_as=["spec.conversations.postgres.maxConnections: ", "less than or equal to 100"],
     ),
     Case(
         "unknown-store",

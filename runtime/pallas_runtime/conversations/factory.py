@@ -64,4 +64,5 @@ def build_store(config: AgentConfig, environ: Mapping[str, str] | None = None) -
         ttl_seconds=settings.ttl_seconds,
         turn_wait=settings.turn_wait_seconds,
         secret=secret,
+        max_connections=settings.max_connections,
     )
