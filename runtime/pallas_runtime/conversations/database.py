@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import sqlite3
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeAlias, TypeVar, cast
 
@@ -33,11 +33,11 @@ import asyncpg
 from asyncpg import Record
 from sqlalchemy import Connection, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, MissingGreenlet, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import create_async_engine
-from sqlalchemy.pool import PoolProxiedConnection
-from sqlalchemy.util import greenlet_spawn
+from sqlalchemy.pool import PoolProxiedConnection, QueuePool
+from sqlalchemy.util.concurrency import in_greenlet
 
 from pallas_runtime.conversations.model import StoreUnavailable
 
@@ -50,6 +50,9 @@ AsyncpgWork = Callable[[DriverConnection], Awaitable[T]]
 POOL_WAIT = 10.0
 """Seconds a piece of work waits for one of the process's PostgreSQL connections, then fails:
 statements hold a connection for a round trip or a few, never across an LLM call."""
+RECYCLE = 1800
+"""Seconds after which a PostgreSQL connection is replaced at its next checkout (proxies and
+firewalls drop long-lived idle connections without a word)."""
 SQLITE_THREADS = 4
 """Threads for SQLite work: a turn waiting on another process's write lock blocks one of them,
 never the event loop nor the default executor (DNS lookups of the LLM client)."""
@@ -164,16 +167,23 @@ class PostgresDatabase:
     """A PostgreSQL server over asyncpg, through one pool of at most `max_connections`.
 
     The pool is SQLAlchemy's: its transactions and reads check connections out of it, and so do
-    the turn's statements, which run on the asyncpg connection underneath (`driver`). Autocommit
-    is an option of the checkout, not a second engine. A caller that finds every connection in
-    use waits at most `POOL_WAIT` seconds, then fails with `StoreUnavailable`.
+    the turn's statements, which run on the asyncpg connection underneath (`driver`), taking an
+    idle one without SQLAlchemy's greenlet. Autocommit is an option of the checkout, not a
+    second engine. A caller that finds every connection in use waits at most `POOL_WAIT`
+    seconds, then fails with `StoreUnavailable`.
     """
 
     def __init__(self, url: str, describe: Callable[[BaseException], str], *, max_connections: int) -> None:
         self._describe = describe
         self._max_connections = max_connections
+        self._dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
         self._engine = create_async_engine(
-            url, pool_size=max_connections, max_overflow=0, pool_timeout=POOL_WAIT, pool_recycle=1800
+            url,
+            async_creator=self._connect,
+            pool_size=max_connections,
+            max_overflow=0,
+            pool_timeout=POOL_WAIT,
+            pool_recycle=RECYCLE,
         )
         self._autocommit = self._engine.execution_options(isolation_level="AUTOCOMMIT")
 
@@ -197,7 +207,9 @@ class PostgresDatabase:
                 if isinstance(exc, asyncpg.PostgresError | asyncpg.InterfaceError | OSError | TimeoutError):
                     raise self._unavailable(exc) from None
                 raise
-            await greenlet_spawn(pooled.close)
+            # Checking in is no I/O (no SQLAlchemy transaction ran on it to roll back), so it
+            # needs no hop to a greenlet either.
+            pooled.close()
             return result
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -216,7 +228,25 @@ class PostgresDatabase:
         pooled = await self._checkout()
         return pooled, cast("DriverConnection", pooled.driver_connection)
 
+    def _connect(self) -> Coroutine[Any, Any, asyncpg.Connection]:
+        """A new connection (the pool's creator); refused outside SQLAlchemy's greenlet.
+
+        So a checkout attempted without the greenlet (`_checkout`) fails before it starts any
+        I/O, and its caller takes the greenlet's way.
+        """
+        if not in_greenlet():
+            raise MissingGreenlet("a new connection is made in SQLAlchemy's greenlet only")
+        return asyncpg.connect(self._dsn)
+
     async def _checkout(self) -> PoolProxiedConnection:
+        pool = self._engine.sync_engine.pool
+        if isinstance(pool, QueuePool) and pool.checkedin():
+            # An idle connection is taken without I/O, so without the hop to a greenlet that
+            # `raw_connection` makes (half the checkout's cost). One that must be replaced
+            # first (closed, invalidated, older than RECYCLE) is dropped, its slot back in the
+            # pool, and `_connect` refuses to reconnect here.
+            with contextlib.suppress(MissingGreenlet):
+                return pool.connect()
         try:
             return await self._engine.raw_connection()
         except (SQLAlchemyError, OSError, TimeoutError) as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -223,3 +224,21 @@ async def test_connections_closed_by_a_server_restart_cost_no_turn(postgres: Pos
             assert await store.history(conversation) == turn(1) + turn(2)
     finally:
         await store.aclose()
+
+
+async def test_connections_are_replaced_after_their_lifetime_without_a_failed_turn(
+    postgres: Postgres, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A turn takes an idle connection without a greenlet; one due for replacement reconnects."""
+    monkeypatch.setattr(database_module, "RECYCLE", 0.3)
+    store = pg_store(postgres, max_messages=100, max_connections=2)
+    await store.start()
+    conversation = key(f"recycle-{secrets.token_hex(4)}")
+    try:
+        for n in range(3):
+            await commit(store, conversation, turn(n))
+            await asyncio.sleep(0.5)  # every pooled connection is now past its lifetime
+        assert await store.history(conversation) == turn(0) + turn(1) + turn(2)
+    finally:
+        await store.aclose()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
