@@ -38,6 +38,10 @@ DEFAULT_MAX_RESULT_BYTES = 8 * MiB
 MaxResultBytes = Annotated[int, Field(ge=64 * 1024, le=64 * MiB)]
 DEFAULT_MAX_DEPTH = 5
 MaxDepth = Annotated[int, Field(ge=1, le=50)]
+DEFAULT_MAX_CONNECTIONS = 5
+"""PostgreSQL connections an agent process opens by default: a default server's 100 connections
+serve twenty agent processes (e.g. four agents of five replicas each, or seven of three)."""
+MaxConnections = Annotated[int, Field(ge=1, le=100)]
 
 
 class _Model(BaseModel):
@@ -264,6 +268,9 @@ class ConversationStoreConfig(_Model):
     """Environment variable holding the PostgreSQL DSN (`type: postgres`); never the DSN itself."""
     dsn_source: Annotated[str | None, Field(max_length=600)] = None
     """Where the DSN comes from in the user's words, for messages (as `provider.apiKeySource`)."""
+    max_connections: MaxConnections = DEFAULT_MAX_CONNECTIONS
+    """The most PostgreSQL connections this process opens (`type: postgres`): one pool shared by
+    every piece of conversation work."""
     ttl_seconds: Annotated[int | None, Field(gt=0)] = None
     """Conversations untouched this long are deleted; None keeps them."""
     turn_wait_seconds: Annotated[float, Field(gt=0, le=3600)] = 600.0

@@ -82,24 +82,33 @@ def service_hosts(service: str, namespace: str) -> list[str]:
     ]
 
 
-def public_host(template: str, agent: str, namespace: str) -> str | None:
-    """The host of an agent's public URL (`publicURLTemplate`), if one is configured."""
-    if not template:
-        return None
-    url = template.replace("{agent}", agent).replace("{namespace}", namespace)
-    return urlsplit(url).hostname
-
-
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+_HTTP_URL = re.compile(r"^https?://[^\s/?#]+\S*$")
+"""An http(s) URL with a host and no whitespace (what the registry schema's `remotes[].url` takes)."""
 
 
 def public_url(template: str, agent: str, namespace: str, deployment: str) -> str | None:
-    """An agent's public URL from `publicURLTemplate`; None when unset, or not a usable http(s) URL."""
+    """An agent's public URL: `publicURLTemplate` with `{agent}`, `{namespace}` and `{deployment}` filled.
+
+    The one filler of the template: the operator's `--allowed-host` and RFC 9728 resource, and the
+    registry's remote URL all come from it, so a client that reaches the published URL is
+    accepted by the agent it names.
+
+    Returns:
+        None when the template is unset, names any other placeholder, or does not give an
+        http(s) URL with a host.
+    """
     values = {"agent": agent, "namespace": namespace, "deployment": deployment}
     if not template or any(name not in values for name in _PLACEHOLDER.findall(template)):
         return None
     url = _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
-    return url if re.match(r"^https?://[^\s/]+", url) else None
+    return url if _HTTP_URL.match(url) else None
+
+
+def public_host(template: str, agent: str, namespace: str, deployment: str) -> str | None:
+    """The host of an agent's public URL (`publicURLTemplate`), if one is configured."""
+    url = public_url(template, agent, namespace, deployment)
+    return None if url is None else urlsplit(url).hostname
 
 
 def resource_url(agent: str, namespace: str, port: int, deployment: str, template: str) -> str:

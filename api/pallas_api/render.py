@@ -134,19 +134,24 @@ def _store(
     local: bool,
 ) -> ConversationStoreConfig:
     store = spec.store or ("sqlite" if local else "memory")
-    dsn_env = dsn_source = None
-    if store == "postgres" and spec.postgres is not None:
-        dsn_env = env_name("CONVERSATIONS", "DSN")
-        dsn_source = secret_source(spec.postgres.dsn.secret_key_ref, local=local)
-        secrets.append(SecretBinding(dsn_env, spec.postgres.dsn.secret_key_ref))
-    return ConversationStoreConfig(
-        type=store,
-        dsn_env=dsn_env,
-        dsn_source=dsn_source,
-        ttl_seconds=spec.ttl_seconds,
-        scope=agent.conversations.scope or spec.scope,
-        agent_identity=identity,
-        abandoned_after_seconds=spec.abandoned_after_seconds,
+    common = {
+        "type": store,
+        "ttl_seconds": spec.ttl_seconds,
+        "scope": agent.conversations.scope or spec.scope,
+        "agent_identity": identity,
+        "abandoned_after_seconds": spec.abandoned_after_seconds,
+    }
+    if store != "postgres" or spec.postgres is None:
+        return ConversationStoreConfig.model_validate(common)
+    dsn_env = env_name("CONVERSATIONS", "DSN")
+    secrets.append(SecretBinding(dsn_env, spec.postgres.dsn.secret_key_ref))
+    return ConversationStoreConfig.model_validate(
+        {
+            **common,
+            "dsn_env": dsn_env,
+            "dsn_source": secret_source(spec.postgres.dsn.secret_key_ref, local=local),
+            "max_connections": spec.postgres.max_connections,
+        }
     )
 
 

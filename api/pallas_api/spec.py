@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import AfterValidator, BaseModel, Field, model_validator
 
 from pallas_api.config import (
+    DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_RESULT_BYTES,
     DNS_LABEL,
@@ -22,6 +23,7 @@ from pallas_api.config import (
     HTTP_URL,
     ConversationScope,
     InputLimits,
+    MaxConnections,
     MaxDepth,
     MaxResultBytes,
     ModelCapabilities,
@@ -206,7 +208,8 @@ class RegistrySpec(_Spec):
     public_url_template: Annotated[
         str, Field(alias="publicURLTemplate", max_length=2048), WithoutCredentials(PUBLISHED)
     ] = ""
-    """Public agent URL, e.g. `https://agents.example.com/{agent}/mcp`; default: cluster DNS."""
+    """Public agent URL, e.g. `https://{deployment}.example.com/{agent}/mcp` (`{namespace}` too);
+    default: cluster DNS."""
     public_url: Annotated[
         str,
         Field(alias="publicURL", pattern=OPTIONAL_HTTP_URL, max_length=2048),
@@ -236,6 +239,11 @@ class PostgresSpec(_Spec):
 
     dsn: SecretSource
     """The connection string (`postgresql://user:password@host:5432/db`), from a Secret."""
+    max_connections: MaxConnections = DEFAULT_MAX_CONNECTIONS
+    """Connections each agent pod opens at most: one pool for all its conversation work (turns,
+    reads, migrations, the TTL sweep, health checks). Keep agents times replicas times this below the
+    server's `max_connections`; work beyond it waits a few seconds for a free connection, then
+    fails with a clear error."""
 
 
 class ConversationsSpec(_Spec):

@@ -17,6 +17,7 @@ LONG_NAME = "d" + "x" * 55
 PASSWORD = "hunter2-in-a-url"
 USER_INFO = f"admin:{PASSWORD}"
 """Credentials in a URL: refused everywhere, and never repeated by a refusal."""
+PG_DSN = {"secretKeyRef": {"name": "pg", "key": "dsn"}}
 
 
 @dataclass(frozen=True)
@@ -199,6 +200,18 @@ INVALID = [
         deployment("d1", at("spec.conversations", {"store": "postgres"})),
         refused_with=["spec.conversations.postgres", "needs spec.conversations.postgres.dsn"],
         reported_as=["spec.conversations: ", "needs conversations.postgres.dsn"],
+    ),
+    Case(
+        "postgres-max-connections-zero",
+        deployment("d1", at("spec.conversations.postgres", {"dsn": PG_DSN, "maxConnections": 0})),
+        refused_with=["spec.conversations.postgres.maxConnections", "greater than or equal to 1"],
+        reported_as=["spec.conversations.postgres.maxConnections: ", "greater than or equal to 1"],
+    ),
+    Case(
+        "postgres-max-connections-too-many",
+        deployment("d1", at("spec.conversations.postgres", {"dsn": PG_DSN, "maxConnections": 101})),
+        refused_with=["spec.conversations.postgres.maxConnections", "less than or equal to 100"],
+        reported_as=["spec.conversations.postgres.maxConnections: ", "less than or equal to 100"],
     ),
     Case(
         "unknown-store",

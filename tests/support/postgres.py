@@ -17,8 +17,8 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -46,20 +46,38 @@ class Postgres:
     data: Path
     port: int
     log: Path
+    settings: Mapping[str, str] = field(default_factory=dict)
+    """More server settings (`-c name=value`), e.g. `{"max_connections": "16"}`."""
 
     @property
     def dsn(self) -> str:
-        return f"postgresql://{USER}:{PASSWORD}@127.0.0.1:{self.port}/{DATABASE}"
+        """The superuser's DSN."""
+        return self.dsn_of(USER, PASSWORD)
+
+    def dsn_of(self, user: str, password: str) -> str:
+        """The DSN of another role (see `create_role`)."""
+        return f"postgresql://{user}:{password}@127.0.0.1:{self.port}/{DATABASE}"
 
     def start(self) -> None:
+        options = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.data} -c fsync=off"
+        options += "".join(f" -c {name}={value}" for name, value in self.settings.items())
         subprocess.run(
             _as_postgres([
                 _bin("pg_ctl"), "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60",
-                "-o", f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.data} -c fsync=off", "start",
+                "-o", options, "start",
             ]),
             check=True, capture_output=True, timeout=90,
         )  # fmt: skip
         self._wait_accepting()
+
+    def create_role(self, user: str, password: str) -> None:
+        """A login role that is no superuser and owns the database (so it may create the tables)."""
+        script = f"CREATE ROLE {user} LOGIN PASSWORD '{password}'; ALTER DATABASE {DATABASE} OWNER TO {user};"
+        subprocess.run(
+            [_bin("psql"), "-h", "127.0.0.1", "-p", str(self.port), "-U", USER, "-d", DATABASE,
+             "-v", "ON_ERROR_STOP=1", "-c", script],
+            check=True, capture_output=True, timeout=30, env={**os.environ, "PGPASSWORD": PASSWORD},
+        )  # fmt: skip
 
     def stop(self) -> None:
         subprocess.run(
@@ -77,8 +95,8 @@ class Postgres:
 
 
 @contextlib.contextmanager
-def running_postgres() -> Iterator[Postgres]:
-    """A new cluster with one database and one password user, until the block ends."""
+def running_postgres(settings: Mapping[str, str] | None = None) -> Iterator[Postgres]:
+    """A new cluster with one database and one password superuser, until the block ends."""
     tmp = Path(tempfile.mkdtemp(prefix="pallas-pg-"))
     data, pwfile, log = tmp / "data", tmp / "pw", tmp / "pg.log"
     pwfile.write_text(PASSWORD)
@@ -93,7 +111,7 @@ def running_postgres() -> Iterator[Postgres]:
             ]),
             check=True, capture_output=True, timeout=120,
         )  # fmt: skip
-        server = Postgres(data, free_port(), log)
+        server = Postgres(data, free_port(), log, dict(settings or {}))
         server.start()
         subprocess.run(
             [_bin("createdb"), "-h", "127.0.0.1", "-p", str(server.port), "-U", USER, DATABASE],

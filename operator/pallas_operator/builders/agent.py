@@ -38,7 +38,8 @@ def allowed_host_args(w: AgentWorkload) -> list[str]:
     are always accepted, so probes and scrapes by pod IP keep working.
     """
     hosts = names.service_hosts(w.owner.name, w.owner.namespace)
-    public = names.public_host(w.deployment.registry.public_url_template, w.owner.name, w.owner.namespace)
+    template = w.deployment.registry.public_url_template
+    public = names.public_host(template, w.owner.name, w.owner.namespace, w.deployment_name)
     if public and public not in hosts:
         hosts.append(public)
     return [arg for host in hosts for arg in ("--allowed-host", host)]

@@ -10,10 +10,13 @@ on the driver itself (`driver`, see `driver_sql`).
   aiosqlite every statement cost three or four hops between the event loop and aiosqlite's thread
   (≈ 40 per turn, most of a turn's 4 ms).
 - PostgreSQL is a network round trip per statement whatever the driver: the function runs in
-  SQLAlchemy's greenlet over asyncpg, the turn's statements on a pool of asyncpg's own. Single
-  reads, the lease and the commit run in autocommit (no BEGIN and COMMIT round trips), and no
-  connection is pinged before use: a connection found dead (the server restarted) is dropped and
-  the work is retried once on a fresh one, unless it may have committed already.
+  SQLAlchemy's greenlet over asyncpg, the turn's statements straight on the asyncpg connection
+  of a checkout from the same pool. That pool is the process's only one, of
+  `conversations.postgres.maxConnections`: two engines and an asyncpg pool of their own could
+  open 60 connections a process, and three replicas of a few agents exhausted a server's 100.
+  Single reads, the lease and the commit run in autocommit (no BEGIN and COMMIT round trips),
+  and no connection is pinged before use: a connection found dead (the server restarted) is
+  dropped and the work is retried once on a fresh one, unless it may have committed already.
 """
 
 from __future__ import annotations
@@ -22,28 +25,34 @@ import asyncio
 import contextlib
 import sqlite3
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol, TypeAlias, TypeVar
+from typing import Any, Protocol, TypeAlias, TypeVar, cast
 
 import asyncpg
 from asyncpg import Record
-from asyncpg.pool import PoolConnectionProxy
 from sqlalchemy import Connection, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, MissingGreenlet, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.pool import PoolProxiedConnection, QueuePool
+from sqlalchemy.util.concurrency import in_greenlet
 
 from pallas_runtime.conversations.model import StoreUnavailable
 
 T = TypeVar("T")
 Work = Callable[[Connection], T]
 DriverWork = Callable[[sqlite3.Connection], T]
-DriverConnection: TypeAlias = "PoolConnectionProxy[Record]"
-"""A connection of asyncpg's pool (generic in its stubs only)."""
+DriverConnection: TypeAlias = "asyncpg.Connection[Record]"
+"""The asyncpg connection under a pooled one (generic in its stubs only)."""
 AsyncpgWork = Callable[[DriverConnection], Awaitable[T]]
-DRIVER_POOL = 10
-"""asyncpg connections for the turns' own statements (beside SQLAlchemy's pool for the rest)."""
+POOL_WAIT = 10.0
+"""Seconds a piece of work waits for one of the process's PostgreSQL connections, then fails:
+statements hold a connection for a round trip or a few, never across an LLM call."""
+RECYCLE = 1800
+"""Seconds after which a PostgreSQL connection is replaced at its next checkout (proxies and
+firewalls drop long-lived idle connections without a word)."""
 SQLITE_THREADS = 4
 """Threads for SQLite work: a turn waiting on another process's write lock blocks one of them,
 never the event loop nor the default executor (DNS lookups of the LLM client)."""
@@ -155,51 +164,93 @@ class SqliteDatabase:
 
 
 class PostgresDatabase:
-    """A PostgreSQL server over asyncpg; work runs in SQLAlchemy's greenlet, a round trip a statement."""
+    """A PostgreSQL server over asyncpg, through one pool of at most `max_connections`.
 
-    def __init__(self, url: str, describe: Callable[[BaseException], str]) -> None:
+    The pool is SQLAlchemy's: its transactions and reads check connections out of it, and so do
+    the turn's statements, which run on the asyncpg connection underneath (`driver`), taking an
+    idle one without SQLAlchemy's greenlet. Autocommit is an option of the checkout, not a
+    second engine. A caller that finds every connection in use waits at most `POOL_WAIT`
+    seconds, then fails with `StoreUnavailable`.
+    """
+
+    def __init__(self, url: str, describe: Callable[[BaseException], str], *, max_connections: int) -> None:
         self._describe = describe
-        options: dict[str, Any] = {"pool_size": 5, "max_overflow": 20, "pool_timeout": 30}
-        options["pool_recycle"] = 1800
-        self._engine = create_async_engine(url, **options)
-        self._autocommit = create_async_engine(url, **options, isolation_level="AUTOCOMMIT")
-        self._driver_dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-        self._driver_pool: asyncpg.Pool | None = None
-        self._driver_pool_opening = asyncio.Lock()
+        self._max_connections = max_connections
+        self._dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+        self._engine = create_async_engine(
+            url,
+            async_creator=self._connect,
+            pool_size=max_connections,
+            max_overflow=0,
+            pool_timeout=POOL_WAIT,
+            pool_recycle=RECYCLE,
+        )
+        self._autocommit = self._engine.execution_options(isolation_level="AUTOCOMMIT")
 
     async def driver(self, work: AsyncpgWork[T], *, retry: bool) -> T:
-        """Run `work` (one statement, autocommit) on a connection of asyncpg's own pool.
+        """Run `work` (one statement, autocommit) on the asyncpg connection of a pooled checkout.
 
-        A connection found dead (the server restarted) is dropped by the pool; `retry=True` runs
-        the work again on a fresh one, for statements that may safely run twice.
+        A connection found dead (the server restarted) is dropped; `retry=True` runs the work
+        again on a fresh one, for statements that may safely run twice.
         """
         for attempt in (1, 2):
+            pooled, connection = await self._open_checkout()
             try:
-                pool = await self._driver_connections()
-                async with pool.acquire() as connection:
-                    return await work(connection)
-            except (asyncpg.exceptions.ConnectionDoesNotExistError, ConnectionResetError) as exc:
-                if attempt == 1 and retry:
+                result = await work(connection)
+            except BaseException as exc:
+                # Failed or cancelled mid-statement, the connection may still be busy or broken:
+                # it is closed (synchronously), never handed to the next caller.
+                pooled.invalidate()
+                dead = isinstance(exc, asyncpg.exceptions.ConnectionDoesNotExistError | ConnectionResetError)
+                if dead and attempt == 1 and retry:
                     continue
-                raise self._unavailable(exc) from None
-            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
-                raise self._unavailable(exc) from None
+                if isinstance(exc, asyncpg.PostgresError | asyncpg.InterfaceError | OSError | TimeoutError):
+                    raise self._unavailable(exc) from None
+                raise
+            # Checking in is no I/O (no SQLAlchemy transaction ran on it to roll back), so it
+            # needs no hop to a greenlet either.
+            pooled.close()
+            return result
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _driver_connections(self) -> asyncpg.Pool:
-        if self._driver_pool is None:
-            async with self._driver_pool_opening:
-                if self._driver_pool is None:
-                    # min_size=0: opening the pool connects nobody, so a server that is down
-                    # fails the work that needs it, like SQLAlchemy's pool, not the store's start.
-                    self._driver_pool = await asyncpg.create_pool(
-                        self._driver_dsn,
-                        min_size=0,
-                        max_size=DRIVER_POOL,
-                        max_inactive_connection_lifetime=1800,
-                        reset=_session_unchanged,
-                    )
-        return self._driver_pool
+    async def _open_checkout(self) -> tuple[PoolProxiedConnection, DriverConnection]:
+        """A pooled connection and its asyncpg connection, which the server has not closed.
+
+        Connections the server closed while they sat in the pool (it restarted) ran nothing:
+        each is dropped for the next, at worst until the pool connects afresh.
+        """
+        for _ in range(self._max_connections):
+            pooled = await self._checkout()
+            connection = cast("DriverConnection", pooled.driver_connection)
+            if not connection.is_closed():
+                return pooled, connection
+            pooled.invalidate()
+        pooled = await self._checkout()
+        return pooled, cast("DriverConnection", pooled.driver_connection)
+
+    def _connect(self) -> Coroutine[Any, Any, asyncpg.Connection]:
+        """A new connection (the pool's creator); refused outside SQLAlchemy's greenlet.
+
+        So a checkout attempted without the greenlet (`_checkout`) fails before it starts any
+        I/O, and its caller takes the greenlet's way.
+        """
+        if not in_greenlet():
+            raise MissingGreenlet("a new connection is made in SQLAlchemy's greenlet only")
+        return asyncpg.connect(self._dsn)
+
+    async def _checkout(self) -> PoolProxiedConnection:
+        pool = self._engine.sync_engine.pool
+        if isinstance(pool, QueuePool) and pool.checkedin():
+            # An idle connection is taken without I/O, so without the hop to a greenlet that
+            # `raw_connection` makes (half the checkout's cost). One that must be replaced
+            # first (closed, invalidated, older than RECYCLE) is dropped, its slot back in the
+            # pool, and `_connect` refuses to reconnect here.
+            with contextlib.suppress(MissingGreenlet):
+                return pool.connect()
+        try:
+            return await self._engine.raw_connection()
+        except (SQLAlchemyError, OSError, TimeoutError) as exc:
+            raise self._unavailable(exc) from None
 
     async def transaction(self, work: Work[T]) -> T:
         """Run `work` in one transaction, committed when it returns."""
@@ -215,7 +266,7 @@ class PostgresDatabase:
                         raise
                     await connection.commit()  # a failure here may have committed: never retried
                     return result
-            except (SQLAlchemyError, OSError) as exc:
+            except (SQLAlchemyError, OSError, TimeoutError) as exc:
                 raise self._unavailable(exc) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -229,31 +280,22 @@ class PostgresDatabase:
                 if exc.connection_invalidated and attempt == 1 and retry:
                     continue
                 raise self._unavailable(exc) from None
-            except (SQLAlchemyError, OSError) as exc:
+            except (SQLAlchemyError, OSError, TimeoutError) as exc:
                 raise self._unavailable(exc) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _unavailable(self, exc: BaseException) -> Exception:
+        if isinstance(exc, PoolTimeout):
+            exc = TimeoutError(
+                f"all {self._max_connections} connections of this process "
+                f"(conversations.postgres.maxConnections) stayed in use for {POOL_WAIT:g}s"
+            )
         return StoreUnavailable(self._describe(exc))
 
     async def dispose(self) -> None:
         """Close every connection."""
         with contextlib.suppress(Exception):
             await self._engine.dispose()
-        with contextlib.suppress(Exception):
-            await self._autocommit.dispose()
-        if self._driver_pool is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._driver_pool.close(), 5)
-            self._driver_pool.terminate()
-
-
-async def _session_unchanged(_: asyncpg.Connection) -> None:
-    """The turn's statements leave no session state (no SET, LISTEN, advisory lock or cursor).
-
-    asyncpg's default reset (`RESET ALL`, `UNLISTEN *`, …) would be one more round trip on every
-    release: a third of a lease's time. An open transaction is still rolled back by the pool.
-    """
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _: Any) -> None:

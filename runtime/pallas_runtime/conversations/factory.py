@@ -67,4 +67,5 @@ def build_store(config: AgentConfig, environ: Mapping[str, str] | None = None) -
         identity=config.identity,
         legacy_name=config.name,
         abandoned_after=settings.abandoned_after_seconds,
+        max_connections=settings.max_connections,
     )

@@ -7,7 +7,8 @@ out. Within one process a lock per conversation keeps local turns from polling e
 commit inserts the turn's messages, trims the oldest ones at a turn boundary and releases the
 lease in one transaction. The schema is created and upgraded by Alembic at start-up. Each piece
 of work is one synchronous function over a connection, run by `database.Database`; the lease and
-the commit run on the driver itself (`driver_sql.TurnWriter`).
+the commit run on the driver itself (`driver_sql.TurnWriter`). A PostgreSQL store opens at most
+`max_connections` connections, one pool for all of it.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.sql.elements import BindParameter
 
+from pallas_api.config import DEFAULT_MAX_CONNECTIONS
 from pallas_runtime.conversations import codec, tenancy
 from pallas_runtime.conversations.database import Database, PostgresDatabase, SqliteDatabase
 from pallas_runtime.conversations.driver_sql import PostgresTurns, SqliteTurns, TurnWriter
@@ -243,6 +245,7 @@ class SqlStore:
         identity: str | None = None,
         legacy_name: str | None = None,
         abandoned_after: float | None = None,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ) -> None:
         """Build the store; nothing connects until `start`.
 
@@ -259,6 +262,7 @@ class SqlStore:
             legacy_name: The agent's bare name, which keyed its rows before identities.
             abandoned_after: Seconds after which an identity that stopped running loses its
                 conversations (`tenancy.purge_abandoned`); None keeps them.
+            max_connections: PostgreSQL: the one pool's size, for every piece of work.
         """
         self.kind = kind
         self._max_messages = max_messages
@@ -272,7 +276,9 @@ class SqlStore:
         self._migrated = False
         self._migrating: asyncio.Lock | None = None
         self._db: Database = (
-            SqliteDatabase(url, self.describe) if kind == "sqlite" else PostgresDatabase(url, self.describe)
+            SqliteDatabase(url, self.describe)
+            if kind == "sqlite"
+            else PostgresDatabase(url, self.describe, max_connections=max_connections)
         )
         self._turns = self._statements.writer(self._db)
         self._sweeper: asyncio.Task[None] | None = None

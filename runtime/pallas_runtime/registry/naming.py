@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import re
 
+from pallas_api import names
 from pallas_runtime.registry.state import AgentState
 
 CLUSTER_DOMAIN = "cluster.local"
@@ -23,7 +24,6 @@ MAX_PREFIX = 120
 REMOTE_URL = re.compile(r"^https?://[^\s]+$")
 _PREFIX_BAD = re.compile(r"[^a-zA-Z0-9.-]+")
 _SEGMENT_BAD = re.compile(r"[^a-zA-Z0-9._-]+")
-_PLACEHOLDER = re.compile(r"\{([a-zA-Z_][a-zA-Z0-9_]*)\}")
 
 
 def _shorten(text: str, limit: int) -> str:
@@ -58,20 +58,6 @@ def server_name(state: AgentState) -> str:
     return f"{prefix}/{_shorten(segment, MAX_NAME - len(prefix) - 1)}"
 
 
-def expand_url_template(template: str, state: AgentState) -> str | None:
-    """Fill `{agent}`, `{namespace}` and `{deployment}` in a public URL template.
-
-    Returns:
-        The URL, or None when the template names another placeholder or the result is not an
-        http(s) URL the schema accepts.
-    """
-    values = {"agent": state.name, "namespace": state.namespace, "deployment": state.deployment}
-    if any(name not in values for name in _PLACEHOLDER.findall(template)):
-        return None
-    url = _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
-    return url if REMOTE_URL.match(url) else None
-
-
 def cluster_url(state: AgentState, cluster_domain: str = CLUSTER_DOMAIN) -> str:
     """The agent Service's in-cluster MCP URL, as the operator publishes it in `status.url`."""
     return f"http://{state.name}.{state.namespace}.svc.{cluster_domain}:{state.service_port}/mcp"
@@ -83,10 +69,9 @@ def remote_url(state: AgentState) -> str | None:
     Returns:
         None when no candidate is a valid http(s) URL (the agent is then left out).
     """
-    if state.public_url_template:
-        public = expand_url_template(state.public_url_template, state)
-        if public is not None:
-            return public
+    public = names.public_url(state.public_url_template, state.name, state.namespace, state.deployment)
+    if public is not None:
+        return public
     if state.url is not None:
         return state.url if REMOTE_URL.match(state.url) else None
     fallback = cluster_url(state)

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+import asyncpg
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from pallas_runtime.conversations import database as database_module
 from pallas_runtime.conversations import sql as sql_module
 from pallas_runtime.conversations.model import ConversationStore, StoreUnavailable, TurnLost
 from pallas_runtime.conversations.sql import SqlStore, engine_url
@@ -142,3 +145,116 @@ async def test_an_outage_is_a_clear_error_without_the_password_and_the_store_rec
         assert await store.history(conversation) == turn(1) + turn(3)
     finally:
         await store.aclose()
+
+
+@contextlib.asynccontextmanager
+async def own_database(server: Postgres) -> AsyncIterator[str]:
+    """A database of the test's own on the shared server (its connections are told apart by name)."""
+    name = f"budget_{secrets.token_hex(4)}"
+    admin = await asyncpg.connect(server.dsn)
+    try:
+        await admin.execute(f"CREATE DATABASE {name}")
+        yield name
+    finally:
+        await admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+        await admin.close()
+
+
+async def test_every_path_draws_on_one_pool_of_max_connections(postgres: Postgres) -> None:
+    """Migrations, turns (lease and commit), reads, the TTL sweep and health checks at once."""
+    async with own_database(postgres) as name:
+        dsn = postgres.dsn.rsplit("/", 1)[0] + f"/{name}"
+        store = SqlStore(
+            "postgres", engine_url("postgres", dsn), max_messages=100, ttl_seconds=3600, max_connections=2
+        )
+        watcher = await asyncpg.connect(postgres.dsn)
+        counts: list[int] = []
+
+        async def count() -> None:
+            while True:
+                sql = "SELECT count(*) FROM pg_stat_activity WHERE datname = $1"
+                counts.append(await watcher.fetchval(sql, name))
+                await asyncio.sleep(0.005)
+
+        counting = asyncio.create_task(count())
+        await store.start()
+        try:
+
+            async def busy(n: int) -> None:
+                conversation = key(f"pool-{n}")
+                await commit(store, conversation, turn(n))
+                assert await store.history(conversation) == turn(n)
+                assert await store.check() is None
+                await store.sweep()
+                assert [t.id for t in await store.threads("harper", "anonymous")]
+
+            await asyncio.gather(*(busy(n) for n in range(30)))
+            assert await store.count("harper") == 30
+        finally:
+            counting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await counting
+            await store.aclose()
+            await watcher.close()
+    assert max(counts) == 2, counts
+
+
+async def test_work_beyond_the_pool_waits_a_bounded_time_then_fails_clearly(
+    postgres: Postgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(database_module, "POOL_WAIT", 0.5)
+    store = pg_store(postgres, max_messages=100, max_connections=1)
+    await store.start()
+    conversation = key(f"busy-{secrets.token_hex(4)}")
+    loop = asyncio.get_running_loop()
+    try:
+        holding = asyncio.create_task(store._single(lambda c: c.execute(text("SELECT pg_sleep(3)"))))
+        await asyncio.sleep(0.3)  # the long statement has the only connection
+        started = loop.time()
+        with pytest.raises(StoreUnavailable) as failure:
+            await commit(store, conversation, turn(1))
+        assert 0.4 < loop.time() - started < 2.5
+        assert str(failure.value) == (
+            "postgres conversation store unavailable: all 1 connections of this process "
+            "(conversations.postgres.maxConnections) stayed in use for 0.5s"
+        )
+        assert await store.check() == str(failure.value)  # get_health says so too
+        await holding
+        await commit(store, conversation, turn(2))  # the connection is free again
+        assert await store.history(conversation) == turn(2)
+    finally:
+        await store.aclose()
+
+
+async def test_connections_closed_by_a_server_restart_cost_no_turn(postgres: Postgres) -> None:
+    store = pg_store(postgres, max_messages=100, max_connections=3)
+    await store.start()
+    conversations = [key(f"restart-{n}-{secrets.token_hex(4)}") for n in range(3)]
+    try:
+        await asyncio.gather(*(commit(store, c, turn(1)) for c in conversations))
+        postgres.stop()
+        postgres.start()
+        await asyncio.sleep(0.2)  # the pooled connections have seen the server hang up
+        await asyncio.gather(*(commit(store, c, turn(2)) for c in conversations))
+        for conversation in conversations:
+            assert await store.history(conversation) == turn(1) + turn(2)
+    finally:
+        await store.aclose()
+
+
+async def test_connections_are_replaced_after_their_lifetime_without_a_failed_turn(
+    postgres: Postgres, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A turn takes an idle connection without a greenlet; one due for replacement reconnects."""
+    monkeypatch.setattr(database_module, "RECYCLE", 0.3)
+    store = pg_store(postgres, max_messages=100, max_connections=2)
+    await store.start()
+    conversation = key(f"recycle-{secrets.token_hex(4)}")
+    try:
+        for n in range(3):
+            await commit(store, conversation, turn(n))
+            await asyncio.sleep(0.5)  # every pooled connection is now past its lifetime
+        assert await store.history(conversation) == turn(0) + turn(1) + turn(2)
+    finally:
+        await store.aclose()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text

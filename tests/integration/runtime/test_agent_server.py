@@ -18,7 +18,11 @@ import pytest
 from fastmcp import Client
 from fastmcp.client.transports import StreamableHttpTransport
 
+from pallas_api import names
 from pallas_api.config import AgentConfig, parse_config
+from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
+from pallas_operator.builders import AgentWorkload, Owner
+from pallas_operator.builders.agent import allowed_host_args
 from pallas_runtime.metrics import RuntimeMetrics
 from pallas_runtime.server import LAZY_FASTMCP_IMPORTS, agent_app, build_server
 from tests.support.fake_llm import Call, Delay, FakeAnthropic, FakeOpenAI, HttpError, Text, ToolCalls
@@ -29,6 +33,8 @@ from tests.support.mcp_servers import (
     serve_app,
     silent_server,
 )
+from tests.support.operator import agent as operator_agent
+from tests.support.operator import at, deployment
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 32).decode()
 
@@ -484,3 +490,25 @@ async def test_what_fastmcp_imports_at_the_first_tool_call_is_imported_before_th
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0, err.decode()[-2000:]
     assert out.decode().strip() == repr(list(LAZY_FASTMCP_IMPORTS))
+
+
+async def test_a_client_at_the_deployment_templated_public_host_is_accepted(fake_openai: FakeOpenAI) -> None:
+    """`--allowed-host` as the operator builds it from `publicURLTemplate: https://{deployment}-{agent}…`."""
+    template = "https://{deployment}-{agent}.example.com/mcp"
+    dep = PallasDeploymentSpec.model_validate(
+        deployment("ouranos", at("spec.registry.publicURLTemplate", template))["spec"]
+    )
+    owner = Owner(names.AGENT_KIND, "harper", "agents", "uid-agent")
+    agent_spec = PallasAgentSpec.model_validate(operator_agent("harper")["spec"])
+    workload = AgentWorkload(owner, "ouranos", agent_spec, dep, (), "hash", "pallas:test")
+    allowed = allowed_host_args(workload)[1::2]
+    cfg = config(fake_openai)
+    async with serve_app(agent_app(build_server(cfg, environ={}), allowed)) as running:
+        transport = StreamableHttpTransport(running.url, headers={"Host": "ouranos-harper.example.com"})
+        async with Client(transport, mode="legacy") as published:
+            result = await published.call_tool("send_message", {"message": "hello"})
+        assert result.content[0].text == "ok"
+        async with httpx2.AsyncClient() as http:
+            for wrong in ("{deployment}-harper.example.com", "evil.example.com"):
+                refused = await http.post(running.url, headers={"Host": wrong}, json={})
+                assert refused.status_code == 421, wrong

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 from fastmcp import Client
 from fastmcp.client.transports import StreamableHttpTransport
@@ -278,3 +279,67 @@ async def test_the_active_conversations_gauge_follows_expiry_failed_turns_and_de
         assert active() == 2
         await c.call_tool("delete_conversation", {"conversation_id": "two"})
         assert active() == 1
+
+
+async def test_three_replicas_of_two_agents_stay_within_their_connection_budget_on_a_small_server(
+    fake_openai: FakeOpenAI,
+) -> None:
+    """Six agent processes (in-process replicas) on a server with 14 connections for them.
+
+    Each may open `maxConnections: 2`, so 12 at most; before one pool per process, each opened
+    an engine's, an autocommit engine's and asyncpg's own (3 at least, up to 60), and turns
+    failed with "remaining connection slots are reserved".
+    """
+    budget, replicas, clients, turns = 2, 3, 6, 10
+    fake_openai.default = Delay(0.01, Text("noted"))
+    settings = {"max_connections": "16", "superuser_reserved_connections": "2"}
+    with running_postgres(settings) as database:
+        database.create_role("agent", "agent-Passw0rd")
+        environ = {DSN_ENV: database.dsn_of("agent", "agent-Passw0rd")}
+        store = {**postgres_store(), "maxConnections": budget}
+        peak = 0
+        watching = True
+
+        async def watch() -> None:  # as the superuser, in a slot the agents cannot take
+            nonlocal peak
+            connection = await asyncpg.connect(database.dsn)
+            try:
+                while watching:
+                    count = await connection.fetchval(
+                        "SELECT count(*) FROM pg_stat_activity WHERE usename = 'agent'"
+                    )
+                    peak = max(peak, count)
+                    await asyncio.sleep(0.005)
+            finally:
+                await connection.close()
+
+        async with contextlib.AsyncExitStack() as stack:
+            agents = {
+                name: [
+                    await stack.enter_async_context(
+                        serve_agent(config(fake_openai, store, name), environ=environ)
+                    )
+                    for _ in range(replicas)
+                ]
+                for name in ("alpha", "beta")
+            }
+            watcher = asyncio.create_task(watch())
+
+            async def conversation(n: int) -> list[str]:
+                name = ("alpha", "beta")[n % 2]
+                sessions = [await stack.enter_async_context(client(a.url)) for a in agents[name]]
+                for t in range(turns):  # each turn on the next replica: they hand the conversation on
+                    await send(sessions[(n + t) % replicas], f"c{n} turn {t}", f"budget-{n}")
+                prompt = await sessions[0].get_prompt(f"{name}_history", {"conversation_id": f"budget-{n}"})
+                return [m.content.text for m in prompt.messages if m.role == "user"]
+
+            try:
+                histories = await asyncio.gather(*(conversation(n) for n in range(clients)))
+            finally:
+                watching = False
+                await watcher
+        log = database.log.read_text()
+    assert histories == [[f"c{n} turn {t}" for t in range(turns)] for n in range(clients)]
+    assert "too many clients" not in log
+    assert "connection slots are reserved" not in log
+    assert 0 < peak <= 2 * replicas * budget, f"{peak} connections for a budget of {2 * replicas * budget}"

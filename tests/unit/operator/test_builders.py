@@ -234,11 +234,21 @@ def test_agents_accept_only_their_service_names_and_public_host() -> None:
         "research.agents.svc",
         "research.agents.svc.cluster.local",
     ]
-    assert (
-        names.public_host("https://agents.example.com/{agent}/mcp", "research", "agents")
-        == "agents.example.com"
-    )
-    assert names.public_host("", "research", "agents") is None
+
+
+def test_agents_accept_the_public_host_with_the_deployment_filled_in() -> None:
+    template = "https://{deployment}-{agent}.{namespace}.example.com/mcp"
+    dep = _deployment_spec(at("spec.registry.publicURLTemplate", template))
+    command = agent_deployment(_workload(dep=dep))["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[6::2] == ["--allowed-host"] * 5
+    assert command[-1] == "ouranos-research.agents.example.com"
+
+
+def test_an_unusable_public_template_adds_no_host() -> None:
+    dep = _deployment_spec(at("spec.registry.publicURLTemplate", "https://{tenant}.example.com/mcp"))
+    command = agent_deployment(_workload(dep=dep))["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert "{" not in " ".join(command)
+    assert command[6::2] == ["--allowed-host"] * 4
 
 
 def test_config_hash_moves_with_the_config_and_with_a_rotated_secret_only() -> None:
@@ -286,13 +296,16 @@ def test_every_child_carries_the_contract_labels_and_an_owner(objects: Any) -> N
 def test_a_postgres_conversation_store_reaches_the_pod_as_a_secret_reference() -> None:
     dep = _deployment_spec(
         at("spec.conversations", {
-            "store": "postgres", "postgres": {"dsn": {"secretKeyRef": {"name": "pg", "key": "dsn"}}},
+            "store": "postgres",
+            "postgres": {"dsn": {"secretKeyRef": {"name": "pg", "key": "dsn"}}, "maxConnections": 3},
             "maxMessages": 50, "ttlSeconds": 86400,
         }),
     )  # fmt: skip
     rendered = render_agent("research", _agent_spec(), dep, {})
     store = rendered.config.conversations
     assert (store.type, store.dsn_env, store.ttl_seconds) == ("postgres", "PALLAS_CONVERSATIONS_DSN", 86400)
+    assert store.max_connections == 3  # the one pool of each agent pod
+    assert "maxConnections: 3" in render_config(rendered.config)
     assert rendered.config.history.max_messages == 50
     digest = config_hash(render_config(rendered.config), rendered.secrets, {**SECRETS, "pg": {"dsn": "d"}})
     workload = AgentWorkload(
@@ -301,6 +314,11 @@ def test_a_postgres_conversation_store_reaches_the_pod_as_a_secret_reference() -
     env = agent_deployment(workload)["spec"]["template"]["spec"]["containers"][0]["env"]
     dsn = next(e for e in env if e["name"] == "PALLAS_CONVERSATIONS_DSN")
     assert dsn["valueFrom"] == {"secretKeyRef": {"name": "pg", "key": "dsn"}}
+    default = _deployment_spec(
+        at("spec.conversations.postgres", {"dsn": {"secretKeyRef": {"name": "pg", "key": "dsn"}}})
+    )
+    assert default.conversations.postgres is not None
+    assert default.conversations.postgres.max_connections == 5
     # The default store of a pod is memory; pallas run's is SQLite.
     assert (
         render_agent("research", _agent_spec(), _deployment_spec(), {}).config.conversations.type == "memory"

@@ -6,12 +6,9 @@ import random
 import re
 import string
 
-import pytest
-
 from pallas_runtime.registry.naming import (
     cluster_url,
     default_name_prefix,
-    expand_url_template,
     remote_url,
     server_name,
 )
@@ -65,16 +62,11 @@ def test_any_input_gives_a_schema_valid_name() -> None:
         assert 3 <= len(name) <= 200
 
 
-def test_public_template_substitutes_agent_namespace_deployment() -> None:
-    template = "https://agents.example.com/{namespace}/{deployment}/{agent}/mcp"
-    assert expand_url_template(template, state("research")) == (
-        "https://agents.example.com/agents/ouranos/research/mcp"
+def test_remote_url_fills_agent_namespace_and_deployment() -> None:
+    agent = state(
+        "research", public_url_template="https://agents.example.com/{namespace}/{deployment}/{agent}/mcp"
     )
-
-
-@pytest.mark.parametrize("template", ["https://x/{user}/mcp", "ftp://x/{agent}", "https://x y/{agent}"])
-def test_unusable_templates_are_refused(template: str) -> None:
-    assert expand_url_template(template, state()) is None
+    assert remote_url(agent) == "https://agents.example.com/agents/ouranos/research/mcp"
 
 
 def test_remote_url_prefers_the_public_template() -> None:
