@@ -294,6 +294,7 @@ def render_agent(
         servers=servers,
         agents=peers,
         request_params=agent.request_params,
+        call_params=agent.call_params,
         max_iterations=agent.max_iterations,
         max_depth=agent.max_depth,
         tools=agent.tools,

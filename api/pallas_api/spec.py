@@ -20,6 +20,7 @@ from pallas_api.config import (
     DNS_LABEL,
     HEADER_NAME,
     HTTP_URL,
+    CallParams,
     ConversationScope,
     InputLimits,
     MaxDepth,
@@ -564,6 +565,10 @@ class PallasAgentSpec(_Spec):
     """Agents that must be Ready before this one starts."""
     request_params: RequestParams = RequestParams()
     """Sampling parameters; those a provider does not support are dropped with a warning."""
+    call_params: CallParams = CallParams()
+    """What a `send_message` call's own `params` may set: `allow` (parameters; default all of
+    them) and `extra` (provider fields in `params.extra`; default none). Anything else is
+    refused with INVALID_ARGUMENTS; `requestParams` (including its `extra`) always applies."""
     max_iterations: Annotated[int, Field(gt=0, le=1000)] = 12
     """LLM/tool rounds per send_message."""
     max_depth: MaxDepth = DEFAULT_MAX_DEPTH

@@ -391,6 +391,8 @@ def build_server(
             user = user_message(config, message, images)
             checked = checked_id(conversation_id) if conversation_id else None
             if params is not None:
+                if refusal := config.call_params.refusal(params):
+                    raise InvalidInput(refusal)
                 provider.check_params(params)
         except (InvalidInput, ValueError) as exc:
             raise failed(exc, ErrorCode.INVALID_ARGUMENTS) from None
