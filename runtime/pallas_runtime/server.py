@@ -38,7 +38,7 @@ from starlette.types import ASGIApp
 from pallas_api.config import AgentConfig, RequestParams
 from pallas_api.errors import ErrorCode, error_content
 from pallas_api.health import utc_timestamp
-from pallas_api.names import INSTRUCTION_URI, TOOL_CALLS_META
+from pallas_api.names import HISTORY_TRIMMED_META, INSTRUCTION_URI, TOOL_CALLS_META
 from pallas_api.validation import describe
 from pallas_runtime import __version__
 from pallas_runtime.agent.health import HealthChecker
@@ -430,6 +430,8 @@ def build_server(
         meta: dict[str, Any] = {}
         if reply.conversation_id is not None:
             meta[CONVERSATION_META] = reply.conversation_id
+        if reply.history_left_out:
+            meta[HISTORY_TRIMMED_META] = {"droppedMessages": reply.history_left_out}
         if _wants_tool_calls(ctx):
             meta[TOOL_CALLS_META] = tool_trace(reply.turn)
         return ToolResult(content=reply.text, meta=meta or None)

@@ -37,6 +37,8 @@ class Reply:
     """The turn's messages (the user message, then every assistant and tool message)."""
     created: bool = False
     """This turn started the conversation."""
+    history_left_out: int = 0
+    """Oldest stored messages the turn's model calls left out to fit the context window."""
 
 
 class Conversations:
@@ -84,14 +86,16 @@ class Conversations:
                 [], user, inbound_auth=inbound_auth, progress=progress, conversation=key,
                 call_path=call_path, params=params,
             )  # fmt: skip
-            return Reply(turn.text, None, turn.messages)
+            return Reply(turn.text, None, turn.messages, history_left_out=turn.history_left_out)
         async with self.store.turn(key) as held:
             turn = await self._loop.run(
                 held.history, user, inbound_auth=inbound_auth, progress=progress, conversation=key,
                 call_path=call_path, params=params,
             )  # fmt: skip
             await held.commit(turn.messages, title_of([user]))
-        return Reply(turn.text, key.id, turn.messages, created=not held.history)
+        return Reply(
+            turn.text, key.id, turn.messages, created=not held.history, history_left_out=turn.history_left_out
+        )
 
     async def history(
         self, caller: Caller, conversation_id: str | None, session_id: str | None
