@@ -29,6 +29,9 @@ MiB = 1024 * 1024
 DEFAULT_MAX_RESULT_BYTES = 8 * MiB
 """The largest tool result or peer answer read by default (the MCP client's own limit is 1 MiB)."""
 MaxResultBytes = Annotated[int, Field(ge=64 * 1024, le=64 * MiB)]
+DEFAULT_HISTORY_BYTES = 64 * MiB
+"""What conversations kept in one agent process may weigh by default (`history.maxBytes`)."""
+MaxHistoryBytes = Annotated[int, Field(ge=MiB, le=64 * 1024 * MiB)]
 DEFAULT_MAX_DEPTH = 5
 MaxDepth = Annotated[int, Field(ge=1, le=50)]
 
@@ -286,6 +289,9 @@ class HistoryLimits(_Model):
     """Messages kept per conversation."""
     max_conversations: Annotated[int, Field(gt=0, le=1_000_000)] = 1000
     """Conversations kept per process by the memory store (least recently used dropped first)."""
+    max_bytes: MaxHistoryBytes = DEFAULT_HISTORY_BYTES
+    """What conversations kept in the process may weigh: the memory store's conversations, a
+    database store's cached transcripts (least recently used dropped first)."""
 
 
 StoreType = Literal["memory", "sqlite", "postgres"]

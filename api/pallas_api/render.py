@@ -303,6 +303,7 @@ def render_agent(
             or deployment.conversations.max_messages
             or HistoryLimits().max_messages,
             max_conversations=agent.history.max_conversations,
+            max_bytes=agent.history.max_bytes,
         ),
         conversations=_store(
             deployment.conversations,

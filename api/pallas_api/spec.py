@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import AfterValidator, BaseModel, Field, model_validator
 
 from pallas_api.config import (
+    DEFAULT_HISTORY_BYTES,
     DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_RESULT_BYTES,
     DNS_LABEL,
@@ -24,6 +25,7 @@ from pallas_api.config import (
     ConversationScope,
     InputLimits,
     MaxDepth,
+    MaxHistoryBytes,
     MaxResultBytes,
     ModelCapabilities,
     RequestParams,
@@ -519,6 +521,11 @@ class AgentHistorySpec(_Spec):
     """Messages kept per conversation; default: the deployment's `conversations.maxMessages`."""
     max_conversations: Annotated[int, Field(gt=0, le=1_000_000)] = 1000
     """Conversations kept per pod by the memory store (least recently used dropped first)."""
+    max_bytes: MaxHistoryBytes = DEFAULT_HISTORY_BYTES
+    """Bytes of conversations one pod keeps in memory (1 MiB to 64 GiB; default 64 MiB): the
+    memory store's conversations, a database store's cached transcripts. Least recently used
+    ones go first (never one a turn is using), and a conversation that alone weighs more loses
+    its oldest turns. The pod's default memory limit grows with it (docs/api.md)."""
 
 
 CallerList = Annotated[
