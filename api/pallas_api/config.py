@@ -294,6 +294,20 @@ class HistoryLimits(_Model):
     database store's cached transcripts (least recently used dropped first)."""
 
 
+class SessionLimits(_Model):
+    """The MCP sessions one agent process keeps open (each holds ~40 KiB while it lives)."""
+
+    max_sessions: Annotated[int, Field(ge=1, le=100_000)] = 1000
+    """Sessions open at once. When all are taken, the session idle longest (no request in
+    flight; an open notification stream does not count as one) is closed to make room; a new
+    session is refused (503) only when every session is in the middle of a request."""
+    max_per_caller: Annotated[int, Field(ge=1, le=100_000)] = 32
+    """Sessions one authenticated caller may hold; its own session idle longest makes room for
+    its next one. Without inbound auth every client is the same caller, so this does not apply."""
+    idle_timeout_seconds: Annotated[int, Field(ge=1, le=86_400)] = 1800
+    """A session without a request for this long is closed (its client starts a new one)."""
+
+
 StoreType = Literal["memory", "sqlite", "postgres"]
 ConversationScope = Literal["caller", "session", "request"]
 """What a `send_message` without `conversation_id` continues (docs/api.md §3)."""
@@ -447,6 +461,7 @@ class AgentConfig(_Model):
     limits: InputLimits = InputLimits()
     health: HealthSettings = HealthSettings()
     auth: AuthConfig = AuthConfig()
+    sessions: SessionLimits = SessionLimits()
     busy_at: Annotated[int | None, Field(ge=1)] = None
     """At least this many send_message calls in flight: `get_health` says busy (None: never)."""
 

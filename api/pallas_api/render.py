@@ -315,6 +315,7 @@ def render_agent(
         limits=agent.limits,
         health=HealthSettings(probe_timeout_seconds=deployment.health_check.timeout_seconds),
         auth=auth,
+        sessions=agent.sessions,
         busy_at=agent.busy_at,
     )
     return RenderedAgent(config, tuple(dict.fromkeys(secrets)))

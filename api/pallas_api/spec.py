@@ -29,6 +29,7 @@ from pallas_api.config import (
     MaxResultBytes,
     ModelCapabilities,
     RequestParams,
+    SessionLimits,
     ToolPolicy,
 )
 from pallas_api.wire import camel_config
@@ -603,6 +604,10 @@ class PallasAgentSpec(_Spec):
     busy_at: Annotated[int | None, Field(ge=1, le=100_000)] = None
     """A pod with at least this many send_message calls in flight reports itself busy (in
     `get_health` and as the registry status `busy`); it still takes calls. Default: never busy."""
+    sessions: SessionLimits = SessionLimits()
+    """MCP sessions each pod keeps open: `maxSessions` (default 1000, about 40 MiB), and with
+    inbound auth `maxPerCaller` (default 32); when full, the session idle longest is closed to
+    make room. `idleTimeoutSeconds` (default 1800) closes sessions nobody uses."""
     service: ServiceSpec = ServiceSpec()
     """The agent's Service."""
     pod: AgentPodSpec = AgentPodSpec()

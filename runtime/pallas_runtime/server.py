@@ -35,7 +35,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import ASGIApp
 
-from pallas_api.config import AgentConfig, RequestParams
+from pallas_api.config import AgentConfig, RequestParams, SessionLimits
 from pallas_api.errors import ErrorCode, error_content
 from pallas_api.health import utc_timestamp
 from pallas_api.names import HISTORY_TRIMMED_META, INSTRUCTION_URI, TOOL_CALLS_META
@@ -60,6 +60,7 @@ from pallas_runtime.llm.provider import LLMError, LLMProvider
 from pallas_runtime.messages import AssistantMessage, ImagePart, TextPart, ToolResultsMessage, UserMessage
 from pallas_runtime.metrics import AUTH_OUTCOMES, CONTENT_TYPE, RuntimeMetrics
 from pallas_runtime.request_limit import MAX_REQUEST_BYTES, RequestLimit
+from pallas_runtime.sessions import serve_sessions
 
 log = logging.getLogger("pallas.server")
 
@@ -278,7 +279,7 @@ def build_server(
     store = store or build_store(config, environ)
     loop = AgentLoop(config, provider, sources, metrics)
     scope = config.conversation_scope
-    conversations = Conversations(config.identity, scope, store, loop)
+    conversations = Conversations(config.identity, scope, store, loop, sessions=config.sessions.max_sessions)
     if scope == "caller" and config.auth.mode == "none":
         log.warning(
             "agent %s: conversation scope caller without inbound auth: every client continues one "
@@ -374,7 +375,9 @@ def build_server(
         log.log(level, "send_message failed: %s", text, extra={"agent": agent, "code": code.value})
         return CodedToolError(text, code)
 
-    _EDGES[server] = _Edges(lambda: metrics.requests_refused.labels(agent, "too_large").inc(), inflight)
+    _EDGES[server] = _Edges(
+        lambda: metrics.requests_refused.labels(agent, "too_large").inc(), inflight, config.sessions
+    )
 
     async def send_message(
         message: str,
@@ -539,6 +542,8 @@ class _Edges:
     """Counts a request refused before the MCP app (see `agent_app`)."""
     inflight: InFlight
     """Its running send_message calls (see `stop_turns`)."""
+    sessions: SessionLimits
+    """How many MCP sessions it keeps, for how long (`sessions.SessionTable`)."""
 
 
 _EDGES: weakref.WeakKeyDictionary[FastMCP, _Edges] = weakref.WeakKeyDictionary()
@@ -554,6 +559,7 @@ def agent_app(server: FastMCP, allowed_hosts: Sequence[str] = ()) -> ASGIApp:
     """The agent's HTTP app: MCP at /mcp plus the probe and metrics routes.
 
     Requests over the MCP SDK's body limit are refused with a JSON-RPC error naming the limit.
+    MCP sessions are kept by a `SessionTable` within the agent's `spec.sessions`.
 
     DNS-rebinding protection is explicit: fastmcp 4.1.2's setting defaults to off. In "auto"
     mode it checks Host and Origin for servers bound to loopback (all of `pallas run`); listed
@@ -564,6 +570,8 @@ def agent_app(server: FastMCP, allowed_hosts: Sequence[str] = ()) -> ASGIApp:
         path="/mcp", host_origin_protection="auto", allowed_hosts=list(allowed_hosts) or None
     )
     edges = _EDGES.get(server)
+    if edges is not None:
+        serve_sessions(app, server, edges.sessions)
     return RequestLimit(app, MAX_REQUEST_BYTES, edges.refused if edges else lambda: None)
 
 

@@ -18,7 +18,12 @@ from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.conversations.caller import Caller, one_turn_key
 from pallas_runtime.conversations.history import title_of
 from pallas_runtime.conversations.model import ConversationKey, ConversationStore, ThreadInfo
-from pallas_runtime.conversations.scope import SessionLedger, conversation_key, sees_only_its_session
+from pallas_runtime.conversations.scope import (
+    SESSIONS_REMEMBERED,
+    SessionLedger,
+    conversation_key,
+    sees_only_its_session,
+)
 from pallas_runtime.downstream.call_path import CallPath
 from pallas_runtime.messages import Message, UserMessage
 
@@ -45,13 +50,20 @@ class Conversations:
     """What the agent's MCP surface does with conversations."""
 
     def __init__(
-        self, identity: str, scope: ConversationScope, store: ConversationStore, loop: AgentLoop
+        self,
+        identity: str,
+        scope: ConversationScope,
+        store: ConversationStore,
+        loop: AgentLoop,
+        *,
+        sessions: int = SESSIONS_REMEMBERED,
     ) -> None:
         self._identity = identity
         self._scope = scope
         self.store = store
         self._loop = loop
-        self._ledger = SessionLedger()
+        # As many sessions as the agent keeps open: a closed one's entry is the oldest to go.
+        self._ledger = SessionLedger(sessions=sessions)
 
     def _key(
         self, caller: Caller, conversation_id: str | None, session_id: str | None
