@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from fastmcp import Client
+from mcp_types import TextContent
 
 from pallas_runtime.conversations import tenancy
 from pallas_runtime.conversations.model import (
@@ -249,7 +250,9 @@ async def send(c: Client[Any], message: str, conversation_id: str | None = None)
     if conversation_id is not None:
         arguments["conversation_id"] = conversation_id
     result = await c.call_tool("send_message", arguments)
-    return result.content[0].text, (result.meta or {}).get(CONVERSATION_META)
+    answer = result.content[0]
+    assert isinstance(answer, TextContent), answer
+    return answer.text, (result.meta or {}).get(CONVERSATION_META)
 
 
 def user_texts(request_json: dict[str, Any]) -> list[str]:
