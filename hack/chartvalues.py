@@ -240,7 +240,10 @@ class ChartValues(Values):
         "limits": {"memory": "512Mi"},
     }
     """Resources of the operator container. About 200 MB RSS at 1,000 agents (bench/operator_scale.py);
-    no CPU limit, so reconcile bursts are not throttled."""
+    no CPU limit, so reconcile bursts are not throttled. Agent pods are not sized here: one whose
+    PallasAgent and PallasDeployment set no resources gets a memory limit derived from its own
+    budgets (768 MiB, twice `history.maxBytes`, 64 KiB per `sessions.maxSessions`: 960Mi by
+    default; docs/api.md, Memory)."""
     pod_security_context: dict[str, Any] = {
         "runAsNonRoot": True,
         "runAsUser": 65532,

@@ -12,10 +12,11 @@ import fnmatch
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal, Self, get_args
 
 import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
 
 from pallas_api.urls import (
     PEER_BEARER,
@@ -36,6 +37,9 @@ MiB = 1024 * 1024
 DEFAULT_MAX_RESULT_BYTES = 8 * MiB
 """The largest tool result or peer answer read by default (the MCP client's own limit is 1 MiB)."""
 MaxResultBytes = Annotated[int, Field(ge=64 * 1024, le=64 * MiB)]
+DEFAULT_HISTORY_BYTES = 64 * MiB
+"""What conversations kept in one agent process may weigh by default (`history.maxBytes`)."""
+MaxHistoryBytes = Annotated[int, Field(ge=MiB, le=64 * 1024 * MiB)]
 DEFAULT_MAX_DEPTH = 5
 MaxDepth = Annotated[int, Field(ge=1, le=50)]
 DEFAULT_MAX_CONNECTIONS = 5
@@ -225,6 +229,59 @@ class RequestParams(_Model):
         return self
 
 
+CallParamName = Literal[
+    "temperature", "topP", "topK", "maxTokens", "stop", "seed", "effort", "presencePenalty",
+    "frequencyPenalty", "responseFormat", "toolChoice",
+]  # fmt: skip
+"""A request parameter by its camelCase name, as a call's `params` and `requestParams` spell it."""
+EXTRA_FIELD = r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"
+
+
+class CallParams(_Model):
+    """What a `send_message` call's own `params` may set; the agent's `requestParams` always apply.
+
+    A call that sets anything else is refused before the model is called: per-call provider
+    fields can multiply the cost of a call (`n`, `best_of`), buy a pricier service tier
+    (`service_tier`) or change how the provider keeps the data (`store`).
+    """
+
+    allow: Annotated[list[CallParamName], Field(max_length=16)] = Field(
+        default_factory=lambda: list(get_args(CallParamName))
+    )
+    """Parameters a call may set or clear (`null`); default: every one of them. `extra` is
+    governed by `callParams.extra`."""
+    extra: Annotated[list[Annotated[str, Field(pattern=EXTRA_FIELD)]], Field(max_length=64)] = Field(
+        default_factory=list
+    )
+    """Provider fields a call may set in `params.extra` (e.g. `repetition_penalty`); default
+    none. The agent's own `requestParams.extra` is sent whatever this says."""
+
+    @model_validator(mode="after")
+    def _extra_names_no_field_of_ours(self) -> Self:
+        taken = sorted(PARAM_FIELDS_ON_THE_WIRE.intersection(self.extra))
+        if taken:
+            raise ValueError(f"callParams.extra may not name {', '.join(taken)}: Pallas writes them itself")
+        return self
+
+    def refusal(self, params: RequestParams) -> str | None:
+        """Why a call may not send `params`: each field it may not set and the setting, or None."""
+        fields = [to_camel(name) for name in sorted(params.model_fields_set - {"extra"})]
+        refused = [f"params.{name}" for name in fields if name not in self.allow]
+        refused_extra = [f"params.extra.{name}" for name in sorted(set(params.extra or {}) - set(self.extra))]
+        if not refused and not refused_extra:
+            return None
+        settings = []
+        if refused:
+            settings.append(f"spec.callParams.allow: {', '.join(self.allow) or 'none'}")
+        if refused_extra:
+            settings.append(f"spec.callParams.extra: {', '.join(self.extra) or 'none'}")
+        them = "it" if len(refused) + len(refused_extra) == 1 else "them"
+        return (
+            f"{', '.join(refused + refused_extra)}: this agent does not let a call set {them} "
+            f"({'; '.join(settings)})"
+        )
+
+
 class ToolPolicy(_Model):
     """Globs over `<server>__<tool>`: a tool is offered when allowed and not denied."""
 
@@ -246,6 +303,23 @@ class HistoryLimits(_Model):
     """Messages kept per conversation."""
     max_conversations: Annotated[int, Field(gt=0, le=1_000_000)] = 1000
     """Conversations kept per process by the memory store (least recently used dropped first)."""
+    max_bytes: MaxHistoryBytes = DEFAULT_HISTORY_BYTES
+    """What conversations kept in the process may weigh: the memory store's conversations, a
+    database store's cached transcripts (least recently used dropped first)."""
+
+
+class SessionLimits(_Model):
+    """The MCP sessions one agent process keeps open (each holds ~40 KiB while it lives)."""
+
+    max_sessions: Annotated[int, Field(ge=1, le=100_000)] = 1000
+    """Sessions open at once. When all are taken, the session idle longest (no request in
+    flight; an open notification stream does not count as one) is closed to make room; a new
+    session is refused (503) only when every session is in the middle of a request."""
+    max_per_caller: Annotated[int, Field(ge=1, le=100_000)] = 32
+    """Sessions one authenticated caller may hold; its own session idle longest makes room for
+    its next one. Without inbound auth every client is the same caller, so this does not apply."""
+    idle_timeout_seconds: Annotated[int, Field(ge=1, le=86_400)] = 1800
+    """A session without a request for this long is closed (its client starts a new one)."""
 
 
 StoreType = Literal["memory", "sqlite", "postgres"]
@@ -395,6 +469,8 @@ class AgentConfig(_Model):
     servers: list[DownstreamServer] = Field(default_factory=list)
     agents: list[PeerAgent] = Field(default_factory=list)
     request_params: RequestParams = RequestParams()
+    call_params: CallParams = CallParams()
+    """What a call's own `params` may set."""
     max_iterations: Annotated[int, Field(gt=0, le=1000)] = 12
     max_depth: MaxDepth = DEFAULT_MAX_DEPTH
     """The most agents a chain of agent-to-agent calls through this agent may have."""
@@ -404,6 +480,7 @@ class AgentConfig(_Model):
     limits: InputLimits = InputLimits()
     health: HealthSettings = HealthSettings()
     auth: AuthConfig = AuthConfig()
+    sessions: SessionLimits = SessionLimits()
     busy_at: Annotated[int | None, Field(ge=1)] = None
     """At least this many send_message calls in flight: `get_health` says busy (None: never)."""
 

@@ -39,6 +39,9 @@ MANAGED_BY: Final = "pallas-operator"
 TOOL_CALLS_META: Final = "pallas.dev/toolCalls"
 """`send_message`'s `_meta` key: `true` in a request asks for the turn's tool calls, listed under
 the same key of the result's `_meta` (docs/api.md §3)."""
+HISTORY_TRIMMED_META: Final = "pallas.dev/historyTrimmed"
+"""`send_message` result `_meta` key: `{"droppedMessages": N}` when the turn's model calls left out
+the N oldest stored messages to fit the model's context window (docs/api.md §3)."""
 INSTRUCTION_URI: Final = "pallas://instruction"
 """The MCP resource holding an agent's instruction (its model's system prompt)."""
 

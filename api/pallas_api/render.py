@@ -299,6 +299,7 @@ def render_agent(
         servers=servers,
         agents=peers,
         request_params=agent.request_params,
+        call_params=agent.call_params,
         max_iterations=agent.max_iterations,
         max_depth=agent.max_depth,
         tools=agent.tools,
@@ -307,6 +308,7 @@ def render_agent(
             or deployment.conversations.max_messages
             or HistoryLimits().max_messages,
             max_conversations=agent.history.max_conversations,
+            max_bytes=agent.history.max_bytes,
         ),
         conversations=_store(
             deployment.conversations,
@@ -318,6 +320,7 @@ def render_agent(
         limits=agent.limits,
         health=HealthSettings(probe_timeout_seconds=deployment.health_check.timeout_seconds),
         auth=auth,
+        sessions=agent.sessions,
         busy_at=agent.busy_at,
     )
     return RenderedAgent(config, tuple(dict.fromkeys(secrets)))

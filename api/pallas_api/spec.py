@@ -15,19 +15,23 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import AfterValidator, BaseModel, Field, model_validator
 
 from pallas_api.config import (
+    DEFAULT_HISTORY_BYTES,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_RESULT_BYTES,
     DNS_LABEL,
     HEADER_NAME,
     HTTP_URL,
+    CallParams,
     ConversationScope,
     InputLimits,
     MaxConnections,
     MaxDepth,
+    MaxHistoryBytes,
     MaxResultBytes,
     ModelCapabilities,
     RequestParams,
+    SessionLimits,
     ToolPolicy,
 )
 from pallas_api.urls import PUBLIC_KEYS, PUBLISHED, SECRET_API_KEY, SECRET_HEADER, WithoutCredentials
@@ -539,6 +543,11 @@ class AgentHistorySpec(_Spec):
     """Messages kept per conversation; default: the deployment's `conversations.maxMessages`."""
     max_conversations: Annotated[int, Field(gt=0, le=1_000_000)] = 1000
     """Conversations kept per pod by the memory store (least recently used dropped first)."""
+    max_bytes: MaxHistoryBytes = DEFAULT_HISTORY_BYTES
+    """Bytes of conversations one pod keeps in memory (1 MiB to 64 GiB; default 64 MiB): the
+    memory store's conversations, a database store's cached transcripts. Least recently used
+    ones go first (never one a turn is using), and a conversation that alone weighs more loses
+    its oldest turns. The pod's default memory limit grows with it (docs/api.md)."""
 
 
 CallerList = Annotated[
@@ -585,6 +594,10 @@ class PallasAgentSpec(_Spec):
     """Agents that must be Ready before this one starts."""
     request_params: RequestParams = RequestParams()
     """Sampling parameters; those a provider does not support are dropped with a warning."""
+    call_params: CallParams = CallParams()
+    """What a `send_message` call's own `params` may set: `allow` (parameters; default all of
+    them) and `extra` (provider fields in `params.extra`; default none). Anything else is
+    refused with INVALID_ARGUMENTS; `requestParams` (including its `extra`) always applies."""
     max_iterations: Annotated[int, Field(gt=0, le=1000)] = 12
     """LLM/tool rounds per send_message."""
     max_depth: MaxDepth = DEFAULT_MAX_DEPTH
@@ -612,6 +625,10 @@ class PallasAgentSpec(_Spec):
     busy_at: Annotated[int | None, Field(ge=1, le=100_000)] = None
     """A pod with at least this many send_message calls in flight reports itself busy (in
     `get_health` and as the registry status `busy`); it still takes calls. Default: never busy."""
+    sessions: SessionLimits = SessionLimits()
+    """MCP sessions each pod keeps open: `maxSessions` (default 1000, about 40 MiB), and with
+    inbound auth `maxPerCaller` (default 32); when full, the session idle longest is closed to
+    make room. `idleTimeoutSeconds` (default 1800) closes sessions nobody uses."""
     service: ServiceSpec = ServiceSpec()
     """The agent's Service."""
     pod: AgentPodSpec = AgentPodSpec()

@@ -36,11 +36,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import ASGIApp
 
-from pallas_api.config import AgentConfig, RequestParams
+from pallas_api.config import AgentConfig, RequestParams, SessionLimits
 from pallas_api.errors import ErrorCode, error_content
 from pallas_api.health import utc_timestamp
 from pallas_api.logs import SecretValues
-from pallas_api.names import INSTRUCTION_URI, TOOL_CALLS_META
+from pallas_api.names import HISTORY_TRIMMED_META, INSTRUCTION_URI, TOOL_CALLS_META
 from pallas_api.validation import describe
 from pallas_runtime import __version__
 from pallas_runtime.agent.health import HealthChecker
@@ -64,6 +64,7 @@ from pallas_runtime.messages import AssistantMessage, ImagePart, TextPart, ToolR
 from pallas_runtime.metrics import AUTH_OUTCOMES, CONTENT_TYPE, RuntimeMetrics
 from pallas_runtime.request_ids import OneRequestPerId
 from pallas_runtime.request_limit import MAX_REQUEST_BYTES, RequestLimit
+from pallas_runtime.sessions import serve_sessions
 
 log = logging.getLogger("pallas.server")
 
@@ -282,7 +283,7 @@ def build_server(
     store = store or build_store(config, environ)
     loop = AgentLoop(config, provider, sources, metrics, secret_values(config, environ))
     scope = config.conversation_scope
-    conversations = Conversations(config.identity, scope, store, loop)
+    conversations = Conversations(config.identity, scope, store, loop, sessions=config.sessions.max_sessions)
     if scope == "caller" and config.auth.mode == "none":
         log.warning(
             "agent %s: conversation scope caller without inbound auth: every client continues one "
@@ -378,7 +379,9 @@ def build_server(
         log.log(level, "send_message failed: %s", text, extra={"agent": agent, "code": code.value})
         return CodedToolError(text, code)
 
-    _EDGES[server] = _Edges(lambda reason: metrics.requests_refused.labels(agent, reason).inc(), inflight)
+    _EDGES[server] = _Edges(
+        lambda reason: metrics.requests_refused.labels(agent, reason).inc(), inflight, config.sessions
+    )
 
     async def send_message(
         message: str,
@@ -395,6 +398,8 @@ def build_server(
             user = user_message(config, message, images)
             checked = checked_id(conversation_id) if conversation_id else None
             if params is not None:
+                if refusal := config.call_params.refusal(params):
+                    raise InvalidInput(refusal)
                 provider.check_params(params)
         except (InvalidInput, ValueError) as exc:
             raise failed(exc, ErrorCode.INVALID_ARGUMENTS) from None
@@ -432,6 +437,8 @@ def build_server(
         meta: dict[str, Any] = {}
         if reply.conversation_id is not None:
             meta[CONVERSATION_META] = reply.conversation_id
+        if reply.history_left_out:
+            meta[HISTORY_TRIMMED_META] = {"droppedMessages": reply.history_left_out}
         if _wants_tool_calls(ctx):
             meta[TOOL_CALLS_META] = tool_trace(reply.turn)
         return ToolResult(content=reply.text, meta=meta or None)
@@ -539,6 +546,8 @@ class _Edges:
     """Counts a request refused before the MCP app, by reason (see `agent_app`)."""
     inflight: InFlight
     """Its running send_message calls (see `stop_turns`)."""
+    sessions: SessionLimits
+    """How many MCP sessions it keeps, for how long (`sessions.SessionTable`)."""
 
 
 _EDGES: weakref.WeakKeyDictionary[FastMCP, _Edges] = weakref.WeakKeyDictionary()
@@ -557,6 +566,7 @@ def agent_app(server: FastMCP, allowed_hosts: Sequence[str] = ()) -> ASGIApp:
     requests with more than one `Authorization` header with 400 `invalid_request`, before
     authentication (`SingleCredential`: the agent verifies one credential and forwards it), and a
     request reusing the id of one still in flight on its session with 409 (`OneRequestPerId`).
+    MCP sessions are kept by a `SessionTable` within the agent's `spec.sessions`.
 
     DNS-rebinding protection is explicit: fastmcp 4.1.2's setting defaults to off. In "auto"
     mode it checks Host and Origin for servers bound to loopback (all of `pallas run`); listed
@@ -567,6 +577,8 @@ def agent_app(server: FastMCP, allowed_hosts: Sequence[str] = ()) -> ASGIApp:
         path="/mcp", host_origin_protection="auto", allowed_hosts=list(allowed_hosts) or None
     )
     edges = _EDGES.get(server)
+    if edges is not None:
+        serve_sessions(app, server, edges.sessions)
     refused = edges.refused if edges else lambda _: None
     one_per_id = OneRequestPerId(app, MAX_REQUEST_BYTES, lambda: refused("duplicate_id"))
     one_credential = SingleCredential(one_per_id, lambda: refused("credentials"))

@@ -594,6 +594,13 @@ def test_a_calls_params_override_the_agents_and_null_clears_one():
     assert merge_params(defaults, RequestParams()) is defaults
 
 
+def test_a_calls_extra_changes_only_the_provider_fields_it_names():
+    defaults = RequestParams(extra={"store": False, "metadata": {"team": "r"}})
+    call = RequestParams(extra={"repetition_penalty": 1.1, "metadata": None})
+    assert merge_params(defaults, call).extra == {"store": False, "repetition_penalty": 1.1}
+    assert merge_params(defaults, RequestParams(extra=None)).extra == defaults.extra
+
+
 def test_a_calls_params_the_provider_does_not_take_are_an_error():
     call = RequestParams.model_validate({"presencePenalty": 0.5, "seed": 1, "temperature": 0.2})
     plan = anthropic_plan(call, model="claude-sonnet-4-5", capabilities=CAPS)

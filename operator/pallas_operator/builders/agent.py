@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pallas_api import names
+from pallas_api.budgets import agent_memory_bytes
 from pallas_api.render import SecretBinding, log_level
 from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
 from pallas_operator.builders.meta import Manifest, Owner, agent_labels, agent_selector, metadata
 from pallas_operator.builders.pod import (
+    agent_resources,
     container_security,
     environment,
     log_env,
@@ -69,7 +71,11 @@ def agent_deployment(w: AgentWorkload) -> Manifest:
         ],
         "ports": [{"name": names.METRICS_PORT_NAME, "containerPort": port, "protocol": "TCP"}],
         "env": environment([agent_log_env(w), w.deployment.runtime.env, w.agent.pod.env], w.secrets),
-        "resources": resources(w.agent.pod.resources, w.deployment.runtime.resources),
+        "resources": resources(
+            w.agent.pod.resources,
+            w.deployment.runtime.resources,
+            default=agent_resources(agent_memory_bytes(w.agent)),
+        ),
         "securityContext": container_security(),
         "volumeMounts": [
             {"name": "config", "mountPath": names.CONFIG_DIR, "readOnly": True},

@@ -6,16 +6,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pallas_api import names
+from pallas_api.budgets import memory_quantity
 from pallas_api.render import SecretBinding, log_environment
 from pallas_api.spec import LogLevel, ResourceRequirements
 
 RUN_AS = 65532
 """A fixed non-root uid (distroless `nonroot`), so pods run unprivileged whatever the image says."""
-DEFAULT_RESOURCES: dict[str, dict[str, str]] = {
-    "requests": {"cpu": "100m", "memory": "256Mi"},
-    # No CPU limit: throttling an LLM tool loop helps nobody; memory is the resource that kills.
-    "limits": {"memory": "1Gi"},
-}
+DEFAULT_REQUESTS: dict[str, str] = {"cpu": "100m", "memory": "256Mi"}
+"""What an agent pod requests when its spec sets no resources (its limit: `agent_resources`)."""
 REGISTRY_RESOURCES: dict[str, dict[str, str]] = {
     "requests": {"cpu": "50m", "memory": "128Mi"},
     "limits": {"memory": "256Mi"},
@@ -63,8 +61,17 @@ def probes() -> dict[str, Any]:
     }
 
 
+def agent_resources(memory_limit: int) -> dict[str, dict[str, str]]:
+    """An agent pod's resources when its spec sets none: requests, and a memory limit in bytes.
+
+    No CPU limit: throttling an LLM tool loop helps nobody; memory is the resource that kills,
+    and its limit follows the agent's budgets (`pallas_api.budgets`).
+    """
+    return {"requests": dict(DEFAULT_REQUESTS), "limits": {"memory": memory_quantity(memory_limit)}}
+
+
 def resources(
-    *choices: ResourceRequirements | None, default: Mapping[str, Mapping[str, str]] = DEFAULT_RESOURCES
+    *choices: ResourceRequirements | None, default: Mapping[str, Mapping[str, str]]
 ) -> dict[str, dict[str, str]]:
     """The first resources given (agent over deployment), else the defaults."""
     for choice in choices:

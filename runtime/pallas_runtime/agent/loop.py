@@ -28,6 +28,7 @@ from pallas_api.errors import ErrorCode
 from pallas_api.logs import SecretValues
 from pallas_runtime.agent.audit import Outcome, audit_tool_call
 from pallas_runtime.agent.progress import ProgressReporter
+from pallas_runtime.agent.window import input_budget, left_out, request_tokens
 from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.downstream.call_path import CallPath
 from pallas_runtime.downstream.source import (
@@ -89,6 +90,9 @@ class TurnResult:
     text: str
     messages: list[Message]
     """The turn's messages to keep: the user message, then every assistant and tool message."""
+    history_left_out: int = 0
+    """The most of the history's oldest messages any of the turn's LLM calls left out to fit the
+    model's context window (`agent/window.py`)."""
 
 
 def llm_tool_name(qualified: str) -> str:
@@ -171,15 +175,20 @@ class AgentLoop:
             for name, o in offered.items()
             if o.allowed
         ]
-        first, later = self._round_params(merge_params(self._config.request_params, params), offered)
-        messages: list[Message] = [*history, user]
+        merged = merge_params(self._config.request_params, params)
+        first, later = self._round_params(merged, offered)
+        budget = input_budget(self._config.capabilities, merged) - request_tokens(
+            self._config.instruction, specs
+        )
         turn: list[Message] = [user]
+        left_out_most = 0
         for round_number in range(self._config.max_iterations):
+            cut = left_out(history, turn, budget)
+            left_out_most = max(left_out_most, cut)
             completion = await self._complete(
-                messages, specs, progress, first if round_number == 0 else later
+                [*history[cut:], *turn], specs, progress, first if round_number == 0 else later
             )
             assistant = AssistantMessage(completion.text, completion.tool_calls)
-            messages.append(assistant)
             turn.append(assistant)
             if not completion.tool_calls:
                 if not completion.text.strip():
@@ -190,7 +199,12 @@ class AgentLoop:
                 answer = cut_to(completion.text, self._config.limits.max_answer_bytes, "answer")
                 if answer != completion.text:
                     turn[-1] = AssistantMessage(answer)
-                return TurnResult(answer, turn)
+                if left_out_most:
+                    log.debug(
+                        "left out the %d oldest of %d stored messages to fit the context window",
+                        left_out_most, len(history), extra={"agent": self._config.name},
+                    )  # fmt: skip
+                return TurnResult(answer, turn, left_out_most)
             await progress.step("tool")
             results = await asyncio.gather(
                 *(
@@ -198,9 +212,7 @@ class AgentLoop:
                     for call in completion.tool_calls
                 )
             )
-            round_results = ToolResultsMessage(tuple(results))
-            messages.append(round_results)
-            turn.append(round_results)
+            turn.append(ToolResultsMessage(tuple(results)))
         raise MaxIterationsExceeded(
             f"agent {self._config.name} stopped after {self._config.max_iterations} LLM/tool rounds "
             "without a final answer (raise spec.maxIterations if the task needs more)"

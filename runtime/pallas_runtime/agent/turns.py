@@ -18,7 +18,12 @@ from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.conversations.caller import Caller, one_turn_key
 from pallas_runtime.conversations.history import title_of
 from pallas_runtime.conversations.model import ConversationKey, ConversationStore, ThreadInfo
-from pallas_runtime.conversations.scope import SessionLedger, conversation_key, sees_only_its_session
+from pallas_runtime.conversations.scope import (
+    SESSIONS_REMEMBERED,
+    SessionLedger,
+    conversation_key,
+    sees_only_its_session,
+)
 from pallas_runtime.downstream.call_path import CallPath
 from pallas_runtime.messages import Message, UserMessage
 
@@ -37,19 +42,28 @@ class Reply:
     """The turn's messages (the user message, then every assistant and tool message)."""
     created: bool = False
     """This turn started the conversation."""
+    history_left_out: int = 0
+    """Oldest stored messages the turn's model calls left out to fit the context window."""
 
 
 class Conversations:
     """What the agent's MCP surface does with conversations."""
 
     def __init__(
-        self, identity: str, scope: ConversationScope, store: ConversationStore, loop: AgentLoop
+        self,
+        identity: str,
+        scope: ConversationScope,
+        store: ConversationStore,
+        loop: AgentLoop,
+        *,
+        sessions: int = SESSIONS_REMEMBERED,
     ) -> None:
         self._identity = identity
         self._scope = scope
         self.store = store
         self._loop = loop
-        self._ledger = SessionLedger()
+        # As many sessions as the agent keeps open: a closed one's entry is the oldest to go.
+        self._ledger = SessionLedger(sessions=sessions)
 
     def _key(
         self, caller: Caller, conversation_id: str | None, session_id: str | None
@@ -84,14 +98,16 @@ class Conversations:
                 [], user, inbound_auth=inbound_auth, progress=progress, conversation=key,
                 call_path=call_path, params=params,
             )  # fmt: skip
-            return Reply(turn.text, None, turn.messages)
+            return Reply(turn.text, None, turn.messages, history_left_out=turn.history_left_out)
         async with self.store.turn(key) as held:
             turn = await self._loop.run(
                 held.history, user, inbound_auth=inbound_auth, progress=progress, conversation=key,
                 call_path=call_path, params=params,
             )  # fmt: skip
             await held.commit(turn.messages, title_of([user]))
-        return Reply(turn.text, key.id, turn.messages, created=not held.history)
+        return Reply(
+            turn.text, key.id, turn.messages, created=not held.history, history_left_out=turn.history_left_out
+        )
 
     async def history(
         self, caller: Caller, conversation_id: str | None, session_id: str | None

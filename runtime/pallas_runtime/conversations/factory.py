@@ -30,6 +30,7 @@ def build_store(config: AgentConfig, environ: Mapping[str, str] | None = None) -
         return MemoryStore(
             max_conversations=history.max_conversations,
             max_messages=history.max_messages,
+            max_bytes=history.max_bytes,
             ttl_seconds=settings.ttl_seconds,
             turn_wait=settings.turn_wait_seconds,
         )
@@ -61,6 +62,7 @@ def build_store(config: AgentConfig, environ: Mapping[str, str] | None = None) -
         settings.type,
         url,
         max_messages=history.max_messages,
+        cache_bytes=history.max_bytes,
         ttl_seconds=settings.ttl_seconds,
         turn_wait=settings.turn_wait_seconds,
         secret=secret,

@@ -1,18 +1,21 @@
-"""The in-process store: a pod's default. Bounded in count (LRU) and in length; lost on restart.
+"""The in-process store: a pod's default, lost on restart. Bounded in count, bytes and length.
 
+Least recently used conversations go first when the count or the bytes are over.
 A conversation with a turn in progress is never evicted, so a finished turn is always stored.
+A conversation that alone weighs more than the whole budget loses its oldest turns instead.
 """
 
 from __future__ import annotations
 
-import itertools
 import time
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import AsyncIterator, Collection, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from pallas_api.config import DEFAULT_HISTORY_BYTES
+from pallas_runtime.conversations.budget import SizedLru, first_within, footprint
 from pallas_runtime.conversations.history import first_kept, role_of
 from pallas_runtime.conversations.locks import KeyedLocks
 from pallas_runtime.conversations.model import ConversationBusy, ConversationKey, ThreadInfo, Turn
@@ -23,6 +26,8 @@ from pallas_runtime.messages import Message
 class _Conversation:
     title: str
     messages: list[Message] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+    """Each message's `footprint`, measured once when it was stored."""
     updated_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     touched: float = field(default_factory=time.monotonic)
 
@@ -38,7 +43,7 @@ class _MemoryTurn:
 
 
 class MemoryStore:
-    """Conversations in a dict: least recently used dropped beyond `max_conversations`."""
+    """Conversations in a dict: least recently used dropped beyond `max_conversations` or `max_bytes`."""
 
     kind = "memory"
 
@@ -47,14 +52,17 @@ class MemoryStore:
         *,
         max_conversations: int,
         max_messages: int,
+        max_bytes: int = DEFAULT_HISTORY_BYTES,
         ttl_seconds: float | None = None,
         turn_wait: float = 600.0,
     ) -> None:
-        self._max_conversations = max_conversations
         self._max_messages = max_messages
+        self._max_bytes = max_bytes
         self._ttl = ttl_seconds
         self._turn_wait = turn_wait
-        self._items: OrderedDict[ConversationKey, _Conversation] = OrderedDict()
+        self._items: SizedLru[ConversationKey, _Conversation] = SizedLru(
+            max_items=max_conversations, max_bytes=max_bytes
+        )
         self._counts: Counter[str] = Counter()
         """Conversations kept per agent (expired ones included until they are dropped)."""
         self._locks = KeyedLocks()
@@ -68,8 +76,13 @@ class MemoryStore:
     def _expired(self, conversation: _Conversation) -> bool:
         return self._ttl is not None and time.monotonic() - conversation.touched > self._ttl
 
+    @property
+    def bytes(self) -> int:
+        """What the kept conversations weigh (see `budget.footprint`)."""
+        return self._items.bytes
+
     def _get(self, key: ConversationKey) -> _Conversation | None:
-        conversation = self._items.get(key)
+        conversation = self._items.peek(key)
         if conversation is not None and self._expired(conversation) and not self._locks.held(key):
             self._forget(key)
             return None
@@ -94,26 +107,23 @@ class MemoryStore:
             conversation = _Conversation(title)
             self._counts[key.agent] += 1
         conversation.messages.extend(messages)
-        cut = first_kept([role_of(m) for m in conversation.messages], self._max_messages)
+        conversation.sizes.extend(footprint(m) for m in messages)
+        roles = [role_of(m) for m in conversation.messages]
+        cut = max(
+            first_kept(roles, self._max_messages), first_within(roles, conversation.sizes, self._max_bytes)
+        )
         del conversation.messages[:cut]
+        del conversation.sizes[:cut]
         conversation.updated_at = datetime.now(UTC)
         conversation.touched = time.monotonic()
-        self._items[key] = conversation
-        self._items.move_to_end(key)
-        self._evict()
-
-    def _evict(self) -> None:
-        # Oldest first, skipping the ones a turn holds; stops as soon as the excess is gone, so a
-        # turn pays for what it evicts, not for every conversation kept.
-        excess = len(self._items) - self._max_conversations
-        if excess <= 0:
-            return
-        oldest = itertools.islice(self._items, excess + len(self._locks))  # held ones are skipped
-        for key in [k for k in oldest if not self._locks.held(k)][:excess]:
-            self._forget(key)
+        self._items.put(key, conversation, sum(conversation.sizes))
+        # Oldest first, skipping the ones a turn holds; the walk stops as soon as both bounds
+        # hold, so a turn pays for what it evicts, not for every conversation kept.
+        for evicted in self._items.evict(keep=self._locks.held):
+            self._counts[evicted.agent] -= 1
 
     def _forget(self, key: ConversationKey) -> bool:
-        if self._items.pop(key, None) is None:
+        if self._items.pop(key) is None:
             return False
         self._counts[key.agent] -= 1
         return True
@@ -123,7 +133,7 @@ class MemoryStore:
         conversation = self._get(key)
         if conversation is None:
             return None
-        self._items.move_to_end(key)
+        self._items.get(key)  # now the most recently used
         return list(conversation.messages)
 
     async def threads(self, agent: str, owner: str, only: Collection[str] | None = None) -> list[ThreadInfo]:
@@ -131,7 +141,7 @@ class MemoryStore:
         wanted = None if only is None else set(only)
         out = [
             ThreadInfo(key.id, c.title, c.updated_at, len(c.messages))
-            for key, c in list(self._items.items())
+            for key, c in self._items.items()
             if key.agent == agent
             and key.owner == owner
             and (wanted is None or key.id in wanted)

@@ -26,8 +26,10 @@ from pallas_runtime.conversations.model import ConversationKey
 
 DEFAULT_ID = "default"
 """The id of a caller's default conversation (`caller` scope)."""
-SESSIONS_REMEMBERED = 10_000
-IDS_PER_SESSION = 256
+SESSIONS_REMEMBERED = 1000
+"""Sessions a ledger remembers by default: an agent keeps `sessions.maxSessions` of them."""
+IDS_PER_SESSION = 64
+"""Conversation ids (at most 256 characters each) remembered per session: at most ~16 KiB."""
 
 
 def session_conversation_id(identity: str, session_id: str) -> str:

@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import uuid
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -36,8 +35,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.sql.elements import BindParameter
 
-from pallas_api.config import DEFAULT_MAX_CONNECTIONS
+from pallas_api.config import DEFAULT_HISTORY_BYTES, DEFAULT_MAX_CONNECTIONS
 from pallas_runtime.conversations import codec, tenancy
+from pallas_runtime.conversations.budget import SizedLru, footprint
 from pallas_runtime.conversations.database import Database, PostgresDatabase, SqliteDatabase
 from pallas_runtime.conversations.driver_sql import PostgresTurns, SqliteTurns, TurnWriter
 from pallas_runtime.conversations.history import first_kept, role_of
@@ -58,8 +58,9 @@ _T = TypeVar("_T")
 log = logging.getLogger(__name__)
 LEASE = timedelta(seconds=30)
 CACHED_CONVERSATIONS = 1000
-"""Transcripts kept in process: a turn reads its history from the database only when another
-process (a replica) wrote to the conversation since this one did."""
+"""Transcripts kept in process (also bounded in bytes, `history.maxBytes`): a turn reads its
+history from the database only when another process (a replica) wrote to the conversation since
+this one did."""
 RENEW_EVERY = 10.0
 HEARTBEAT_EVERY = 300.0
 """Seconds between two records that the agent runs (`abandonedAfterSeconds` is at least 3600)."""
@@ -212,6 +213,8 @@ class _Transcript:
     version: str
     messages: list[Message]
     seqs: list[int]
+    sizes: list[int]
+    """Each message's `footprint`."""
 
 
 @dataclass
@@ -219,9 +222,14 @@ class _SqlTurn:
     store: SqlStore
     key: ConversationKey
     holder: str
-    history: Sequence[Message]
+    start: _Transcript
+    """The conversation as the turn found it: what its commit appends to."""
     committed: bool = False
     lost: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def history(self) -> Sequence[Message]:
+        return self.start.messages
 
     async def commit(self, messages: Sequence[Message], title: str) -> None:
         if self.lost.is_set():
@@ -239,6 +247,7 @@ class SqlStore:
         url: str,
         *,
         max_messages: int,
+        cache_bytes: int = DEFAULT_HISTORY_BYTES,
         ttl_seconds: float | None = None,
         turn_wait: float = 600.0,
         secret: str | None = None,
@@ -253,6 +262,7 @@ class SqlStore:
             kind: `sqlite` or `postgres`.
             url: From `engine_url`.
             max_messages: Messages kept per conversation.
+            cache_bytes: The most the transcripts kept in process may weigh (`budget.footprint`).
             ttl_seconds: Delete conversations untouched this long; None keeps them.
             turn_wait: Seconds a turn waits for the previous turn of its conversation.
             secret: The DSN's password, scrubbed from every message this store reports.
@@ -270,7 +280,9 @@ class SqlStore:
         self._turn_wait = turn_wait
         self._secret = secret
         self._locks = KeyedLocks()
-        self._cache: OrderedDict[ConversationKey, _Transcript] = OrderedDict()
+        self._cache: SizedLru[ConversationKey, _Transcript] = SizedLru(
+            max_items=CACHED_CONVERSATIONS, max_bytes=cache_bytes
+        )
         self._statements = _Statements(kind)
         self._holder_prefix = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._migrated = False
@@ -413,22 +425,23 @@ class SqlStore:
         await self._ready()
         return await self._turns.take(params)
 
-    async def _transcript(self, key: ConversationKey, version: str) -> list[Message]:
-        """The history at `version`: from this process's cache when no one else wrote since."""
+    async def _transcript(self, key: ConversationKey, version: str) -> _Transcript:
+        """The conversation at `version`: from this process's cache when no one else wrote since."""
         cached = self._cache.get(key)
         if cached is not None and cached.version == version:
-            self._cache.move_to_end(key)
-            return list(cached.messages)
+            return cached
         rows = await self._rows(self._statements.transcript, _key_params(key))
         messages = [codec.decode(json.loads(row.payload)) for row in rows]
-        self._remember(key, _Transcript(version, messages, [row.seq for row in rows]))
-        return list(messages)
+        seqs, sizes = [row.seq for row in rows], [footprint(m) for m in messages]
+        transcript = _Transcript(version, messages, seqs, sizes)
+        self._remember(key, transcript)
+        return transcript
 
     def _remember(self, key: ConversationKey, transcript: _Transcript) -> None:
-        self._cache[key] = transcript
-        self._cache.move_to_end(key)
-        while len(self._cache) > CACHED_CONVERSATIONS:
-            self._cache.popitem(last=False)
+        self._cache.put(key, transcript, sum(transcript.sizes))
+        # A transcript a turn holds stays (the turn has it anyway); one that alone is over the
+        # budget is dropped at once and read again next time.
+        self._cache.evict(keep=lambda k: k != key and self._locks.held(k))
 
     async def _renew(self, turn: _SqlTurn) -> None:
         while True:
@@ -445,10 +458,7 @@ class SqlStore:
     async def _commit(self, turn: _SqlTurn, messages: Sequence[Message], title: str) -> None:
         """Store the turn, trim and release, in one transaction; refused if the lease was lost."""
         key = turn.key
-        before = self._cache.get(key)
-        if before is None:  # evicted from the cache meanwhile: read what the turn started from
-            await self._transcript(key, "")
-            before = self._cache[key]
+        before = turn.start
         first_seq = (before.seqs[-1] + 1) if before.seqs else 0
         all_messages = [*before.messages, *messages]
         all_seqs = [*before.seqs, *range(first_seq, first_seq + len(messages))]
@@ -472,9 +482,10 @@ class SqlStore:
         await self._ready()
         stored_turn = await self._turns.store(stored, added, all_seqs[cut] if cut else None)
         if not stored_turn:
-            self._cache.pop(key, None)
+            self._cache.pop(key)
             raise TurnLost(self.lost_message(key))
-        self._remember(key, _Transcript(version, all_messages[cut:], all_seqs[cut:]))
+        sizes = [*before.sizes, *(footprint(m) for m in messages)]
+        self._remember(key, _Transcript(version, all_messages[cut:], all_seqs[cut:], sizes[cut:]))
 
     async def _release(self, turn: _SqlTurn) -> None:
         """Give the lease back; a conversation this turn created and never filled goes away."""
@@ -508,7 +519,7 @@ class SqlStore:
 
     async def delete(self, key: ConversationKey) -> bool:
         """Forget one conversation and its messages."""
-        self._cache.pop(key, None)
+        self._cache.pop(key)
 
         def forget(connection: Connection) -> bool:
             connection.execute(delete(msg).where(_messages_of(key)))

@@ -111,11 +111,18 @@ def merge_params(defaults: RequestParams, call: RequestParams | None) -> Request
         call: The `params` of the `send_message` call, or None.
 
     Returns:
-        `defaults` with every field the call set replaced by the call's value.
+        `defaults` with every field the call set replaced by the call's value; `extra` merged
+        key by key.
     """
     if call is None or not call.model_fields_set:
         return defaults
-    return defaults.model_copy(update={name: getattr(call, name) for name in call.model_fields_set})
+    update = {name: getattr(call, name) for name in call.model_fields_set}
+    if "extra" in update:
+        # Key by key: a call changes only the provider fields it names (a null value removes
+        # one), so the agent's own fields (`store: false`, a `metadata` tag) stay in force.
+        merged = {**(defaults.extra or {}), **(call.extra or {})}
+        update["extra"] = {k: v for k, v in merged.items() if v is not None} or None
+    return defaults.model_copy(update=update)
 
 
 def _max_tokens(params: RequestParams, capabilities: ModelCapabilities, adjusted: list[str]) -> int | None:

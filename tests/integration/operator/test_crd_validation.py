@@ -48,7 +48,8 @@ def test_valid_manifests_are_accepted_and_defaulted(pallas_crds: LocalCluster, n
     created = json.loads(result.stdout)
     assert created["spec"]["service"] == {"port": 8000, "sessionAffinity": "ClientIP"}
     assert created["spec"]["replicas"] == 1
-    assert created["spec"]["history"] == {"maxConversations": 1000}  # maxMessages: the deployment's
+    # maxMessages: the deployment's
+    assert created["spec"]["history"] == {"maxConversations": 1000, "maxBytes": 64 * 1024 * 1024}
     assert "servers" in created["spec"]
     assert "agents" not in created["spec"]
 

@@ -64,6 +64,8 @@ def test_defaults_are_the_documented_ones() -> None:
     assert config.health.probe_timeout_seconds == 3.0
     assert config.tools.permits("anything__at_all")
     assert config.display_title == "Research"
+    assert config.call_params.extra == []  # no provider field per call unless the spec lists it
+    assert len(config.call_params.allow) == 11
 
 
 @pytest.mark.parametrize(
@@ -82,6 +84,8 @@ def test_defaults_are_the_documented_ones() -> None:
             "header 'X' needs exactly one of value or valueFromEnv",
         ),
         (minimal(unknownField=1), "unknownField: Extra inputs are not permitted"),
+        (minimal(callParams={"allow": ["n"]}), "callParams.allow.0: Input should be 'temperature'"),
+        (minimal(callParams={"extra": ["model"]}), "callParams.extra may not name model"),
         (minimal(agents=[{"name": "research", "url": "http://x/mcp"}]), "lists itself"),
         (
             minimal(servers=[{"name": "a", "url": "http://x"}], agents=[{"name": "a", "url": "http://y"}]),

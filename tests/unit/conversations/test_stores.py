@@ -14,6 +14,7 @@ from pallas_runtime.conversations import sql as sql_module
 from pallas_runtime.conversations.memory import MemoryStore
 from pallas_runtime.conversations.model import ConversationStore, TurnLost
 from pallas_runtime.conversations.sql import SqlStore, engine_url
+from pallas_runtime.messages import AssistantMessage, Message, TextPart, UserMessage
 from tests.support.conversations import (
     CONTRACT,
     StoreFactory,
@@ -194,3 +195,56 @@ async def test_sqlite_agents_stay_apart_adopt_legacy_rows_and_lose_predecessors_
     await agents_stay_apart_adopt_legacy_rows_and_lose_predecessors_and_abandoned_ones(
         lambda **options: SqlStore("sqlite", url, max_messages=200, **options), ""
     )
+
+
+def long_turn(n: int, size: int) -> list[Message]:
+    """One turn whose question and answer weigh about `size` bytes each."""
+    return [UserMessage((TextPart(f"q{n} " + "x" * size),)), AssistantMessage(f"a{n} " + "y" * size)]
+
+
+async def test_the_memory_store_keeps_its_conversations_within_the_byte_budget() -> None:
+    store = MemoryStore(max_conversations=1000, max_messages=100, max_bytes=100_000)
+    async with store.turn(key("busy")) as held:
+        for n in range(30):  # 30 conversations of ~20 kB: room for about five
+            await commit(store, key(f"c{n}"), long_turn(n, 10_000))
+            assert store.bytes <= 100_000
+        await held.commit(long_turn(99, 10_000), "t")  # held all along: never evicted under its turn
+    kept = [k.id for k in store._items]
+    assert kept[-2:] == ["c29", "busy"]
+    assert "c0" not in kept
+    assert await store.count("harper") == len(kept)
+    assert await store.history(key("c29")) == long_turn(29, 10_000)
+
+
+async def test_a_conversation_over_the_whole_budget_loses_its_oldest_turns_never_the_newest() -> None:
+    store = MemoryStore(max_conversations=10, max_messages=100, max_bytes=50_000)
+    for n in range(6):
+        await commit(store, key(), long_turn(n, 10_000))
+    history = await store.history(key())
+    assert history is not None
+    assert history == [m for n in (4, 5) for m in long_turn(n, 10_000)]
+    assert store.bytes <= 50_000
+    await commit(store, key(), long_turn(9, 80_000))  # alone over the budget: kept, alone
+    assert await store.history(key()) == long_turn(9, 80_000)
+
+
+async def test_the_sql_stores_transcript_cache_stays_within_its_budget_and_turns_read_what_it_dropped(
+    tmp_path: Path,
+) -> None:
+    url = engine_url("sqlite", str(tmp_path / "c.db"))
+    async for store in started(SqlStore("sqlite", url, max_messages=100, cache_bytes=60_000)):
+        assert isinstance(store, SqlStore)
+        for n in range(12):
+            await commit(store, key(f"c{n % 4}"), long_turn(n, 10_000))
+            assert store._cache.bytes <= 60_000
+        # c0 was dropped from the cache long ago: its next turn reads it back and appends to it.
+        assert key("c0") not in store._cache
+        await commit(store, key("c0"), long_turn(99, 10))
+        expected = [m for n in (0, 4, 8, 99) for m in long_turn(n, 10_000 if n != 99 else 10)]
+        assert await store.history(key("c0")) == expected
+        # A transcript over the whole budget is never cached, and its turns still append.
+        for n in range(4):
+            await commit(store, key("huge"), long_turn(n, 40_000))
+        assert key("huge") not in store._cache
+        history = await store.history(key("huge"))
+        assert history == [m for n in range(4) for m in long_turn(n, 40_000)]

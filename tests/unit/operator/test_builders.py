@@ -328,3 +328,19 @@ def test_a_postgres_conversation_store_reaches_the_pod_as_a_secret_reference() -
     # An agent's own limit wins over the deployment's.
     own = render_agent("research", _agent_spec(at("spec.history", {"maxMessages": 7})), dep, {})
     assert own.config.history.max_messages == 7
+
+
+def test_an_agent_pods_default_memory_limit_follows_its_budgets() -> None:
+    def limits(*mods: Any) -> dict[str, Any]:
+        pod = agent_deployment(_workload(_agent_spec(*mods)))["spec"]["template"]["spec"]
+        return dict(pod["containers"][0]["resources"])
+
+    default = limits()
+    # 768 MiB for the process, twice the 64 MiB of conversations, 1000 sessions of 64 KiB
+    assert default["limits"] == {"memory": "960Mi"}
+    assert default["requests"] == {"cpu": "100m", "memory": "256Mi"}
+    assert limits(spec(history={"maxBytes": 1024**3}))["limits"] == {"memory": "2880Mi"}
+    assert limits(spec(sessions={"maxSessions": 10_000}))["limits"] == {"memory": "1536Mi"}
+    # A spec's own resources are taken as written.
+    own = {"limits": {"memory": "300Mi"}}
+    assert limits(spec(history={"maxBytes": 1024**3}, pod={"resources": own})) == own

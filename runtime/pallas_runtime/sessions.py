@@ -1,0 +1,212 @@
+"""The agent's MCP sessions: a cap per agent and per caller, and room made instead of refusal.
+
+The MCP SDK keeps up to 10,000 sessions per process for 30 idle minutes each and answers 503
+to anyone once they are taken: ~10,000 `initialize` calls (40 s of one client's work) locked
+every new client out for half an hour, and held ~400 MB (an idle session holds ~40 KiB). Here
+the cap and the idle timeout come from the agent's `spec.sessions`, and a full table closes the
+session idle longest to make room, so a flood of opened-and-forgotten sessions only ever
+displaces itself. With inbound auth each caller also has a cap of its own, enforced the same way
+on its own sessions, so one caller cannot crowd out the others.
+
+"Idle" means no request in flight: a session in the middle of a call is never closed under it.
+A standing notification stream (GET) is not a request in flight; it counts as activity when it
+opens. A newcomer is refused (the SDK's 503) only when every session it could displace is busy.
+
+fastmcp 4.1.2 builds its session manager inside the HTTP app's lifespan and exposes neither the
+class nor `max_sessions`; `serve_sessions` gives the app an equivalent lifespan that builds a
+`SessionTable` (a subclass of fastmcp's manager) instead. What it overrides of the SDK's manager
+are its admission, request and discard steps (`_admit_session`, `_handle_stateful_request`,
+`_serve_opening_request`, `_discard_session`), kept small; the tests in
+tests/integration/security/test_sessions.py fail if an SDK upgrade changes them underneath.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastmcp import FastMCP
+from fastmcp.server.http import FastMCPStreamableHTTPSessionManager, StreamableHTTPASGIApp
+from mcp.server.auth.middleware.bearer_auth import AuthorizationContext
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.applications import Starlette
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from pallas_api.config import SessionLimits
+
+log = logging.getLogger("pallas.sessions")
+
+Caller = tuple[str, str | None, str | None]
+"""Who opened a session: the SDK's (client id, issuer, subject) of the access token."""
+
+
+@dataclass(slots=True)
+class _Activity:
+    """One open session's requests in flight and when it was last used."""
+
+    caller: Caller | None
+    in_flight: int = 1
+    """The request that opens a session is in flight until it is answered."""
+    last_used: float = field(default_factory=time.monotonic)
+
+
+class SessionTable(FastMCPStreamableHTTPSessionManager):
+    """fastmcp's session manager with `spec.sessions`' caps, idle timeout and eviction."""
+
+    def __init__(self, limits: SessionLimits, agent: str, **options: Any) -> None:
+        super().__init__(session_idle_timeout=limits.idle_timeout_seconds, **options)
+        self.max_sessions = self._max_sessions = limits.max_sessions
+        self._per_caller = limits.max_per_caller
+        self._agent = agent
+        self._activity: dict[str, _Activity] = {}
+        self._by_caller: dict[Caller, set[str]] = {}
+
+    # --- admission (the SDK calls it under its session-creation lock) -----------------------
+
+    def _admit_session(self, requestor: AuthorizationContext | None) -> StreamableHTTPServerTransport | None:
+        caller = _caller(requestor)
+        if caller is not None:
+            own = self._by_caller.get(caller, set())
+            if len(own) >= self._per_caller and not self._close_idlest(own, "sessions.maxPerCaller"):
+                log.warning(
+                    "refused a new MCP session: the caller's %d sessions are all busy",
+                    len(own), extra={"agent": self._agent},
+                )  # fmt: skip
+                return None
+        full = len(self._server_instances) >= self._max_sessions
+        if full and not self._close_idlest(self._server_instances, "sessions.maxSessions"):
+            return None  # every session is busy: the SDK logs it and answers 503
+        transport = super()._admit_session(requestor)
+        if transport is not None and transport.mcp_session_id is not None:
+            session = transport.mcp_session_id
+            self._activity[session] = _Activity(caller)
+            if caller is not None:
+                self._by_caller.setdefault(caller, set()).add(session)
+        return transport
+
+    def _close_idlest(self, sessions: Iterable[str], limit: str) -> bool:
+        """Close the session among `sessions` unused longest with nothing in flight; whether one was."""
+        idle = [
+            (activity.last_used, session)
+            for session in sessions
+            if (activity := self._activity.get(session)) is not None and not activity.in_flight
+        ]
+        if not idle:
+            return False
+        last_used, session = min(idle)
+        transport = self._server_instances.get(session)
+        self._forget(session)
+        log.info(
+            "closed an MCP session idle for %.0fs to make room (%s)",
+            time.monotonic() - last_used, limit, extra={"agent": self._agent},
+        )  # fmt: skip
+        task_group: Any = self._task_group  # the SDK types it None until run() sets it
+        if transport is not None and task_group is not None:
+            # Ends its message loop and notification stream; its ID answers 404 from now on.
+            task_group.start_soon(self._discard_session, session, transport)
+        return True
+
+    def _forget(self, session: str) -> None:
+        self._server_instances.pop(session, None)
+        self._session_owners.pop(session, None)
+        activity = self._activity.pop(session, None)
+        if activity is not None and activity.caller is not None:
+            own = self._by_caller.get(activity.caller)
+            if own is not None:
+                own.discard(session)
+                if not own:
+                    del self._by_caller[activity.caller]
+
+    # --- activity ---------------------------------------------------------------------------
+
+    async def _handle_stateful_request(self, scope: Scope, receive: Receive, send: Send) -> None:
+        session = _header(scope, MCP_SESSION_ID_HEADER)
+        activity = self._activity.get(session) if session is not None else None
+        if activity is None:  # a new session (see `_serve_opening_request`) or an unknown one
+            await super()._handle_stateful_request(scope, receive, send)
+            return
+        activity.last_used = time.monotonic()
+        if scope.get("method") == "GET":  # a standing notification stream: not work in flight
+            await super()._handle_stateful_request(scope, receive, send)
+            return
+        activity.in_flight += 1
+        try:
+            await super()._handle_stateful_request(scope, receive, send)
+        finally:
+            activity.in_flight -= 1
+            activity.last_used = time.monotonic()
+
+    async def _serve_opening_request(
+        self, http_transport: StreamableHTTPServerTransport, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        try:
+            await super()._serve_opening_request(http_transport, scope, receive, send)
+        finally:
+            activity = self._activity.get(http_transport.mcp_session_id or "")
+            if activity is not None:
+                activity.in_flight -= 1
+                activity.last_used = time.monotonic()
+
+    async def _discard_session(self, session_id: str, transport: StreamableHTTPServerTransport) -> None:
+        self._forget(session_id)
+        await super()._discard_session(session_id, transport)
+
+
+def _caller(requestor: AuthorizationContext | None) -> Caller | None:
+    if requestor is None:
+        return None
+    return (requestor["client_id"], requestor["issuer"], requestor["subject"])
+
+
+def _header(scope: Scope, name: str) -> str | None:
+    wanted = name.lower().encode()
+    for key, value in scope.get("headers") or ():
+        if key == wanted:
+            return bytes(value).decode("latin-1")
+    return None
+
+
+def _mcp_endpoint(app: Starlette, path: str) -> StreamableHTTPASGIApp:
+    for route in app.routes:
+        if isinstance(route, Route) and route.path == path:
+            endpoint = getattr(route.endpoint, "app", route.endpoint)  # behind RequireAuthMiddleware
+            if isinstance(endpoint, StreamableHTTPASGIApp):
+                return endpoint
+    raise RuntimeError(f"no fastmcp Streamable HTTP endpoint at {path} (a fastmcp change?)")
+
+
+def serve_sessions(app: Starlette, server: FastMCP, limits: SessionLimits, path: str = "/mcp") -> None:
+    """Make `app` (from `server.http_app(path=...)`) keep its sessions in a `SessionTable`.
+
+    The lifespan given to the app is fastmcp 4.1.2's own (`create_streamable_http_app`) with
+    the manager's class swapped: stateful, SSE responses, no event store, and fastmcp's Host and
+    Origin guard in front instead of the SDK's own check.
+    """
+    endpoint = _mcp_endpoint(app, path)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        table = SessionTable(
+            limits,
+            server.name,
+            app=server._mcp_server,
+            security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        )
+        endpoint.session_manager = table
+        async with table.run():
+            try:
+                yield
+            finally:
+                # As fastmcp does: end open streams before the task group is cancelled, so
+                # uvicorn does not log responses cut off mid-flight (PrefectHQ/fastmcp#3025).
+                for transport in list(table._server_instances.values()):
+                    with contextlib.suppress(Exception):
+                        await transport.terminate()
+
+    app.router.lifespan_context = lifespan
