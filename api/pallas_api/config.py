@@ -389,6 +389,26 @@ class InputLimits(_Model):
     can read them (the MCP SDK's clients read at most 1 MiB per event)."""
 
 
+class HttpLimits(_Model):
+    """Bounds on every request an HTTP listener reads, enforced before routing and access control.
+
+    They hold for the agents' and the registry's listeners (docs/api.md §3 "Request limits"):
+    what a client may make a server hold in memory, and for how long, before it is known who
+    the client is.
+    """
+
+    max_head_bytes: Annotated[int, Field(ge=1024, le=MiB)] = 16 * 1024
+    """Largest request head (request line and header fields) in bytes; a larger one is answered
+    431, or 414 when the request line alone is larger."""
+    max_headers: Annotated[int, Field(ge=8, le=1000)] = 100
+    """Most header fields in one request; more are answered 431."""
+    head_timeout_seconds: Annotated[float, Field(gt=0, le=300)] = 10.0
+    """Time from a request's first byte (or the connection's start) to its complete head; a
+    slower head is answered 408, a connection that sent nothing is closed."""
+    keep_alive_seconds: Annotated[float, Field(gt=0, le=3600)] = 5.0
+    """How long an idle connection is kept open after a response for the client's next request."""
+
+
 class HealthSettings(_Model):
     """How `get_health` probes; it never calls the LLM."""
 
@@ -483,6 +503,8 @@ class AgentConfig(_Model):
     sessions: SessionLimits = SessionLimits()
     busy_at: Annotated[int | None, Field(ge=1)] = None
     """At least this many send_message calls in flight: `get_health` says busy (None: never)."""
+    http: HttpLimits = HttpLimits()
+    """Bounds on the requests the agent's HTTP listener reads (the deployment's `http`)."""
 
     @model_validator(mode="after")
     def _unique_tool_sources(self) -> Self:

@@ -322,5 +322,6 @@ def render_agent(
         auth=auth,
         sessions=agent.sessions,
         busy_at=agent.busy_at,
+        http=deployment.http,
     )
     return RenderedAgent(config, tuple(dict.fromkeys(secrets)))

@@ -24,6 +24,7 @@ from pallas_api.config import (
     HTTP_URL,
     CallParams,
     ConversationScope,
+    HttpLimits,
     InputLimits,
     MaxConnections,
     MaxDepth,
@@ -464,6 +465,9 @@ class PallasDeploymentSpec(_Spec):
     """Who may talk to the agents (docs/api.md §6)."""
     network: NetworkSpec = NetworkSpec()
     """Network isolation of the agents."""
+    http: HttpLimits = HttpLimits()
+    """Bounds on every request the agents' and the registry's HTTP listeners read, enforced
+    before access control: head size, header count, the time to send a head, idle keep-alive."""
     log_level: LogLevel | None = None
     """Log level of the Pallas loggers in the agents' and the registry's pods
     (`PALLAS_LOG_LEVEL`); an agent's `logLevel` overrides it; default info."""
