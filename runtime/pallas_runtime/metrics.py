@@ -100,7 +100,8 @@ class RuntimeMetrics:
         )
         self.requests_refused = counter(
             "pallas_requests_refused",
-            "MCP requests refused before reaching a tool, by reason (too_large, credentials, duplicate_id).",
+            "Requests refused before reaching the app, by reason (too_large, credentials, duplicate_id, "
+            "head_too_large, too_many_headers, uri_too_long, head_timeout).",
             ["agent", "reason"],
         )
         self.auth_requests_total = counter(

@@ -543,7 +543,7 @@ class _Edges:
     """What the HTTP edge of one agent server needs from it."""
 
     refused: Callable[[str], None]
-    """Counts a request refused before the MCP app, by reason (see `agent_app`)."""
+    """Counts a request refused before the MCP app, by reason (see `agent_app`, `refusals`)."""
     inflight: InFlight
     """Its running send_message calls (see `stop_turns`)."""
     sessions: SessionLimits
@@ -579,10 +579,20 @@ def agent_app(server: FastMCP, allowed_hosts: Sequence[str] = ()) -> ASGIApp:
     edges = _EDGES.get(server)
     if edges is not None:
         serve_sessions(app, server, edges.sessions)
-    refused = edges.refused if edges else lambda _: None
+    refused = refusals(server)
     one_per_id = OneRequestPerId(app, MAX_REQUEST_BYTES, lambda: refused("duplicate_id"))
     one_credential = SingleCredential(one_per_id, lambda: refused("credentials"))
     return RequestLimit(one_credential, MAX_REQUEST_BYTES, lambda: refused("too_large"))
+
+
+def refusals(server: FastMCP) -> Callable[[str], None]:
+    """What counts the server's requests refused at its edge, by reason.
+
+    The count is `pallas_requests_refused_total`; the reasons are its listener's (a head too
+    large or too slow, `serving.serve(refused=…)`) and its app's (`agent_app`).
+    """
+    edges = _EDGES.get(server)
+    return edges.refused if edges is not None else lambda reason: None
 
 
 def secret_env_names(config: AgentConfig) -> list[str]:

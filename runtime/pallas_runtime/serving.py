@@ -1,5 +1,7 @@
 """Serving ASGI apps with uvicorn, one way for every command (agents, the registry, `pallas run`).
 
+Every listener reads requests through `http_limits.BoundedHttpToolsProtocol`: request heads are
+bounded in size, header count and time before the app (and its access control) sees them.
 Sockets are bound before uvicorn starts, so a taken port is an `OSError` the command reports in
 one line (uvicorn would `sys.exit()` from inside the event loop). Servers leave signal handling to
 their process: `pallas run` hosts many apps in one event loop, each of which would otherwise
@@ -20,6 +22,9 @@ from typing import Any
 import sniffio
 import uvicorn
 from starlette.types import ASGIApp
+
+from pallas_api.config import HttpLimits
+from pallas_runtime.http_limits import Refused, bounded_protocol
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -62,6 +67,8 @@ async def serve(
     started: asyncio.Event | None = None,
     graceful_timeout: int = 10,
     before_stop: Callable[[], Awaitable[object]] | None = None,
+    limits: HttpLimits | None = None,
+    refused: Refused | None = None,
 ) -> None:
     """Serve `app` on `sock` until cancelled (or until the server stops by itself).
 
@@ -72,6 +79,8 @@ async def serve(
         graceful_timeout: Seconds in-flight requests get when the server is stopped.
         before_stop: Awaited when the server is asked to stop, before it stops accepting: what
             runs in the app can end its requests first (the agent answers "shutting down").
+        limits: Bounds on request heads and idle connections; the defaults of `HttpLimits`.
+        refused: Told the reason of each request refused for its head (to count it).
 
     Raises:
         OSError: the server stopped before it started.
@@ -84,6 +93,7 @@ async def serve(
         log_config=None,
         access_log=logging.getLogger("uvicorn.access").isEnabledFor(logging.INFO),
         lifespan="on",
+        http=bounded_protocol(limits or HttpLimits(), refused),
         timeout_graceful_shutdown=graceful_timeout,
         server_header=False,
     )

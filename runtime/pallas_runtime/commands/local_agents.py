@@ -10,20 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
 from fastmcp import FastMCP
 
+from pallas_api.config import HttpLimits
 from pallas_api.logs import fields_context
 from pallas_runtime.manifests import LOOPBACK, AgentKey, LocalPlan, PlannedAgent
 from pallas_runtime.metrics import RuntimeMetrics
 
 if TYPE_CHECKING:  # imported where used: `--agent` runs never load the registry
     from pallas_runtime.registry import RegistryMetrics
-from pallas_runtime.server import agent_app, build_server, stop_turns
+from pallas_runtime.server import agent_app, build_server, refusals, stop_turns
 from pallas_runtime.serving import listen, serve
 
 GRACE_SECONDS = 2
@@ -114,6 +115,8 @@ async def start_agent(agent: PlannedAgent, metrics: RuntimeMetrics) -> HostedAge
         started=started,
         graceful_timeout=GRACE_SECONDS,
         before_stop=partial(stop_turns, server),
+        limits=config.http,
+        refused=refusals(server),
     )
     # Every line logged while serving it (uvicorn's and fastmcp's too) names the agent.
     fields = fields_context(agent=config.name, deployment=agent.deployment.name)
@@ -168,7 +171,10 @@ async def start_registry(
     joined = RegistryMetrics(source, registry=metrics.registry)
     app = build_app(source, metrics=joined)
     started = asyncio.Event()
-    task = asyncio.create_task(serve(app, sock, started=started, graceful_timeout=GRACE_SECONDS))
+    limits = strictest(agent.deployment.spec.http for agent in agents)
+    task = asyncio.create_task(
+        serve(app, sock, started=started, graceful_timeout=GRACE_SECONDS, limits=limits)
+    )
     hosted = HostedRegistry(task, sock, joined)
     try:
         await _started(task, started, "registry", port)
@@ -176,6 +182,15 @@ async def start_registry(
         await hosted.stop()
         raise
     return hosted
+
+
+def strictest(limits: Iterable[HttpLimits]) -> HttpLimits:
+    """The smallest of each limit: the registry of `pallas run` may list several deployments."""
+    chosen = list(limits)
+    if not chosen:
+        return HttpLimits()
+    fields = HttpLimits.model_fields
+    return HttpLimits(**{name: min(getattr(each, name) for each in chosen) for name in fields})
 
 
 class LocalRun:
