@@ -4,6 +4,7 @@
   credentials, lost leadership); 2 a usage or configuration error (bad flags, bad files).
 - Ports: `--port`-like flags take 0-65535 through `port_number`, 0 meaning "any free port"
   (the chosen one is logged); anything else is argparse's usage error, exit 2.
+- Serving commands take the flags of `add_http_limit_flags` for their listener's `HttpLimits`.
 - A command is a class registered in the `pallas.commands` entry-point group (`Command`), so the
   operator adds `pallas operator` without the runtime importing it.
 """
@@ -12,6 +13,10 @@ from __future__ import annotations
 
 import argparse
 from typing import Final, Protocol
+
+from pydantic import ValidationError
+
+from pallas_api.config import HttpLimits
 
 EXIT_OK: Final = 0
 EXIT_FAILURE: Final = 1
@@ -39,3 +44,41 @@ def port_number(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"{port} is not a TCP port number (0-65535)")
     return port
+
+
+HTTP_LIMIT_FLAGS: Final = {
+    "max_head_bytes": ("--max-head-bytes", int, "largest request head in bytes"),
+    "max_headers": ("--max-headers", int, "most header fields in one request"),
+    "head_timeout_seconds": ("--head-timeout", float, "seconds to send a complete request head"),
+    "keep_alive_seconds": ("--keep-alive", float, "seconds an idle connection is kept open"),
+}
+"""The flags of a serving command that set its listener's `HttpLimits`, by field."""
+
+
+def add_http_limit_flags(parser: argparse.ArgumentParser) -> None:
+    """Add the flags of a listener's `HttpLimits` to a serving command (their defaults as default).
+
+    They are `--max-head-bytes`, `--max-headers`, `--head-timeout` and `--keep-alive`.
+    """
+    defaults = HttpLimits()
+    for field, (flag, kind, meaning) in HTTP_LIMIT_FLAGS.items():
+        default = getattr(defaults, field)
+        parser.add_argument(
+            flag, dest=field, type=kind, default=default, help=f"{meaning} (default {default:g})"
+        )
+
+
+def http_limits(args: argparse.Namespace) -> HttpLimits:
+    """The limits the flags of `add_http_limit_flags` ask for.
+
+    Raises:
+        ValueError: a value out of range; the message names the flag.
+    """
+    try:
+        return HttpLimits(**{field: getattr(args, field) for field in HTTP_LIMIT_FLAGS})
+    except ValidationError as exc:
+        problems = [
+            f"{HTTP_LIMIT_FLAGS[str(err['loc'][0])][0]}: {err['msg']}"
+            for err in exc.errors(include_url=False, include_input=False)
+        ]
+        raise ValueError("; ".join(problems)) from None

@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from pallas_api.commands import EXIT_USAGE, port_number
+from pallas_api.commands import EXIT_USAGE, add_http_limit_flags, http_limits, port_number
 from pallas_api.logs import setup_logging
 from pallas_operator import DEFAULT_RUNTIME_IMAGE
 from pallas_operator.services import ServiceResolver
@@ -51,6 +51,7 @@ class OperatorCommand:
             default=8080,
             help="port of /healthz, /readyz and /metrics (default 8080; 0: any free port)",
         )
+        add_http_limit_flags(parser)  # of the --http-port listener
         parser.add_argument(
             "--lease-namespace",
             default=os.environ.get("POD_NAMESPACE", "default"),
@@ -89,6 +90,7 @@ class OperatorCommand:
             return EXIT_USAGE
         try:
             resolver = ServiceResolver.from_env(args.service_host_map)
+            limits = http_limits(args)
         except ValueError as exc:
             print(f"pallas operator: {exc}", file=sys.stderr)
             return EXIT_USAGE
@@ -97,6 +99,7 @@ class OperatorCommand:
             runtime_image=args.runtime_image,
             resolver=resolver,
             http_port=args.http_port,
+            http_limits=limits,
             lease_namespace=args.lease_namespace,
             pod_namespace=args.pod_namespace or None,
             pod_labels=args.pod_labels,

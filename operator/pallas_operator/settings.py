@@ -6,6 +6,7 @@ import os
 import socket
 from dataclasses import dataclass, field
 
+from pallas_api.config import HttpLimits
 from pallas_operator import DEFAULT_RUNTIME_IMAGE
 from pallas_operator.services import ServiceResolver
 
@@ -28,6 +29,8 @@ class OperatorSettings:
     """Bind address of the HTTP server (a node running several pods on one host sets it)."""
     http_port: int | None = 8080
     """Port of /healthz, /readyz and /metrics; None for no HTTP server, 0 for any free port."""
+    http_limits: HttpLimits = field(default_factory=HttpLimits)
+    """Bounds on the requests that port reads (the chart's `metrics.limits`)."""
     lease_name: str = "pallas-operator"
     lease_namespace: str = field(default_factory=lambda: os.environ.get("POD_NAMESPACE", "default"))
     identity: str = field(default_factory=_default_identity)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pallas_api import names
+from pallas_api.commands import HTTP_LIMIT_FLAGS
 from pallas_api.render import log_level, provider_key_bindings
 from pallas_api.spec import PallasDeploymentSpec
 from pallas_operator.builders.hashing import SecretDigests, config_hash
@@ -43,6 +44,7 @@ def registry_deployment(
             owner.name,
             "--port",
             str(port),
+            *http_limit_args(spec),
         ],
         "ports": [{"name": names.METRICS_PORT_NAME, "containerPort": port, "protocol": "TCP"}],
         "env": environment(
@@ -75,6 +77,12 @@ def registry_deployment(
             },
         },
     }
+
+
+def http_limit_args(spec: PallasDeploymentSpec) -> list[str]:
+    """`pallas registry` flags setting its listener's limits to the deployment's `spec.http`."""
+    limits = spec.http
+    return [f"{HTTP_LIMIT_FLAGS[field][0]}={getattr(limits, field):g}" for field in HTTP_LIMIT_FLAGS]
 
 
 def registry_service(owner: Owner, spec: PallasDeploymentSpec) -> Manifest:

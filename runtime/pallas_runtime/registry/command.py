@@ -1,6 +1,7 @@
 """`pallas registry`: what the registry pod runs (docs/api.md §2).
 
     pallas registry [--namespace NS] [--deployment NAME] [--port N] [--host H]
+                    [--max-head-bytes N] [--max-headers N] [--head-timeout S] [--keep-alive S]
 
 Credentials come from the pod's ServiceAccount, else the kubeconfig (`$KUBECONFIG`,
 `~/.kube/config`). The namespace defaults to `$PALLAS_NAMESPACE`, else the credentials' own
@@ -18,7 +19,14 @@ import sys
 
 from lightkube import ConfigError, KubeConfig
 
-from pallas_api.commands import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, port_number
+from pallas_api.commands import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_USAGE,
+    add_http_limit_flags,
+    http_limits,
+    port_number,
+)
 from pallas_api.logs import setup_logging
 from pallas_api.spec import RegistrySpec
 from pallas_runtime.registry.app import build_app
@@ -60,9 +68,16 @@ class RegistryCommand:
             default=os.environ.get("PALLAS_BIND_HOST", "0.0.0.0"),
             help="interface to bind (default $PALLAS_BIND_HOST, else 0.0.0.0)",
         )
+        # The operator passes the deployment's `spec.http` (docs/api.md §3 "Request limits").
+        add_http_limit_flags(parser)
 
     def run(self, args: argparse.Namespace) -> int:
         """Serve until SIGTERM/SIGINT; 1 (with one line on stderr) when it cannot start."""
+        try:
+            limits = http_limits(args)
+        except ValueError as exc:
+            print(f"pallas registry: {exc}", file=sys.stderr)
+            return EXIT_USAGE
         try:
             # The provider keys the operator renders into the pod (for the provider checks).
             setup_logging(
@@ -96,7 +111,9 @@ class RegistryCommand:
         )
         try:
             with sock:
-                run_server_loop(until_signalled(serve(build_app(source), sock, graceful_timeout=2)))
+                run_server_loop(
+                    until_signalled(serve(build_app(source), sock, graceful_timeout=2, limits=limits))
+                )
         except OSError as exc:
             print(f"pallas registry: {exc}", file=sys.stderr)
             return EXIT_FAILURE

@@ -6,6 +6,10 @@ import argparse
 
 import pytest
 
+from pallas_api.commands import http_limits
+from pallas_api.config import HttpLimits
+from pallas_api.spec import PallasDeploymentSpec
+from pallas_operator.builders.registry import http_limit_args
 from pallas_runtime import cli
 from pallas_runtime.registry.command import DEFAULT_PORT, RegistryCommand
 
@@ -61,4 +65,33 @@ def test_every_command_refuses_a_bad_port_the_same_way(
     assert capsys.readouterr().err == (
         f"pallas {command}: argument {flag}: 70000 is not a TCP port number (0-65535) "
         f"(see pallas {command} --help)\n"
+    )
+
+
+def test_the_http_limit_flags_are_what_the_operator_renders() -> None:
+    assert http_limits(parse()) == HttpLimits()
+    spec = PallasDeploymentSpec.model_validate(
+        {
+            "model": {"default": "p.m"},
+            "providers": {"p": {"type": "openai"}},
+            "http": {
+                "maxHeadBytes": 65536,
+                "maxHeaders": 20,
+                "headTimeoutSeconds": 2.5,
+                "keepAliveSeconds": 30,
+            },
+        }
+    )
+    assert http_limits(parse(*http_limit_args(spec))) == spec.http
+
+
+@pytest.mark.parametrize("command", ["registry", "operator"])
+def test_a_limit_out_of_range_is_one_line_naming_the_flag(
+    command: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", "/nonexistent/kubeconfig")
+    assert cli.main([command, "--max-head-bytes", "10", "--head-timeout", "0"]) == 2
+    assert capsys.readouterr().err == (
+        f"pallas {command}: --max-head-bytes: Input should be greater than or equal to 1024; "
+        "--head-timeout: Input should be greater than 0\n"
     )
