@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from pallas_api.config import HttpLimits
 from pallas_api.wire import camel_config
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -115,6 +116,10 @@ class Metrics(Values):
     """The ClusterIP Service in front of the metrics port (always created)."""
     service_monitor: ServiceMonitor = ServiceMonitor()
     """Prometheus Operator scraping of the operator."""
+    limits: HttpLimits = HttpLimits()
+    """Bounds on every request the port reads, before routing (docs/api.md §3 "Request limits";
+    `--max-head-bytes`, `--max-headers`, `--head-timeout`, `--keep-alive`). These routes take no
+    request body: one that announces a body gets 413."""
 
 
 class PrometheusRule(Values):

@@ -45,7 +45,7 @@ class Runner:
         """Set once kopf's initial indexing finished and handlers run (see handlers.startup)."""
         self.operator: Operator | None = None
         self._kopf_stop = threading.Event()
-        self.http = ProbeEndpoints(self.metrics.render, ready=self.ready.is_set)
+        self.http = ProbeEndpoints(self.metrics.render, ready=self.ready.is_set, limits=settings.http_limits)
 
     async def run(self) -> int:
         """Run until `stop` is set (0) or leadership is lost (1)."""
