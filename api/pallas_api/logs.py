@@ -14,8 +14,10 @@ Where the lines go and how they look (environment; the original Pallas knobs, se
 Chatty libraries (HTTP clients, SDKs, MCP) stay at WARNING whatever the root level, so a debug
 session of Pallas does not drown in their output; uvicorn's error and access lines stay at
 WARNING unless `PALLAS_ROOT_LOG_LEVEL` is set. Every record passes a redaction filter on every
-handler, so both formats are covered: `Bearer …` credentials, anything shaped like a JWT and
-the values of secret environment variables the process was given never reach a log line.
+handler, so both formats are covered: query-string values, `user:password@` in URLs, `Bearer …`
+credentials (URL-encoded too), anything shaped like a JWT (glued to other text too) and the
+values of secret environment variables the process was given never reach a log line, uvicorn's
+access and error lines included.
 
 Records carry the `agent`, `deployment` and `namespace` they concern: fields given to
 `setup_logging`, those bound for a piece of work with `log_fields`/`fields_context` (each agent
@@ -75,9 +77,17 @@ LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 FILE_NAME = "pallas.log"
 _ON = frozenset({"1", "true", "yes", "on"})
 _OFF = frozenset({"0", "false", "no", "off"})
-_BEARER = re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]+")
-_JWT = re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*")
-"""A JWT anywhere (callers' OIDC and ServiceAccount tokens), even without a `Bearer` before it."""
+_QUERY = re.compile(r"(?<=\S)\?([^\s\"'<>#]+)")
+"""A URL's query string (a `?` glued to a path or URL): values there are credentials as often
+as not (`?token=`, `?access_token=`, `?authorization=Bearer%20…`, signed URLs), so none is kept."""
+_PARAMETER = re.compile(r"([^&;=]*=)?[^&;]+")
+_USERINFO = re.compile(r"(?<=://)[^/\s@:]+:[^/\s@]*@")
+"""`user:password@` in a URL."""
+_BEARER = re.compile(r"(?i)(bearer)(?:\s|%20|\+)+[A-Za-z0-9._~+/=%-]+")
+"""A bearer credential, also URL-encoded (`Bearer%20…`, `Bearer+…`) or glued to a word."""
+_JWT = re.compile(r"eyJ[A-Za-z0-9_-]{8,}(?:\.[A-Za-z0-9_-]*)*")
+"""A JWT anywhere (callers' OIDC and ServiceAccount tokens), even without a `Bearer` before it,
+glued to other letters, or cut short: its base64url JSON header always starts `eyJ`."""
 _KOPF_ATTRS = ("settings", "k8s_skip", "k8s_ref")
 """What kopf's per-object logger adds to a record; its reference becomes our fields."""
 _FIELDS: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar("pallas_log_fields")
@@ -117,7 +127,13 @@ class Redactor(logging.Filter):
         self._secrets = SecretValues(secrets)
 
     def redact(self, text: str) -> str:
-        """The text with bearer credentials and known secret values replaced."""
+        """The text with its credentials replaced.
+
+        They are query-string values, `user:password@` in URLs, bearer credentials, JWTs and
+        the known secret values.
+        """
+        text = _QUERY.sub(_redacted_query, text)
+        text = _USERINFO.sub(f"{REDACTED}@", text)
         text = _BEARER.sub(rf"\1 {REDACTED}", text)
         text = _JWT.sub("[redacted-jwt]", text)
         return self._secrets.scrub(text)
@@ -133,6 +149,11 @@ class Redactor(logging.Filter):
             record.exc_text = None
         record.msg, record.args = cleaned, None
         return True
+
+
+def _redacted_query(match: re.Match[str]) -> str:
+    """`?a=1&b` → `?a=[redacted]&b=[redacted]`: each parameter keeps its name, never its value."""
+    return "?" + _PARAMETER.sub(lambda parameter: f"{parameter[1] or ''}{REDACTED}", match[1])
 
 
 class ContextFields(logging.Filter):

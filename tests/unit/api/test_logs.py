@@ -15,6 +15,7 @@ from pallas_api.logs import (
     PALLAS_LOGGERS,
     QUIET_LOGGERS,
     UVICORN_LOGGERS,
+    Redactor,
     fields_context,
     log_fields,
     log_format,
@@ -249,3 +250,22 @@ def test_console_lines_of_a_one_agent_process_do_not_repeat_its_name() -> None:
     first, second = stream.getvalue().splitlines()
     assert "solo" not in first
     assert "peer about another agent" in second
+
+
+def test_credentials_are_redacted_in_any_position() -> None:
+    jwt = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2lnbmF0dXJl"
+    redact = Redactor().redact
+    cases = [
+        (f"POST /mcp?authorization=Bearer%20{jwt} HTTP/1.1", "POST /mcp?authorization=[redacted] HTTP/1.1"),
+        (
+            "GET /v0.1/servers?limit=30&cursor=MTpy&flag",
+            "GET /v0.1/servers?limit=[redacted]&cursor=[redacted]&[redacted]",
+        ),
+        (f"POST /healthz/abc{jwt} HTTP/1.1", "POST /healthz/abc[redacted-jwt] HTTP/1.1"),
+        (f"cut short: {jwt[:30]}", "cut short: [redacted-jwt]"),
+        ("calling https://bob:s3cret@tools.example/mcp", "calling https://[redacted]@tools.example/mcp"),
+        ("header Authorization=Bearer+opaque-value-123", "header Authorization=Bearer [redacted]"),
+        ("is it ready? yes", "is it ready? yes"),
+    ]
+    for text, redacted in cases:
+        assert redact(text) == redacted
