@@ -131,6 +131,9 @@ async def traffic() -> AsyncIterator[Traffic]:
             await step("empty message", "send_message", {"message": ""}, error="message is empty")
             await step("unknown argument", "send_message", {"message": "hi", "bogus": 1}, error="bogus")
             await step("health", "get_health", {})
+            # One request refused at the edge, so the refusals counter has a series.
+            twice = [("Authorization", "Bearer a"), ("Authorization", "Bearer b")]
+            assert (await http.post("/mcp", json={}, headers=twice)).status_code == 400
 
             response = await http.get("/metrics")
             yield Traffic(response.text, response.headers["content-type"], errors)
