@@ -547,9 +547,16 @@ async def test_a_client_finds_the_orchestrator_in_the_registry_and_chats(world: 
     assert (0, None, "researcher/send_message: started") in progress
     assert (1, 1, "researcher/send_message: completed") in progress
 
-    # The conversation is in the orchestrator's history prompt.
+    # The conversation is in the orchestrator's history prompt, its delegation as tool activity.
     turns = [(m.role, m.content.text) for m in history.messages]
-    assert turns == [("user", question), ("assistant", answer)]
+    assert turns[0] == ("user", question)
+    assert turns[1][0] == "assistant"
+    assert turns[1][1].startswith("[tool call] researcher__send_message {"), turns
+    assert turns[2][0] == "assistant"
+    assert turns[2][1].startswith("[tool result] researcher__send_message: echo saw Bearer e2e-user-token"), (
+        turns
+    )
+    assert turns[3:] == [("assistant", answer)]
 
     # What the LLM saw: the bearer reached `echo` (forwardInboundAuth) and not `plain`.
     seen = [r for r in llm.requests[llm_before:] if r.path == llm.completion_path]
