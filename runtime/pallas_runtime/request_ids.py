@@ -24,8 +24,9 @@ from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from pallas_runtime.request_limit import send_invalid_request
+
 SESSION_HEADER = b"mcp-session-id"
-INVALID_REQUEST = -32600
 RequestKey = tuple[str, str]
 """(session id, request id as the SDK keys it: `str(id)`, so 1 and "1" are one id)."""
 
@@ -117,9 +118,4 @@ async def _refuse(send: Send, request_id: str | int) -> None:
         f"request id {json.dumps(request_id)} is already in flight on this session: give each request an id "
         "of its own (JSON-RPC 2.0), or wait for the answer to the first"
     )
-    body = json.dumps(
-        {"jsonrpc": "2.0", "id": request_id, "error": {"code": INVALID_REQUEST, "message": text}}
-    ).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": 409, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    await send_invalid_request(send, 409, request_id, text)

@@ -54,9 +54,14 @@ async def _refuse(send: Send, size: int, limit: int) -> None:
         f"the request is {human_bytes(size)}; this agent accepts at most {human_bytes(limit)} per "
         "request (images count base64-encoded): send smaller or fewer images"
     )
+    await send_invalid_request(send, 413, None, message)
+
+
+async def send_invalid_request(send: Send, status: int, request_id: str | int | None, message: str) -> None:
+    """Answer with HTTP `status` and a JSON-RPC `INVALID_REQUEST` error saying `message`."""
     body = json.dumps(
-        {"jsonrpc": "2.0", "id": None, "error": {"code": INVALID_REQUEST, "message": message}}
+        {"jsonrpc": "2.0", "id": request_id, "error": {"code": INVALID_REQUEST, "message": message}}
     ).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": 413, "headers": headers})
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

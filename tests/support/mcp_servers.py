@@ -38,6 +38,19 @@ LOOPBACK = "127.0.0.1"
 TINY_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
 
 
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
+"""An MCP `initialize` request, for tests that speak raw HTTP to an agent."""
+
+
 @dataclass(frozen=True)
 class RecordedRequest:
     """One HTTP request a test server received (header names lower-case)."""

@@ -35,17 +35,7 @@ from tests.support.agents import (
 )
 from tests.support.cluster import LocalCluster
 from tests.support.fake_llm import Call, FakeOpenAI, Text, ToolCalls
-
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    },
-}
+from tests.support.mcp_servers import INITIALIZE
 
 
 def k8s_config(llm_url: str, name: str, namespace: str, **extra: Any) -> AgentConfig:

@@ -27,21 +27,11 @@ from pallas_runtime.metrics import RuntimeMetrics
 from pallas_runtime.server import agent_app, build_server
 from tests.support.agents import agent_config, run_agent_process, serve_agent
 from tests.support.fake_llm import FakeOpenAI, Text
-from tests.support.mcp_servers import serve_app
+from tests.support.mcp_servers import INITIALIZE, serve_app
 from tests.support.oidc import AUDIENCE, Issuer, oidc_issuer
 
 RESOURCE = "http://research.agents.svc.cluster.local:8000/mcp"
 METADATA = "http://research.agents.svc.cluster.local:8000/.well-known/oauth-protected-resource/mcp"
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    },
-}
 ACCEPT = {"Accept": "application/json, text/event-stream"}
 
 

@@ -21,20 +21,11 @@ from fastmcp.client.transports import StreamableHttpTransport
 from tests.integration.security.raw_http import head, send
 from tests.support.agents import agent_config, run_agent_process
 from tests.support.fake_llm import FakeOpenAI, Text
+from tests.support.mcp_servers import INITIALIZE
 from tests.support.oidc import AUDIENCE, oidc_issuer
 
 SLICE = 20
 ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    },
-}
 
 
 def slices(token: str) -> set[str]:

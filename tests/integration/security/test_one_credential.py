@@ -20,19 +20,10 @@ import pytest
 from pallas_api.config import AgentConfig
 from tests.support.agents import ServedAgent, agent_config, serve_agent
 from tests.support.fake_llm import Call, FakeOpenAI, Text, ToolCalls
+from tests.support.mcp_servers import INITIALIZE
 from tests.support.oidc import AUDIENCE, Issuer, oidc_issuer
 
 ACCEPT = ("Accept", "application/json, text/event-stream")
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    },
-}
 ASK = {
     "jsonrpc": "2.0",
     "id": 2,
