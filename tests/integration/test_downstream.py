@@ -17,7 +17,7 @@ from collections import defaultdict
 import pytest
 
 from pallas_api.config import AgentConfig, DownstreamServer, HeaderConfig, PeerAgent
-from pallas_api.probe import NOT_MCP
+from pallas_io.probe import NOT_MCP
 from pallas_runtime.downstream.mcp_server import McpServerSource
 from pallas_runtime.downstream.peer_agent import PeerAgentSource
 from pallas_runtime.downstream.remote import RemoteMcpSource

@@ -1,6 +1,6 @@
 """MCP checks of a running agent for its status: verification and `get_health`.
 
-Both go through the contract's one MCP probe (`pallas_api.probe`) and never raise: a failure is
+Both go through the one MCP probe (`pallas_io.probe`) and never raise: a failure is
 a result, reported in status, so a broken agent degrades and never crashes the operator.
 Messages are cut short and carry nothing beyond what the agent chose to publish; the headers
 (a probe token in `auth.mode: kubernetes`) are sent and never repeated.
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pallas_api import probe
 from pallas_api.status import ServerInfo
+from pallas_io import probe
 from pallas_operator.status import HealthResult, Verification
 
 MAX_MESSAGE = 300

@@ -23,7 +23,7 @@ from fastmcp.client.transports import StreamableHttpTransport
 from mcp import MCPError
 
 from pallas_api.names import INSTRUCTION_URI, TOOL_CALLS_META
-from pallas_api.probe import probe
+from pallas_io.probe import probe
 from pallas_runtime.commands.chat_display import TurnDisplay
 from pallas_runtime.commands.chat_params import PARAMS_ARGUMENT, accepted_params, checked, wire_params
 

@@ -17,7 +17,7 @@ import httpx2
 import mcp_types
 from mcp import MCPError
 
-from pallas_api.probe import describe_transport_failure, leaf_exceptions
+from pallas_io.probe import describe_transport_failure, leaf_exceptions
 
 Failure = Literal["transport", "session_gone", "protocol", "other"]
 TRACE = logging.getLogger("pallas.forward.trace")

@@ -38,9 +38,9 @@ import mcp_types
 from mcp import ClientSession
 from mcp.client.session import IncomingMessage
 
-from pallas_api import probe as mcp_probe
 from pallas_api.config import DEFAULT_MAX_RESULT_BYTES
 from pallas_api.errors import error_code_of
+from pallas_io import probe as mcp_probe
 from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.downstream.call_path import CallPath, CallRefused
 from pallas_runtime.downstream.connection import SharedSession, Transport, open_session, tls_context

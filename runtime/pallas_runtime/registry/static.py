@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from pallas_api.probe import ProbeOutcome, probe
 from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec, ProviderSpec
+from pallas_io.probe import ProbeOutcome, probe
 from pallas_runtime.registry.catalogue import CatalogueStore
 from pallas_runtime.registry.providers import ProviderTarget, deployment_targets
 from pallas_runtime.registry.source import CatalogueSource

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from pallas_api.health import HealthReport
-from pallas_api.probe import ProbeOutcome
 from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
+from pallas_io.probe import ProbeOutcome
 from pallas_runtime.registry.builder import build_response
 from pallas_runtime.registry.state import HealthView
 from pallas_runtime.registry.static import LocalAgent, Observation, base_state, observation, observed_state

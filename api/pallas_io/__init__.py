@@ -1,0 +1,10 @@
+"""What the Pallas programs share at their edges: the I/O and process conventions beside the contract.
+
+`pallas_api` is the contract (types, names, rendering, CRDs) and does no I/O; this sibling holds
+what the operator, the agent runtime and the registry do alike when they touch the world:
+
+- `probe`: the one MCP probe, checking an endpoint against the agent surface over HTTP.
+
+It may import `pallas_api`, never the operator or the runtime; `pallas_api` never imports it
+(contracts in pyproject.toml).
+"""
