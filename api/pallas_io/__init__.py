@@ -3,7 +3,10 @@
 `pallas_api` is the contract (types, names, rendering, CRDs) and does no I/O; this sibling holds
 what the operator, the agent runtime and the registry do alike when they touch the world:
 
-- `probe`: the one MCP probe, checking an endpoint against the agent surface over HTTP.
+- `probe`: the one MCP probe, checking an endpoint against the agent surface over HTTP;
+- `logs`: one logging setup for every process (JSON or console lines, fields, redaction);
+- `console`: the console lines for a person at a terminal, by rich;
+- `paths`: where Pallas keeps state on a workstation (the XDG state directory).
 
 It may import `pallas_api`, never the operator or the runtime; `pallas_api` never imports it
 (contracts in pyproject.toml).

@@ -39,9 +39,9 @@ from starlette.types import ASGIApp
 from pallas_api.config import AgentConfig, RequestParams, SessionLimits
 from pallas_api.errors import ErrorCode, error_content
 from pallas_api.health import utc_timestamp
-from pallas_api.logs import SecretValues
 from pallas_api.names import HISTORY_TRIMMED_META, INSTRUCTION_URI, TOOL_CALLS_META
 from pallas_api.validation import describe
+from pallas_io.logs import SecretValues
 from pallas_runtime import __version__
 from pallas_runtime.agent.health import HealthChecker
 from pallas_runtime.agent.inputs import ImageInput, InvalidInput, user_message

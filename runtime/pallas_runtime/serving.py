@@ -87,7 +87,7 @@ async def serve(
     """
     config = uvicorn.Config(
         app,
-        # Our logging setup (pallas_api.logs): uvicorn's error and access lines go through it,
+        # Our logging setup (pallas_io.logs): uvicorn's error and access lines go through it,
         # quiet (WARNING) unless PALLAS_ROOT_LOG_LEVEL asks for them; a quiet access log costs
         # nothing per request (uvicorn builds each line before the level check).
         log_config=None,

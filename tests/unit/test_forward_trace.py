@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pallas_api.logs import PALLAS_LOGGERS, setup_logging
+from pallas_io.logs import PALLAS_LOGGERS, setup_logging
 from pallas_runtime.downstream.failures import trace_failure
 
 

@@ -15,7 +15,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Hashable, Mapping
 
-from pallas_api.logs import log_fields
+from pallas_io.logs import log_fields
 
 log = logging.getLogger(__name__)
 Reconcile = Callable[[Hashable], Awaitable[float | None]]

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from pallas_api.config import AgentConfig, RequestParams
 from pallas_api.errors import ErrorCode
-from pallas_api.logs import SecretValues
+from pallas_io.logs import SecretValues
 from pallas_runtime.agent.audit import Outcome, audit_tool_call
 from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.agent.window import input_budget, left_out, request_tokens

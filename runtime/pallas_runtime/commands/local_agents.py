@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from fastmcp import FastMCP
 
 from pallas_api.config import HttpLimits
-from pallas_api.logs import fields_context
+from pallas_io.logs import fields_context
 from pallas_runtime.manifests import LOOPBACK, AgentKey, LocalPlan, PlannedAgent
 from pallas_runtime.metrics import RuntimeMetrics
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from watchfiles import Change, awatch
 
 from pallas_api.checks import check_documents
-from pallas_api.logs import Redactor
+from pallas_io.logs import Redactor
 from pallas_runtime.commands.local_agents import LocalRun, StartFailed
 from pallas_runtime.commands.local_env import with_openai_base_url
 from pallas_runtime.commands.validate import UnreadableError, read_documents

@@ -28,8 +28,8 @@ import sys
 from collections.abc import Mapping
 
 from pallas_api.commands import EXIT_FAILURE, EXIT_USAGE, port_number
-from pallas_api.logs import LEVELS, log_format, setup_logging
 from pallas_api.render import log_level
+from pallas_io.logs import LEVELS, log_format, setup_logging
 from pallas_runtime.commands.credentials import CredentialsError, add_token_arguments, bearer_token
 from pallas_runtime.commands.local_agents import LocalRun, StartFailed
 from pallas_runtime.commands.local_env import manifest_files, with_openai_base_url, working_directory_env

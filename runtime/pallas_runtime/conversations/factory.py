@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from pallas_api.config import AgentConfig
-from pallas_api.paths import state_dir
+from pallas_io.paths import state_dir
 from pallas_runtime.conversations.memory import MemoryStore
 from pallas_runtime.conversations.model import ConversationStore
 

@@ -27,8 +27,8 @@ from pallas_api.commands import (
     http_limits,
     port_number,
 )
-from pallas_api.logs import setup_logging
 from pallas_api.spec import RegistrySpec
+from pallas_io.logs import setup_logging
 from pallas_runtime.registry.app import build_app
 from pallas_runtime.registry.kubernetes import KubernetesSource
 from pallas_runtime.serving import bound_port, listen, run_server_loop, serve, until_signalled

@@ -10,7 +10,7 @@ import pytest
 
 from pallas_api.config import RequestParams, parse_config
 from pallas_api.errors import ErrorCode
-from pallas_api.logs import SecretValues
+from pallas_io.logs import SecretValues
 from pallas_runtime.agent.loop import AgentLoop, MaxIterationsExceeded, ToolChoiceUnavailable, llm_tool_name
 from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.downstream.source import DownstreamError, DownstreamTimeout, ProgressHandler, ToolOutcome

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pallas_api.logs import (
+from pallas_io.logs import (
     PALLAS_LOGGERS,
     QUIET_LOGGERS,
     UVICORN_LOGGERS,

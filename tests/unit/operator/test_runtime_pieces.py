@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from pallas_api.logs import setup_logging
+from pallas_io.logs import setup_logging
 from pallas_operator.cli import OperatorCommand
 from pallas_operator.endpoints import ProbeEndpoints
 from pallas_operator.engine.context import key_fields

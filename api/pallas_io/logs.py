@@ -41,9 +41,9 @@ from typing import Literal, TextIO
 
 from pythonjsonlogger.json import JsonFormatter
 
-from pallas_api.paths import state_dir
+from pallas_io.paths import state_dir
 
-PALLAS_LOGGERS = ("pallas", "pallas_api", "pallas_operator", "pallas_runtime")
+PALLAS_LOGGERS = ("pallas", "pallas_api", "pallas_io", "pallas_operator", "pallas_runtime")
 """Roots of every Pallas logger: modules log under their own name, commands under `pallas.<command>`."""
 QUIET_LOGGERS = (
     "openai",
@@ -287,7 +287,7 @@ def _file_handler(path: Path) -> logging.Handler:
 
 def _stderr_handler(settings: LogSettings, stream: TextIO, fields: Mapping[str, str]) -> logging.Handler:
     if settings.format == "console":
-        from pallas_api.console import console_handler  # rich: imported only for a terminal
+        from pallas_io.console import console_handler  # rich: imported only for a terminal
 
         return console_handler(stream, fields)
     handler = logging.StreamHandler(stream)
