@@ -12,7 +12,7 @@ import fnmatch
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self, get_args
+from typing import Annotated, Any, Final, Literal, Self, get_args
 
 import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
@@ -407,6 +407,18 @@ class HttpLimits(_Model):
     slower head is answered 408, a connection that sent nothing is closed."""
     keep_alive_seconds: Annotated[float, Field(gt=0, le=3600)] = 5.0
     """How long an idle connection is kept open after a response for the client's next request."""
+
+
+HTTP_LIMIT_FLAGS: Final = {
+    "max_head_bytes": ("--max-head-bytes", int, "largest request head in bytes"),
+    "max_headers": ("--max-headers", int, "most header fields in one request"),
+    "head_timeout_seconds": ("--head-timeout", float, "seconds to send a complete request head"),
+    "keep_alive_seconds": ("--keep-alive", float, "seconds an idle connection is kept open"),
+}
+"""The flags of a serving command that set its listener's `HttpLimits`, by field.
+
+Part of the contract: the operator writes them into the registry's pod (from `spec.http`) and
+`pallas registry` parses them (`pallas_io.commands.add_http_limit_flags`)."""
 
 
 class HealthSettings(_Model):

@@ -6,7 +6,9 @@ what the operator, the agent runtime and the registry do alike when they touch t
 - `probe`: the one MCP probe, checking an endpoint against the agent surface over HTTP;
 - `logs`: one logging setup for every process (JSON or console lines, fields, redaction);
 - `console`: the console lines for a person at a terminal, by rich;
-- `paths`: where Pallas keeps state on a workstation (the XDG state directory).
+- `paths`: where Pallas keeps state on a workstation (the XDG state directory);
+- `commands`: the command-line conventions of every `pallas` command (exit codes, ports,
+  request-limit flags, the `pallas.commands` entry point).
 
 It may import `pallas_api`, never the operator or the runtime; `pallas_api` never imports it
 (contracts in pyproject.toml).

@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from pallas_api.commands import EXIT_USAGE, add_http_limit_flags, http_limits, port_number
+from pallas_io.commands import EXIT_USAGE, add_http_limit_flags, http_limits, port_number
 from pallas_io.logs import setup_logging
 from pallas_operator import DEFAULT_RUNTIME_IMAGE
 from pallas_operator.services import ServiceResolver

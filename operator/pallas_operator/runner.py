@@ -18,7 +18,7 @@ from kopf._core.engines.peering import Identity  # the type of kopf.operator(ide
 from lightkube import KubeConfig
 from lightkube.core.exceptions import ConfigError
 
-from pallas_api.commands import EXIT_FAILURE
+from pallas_io.commands import EXIT_FAILURE
 from pallas_operator.endpoints import ProbeEndpoints
 from pallas_operator.engine.context import Operator
 from pallas_operator.k8s.client import make_client

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import EntryPoint, entry_points
 from typing import NoReturn
 
-from pallas_api.commands import EXIT_USAGE, Command
+from pallas_io.commands import EXIT_USAGE, Command
 from pallas_runtime import __version__
 
 

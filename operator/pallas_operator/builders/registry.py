@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pallas_api import names
-from pallas_api.commands import HTTP_LIMIT_FLAGS
+from pallas_api.config import HTTP_LIMIT_FLAGS
 from pallas_api.render import log_level, provider_key_bindings
 from pallas_api.spec import PallasDeploymentSpec
 from pallas_operator.builders.hashing import SecretDigests, config_hash

@@ -7,8 +7,8 @@ import logging
 import os
 import sys
 
-from pallas_api.commands import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, port_number
 from pallas_api.config import ConfigError, load_config
+from pallas_io.commands import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, port_number
 from pallas_io.logs import setup_logging
 from pallas_runtime.server import agent_app, build_server, refusals, secret_env_names, stop_turns
 from pallas_runtime.serving import bound_port, listen, run_server_loop, serve, until_signalled

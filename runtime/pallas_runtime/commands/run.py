@@ -27,8 +27,8 @@ import signal
 import sys
 from collections.abc import Mapping
 
-from pallas_api.commands import EXIT_FAILURE, EXIT_USAGE, port_number
 from pallas_api.render import log_level
+from pallas_io.commands import EXIT_FAILURE, EXIT_USAGE, port_number
 from pallas_io.logs import LEVELS, log_format, setup_logging
 from pallas_runtime.commands.credentials import CredentialsError, add_token_arguments, bearer_token
 from pallas_runtime.commands.local_agents import LocalRun, StartFailed

@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from pallas_api.checks import Document, check_documents
-from pallas_api.commands import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from pallas_io.commands import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 
 STDIN = "-"
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")

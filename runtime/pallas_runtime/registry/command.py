@@ -19,7 +19,8 @@ import sys
 
 from lightkube import ConfigError, KubeConfig
 
-from pallas_api.commands import (
+from pallas_api.spec import RegistrySpec
+from pallas_io.commands import (
     EXIT_FAILURE,
     EXIT_OK,
     EXIT_USAGE,
@@ -27,7 +28,6 @@ from pallas_api.commands import (
     http_limits,
     port_number,
 )
-from pallas_api.spec import RegistrySpec
 from pallas_io.logs import setup_logging
 from pallas_runtime.registry.app import build_app
 from pallas_runtime.registry.kubernetes import KubernetesSource

@@ -16,7 +16,7 @@ from typing import Final, Protocol
 
 from pydantic import ValidationError
 
-from pallas_api.config import HttpLimits
+from pallas_api.config import HTTP_LIMIT_FLAGS, HttpLimits
 
 EXIT_OK: Final = 0
 EXIT_FAILURE: Final = 1
@@ -44,15 +44,6 @@ def port_number(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"{port} is not a TCP port number (0-65535)")
     return port
-
-
-HTTP_LIMIT_FLAGS: Final = {
-    "max_head_bytes": ("--max-head-bytes", int, "largest request head in bytes"),
-    "max_headers": ("--max-headers", int, "most header fields in one request"),
-    "head_timeout_seconds": ("--head-timeout", float, "seconds to send a complete request head"),
-    "keep_alive_seconds": ("--keep-alive", float, "seconds an idle connection is kept open"),
-}
-"""The flags of a serving command that set its listener's `HttpLimits`, by field."""
 
 
 def add_http_limit_flags(parser: argparse.ArgumentParser) -> None:
