@@ -55,7 +55,7 @@ from lightkube.resources.core_v1 import ConfigMap, Namespace, Service
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pallas_api.kube import PallasAgent  # noqa: E402
+from pallas_io.kube import PallasAgent  # noqa: E402
 from tests.support.operator import agent, deployment, in_namespace, secret  # noqa: E402
 
 CRD_WRITES = ("pallasagents", "pallasdeployments")

@@ -8,7 +8,8 @@ what the operator, the agent runtime and the registry do alike when they touch t
 - `console`: the console lines for a person at a terminal, by rich;
 - `paths`: where Pallas keeps state on a workstation (the XDG state directory);
 - `commands`: the command-line conventions of every `pallas` command (exit codes, ports,
-  request-limit flags, the `pallas.commands` entry point).
+  request-limit flags, the `pallas.commands` entry point);
+- `kube`: the two custom resources as lightkube resource classes, for every API-server client.
 
 It may import `pallas_api`, never the operator or the runtime; `pallas_api` never imports it
 (contracts in pyproject.toml).

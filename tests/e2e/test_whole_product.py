@@ -42,7 +42,7 @@ from lightkube import Client as KubeClient
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import ConfigMap, Pod, Service
 
-from pallas_api.kube import PallasAgent, PallasDeployment
+from pallas_io.kube import PallasAgent, PallasDeployment
 from tests.support.cluster import LocalCluster
 from tests.support.e2e import (
     PALLAS,

@@ -36,8 +36,8 @@ from lightkube.types import PatchType
 from starlette.types import Receive, Scope, Send
 
 from pallas_api.config import ModelCapabilities
-from pallas_api.kube import PallasAgent, PallasDeployment
 from pallas_api.spec import Icon
+from pallas_io.kube import PallasAgent, PallasDeployment
 from pallas_runtime.registry import AgentState, CatalogueSource, HealthView, build_app
 from pallas_runtime.registry.schema import server_schema
 from pallas_runtime.registry.state import ProviderView

@@ -12,7 +12,7 @@ from lightkube.resources.policy_v1 import PodDisruptionBudget
 from lightkube.resources.rbac_authorization_v1 import ClusterRoleBinding, Role, RoleBinding
 
 from pallas_api import names
-from pallas_api.kube import PallasAgent, PallasDeployment
+from pallas_io.kube import PallasAgent, PallasDeployment
 
 ServiceMonitor = create_namespaced_resource(
     "monitoring.coreos.com", "v1", "ServiceMonitor", "servicemonitors"

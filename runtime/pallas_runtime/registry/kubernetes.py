@@ -24,9 +24,9 @@ from typing import Any
 import httpx2
 from lightkube import AsyncClient, KubeConfig
 
-from pallas_api.kube import PallasAgent, PallasDeployment
 from pallas_api.render import provider_key_env
 from pallas_api.spec import ProviderSpec
+from pallas_io.kube import PallasAgent, PallasDeployment
 from pallas_runtime.registry.catalogue import CatalogueStore, Key
 from pallas_runtime.registry.objects import (
     DeploymentSettings,

@@ -17,9 +17,9 @@ from lightkube.resources.core_v1 import Event, ServiceAccount
 from lightkube.resources.networking_v1 import NetworkPolicy
 from lightkube.resources.rbac_authorization_v1 import ClusterRoleBinding, Role, RoleBinding
 
-from pallas_api.kube import PallasAgent, PallasDeployment
 from pallas_api.render import render_agent
 from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
+from pallas_io.kube import PallasAgent, PallasDeployment
 from pallas_operator.rbac import CLUSTER_RULES, LEASE_RULES
 from pallas_operator.runner import Runner
 from tests.support.access import KubeAccess

@@ -11,7 +11,7 @@ from lightkube.resources.core_v1 import ConfigMap, Service
 
 from pallas_api import names
 from pallas_api.config import parse_config
-from pallas_api.kube import PallasAgent, PallasDeployment
+from pallas_io.kube import PallasAgent, PallasDeployment
 from tests.support.cluster import LocalCluster
 from tests.support.operator import (
     RunningOperator,

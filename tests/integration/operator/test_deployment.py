@@ -14,7 +14,7 @@ from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Service, ServiceAccount
 from lightkube.resources.rbac_authorization_v1 import Role, RoleBinding
 
-from pallas_api.kube import PallasDeployment
+from pallas_io.kube import PallasDeployment
 from pallas_operator.k8s.resources import ServiceMonitor
 from pallas_runtime.registry.kubernetes import KubernetesSource
 from tests.support.cluster import LocalCluster

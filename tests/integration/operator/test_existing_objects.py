@@ -21,7 +21,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Service
 
-from pallas_api.kube import PallasAgent, PallasDeployment
+from pallas_io.kube import PallasAgent, PallasDeployment
 from tests.support.cluster import NO_NODE, LocalCluster
 from tests.support.operator import (
     agent,

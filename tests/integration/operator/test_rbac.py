@@ -14,7 +14,7 @@ from lightkube import AsyncClient, KubeConfig
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.rbac_authorization_v1 import Role
 
-from pallas_api.kube import PallasAgent
+from pallas_io.kube import PallasAgent
 from pallas_operator.rbac import CLUSTER_RULES, LEASE_RULES
 from pallas_operator.runner import Runner
 from tests.support.cluster import LocalCluster

@@ -9,7 +9,7 @@ from lightkube import AsyncClient
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Event
 
-from pallas_api.kube import PallasAgent
+from pallas_io.kube import PallasAgent
 from tests.support.cluster import LocalCluster
 from tests.support.operator import (
     RunningOperator,

@@ -9,7 +9,7 @@ from lightkube import AsyncClient
 from lightkube.resources.apps_v1 import Deployment, ReplicaSet
 from lightkube.resources.core_v1 import ConfigMap, Service
 
-from pallas_api.kube import PallasAgent, PallasDeployment
+from pallas_io.kube import PallasAgent, PallasDeployment
 from tests.support.cluster import LocalCluster
 from tests.support.operator import (
     RunningOperator,
