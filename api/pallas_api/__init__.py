@@ -3,13 +3,21 @@
 One package, imported by all three and importing none of them (as CloudNativePG's `api/v1`):
 
 - `names`: the API group, kinds, labels, annotations, child names and in-cluster URLs;
+- `wire`: the one camelCase convention of the models;
 - `spec`: the PallasDeployment / PallasAgent spec models (the schema users write);
-- `status`: the status models, phases, health statuses and condition reasons;
+- `status` / `conditions`: the status models, phases, health statuses, condition types and reasons;
 - `config`: one agent's runtime config (the ConfigMap contract between operator and pod);
 - `render`: the pure mapping from specs to an agent config (operator and `pallas run` alike);
+- `budgets`: the memory an agent pod needs, from the budgets its spec sets;
 - `health`: the `get_health` report an agent returns and its readers parse;
-- `kube`: the custom resources as lightkube resource classes;
+- `errors`: the machine-readable codes of an agent's tool errors;
+- `references` / `checks` / `validation` / `urls`: the checks of manifests the operator,
+  `pallas validate` and `pallas run` share, and validation errors in a user's words;
 - `crds` / `schema`: the CRDs generated from the models (`hack/gen-crds`).
 
-Everything here is pure: no I/O, no Kubernetes client calls, no MCP.
+Everything here is pure: no network, no Kubernetes client, no MCP, no logging or terminal set-up
+(`pallas_io` beside it holds those, and this package never imports it; the import-linter
+contracts in pyproject.toml check both). The only things read from outside are what a reader of
+the contract hands it: `config.load_config` reads an agent config file (the reverse of
+`config.render_config`) and `config.HeaderConfig.resolve` the environment variable a header names.
 """
