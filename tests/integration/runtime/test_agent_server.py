@@ -24,7 +24,8 @@ from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
 from pallas_operator.builders import AgentWorkload, Owner
 from pallas_operator.builders.agent import allowed_host_args
 from pallas_runtime.metrics import RuntimeMetrics
-from pallas_runtime.server import LAZY_FASTMCP_IMPORTS, agent_app, build_server
+from pallas_runtime.server import agent_app, build_server
+from pallas_runtime.server.warm_up import LAZY_FASTMCP_IMPORTS
 from tests.support.fake_llm import Call, Delay, FakeAnthropic, FakeOpenAI, HttpError, Text, ToolCalls
 from tests.support.mcp_servers import (
     RunningServer,
@@ -466,7 +467,7 @@ async def test_tool_calls_in_the_result_only_when_asked_and_the_instruction_reso
 REPO = Path(__file__).resolve().parents[3]
 WARM_UP_SCRIPT = """
 import asyncio, sys
-from pallas_runtime.server import LAZY_FASTMCP_IMPORTS
+from pallas_runtime.server.warm_up import LAZY_FASTMCP_IMPORTS
 from tests.support.agents import agent_config, serve_agent
 
 def imported():

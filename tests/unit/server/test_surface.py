@@ -34,7 +34,7 @@ from pallas_api.config import AgentConfig, RequestParams, parse_config
 from pallas_runtime.llm.provider import LLMError
 from pallas_runtime.messages import Completion, Message, ToolSpec
 from pallas_runtime.metrics import RuntimeMetrics
-from pallas_runtime.server import build_server, stop_turns
+from pallas_runtime.server import AgentServer, build_server
 from tests.unit.agent.doubles import FakeSource, ScriptedProvider, calls, text
 
 GOLDEN = Path(__file__).parent / "golden" / "surface.yaml"
@@ -65,7 +65,7 @@ class InMemory:
     """An agent server and a client connected to it in memory."""
 
     client: Client[Any]
-    server: Any
+    server: AgentServer
     provider: ScriptedProvider
     metrics: RuntimeMetrics
 
@@ -81,11 +81,11 @@ async def in_memory(
     sources: Sequence[FakeSource] = (),
     **fields: Any,
 ) -> AsyncIterator[InMemory]:
-    """`build_server` over a scripted provider, its lifespan entered by an in-memory client."""
+    """`build_server` over a scripted provider, its lifespan run by an in-memory client."""
     provider = provider or ScriptedProvider(list(script))
     metrics = RuntimeMetrics(process_collectors=False)
     server = build_server(config(**fields), metrics=metrics, provider=provider, sources=sources, environ={})
-    async with Client(server) as client:
+    async with Client(server.mcp) as client:
         yield InMemory(client, server, provider, metrics)
 
 
@@ -519,7 +519,7 @@ async def test_a_stopping_agent_ends_its_running_turn_and_refuses_new_ones() -> 
     async with in_memory(provider=provider, conversations={"scope": "caller"}) as agent:
         running = asyncio.create_task(agent.client.call_tool_mcp("send_message", {"message": "hi"}))
         await provider.started.wait()
-        assert await stop_turns(agent.server) == 1
+        assert await agent.server.stop_turns() == 1
         ended = await running
         refused = await agent.client.call_tool_mcp("send_message", {"message": "hi again"})
         listed = json.loads((await agent.client.call_tool_mcp("list_conversations", {})).content[0].text)
