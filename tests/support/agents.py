@@ -43,13 +43,12 @@ from typing import Any
 
 import httpx2
 import uvicorn
-from fastmcp import FastMCP
 
 from pallas_api.config import AgentConfig, parse_config, render_config
 from pallas_runtime.downstream.source import ToolSource
 from pallas_runtime.llm.provider import LLMProvider
 from pallas_runtime.metrics import RuntimeMetrics
-from pallas_runtime.server import agent_app, build_server
+from pallas_runtime.server import AgentServer, agent_app, build_server
 from tests.support.ports import logged_port
 
 LOOPBACK = "127.0.0.1"
@@ -103,7 +102,7 @@ class ServedAgent:
     """`http://127.0.0.1:PORT`, for /healthz, /readyz and /metrics."""
     port: int
     config: AgentConfig
-    server: FastMCP
+    server: AgentServer
     metrics: RuntimeMetrics
     """The agent's own registry (also what its /metrics route exposes)."""
 

@@ -10,7 +10,7 @@ import sys
 from pallas_api.config import ConfigError, load_config
 from pallas_io.commands import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, port_number
 from pallas_io.logs import setup_logging
-from pallas_runtime.server import agent_app, build_server, refusals, secret_env_names, stop_turns
+from pallas_runtime.server import agent_app, build_server, secret_env_names
 from pallas_runtime.serving import bound_port, listen, run_server_loop, serve, until_signalled
 
 log = logging.getLogger("pallas.agent")
@@ -73,9 +73,9 @@ class AgentCommand:
                         serve(
                             app,
                             sock,
-                            before_stop=lambda: stop_turns(server),
+                            before_stop=server.stop_turns,
                             limits=config.http,
-                            refused=refusals(server),
+                            refused=server.refused,
                         )
                     )
                 )

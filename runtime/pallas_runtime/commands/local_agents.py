@@ -1,6 +1,6 @@
 """The agents and the registry `pallas run` hosts in its one process, each startable and stoppable.
 
-An agent is its FastMCP server served by uvicorn on its own loopback socket (bound first, so a
+An agent is its `AgentServer` served by uvicorn on its own loopback socket (bound first, so a
 taken port is one clear line); stopping it ends its running turns with "shutting down", stops the
 server and closes the socket, so the port can be bound again at once (`--reload` restarts an
 agent on the port it had). The registry is served the same way from the agents' manifests.
@@ -12,10 +12,7 @@ import asyncio
 import socket
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING
-
-from fastmcp import FastMCP
 
 from pallas_api.config import HttpLimits
 from pallas_io.logs import fields_context
@@ -24,7 +21,7 @@ from pallas_runtime.metrics import RuntimeMetrics
 
 if TYPE_CHECKING:  # imported where used: `--agent` runs never load the registry
     from pallas_runtime.registry import RegistryMetrics
-from pallas_runtime.server import agent_app, build_server, refusals, stop_turns
+from pallas_runtime.server import AgentServer, agent_app, build_server
 from pallas_runtime.serving import listen, serve
 
 GRACE_SECONDS = 2
@@ -68,7 +65,7 @@ class HostedAgent(Hosted):
     """An agent running in this process."""
 
     planned: PlannedAgent
-    server: FastMCP
+    server: AgentServer
 
 
 def _listen(what: str, port: int) -> socket.socket:
@@ -114,9 +111,9 @@ async def start_agent(agent: PlannedAgent, metrics: RuntimeMetrics) -> HostedAge
         sock,
         started=started,
         graceful_timeout=GRACE_SECONDS,
-        before_stop=partial(stop_turns, server),
+        before_stop=server.stop_turns,
         limits=config.http,
-        refused=refusals(server),
+        refused=server.refused,
     )
     # Every line logged while serving it (uvicorn's and fastmcp's too) names the agent.
     fields = fields_context(agent=config.name, deployment=agent.deployment.name)

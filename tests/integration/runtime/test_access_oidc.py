@@ -208,7 +208,7 @@ async def test_the_caller_reaches_tools_as_an_access_token_with_subject_and_grou
     """What the conversation store (issue 10) reads: `get_access_token()` inside a tool."""
     server = build_server(oidc_config("http://127.0.0.1:9/v1", issuer), metrics=RuntimeMetrics(), environ={})
 
-    @server.tool(name="whoami", output_schema=None)
+    @server.mcp.tool(name="whoami", output_schema=None)
     def whoami() -> str:
         token = get_access_token()
         assert token is not None

@@ -1,5 +1,8 @@
 """An agent served over real HTTP, thinking with scripted fake LLMs (real OpenAI/Anthropic wire
 formats through the official SDKs) and acting through real downstream MCP servers and peer agents.
+
+What needs no network (the tools' schemas and descriptions, argument errors and their codes, the
+alias, the conversation tools, the instruction resource) is driven in memory in tests/unit/server.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
 from pallas_operator.builders import AgentWorkload, Owner
 from pallas_operator.builders.agent import allowed_host_args
 from pallas_runtime.metrics import RuntimeMetrics
-from pallas_runtime.server import LAZY_FASTMCP_IMPORTS, agent_app, build_server
+from pallas_runtime.server import agent_app, build_server
+from pallas_runtime.server.warm_up import LAZY_FASTMCP_IMPORTS
 from tests.support.fake_llm import Call, Delay, FakeAnthropic, FakeOpenAI, HttpError, Text, ToolCalls
 from tests.support.mcp_servers import (
     RunningServer,
@@ -219,52 +223,6 @@ async def test_turns_on_one_conversation_are_serialized(fake_openai: FakeOpenAI)
     assert [m["content"] for m in fake_openai.completions[1].json["messages"][1:]] == ["a", "slow first", "b"]
 
 
-BAD_INPUTS = [
-    ({"message": ""}, "message is empty"),
-    ({"message": "x" * 2048}, "message is 2048 bytes; the limit is 1024"),
-    ({"message": "hi", "images": [{"data": "%%%", "mime_type": "image/png"}]}, "data is not valid base64"),
-    ({"message": "hi", "images": [{"data": PNG, "mime_type": "image/bmp"}]}, "unsupported type 'image/bmp'"),
-    (
-        {"message": "hi", "images": [{"data": PNG, "mime_type": "image/png"}] * 3},
-        "3 images attached; the limit is 2",
-    ),
-    ({"message": "hi", "bogus": 1}, "send_message: invalid arguments: bogus: Unexpected keyword argument"),
-    ({"message": 5}, "send_message: invalid arguments: message: Input should be a valid string"),
-    ({}, "send_message: invalid arguments: message: Missing required argument"),
-    (
-        {"message": "hi", "images": [{"data": PNG}]},
-        "send_message: invalid arguments: images.0.mime_type: Field required",
-    ),
-]
-
-
-async def test_bad_input_is_a_clear_tool_error_counted_and_the_server_keeps_serving(
-    fake_openai: FakeOpenAI,
-) -> None:
-    metrics = RuntimeMetrics(process_collectors=False)
-    cfg = config(fake_openai, capabilities={"vision": True}, limits={"maxMessageBytes": 1024, "maxImages": 2})
-    no_vision = config(fake_openai, "blind")
-    async with agent(cfg, metrics) as running, agent(no_vision, metrics) as blind:
-        for arguments, error in BAD_INPUTS:
-            result = await send(running.url, arguments)
-            assert result.is_error, arguments
-            assert error in result.content[0].text
-            assert result.structured_content == {
-                "error": {"code": "INVALID_ARGUMENTS", "message": result.content[0].text}
-            }
-            assert "pydantic.dev" not in result.content[0].text
-            assert "input_value" not in result.content[0].text
-        result = await send(blind.url, {"message": "hi", "images": [{"data": PNG, "mime_type": "image/png"}]})
-        assert "does not accept images" in result.content[0].text
-        ok = await send(running.url, {"message": "still there?"})
-    assert not ok.is_error
-    assert len(fake_openai.completions) == 1  # only the good call reached the model
-    errors = metrics.registry.get_sample_value(
-        "pallas_send_message_total", {"agent": "harper", "outcome": "error"}
-    )
-    assert errors == len(BAD_INPUTS)
-
-
 @pytest.mark.parametrize(
     ("step", "error"),
     [
@@ -290,24 +248,6 @@ async def test_llm_failures_end_the_call_with_a_clear_error(
         fake_openai.reset()
         fake_openai.script(Text("recovered"))
         assert (await send(running.url, {"message": "again"})).content[0].text == "recovered"
-
-
-async def test_every_error_result_carries_a_machine_readable_code(fake_openai: FakeOpenAI) -> None:
-    fake_openai.default = ToolCalls([Call("nothing__here")])  # never a final answer
-    async with agent(config(fake_openai, maxIterations=2)) as running, client(running.url) as c:
-        looping = await c.call_tool_mcp("send_message", {"message": "loop"})
-        unknown = await c.call_tool_mcp("no_such_tool", {})
-        missing = await c.call_tool_mcp("delete_conversation", {"conversation_id": "never-was"})
-        ok = await c.call_tool_mcp("list_conversations", {})
-    codes = [r.structured_content["error"]["code"] for r in (looping, unknown, missing)]
-    assert codes == ["MAX_ITERATIONS", "TOOL_NOT_FOUND", "INVALID_ARGUMENTS"]
-    # The human text is what it always was, and is repeated as the structured message.
-    assert unknown.content[0].text == "Unknown tool: 'no_such_tool'"
-    assert looping.content[0].text.startswith("agent harper stopped after 2 LLM/tool rounds")
-    for result in (looping, unknown, missing):
-        assert result.is_error
-        assert result.structured_content["error"]["message"] == result.content[0].text
-    assert not ok.is_error
 
 
 async def test_downstream_down_or_slow_and_bad_tool_calls_go_back_to_the_model(
@@ -389,32 +329,6 @@ async def test_a_server_that_wants_the_callers_bearer_is_up_with_a_note_not_degr
     assert json.loads(tool_text)["authorization"] == "Bearer caller-token"
 
 
-async def test_the_alias_named_after_the_agent_is_send_message(fake_openai: FakeOpenAI) -> None:
-    metrics = RuntimeMetrics(process_collectors=False)
-    fake_openai.script(Text("by alias"), Text("by name"))
-    async with agent(config(fake_openai), metrics) as running, client(running.url) as c:
-        tools = {t.name: t for t in await c.list_tools()}
-        aliased = await c.call_tool_mcp("harper", {"message": "hi", "conversation_id": "c-1"})
-        named = await c.call_tool_mcp("send_message", {"message": "again", "conversation_id": "c-1"})
-        bad = await c.call_tool_mcp("harper", {"message": "hi", "bogus": 1})
-    assert tools["harper"].input_schema == tools["send_message"].input_schema
-    assert tools["harper"].description == tools["send_message"].description
-    assert (aliased.is_error, aliased.content[0].text) == (False, "by alias")
-    assert (named.is_error, named.content[0].text) == (False, "by name")
-    # One conversation whichever name was called.
-    assert [m["content"] for m in fake_openai.completions[1].json["messages"][1:]] == [
-        "hi",
-        "by alias",
-        "again",
-    ]
-    assert bad.is_error
-    assert bad.content[0].text == "harper: invalid arguments: bogus: Unexpected keyword argument"
-    count = metrics.registry.get_sample_value
-    assert count("pallas_send_message_total", {"agent": "harper", "outcome": "ok"}) == 2
-    assert count("pallas_send_message_total", {"agent": "harper", "outcome": "error"}) == 1
-    assert count("pallas_send_message_duration_seconds_count", {"agent": "harper"}) == 3
-
-
 async def test_peer_tools_say_what_the_peer_is_for(fake_openai: FakeOpenAI) -> None:
     fake_openai.script(Text("ok"))
     worker_cfg = config(
@@ -432,9 +346,7 @@ async def test_peer_tools_say_what_the_peer_is_for(fake_openai: FakeOpenAI) -> N
     )
 
 
-async def test_tool_calls_in_the_result_only_when_asked_and_the_instruction_resource(
-    fake_openai: FakeOpenAI,
-) -> None:
+async def test_tool_calls_in_the_result_only_when_asked(fake_openai: FakeOpenAI) -> None:
     async with header_echo_server() as echo:
         cfg = config(fake_openai, servers=[{"name": "echo", "url": echo.url}])
         fake_openai.script(
@@ -448,8 +360,6 @@ async def test_tool_calls_in_the_result_only_when_asked_and_the_instruction_reso
                 "send_message", {"message": "hi"}, meta={"pallas.dev/toolCalls": True}
             )
             plain = await c.call_tool_mcp("send_message", {"message": "hi"})
-            (resource,) = await c.list_resources()
-            instruction = await c.read_resource("pallas://instruction")
     assert asked.content[0].text == "Done."
     echoed, bad = asked.meta["pallas.dev/toolCalls"]
     assert echoed["name"] == "echo__echo_headers"
@@ -459,14 +369,12 @@ async def test_tool_calls_in_the_result_only_when_asked_and_the_instruction_reso
     assert bad["argumentsError"]
     assert bad["isError"] is True
     assert "pallas.dev/toolCalls" not in (plain.meta or {})
-    assert str(resource.uri) == "pallas://instruction"
-    assert instruction[0].text == "You help."
 
 
 REPO = Path(__file__).resolve().parents[3]
 WARM_UP_SCRIPT = """
 import asyncio, sys
-from pallas_runtime.server import LAZY_FASTMCP_IMPORTS
+from pallas_runtime.server.warm_up import LAZY_FASTMCP_IMPORTS
 from tests.support.agents import agent_config, serve_agent
 
 def imported():

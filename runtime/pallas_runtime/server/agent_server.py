@@ -1,0 +1,205 @@
+"""`AgentServer`: one agent as an MCP server, composed from its parts, and `build_server`.
+
+The server owns the FastMCP instance and the state its edges need: the metrics, the
+send_message calls in flight (ended by `stop_turns`), the session limits, the refusal counter
+and whether it is ready. Its surface is added by one part each (`send_message`, `get_health`,
+`conversation_tools`, `history_prompt`, `instruction_resource`, `probe_routes`). Building it
+does no I/O; the lifespan (run by the HTTP app or an in-memory `Client(server.mcp)`) starts the
+provider preflight and closes the provider, store and downstream connections on exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastmcp import FastMCP
+
+from pallas_api.config import AgentConfig, SessionLimits
+from pallas_runtime.agent.health import HealthChecker
+from pallas_runtime.agent.loop import AgentLoop
+from pallas_runtime.agent.turns import Conversations
+from pallas_runtime.auth import build_auth
+from pallas_runtime.conversations.factory import build_store
+from pallas_runtime.conversations.model import ConversationStore
+from pallas_runtime.downstream.source import ToolSource
+from pallas_runtime.downstream.sources import build_sources
+from pallas_runtime.inflight import InFlight
+from pallas_runtime.llm.factory import create_provider
+from pallas_runtime.llm.provider import LLMProvider
+from pallas_runtime.metrics import AUTH_OUTCOMES, RuntimeMetrics
+from pallas_runtime.server.conversation_gauge import ConversationGauge
+from pallas_runtime.server.conversation_tools import ConversationTools
+from pallas_runtime.server.get_health import HealthTool
+from pallas_runtime.server.history_prompt import HistoryPrompt
+from pallas_runtime.server.instruction_resource import InstructionResource
+from pallas_runtime.server.probe_routes import ProbeRoutes
+from pallas_runtime.server.secret_env import secret_values
+from pallas_runtime.server.send_message import SendMessage, SendMessageMetrics
+from pallas_runtime.server.tool_errors import CodedErrors
+from pallas_runtime.server.warm_up import import_what_fastmcp_defers
+
+log = logging.getLogger("pallas.server")
+
+
+class AgentServer:
+    """One agent's MCP server. Serve it with `agent_app(server)`; test it with `Client(server.mcp)`."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        metrics: RuntimeMetrics,
+        provider: LLMProvider,
+        sources: Sequence[ToolSource],
+        store: ConversationStore,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        """Compose the server from its parts.
+
+        Args:
+            config: The agent's configuration.
+            metrics: Where its series go (process-wide under `pallas run`).
+            provider: The LLM provider.
+            sources: Downstream servers and peer agents.
+            store: Where conversations are kept.
+            environ: Environment of the secret env vars (API key, headers); the process's if None.
+        """
+        agent = config.name
+        self.config = config
+        self.metrics = metrics
+        self.sessions: SessionLimits = config.sessions
+        """How many MCP sessions it keeps, for how long (`sessions.SessionTable`)."""
+        self.inflight = InFlight(agent)
+        """Its running send_message calls (see `stop_turns`)."""
+        self.ready = False
+        """The lifespan has run and not ended (`/readyz`)."""
+        self._provider, self._sources, self._store = provider, list(sources), store
+        loop = AgentLoop(config, provider, self._sources, metrics, secret_values(config, environ))
+        scope = config.conversation_scope
+        conversations = Conversations(
+            config.identity, scope, store, loop, sessions=config.sessions.max_sessions
+        )
+        if scope == "caller" and config.auth.mode == "none":
+            log.warning(
+                "agent %s: conversation scope caller without inbound auth: every client continues one "
+                "shared conversation (a single-user agent; docs/api.md §3)",
+                agent,
+            )
+        self._auth = build_auth(config, metrics)
+        self._health = HealthChecker(
+            config,
+            provider,
+            self._sources,
+            metrics,
+            environ,
+            store=store,
+            access_problem=self._auth.verifier.problem if self._auth else None,
+            in_flight=lambda: self.inflight.count,
+        )
+        self._gauge = ConversationGauge(agent, store, metrics)
+        send = SendMessage(
+            config, provider, conversations, self.inflight, self._gauge, verified=self._auth is not None
+        )
+        self._declare_series()
+        self.mcp = FastMCP(
+            agent,
+            instructions=config.description or None,
+            version=config.version,
+            lifespan=self._lifespan,
+            middleware=[SendMessageMetrics(agent, metrics, send.names), CodedErrors()],
+            mask_error_details=True,
+            auth=self._auth,
+        )
+        send.add_to(self.mcp)
+        HealthTool(self._health).add_to(self.mcp)
+        HistoryPrompt(config, conversations).add_to(self.mcp)
+        ConversationTools(config, conversations, self._gauge).add_to(self.mcp)
+        InstructionResource(config).add_to(self.mcp)
+        ProbeRoutes(lambda: self.ready, metrics).add_to(self.mcp)
+
+    def _declare_series(self) -> None:
+        agent, metrics, inflight = self.config.name, self.metrics, self.inflight
+        metrics.agent_info.labels(agent, self.config.model).set(1)
+        metrics.active_conversations.labels(agent).set(0)
+        # The process-wide registry keeps this function: it holds the tracker, not the server
+        # (`pallas run --reload` drops the servers of agents it removes).
+        metrics.send_message_in_flight.labels(agent).set_function(lambda: inflight.count)
+        # Both outcome series exist from the start, so rate() sees the first error of a new agent.
+        for outcome in ("ok", "error"):
+            metrics.send_message_total.labels(agent, outcome)
+        for decision in AUTH_OUTCOMES:  # open agents too: 0 says nobody was refused
+            metrics.auth_requests_total.labels(agent, decision)
+
+    def refused(self, reason: str) -> None:
+        """Count a request refused at the server's edge (`pallas_requests_refused_total`).
+
+        The reasons are its listener's (a head too large or too slow, `serving.serve(refused=…)`)
+        and its app's (`agent_app`).
+        """
+        self.metrics.requests_refused.labels(self.config.name, reason).inc()
+
+    async def stop_turns(self) -> int:
+        """End the running send_message calls with "shutting down"; how many there were."""
+        return await self.inflight.stop()
+
+    async def _preflight(self) -> None:
+        check = await self._health.check_provider()
+        if not check.ok:  # warn-only: the agent serves, get_health reports it
+            log.warning("LLM provider preflight failed: %s", check.message)
+
+    @asynccontextmanager
+    async def _lifespan(self, _: FastMCP) -> AsyncIterator[dict[str, Any]]:
+        await self._store.start()
+        tasks = [asyncio.create_task(self._preflight()), asyncio.create_task(self._gauge.keep())]
+        try:
+            await asyncio.to_thread(import_what_fastmcp_defers)
+            self.ready = True
+            yield {}
+        finally:
+            self.ready = False
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            closing = [self._provider.aclose(), self._store.aclose(), *(s.aclose() for s in self._sources)]
+            if self._auth is not None:
+                closing.append(self._auth.verifier.aclose())
+            await asyncio.gather(*closing, return_exceptions=True)
+
+
+def build_server(
+    config: AgentConfig,
+    *,
+    metrics: RuntimeMetrics | None = None,
+    provider: LLMProvider | None = None,
+    sources: Sequence[ToolSource] | None = None,
+    environ: Mapping[str, str] | None = None,
+    store: ConversationStore | None = None,
+) -> AgentServer:
+    """The agent's server, with the parts not given built from `config` and the environment.
+
+    Parts can be passed in, which is how `pallas run` shares one metrics registry among its
+    agents and how tests and benchmarks put fakes in place.
+
+    Args:
+        config: The agent's configuration.
+        metrics: Process-wide metrics; a new registry by default.
+        provider: The LLM provider; built from config and environment by default.
+        sources: Downstream servers and peer agents; built from config by default.
+        environ: Environment for secret env vars (API key, headers); the process's by default.
+        store: Where conversations are kept; built from `config.conversations` by default.
+
+    Raises:
+        ValueError: the conversation store cannot be built (the message names the setting).
+    """
+    return AgentServer(
+        config,
+        metrics=metrics or RuntimeMetrics(),
+        provider=provider or create_provider(config, environ),
+        sources=list(sources) if sources is not None else build_sources(config, environ),
+        store=store or build_store(config, environ),
+        environ=environ,
+    )

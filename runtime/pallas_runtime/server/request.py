@@ -1,0 +1,52 @@
+"""What a tool or prompt reads from the MCP request it serves: `_meta`, the session, the id."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from fastmcp import Context
+from fastmcp.server.dependencies import get_http_headers
+
+from pallas_api.errors import ErrorCode
+from pallas_api.names import TOOL_CALLS_META
+from pallas_runtime.agent.progress import Send
+from pallas_runtime.conversations.caller import checked_id
+from pallas_runtime.server.tool_errors import CodedToolError
+
+
+def request_meta(ctx: Context) -> Mapping[str, Any] | None:
+    """The request's `_meta` as sent (the wire dict: camelCase keys)."""
+    meta = ctx.request_context.meta if ctx.request_context is not None else None
+    return meta if isinstance(meta, Mapping) else None
+
+
+def progress_sender(ctx: Context) -> Send | None:
+    """Where the turn's progress goes: nowhere unless the caller sent a progress token."""
+    meta = request_meta(ctx)
+    if not meta or meta.get("progressToken") is None:
+        return None
+    return ctx.report_progress
+
+
+def wants_tool_calls(ctx: Context) -> bool:
+    """The caller asked for the turn's tool calls in the result (`_meta["pallas.dev/toolCalls"]`)."""
+    meta = ctx.request_context.meta if ctx.request_context is not None else None
+    return bool(meta and meta.get(TOOL_CALLS_META) is True)
+
+
+def session_id() -> str | None:
+    """The request's `Mcp-Session-Id`; None without one (sessionless, or not over HTTP)."""
+    return get_http_headers(include={"mcp-session-id"}).get("mcp-session-id")
+
+
+def checked_conversation_id(conversation_id: str | None) -> str | None:
+    """The id as given (None for none), or an `INVALID_ARGUMENTS` error naming the rule it breaks.
+
+    Raises:
+        CodedToolError: the id is too long or not printable text.
+    """
+    try:
+        return checked_id(conversation_id) if conversation_id else None
+    except ValueError as exc:
+        raise CodedToolError(str(exc), ErrorCode.INVALID_ARGUMENTS) from None

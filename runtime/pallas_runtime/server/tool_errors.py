@@ -1,0 +1,64 @@
+"""Error results with a machine-readable code (docs/api.md §3, `pallas_api.errors`).
+
+A tool raises `CodedToolError`; `CodedErrors`, a middleware around every tool call, answers it,
+fastmcp's argument errors and an unknown tool with an error result whose structured content is
+`{"error": {"code", "message"}}`, the message being the text content again.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastmcp.exceptions import NotFoundError, ToolError
+from fastmcp.exceptions import ValidationError as ArgumentsInvalid
+from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
+from fastmcp.tools import ToolResult
+from mcp_types import CallToolRequestParams
+from pydantic import ValidationError
+
+from pallas_api.errors import ErrorCode, error_content
+from pallas_api.validation import describe
+
+
+class CodedToolError(ToolError):
+    """A tool error with its machine-readable code (see `pallas_api.errors`)."""
+
+    def __init__(self, message: str, code: ErrorCode) -> None:
+        super().__init__(message, log_level=logging.DEBUG)
+        self.code = code
+
+
+def error_result(code: ErrorCode, text: str) -> ToolResult:
+    """An error result: the text as content, `{"error": {"code", "message"}}` as structured content.
+
+    A raised ToolError reaches the client as text alone; a returned result keeps the code.
+    """
+    return ToolResult(content=text, structured_content=error_content(code, text), is_error=True)
+
+
+class CodedErrors(Middleware):
+    """Every error of the agent's own tools is answered with its code in the structured part.
+
+    Bad arguments read `<tool>: invalid arguments: <field>: <problem>`: fastmcp passes pydantic's
+    own text through, with its input dumps and documentation links, which is noise to a caller
+    and can echo back whatever they sent. An unknown tool keeps fastmcp's text.
+    """
+
+    async def on_call_tool(
+        self,
+        context: MiddlewareContext[CallToolRequestParams],
+        call_next: CallNext[CallToolRequestParams, ToolResult],
+    ) -> ToolResult:
+        """Answer the call's argument, coded and unknown-tool errors as coded error results."""
+        try:
+            return await call_next(context)
+        except ArgumentsInvalid as exc:
+            cause = exc.__cause__
+            if not isinstance(cause, ValidationError):
+                raise
+            text = f"{context.message.name}: invalid arguments: {describe(cause, limit=5)}"
+            return error_result(ErrorCode.INVALID_ARGUMENTS, text)
+        except CodedToolError as exc:
+            return error_result(exc.code, str(exc))
+        except NotFoundError:
+            return error_result(ErrorCode.TOOL_NOT_FOUND, f"Unknown tool: {context.message.name!r}")
