@@ -147,8 +147,13 @@ async def test_service_monitors_follow_the_crd_and_the_setting(
                             for n in ("ouranos-agents", "ouranos-registry")])  # fmt: skip
 
         await eventually(pruned, 20, "ServiceMonitors removed when disabled")
-        obj = await get_object(kube_client, PallasDeployment, namespace, "ouranos")
-        assert condition(obj, "MonitoringReady") is None
+
+        # The status is written after the children are pruned: wait for it, not a moment.
+        async def condition_gone() -> bool:
+            obj = await get_object(kube_client, PallasDeployment, namespace, "ouranos")
+            return condition(obj, "MonitoringReady") is None
+
+        await eventually(condition_gone, 20, "MonitoringReady dropped when monitoring is disabled")
 
 
 REGISTRY_PODS = {"pallas.dev/deployment": "ouranos", "app.kubernetes.io/component": "registry"}
