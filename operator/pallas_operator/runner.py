@@ -14,7 +14,7 @@ import signal
 import threading
 
 import kopf
-from kopf._core.engines.peering import Identity  # the type of kopf.operator(identity=); not re-exported
+from kopf._core.engines.peering import Identity  # private, pinned by tests/unit/operator/test_kopf_pin.py
 from lightkube import KubeConfig
 from lightkube.core.exceptions import ConfigError
 
