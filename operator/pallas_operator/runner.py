@@ -24,6 +24,7 @@ from pallas_operator.engine.context import Operator
 from pallas_operator.k8s.client import make_client
 from pallas_operator.k8s.lease import LeaderElector, LeaseConfig
 from pallas_operator.metrics import OperatorMetrics
+from pallas_operator.reconcile.orphans import sweep_orphans
 from pallas_operator.settings import OperatorSettings
 from pallas_operator.wiring import RECONCILERS, build_kopf_registry, existing_objects
 
@@ -136,7 +137,10 @@ class Runner:
     @staticmethod
     async def _track_startup(operator: Operator, kopf_started: asyncio.Event) -> None:
         await kopf_started.wait()
-        await operator.startup.watch(lambda: existing_objects(operator))
+        await operator.startup.watch(
+            lambda: existing_objects(operator),
+            before_ready=lambda: sweep_orphans(operator),  # needs the whole world, no reconcile yet
+        )
 
 
 async def run_operator(settings: OperatorSettings) -> int:
