@@ -191,14 +191,26 @@ async def _report(
 async def _forget(op: Operator, namespace: str, name: str) -> None:
     op.provider_reports.track((DEPLOYMENT, namespace, name), None)
     op.secret_users.forget(DEPLOYMENT, namespace, name)
-    if op.delegations.forget(namespace, name):
-        # Cluster-scoped: no owner reference removes it with the deployment. An operator that
-        # was not running when the deployment went leaves it behind (docs/operator.md).
-        await op.applier.delete("", "ClusterRoleBinding", names.auth_delegation_binding(namespace, name))
-        op.tokens.forget(namespace, names.agents_service_account(name))
+    await _unbind(op, namespace, name)
     op.applier.forget_owner(namespace, names.DEPLOYMENT_KIND, name)
     op.monitoring_checks.forget(namespace, name)
     op.metrics.set_phase(names.DEPLOYMENT_KIND, namespace, name, None)
+
+
+async def _unbind(op: Operator, namespace: str, name: str) -> None:
+    """Delete a deleted deployment's auth-delegator binding, if it has one.
+
+    Cluster-scoped, so no owner reference removes it with the deployment. When this process does
+    not know it (the deployment went before its first reconcile here), it is read (a GET). One
+    of a deployment deleted while no operator ran is the orphan sweep's (`reconcile.orphans`).
+    """
+    binding = names.auth_delegation_binding(namespace, name)
+    known = op.delegations.forget(namespace, name)
+    if known is None:
+        known = await op.applier.observe("ClusterRoleBinding", binding) is not None
+    if known:
+        await op.applier.delete("", "ClusterRoleBinding", binding)
+        op.tokens.forget(namespace, names.agents_service_account(name))
 
 
 def _invalid(op: Operator, record: OwnerRecord, exc: ValidationError) -> DeploymentObservation:

@@ -19,13 +19,16 @@ from pallas_api.kube import PallasDeployment
 from pallas_operator.builders import Owner, auth_delegation_binding
 from tests.support.cluster import LocalCluster
 from tests.support.operator import (
+    agent,
     at,
     deployment,
+    eventually,
     get_object,
     in_namespace,
     kubectl_apply,
     running_operator,
     secret,
+    spec,
 )
 
 KUBERNETES = at("spec.auth.mode", "kubernetes")
@@ -74,3 +77,28 @@ async def test_a_binding_whose_deployment_is_gone_is_deleted_at_start_and_the_ot
     finally:  # cluster-scoped: the namespace's deletion would not take them along
         for name in names_.values():
             pallas_crds.kubectl("delete", "clusterrolebinding", name, "--ignore-not-found")
+
+
+async def test_a_deployment_gone_before_this_process_knew_its_binding_still_loses_it(
+    pallas_crds: LocalCluster,
+    kube_client: AsyncClient,
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(pallas_crds.kubeconfig))
+    mod = in_namespace(namespace)
+    orphan = _binding(namespace, "gone", "uid-of-a-deployment-this-process-never-saw")
+    name = orphan["metadata"]["name"]
+    try:
+        async with running_operator(pallas_crds, namespace):
+            kubectl_apply(pallas_crds, orphan)  # past the sweep: as if a predecessor had applied it
+            # An agent naming the deployment reconciles it; it is not there, so its binding goes,
+            # although this process never applied or read that binding.
+            kubectl_apply(pallas_crds, agent("research", mod, spec(deployment="gone")))
+
+            async def unbound() -> bool:
+                return await _uid(kube_client, name) is None
+
+            await eventually(unbound, 30, "the binding of a deployment that does not exist deleted")
+    finally:
+        pallas_crds.kubectl("delete", "clusterrolebinding", name, "--ignore-not-found")
