@@ -2,7 +2,8 @@
 
 kopf runs in a thread with an event loop of its own. At shutdown kopf cancels every task of its
 loop that it did not find there when it started; on a loop of its own those are only its own
-and the operator's, never a caller's (an embedding application, a test runner).
+and the operator's, never a caller's (an embedding application, a test runner). How the pieces
+around kopf fit: docs/operator.md, "The engine around kopf".
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ class Runner:
         self.stop = asyncio.Event()
         self.leading = threading.Event()
         self.ready = threading.Event()
-        """Set once kopf's initial indexing finished and handlers run (see handlers.startup)."""
+        """Set once the world holds every object that existed, the orphan sweep ran and the work
+        queue runs (`engine.startup`); what /readyz answers."""
         self.operator: Operator | None = None
         self._kopf_stop = threading.Event()
         self.http = ProbeEndpoints(self.metrics.render, ready=self.ready.is_set, limits=settings.http_limits)
