@@ -122,7 +122,8 @@ HELPERS = {
         "auth.mode kubernetes (either scope): each such PallasDeployment gets a ClusterRoleBinding of\n"
         "the built-in system:auth-delegator role (TokenReview, SubjectAccessReview: both cluster-scoped)\n"
         "to its agents' ServiceAccount. The operator holds those two rights itself, because Kubernetes\n"
-        "lets a subject bind only what it holds; bindings are read and written by name, never listed."
+        "lets a subject bind only what it holds. Bindings are read and written by name; they are listed\n"
+        "once per start, by their labels, to delete those whose deployment went while no operator ran."
     ),
     "pallas.rbac.leaseRules": (
         "Leader election, in the Lease's namespace only; reads and writes of the one Lease by name."

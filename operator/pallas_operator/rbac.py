@@ -69,10 +69,11 @@ CLUSTER_RULES: Final[list[dict[str, Any]]] = [
     },
     {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
     {
-        # That ClusterRoleBinding, one per deployment, read and written by name (never listed).
+        # That ClusterRoleBinding, one per deployment, read and written by name; listed once per
+        # start, by its labels, to delete those whose deployment went while no operator ran.
         "apiGroups": ["rbac.authorization.k8s.io"],
         "resources": ["clusterrolebindings"],
-        "verbs": ["get", "create", "patch", "delete"],
+        "verbs": ["get", "list", "create", "patch", "delete"],
     },
     # kopf's own needs: it follows CRDs (resource discovery) and namespaces (what to watch).
     {

@@ -2,7 +2,8 @@
 
 kopf runs in a thread with an event loop of its own. At shutdown kopf cancels every task of its
 loop that it did not find there when it started; on a loop of its own those are only its own
-and the operator's, never a caller's (an embedding application, a test runner).
+and the operator's, never a caller's (an embedding application, a test runner). How the pieces
+around kopf fit: docs/operator.md, "The engine around kopf".
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import signal
 import threading
 
 import kopf
-from kopf._core.engines.peering import Identity  # the type of kopf.operator(identity=); not re-exported
+from kopf._core.engines.peering import Identity  # private, pinned by tests/unit/operator/test_kopf_pin.py
 from lightkube import KubeConfig
 from lightkube.core.exceptions import ConfigError
 
@@ -24,6 +25,7 @@ from pallas_operator.engine.context import Operator
 from pallas_operator.k8s.client import make_client
 from pallas_operator.k8s.lease import LeaderElector, LeaseConfig
 from pallas_operator.metrics import OperatorMetrics
+from pallas_operator.reconcile.orphans import sweep_orphans
 from pallas_operator.settings import OperatorSettings
 from pallas_operator.wiring import RECONCILERS, build_kopf_registry, existing_objects
 
@@ -42,7 +44,8 @@ class Runner:
         self.stop = asyncio.Event()
         self.leading = threading.Event()
         self.ready = threading.Event()
-        """Set once kopf's initial indexing finished and handlers run (see handlers.startup)."""
+        """Set once the world holds every object that existed, the orphan sweep ran and the work
+        queue runs (`engine.startup`); what /readyz answers."""
         self.operator: Operator | None = None
         self._kopf_stop = threading.Event()
         self.http = ProbeEndpoints(self.metrics.render, ready=self.ready.is_set, limits=settings.http_limits)
@@ -136,7 +139,10 @@ class Runner:
     @staticmethod
     async def _track_startup(operator: Operator, kopf_started: asyncio.Event) -> None:
         await kopf_started.wait()
-        await operator.startup.watch(lambda: existing_objects(operator))
+        await operator.startup.watch(
+            lambda: existing_objects(operator),
+            before_ready=lambda: sweep_orphans(operator),  # needs the whole world, no reconcile yet
+        )
 
 
 async def run_operator(settings: OperatorSettings) -> int:

@@ -154,7 +154,7 @@ def _register_secrets(reg: kopf.OperatorRegistry, op: Operator) -> None:
     async def secret_event(**kw: Any) -> None:
         _record(op, "Secret", kw)
         namespace = kw["namespace"]
-        for kind, name in op.secret_users.get((namespace, kw["name"]), set()).copy():
+        for kind, name in op.secret_users.users_of(namespace, kw["name"]):
             op.enqueue(kind, namespace, name)
 
 

@@ -70,7 +70,8 @@ ClusterRole, read-only, of namespace objects only.
 auth.mode kubernetes (either scope): each such PallasDeployment gets a ClusterRoleBinding of
 the built-in system:auth-delegator role (TokenReview, SubjectAccessReview: both cluster-scoped)
 to its agents' ServiceAccount. The operator holds those two rights itself, because Kubernetes
-lets a subject bind only what it holds; bindings are read and written by name, never listed.
+lets a subject bind only what it holds. Bindings are read and written by name; they are listed
+once per start, by their labels, to delete those whose deployment went while no operator ran.
 */}}
 {{- define "pallas.rbac.authRules" -}}
 - apiGroups: [authentication.k8s.io]
@@ -81,7 +82,7 @@ lets a subject bind only what it holds; bindings are read and written by name, n
   verbs: [create]
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [clusterrolebindings]
-  verbs: [get, create, patch, delete]
+  verbs: [get, list, create, patch, delete]
 {{- end }}
 
 {{/*

@@ -1,9 +1,15 @@
 """The operator's engine, under the kopf wiring: what a running operator keeps and does.
 
-- `world`: what kopf's indexes hold, read through typed questions (a reconcile's only input);
+- `indexes`, `world`: the operator's own indexes of every watched object (filled by the event
+  handlers, not kopf's indexes), read through typed questions: a reconcile's only input;
+- `startup`: the start-up barrier, whether every object that existed at start is recorded yet
+  (readiness; the work queue starts then);
 - `queue`: the keyed work queue every trigger ends in (one reconcile per key at a time);
-- `prober`: one task per available agent verifying it and calling its `get_health`;
-- `checks`: those two MCP checks, through the one MCP probe (`pallas_io.probe`);
-- `startup`: whether initial indexing finished, i.e. whether the operator can act (readiness);
+- `loops`, `prober`, `checks`, `provider_reports`: one task per available agent verifying it
+  and calling its `get_health` (through the one MCP probe, `pallas_io.probe`), one per registry
+  reading its provider checks;
+- `secret_users`, `delegations`, `monitoring_checks`: what reconciles remember between runs
+  (who reads which Secret, both ways round; whether each auth-delegator binding exists; when
+  each deployment's ServiceMonitors were last listed);
 - `context`: the `Operator` tying them together for one run.
 """

@@ -6,14 +6,16 @@ import datetime
 import threading
 import time
 from collections.abc import Hashable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 from lightkube import AsyncClient
 
+from pallas_operator.engine.delegations import Delegations
+from pallas_operator.engine.monitoring_checks import MonitoringChecks
 from pallas_operator.engine.prober import ProbeAccess, Prober
 from pallas_operator.engine.provider_reports import ProviderReports
 from pallas_operator.engine.queue import WorkQueue
+from pallas_operator.engine.secret_users import SecretUsers
 from pallas_operator.engine.startup import StartupTracker
 from pallas_operator.engine.world import World
 from pallas_operator.k8s.apply import Applier
@@ -28,16 +30,6 @@ AGENT = "agent"
 DEPLOYMENT = "deployment"
 Key = tuple[str, str, str]
 """(AGENT | DEPLOYMENT, namespace, name)"""
-
-
-@dataclass(frozen=True, slots=True)
-class MonitoringCheck:
-    """The last look for a deployment's ServiceMonitors."""
-
-    generation: int
-    at: float
-    present: bool
-    """Whether the ServiceMonitor CRD existed."""
 
 
 def key_fields(key: Hashable) -> dict[str, str]:
@@ -76,14 +68,10 @@ class Operator:
         self.startup = StartupTracker(
             metrics, ready or threading.Event(), settings.stall_after, on_ready=self.queue.start
         )
-        self.secret_users: dict[tuple[str, str], set[tuple[str, str]]] = {}
-        """(namespace, Secret) → (kind, name) of the resources whose pods read it: agents, and
-        deployments (their registry reads every provider key), so a rotation re-reconciles them."""
-        self.monitoring_checked: dict[tuple[str, str], MonitoringCheck] = {}
-        """(namespace, deployment) → when its ServiceMonitors were last listed, and what was found."""
-        self.delegations: dict[tuple[str, str], bool] = {}
-        """(namespace, deployment) → whether its auth-delegator ClusterRoleBinding exists (absent:
-        not known yet in this process; that binding is cluster-scoped, so it is not watched)."""
+        # What the reconciles remember between runs, each in a tracker of its own.
+        self.secret_users = SecretUsers()
+        self.monitoring_checks = MonitoringChecks(settings.monitoring_recheck)
+        self.delegations = Delegations()
         self.reconcilers = dict(reconcilers)
         """Kind → its reconcile (the reconciles live above the engine, so they are handed in)."""
 
@@ -96,17 +84,6 @@ class Operator:
 
     async def _probe_token(self, access: ProbeAccess) -> str:
         return await self.tokens.token(access.namespace, access.service_account, access.audiences)
-
-    def uses_secrets(self, kind: str, namespace: str, name: str, secrets: set[str]) -> None:
-        """Record which Secrets a resource's pods read, replacing what they read before."""
-        user = (kind, name)
-        for (ns, secret), users in list(self.secret_users.items()):
-            if ns == namespace and secret not in secrets:
-                users.discard(user)
-                if not users:
-                    del self.secret_users[(ns, secret)]
-        for secret in secrets:
-            self.secret_users.setdefault((namespace, secret), set()).add(user)
 
     async def _reconcile(self, key: Hashable) -> float | None:
         kind, namespace, name = cast(Key, key)

@@ -3,8 +3,9 @@
 kopf's own start-up barrier (kopf indexes) costs O(N²) over N existing objects, so the operator
 keeps its own indexes and its own barrier: it lists every watched kind once (with the watches'
 selectors) and holds the work queue until each listed object has come through the watches and
-been recorded. Then the queue starts and `/readyz` says ready: reconciles never decide on half a
-world (an agent whose Secret was not seen yet would be marked SecretNotFound and written).
+been recorded. Then the start-up steps that need the whole world run (the orphan sweep), the
+queue starts and `/readyz` says ready: reconciles never decide on half a world (an agent whose
+Secret was not seen yet would be marked SecretNotFound and written).
 
 Objects deleted between the listing and the watch would never come: while not ready the kinds are
 listed again every `RELIST_EVERY` seconds and only what still exists is waited for. A start-up that
@@ -29,6 +30,8 @@ RELIST_EVERY = 5.0
 
 Listing = Callable[[], Awaitable[set[ObjectKey]]]
 """Every watched object that exists now (with the watches' selectors, in the watched namespaces)."""
+StartupStep = Callable[[], Awaitable[object]]
+"""Work that needs the whole world and must end before the first reconcile (the orphan sweep)."""
 
 
 class StartupTracker:
@@ -52,11 +55,13 @@ class StartupTracker:
         self._seen: set[ObjectKey] = set()
         self._waiting: set[ObjectKey] | None = None
         """Listed objects not seen yet; None until the first listing answered."""
+        self._recorded = asyncio.Event()
+        """Set once every listed object is recorded; readiness follows the start-up steps."""
         self.indexed_by_kind: Counter[str] = Counter()
 
     @property
     def ready(self) -> bool:
-        """Whether every object that existed at start-up is recorded and reconciles run."""
+        """Whether the world is whole, the start-up steps ran and reconciles run."""
         return self._ready.is_set()
 
     def indexed(self, key: ObjectKey) -> None:
@@ -70,7 +75,7 @@ class StartupTracker:
         if self._waiting is not None:
             self._waiting.discard(key)
             if not self._waiting:
-                self._become_ready()
+                self._recorded.set()
 
     def handled(self, kind: str) -> None:
         """An object's event was routed to the work queue."""
@@ -86,22 +91,26 @@ class StartupTracker:
         self._waiting = None
         self._on_ready()
 
-    async def watch(self, listing: Listing) -> None:
-        """Until ready: list what exists, wait for it, and log a slow start-up now and then."""
+    async def watch(self, listing: Listing, before_ready: StartupStep | None = None) -> None:
+        """Wait until every object that exists is recorded, then run `before_ready` and become ready.
+
+        Until then the watched kinds are listed again every `RELIST_EVERY` seconds and a slow
+        start-up is logged every `stall_after` seconds. Becoming ready starts the work queue.
+        """
         started = self._clock()
         next_report = started + self._stall_after
-        while not self._ready.is_set():
+        while not self._recorded.is_set():
             try:
                 existing = await listing()
             except Exception as exc:  # noqa: BLE001 - the API server may not answer yet; look again
                 log.warning("could not list the watched kinds yet: %s", exc)
             else:
-                if self._ready.is_set():
-                    return
-                self._waiting = existing - self._seen
-                if not self._waiting:
-                    self._become_ready()
-                    return
+                if not self._recorded.is_set():
+                    self._waiting = existing - self._seen
+                    if not self._waiting:
+                        self._recorded.set()
+            if self._recorded.is_set():
+                break
             if self._clock() >= next_report:
                 next_report += self._stall_after
                 waiting = sorted(self._waiting or ())
@@ -113,4 +122,16 @@ class StartupTracker:
                     len(waiting) if self._waiting is not None else "the listing has not answered;",
                     f", e.g. {'/'.join(waiting[0])}" if waiting else "",
                 )
-            await self._sleep(RELIST_EVERY)
+            await self._pause(RELIST_EVERY)
+        if before_ready is not None:
+            await before_ready()
+        self._become_ready()
+
+    async def _pause(self, seconds: float) -> None:
+        """Wait `seconds`, or less when the last object is recorded meanwhile."""
+        waits = {asyncio.ensure_future(self._sleep(seconds)), asyncio.ensure_future(self._recorded.wait())}
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()

@@ -21,7 +21,7 @@ async def reconcile_agent(op: Operator, namespace: str, name: str) -> float | No
         return None
     children = op.world.children(namespace, record.uid)
     plan = plan_agent(op.world, record, children, op.settings.runtime_image)
-    op.uses_secrets(AGENT, namespace, name, plan.secrets)
+    op.secret_users.use(AGENT, namespace, name, plan.secrets)
     if plan.problem is None:
         current = await apply_children(op, namespace, plan.desired, children, plan.unwanted, name)
     else:  # nothing is applied; a Deployment from before keeps running and is reported
@@ -41,7 +41,7 @@ async def reconcile_agent(op: Operator, namespace: str, name: str) -> float | No
 def _forget(op: Operator, namespace: str, name: str) -> None:
     op.prober.track((AGENT, namespace, name), None)
     op.applier.forget_owner(namespace, names.AGENT_KIND, name)
-    op.uses_secrets(AGENT, namespace, name, set())
+    op.secret_users.forget(AGENT, namespace, name)
     op.metrics.set_phase(names.AGENT_KIND, namespace, name, None)
 
 

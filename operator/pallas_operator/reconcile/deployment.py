@@ -7,7 +7,6 @@ its status.
 from __future__ import annotations
 
 import logging
-import time
 
 from pydantic import ValidationError
 
@@ -25,7 +24,7 @@ from pallas_operator.builders import (
     registry_children,
     service_monitors,
 )
-from pallas_operator.engine.context import DEPLOYMENT, MonitoringCheck, Operator, now
+from pallas_operator.engine.context import DEPLOYMENT, Operator, now
 from pallas_operator.engine.provider_reports import ReportSource
 from pallas_operator.engine.world import OwnerRecord
 from pallas_operator.k8s.events import post_event
@@ -54,31 +53,21 @@ def _summaries(op: Operator, record: OwnerRecord) -> tuple[AgentSummary, ...]:
 
 
 async def _monitoring(op: Operator, record: OwnerRecord, owner: Owner, spec: PallasDeploymentSpec) -> bool:
-    """Apply or prune ServiceMonitors; whether their CRD exists.
-
-    The list request that answers it is made once per generation (and every
-    `monitoring_recheck` seconds while the CRD is missing), not on every agent status change
-    that reconciles the deployment.
-    """
-    key = (record.namespace, record.name)
-    last = op.monitoring_checked.get(key)
+    """Apply or prune ServiceMonitors; whether their CRD exists (listed once per generation)."""
+    namespace, name = record.namespace, record.name
     wanted = service_monitors(owner, spec)
-    fresh = last is not None and last.generation == record.generation
-    if (
-        fresh
-        and last is not None
-        and (last.present or time.monotonic() - last.at < op.settings.monitoring_recheck)
-    ):
-        for manifest in wanted if last.present else []:
+    present = op.monitoring_checks.known(namespace, name, record.generation)
+    if present is not None:
+        for manifest in wanted if present else []:
             await op.applier.apply(manifest, None)
-        return last.present
-    existing = await owned_service_monitors(op.client, record.namespace, record.name)
+        return present
+    existing = await owned_service_monitors(op.client, namespace, name)
     if existing is not None:
         for manifest in wanted:
             await op.applier.apply(manifest, existing.get(manifest["metadata"]["name"]))
-        for name in set(existing) - {m["metadata"]["name"] for m in wanted}:
-            await op.applier.delete(record.namespace, "ServiceMonitor", name)
-    op.monitoring_checked[key] = MonitoringCheck(record.generation, time.monotonic(), existing is not None)
+        for child in set(existing) - {m["metadata"]["name"] for m in wanted}:
+            await op.applier.delete(namespace, "ServiceMonitor", child)
+    op.monitoring_checks.record(namespace, name, record.generation, present=existing is not None)
     return existing is not None
 
 
@@ -146,7 +135,7 @@ def _desired(op: Operator, owner: Owner, spec: PallasDeploymentSpec) -> list[Man
     """The namespaced children: registry, agents identity (kubernetes mode), NetworkPolicy."""
     secrets = op.world.secrets(owner.namespace)
     keys = {binding.ref.name for binding in provider_key_bindings(spec)} if spec.registry.enabled else set()
-    op.uses_secrets(DEPLOYMENT, owner.namespace, owner.name, keys)  # a rotation restarts the registry
+    op.secret_users.use(DEPLOYMENT, owner.namespace, owner.name, keys)  # a rotation restarts the registry
     desired = (
         registry_children(owner, spec, op.settings.runtime_image, secrets) if spec.registry.enabled else []
     )
@@ -162,24 +151,24 @@ def _desired(op: Operator, owner: Owner, spec: PallasDeploymentSpec) -> list[Man
 async def _delegation(op: Operator, owner: Owner, *, wanted: bool) -> None:
     """Apply or delete the deployment's cluster-scoped auth-delegator binding.
 
-    It is not watched (cluster-scoped, and only a few exist), so this process remembers whether
-    it exists; what it does not know yet it reads once. Nothing is written when the binding
+    It is not watched (cluster-scoped, and only a few exist): `op.delegations` remembers whether
+    it exists, and what is not known yet is read once. Nothing is written when the binding
     already is what it should be, or already absent.
     """
-    key = (owner.namespace, owner.name)
-    name = names.auth_delegation_binding(owner.namespace, owner.name)
-    known = op.delegations.get(key)
+    namespace, deployment = owner.namespace, owner.name
+    name = names.auth_delegation_binding(namespace, deployment)
+    known = op.delegations.known(namespace, deployment)
     if wanted:
         observed = await op.applier.observe("ClusterRoleBinding", name) if known is None else None
         await op.applier.apply(auth_delegation_binding(owner), observed)
-        op.delegations[key] = True
+        op.delegations.record(namespace, deployment, exists=True)
         return
     if known is None:
         known = await op.applier.observe("ClusterRoleBinding", name) is not None
     if known:
         await op.applier.delete("", "ClusterRoleBinding", name)
-        op.tokens.forget(owner.namespace, names.agents_service_account(owner.name))
-    op.delegations[key] = False
+        op.tokens.forget(namespace, names.agents_service_account(deployment))
+    op.delegations.record(namespace, deployment, exists=False)
 
 
 async def _report(
@@ -201,15 +190,27 @@ async def _report(
 
 async def _forget(op: Operator, namespace: str, name: str) -> None:
     op.provider_reports.track((DEPLOYMENT, namespace, name), None)
-    op.uses_secrets(DEPLOYMENT, namespace, name, set())
-    if op.delegations.pop((namespace, name), None):
-        # Cluster-scoped: no owner reference removes it with the deployment. An operator that
-        # was not running when the deployment went leaves it behind (docs/operator.md).
-        await op.applier.delete("", "ClusterRoleBinding", names.auth_delegation_binding(namespace, name))
-        op.tokens.forget(namespace, names.agents_service_account(name))
+    op.secret_users.forget(DEPLOYMENT, namespace, name)
+    await _unbind(op, namespace, name)
     op.applier.forget_owner(namespace, names.DEPLOYMENT_KIND, name)
-    op.monitoring_checked.pop((namespace, name), None)
+    op.monitoring_checks.forget(namespace, name)
     op.metrics.set_phase(names.DEPLOYMENT_KIND, namespace, name, None)
+
+
+async def _unbind(op: Operator, namespace: str, name: str) -> None:
+    """Delete a deleted deployment's auth-delegator binding, if it has one.
+
+    Cluster-scoped, so no owner reference removes it with the deployment. When this process does
+    not know it (the deployment went before its first reconcile here), it is read (a GET). One
+    of a deployment deleted while no operator ran is the orphan sweep's (`reconcile.orphans`).
+    """
+    binding = names.auth_delegation_binding(namespace, name)
+    known = op.delegations.forget(namespace, name)
+    if known is None:
+        known = await op.applier.observe("ClusterRoleBinding", binding) is not None
+    if known:
+        await op.applier.delete("", "ClusterRoleBinding", binding)
+        op.tokens.forget(namespace, names.agents_service_account(name))
 
 
 def _invalid(op: Operator, record: OwnerRecord, exc: ValidationError) -> DeploymentObservation:

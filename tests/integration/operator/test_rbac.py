@@ -12,9 +12,11 @@ import pytest
 import yaml
 from lightkube import AsyncClient, KubeConfig
 from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.rbac_authorization_v1 import Role
+from lightkube.resources.rbac_authorization_v1 import ClusterRoleBinding, Role
 
+from pallas_api import names
 from pallas_io.kube import PallasAgent
+from pallas_operator.builders import Owner, auth_delegation_binding
 from pallas_operator.rbac import CLUSTER_RULES, LEASE_RULES
 from pallas_operator.runner import Runner
 from tests.support.cluster import LocalCluster
@@ -70,6 +72,9 @@ async def test_the_operator_works_with_the_documented_least_privilege_rbac(
         {"apiVersion": f"{rbac}/v1", "kind": "RoleBinding", "metadata": lease,
          "roleRef": {"apiGroup": rbac, "kind": "Role", "name": lease["name"]}, "subjects": subjects},
     ]  # fmt: skip
+    # A binding left by a deployment deleted while no operator ran: the start-up sweep lists it.
+    orphan = auth_delegation_binding(Owner(names.DEPLOYMENT_KIND, "gone", namespace, "uid-gone"))
+    manifests.append(orphan)
     pallas_crds.kubectl("apply", "-f", "-", stdin="\n---\n".join(json.dumps(m) for m in manifests))
     try:
         kubeconfig = _service_account_kubeconfig(pallas_crds, namespace, tmp_path / "kubeconfig")
@@ -88,10 +93,17 @@ async def test_the_operator_works_with_the_documented_least_privilege_rbac(
 
             await eventually(reconciled, 30, "the agent reconciled under least privilege")
             assert await get_object(kube_client, Deployment, namespace, "research") is not None
-            assert await get_object(kube_client, Role, namespace, "ouranos-registry") is not None
+
+            async def registry_role() -> Any:  # the deployment's reconcile, beside the agent's
+                return await get_object(kube_client, Role, namespace, "ouranos-registry")
+
+            await eventually(registry_role, 30, "the registry's Role applied under least privilege")
+            swept = await get_object(kube_client, ClusterRoleBinding, "", orphan["metadata"]["name"])
+            assert swept is None, "the orphan sweep ran under least privilege"
             assert task.done() is False
         finally:
             runner.stop.set()
             assert await asyncio.wait_for(task, 30) == 0
     finally:
         pallas_crds.kubectl("delete", "clusterrole,clusterrolebinding", role, "--ignore-not-found")
+        pallas_crds.kubectl("delete", "clusterrolebinding", orphan["metadata"]["name"], "--ignore-not-found")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import Awaitable, Callable
@@ -126,3 +127,38 @@ async def test_an_unreachable_api_server_is_retried_not_fatal(caplog: pytest.Log
         await startup.watch(flaky)
     assert ready.is_set()
     assert "connection refused" in caplog.text
+
+
+async def test_the_start_up_steps_run_once_the_world_is_whole_and_before_the_queue_starts() -> None:
+    startup, ready, _, _, started = tracker()
+    seen_by_step: list[tuple[bool, list[str]]] = []
+
+    async def sweep() -> None:
+        seen_by_step.append((ready.is_set(), list(started)))
+
+    startup.indexed(secret(1))
+    startup.indexed(secret(2))
+    await startup.watch(listing_of(secret(1), secret(2)), before_ready=sweep)
+    assert seen_by_step == [(False, [])], "the step ran before ready and before the queue started"
+    assert ready.is_set()
+    assert started == ["queue"]
+
+
+async def test_the_last_object_recorded_ends_the_wait_between_listings() -> None:
+    listed = asyncio.Event()
+
+    async def listing() -> set[ObjectKey]:
+        listed.set()
+        return {secret(1)}
+
+    async def never(seconds: float) -> None:  # the next listing would be too late for this test
+        await asyncio.Event().wait()
+
+    ready = threading.Event()
+    startup = StartupTracker(OperatorMetrics(), ready, sleep=never)
+    watching = asyncio.create_task(startup.watch(listing))
+    await listed.wait()
+    assert not ready.is_set()
+    startup.indexed(secret(1))
+    await asyncio.wait_for(watching, 5)
+    assert ready.is_set()
