@@ -19,7 +19,6 @@ from pallas_api.config import (
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_RESULT_BYTES,
-    DNS_LABEL,
     HEADER_NAME,
     HTTP_URL,
     CallParams,
@@ -35,11 +34,12 @@ from pallas_api.config import (
     SessionLimits,
     ToolPolicy,
 )
+from pallas_api.names import DNS_LABEL, DNS_LABEL_FORM
 from pallas_api.urls import PUBLIC_KEYS, PUBLISHED, SECRET_API_KEY, SECRET_HEADER, WithoutCredentials
 from pallas_api.wire import camel_config
 
-DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-MODEL_REF = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\.[A-Za-z0-9][A-Za-z0-9._:/@+-]*$"
+DNS_SUBDOMAIN = rf"^{DNS_LABEL_FORM}(\.{DNS_LABEL_FORM})*$"
+MODEL_REF = rf"^{DNS_LABEL_FORM}\.[A-Za-z0-9][A-Za-z0-9._:/@+-]*$"
 """`<provider>.<model>`: the provider is a key of spec.providers, the model its model id."""
 REVERSE_DNS = r"^[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?)+$"
 SERVER_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
@@ -618,7 +618,7 @@ class PallasAgentSpec(_Spec):
     limits: InputLimits = InputLimits()
     """Limits on what one send_message may carry."""
     capabilities: Annotated[
-        list[Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]],
+        list[Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]],
         Field(max_length=32),
         SET,
         ONCE,

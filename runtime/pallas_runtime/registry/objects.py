@@ -23,7 +23,7 @@ from pallas_api.spec import UNDECLARED_MODEL, AuthSpec, Icon, ProviderSpec, Regi
 from pallas_api.status import HEALTH_STATUSES, PHASES
 from pallas_runtime.registry.state import AgentState, AuthView, HealthView, ProviderView
 
-_TAG = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_TAG = re.compile(names.DNS_LABEL)
 
 
 class MissingStatus(ValueError):
