@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import AfterValidator, BaseModel, Field, model_validator
@@ -391,6 +392,34 @@ class AuthSpec(_Spec):
         if self.mode != "oidc" and self.oidc is not None:
             raise ValueError(f"auth.oidc is only used with auth.mode oidc (mode is {self.mode})")
         return self
+
+
+@dataclass(frozen=True, slots=True)
+class CallerAuth:
+    """What a caller must present to talk to a deployment's agents: `spec.auth` reduced to it.
+
+    The one flat projection of `spec.auth`, for what compares and hashes it: the registry
+    publishes it in each agent's catalogue entry, the operator's prober authenticates by it.
+    Only the settings of `mode` are kept (the other mode's are empty); the agent-side settings
+    (claims, algorithms, cache) are the agents' business and left out.
+    """
+
+    mode: AuthMode = "none"
+    issuer: str = ""
+    """oidc: the issuer whose tokens the agents accept."""
+    audience: str = ""
+    """oidc: the audience those tokens must carry."""
+    audiences: tuple[str, ...] = ()
+    """kubernetes: the token audiences the agents accept (empty: the API server's)."""
+
+    @classmethod
+    def of(cls, auth: AuthSpec) -> CallerAuth:
+        """The projection of a deployment's `spec.auth`."""
+        if auth.mode == "oidc" and auth.oidc is not None:
+            return cls("oidc", issuer=auth.oidc.issuer, audience=auth.oidc.audience)
+        if auth.mode == "kubernetes":
+            return cls("kubernetes", audiences=tuple(auth.kubernetes.audiences))
+        return cls()
 
 
 class LabelSelectorRequirement(_Spec):

@@ -95,7 +95,7 @@ class Operator:
         self.queue.add(key)
 
     async def _probe_token(self, access: ProbeAccess) -> str:
-        return await self.tokens.token(access.namespace, access.service_account, access.audiences)
+        return await self.tokens.token(access.namespace, access.service_account, access.auth.audiences)
 
     def uses_secrets(self, kind: str, namespace: str, name: str, secrets: set[str]) -> None:
         """Record which Secrets a resource's pods read, replacing what they read before."""
