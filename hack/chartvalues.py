@@ -16,11 +16,11 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from pallas_api.config import HttpLimits
+from pallas_api.names import DNS_LABEL, DNS_LABEL_FORM
+from pallas_api.spec import DURATION
 from pallas_api.wire import camel_config
 
-DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-OPTIONAL_DNS_LABEL = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$"
-DURATION = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
+OPTIONAL_DNS_LABEL = f"^({DNS_LABEL_FORM})?$"
 
 
 class Values(BaseModel):

@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
+from pallas_api.names import DNS_LABEL
 from pallas_api.urls import (
     PEER_BEARER,
     PUBLIC_KEYS,
@@ -29,7 +30,6 @@ from pallas_api.urls import (
 from pallas_api.validation import describe
 from pallas_api.wire import camel_config
 
-DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 ENV_VAR_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 HTTP_URL = r"^https?://[^\s]+$"
 HEADER_NAME = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$"

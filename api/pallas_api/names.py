@@ -22,6 +22,15 @@ AGENT_PLURAL: Final = "pallasagents"
 DEPLOYMENT_KIND: Final = "PallasDeployment"
 DEPLOYMENT_PLURAL: Final = "pallasdeployments"
 
+DNS_LABEL_FORM: Final = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+"""An RFC 1123 label without anchors, for the patterns built from labels (a DNS subdomain, a
+`<provider>.<model>` reference, `namespace/name`)."""
+DNS_LABEL: Final = f"^{DNS_LABEL_FORM}$"
+"""An RFC 1123 label, the form of most Kubernetes names (a namespace, a provider's key, a
+capability tag): lower-case letters, digits and '-', a letter or digit at each end. The one
+definition: the models, the CRDs' CEL rules, the registry's query checks and the chart's values
+all use it; the length (at most 63) is checked beside it."""
+
 FIELD_MANAGER: Final = "pallas-operator"
 """The one field manager of every server-side apply the operator makes."""
 

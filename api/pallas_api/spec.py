@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import AfterValidator, BaseModel, Field, model_validator
@@ -19,7 +20,6 @@ from pallas_api.config import (
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_RESULT_BYTES,
-    DNS_LABEL,
     HEADER_NAME,
     HTTP_URL,
     CallParams,
@@ -35,11 +35,12 @@ from pallas_api.config import (
     SessionLimits,
     ToolPolicy,
 )
+from pallas_api.names import DNS_LABEL, DNS_LABEL_FORM
 from pallas_api.urls import PUBLIC_KEYS, PUBLISHED, SECRET_API_KEY, SECRET_HEADER, WithoutCredentials
 from pallas_api.wire import camel_config
 
-DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-MODEL_REF = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\.[A-Za-z0-9][A-Za-z0-9._:/@+-]*$"
+DNS_SUBDOMAIN = rf"^{DNS_LABEL_FORM}(\.{DNS_LABEL_FORM})*$"
+MODEL_REF = rf"^{DNS_LABEL_FORM}\.[A-Za-z0-9][A-Za-z0-9._:/@+-]*$"
 """`<provider>.<model>`: the provider is a key of spec.providers, the model its model id."""
 REVERSE_DNS = r"^[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?)+$"
 SERVER_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
@@ -393,6 +394,34 @@ class AuthSpec(_Spec):
         return self
 
 
+@dataclass(frozen=True, slots=True)
+class CallerAuth:
+    """What a caller must present to talk to a deployment's agents: `spec.auth` reduced to it.
+
+    The one flat projection of `spec.auth`, for what compares and hashes it: the registry
+    publishes it in each agent's catalogue entry, the operator's prober authenticates by it.
+    Only the settings of `mode` are kept (the other mode's are empty); the agent-side settings
+    (claims, algorithms, cache) are the agents' business and left out.
+    """
+
+    mode: AuthMode = "none"
+    issuer: str = ""
+    """oidc: the issuer whose tokens the agents accept."""
+    audience: str = ""
+    """oidc: the audience those tokens must carry."""
+    audiences: tuple[str, ...] = ()
+    """kubernetes: the token audiences the agents accept (empty: the API server's)."""
+
+    @classmethod
+    def of(cls, auth: AuthSpec) -> CallerAuth:
+        """The projection of a deployment's `spec.auth`."""
+        if auth.mode == "oidc" and auth.oidc is not None:
+            return cls("oidc", issuer=auth.oidc.issuer, audience=auth.oidc.audience)
+        if auth.mode == "kubernetes":
+            return cls("kubernetes", audiences=tuple(auth.kubernetes.audiences))
+        return cls()
+
+
 class LabelSelectorRequirement(_Spec):
     """One label expression of a selector."""
 
@@ -618,7 +647,7 @@ class PallasAgentSpec(_Spec):
     limits: InputLimits = InputLimits()
     """Limits on what one send_message may carry."""
     capabilities: Annotated[
-        list[Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]],
+        list[Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]],
         Field(max_length=32),
         SET,
         ONCE,

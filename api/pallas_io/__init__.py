@@ -4,6 +4,7 @@
 what the operator, the agent runtime and the registry do alike when they touch the world:
 
 - `probe`: the one MCP probe, checking an endpoint against the agent surface over HTTP;
+- `llm_check`: the one LLM provider check (models endpoint and key), for the agents and the registry;
 - `logs`: one logging setup for every process (JSON or console lines, fields, redaction);
 - `console`: the console lines for a person at a terminal, by rich;
 - `paths`: where Pallas keeps state on a workstation (the XDG state directory);

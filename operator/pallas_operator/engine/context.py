@@ -83,7 +83,7 @@ class Operator:
         self.queue.add(key)
 
     async def _probe_token(self, access: ProbeAccess) -> str:
-        return await self.tokens.token(access.namespace, access.service_account, access.audiences)
+        return await self.tokens.token(access.namespace, access.service_account, access.auth.audiences)
 
     async def _reconcile(self, key: Hashable) -> float | None:
         kind, namespace, name = cast(Key, key)

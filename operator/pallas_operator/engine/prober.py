@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Hashable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from pallas_api.spec import CallerAuth
 from pallas_operator.engine import checks
 from pallas_operator.engine.loops import KeyedLoops, Looping
 from pallas_operator.services import ServiceResolver
@@ -30,15 +31,13 @@ so the first retries come quickly."""
 
 @dataclass(frozen=True, slots=True)
 class ProbeAccess:
-    """How probes of one agent authenticate (its deployment's `auth`)."""
+    """How probes of one agent authenticate: its deployment's `spec.auth`, and whom for."""
 
-    mode: str = "none"
+    auth: CallerAuth = field(default_factory=CallerAuth)
+    """What the agent asks of callers (oidc: the issuer its metadata must name)."""
     namespace: str = ""
     service_account: str = ""
-    """kubernetes: the identity the probe's token is minted for."""
-    audiences: tuple[str, ...] = ()
-    issuer: str = ""
-    """oidc: the issuer the agent's metadata must name."""
+    """kubernetes: the identity the probe's token is minted for (with `auth.audiences`)."""
 
 
 OPEN = ProbeAccess()
@@ -116,7 +115,7 @@ class Prober:
 
     async def _headers(self, access: ProbeAccess) -> tuple[Headers, str]:
         """(headers, problem): the probe's credentials, or why there are none."""
-        if access.mode != "kubernetes":
+        if access.auth.mode != "kubernetes":
             return {}, ""
         try:
             return {"Authorization": f"Bearer {await self._credentials(access)}"}, ""
@@ -133,8 +132,8 @@ class Prober:
         if agent.verified_rollout != target.rollout:
             if problem:
                 verification = Verification(ok=False, message=f"MCP verification of {url} failed: {problem}")
-            elif access.mode == "oidc":
-                verification = await self._challenge(url, target.verify_budget, access.issuer)
+            elif access.auth.mode == "oidc":
+                verification = await self._challenge(url, target.verify_budget, access.auth.issuer)
             else:
                 verification = await self._verify(url, target.verify_budget, headers)
             if verification.ok:
@@ -142,7 +141,7 @@ class Prober:
             changed = verification != agent.verification
             agent.verification = verification
         if agent.verification is not None and agent.verification.ok:
-            if access.mode == "oidc":
+            if access.auth.mode == "oidc":
                 health = HealthResult(None, NOT_CHECKABLE, checkable=False)
             elif problem:
                 health = HealthResult(None, problem)

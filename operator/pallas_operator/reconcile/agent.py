@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pallas_api import conditions, names
+from pallas_api.spec import CallerAuth
 from pallas_api.status import PallasAgentStatus
 from pallas_operator.engine.context import AGENT, Operator, now
 from pallas_operator.engine.prober import OPEN, ProbeAccess, ProbeTarget
@@ -96,14 +97,10 @@ def _probe_target(
 
 
 def _probe_access(plan: AgentPlan, record: OwnerRecord) -> ProbeAccess:
-    auth = plan.auth
+    auth = CallerAuth.of(plan.auth)
     if auth.mode == "kubernetes" and plan.spec is not None:
-        return ProbeAccess(
-            mode="kubernetes",
-            namespace=record.namespace,
-            service_account=names.agents_service_account(plan.spec.deployment),
-            audiences=tuple(auth.kubernetes.audiences),
-        )
-    if auth.mode == "oidc" and auth.oidc is not None:
-        return ProbeAccess(mode="oidc", issuer=auth.oidc.issuer)
+        service_account = names.agents_service_account(plan.spec.deployment)
+        return ProbeAccess(auth, namespace=record.namespace, service_account=service_account)
+    if auth.mode == "oidc":
+        return ProbeAccess(auth)
     return OPEN

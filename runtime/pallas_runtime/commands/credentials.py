@@ -23,9 +23,12 @@ from lightkube.models.authentication_v1 import TokenRequestSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ServiceAccount
 
+from pallas_api.names import DNS_LABEL_FORM
+
 TOKEN_ENV = "PALLAS_TOKEN"
 LIFETIME = 600
-_SERVICE_ACCOUNT = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)/([a-z0-9]([-a-z0-9.]*[a-z0-9])?)$")
+_SERVICE_ACCOUNT = re.compile(rf"^({DNS_LABEL_FORM})/([a-z0-9]([-a-z0-9.]*[a-z0-9])?)$")
+"""`namespace/name`: the namespace a DNS label, the ServiceAccount a DNS subdomain."""
 
 
 class CredentialsError(Exception):

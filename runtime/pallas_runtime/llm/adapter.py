@@ -1,13 +1,13 @@
 """What both SDK-backed providers share: key handling, the request/response frame, preflight.
 
-Each adapter supplies the wire specifics (client, request body, response parsing, how to find
-its model) through a few hooks; retries, timeouts and errors stay the SDKs' own.
+Each adapter supplies the wire specifics (client, request body, response parsing) through a few
+hooks; retries, timeouts and errors stay the SDKs' own. The preflight is not the SDKs': it is the
+product's one provider check (`pallas_io.llm_check`), which the registry runs too.
 """
 
 from __future__ import annotations
 
 import abc
-import asyncio
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -16,15 +16,14 @@ from typing import Any, ClassVar
 import httpx2
 
 from pallas_api.config import AgentConfig, ProviderConfig, RequestParams
+from pallas_io.llm_check import CHECK_TIMEOUT, ProviderEndpoint, check_provider, provider_label
 from pallas_runtime.http_transport import AiohttpTransport
 from pallas_runtime.llm.errors import SdkErrors, describe, safe
 from pallas_runtime.llm.params import ParamPlan, check_call_params, dropped_warning
-from pallas_runtime.llm.provider import LLMError, ProviderCheck, missing_key_message
+from pallas_runtime.llm.provider import LLMError, ProviderCheck
 from pallas_runtime.messages import Completion, Message, ToolSpec
 
 log = logging.getLogger("pallas.llm")
-
-PREFLIGHT_TIMEOUT_SECONDS = 5.0
 
 
 def wire_count(value: object) -> int:
@@ -50,14 +49,14 @@ class SdkProvider(abc.ABC):
     """The SDK's httpx client class (its own defaults), given the agent's transport."""
     sdk_errors: ClassVar[SdkErrors]
 
-    preflight_timeout: float = PREFLIGHT_TIMEOUT_SECONDS
+    preflight_timeout: float = CHECK_TIMEOUT
 
     def __init__(self, config: AgentConfig, *, api_key: str | None) -> None:
         provider = config.provider
         self._name = provider.name
         self._model = config.model
         self._capabilities = config.capabilities
-        self._label = f"{self.kind} provider '{provider.name}'"
+        self._label = provider_label(self.kind, provider.name)
         self._timeout = provider.timeout_seconds
         self._attempts = provider.max_retries + 1
         self._configured_base_url = provider.base_url
@@ -66,12 +65,21 @@ class SdkProvider(abc.ABC):
         self._defaults = config.request_params
         self._plan = self._plan_for(config.request_params)
         self._warned = False
-        self._key_problem: str | None = None
+        named = provider.api_key_env is not None
+        # A provider naming no key variable is checked without a key, as the registry checks it;
+        # only the SDK client gets the placeholder (it refuses to be built without one).
+        self._endpoint = ProviderEndpoint(
+            provider.name,
+            provider.type,
+            self._base_url,
+            models=(config.model,),
+            key_source=provider.api_key_origin() if named else None,
+            key=api_key if named else None,
+        )
+        self._key_problem = self._endpoint.key_problem
         self._client: Any = None
         if api_key:
             self._client = self._make_client(api_key, provider)
-        else:
-            self._key_problem = missing_key_message(provider)
 
     # hooks
 
@@ -92,14 +100,6 @@ class SdkProvider(abc.ABC):
     @abc.abstractmethod
     def _parse(self, body: Mapping[str, Any]) -> Completion:
         """The completion in a decoded response body; ValueError when it is unusable."""
-
-    @abc.abstractmethod
-    def _preflight_url(self) -> str:
-        """What the preflight asks, for messages."""
-
-    @abc.abstractmethod
-    async def _model_available(self, client: Any) -> bool:
-        """Whether the provider knows the model (False for 'not found'; errors propagate)."""
 
     @abc.abstractmethod
     def _warning_subject(self) -> str:
@@ -168,28 +168,9 @@ class SdkProvider(abc.ABC):
         check_call_params(self._plan_for(params), self._warning_subject())
 
     async def preflight(self) -> ProviderCheck:
-        """Check the key and that the model exists; never raises."""
-        if self._client is None:
-            return ProviderCheck(False, self._key_problem or self._label, time.monotonic())
-        url = self._preflight_url()
-        try:
-            # The overall deadline also bounds what a per-request timeout does not (pagination).
-            async with asyncio.timeout(self.preflight_timeout):
-                probe = self._client.with_options(timeout=self.preflight_timeout, max_retries=0)
-                available = await self._model_available(probe)
-        except TimeoutError:
-            message = f"{self._label}: GET {url} timed out after {self.preflight_timeout:g}s"
-            return ProviderCheck(False, message, time.monotonic())
-        except self.sdk_errors.base as exc:
-            return ProviderCheck(False, str(self._error(exc, self.preflight_timeout)), time.monotonic())
-        except Exception as exc:  # noqa: BLE001 - a health probe reports every failure instead of raising it
-            message = self._safe(f"{self._label}: GET {url} failed: {type(exc).__name__}: {exc}")
-            return ProviderCheck(False, message, time.monotonic())
-        if not available:
-            return ProviderCheck(
-                False, f"{self._label}: model '{self._model}' not found at {url}", time.monotonic()
-            )
-        return ProviderCheck(True, f"{self._label}: model '{self._model}' is available", time.monotonic())
+        """Check the key and that the model exists (`pallas_io.llm_check`); never raises."""
+        verdict = await check_provider(self._endpoint, budget=self.preflight_timeout)
+        return ProviderCheck(verdict.ok, verdict.message, time.monotonic())
 
     async def aclose(self) -> None:
         """Close the SDK client's connections."""

@@ -17,6 +17,7 @@ from typing import Any
 import anthropic
 
 from pallas_api.config import RequestParams
+from pallas_io.llm_check import PUBLIC_APIS
 from pallas_runtime.llm.adapter import SdkProvider, wire_count
 from pallas_runtime.llm.errors import SdkErrors
 from pallas_runtime.llm.params import ParamPlan, anthropic_plan
@@ -35,7 +36,7 @@ from pallas_runtime.messages import (
 
 log = logging.getLogger("pallas.llm")
 
-DEFAULT_BASE_URL = "https://api.anthropic.com"
+DEFAULT_BASE_URL = PUBLIC_APIS["anthropic"]
 """The SDK's default, passed explicitly so an ambient ANTHROPIC_BASE_URL cannot redirect the agent."""
 
 
@@ -214,16 +215,6 @@ class AnthropicMessagesProvider(SdkProvider):
 
     def _parse(self, body: Mapping[str, Any]) -> Completion:
         return completion_from_messages(body)
-
-    def _preflight_url(self) -> str:
-        return f"{self._base_url}/v1/models/{self._model}"
-
-    async def _model_available(self, client: Any) -> bool:
-        try:
-            await client.models.retrieve(self._model)
-        except anthropic.NotFoundError:
-            return False
-        return True
 
     def _warning_subject(self) -> str:
         return f"{self._label} (model {self._model})"

@@ -6,9 +6,9 @@ status exceptions have the same shape; each adapter passes its SDK's classes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
+from pallas_io.llm_check import error_detail, redact
 from pallas_runtime.llm.provider import LLMError
 
 MAX_ERROR_TEXT = 400
@@ -25,32 +25,9 @@ class SdkErrors:
     status: type[Exception]
 
 
-def redact(text: str, secret: str | None) -> str:
-    """`text` with the key (and `Bearer <key>`) replaced."""
-    if secret:
-        text = text.replace(f"Bearer {secret}", "Bearer [redacted]").replace(secret, "[redacted]")
-    return text
-
-
 def safe(text: str, secret: str | None) -> str:
     """Redacted, then cut, so a key straddling the cut cannot leak in part."""
     return redact(text, secret)[:MAX_ERROR_TEXT]
-
-
-def error_detail(body: object, fallback: str) -> str:
-    """The provider's own error message from a decoded error body.
-
-    OpenAI, Anthropic and llama.cpp nest {"error": {"message"}}; vLLM sends
-    {"object": "error", "message"}; the SDKs may already have unwrapped "error".
-    """
-    if isinstance(body, Mapping):
-        inner = body.get("error", body)
-        message = inner.get("message") if isinstance(inner, Mapping) else inner
-        if isinstance(message, str) and message:
-            return message
-    if isinstance(body, str) and body:
-        return body
-    return fallback
 
 
 def describe(

@@ -17,6 +17,7 @@ from typing import Any
 import openai
 
 from pallas_api.config import RequestParams
+from pallas_io.llm_check import PUBLIC_APIS
 from pallas_runtime.llm.adapter import SdkProvider, wire_count
 from pallas_runtime.llm.errors import SdkErrors
 from pallas_runtime.llm.params import ParamPlan, is_native_openai, openai_plan
@@ -36,7 +37,7 @@ from pallas_runtime.messages import (
 
 log = logging.getLogger("pallas.llm")
 
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_BASE_URL = PUBLIC_APIS["openai"]
 """The SDK's default, passed explicitly so an ambient OPENAI_BASE_URL cannot redirect the agent."""
 
 
@@ -257,12 +258,6 @@ class OpenAIChatProvider(SdkProvider):
 
     def _parse(self, body: Mapping[str, Any]) -> Completion:
         return completion_from_chat(body)
-
-    def _preflight_url(self) -> str:
-        return f"{self._base_url}/models"
-
-    async def _model_available(self, client: Any) -> bool:
-        return self._model in {model.id async for model in client.models.list()}
 
     def _warning_subject(self) -> str:
         return f"{self._label} ({self._base_url})"

@@ -7,12 +7,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from pallas_api.config import ProviderConfig, RequestParams
+from pallas_io.llm_check import missing_key, provider_label
 from pallas_runtime.messages import Completion, Message, ToolSpec
 
 
 def missing_key_message(provider: ProviderConfig) -> str:
     """The one sentence for a provider without its key, naming what the user sets to give it."""
-    return f"{provider.type} provider '{provider.name}': no API key: {provider.api_key_origin()} is not set"
+    return missing_key(provider_label(provider.type, provider.name), provider.api_key_origin())
 
 
 class LLMError(Exception):

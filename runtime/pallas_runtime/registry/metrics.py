@@ -87,7 +87,7 @@ class _ProviderCollector(Collector):
             labels=["deployment", "provider"],
         )
         for result in self._checks.results:
-            up.add_metric([result.target.deployment, result.target.name], 1 if result.ok else 0)
+            up.add_metric([*result.target.ident], 1 if result.ok else 0)
         yield up
 
 

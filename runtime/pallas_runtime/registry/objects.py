@@ -19,11 +19,11 @@ from pydantic import ValidationError
 
 from pallas_api import names
 from pallas_api.config import ModelCapabilities
-from pallas_api.spec import UNDECLARED_MODEL, AuthSpec, Icon, ProviderSpec, RegistrySpec
+from pallas_api.spec import UNDECLARED_MODEL, AuthSpec, CallerAuth, Icon, ProviderSpec, RegistrySpec
 from pallas_api.status import HEALTH_STATUSES, PHASES
-from pallas_runtime.registry.state import AgentState, AuthView, HealthView, ProviderView
+from pallas_runtime.registry.state import AgentState, HealthView, ProviderView
 
-_TAG = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_TAG = re.compile(names.DNS_LABEL)
 
 
 class MissingStatus(ValueError):
@@ -48,7 +48,7 @@ class DeploymentSettings:
     providers: Mapping[str, ProviderView] = field(default_factory=dict)
     provider_specs: Mapping[str, ProviderSpec] = field(default_factory=dict)
     """The providers this version can read whole (what the registry checks)."""
-    auth: AuthView = field(default_factory=AuthView)
+    auth: CallerAuth = field(default_factory=CallerAuth)
 
 
 def _map(value: Any) -> Mapping[str, Any]:
@@ -108,9 +108,9 @@ def deployment_settings(obj: Mapping[str, Any]) -> DeploymentSettings:
     specs = {name: _provider_spec(raw) for name, raw in raw_providers.items()}
     providers = {name: _provider(name, specs[name], raw) for name, raw in raw_providers.items()}
     try:
-        auth = AuthView.of(AuthSpec.model_validate(_map(spec.get("auth"))))
+        auth = CallerAuth.of(AuthSpec.model_validate(_map(spec.get("auth"))))
     except ValidationError:  # a spec the CRD let through but this version cannot read
-        auth = AuthView()
+        auth = CallerAuth()
     meta = _map(obj.get("metadata"))
     name = _text(meta.get("name"))
     port = registry.get("port", RegistrySpec().port)

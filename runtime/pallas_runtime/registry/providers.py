@@ -1,33 +1,26 @@
 """Checks of every LLM provider of a deployment, run by its registry (seed 000, "Startup Preflight").
 
-The original validated all providers with a key before the agents started, warn-only:
+The original validated all providers with a key before the agents started, warn-only. The check
+itself is the product's one provider check (`pallas_io.llm_check`, which the agents' preflight
+uses too): an active provider must list each model its agents use, a provider no agent uses must
+answer its models endpoint with its key. Each agent already checks its own provider; a provider
+no agent uses has no process holding its key but this one: the registry runs once per deployment
+and its pod gets every provider key (`optional` Secret references), so the operator never holds
+a key. Results are published on `/healthz`, in `pallas_registry_provider_up`, and from there in
+the deployment's `status.providers`.
 
-| provider  | active (an agent uses it)                   | key set, not active             |
-|-----------|---------------------------------------------|---------------------------------|
-| openai    | `GET {base}/models` lists each model in use | `GET {base}/models` answers      |
-| anthropic | `GET /v1/models/{model}` for each model     | `GET /v1/models?limit=1` answers |
-
-(The original asked a fixed `claude-sonnet-4-5` for an inactive Anthropic key; listing one model
-proves the key the same way without betting on a model name.) Each agent already checks its own
-provider; a provider no agent uses has no process holding its key but this one: the registry
-runs once per deployment and its pod gets every provider key (`optional` Secret references), so
-the operator never holds a key. Results are published on `/healthz`, in
-`pallas_registry_provider_up`, and from there in the deployment's `status.providers`.
-
-A check never raises and never calls a model: a failure is a result, with the provider's own
-words and no key in them. A provider is checked again when what is checked changes (its
-endpoint, key or models in use), else every `recheck_ok` seconds (300, the agents' TTL), or
-`recheck_failed` (60) after a failure.
+This module decides what is checked and when: a provider is checked again when what is checked
+changes (its endpoint, key or models in use), else every `recheck_ok` seconds (300, the agents'
+TTL), or `recheck_failed` (60) after a failure.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -35,41 +28,24 @@ import httpx2
 
 from pallas_api.render import secret_source
 from pallas_api.spec import ProviderSpec
+from pallas_io.llm_check import CHECK_TIMEOUT, ProviderEndpoint, check_provider
 from pallas_runtime.registry.state import utcnow
 
 log = logging.getLogger("pallas.registry")
 
-PUBLIC_APIS = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com"}
-ANTHROPIC_VERSION = "2023-06-01"
-CHECK_TIMEOUT = 5.0
-"""Seconds per provider, as the original."""
-MAX_MESSAGE = 300
-
 
 @dataclass(frozen=True, slots=True)
 class ProviderTarget:
-    """One provider to check, and everything the check depends on (a change means a recheck)."""
+    """One provider of one deployment to check (a change of either means a recheck)."""
 
     deployment: str
-    name: str
-    type: str
-    base_url: str | None = None
-    models: tuple[str, ...] = ()
-    """Models the deployment's agents (and its default) use on it; empty: key set, not active."""
-    key_source: str | None = None
-    """Where the key comes from in the user's words; None: the provider has no `apiKey`."""
-    key: str | None = field(default=None, repr=False)
-    """The key's value (None: not configured, or its Secret key is not set)."""
+    endpoint: ProviderEndpoint
+    """The provider, the models the deployment's agents (and its default) use on it, its key."""
 
     @property
-    def label(self) -> str:
-        """How messages name it: `openai provider 'vllm'`."""
-        return f"{self.type} provider '{self.name}'"
-
-    @property
-    def base(self) -> str:
-        """The endpoint: `baseURL`, else the vendor's public API."""
-        return (self.base_url or PUBLIC_APIS.get(self.type, PUBLIC_APIS["openai"])).rstrip("/")
+    def ident(self) -> tuple[str, str]:
+        """(deployment, provider): one result per target."""
+        return (self.deployment, self.endpoint.name)
 
 
 def deployment_targets(
@@ -104,13 +80,15 @@ def deployment_targets(
         ref = spec.api_key.secret_key_ref if spec.api_key is not None else None
         targets.append(
             ProviderTarget(
-                deployment=deployment,
-                name=name,
-                type=spec.type,
-                base_url=base_url,
-                models=tuple(sorted(used.get(name, ()))),
-                key_source=secret_source(ref, local=local) if ref is not None else None,
-                key=key(name, spec) if ref is not None else None,
+                deployment,
+                ProviderEndpoint(
+                    name=name,
+                    type=spec.type,
+                    base_url=base_url,
+                    models=tuple(sorted(used.get(name, ()))),
+                    key_source=secret_source(ref, local=local) if ref is not None else None,
+                    key=key(name, spec) if ref is not None else None,
+                ),
             )
         )
     return targets
@@ -131,87 +109,13 @@ class ProviderResult:
         """The `/healthz` entry (a `pallas_api.status.ProviderStatus`, plus its deployment)."""
         return {
             "deployment": self.target.deployment,
-            "name": self.target.name,
-            "type": self.target.type,
+            "name": self.target.endpoint.name,
+            "type": self.target.endpoint.type,
             "status": "ok" if self.ok else "error",
             "message": self.message,
             "checkedAt": self.checked_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "models": list(self.target.models),
+            "models": list(self.target.endpoint.models),
         }
-
-
-def _detail(response: httpx2.Response) -> str:
-    """The provider's own error message: `{"error": {"message"}}` or `{"message"}`, else the status."""
-    with contextlib.suppress(ValueError):
-        body = response.json()
-        inner = body.get("error", body) if isinstance(body, dict) else None
-        message = inner.get("message") if isinstance(inner, dict) else inner
-        if isinstance(message, str) and message:
-            return message
-    return response.reason_phrase or "error"
-
-
-async def _get(client: httpx2.AsyncClient, target: ProviderTarget, path: str) -> httpx2.Response:
-    headers = {}
-    if target.type == "anthropic":
-        headers["anthropic-version"] = ANTHROPIC_VERSION
-        if target.key:
-            headers["x-api-key"] = target.key
-    elif target.key:
-        headers["Authorization"] = f"Bearer {target.key}"
-    return await client.get(target.base + path, headers=headers)
-
-
-async def _openai(client: httpx2.AsyncClient, target: ProviderTarget) -> tuple[bool, str]:
-    url = f"{target.base}/models"
-    response = await _get(client, target, "/models")
-    if response.status_code != 200:
-        return False, f"GET {url}: HTTP {response.status_code}: {_detail(response)}"
-    try:
-        listed = {str(m.get("id")) for m in response.json().get("data", []) if isinstance(m, dict)}
-    except (ValueError, AttributeError):
-        return False, f"GET {url}: the answer is not a model list"
-    missing = [m for m in target.models if m not in listed]
-    if missing:
-        return False, f"model {', '.join(repr(m) for m in missing)} not found at {url}"
-    if target.models:
-        return True, f"model {', '.join(repr(m) for m in target.models)} available"
-    return True, f"not used by any agent; {url} lists {len(listed)} models"
-
-
-async def _anthropic(client: httpx2.AsyncClient, target: ProviderTarget) -> tuple[bool, str]:
-    if not target.models:
-        response = await _get(client, target, "/v1/models?limit=1")
-        if response.status_code != 200:
-            return False, f"GET {target.base}/v1/models: HTTP {response.status_code}: {_detail(response)}"
-        return True, f"not used by any agent; {target.base}/v1/models answers"
-    for model in target.models:
-        url = f"{target.base}/v1/models/{model}"
-        response = await _get(client, target, f"/v1/models/{model}")
-        if response.status_code == 404:
-            return False, f"model '{model}' not found at {url}"
-        if response.status_code != 200:
-            return False, f"GET {url}: HTTP {response.status_code}: {_detail(response)}"
-    return True, f"model {', '.join(repr(m) for m in target.models)} available"
-
-
-async def check_provider(
-    target: ProviderTarget, client: httpx2.AsyncClient, budget: float = CHECK_TIMEOUT
-) -> tuple[bool, str]:
-    """(ok, message) for one provider within `budget` seconds; never raises, never sends a completion."""
-    if target.key_source is not None and target.key is None:
-        return False, f"{target.label}: no API key: {target.key_source} is not set"
-    try:
-        async with asyncio.timeout(budget):
-            ok, text = await (_anthropic if target.type == "anthropic" else _openai)(client, target)
-    except TimeoutError:
-        ok, text = False, f"no answer from {target.base} within {budget:g}s"
-    except httpx2.HTTPError as exc:
-        ok, text = False, f"cannot reach {target.base}: {type(exc).__name__}: {exc}"
-    message = f"{target.label}: {text}"
-    if target.key:
-        message = message.replace(target.key, "[redacted]")
-    return ok, message[:MAX_MESSAGE]
 
 
 Targets = Callable[[], Sequence[ProviderTarget]]
@@ -251,26 +155,27 @@ class ProviderChecks:
         return [self._results[key] for key in sorted(self._results)]
 
     def _due(self, target: ProviderTarget, now: float) -> bool:
-        last = self._results.get((target.deployment, target.name))
+        last = self._results.get(target.ident)
         if last is None or last.target != target:
             return True
         return now - last.at >= (self._recheck_ok if last.ok else self._recheck_failed)
 
     async def check_due(self, client: httpx2.AsyncClient) -> None:
         """Check every target that is new, changed or due; forget those that are gone."""
-        targets = {(t.deployment, t.name): t for t in self._targets()}
+        targets = {t.ident: t for t in self._targets()}
         for key in set(self._results) - set(targets):
             del self._results[key]
         now = time.monotonic()
         due = [t for t in targets.values() if self._due(t, now)]
-        found = await asyncio.gather(*(check_provider(t, client, self._timeout) for t in due))
+        found = await asyncio.gather(
+            *(check_provider(t.endpoint, budget=self._timeout, client=client) for t in due)
+        )
         for target, (ok, message) in zip(due, found, strict=True):
-            key = (target.deployment, target.name)
-            before = self._results.get(key)
+            before = self._results.get(target.ident)
             if not ok and (before is None or before.message != message):
                 # Warn-only, as the original preflight: agents serve whatever a check says.
                 log.warning("LLM provider check failed: %s", message, extra={"deployment": target.deployment})
-            self._results[key] = ProviderResult(target, ok, message, utcnow(), time.monotonic())
+            self._results[target.ident] = ProviderResult(target, ok, message, utcnow(), time.monotonic())
 
     async def run(self) -> None:
         """Check what is due every `tick` seconds until cancelled."""

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from pallas_api.names import DNS_LABEL
 from pallas_runtime.registry.catalogue import Catalogue, Entry
 from pallas_runtime.registry.schema import is_date_time
 
@@ -26,7 +27,7 @@ DEFAULT_LIMIT = 30
 MAX_LIMIT = 100
 MAX_VALUE = 512
 """Longest accepted value of any parameter (search text, version, cursor...)."""
-TAG = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+TAG = re.compile(DNS_LABEL)
 SERVER_NAME = re.compile(r"^[a-zA-Z0-9.-]+/[a-zA-Z0-9._-]+$")
 _CURSOR_PREFIX = "1:"
 _BASE64URL = re.compile(r"^[A-Za-z0-9_-]+$")

@@ -9,6 +9,9 @@ arrived.
 
 Each watch is also bounded on the client side: a half-open connection (a partition rather than
 a closed socket) would otherwise hang forever without an error.
+
+The operator watches through kopf instead; why the product keeps two list-watch engines for now
+is a decision in docs/architecture.md.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from pallas_api.config import ModelCapabilities
-from pallas_api.spec import AuthSpec, Icon, ProviderSpec
+from pallas_api.spec import CallerAuth, Icon, ProviderSpec
 from pallas_api.status import HealthStatus
 
 
@@ -30,28 +30,6 @@ class HealthView:
     checked_at: datetime | None = None
     busy: bool = False
     """The agent said it has `busyAt` calls in flight or more."""
-
-
-@dataclass(frozen=True, slots=True)
-class AuthView:
-    """What a client must present to talk to an agent (its deployment's `spec.auth`)."""
-
-    mode: str = "none"
-    issuer: str = ""
-    """oidc: the issuer whose tokens the agent accepts."""
-    audience: str = ""
-    """oidc: the audience those tokens must carry."""
-    audiences: tuple[str, ...] = ()
-    """kubernetes: the token audiences the agent accepts (empty: the API server's)."""
-
-    @classmethod
-    def of(cls, auth: AuthSpec) -> AuthView:
-        """The view of a deployment's auth settings."""
-        if auth.mode == "oidc" and auth.oidc is not None:
-            return cls("oidc", issuer=auth.oidc.issuer, audience=auth.oidc.audience)
-        if auth.mode == "kubernetes":
-            return cls("kubernetes", audiences=tuple(auth.kubernetes.audiences))
-        return cls()
 
 
 VENDOR_NAMES = {"openai": "OpenAI", "anthropic": "Anthropic"}
@@ -142,7 +120,7 @@ class AgentState:
     public_url_template: str = ""
     registry_url: str = ""
     service_port: int = 8000
-    auth: AuthView = field(default_factory=AuthView)
+    auth: CallerAuth = field(default_factory=CallerAuth)
     phase: str = "Pending"
     ready: bool = False
     status_message: str = ""

@@ -17,12 +17,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec, ProviderSpec
+from pallas_api.spec import CallerAuth, PallasAgentSpec, PallasDeploymentSpec, ProviderSpec
 from pallas_io.probe import ProbeOutcome, probe
 from pallas_runtime.registry.catalogue import CatalogueStore
 from pallas_runtime.registry.providers import ProviderTarget, deployment_targets
 from pallas_runtime.registry.source import CatalogueSource
-from pallas_runtime.registry.state import AgentState, AuthView, HealthView, ProviderView, utcnow
+from pallas_runtime.registry.state import AgentState, HealthView, ProviderView, utcnow
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +113,7 @@ def base_state(agent: LocalAgent, registry_url: str = "") -> AgentState:
         tags=tuple(spec.capabilities),
         model_ref=model_ref,
         model_capabilities=deployment.model.capabilities_of(model_ref),
-        auth=AuthView.of(deployment.auth),
+        auth=CallerAuth.of(deployment.auth),
         provider=ProviderView.of(provider_name, provider) if provider else ProviderView(),
         version=deployment.version,
         name_prefix=deployment.registry.name_prefix,

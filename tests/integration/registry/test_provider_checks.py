@@ -193,5 +193,11 @@ async def test_a_provider_that_does_not_answer_in_time_or_at_all() -> None:
         checks = ProviderChecks(source.provider_targets, timeout=0.5)
         async with running_registry(source, providers=checks) as base:
             found = await checked(base, 5)
-    assert found["vllm"]["message"] == f"openai provider 'vllm': no answer from {openai.base_url} within 0.5s"
-    assert found["gone"]["message"].startswith("openai provider 'gone': cannot reach http://127.0.0.1:1/v1: ")
+    # The agents' preflight words it the same way: one check (pallas_io.llm_check).
+    assert found["vllm"]["message"] == (
+        f"openai provider 'vllm': GET {openai.base_url}/models timed out after 0.5s"
+    )
+    assert (
+        found["gone"]["message"]
+        == "openai provider 'gone': cannot reach http://127.0.0.1:1/v1: connection refused"
+    )

@@ -1,10 +1,15 @@
-"""The one filler of `publicURLTemplate`, shared by the operator and the registry."""
+"""Names shared by the operator and the registry: the one filler of `publicURLTemplate`, the one
+DNS-label pattern."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
 from pallas_api import names
+from pallas_api.spec import DNS_SUBDOMAIN, MODEL_REF
+from tests.support.cluster import REPO
 
 
 def test_every_placeholder_is_filled() -> None:
@@ -44,3 +49,32 @@ def test_the_resource_url_is_the_filled_template_else_cluster_dns() -> None:
     assert names.resource_url("research", "agents", 8000, "ouranos", "https://x/{user}") == (
         "http://research.agents.svc.cluster.local:8000/mcp"
     )
+
+
+@pytest.mark.parametrize("label", ["a", "0", "ouranos", "vllm-2", "a" * 63])
+def test_a_dns_label(label: str) -> None:
+    assert re.fullmatch(names.DNS_LABEL, label)
+
+
+@pytest.mark.parametrize("text", ["", "-a", "a-", "A", "a_b", "a.b", "a b", "ä"])
+def test_not_a_dns_label(text: str) -> None:
+    assert not re.fullmatch(names.DNS_LABEL, text)
+
+
+def test_the_patterns_built_from_labels() -> None:
+    assert re.fullmatch(DNS_SUBDOMAIN, "vllm.llm.svc")
+    assert not re.fullmatch(DNS_SUBDOMAIN, "vllm..svc")
+    assert re.fullmatch(MODEL_REF, "vllm.Qwen/Qwen3-8B")
+    assert not re.fullmatch(MODEL_REF, "VLLM.qwen3")
+
+
+def test_the_dns_label_is_spelled_out_once() -> None:
+    """Every other pattern of a label imports `names.DNS_LABEL` (or its unanchored form)."""
+    spelled = names.DNS_LABEL_FORM
+    found = [
+        str(path.relative_to(REPO))
+        for folder in ("api", "operator", "runtime", "hack")
+        for path in sorted((REPO / folder).rglob("*.py"))
+        if spelled in path.read_text()
+    ]
+    assert found == ["api/pallas_api/names.py"]

@@ -13,7 +13,7 @@ import yaml
 
 from pallas_api import names
 from pallas_api.render import render_agent
-from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
+from pallas_api.spec import CallerAuth, PallasAgentSpec, PallasDeploymentSpec
 from pallas_operator.builders import (
     AgentWorkload,
     Owner,
@@ -117,12 +117,12 @@ async def test_probes_authenticate_as_the_deployment_mode_says() -> None:
     prober = Prober(
         ServiceResolver({}), notified.append, verify, check, credentials=credentials, challenge=challenge
     )
-    kube = ProbeAccess("kubernetes", "agents", "ouranos-agents", ("pallas.dev",))
+    kube = ProbeAccess(CallerAuth("kubernetes", audiences=("pallas.dev",)), "agents", "ouranos-agents")
+    oidc = ProbeAccess(CallerAuth("oidc", issuer="https://id", audience="agents"))
+    broken = ProbeAccess(CallerAuth("kubernetes"), "agents", "broken-agents")
     prober.track("k", ProbeTarget("http://k/mcp", 60, 1, 1, "h", kube))
-    prober.track("o", ProbeTarget("http://o/mcp", 60, 1, 1, "h", ProbeAccess("oidc", issuer="https://id")))
-    prober.track(
-        "b", ProbeTarget("http://b/mcp", 60, 1, 1, "h", ProbeAccess("kubernetes", "agents", "broken-agents"))
-    )
+    prober.track("o", ProbeTarget("http://o/mcp", 60, 1, 1, "h", oidc))
+    prober.track("b", ProbeTarget("http://b/mcp", 60, 1, 1, "h", broken))
     await asyncio.sleep(0.5)
     await prober.stop()
     assert ("verify", {"Authorization": "Bearer minted-token"}) in seen
@@ -133,10 +133,8 @@ async def test_probes_authenticate_as_the_deployment_mode_says() -> None:
     prober2 = Prober(
         ServiceResolver({}), notified.append, verify, check, credentials=credentials, challenge=challenge
     )
-    prober2.track("o", ProbeTarget("http://o/mcp", 60, 1, 1, "h", ProbeAccess("oidc", issuer="https://id")))
-    prober2.track(
-        "b", ProbeTarget("http://b/mcp", 60, 1, 1, "h", ProbeAccess("kubernetes", "agents", "broken-agents"))
-    )
+    prober2.track("o", ProbeTarget("http://o/mcp", 60, 1, 1, "h", oidc))
+    prober2.track("b", ProbeTarget("http://b/mcp", 60, 1, 1, "h", broken))
     await asyncio.sleep(0.5)
     oidc_verification, oidc_health = prober2.results("o")
     broken_verification, _ = prober2.results("b")

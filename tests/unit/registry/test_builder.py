@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from pallas_api.config import ModelCapabilities
-from pallas_api.spec import Icon, ProviderSpec
+from pallas_api.spec import CallerAuth, Icon, ProviderSpec
 from pallas_runtime.registry.builder import VENDOR_META, InvalidAgent, build_response, one_line
 from pallas_runtime.registry.schema import OFFICIAL_META, SCHEMA_URL
-from pallas_runtime.registry.state import AuthView, HealthView, ProviderView
+from pallas_runtime.registry.state import HealthView, ProviderView
 from tests.support.registry import T0, assert_valid_entry, state
 
 
@@ -89,13 +89,13 @@ def test_a_ready_agent_at_its_busy_at_is_busy_and_still_active() -> None:
 
 
 def test_vendor_meta_says_what_a_client_must_present() -> None:
-    oidc = AuthView("oidc", issuer="https://id.example/realms/a", audience="agents")
+    oidc = CallerAuth("oidc", issuer="https://id.example/realms/a", audience="agents")
     assert entry(auth=oidc)["_meta"][VENDOR_META]["auth"] == {
         "mode": "oidc",
         "issuer": "https://id.example/realms/a",
         "audience": "agents",
     }
-    kubernetes = AuthView("kubernetes", audiences=("pallas.dev",))
+    kubernetes = CallerAuth("kubernetes", audiences=("pallas.dev",))
     assert entry(auth=kubernetes)["_meta"][VENDOR_META]["auth"] == {
         "mode": "kubernetes",
         "audiences": ["pallas.dev"],

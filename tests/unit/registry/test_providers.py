@@ -4,6 +4,7 @@ tests/integration/registry/test_provider_checks.py)."""
 from __future__ import annotations
 
 from pallas_api.spec import PallasDeploymentSpec, ProviderSpec
+from pallas_io.llm_check import ProviderEndpoint
 from pallas_runtime.registry.providers import ProviderTarget, deployment_targets
 
 SPEC = PallasDeploymentSpec.model_validate(
@@ -29,15 +30,18 @@ def keys(name: str, spec: ProviderSpec) -> str | None:
 
 def test_every_provider_is_a_target_with_the_models_in_use() -> None:
     used = ["vllm.qwen3-8b", "vllm.qwen3-32b", "vllm.qwen3-8b", "claude.claude-sonnet-4-5", "junk"]
-    targets = {t.name: t for t in deployment_targets("ouranos", SPEC.providers, used, keys)}
-    assert targets["vllm"] == ProviderTarget(
+    found = {t.endpoint.name: t for t in deployment_targets("ouranos", SPEC.providers, used, keys)}
+    targets = {name: target.endpoint for name, target in found.items()}
+    assert found["vllm"] == ProviderTarget(
         "ouranos",
-        "vllm",
-        "openai",
-        "http://vllm:8000/v1",
-        ("qwen3-32b", "qwen3-8b"),
-        "Secret llm key VLLM_KEY",
-        "sk-v",
+        ProviderEndpoint(
+            "vllm",
+            "openai",
+            "http://vllm:8000/v1",
+            ("qwen3-32b", "qwen3-8b"),
+            "Secret llm key VLLM_KEY",
+            "sk-v",
+        ),
     )
     # Key set, not active: checked all the same, with no model to look for.
     assert (targets["openai"].models, targets["openai"].key) == ((), "sk-o")
@@ -50,13 +54,13 @@ def test_every_provider_is_a_target_with_the_models_in_use() -> None:
 
 
 def test_the_key_never_shows_in_a_target_repr() -> None:
-    (target,) = [t for t in deployment_targets("d", SPEC.providers, [], keys) if t.name == "vllm"]
+    (target,) = [t for t in deployment_targets("d", SPEC.providers, [], keys) if t.endpoint.name == "vllm"]
     assert "sk-v" not in repr(target)
 
 
 def test_pallas_run_names_the_variable_and_uses_openai_base_url() -> None:
     targets = {
-        t.name: t
+        t.endpoint.name: t.endpoint
         for t in deployment_targets(
             "d", SPEC.providers, [], keys, local=True, openai_base_url="http://127.0.0.1:9/v1"
         )
