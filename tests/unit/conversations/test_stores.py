@@ -58,7 +58,10 @@ def sqlite_factory(tmp: Path) -> StoreFactory:
 FACTORIES = {"memory": memory_factory, "sqlite": sqlite_factory}
 
 
-@pytest.mark.parametrize("kind", FACTORIES)
+@pytest.mark.parametrize(
+    "kind",
+    [pytest.param(kind, marks=pytest.mark.looptime) for kind in FACTORIES],
+)
 @pytest.mark.parametrize("check", CONTRACT, ids=lambda f: f.__name__)
 async def test_contract(kind: str, check: Callable[[StoreFactory], Awaitable[None]], tmp_path: Path) -> None:
     await check(FACTORIES[kind](tmp_path))
