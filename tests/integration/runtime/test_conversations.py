@@ -31,6 +31,9 @@ DSN_ENV = "PALLAS_CONVERSATIONS_DSN"
 
 pytestmark = pytest.mark.timeout(240)
 
+TTL, PAST_THE_TTL = 1, 1.2
+"""A conversation's time to live (seconds, on the agent's monotonic clock), and a wait past it."""
+
 
 def sqlite_store(path: Path) -> dict[str, Any]:
     return {"type": "sqlite", "sqlitePath": str(path)}
@@ -279,12 +282,12 @@ async def test_the_active_conversations_gauge_follows_expiry_failed_turns_and_de
     def active() -> float | None:
         return metrics.registry.get_sample_value("pallas_active_conversations", {"agent": "keeper"})
 
-    cfg = config(fake_openai, {"type": "memory", "ttlSeconds": 1})
+    cfg = config(fake_openai, {"type": "memory", "ttlSeconds": TTL})
     fake_openai.script(Text("one"), HttpError(400, "no"), Text("two"), Text("three"))
     async with serve_agent(cfg, metrics=metrics) as agent, client(agent.url) as c:
         await send(c, "first", "one")
         assert active() == 1
-        await asyncio.sleep(1.2)  # "one" expires
+        await asyncio.sleep(PAST_THE_TTL)  # "one" expires
         with pytest.raises(ToolError, match="language model call failed"):
             await send(c, "fails", "failed")
         assert active() == 0, "an expired conversation still counted after a failed turn"
