@@ -16,8 +16,14 @@ catalogue and pods within a bound: kubectl logs, exec and port-forward on the po
 container (the kubelet restarts it); a deleted pod (the ReplicaSet replaces it, the registry
 follows); a downstream server stopped; a rotated LLM key; a deleted agent.
 
-The tests run in file order and share one module-scoped world: each builds on the state the
-previous one left. The fake LLM (OpenAI wire format) decides by the system prompt who is asking.
+No test depends on another having run, or not run, before it. The module's namespace, node,
+operator and servers are shared, and so is one team (`SHARED`: the PallasDeployment `e2e` with
+its Secret and three agents): tests only read it or drill it in ways that heal (a killed
+container, deleted pods), wait for it to be Ready first and compare counters before and after.
+A test that changes the world for good (a stopped downstream server, a rotated key, a deleted
+agent) gets a team of its own: a PallasDeployment, Secret and agents named for it, applied by a
+fixture and deleted after the test. The fake LLM (OpenAI wire format) decides by the system
+prompt who is asking.
 """
 
 from __future__ import annotations
@@ -92,6 +98,28 @@ GC_WITHIN = 60
 REGISTRY_WITHIN = 15
 
 
+@dataclass(frozen=True)
+class Team:
+    """A PallasDeployment of the namespace, with its own Secret and agents (`<prefix><role>`)."""
+
+    deployment: str
+    secret: str
+    prefix: str = ""
+    roles: tuple[str, ...] = AGENTS
+    """Of researcher, orchestrator (asks the researcher) and summarizer."""
+
+    def agent(self, role: str) -> str:
+        return f"{self.prefix}{role}"
+
+    @property
+    def agents(self) -> tuple[str, ...]:
+        return tuple(self.agent(role) for role in self.roles)
+
+
+SHARED = Team(DEPLOYMENT, SECRET)
+"""Read by every test that only looks, and drilled only in ways that heal."""
+
+
 # --- the scripted LLM ---------------------------------------------------------------------
 
 
@@ -137,7 +165,9 @@ def decide(body: dict[str, Any]) -> Text | ToolCalls:
     if system == ORCHESTRATOR:
         if last["role"] == "user":
             question = text_of(last["content"])
-            return ToolCalls([Call("researcher__send_message", {"message": f"research: {question}"})])
+            # The researcher of the orchestrator's own team (`<agent>__send_message`).
+            ask = next((t for t in sorted(offered) if t.endswith("researcher__send_message")), "none")
+            return ToolCalls([Call(ask, {"message": f"research: {question}"})])
         return Text(f"Final answer: {text_of(last['content'])}")
     if system == RESEARCHER:
         if last["role"] == "user":
@@ -202,13 +232,11 @@ class World:
     def metrics_url(self, agent: str) -> str:
         return f"http://{agent}.{self.namespace}.svc.cluster.local:8000/metrics"
 
-    @property
-    def registry_base(self) -> str:
-        return f"http://{DEPLOYMENT}-registry.{self.namespace}.svc.cluster.local:8080"
+    def registry_base(self, team: Team = SHARED) -> str:
+        return f"http://{team.deployment}-registry.{self.namespace}.svc.cluster.local:8080"
 
-    @property
-    def catalogue_url(self) -> str:
-        return f"{self.registry_base}/.well-known/mcp/server.json"
+    def catalogue_url(self, team: Team = SHARED) -> str:
+        return f"{self.registry_base(team)}/.well-known/mcp/server.json"
 
     # reads
 
@@ -220,24 +248,24 @@ class World:
                 return None
             raise
 
-    def deployment_status(self) -> dict[str, Any]:
-        obj = self.kube.get(PallasDeployment, DEPLOYMENT, namespace=self.namespace).to_dict()
+    def deployment_status(self, team: Team = SHARED) -> dict[str, Any]:
+        obj = self.kube.get(PallasDeployment, team.deployment, namespace=self.namespace).to_dict()
         return dict(obj.get("status") or {})
 
     def all_pods(self, agent: str) -> list[Pod]:
         labels = {"pallas.dev/agent": agent}
         return list(self.kube.list(Pod, namespace=self.namespace, labels=labels))
 
-    def registry_pods(self) -> list[Pod]:
-        labels = {"app.kubernetes.io/component": "registry"}
+    def registry_pods(self, team: Team = SHARED) -> list[Pod]:
+        labels = {"app.kubernetes.io/component": "registry", "pallas.dev/deployment": team.deployment}
         return list(self.kube.list(Pod, namespace=self.namespace, labels=labels))
 
     def ready_pod(self, agent: str) -> Pod | None:
         """The agent's one pod, if it is Running and Ready (and no other pod of it exists)."""
         return self._only_ready(self.all_pods(agent))
 
-    def ready_registry_pod(self) -> Pod | None:
-        return self._only_ready(self.registry_pods())
+    def ready_registry_pod(self, team: Team = SHARED) -> Pod | None:
+        return self._only_ready(self.registry_pods(team))
 
     @staticmethod
     def _only_ready(pods: list[Pod]) -> Pod | None:
@@ -253,10 +281,10 @@ class World:
         dep = self.kube.get(Deployment, agent, namespace=self.namespace)
         return str(dep.spec.template.metadata.annotations["pallas.dev/config-hash"])
 
-    def catalogue(self, query: str = "") -> dict[str, dict[str, Any]] | None:
-        """Agent id → catalogue entry (None while the registry does not answer 200)."""
+    def catalogue(self, query: str = "", team: Team = SHARED) -> dict[str, dict[str, Any]] | None:
+        """Agent id → catalogue entry of a team's registry (None while it does not answer 200)."""
         try:
-            response = httpx2.get(self.catalogue_url + query, timeout=5)
+            response = httpx2.get(self.catalogue_url(team) + query, timeout=5)
         except httpx2.TransportError:
             return None
         if response.status_code != 200:
@@ -276,6 +304,17 @@ class World:
             return obj
         return None
 
+    def team_ready(self, team: Team) -> bool:
+        """Every agent of the team Ready (`agent_ready`), and its registry listing them all so."""
+        if not all(self.agent_ready(name) for name in team.agents):
+            return False
+        catalogue = self.catalogue(team=team)
+        return (
+            catalogue is not None
+            and sorted(catalogue) == sorted(team.agents)
+            and all(e["_meta"]["dev.pallas/agent"]["phase"] == "Ready" for e in catalogue.values())
+        )
+
     def kubectl(self, *args: str) -> str:
         """kubectl in the module's namespace; stdout (a failure fails the test with stderr)."""
         return self.cluster.kubectl("-n", self.namespace, *args).stdout
@@ -292,7 +331,8 @@ class World:
             check=False,
         )
         parts = [f"--- kubectl get:\n{get.stdout}{get.stderr}"]
-        for agent in AGENTS:
+        for found in self.kube.list(PallasAgent, namespace=self.namespace):
+            agent = str(found.metadata.name)
             obj = self.agent(agent)
             if obj is not None:
                 parts.append(f"--- {agent} status: {json.dumps(obj.get('status'), sort_keys=True)}")
@@ -312,49 +352,59 @@ class World:
         return await until(what, probe, within, interval=interval, diagnose=self.diagnose)
 
 
-def manifests(namespace: str, node: str, servers: Servers) -> list[dict[str, Any]]:
-    """The module's Secret, PallasDeployment and agents (pinned to the node, as a user might)."""
+def manifests(
+    namespace: str, node: str, servers: Servers, team: Team = SHARED, everything_url: str | None = None
+) -> list[dict[str, Any]]:
+    """A team's Secret, PallasDeployment and agents (pinned to the node, as a user might); its
+    `everything` server is the module's unless `everything_url` names one of the team's own."""
     meta = {"namespace": namespace}
     pinned = {"nodeSelector": {"kubernetes.io/hostname": node}}
 
-    def agent(name: str, instruction: str, **spec: Any) -> dict[str, Any]:
+    def agent(role: str, instruction: str, **spec: Any) -> dict[str, Any]:
         return {
             "apiVersion": "pallas.dev/v1alpha1",
             "kind": "PallasAgent",
-            "metadata": {"name": name, **meta},
+            "metadata": {"name": team.agent(role), **meta},
             "spec": {
-                "deployment": DEPLOYMENT,
-                "description": f"The e2e {name}",
+                "deployment": team.deployment,
+                "description": f"The e2e {role}",
                 "instruction": instruction,
                 "pod": pinned,
                 **spec,
             },
         }
 
+    agents = {
+        "researcher": agent(
+            "researcher", RESEARCHER, servers=["everything", "echo", "plain"], capabilities=["research"]
+        ),
+        "orchestrator": agent("orchestrator", ORCHESTRATOR, agents=[team.agent("researcher")]),
+        "summarizer": agent("summarizer", SUMMARIZER),
+    }
     return [
         {
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": {"name": SECRET, **meta},
+            "metadata": {"name": team.secret, **meta},
             "stringData": {"OPENAI_API_KEY": FIRST_KEY},
         },
         {
             "apiVersion": "pallas.dev/v1alpha1",
             "kind": "PallasDeployment",
-            "metadata": {"name": DEPLOYMENT, **meta},
+            "metadata": {"name": team.deployment, **meta},
             "spec": {
                 "model": {"default": f"llm.{MODEL}"},
                 "providers": {
                     "llm": {
                         "type": "openai",
                         "baseURL": servers.llm.base_url,
-                        "apiKey": {"secretKeyRef": {"name": SECRET, "key": "OPENAI_API_KEY"}},
+                        "apiKey": {"secretKeyRef": {"name": team.secret, "key": "OPENAI_API_KEY"}},
                         "timeoutSeconds": 30,
                         "maxRetries": 1,
                     }
                 },
                 "mcpServers": {
-                    "everything": {"url": servers.everything.url, "timeoutSeconds": 20},
+                    "everything": {"url": everything_url or servers.everything.url, "timeoutSeconds": 20},
                     "echo": {"url": servers.echo.url, "forwardInboundAuth": True},
                     "plain": {"url": servers.plain.url},
                 },
@@ -363,9 +413,7 @@ def manifests(namespace: str, node: str, servers: Servers) -> list[dict[str, Any
                 "runtime": {"env": [{"name": "FASTMCP_CHECK_FOR_UPDATES", "value": "off"}]},
             },
         },
-        agent("researcher", RESEARCHER, servers=["everything", "echo", "plain"], capabilities=["research"]),
-        agent("orchestrator", ORCHESTRATOR, agents=["researcher"]),
-        agent("summarizer", SUMMARIZER),
+        *(agents[role] for role in team.roles),
     ]
 
 
@@ -428,6 +476,75 @@ def world(
         kube.close()
 
 
+@pytest.fixture
+async def shared(world: World) -> World:
+    """The world once the shared team is Ready and catalogued, whatever ran before."""
+    await world.until(
+        "the shared team's agents Ready and catalogued as Ready",
+        lambda: world.team_ready(SHARED),
+        READY_WITHIN,
+    )
+    return world
+
+
+@contextlib.contextmanager
+def own_team(world: World, team: Team, everything_url: str | None = None) -> Iterator[Team]:
+    """A team's objects, applied for one test and deleted after it (the garbage collector takes
+    their children, the kubelet their pods)."""
+    kubectl_apply(
+        world.cluster, *manifests(world.namespace, world.node.name, world.servers, team, everything_url)
+    )
+    try:
+        yield team
+    finally:
+        world.kubectl("delete", "pallasagent", *team.agents, "--ignore-not-found", "--wait=false")
+        world.kubectl("delete", "pallasdeployment", team.deployment, "--ignore-not-found", "--wait=false")
+        world.kubectl("delete", "secret", team.secret, "--ignore-not-found", "--wait=false")
+
+
+DEGRADING = Team("e2e-degrading", "degrading-credentials", "degrading-", ("researcher", "orchestrator"))
+"""Its researcher's `everything` server is its own, stopped by the test."""
+ROTATING = Team("e2e-rotating", "rotating-credentials", "rotating-", ("researcher", "orchestrator"))
+"""Its Secret's key is rotated by the test."""
+SHRINKING = Team("e2e-shrinking", "shrinking-credentials", "shrinking-", ("researcher", "summarizer"))
+"""Its summarizer is deleted by the test."""
+
+
+@dataclass
+class Degrading:
+    team: Team
+    stop_everything: contextlib.ExitStack
+
+
+@pytest.fixture
+def degrading(world: World, mcp_peers: McpPeers) -> Iterator[Degrading]:
+    """The degrading team, with a server-everything of its own that the test may stop."""
+    with contextlib.ExitStack() as stop_everything:
+        everything = stop_everything.enter_context(run_server_everything(mcp_peers, host=world.node.ip))
+        with own_team(world, DEGRADING, everything.url) as team:
+            yield Degrading(team, stop_everything)
+
+
+@pytest.fixture
+def rotating(world: World) -> Iterator[Team]:
+    with own_team(world, ROTATING) as team:
+        yield team
+
+
+@pytest.fixture
+def shrinking(world: World) -> Iterator[Team]:
+    with own_team(world, SHRINKING) as team:
+        yield team
+
+
+async def until_team_ready(world: World, team: Team) -> None:
+    await world.until(
+        f"team {team.deployment}: every agent Ready and catalogued as Ready",
+        lambda: world.team_ready(team),
+        READY_WITHIN,
+    )
+
+
 def mcp_client(url: str) -> Client[Any]:
     transport = StreamableHttpTransport(url, headers={"Authorization": BEARER})
     return Client(transport, mode="legacy", timeout=60)
@@ -467,7 +584,7 @@ async def test_applied_agents_run_as_pods_become_ready_and_are_catalogued(world:
         FOLLOW_WITHIN,
     )
     assert deployment["agents"]["total"] == 3
-    assert deployment["registryURL"] == world.catalogue_url
+    assert deployment["registryURL"] == world.catalogue_url()
 
     catalogue = await world.until(
         "the registry (over cluster DNS) listing the three agents as active",
@@ -490,7 +607,8 @@ async def test_applied_agents_run_as_pods_become_ready_and_are_catalogued(world:
     assert sorted(research) == ["researcher"]
 
 
-async def test_a_client_finds_the_orchestrator_in_the_registry_and_chats(world: World) -> None:
+async def test_a_client_finds_the_orchestrator_in_the_registry_and_chats(shared: World) -> None:
+    world = shared
     llm, echo, plain = world.servers.llm, world.servers.echo, world.servers.plain
     catalogue = world.catalogue()
     assert catalogue is not None, "the registry does not answer"
@@ -498,6 +616,10 @@ async def test_a_client_finds_the_orchestrator_in_the_registry_and_chats(world: 
     assert url == world.agent_url("orchestrator")
     llm_before = len(llm.requests)
     echo_before, plain_before = len(echo.requests), len(plain.requests)
+    researched_before = sample(
+        scrape(world.metrics_url("researcher")), "pallas_send_message_total", agent="researcher", outcome="ok"
+    )
+    conversation = f"e2e-chat-{secrets.token_hex(3)}"  # a conversation of this test's own
 
     progress: list[tuple[float, float | None, str | None]] = []
 
@@ -510,11 +632,11 @@ async def test_a_client_finds_the_orchestrator_in_the_registry_and_chats(world: 
         assert health["status"] == "ok", health
         result = await client.call_tool(
             "send_message",
-            {"message": question, "conversation_id": "e2e-chat"},
+            {"message": question, "conversation_id": conversation},
             progress_handler=on_progress,
         )
         answer = result.content[0].text
-        history = await client.get_prompt("orchestrator_history", {"conversation_id": "e2e-chat"})
+        history = await client.get_prompt("orchestrator_history", {"conversation_id": conversation})
 
     # The answer went orchestrator → researcher → tools and back, with the bearer only at `echo`.
     assert not result.is_error, answer
@@ -600,7 +722,8 @@ async def test_a_client_finds_the_orchestrator_in_the_registry_and_chats(world: 
         )
         assert calls is not None, f"pallas_tool_calls_total researcher→{server} missing"
         assert calls >= 1
-    assert sample(researcher, "pallas_send_message_total", agent="researcher", outcome="ok") == 1
+    researched = sample(researcher, "pallas_send_message_total", agent="researcher", outcome="ok")
+    assert researched == (researched_before or 0) + 1, "one delegated turn reached the researcher"
     assert sample(researcher, "pallas_downstream_up", agent="researcher", server="echo") == 1
     tokens = sample(orchestrator, "pallas_llm_tokens_total", agent="orchestrator", model=MODEL, kind="input")
     assert tokens is not None
@@ -617,7 +740,7 @@ async def test_a_client_finds_the_orchestrator_in_the_registry_and_chats(world: 
         "--timeout",
         "60",
         "--registry",
-        world.registry_base,
+        world.registry_base(),
         "orchestrator",
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -628,7 +751,8 @@ async def test_a_client_finds_the_orchestrator_in_the_registry_and_chats(world: 
     assert "researcher/send_message" in err.decode(), "pallas chat shows progress lines while waiting"
 
 
-async def test_the_pods_are_non_root_containers_with_a_read_only_root(world: World) -> None:
+async def test_the_pods_are_non_root_containers_with_a_read_only_root(shared: World) -> None:
+    world = shared
     probe = (
         "import json, os\n"
         "def writable(path):\n"
@@ -676,7 +800,8 @@ async def test_the_pods_are_non_root_containers_with_a_read_only_root(world: Wor
     assert dns.strip(), "CoreDNS runs as the kube-dns pods"
 
 
-async def test_kubectl_logs_and_port_forward_reach_the_containers(world: World) -> None:
+async def test_kubectl_logs_and_port_forward_reach_the_containers(shared: World) -> None:
+    world = shared
     pod = world.ready_pod("researcher")
     assert pod is not None
     logs = world.kubectl("logs", pod.metadata.name)
@@ -704,23 +829,26 @@ async def test_kubectl_logs_and_port_forward_reach_the_containers(world: World) 
         await forward.wait()
 
 
-async def test_a_killed_container_is_restarted_by_the_kubelet_and_the_agent_recovers(world: World) -> None:
+async def test_a_killed_container_is_restarted_by_the_kubelet_and_the_agent_recovers(shared: World) -> None:
+    world = shared
     pod = world.ready_pod("researcher")
     assert pod is not None
     status = pod.status.containerStatuses[0]
-    assert status.restartCount == 0
+    restarts = status.restartCount  # another test may have killed it before: count from here
     pid = world.node.container_pid(status.containerID)
     assert "pallas agent" in cmdline(pid)
     os.kill(pid, signal.SIGKILL)
 
     def restarted() -> Pod | None:
         current = world.ready_pod("researcher")
-        if current is None or current.status.containerStatuses[0].restartCount != 1:
+        if current is None or current.status.containerStatuses[0].restartCount != restarts + 1:
             return None
         return current
 
     again = await world.until(
-        "the researcher's container restarted (restartCount 1) and Ready", restarted, FOLLOW_WITHIN
+        f"the researcher's container restarted (restartCount {restarts + 1}) and Ready",
+        restarted,
+        FOLLOW_WITHIN,
     )
     assert again.metadata.uid == pod.metadata.uid, "the same pod, restarted in place"
     assert again.status.containerStatuses[0].lastState.terminated.exitCode == 137
@@ -735,7 +863,8 @@ async def test_a_killed_container_is_restarted_by_the_kubelet_and_the_agent_reco
     assert result.content[0].text.startswith("Final answer: echo saw Bearer e2e-user-token"), result
 
 
-async def test_a_deleted_pod_is_replaced_and_the_registry_follows(world: World) -> None:
+async def test_a_deleted_pod_is_replaced_and_the_registry_follows(shared: World) -> None:
+    world = shared
     old = world.ready_pod("researcher")
     assert old is not None
     world.kubectl("delete", "pod", old.metadata.name, "--wait=false")
@@ -775,11 +904,16 @@ async def test_a_deleted_pod_is_replaced_and_the_registry_follows(world: World) 
     assert result.content[0].text.startswith("Final answer: echo saw Bearer e2e-user-token"), result
 
 
-async def test_a_stopped_downstream_server_shows_as_degraded_health(world: World) -> None:
-    world.servers.stop_everything.close()  # server-everything stops: the researcher's probe fails
+async def test_a_stopped_downstream_server_shows_as_degraded_health(
+    world: World, degrading: Degrading
+) -> None:
+    team = degrading.team
+    researcher, orchestrator = team.agent("researcher"), team.agent("orchestrator")
+    await until_team_ready(world, team)
+    degrading.stop_everything.close()  # its server-everything stops: the researcher's probe fails
 
     def degraded() -> dict[str, Any] | None:
-        obj = world.agent("researcher")
+        obj = world.agent(researcher)
         health = ((obj or {}).get("status") or {}).get("health") or {}
         return obj if health.get("status") == "degraded" else None
 
@@ -789,15 +923,15 @@ async def test_a_stopped_downstream_server_shows_as_degraded_health(world: World
     status = obj["status"]
     assert "everything" in status["health"]["message"], status["health"]
     await world.until(
-        "the researcher's phase Degraded", lambda: world.agent_ready("researcher", "Degraded"), FOLLOW_WITHIN
+        "the researcher's phase Degraded", lambda: world.agent_ready(researcher, "Degraded"), FOLLOW_WITHIN
     )
-    obj = world.agent("researcher")
+    obj = world.agent(researcher)
     assert condition(obj, "Healthy") == ("False", "HealthDegraded")
     assert condition(obj, "Ready")[0] == "True", "degraded health keeps the agent Ready (it still serves)"
 
     def catalogued_degraded() -> dict[str, Any] | None:
-        catalogue = world.catalogue() or {}
-        entry = catalogue.get("researcher")
+        catalogue = world.catalogue(team=team) or {}
+        entry = catalogue.get(researcher)
         if entry is None:
             return None
         live = entry["_meta"]["dev.pallas/agent"]
@@ -809,16 +943,17 @@ async def test_a_stopped_downstream_server_shows_as_degraded_health(world: World
     assert "everything" in entry["_meta"]["dev.pallas/agent"]["health"]["message"]
     assert entry["_meta"]["io.modelcontextprotocol.registry/official"]["status"] == "active"
     # The orchestrator's own downstream (the researcher) still answers: it stays healthy.
-    orchestrator = world.agent_ready("orchestrator")
-    assert orchestrator is not None, "the orchestrator should stay Ready"
-    researcher = scrape(world.metrics_url("researcher"))
-    assert sample(researcher, "pallas_downstream_up", agent="researcher", server="everything") == 0
-    assert sample(researcher, "pallas_agent_health_status", agent="researcher") == 0.5
+    assert world.agent_ready(orchestrator) is not None, "the orchestrator should stay Ready"
+    scraped = scrape(world.metrics_url(researcher))
+    assert sample(scraped, "pallas_downstream_up", agent=researcher, server="everything") == 0
+    assert sample(scraped, "pallas_agent_health_status", agent=researcher) == 0.5
 
 
-async def test_a_rotated_llm_key_rolls_the_pods_and_reaches_the_llm(world: World) -> None:
+async def test_a_rotated_llm_key_rolls_the_pods_and_reaches_the_llm(world: World, rotating: Team) -> None:
+    team = rotating
+    await until_team_ready(world, team)
     llm = world.servers.llm
-    rolled = AGENTS  # all three read the same key
+    rolled = team.agents  # all of them read the team's one key
     hashes = {name: world.config_hash(name) for name in rolled}
     old_pods = {name: {p.metadata.uid for p in world.all_pods(name)} for name in rolled}
     llm_before = len(llm.requests)
@@ -827,7 +962,7 @@ async def test_a_rotated_llm_key_rolls_the_pods_and_reaches_the_llm(world: World
         {
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": {"name": SECRET, "namespace": world.namespace},
+            "metadata": {"name": team.secret, "namespace": world.namespace},
             "stringData": {"OPENAI_API_KEY": SECOND_KEY},
         },
     )
@@ -853,16 +988,11 @@ async def test_a_rotated_llm_key_rolls_the_pods_and_reaches_the_llm(world: World
 
     await world.until("the fake LLM receiving the rotated key", new_key_seen, FOLLOW_WITHIN)
     await world.until(
-        "the orchestrator Ready after the rollout", lambda: world.agent_ready("orchestrator"), FOLLOW_WITHIN
-    )
-    await world.until(
-        "the researcher Available and Verified after the rollout (phase Degraded: everything is down)",
-        lambda: world.agent_ready("researcher", "Degraded"),
-        FOLLOW_WITHIN,
+        f"team {team.deployment} Ready after the rollout", lambda: world.team_ready(team), FOLLOW_WITHIN
     )
     # A turn now goes out with the new key only.
     before_turn = len(llm.requests)
-    async with mcp_client(world.agent_url("orchestrator")) as client:
+    async with mcp_client(world.agent_url(team.agent("orchestrator"))) as client:
         result = await client.call_tool("send_message", {"message": "with the new key?"})
     assert "echo saw Bearer e2e-user-token" in result.content[0].text, result
     turn = [r for r in llm.requests[before_turn:] if r.path == llm.completion_path]
@@ -870,19 +1000,24 @@ async def test_a_rotated_llm_key_rolls_the_pods_and_reaches_the_llm(world: World
     assert {r.headers.get("authorization") for r in turn} == {f"Bearer {SECOND_KEY}"}
 
 
-async def test_a_deleted_agent_is_garbage_collected_and_leaves_the_catalogue(world: World) -> None:
-    pod = world.ready_pod("summarizer")
+async def test_a_deleted_agent_is_garbage_collected_and_leaves_the_catalogue(
+    world: World, shrinking: Team
+) -> None:
+    team = shrinking
+    summarizer, kept = team.agent("summarizer"), team.agent("researcher")
+    await until_team_ready(world, team)
+    pod = world.ready_pod(summarizer)
     assert pod is not None
     pid = world.node.container_pid(pod.status.containerStatuses[0].containerID)
     was = cmdline(pid)
     assert "pallas agent" in was
-    world.cluster.kubectl("delete", "pallasagent", "summarizer", "-n", world.namespace, "--wait=false")
+    world.cluster.kubectl("delete", "pallasagent", summarizer, "-n", world.namespace, "--wait=false")
 
     def children_gone() -> bool:
         for kind, name in (
-            (Deployment, "summarizer"),
-            (Service, "summarizer"),
-            (ConfigMap, "summarizer-config"),
+            (Deployment, summarizer),
+            (Service, summarizer),
+            (ConfigMap, f"{summarizer}-config"),
         ):
             try:
                 world.kube.get(kind, name, namespace=world.namespace)
@@ -898,20 +1033,18 @@ async def test_a_deleted_agent_is_garbage_collected_and_leaves_the_catalogue(wor
         GC_WITHIN,
         interval=0.5,
     )
-    await world.until("the summarizer's pod gone", lambda: not world.all_pods("summarizer"), FOLLOW_WITHIN)
+    await world.until("the summarizer's pod gone", lambda: not world.all_pods(summarizer), FOLLOW_WITHIN)
     assert process_gone(pid, was), "the summarizer's container process was stopped"
     catalogue = await world.until(
         "the registry no longer listing the summarizer",
-        lambda: (c := world.catalogue()) is not None and "summarizer" not in c and c,
+        lambda: (c := world.catalogue(team=team)) is not None and summarizer not in c and c,
         REGISTRY_WITHIN,
     )
-    assert sorted(catalogue) == ["orchestrator", "researcher"]
-    tombstones = world.catalogue("?include_deleted=true") or {}
-    assert (
-        tombstones["summarizer"]["_meta"]["io.modelcontextprotocol.registry/official"]["status"] == "deleted"
-    )
+    assert sorted(catalogue) == [kept]
+    tombstones = world.catalogue("?include_deleted=true", team=team) or {}
+    assert tombstones[summarizer]["_meta"]["io.modelcontextprotocol.registry/official"]["status"] == "deleted"
     await world.until(
-        "the PallasDeployment counting 2 agents",
-        lambda: world.deployment_status().get("agents", {}).get("total") == 2,
+        f"the PallasDeployment {team.deployment} counting 1 agent",
+        lambda: world.deployment_status(team).get("agents", {}).get("total") == 1,
         FOLLOW_WITHIN,
     )

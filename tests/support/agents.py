@@ -45,6 +45,7 @@ import httpx2
 import uvicorn
 
 from pallas_api.config import AgentConfig, parse_config, render_config
+from pallas_runtime.conversations.model import ConversationStore
 from pallas_runtime.downstream.source import ToolSource
 from pallas_runtime.llm.provider import LLMProvider
 from pallas_runtime.metrics import RuntimeMetrics
@@ -122,6 +123,7 @@ async def serve_agent(
     provider: LLMProvider | None = None,
     sources: Sequence[ToolSource] | None = None,
     environ: Mapping[str, str] | None = None,
+    store: ConversationStore | None = None,
     allowed_hosts: Sequence[str] = (),
     startup_timeout: float = 10.0,
 ) -> AsyncIterator[ServedAgent]:
@@ -143,6 +145,7 @@ async def serve_agent(
         provider=provider,
         sources=sources,
         environ={} if environ is None else environ,
+        store=store,
     )
     uv_config = uvicorn.Config(
         agent_app(server, allowed_hosts),

@@ -16,6 +16,7 @@ from fastmcp import Client
 from mcp_types import TextContent
 
 from pallas_runtime.conversations import tenancy
+from pallas_runtime.conversations.locks import KeyedLocks
 from pallas_runtime.conversations.model import (
     ConversationBusy,
     ConversationKey,
@@ -36,8 +37,45 @@ StoreFactory = Callable[..., AbstractAsyncContextManager[ConversationStore]]
 """`factory(max_messages=..., turn_wait=..., ttl_seconds=...)` → a started store, closed on exit."""
 
 
+WAIT = 10.0
+"""Loop seconds a contract check waits for a turn to reach the state it orders on."""
+
+
 def key(id_: str = "c1", owner: str = "anonymous", agent: str = "harper") -> ConversationKey:
     return ConversationKey(agent, owner, id_)
+
+
+def turns_on(store: ConversationStore, k: ConversationKey) -> int:
+    """Turns of this process holding or waiting for the conversation (0: none, 2: one waits).
+
+    Every store serializes a process's turns on its `KeyedLocks` before anything else; a test
+    reads it to know that a turn is queued, which nothing else shows.
+    """
+    locks: KeyedLocks = store._locks  # type: ignore[attr-defined]
+    return locks.users(k)
+
+
+async def until(check: Callable[[], bool], what: str, within: float = WAIT) -> None:
+    """Yield to the loop until `check()` holds; fail naming `what` after `within` loop seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while not check():
+        if loop.time() > deadline:
+            pytest.fail(f"{what} did not happen within {within:g}s")
+        await asyncio.sleep(0.001)
+
+
+async def wall_clock_moved() -> None:
+    """Return once the wall clock reads later than when called.
+
+    Stores order threads by the wall-clock time of their last commit (microseconds); a commit
+    after this one carries a later time than every commit before it, on the fake loop clock too.
+    """
+    start = datetime.now(UTC)
+    while True:  # a few microseconds: yield meanwhile, no timer (fake loop time does not move)
+        await asyncio.sleep(0)
+        if datetime.now(UTC) > start:
+            return
 
 
 def turn(n: int, with_tools: bool = False) -> list[Message]:
@@ -81,8 +119,9 @@ async def a_turn_left_without_commit_stores_nothing(factory: StoreFactory) -> No
         assert await store.history(key()) is None
         assert await store.threads("harper", "anonymous") == []
         assert await store.count("harper") == 0
-        task = asyncio.create_task(_hold_forever(store, key("cancelled")))
-        await asyncio.sleep(0.05)
+        holding = asyncio.Event()
+        task = asyncio.create_task(_hold_forever(store, key("cancelled"), holding))
+        await asyncio.wait_for(holding.wait(), WAIT)  # cancelled inside its turn, not before it
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -91,22 +130,30 @@ async def a_turn_left_without_commit_stores_nothing(factory: StoreFactory) -> No
         assert await store.history(key("cancelled")) == turn(1)
 
 
-async def _hold_forever(store: ConversationStore, k: ConversationKey) -> None:
+async def _hold_forever(store: ConversationStore, k: ConversationKey, holding: asyncio.Event) -> None:
     async with store.turn(k):
+        holding.set()
         await asyncio.Event().wait()
 
 
 async def turns_of_one_conversation_run_one_at_a_time_even_after_a_failed_first_turn(
     factory: StoreFactory,
 ) -> None:
-    """The lost-turn race: A fails as the first turn while B waits; C comes after A failed."""
+    """The lost-turn race: A fails as the first turn while B waits; C comes after A failed.
+
+    Each step waits for the one before: B is queued behind A when A fails, and whichever of B
+    and C runs first keeps its turn until the other one is queued behind it (or runs beside it,
+    which the check on entry reports).
+    """
     async with factory() as store:
         a_holding, a_may_fail = asyncio.Event(), asyncio.Event()
+        entered = {name: asyncio.Event() for name in "ABC"}
         seen: dict[str, list[Message]] = {}
         running: set[str] = set()
 
         async def run(name: str, n: int, fail: bool = False) -> None:
             async with store.turn(key()) as held:
+                entered[name].set()
                 assert not running, f"{name} ran beside {running}"
                 running.add(name)
                 seen[name] = list(held.history)
@@ -114,16 +161,20 @@ async def turns_of_one_conversation_run_one_at_a_time_even_after_a_failed_first_
                     a_holding.set()
                     await a_may_fail.wait()
                 else:
-                    await asyncio.sleep(0.1)
+                    other = entered["C" if name == "B" else "B"]
+                    await until(
+                        lambda: other.is_set() or turns_on(store, key()) >= 2,
+                        f"the other turn queued behind {name}",
+                    )
                 running.discard(name)
                 if fail:
                     raise RuntimeError("first turn failed")
                 await held.commit(turn(n), "t")
 
         a = asyncio.create_task(run("A", 0, fail=True))
-        await a_holding.wait()
+        await asyncio.wait_for(a_holding.wait(), WAIT)
         b = asyncio.create_task(run("B", 1))
-        await asyncio.sleep(0.05)
+        await until(lambda: turns_on(store, key()) == 2, "B queued behind A")
         a_may_fail.set()
         with pytest.raises(RuntimeError):
             await a
@@ -156,7 +207,7 @@ async def threads_list_the_most_recent_first(factory: StoreFactory) -> None:
     async with factory() as store:
         for name in ("first", "second", "third"):
             await commit(store, key(name), turn(1))
-            await asyncio.sleep(0.01)
+            await wall_clock_moved()
         await commit(store, key("first"), turn(2))
         threads = await store.threads("harper", "anonymous")
         assert [t.id for t in threads] == ["first", "third", "second"]
@@ -166,8 +217,9 @@ async def threads_list_the_most_recent_first(factory: StoreFactory) -> None:
 
 async def a_turn_waits_for_the_previous_one_then_gives_up(factory: StoreFactory) -> None:
     async with factory(turn_wait=0.3) as store:
-        holder = asyncio.create_task(_hold_forever(store, key()))
-        await asyncio.sleep(0.05)
+        holding = asyncio.Event()
+        holder = asyncio.create_task(_hold_forever(store, key(), holding))
+        await asyncio.wait_for(holding.wait(), WAIT)
         with pytest.raises(ConversationBusy, match="busy"):
             async with store.turn(key()):
                 pass

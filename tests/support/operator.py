@@ -255,6 +255,59 @@ def total(metrics: OperatorMetrics, name: str) -> float:
     )
 
 
+def queue_depth(operator: RunningOperator) -> float:
+    """Reconciles queued or running in the operator now (its `pallas_operator_queue_depth`)."""
+    return total(operator.runner.metrics, "pallas_operator_queue_depth")
+
+
+async def reconciled(
+    operator: RunningOperator,
+    client: AsyncClient,
+    resource: Any,
+    namespace: str,
+    name: str,
+    generation: int,
+    within: float = 30.0,
+) -> dict[str, Any]:
+    """The object once the operator has reconciled its `generation` to the end.
+
+    `status.observedGeneration` says a reconcile of that generation wrote its status; what that
+    reconcile does after the write (an Event) is done once no reconcile is queued or running,
+    since the reconcile counts in the queue's depth until it returns.
+    """
+
+    async def observed() -> dict[str, Any] | None:
+        obj = await get_object(client, resource, namespace, name)
+        status = (obj or {}).get("status") or {}
+        return obj if int(status.get("observedGeneration") or 0) >= generation else None
+
+    obj: dict[str, Any] = await eventually(observed, within, f"{name}'s status of generation {generation}")
+
+    async def idle() -> bool:
+        return queue_depth(operator) == 0
+
+    await eventually(idle, within, "the operator's work queue emptying")
+    return obj
+
+
+async def quiet(operator: RunningOperator, metrics: tuple[str, ...], window: float, within: float) -> None:
+    """Wait until none of the operator's `metrics` (counters) moves for `window` seconds.
+
+    What settles includes the cluster's own controllers answering the operator's writes, which
+    the operator cannot tell apart from news; so this is a window, repeated until one is quiet.
+    """
+
+    def counts() -> tuple[float, ...]:
+        return tuple(total(operator.runner.metrics, name) for name in metrics)
+
+    async def unchanged() -> bool:
+        before = counts()
+        await asyncio.sleep(window)
+        return counts() == before
+
+    await eventually(unchanged, within, f"{window:g}s without a change of {', '.join(metrics)}")
+
+
 def kubectl_apply(cluster: LocalCluster, *manifests: Manifest) -> None:
     """`kubectl apply` the manifests, as a user would."""
     cluster.kubectl("apply", "-f", "-", stdin="\n---\n".join(json.dumps(m) for m in manifests))

@@ -41,13 +41,25 @@ async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
     await asyncio.sleep(5)
 
 
-async def cut_body(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    await reader.readuntil(b"\r\n\r\n")
-    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
-    writer.write(b"5\r\nhello\r\n")
-    await writer.drain()
-    await asyncio.sleep(0.1)
-    writer.transport.abort()
+def cut_body(streaming: asyncio.Event) -> Handler:
+    """Start a chunked answer, then cut the connection once the client says it is streaming it."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+        writer.write(head + b"5\r\nhello\r\n")
+        await writer.drain()
+        try:
+            await asyncio.wait_for(streaming.wait(), 10)
+        finally:
+            writer.transport.abort()
+
+    return handle
+
+
+async def read_all(response: httpx2.Response, streaming: asyncio.Event) -> None:
+    async for _ in response.aiter_bytes():
+        streaming.set()  # the first chunk is here: now the server may cut the connection
 
 
 async def test_a_refused_connection_is_a_connect_error_not_a_timeout() -> None:
@@ -64,14 +76,14 @@ async def test_a_server_hanging_up_is_a_read_error() -> None:
 
 
 async def test_a_connection_cut_while_streaming_is_a_network_error() -> None:
+    streaming = asyncio.Event()
     async with (
-        raw_server(cut_body) as url,
+        raw_server(cut_body(streaming)) as url,
         httpx2.AsyncClient(transport=AiohttpTransport()) as client,
         client.stream("GET", url) as response,
     ):
         with pytest.raises(httpx2.NetworkError) as caught:
-            async for _ in response.aiter_bytes():
-                pass
+            await read_all(response, streaming)
     assert not isinstance(caught.value, httpx2.TimeoutException)
 
 

@@ -27,6 +27,11 @@ class KeyedLocks:
         """Whether a turn holds or waits for `key`."""
         return key in self._locks
 
+    def users(self, key: Hashable) -> int:
+        """How many turns hold or wait for `key` (0, 1 holding, more: the others wait)."""
+        entry = self._locks.get(key)
+        return entry[1] if entry is not None else 0
+
     @asynccontextmanager
     async def hold(self, key: Hashable, patience: float) -> AsyncIterator[None]:
         """Hold `key`'s lock for the block.

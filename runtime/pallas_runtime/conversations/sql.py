@@ -62,6 +62,8 @@ CACHED_CONVERSATIONS = 1000
 history from the database only when another process (a replica) wrote to the conversation since
 this one did."""
 RENEW_EVERY = 10.0
+FIRST_RETRY = 0.01
+"""Seconds before asking again for a conversation another process holds (doubling up to 0.5)."""
 HEARTBEAT_EVERY = 300.0
 """Seconds between two records that the agent runs (`abandonedAfterSeconds` is at least 3600)."""
 CHECK_TIMEOUT = 3.0
@@ -406,7 +408,7 @@ class SqlStore:
 
         Waits while another turn holds it.
         """
-        delay = 0.01
+        delay = FIRST_RETRY
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._turn_wait
         while True:
@@ -417,6 +419,8 @@ class SqlStore:
                 return version
             if loop.time() >= deadline:
                 raise TimeoutError
+            if delay == FIRST_RETRY:
+                log.debug("conversation %r is held by another process's turn; waiting for it", key.id)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.5)
 

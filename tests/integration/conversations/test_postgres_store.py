@@ -30,6 +30,13 @@ from tests.support.postgres import PASSWORD, Postgres
 
 pytestmark = pytest.mark.timeout(300)
 
+TURN_WORK = 0.02
+"""Seconds a replica's turn keeps the conversation (its model call): the other's turns queue."""
+HANG_UPS_READ = 0.2
+"""Seconds for the loop to read the closed connections of a restarted server."""
+RECYCLE, PAST_RECYCLE = 0.3, 0.5
+"""A pooled connection's lifetime, and a pause that outlasts it."""
+
 
 def pg_store(server: Postgres, **options: object) -> SqlStore:
     return SqlStore("postgres", engine_url("postgres", server.dsn), secret=PASSWORD, **options)  # type: ignore[arg-type]
@@ -80,7 +87,7 @@ async def test_two_replicas_on_one_database_store_every_turn_in_order(postgres: 
         async with store.turn(conversation) as held:
             # Each turn sees every turn stored before it: the conversation is never interleaved.
             assert len(held.history) == 2 * len(order)
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(TURN_WORK)
             await held.commit(turn(n), "t")
             order.append(n)
 
@@ -199,6 +206,24 @@ async def test_every_path_draws_on_one_pool_of_max_connections(postgres: Postgre
     assert max(counts) == 2, counts
 
 
+LONG_STATEMENT = "SELECT pg_sleep(3)"
+
+
+async def running(server: Postgres, statement: str, within: float = 10.0) -> None:
+    """Wait until the server runs `statement` (its connection is taken until it ends)."""
+    watcher = await asyncpg.connect(server.dsn)
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        sql = "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query = $1"
+        while not await watcher.fetchval(sql, statement):
+            if loop.time() > deadline:
+                pytest.fail(f"PostgreSQL did not run {statement!r} within {within:g}s")
+            await asyncio.sleep(0.01)
+    finally:
+        await watcher.close()
+
+
 async def test_work_beyond_the_pool_waits_a_bounded_time_then_fails_clearly(
     postgres: Postgres, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -208,8 +233,8 @@ async def test_work_beyond_the_pool_waits_a_bounded_time_then_fails_clearly(
     conversation = key(f"busy-{secrets.token_hex(4)}")
     loop = asyncio.get_running_loop()
     try:
-        holding = asyncio.create_task(store._single(lambda c: c.execute(text("SELECT pg_sleep(3)"))))
-        await asyncio.sleep(0.3)  # the long statement has the only connection
+        holding = asyncio.create_task(store._single(lambda c: c.execute(text(LONG_STATEMENT))))
+        await running(postgres, LONG_STATEMENT)  # it has the only connection now
         started = loop.time()
         with pytest.raises(StoreUnavailable) as failure:
             await commit(store, conversation, turn(1))
@@ -234,7 +259,9 @@ async def test_connections_closed_by_a_server_restart_cost_no_turn(postgres: Pos
         await asyncio.gather(*(commit(store, c, turn(1)) for c in conversations))
         postgres.stop()
         postgres.start()
-        await asyncio.sleep(0.2)  # the pooled connections have seen the server hang up
+        # Not an ordering: a connection still thought alive is replaced on use as well. This lets
+        # the loop read the hang-ups first, the way a pod's pool meets a restart it slept through.
+        await asyncio.sleep(HANG_UPS_READ)
         await asyncio.gather(*(commit(store, c, turn(2)) for c in conversations))
         for conversation in conversations:
             assert await store.history(conversation) == turn(1) + turn(2)
@@ -246,14 +273,14 @@ async def test_connections_are_replaced_after_their_lifetime_without_a_failed_tu
     postgres: Postgres, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A turn takes an idle connection without a greenlet; one due for replacement reconnects."""
-    monkeypatch.setattr(database_module, "RECYCLE", 0.3)
+    monkeypatch.setattr(database_module, "RECYCLE", RECYCLE)
     store = pg_store(postgres, max_messages=100, max_connections=2)
     await store.start()
     conversation = key(f"recycle-{secrets.token_hex(4)}")
     try:
         for n in range(3):
             await commit(store, conversation, turn(n))
-            await asyncio.sleep(0.5)  # every pooled connection is now past its lifetime
+            await asyncio.sleep(PAST_RECYCLE)  # every pooled connection is now past its lifetime
         assert await store.history(conversation) == turn(0) + turn(1) + turn(2)
     finally:
         await store.aclose()

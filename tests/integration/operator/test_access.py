@@ -39,6 +39,7 @@ from tests.support.operator import (
     kubectl_apply,
     operator_settings,
     pods_ready,
+    reconciled,
     running_operator,
     secret,
     spec,
@@ -175,7 +176,8 @@ async def test_a_public_url_without_auth_is_flagged_once(
     kubectl_apply(
         pallas_crds, deployment("ouranos", in_namespace(namespace), public, at("spec.version", "2"))
     )
-    await asyncio.sleep(2)
+    # The reconcile of the new generation, Event step included, is over: a repeat would be posted.
+    await reconciled(pallas_operator, kube_client, PallasDeployment, namespace, "ouranos", generation=2)
     assert len(await warned()) == 1  # posted on the transition, not on every reconcile
 
 

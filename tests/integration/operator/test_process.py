@@ -29,6 +29,10 @@ from tests.support.operator import (
 )
 from tests.support.ports import logged_port
 
+STANDBY_WINDOW = 2.0
+"""Seconds the second replica is watched not leading: four of its Lease attempts (every 0.5 s in
+tests), each of which must find the first replica's Lease current."""
+
 
 def _setup(cluster: LocalCluster, ns: str, *agents: str) -> None:
     mod = in_namespace(ns)
@@ -44,7 +48,7 @@ async def test_two_replicas_never_both_act_and_the_standby_takes_over(
     async with running_operator(pallas_crds, namespace, identity="first") as first:
         second_cm = running_operator(pallas_crds, namespace, identity="second")
         second_task = asyncio.create_task(second_cm.__aenter__())
-        await asyncio.sleep(2)
+        await asyncio.sleep(STANDBY_WINDOW)
         assert not second_task.done(), "the second replica must wait for the Lease"
         _setup(pallas_crds, namespace, "research")
 

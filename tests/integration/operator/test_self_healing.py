@@ -20,6 +20,7 @@ from tests.support.operator import (
     get_object,
     in_namespace,
     kubectl_apply,
+    quiet,
     resource_versions,
     running_operator,
     secret,
@@ -28,6 +29,11 @@ from tests.support.operator import (
 )
 
 OUR_RESOURCES = (PallasAgent, PallasDeployment, ConfigMap, Deployment, Service)
+SETTLED_AFTER = 1.5
+"""Seconds without a write after which the operator's first rounds (and their echoes) are over."""
+IDLE_WINDOW = 6.0
+"""Seconds an idle operator is watched: probes, rechecks and watch restarts come and go in it,
+and none may write."""
 
 
 def _setup(cluster: LocalCluster, ns: str, *agents: str) -> None:
@@ -159,14 +165,9 @@ async def test_an_idle_operator_writes_nothing(
     for name in ("research", "helper"):
         await _exists(kube_client, Deployment, namespace, name)
 
-    async def settled() -> bool:
-        before = total(pallas_operator.runner.metrics, "pallas_operator_api_writes_total")
-        await asyncio.sleep(1.5)
-        return total(pallas_operator.runner.metrics, "pallas_operator_api_writes_total") == before
-
-    await eventually(settled, 30, "the operator settling")
+    await quiet(pallas_operator, ("pallas_operator_api_writes_total",), SETTLED_AFTER, within=30)
     versions = await resource_versions(kube_client, namespace, *OUR_RESOURCES)
     ours_before = total(pallas_operator.runner.metrics, "pallas_operator_api_writes_total")
-    await asyncio.sleep(6)
+    await asyncio.sleep(IDLE_WINDOW)
     assert total(pallas_operator.runner.metrics, "pallas_operator_api_writes_total") == ours_before
     assert await resource_versions(kube_client, namespace, *OUR_RESOURCES) == versions

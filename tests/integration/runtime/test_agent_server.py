@@ -26,10 +26,14 @@ from pallas_api.config import AgentConfig, parse_config
 from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
 from pallas_operator.builders import AgentWorkload, Owner
 from pallas_operator.builders.agent import allowed_host_args
+from pallas_runtime.conversations.caller import ANONYMOUS
+from pallas_runtime.conversations.factory import build_store
+from pallas_runtime.conversations.model import ConversationKey, ConversationStore
 from pallas_runtime.metrics import RuntimeMetrics
 from pallas_runtime.server import agent_app, build_server
 from pallas_runtime.server.warm_up import LAZY_FASTMCP_IMPORTS
-from tests.support.fake_llm import Call, Delay, FakeAnthropic, FakeOpenAI, HttpError, Text, ToolCalls
+from tests.support.conversations import turns_on, until
+from tests.support.fake_llm import Call, Delay, FakeAnthropic, FakeOpenAI, Hold, HttpError, Text, ToolCalls
 from tests.support.mcp_servers import (
     RunningServer,
     bearer_echo_server,
@@ -63,8 +67,10 @@ def config(llm: FakeOpenAI | FakeAnthropic, name: str = "harper", **extra: Any) 
 
 
 @contextlib.asynccontextmanager
-async def agent(cfg: AgentConfig, metrics: RuntimeMetrics | None = None) -> AsyncIterator[RunningServer]:
-    async with serve_app(agent_app(build_server(cfg, metrics=metrics, environ={}))) as running:
+async def agent(
+    cfg: AgentConfig, metrics: RuntimeMetrics | None = None, store: ConversationStore | None = None
+) -> AsyncIterator[RunningServer]:
+    async with serve_app(agent_app(build_server(cfg, metrics=metrics, environ={}, store=store))) as running:
         yield running
 
 
@@ -212,13 +218,19 @@ async def test_history_prompt_by_session_and_by_conversation_id(fake_openai: Fak
 
 
 async def test_turns_on_one_conversation_are_serialized(fake_openai: FakeOpenAI) -> None:
-    fake_openai.script(Delay(0.3, Text("slow first")), Text("second"))
-    async with agent(config(fake_openai)) as running:
+    release = asyncio.Event()
+    fake_openai.script(Hold(release, Text("slow first")), Text("second"))
+    cfg = config(fake_openai)
+    store = build_store(cfg, {})
+    async with agent(cfg, store=store) as running:
         first = asyncio.create_task(send(running.url, {"message": "a", "conversation_id": "x"}))
-        await asyncio.sleep(0.1)
-        second = await send(running.url, {"message": "b", "conversation_id": "x"})
+        await asyncio.wait_for(fake_openai.held.wait(), 30)  # a's turn is at the model
+        second = asyncio.create_task(send(running.url, {"message": "b", "conversation_id": "x"}))
+        conversation = ConversationKey(cfg.identity, ANONYMOUS, "x")
+        await until(lambda: turns_on(store, conversation) == 2, "b's turn waiting behind a's")
+        release.set()
         assert (await first).content[0].text == "slow first"
-    assert second.content[0].text == "second"
+        assert (await second).content[0].text == "second"
     # b was sent to the model only after a's turn was stored.
     assert [m["content"] for m in fake_openai.completions[1].json["messages"][1:]] == ["a", "slow first", "b"]
 

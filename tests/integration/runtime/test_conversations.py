@@ -18,15 +18,21 @@ from fastmcp.client.transports import StreamableHttpTransport
 from fastmcp.exceptions import ToolError
 
 from pallas_api.config import AgentConfig
+from pallas_runtime.conversations.caller import ANONYMOUS
+from pallas_runtime.conversations.factory import build_store
+from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.metrics import RuntimeMetrics
 from tests.support.agents import agent_config, serve_agent
-from tests.support.conversations import send, user_texts
+from tests.support.conversations import send, turns_on, until, user_texts
 from tests.support.fake_llm import Call, Delay, FakeOpenAI, Hold, HttpError, Text, ToolCalls
 from tests.support.postgres import Postgres, running_postgres
 
 DSN_ENV = "PALLAS_CONVERSATIONS_DSN"
 
 pytestmark = pytest.mark.timeout(240)
+
+TTL, PAST_THE_TTL = 1, 1.2
+"""A conversation's time to live (seconds, on the agent's monotonic clock), and a wait past it."""
 
 
 def sqlite_store(path: Path) -> dict[str, Any]:
@@ -216,26 +222,37 @@ async def test_two_callers_through_an_orchestrator_never_share_the_peers_context
 async def test_a_failed_first_turn_never_lets_two_turns_run_at_once_or_loses_one(
     fake_openai: FakeOpenAI, sqlite_path: Path
 ) -> None:
-    """Turn A hangs until the LLM timeout and fails; B waits behind it; C comes after A failed."""
-    cfg = agent_config(
-        fake_openai.base_url,
-        name="keeper",
-        conversations=sqlite_store(sqlite_path),
+    """Turn A fails at the model while B waits behind it; C comes while B is at the model.
+
+    Each step waits for the one before: the fake LLM holds A and B until the agent's store shows
+    the next turn waiting for the conversation.
+    """
+    cfg = agent_config(fake_openai.base_url, name="keeper", conversations=sqlite_store(sqlite_path))
+    fail_a, answer_b = asyncio.Event(), asyncio.Event()
+    fake_openai.script(
+        Hold(fail_a, HttpError(400, "the first turn fails")),
+        Hold(answer_b, Text("answer B")),
+        Text("answer C"),
     )
-    cfg = cfg.model_copy(update={"provider": cfg.provider.model_copy(update={"timeout_seconds": 1.0})})
-    fake_openai.script(Hold(asyncio.Event()), Delay(0.5, Text("answer B")), Text("answer C"))
+    store = build_store(cfg, {})
+    race = ConversationKey(cfg.identity, ANONYMOUS, "race")
     async with (
-        serve_agent(cfg) as agent,
+        serve_agent(cfg, store=store) as agent,
         client(agent.url) as a,
         client(agent.url) as b,
         client(agent.url) as c,
     ):
         turn_a = asyncio.create_task(send(a, "question A", "race"))
-        await fake_openai.held.wait()
+        await fake_openai.holding_at_least(1)
         turn_b = asyncio.create_task(send(b, "question B", "race"))
+        await until(lambda: turns_on(store, race) == 2, "B waiting behind A")
+        fail_a.set()
         with pytest.raises(ToolError, match="language model call failed"):
             await turn_a
+        await fake_openai.holding_at_least(1)  # B at the model
         turn_c = asyncio.create_task(send(c, "question C", "race"))
+        await until(lambda: turns_on(store, race) == 2, "C waiting behind B")
+        answer_b.set()
         (text_b, _), (text_c, _) = await asyncio.gather(turn_b, turn_c)
         prompt = await a.get_prompt("keeper_history", {"conversation_id": "race"})
     assert (text_b, text_c) == ("answer B", "answer C")
@@ -265,12 +282,12 @@ async def test_the_active_conversations_gauge_follows_expiry_failed_turns_and_de
     def active() -> float | None:
         return metrics.registry.get_sample_value("pallas_active_conversations", {"agent": "keeper"})
 
-    cfg = config(fake_openai, {"type": "memory", "ttlSeconds": 1})
+    cfg = config(fake_openai, {"type": "memory", "ttlSeconds": TTL})
     fake_openai.script(Text("one"), HttpError(400, "no"), Text("two"), Text("three"))
     async with serve_agent(cfg, metrics=metrics) as agent, client(agent.url) as c:
         await send(c, "first", "one")
         assert active() == 1
-        await asyncio.sleep(1.2)  # "one" expires
+        await asyncio.sleep(PAST_THE_TTL)  # "one" expires
         with pytest.raises(ToolError, match="language model call failed"):
             await send(c, "fails", "failed")
         assert active() == 0, "an expired conversation still counted after a failed turn"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+from collections.abc import Callable, Sequence
 from urllib.parse import quote
 
 import httpx2
@@ -26,6 +27,18 @@ from tests.support.oidc import AUDIENCE, oidc_issuer
 
 SLICE = 20
 ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+# Every request is logged (the access log is on), each without its credential; the head too
+# large to read is the last request sent.
+EXPECTED_LINES = (
+    "POST /mcp?authorization=[redacted] HTTP/1.1",
+    "POST /mcp?access_token=[redacted]&x=[redacted] HTTP/1.1",
+    "POST /healthz/abc[redacted-jwt] HTTP/1.1",
+    "POST /mcp?state=[redacted] HTTP/1.1",
+    "Invalid HTTP request received.",
+    "with 431: request head over 16384 bytes",
+)
 
 
 def slices(token: str) -> set[str]:
@@ -73,17 +86,20 @@ async def test_no_token_in_any_log_line_wherever_it_was_sent() -> None:
             await send(agent.port, f"GET /mcp?access_token={jwts[6]} HTTP/1.1 junk\r\n\r\n".encode())
             await send(agent.port, f"GET /x{jwts[7]}\x01 HTTP/1.1\r\nHost: a\r\n\r\n".encode())
             await send(agent.port, head("/mcp", f"Authorization: Bearer {jwts[8]}", "X-Pad: " + "p" * 20000))
-            await asyncio.sleep(0.2)  # the last lines are written
-            log = agent.stderr()
+            log = await logged(agent.stderr, EXPECTED_LINES)  # the last request's line comes last
     leaks = [(token[:12], piece) for token in jwts + opaque for piece in slices(token) if piece in log]
     assert not leaks, f"{len(leaks)} token slices in the log, e.g. {leaks[:3]}"
     # Every request was logged (the access log was on), each without its credential.
-    for line in (
-        "POST /mcp?authorization=[redacted] HTTP/1.1",
-        "POST /mcp?access_token=[redacted]&x=[redacted] HTTP/1.1",
-        "POST /healthz/abc[redacted-jwt] HTTP/1.1",
-        "POST /mcp?state=[redacted] HTTP/1.1",
-        "Invalid HTTP request received.",
-        "with 431: request head over 16384 bytes",
-    ):
+    for line in EXPECTED_LINES:
         assert line in log
+
+
+async def logged(read: Callable[[], str], lines: Sequence[str], within: float = 10.0) -> str:
+    """What the process wrote, once it holds every one of `lines` (or after `within` seconds)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        text = read()
+        if all(line in text for line in lines) or loop.time() > deadline:
+            return text
+        await asyncio.sleep(0.02)

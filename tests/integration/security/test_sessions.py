@@ -31,6 +31,8 @@ INITIALIZE = {
     "params": {"protocolVersion": PROTOCOL, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
 }
 RESOURCE = "http://research.agents.svc.cluster.local:8000/mcp"
+IDLE_TIMEOUT, PAST_THE_IDLE_TIMEOUT = 1, 1.5
+"""A session's idle timeout (seconds, on the agent's loop clock), and a wait past it."""
 
 
 async def open_session(http: httpx2.AsyncClient, url: str, token: str | None = None) -> str:
@@ -92,11 +94,12 @@ async def test_a_table_of_busy_sessions_refuses_a_newcomer_with_503(fake_openai:
 
 
 async def test_a_session_unused_for_the_idle_timeout_is_closed(fake_openai: FakeOpenAI) -> None:
-    config = agent_config(fake_openai.base_url, sessions={"idleTimeoutSeconds": 1})
+    config = agent_config(fake_openai.base_url, sessions={"idleTimeoutSeconds": IDLE_TIMEOUT})
     async with serve_agent(config) as agent, httpx2.AsyncClient(timeout=10) as http:
         session = await open_session(http, agent.url)
         assert await ping(http, agent.url, session) == 200
-        await asyncio.sleep(1.5)
+        # Nothing to wait on: any request would be activity, so the session must be left alone.
+        await asyncio.sleep(PAST_THE_IDLE_TIMEOUT)
         assert await ping(http, agent.url, session) == 404
 
 

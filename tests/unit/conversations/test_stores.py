@@ -4,25 +4,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from pallas_runtime.conversations import sql as sql_module
 from pallas_runtime.conversations.memory import MemoryStore
-from pallas_runtime.conversations.model import ConversationStore, TurnLost
+from pallas_runtime.conversations.model import ConversationStore
 from pallas_runtime.conversations.sql import SqlStore, engine_url
 from pallas_runtime.messages import AssistantMessage, Message, TextPart, UserMessage
 from tests.support.conversations import (
     CONTRACT,
+    WAIT,
     StoreFactory,
     agents_stay_apart_adopt_legacy_rows_and_lose_predecessors_and_abandoned_ones,
     commit,
     key,
     started,
     turn,
+    until,
 )
 
 
@@ -58,7 +62,10 @@ def sqlite_factory(tmp: Path) -> StoreFactory:
 FACTORIES = {"memory": memory_factory, "sqlite": sqlite_factory}
 
 
-@pytest.mark.parametrize("kind", FACTORIES)
+@pytest.mark.parametrize(
+    "kind",
+    [pytest.param(kind, marks=pytest.mark.looptime) for kind in FACTORIES],
+)
 @pytest.mark.parametrize("check", CONTRACT, ids=lambda f: f.__name__)
 async def test_contract(kind: str, check: Callable[[StoreFactory], Awaitable[None]], tmp_path: Path) -> None:
     await check(FACTORIES[kind](tmp_path))
@@ -76,75 +83,42 @@ async def test_the_memory_store_never_evicts_a_conversation_with_a_turn_in_progr
     assert await store.count("harper") == 2
 
 
-async def test_two_sqlite_stores_on_one_file_take_turns(tmp_path: Path) -> None:
-    """Two processes on one database (pallas run restarted beside itself, say)."""
+@pytest.mark.looptime
+async def test_two_sqlite_stores_on_one_file_take_turns(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two processes on one database (pallas run restarted beside itself, say): the second
+    finds the conversation held by the first's turn and waits until that turn is stored."""
+    caplog.set_level(logging.DEBUG, logger=sql_module.__name__)
     url = engine_url("sqlite", str(tmp_path / "shared.db"))
     one, two = (SqlStore("sqlite", url, max_messages=100) for _ in range(2))
     for store in (one, two):
         await store.start()
     try:
-
-        async def run(store: SqlStore, n: int) -> None:
-            async with store.turn(key()) as held:
-                await asyncio.sleep(0.2)
-                await held.commit(turn(n), "t")
-
-        await asyncio.gather(run(one, 1), run(two, 2))
-        history = await one.history(key())
-        assert history in (turn(1) + turn(2), turn(2) + turn(1))
+        async with one.turn(key()) as held:
+            second = asyncio.create_task(commit(two, key(), turn(2)))
+            await until(lambda: "held by another process's turn" in caplog.text, "the second store waiting")
+            assert not second.done()
+            await held.commit(turn(1), "t")
+        await asyncio.wait_for(second, WAIT)
+        assert await one.history(key()) == turn(1) + turn(2)
     finally:
         for store in (one, two):
             await store.aclose()
 
 
-async def test_a_sqlite_lease_is_kept_while_renewed_and_freed_when_it_runs_out(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The lease is taken on the driver and renewed through SQLAlchemy: both write one time format."""
-    monkeypatch.setattr(sql_module, "LEASE", timedelta(seconds=1))
-    monkeypatch.setattr(sql_module, "RENEW_EVERY", 0.2)
-    url = engine_url("sqlite", str(tmp_path / "lease.db"))
-    holder, waiter = (SqlStore("sqlite", url, max_messages=100) for _ in range(2))
-    for store in (holder, waiter):
-        await store.start()
-    loop = asyncio.get_running_loop()
-    try:
-        # A live turn longer than the lease: its renewals keep the other process waiting.
-        async with holder.turn(key()) as held:
-            started_at = loop.time()
-            waiting = asyncio.create_task(commit(waiter, key(), turn(2)))
-            await asyncio.sleep(2.0)
-            assert not waiting.done()
-            await held.commit(turn(1), "t")
-        await waiting
-        assert loop.time() - started_at >= 2.0
-        assert await holder.history(key()) == turn(1) + turn(2)
-
-        # A turn that stops renewing (its process died): the lease runs out and the other goes on.
-        monkeypatch.setattr(sql_module, "RENEW_EVERY", 3600.0)
-        dying = holder.turn(key())  # kept: a collected context manager would release the lease
-        stale_turn = await dying.__aenter__()
-        started_at = loop.time()
-        await commit(waiter, key(), turn(3))
-        assert 0.9 <= loop.time() - started_at < 10
-        with pytest.raises(TurnLost, match="nothing was stored"):
-            await stale_turn.commit(turn(9), "t")
-        assert await waiter.history(key()) == turn(1) + turn(2) + turn(3)
-    finally:
-        for store in (holder, waiter):
-            await store.aclose()
-
-
-async def test_the_ttl_sweep_deletes_untouched_conversations(tmp_path: Path) -> None:
-    url = engine_url("sqlite", str(tmp_path / "ttl.db"))
-    store = SqlStore("sqlite", url, max_messages=100, ttl_seconds=1)
+async def test_the_ttl_sweep_deletes_conversations_untouched_for_longer_than_the_ttl(tmp_path: Path) -> None:
+    path = tmp_path / "ttl.db"
+    store = SqlStore("sqlite", engine_url("sqlite", str(path)), max_messages=100, ttl_seconds=3600)
     await store.start()
     try:
         await commit(store, key("old"), turn(1))
-        await asyncio.sleep(1.2)
         await commit(store, key("new"), turn(1))
-        # The store's own sweep (every second here) may have come first on a busy machine.
-        assert await store.sweep() in (0, 1)
+        # Last touched two hours ago, as the store writes times (UTC): past the one-hour TTL.
+        two_hours_ago = (datetime.now(UTC) - timedelta(hours=2)).strftime("%Y-%m-%d %H:%M:%S.%f")
+        with contextlib.closing(sqlite3.connect(path)) as db, db:
+            db.execute("UPDATE pallas_conversations SET updated_at = ? WHERE id = 'old'", (two_hours_ago,))
+        assert await store.sweep() == 1
         assert await store.history(key("old")) is None
         assert await store.history(key("new")) == turn(1)
     finally:

@@ -161,6 +161,7 @@ async def test_prober_verifies_once_per_rollout_and_reports_only_changes() -> No
     await prober.stop()
 
 
+@pytest.mark.looptime
 async def test_provider_reports_are_read_through_the_resolver_and_notify_only_changes() -> None:
     read: list[tuple[str, str]] = []
     report = ProviderReport((ProviderCheck("vllm", "openai", "ok"),))

@@ -16,16 +16,18 @@ from tests.support.operator import total
 
 
 class FakeTime:
-    """A clock that moves only when the tracker sleeps."""
+    """A clock that moves only when the tracker sleeps; `meanwhile` runs at each wake-up."""
 
     def __init__(self) -> None:
         self.now = 0.0
+        self.meanwhile: Callable[[], None] = lambda: None
 
     def clock(self) -> float:
         return self.now
 
     async def sleep(self, seconds: float) -> None:
         self.now += seconds
+        self.meanwhile()
 
 
 def tracker(
@@ -55,15 +57,14 @@ async def test_ready_only_once_every_listed_object_is_recorded_then_the_queue_st
     for key in existing[:10]:  # the watches may be faster than the listing
         startup.indexed(key)
 
-    async def recorded_later(seconds: float) -> None:
-        time_.now += seconds
+    def recorded_later() -> None:
         for key in existing[10:39]:
             startup.indexed(key)
         assert not ready.is_set(), "ready with an object still to come"
         assert not started
         startup.indexed(existing[39])
 
-    startup._sleep = recorded_later
+    time_.meanwhile = recorded_later
     await startup.watch(listing_of(*existing))
     assert ready.is_set()
     assert started == ["queue"]
@@ -98,12 +99,11 @@ async def test_a_slow_start_up_is_logged_every_stall_period(caplog: pytest.LogCa
     for key in existing[:33]:
         startup.indexed(key)
 
-    async def last_after_25s(seconds: float) -> None:
-        time_.now += seconds
+    def last_after_25s() -> None:
         if time_.now >= 25:
             startup.indexed(existing[33])
 
-    startup._sleep = last_after_25s
+    time_.meanwhile = last_after_25s
     with caplog.at_level(logging.WARNING, logger="pallas_operator.engine.startup"):
         await startup.watch(listing_of(*existing))
     stalls = [r.getMessage() for r in caplog.records if "has not finished" in r.getMessage()]

@@ -332,8 +332,8 @@ class FailsOnce(CatalogueSource):
         await asyncio.Event().wait()
 
 
-async def test_a_failing_source_is_restarted(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(app_module, "_RESTART_DELAY", 0.01)
+@pytest.mark.looptime
+async def test_a_failing_source_is_restarted_after_a_pause(looptime: float) -> None:
     source = FailsOnce()
     task = asyncio.create_task(app_module._supervise(source))
     await asyncio.wait_for(source.wait_ready(), 5)
@@ -341,6 +341,7 @@ async def test_a_failing_source_is_restarted(monkeypatch: pytest.MonkeyPatch) ->
     with contextlib.suppress(asyncio.CancelledError):
         await task
     assert source.restarts == {"crash": 1}
+    assert looptime == 1.0  # the supervisor's pause before the second run, on the fake loop clock
 
 
 async def test_paging_over_http_sees_every_stable_agent_once_while_the_catalogue_changes() -> None:
