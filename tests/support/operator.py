@@ -358,13 +358,20 @@ async def make_pods_ready(client: AsyncClient, namespace: str, labels: Mapping[s
             "conditions": conditions,
             "containerStatuses": statuses,
         }
-        await client.patch(
-            Pod.Status,
-            pod.metadata.name or "",
-            {"status": status},
-            namespace=namespace,
-            patch_type=PatchType.MERGE,
-        )
+        try:
+            await client.patch(
+                Pod.Status,
+                pod.metadata.name or "",
+                {"status": status},
+                namespace=namespace,
+                patch_type=PatchType.MERGE,
+            )
+        except ApiError as exc:
+            # Deleted since the list (a rollout's old ReplicaSet scaling down): a kubelet would
+            # not mark it either.
+            if exc.status.code != 404:
+                raise
+            continue
         marked += 1
     return marked
 
