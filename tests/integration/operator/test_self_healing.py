@@ -166,7 +166,15 @@ async def test_an_idle_operator_writes_nothing(
         await _exists(kube_client, Deployment, namespace, name)
 
     await quiet(pallas_operator, ("pallas_operator_api_writes_total",), SETTLED_AFTER, within=30)
-    versions = await resource_versions(kube_client, namespace, *OUR_RESOURCES)
+
+    # The controllers' echoes too (the Deployment controller writes the registry Deployment's
+    # status a moment after it appears): the window starts once nobody writes our objects.
+    async def objects_settled() -> dict[tuple[str, str], str] | None:
+        before = await resource_versions(kube_client, namespace, *OUR_RESOURCES)
+        await asyncio.sleep(SETTLED_AFTER)
+        return before if await resource_versions(kube_client, namespace, *OUR_RESOURCES) == before else None
+
+    versions = await eventually(objects_settled, 30, "our objects settling")
     ours_before = total(pallas_operator.runner.metrics, "pallas_operator_api_writes_total")
     await asyncio.sleep(IDLE_WINDOW)
     assert total(pallas_operator.runner.metrics, "pallas_operator_api_writes_total") == ours_before
