@@ -8,7 +8,7 @@
 # (`python:3.11.17-slim-bookworm@sha256:…`) is added by the release pipeline, which resolves it
 # where the registry is reachable; none is written here because none could be verified from
 # the machines this file is developed on (they reach no container registry).
-# BASE_IMAGE replaces it where no registry is reachable: `make image` (hack/image) builds on a
+# BASE_IMAGE replaces it where no registry is reachable: `make image` (hack/build/image) builds on a
 # Debian base it makes from Debian packages (python3, python3-venv, python3-pip,
 # python-is-python3), which offers the same `python` and `pip` commands.
 ARG BASE_IMAGE=python:3.11.17-slim-bookworm

@@ -36,34 +36,34 @@ lock: venv ## re-resolve requirements/*.lock from pyproject.toml and requirement
 	    --python-platform x86_64-manylinux_2_28 -o requirements/$${spec%%:*}; done
 
 k8s-bins: ## build (or reuse) etcd, the Kubernetes control plane and node binaries, CoreDNS, kubectl, helm
-	hack/build-k8s-bins.sh
+	hack/build/k8s-bins.sh
 
 mcp-peers: ## install (or reuse) the pinned MCP peers: Node 22, server-everything, inspector-cli, conformance
-	hack/mcp-peers.sh
+	hack/build/mcp-peers.sh
 
 system-deps: ## install (if missing) the Debian packages: containerd, runc, CNI, buildah, debootstrap, promtool…
-	hack/system-deps.sh
+	hack/build/system-deps.sh
 
 image: system-deps ## build the pallas image here (only when the project changed; always, from scratch, when CI=true) and load it into the node
-	hack/image build $(if $(filter true,$(CI)),--fresh)
+	hack/build/image build $(if $(filter true,$(CI)),--fresh)
 
 lint: venv ## ruff, mypy (strict: packages, bench, hack scripts) and the import-layering contracts
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/mypy bench hack/chartgen.py hack/chartvalues.py hack/localnode
-	MYPYPATH=hack $(BIN)/mypy --strict hack/cluster
-	MYPYPATH=hack $(BIN)/mypy --strict hack/image
+	$(BIN)/mypy bench hack/generate/chartgen.py hack/generate/chartvalues.py hack/local/localnode
+	MYPYPATH=hack/local $(BIN)/mypy --strict hack/local/cluster
+	MYPYPATH=hack/local $(BIN)/mypy --strict hack/build/image
 	$(BIN)/lint-imports
 
 verify: venv ## regenerate crds/ from the models and fail if the committed files differ
-	hack/gen-crds
-	hack/gen-chart
+	hack/generate/crds
+	hack/generate/chart
 	@generated="crds/ charts/pallas/templates/crds/ charts/pallas/templates/_rbac-rules.tpl \
 	    charts/pallas/values.yaml charts/pallas/values.schema.json"; \
 	  stale="$$(git diff --name-only -- $$generated; git ls-files --others --exclude-standard -- $$generated)"; \
 	  if [[ -n "$$stale" ]]; then \
-	    echo "make verify: generated files are stale or untracked (run hack/gen-crds, hack/gen-chart and commit):" >&2; \
+	    echo "make verify: generated files are stale or untracked (run hack/generate/crds, hack/generate/chart and commit):" >&2; \
 	    echo "$$stale" | sed 's/^/  /' >&2; exit 1; fi
 
 test-unit: venv k8s-bins ## pure tests (the chart tests run helm template)
@@ -79,19 +79,19 @@ test: lint verify k8s-bins mcp-peers system-deps image ## lint and every test ti
 	$(BIN)/pytest tests
 
 cluster-up: k8s-bins system-deps ## start (or reuse) the local cluster: control plane and node
-	hack/cluster up
+	hack/local/cluster up
 
 cluster-down: ## stop the local cluster (every node component too) and undo its network
-	hack/cluster down
+	hack/local/cluster down
 
 cluster-status: ## say what runs
-	hack/cluster status
+	hack/local/cluster status
 
 demo: venv k8s-bins system-deps cluster-up ## the whole product locally: operator, agents and registry as containers
-	hack/demo up
+	hack/local/demo up
 
 demo-down: ## remove the demo (the cluster keeps running)
-	hack/demo down
+	hack/local/demo down
 
 clean: cluster-down ## stop the cluster and remove the virtualenv and caches in the repo
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .cluster

@@ -1,6 +1,6 @@
 """Access-control benchmark: what checking callers adds to send_message. Prints figures; not a test.
 
-    eval "$(hack/cluster env)"      # a running control plane, for kubernetes mode (else skipped)
+    eval "$(hack/local/cluster env)"      # a running control plane, for kubernetes mode (else skipped)
     .venv/bin/python bench/access_bench.py [--requests 400] [--verifications 20000]
 
 Three `pallas agent` processes run the same agent, pinned to CPU 0: open (`auth.mode: none`),
@@ -238,7 +238,7 @@ async def main(args: argparse.Namespace) -> None:
         added = "" if name == "none" else f"   added at P50 {ms(statistics.median(values) - base)}"
         print(f"  auth {name:<11} P50 {ms(statistics.median(values))}  P95 {ms(pct(values, 0.95))}{added}")
     if not kube:
-        print('  auth kubernetes  skipped: no reachable cluster (eval "$(hack/cluster env)" first)')
+        print('  auth kubernetes  skipped: no reachable cluster (eval "$(hack/local/cluster env)" first)')
     alone = await verifier_alone(args.verifications)
     print(
         f"verifier alone, warm cache: {statistics.median(alone) * 1e6:.1f} µs per verify_token "

@@ -79,14 +79,18 @@ BENCH_CLUSTER = {
 def hack_cluster(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, **BENCH_CLUSTER}
     return subprocess.run(
-        [str(REPO / "hack" / "cluster"), *args], capture_output=True, text=True, env=env, check=False
+        [str(REPO / "hack" / "local" / "cluster"), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
     )
 
 
 def cluster_env() -> dict[str, Any]:
     up = hack_cluster("up")
     if up.returncode != 0:
-        sys.exit(f"hack/cluster up failed: {up.stderr}")
+        sys.exit(f"hack/local/cluster up failed: {up.stderr}")
     return dict(json.loads(hack_cluster("env", "--json").stdout))
 
 

@@ -47,7 +47,7 @@ from pallas_runtime.registry.query import parse_query, select  # noqa: E402
 from pallas_runtime.registry.responses import Rendered, server_list  # noqa: E402
 from tests.support.registry import create_agent, create_deployment, ready_status, set_status, state  # noqa: E402
 
-HACK_CLUSTER = REPO / "hack" / "cluster"
+HACK_CLUSTER = REPO / "hack" / "local" / "cluster"
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -67,7 +67,7 @@ def figures(name: str, seconds: list[float], target_ms: float | None = None) -> 
 def cluster_env() -> dict[str, str]:
     up = subprocess.run([str(HACK_CLUSTER), "up"], capture_output=True, text=True)
     if up.returncode != 0:
-        raise SystemExit(f"hack/cluster up failed: {up.stderr}")
+        raise SystemExit(f"hack/local/cluster up failed: {up.stderr}")
     env: dict[str, str] = json.loads(
         subprocess.run(
             [str(HACK_CLUSTER), "env", "--json"], capture_output=True, text=True, check=True

@@ -13,7 +13,7 @@ One package, imported by all three and importing none of them (as CloudNativePG'
 - `errors`: the machine-readable codes of an agent's tool errors;
 - `references` / `checks` / `validation` / `urls`: the checks of manifests the operator,
   `pallas validate` and `pallas run` share, and validation errors in a user's words;
-- `crds` / `schema`: the CRDs generated from the models (`hack/gen-crds`).
+- `crds` / `schema`: the CRDs generated from the models (`hack/generate/crds`).
 
 Everything here is pure: no network, no Kubernetes client, no MCP, no logging or terminal set-up
 (`pallas_io` beside it holds those, and this package never imports it; the import-linter

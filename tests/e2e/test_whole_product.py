@@ -1,12 +1,12 @@
 """The whole product, end to end, as containers on the local cluster's real node.
 
-`helm install` of the chart with the project's image (built by hack/image, imported into the
+`helm install` of the chart with the project's image (built by hack/build/image, imported into the
 node) → the operator as a pod; `kubectl apply` of a Secret, a PallasDeployment and three
 PallasAgents → agent and registry pods run by the real kubelet (containerd, runc), non-root with
 a read-only root filesystem → Services through kube-proxy, names through CoreDNS: the operator
 probes the agents and the orchestrator calls the researcher by `<agent>.<ns>.svc.cluster.local`
 → the registry over cluster DNS (this machine resolves cluster names through the cluster's DNS,
-as hack/cluster sets it up) → a client that finds the orchestrator in the catalogue and talks to
+as hack/local/cluster sets it up) → a client that finds the orchestrator in the catalogue and talks to
 it with a bearer and a progress token → the orchestrator asks the researcher agent, which uses
 server-everything and two header-echo MCP servers (`echo` with forwardInboundAuth, `plain`
 without) → the answer, progress in the seed's formats, the history prompt and the metrics.

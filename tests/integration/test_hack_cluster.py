@@ -1,4 +1,4 @@
-"""hack/cluster and hack/build-k8s-bins.sh: lifecycle and bad input.
+"""hack/local/cluster and hack/build/k8s-bins.sh: lifecycle and bad input.
 
 Each run uses its own state folder and ports, so these tests never disturb the session's cluster.
 A machine has one local node (the session's); the second clusters here run without one
@@ -19,7 +19,8 @@ import pytest
 
 from tests.support.cluster import REPO, LocalCluster
 
-HACK = REPO / "hack"
+HACK_LOCAL = REPO / "hack" / "local"
+HACK_BUILD = REPO / "hack" / "build"
 
 
 def free_port() -> int:
@@ -61,36 +62,36 @@ def test_up_with_a_port_taken_says_which_and_starts_nothing(isolated: dict[str, 
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         taken = holder.getsockname()[1]
-        res = run([str(HACK / "cluster"), "up"], {**isolated, "PALLAS_APISERVER_PORT": str(taken)})
+        res = run([str(HACK_LOCAL / "cluster"), "up"], {**isolated, "PALLAS_APISERVER_PORT": str(taken)})
     assert res.returncode == 1
     assert error_lines(res.stderr) == [
-        f"hack/cluster: port {taken} (kube-apiserver) is already in use on this machine; "
+        f"hack/local/cluster: port {taken} (kube-apiserver) is already in use on this machine; "
         "stop what holds it, or set PALLAS_APISERVER_PORT"
     ]
     assert not (Path(isolated["PALLAS_CLUSTER_DIR"]) / "state.json").exists()
 
 
 def test_up_with_a_bad_port_number_names_the_variable(isolated: dict[str, str]) -> None:
-    res = run([str(HACK / "cluster"), "up"], {**isolated, "PALLAS_ETCD_PORT": "70000"})
+    res = run([str(HACK_LOCAL / "cluster"), "up"], {**isolated, "PALLAS_ETCD_PORT": "70000"})
     assert res.returncode == 1
     assert error_lines(res.stderr) == [
-        "hack/cluster: PALLAS_ETCD_PORT='70000' is not a TCP port number (1-65535)"
+        "hack/local/cluster: PALLAS_ETCD_PORT='70000' is not a TCP port number (1-65535)"
     ]
 
 
 def test_up_with_a_half_built_cache_says_so_in_one_line(isolated: dict[str, str], tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     bins = Path(
-        run([str(HACK / "build-k8s-bins.sh"), "--print-dir"], {"PALLAS_CACHE_DIR": str(cache)}).stdout.strip()
+        run([str(HACK_BUILD / "k8s-bins.sh"), "--print-dir"], {"PALLAS_CACHE_DIR": str(cache)}).stdout.strip()
     )
     bins.mkdir(parents=True)
     for name in ("etcd", "kube-apiserver"):  # present but truncated, as after a killed build
         (bins / name).write_text("")
         (bins / name).chmod(0o755)
-    res = run([str(HACK / "cluster"), "up"], {**isolated, "PALLAS_CACHE_DIR": str(cache)})
+    res = run([str(HACK_LOCAL / "cluster"), "up"], {**isolated, "PALLAS_CACHE_DIR": str(cache)})
     assert res.returncode == 1
     [line] = error_lines(res.stderr)
-    assert line.startswith(f"hack/cluster: {bins / 'etcd'} does not run"), line
+    assert line.startswith(f"hack/local/cluster: {bins / 'etcd'} does not run"), line
     assert line.endswith("the cache is corrupt: delete it and run `make k8s-bins`"), line
     assert not (Path(isolated["PALLAS_CLUSTER_DIR"]) / "state.json").exists()
 
@@ -121,29 +122,29 @@ def test_up_with_a_half_built_cache_says_so_in_one_line(isolated: dict[str, str]
 def test_bad_node_settings_are_one_line_each(
     isolated: dict[str, str], variable: str, value: str, message: str
 ) -> None:
-    res = run([str(HACK / "cluster"), "up"], {**isolated, "PALLAS_NODE": "1", variable: value})
+    res = run([str(HACK_LOCAL / "cluster"), "up"], {**isolated, "PALLAS_NODE": "1", variable: value})
     assert res.returncode == 1
-    assert error_lines(res.stderr) == [f"hack/cluster: {message}"]
+    assert error_lines(res.stderr) == [f"hack/local/cluster: {message}"]
     assert not (Path(isolated["PALLAS_CLUSTER_DIR"]) / "state.json").exists()
 
 
 def test_a_second_node_on_the_machine_is_refused_and_the_first_untouched(
     isolated: dict[str, str], kube_cluster: LocalCluster
 ) -> None:
-    env = json.loads(run([str(HACK / "cluster"), "env", "--json"], {}).stdout)
+    env = json.loads(run([str(HACK_LOCAL / "cluster"), "env", "--json"], {}).stdout)
     if not env.get("node"):
         pytest.skip("the session cluster runs without a node")
     ports = {"PALLAS_KUBELET_PORT", "PALLAS_KUBELET_HEALTHZ_PORT", "PALLAS_KUBE_PROXY_HEALTHZ_PORT"}
     second = {**isolated, "PALLAS_NODE": "1", **{p: str(free_port()) for p in ports}}
     second["PALLAS_KUBE_PROXY_METRICS_PORT"] = str(free_port())
-    res = run([str(HACK / "cluster"), "up"], second)
+    res = run([str(HACK_LOCAL / "cluster"), "up"], second)
     assert res.returncode == 1
     [line] = error_lines(res.stderr)
     assert line.startswith(
-        f"hack/cluster: another local node runs on this machine (state in {env['state_dir']})"
+        f"hack/local/cluster: another local node runs on this machine (state in {env['state_dir']})"
     )
     assert not (Path(isolated["PALLAS_CLUSTER_DIR"]) / "state.json").exists()
-    assert run([str(HACK / "cluster"), "status"], {}).returncode == 0, (
+    assert run([str(HACK_LOCAL / "cluster"), "status"], {}).returncode == 0, (
         "the session's cluster still runs whole"
     )
 
@@ -153,10 +154,10 @@ def test_building_without_go_says_so_in_one_line(tmp_path: Path) -> None:
     assert go is not None, "the Go toolchain is a prerequisite of the test machine"
     # A PATH with bash and coreutils but without the Go toolchain's folder.
     path = ":".join(p for p in os.environ["PATH"].split(":") if not (Path(p) / "go").exists())
-    res = run([str(HACK / "build-k8s-bins.sh")], {"PALLAS_CACHE_DIR": str(tmp_path / "cache"), "PATH": path})
+    res = run([str(HACK_BUILD / "k8s-bins.sh")], {"PALLAS_CACHE_DIR": str(tmp_path / "cache"), "PATH": path})
     assert res.returncode == 1
     assert error_lines(res.stderr) == [
-        "build-k8s-bins: the Go toolchain (go ≥ 1.24) is not on PATH; "
+        "hack/build/k8s-bins.sh: the Go toolchain (go ≥ 1.24) is not on PATH; "
         "install Go to build the control-plane binaries"
     ]
 
@@ -166,12 +167,12 @@ def second_cluster(isolated: dict[str, str], kube_cluster: LocalCluster) -> Iter
     # kube_cluster first: the binaries are built and the first cluster is up, so this proves two
     # independent clusters (state folders, ports) coexist.
     yield isolated
-    run([str(HACK / "cluster"), "down"], isolated)
+    run([str(HACK_LOCAL / "cluster"), "down"], isolated)
 
 
 def test_up_is_idempotent_status_and_env_tell_and_down_leaves_nothing(second_cluster: dict[str, str]) -> None:
     env = second_cluster
-    first = run([str(HACK / "cluster"), "up"], env)
+    first = run([str(HACK_LOCAL / "cluster"), "up"], env)
     assert first.returncode == 0, first.stderr
     state = json.loads((Path(env["PALLAS_CLUSTER_DIR"]) / "state.json").read_text())
     pids = [int(p["pid"]) for p in state["processes"]]
@@ -183,16 +184,16 @@ def test_up_is_idempotent_status_and_env_tell_and_down_leaves_nothing(second_clu
     ]
     assert pids_running(pids) == pids
 
-    again = run([str(HACK / "cluster"), "up"], env)
+    again = run([str(HACK_LOCAL / "cluster"), "up"], env)
     assert again.returncode == 0
     assert "already running" in again.stderr
     assert json.loads((Path(env["PALLAS_CLUSTER_DIR"]) / "state.json").read_text()) == state
 
-    status = run([str(HACK / "cluster"), "status"], env)
+    status = run([str(HACK_LOCAL / "cluster"), "status"], env)
     assert status.returncode == 0, status.stdout
     assert status.stdout.count("running") == 4
 
-    exports = run([str(HACK / "cluster"), "env"], env).stdout
+    exports = run([str(HACK_LOCAL / "cluster"), "env"], env).stdout
     kubeconfig = Path(env["PALLAS_CLUSTER_DIR"]) / "kubeconfig"
     assert f"export KUBECONFIG={kubeconfig}" in exports
     shell = subprocess.run(
@@ -200,9 +201,9 @@ def test_up_is_idempotent_status_and_env_tell_and_down_leaves_nothing(second_clu
     )
     assert shell.stdout == "ok", shell.stderr
 
-    down = run([str(HACK / "cluster"), "down"], env)
+    down = run([str(HACK_LOCAL / "cluster"), "down"], env)
     assert down.returncode == 0
     assert pids_running(pids) == []
     assert not kubeconfig.exists()
     assert (Path(env["PALLAS_CLUSTER_DIR"]) / "logs" / "kube-apiserver.log").exists()
-    assert run([str(HACK / "cluster"), "status"], env).returncode == 3
+    assert run([str(HACK_LOCAL / "cluster"), "status"], env).returncode == 3

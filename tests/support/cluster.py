@@ -1,6 +1,6 @@
 """The real local cluster for integration and e2e tests.
 
-`kube_cluster` starts the control plane with hack/cluster (or reuses one that runs already) and
+`kube_cluster` starts the control plane with hack/local/cluster (or reuses one that runs already) and
 stops it at the end of the session only if it started it. `PALLAS_KUBECONFIG=/path` points the
 tests at an existing cluster instead; `PALLAS_KEEP_CLUSTER=1` leaves a started one running.
 """
@@ -24,7 +24,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, ServiceAccount
 
 REPO = Path(__file__).resolve().parents[2]
-HACK_CLUSTER = REPO / "hack" / "cluster"
+HACK_CLUSTER = REPO / "hack" / "local" / "cluster"
 # Pods of a namespace with this annotation are never scheduled onto the local node (the API server
 # runs the PodNodeSelector admission plugin and no node has the label), so an integration test
 # plays the kubelet itself (`make_pods_ready`) as on a control plane without nodes. The e2e tests
@@ -75,7 +75,7 @@ def kube_cluster() -> Iterator[LocalCluster]:
     was_running = _hack_cluster("status").returncode == 0
     up = _hack_cluster("up")
     if up.returncode != 0:
-        pytest.fail(f"hack/cluster up failed:\n{up.stderr}", pytrace=False)
+        pytest.fail(f"hack/local/cluster up failed:\n{up.stderr}", pytrace=False)
     env = json.loads(_hack_cluster("env", "--json").stdout)
     try:
         yield LocalCluster(Path(env["kubeconfig"]), str(Path(env["bin_dir"]) / "kubectl"))

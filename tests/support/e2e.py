@@ -3,9 +3,9 @@
 - `LoopThread`: an asyncio loop in a thread of its own for the in-process servers (the fake LLM,
   header-echo MCP servers). Agent pods call them at any moment, not only while a test's own
   event loop happens to run, so they must not live in that loop.
-- `local_node(cluster)`: the real node hack/cluster runs (its name, bridge address and
-  containerd), with the project's image built by hack/image and imported into it. This machine
-  resolves cluster names through the cluster DNS (hack/cluster sets that up), so the tests reach
+- `local_node(cluster)`: the real node hack/local/cluster runs (its name, bridge address and
+  containerd), with the project's image built by hack/build/image and imported into it. This machine
+  resolves cluster names through the cluster DNS (hack/local/cluster sets that up), so the tests reach
   agents and the registry by their Service names, as a client in the cluster would.
 - `install_operator(...)`: `helm install` of charts/pallas with that image, namespace-scoped; the
   operator runs as a pod and reaches agents by their cluster DNS names.
@@ -42,7 +42,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.support.cluster import HACK_CLUSTER, REPO, LocalCluster
 
 T = TypeVar("T")
-HACK_IMAGE = REPO / "hack" / "image"
+HACK_IMAGE = REPO / "hack" / "build" / "image"
 PALLAS = Path(sys.executable).parent / "pallas"
 
 
@@ -150,7 +150,7 @@ async def _cancel_others() -> None:
 
 @dataclass(frozen=True)
 class LocalNode:
-    """The real node hack/cluster runs beside the control plane, with the project's image in it."""
+    """The real node hack/local/cluster runs beside the control plane, with the project's image in it."""
 
     name: str
     ip: str
@@ -182,11 +182,11 @@ def local_node() -> LocalNode:
     node = json.loads(res.stdout or "{}").get("node")
     if not node:
         pytest.fail(
-            "the e2e tests need the local node (hack/cluster up without PALLAS_NODE=0)", pytrace=False
+            "the e2e tests need the local node (hack/local/cluster up without PALLAS_NODE=0)", pytrace=False
         )
     image = subprocess.run([str(HACK_IMAGE), "load"], capture_output=True, text=True, timeout=1800)
     if image.returncode != 0:
-        pytest.fail(f"hack/image load failed:\n{image.stderr[-3000:]}", pytrace=False)
+        pytest.fail(f"hack/build/image load failed:\n{image.stderr[-3000:]}", pytrace=False)
     return LocalNode(node["node_name"], node["node_ip"], node["containerd_address"], image.stdout.strip())
 
 

@@ -1,6 +1,6 @@
 """The real MCP peers the tests talk to: server-everything, the MCP Inspector CLI, the conformance suite.
 
-hack/mcp-peers.sh installs them (pinned, once) into a cache outside the repo; `mcp_peers` runs it
+hack/build/mcp-peers.sh installs them (pinned, once) into a cache outside the repo; `mcp_peers` runs it
 and says where everything is. `server_everything` starts @modelcontextprotocol/server-everything
 in Streamable HTTP mode on a free loopback port for the test session and kills its process group
 afterwards.
@@ -31,7 +31,7 @@ import pytest
 from tests.support.ports import logged_port
 
 REPO = Path(__file__).resolve().parents[2]
-PEERS_SCRIPT = REPO / "hack" / "mcp-peers.sh"
+PEERS_SCRIPT = REPO / "hack" / "build" / "mcp-peers.sh"
 LOOPBACK = "127.0.0.1"
 
 # server-everything calls app.listen(PORT), which binds every interface and has no host option.
@@ -54,7 +54,7 @@ _BOUND = r"^pallas-test: bound port ([0-9]+)$"
 
 @dataclass(frozen=True)
 class McpPeers:
-    """Where hack/mcp-peers.sh put the peers (all paths absolute)."""
+    """Where hack/build/mcp-peers.sh put the peers (all paths absolute)."""
 
     dir: Path
 
@@ -91,7 +91,7 @@ class McpPeers:
 
 
 def install_mcp_peers() -> McpPeers:
-    """Run hack/mcp-peers.sh (instant when the cache is complete) and return the paths.
+    """Run hack/build/mcp-peers.sh (instant when the cache is complete) and return the paths.
 
     Raises:
         RuntimeError: The script failed; the message carries its last stderr line.
@@ -99,7 +99,7 @@ def install_mcp_peers() -> McpPeers:
     res = subprocess.run([str(PEERS_SCRIPT)], capture_output=True, text=True, timeout=900)
     if res.returncode != 0:
         last = (res.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise RuntimeError(f"hack/mcp-peers.sh failed ({res.returncode}): {last}")
+        raise RuntimeError(f"hack/build/mcp-peers.sh failed ({res.returncode}): {last}")
     return McpPeers(Path(res.stdout.strip().splitlines()[-1]))
 
 

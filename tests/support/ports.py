@@ -6,7 +6,7 @@
   never listening, so connecting is refused and no one else can take the port meanwhile.
 - Only a process that must be told a concrete port before it starts gets a guessed one
   (`mcp_peers.free_port(s)`): `pallas run --base-port` (a block; port 0 is refused by design),
-  PostgreSQL (`-p` takes 1-65535), and the etcd, API server and node ports of `hack/cluster`.
+  PostgreSQL (`-p` takes 1-65535), and the etcd, API server and node ports of `hack/local/cluster`.
 """
 
 from __future__ import annotations

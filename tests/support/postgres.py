@@ -1,6 +1,6 @@
 """A throw-away PostgreSQL server on loopback for the conversation-store tests.
 
-Debian's `postgresql` package (installed by hack/system-deps.sh) gives `initdb` and `postgres`;
+Debian's `postgresql` package (installed by hack/build/system-deps.sh) gives `initdb` and `postgres`;
 the fixture makes a cluster in a temporary directory with password (SCRAM) authentication,
 starts it on 127.0.0.1 and a free port, and removes it at the end. PostgreSQL refuses to run as
 root, so as root the server runs as the `postgres` user the package creates. `stop()` and
@@ -31,7 +31,7 @@ USER, PASSWORD, DATABASE = "pallas", "s3cret-Passw0rd-for-tests", "pallas"
 def _bin(name: str) -> str:
     found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
     if not found:
-        pytest.fail(f"PostgreSQL's {name} is not installed: run hack/system-deps.sh", pytrace=False)
+        pytest.fail(f"PostgreSQL's {name} is not installed: run hack/build/system-deps.sh", pytrace=False)
     return found[-1]
 
 

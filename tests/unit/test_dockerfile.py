@@ -199,7 +199,9 @@ def test_multi_stage_with_one_exactly_pinned_base(stages: list[Stage], builder: 
         assert ":latest" not in stage.base
     # The venv's interpreter is a symlink into the base image: both stages must be the same base.
     assert builder.base == final.base
-    assert "${BASE_IMAGE}" in DOCKERFILE.read_text(), "the base is a build argument (hack/image sets it)"
+    assert "${BASE_IMAGE}" in DOCKERFILE.read_text(), (
+        "the base is a build argument (hack/build/image sets it)"
+    )
 
 
 def test_builder_makes_a_wheel_and_installs_exactly_the_locks_into_the_venv(builder: Stage):

@@ -1,4 +1,4 @@
-"""hack/localnode without a node: the settings it accepts, and the safety properties its network,
+"""hack/local/localnode without a node: the settings it accepts, and the safety properties its network,
 CNI, containerd, kubelet, CoreDNS and image-context choices promise (docs/local-kubernetes.md)."""
 
 from __future__ import annotations

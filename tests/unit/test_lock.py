@@ -173,7 +173,7 @@ def test_a_missing_lock_or_python_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def _script_versions() -> dict[str, str]:
-    text = (REPO / "hack" / "build-k8s-bins.sh").read_text()
+    text = (REPO / "hack" / "build" / "k8s-bins.sh").read_text()
     return dict(re.findall(r'^([A-Z0-9]+)_VERSION="(v[^"]+)"$', text, re.MULTILINE))
 
 
@@ -187,11 +187,12 @@ def _script_versions() -> dict[str, str]:
     ],
 )
 def test_each_go_build_has_module_files_at_the_scripts_version(name: str, variable: str, module: str) -> None:
-    folder = REPO / "hack" / "k8s-bins" / name
+    folder = REPO / "hack" / "build" / "k8s-bins" / name
     gomod = (folder / "go.mod").read_text()
     version = _script_versions()[variable]
     assert re.search(rf"^\s*(require\s+)?{re.escape(module)} {re.escape(version)}$", gomod, re.MULTILINE), (
-        f"hack/k8s-bins/{name}/go.mod does not require {module} {version}: run build-k8s-bins.sh --relock"
+        f"hack/build/k8s-bins/{name}/go.mod does not require {module} {version}: "
+        "run hack/build/k8s-bins.sh --relock"
     )
     replaced = set(re.findall(r"^\s*(?:replace\s+)?(\S+) => ", gomod, re.MULTILINE))
     required = [
@@ -203,7 +204,7 @@ def test_each_go_build_has_module_files_at_the_scripts_version(name: str, variab
         re.findall(r"^(\S+) (v\S+?)(?:/go\.mod)? h1:", (folder / "go.sum").read_text(), re.MULTILINE)
     )
     unsummed = [f"{m} {v}" for m, v in required if (m, v) not in summed]
-    assert not unsummed, f"hack/k8s-bins/{name}/go.sum has no hash for {unsummed[:5]}"
+    assert not unsummed, f"hack/build/k8s-bins/{name}/go.sum has no hash for {unsummed[:5]}"
 
 
 def _code(path: Path) -> str:
@@ -212,7 +213,7 @@ def _code(path: Path) -> str:
 
 
 def test_the_go_build_reads_only_the_committed_module_files() -> None:
-    script = _code(REPO / "hack" / "build-k8s-bins.sh")
+    script = _code(REPO / "hack" / "build" / "k8s-bins.sh")
     build = script[script.index("GOFLAGS=-mod=readonly") - 50 :]
     assert "GOFLAGS=-mod=readonly" in build
     assert "go get" not in build
@@ -221,7 +222,7 @@ def test_the_go_build_reads_only_the_committed_module_files() -> None:
 
 @pytest.mark.parametrize("piece", ["node22", "server-everything", "inspector-cli", "conformance"])
 def test_each_mcp_peer_is_an_exact_version_with_a_locked_tree(piece: str) -> None:
-    folder = REPO / "hack" / "mcp-peers" / piece
+    folder = REPO / "hack" / "build" / "mcp-peers" / piece
     manifest = json.loads((folder / "package.json").read_text())
     lock = json.loads((folder / "package-lock.json").read_text())
     ((package, version),) = manifest["dependencies"].items()
@@ -236,7 +237,7 @@ def test_each_mcp_peer_is_an_exact_version_with_a_locked_tree(piece: str) -> Non
 
 
 def test_the_mcp_peers_are_installed_with_npm_ci_from_the_locks() -> None:
-    script = _code(REPO / "hack" / "mcp-peers.sh")
+    script = _code(REPO / "hack" / "build" / "mcp-peers.sh")
     install = script[script.index('for piece in "${PIECES[@]}"; do\n  IFS') :]
     assert "npm ci " in install
     assert "npm install" not in install

@@ -52,11 +52,14 @@ CRD_WATCH_REFUSALS = (
 
 def _helm_binary() -> Path:
     out = subprocess.run(
-        [str(REPO / "hack" / "build-k8s-bins.sh"), "--print-dir"], capture_output=True, text=True, check=True
+        [str(REPO / "hack" / "build" / "k8s-bins.sh"), "--print-dir"],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     helm = Path(out.stdout.strip()) / "helm"
     if not helm.is_file():
-        pytest.fail(f"{helm} is missing: run `make k8s-bins` (hack/build-k8s-bins.sh)")
+        pytest.fail(f"{helm} is missing: run `make k8s-bins` (hack/build/k8s-bins.sh)")
     return helm
 
 
@@ -192,7 +195,7 @@ def _assert_crds_match_source(helm: Helm) -> None:
         for p in sorted(CRDS.glob("*.yaml"))
         for d in [yaml.safe_load(p.read_text())]
     }
-    assert ours == source, "charts/pallas/templates/crds/ is stale: run hack/gen-chart"
+    assert ours == source, "charts/pallas/templates/crds/ is stale: run hack/generate/chart"
 
 
 def _disown_crds(cluster: LocalCluster) -> None:

@@ -5,7 +5,7 @@
 - Every PromQL expression of the dashboard parses: promtool has no query checker, so each
   target becomes a recording rule in a temporary rule file (template variables replaced by
   concrete values) that `promtool check rules` must accept.
-- A real Prometheus (Debian's package, installed by hack/system-deps.sh) on 127.0.0.1 with a
+- A real Prometheus (Debian's package, installed by hack/build/system-deps.sh) on 127.0.0.1 with a
   1 s scrape and evaluation interval scrapes a running agent and a registry, loads the rules
   (a copy with every `for:` set to 0 s so alerts fire at once), and the test reads its HTTP API:
   the targets are up, `pallas_send_message_total` has samples, every rule group evaluates with
@@ -50,7 +50,7 @@ from tests.support.registry import running_registry, state
 REPO = Path(__file__).resolve().parents[3]
 RULES = REPO / "charts" / "pallas" / "files" / "rules" / "pallas-alerts.yaml"
 DASHBOARD = REPO / "charts" / "pallas" / "files" / "dashboards" / "pallas-overview.json"
-SYSTEM_DEPS = REPO / "hack" / "system-deps.sh"
+SYSTEM_DEPS = REPO / "hack" / "build" / "system-deps.sh"
 
 AGENT = "chat-agent"
 NAMESPACE = "pallas-test"
@@ -133,12 +133,14 @@ def prometheus_bin() -> str:
 
 
 def _system_command(name: str) -> str:
-    """A command from Debian's prometheus package, installed by hack/system-deps.sh when missing."""
+    """A command from Debian's prometheus package, installed by hack/build/system-deps.sh when missing."""
     res = subprocess.run([str(SYSTEM_DEPS)], capture_output=True, text=True, timeout=600, check=False)
     path = shutil.which(name)
     if res.returncode != 0 or path is None:
         last = (res.stderr.strip().splitlines() or ["(no output)"])[-1]
-        pytest.fail(f"{name} unavailable: hack/system-deps.sh exited {res.returncode}: {last}", pytrace=False)
+        pytest.fail(
+            f"{name} unavailable: hack/build/system-deps.sh exited {res.returncode}: {last}", pytrace=False
+        )
     return path
 
 

@@ -4,7 +4,7 @@ One agent (FakeOpenAI provider, one downstream fastmcp server `calc` whose tool 
 agent's policy denies) gets a small, fixed mix of traffic: a send_message that calls an allowed
 and a denied tool, one whose LLM call fails, one with an empty message, one with an unknown
 argument, and a get_health. Then /metrics is scraped and checked by `promtool check metrics`
-(Debian's prometheus package, installed by hack/system-deps.sh), which must print nothing at
+(Debian's prometheus package, installed by hack/build/system-deps.sh), which must print nothing at
 all: no error and no lint warning. The documented families are read from the table in
 docs/api.md §5 itself, so the doc and the exposition cannot drift apart silently.
 """
@@ -34,7 +34,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 REPO = Path(__file__).resolve().parents[3]
 API_DOC = REPO / "docs" / "api.md"
-SYSTEM_DEPS = REPO / "hack" / "system-deps.sh"
+SYSTEM_DEPS = REPO / "hack" / "build" / "system-deps.sh"
 AGENT = "metrics-test"
 # Label values that must never reach a series (docs/api.md §5: labels stay bounded).
 SECRET_MESSAGE = "msg-secret-4711"
@@ -141,13 +141,13 @@ async def traffic() -> AsyncIterator[Traffic]:
 
 @pytest.fixture(scope="session")
 def promtool() -> str:
-    """promtool, installed by hack/system-deps.sh when missing (instant when present)."""
+    """promtool, installed by hack/build/system-deps.sh when missing (instant when present)."""
     res = subprocess.run([str(SYSTEM_DEPS)], capture_output=True, text=True, timeout=600, check=False)
     path = shutil.which("promtool")
     if res.returncode != 0 or path is None:
         last = (res.stderr.strip().splitlines() or ["(no output)"])[-1]
         pytest.fail(
-            f"promtool unavailable: hack/system-deps.sh exited {res.returncode}: {last}", pytrace=False
+            f"promtool unavailable: hack/build/system-deps.sh exited {res.returncode}: {last}", pytrace=False
         )
     return path
 

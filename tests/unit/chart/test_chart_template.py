@@ -1,6 +1,6 @@
 """charts/pallas rendered by `helm template` with various values: what objects come out, and how.
 
-One `helm template` per case (about 0.1 s each). The helm binary is the one hack/build-k8s-bins.sh
+One `helm template` per case (about 0.1 s each). The helm binary is the one hack/build/k8s-bins.sh
 builds (`make k8s-bins`).
 """
 
@@ -41,11 +41,14 @@ Doc = dict[str, Any]
 @pytest.fixture(scope="module")
 def helm() -> str:
     out = subprocess.run(
-        [str(REPO / "hack" / "build-k8s-bins.sh"), "--print-dir"], capture_output=True, text=True, check=True
+        [str(REPO / "hack" / "build" / "k8s-bins.sh"), "--print-dir"],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     binary = Path(out.stdout.strip()) / "helm"
     if not binary.is_file():
-        pytest.fail(f"{binary} is missing: run `make k8s-bins` (hack/build-k8s-bins.sh)")
+        pytest.fail(f"{binary} is missing: run `make k8s-bins` (hack/build/k8s-bins.sh)")
     return str(binary)
 
 
@@ -343,7 +346,9 @@ def test_crds_are_the_generated_ones_and_kept_on_uninstall_by_default(render: Re
         for d in (yaml.safe_load(p.read_text()) for p in (REPO / "crds").glob("*.yaml"))
     }
     for name, crd in crds.items():
-        assert crd["spec"] == source[name]["spec"], f"templates/crds/ is stale: run hack/gen-chart ({name})"
+        assert crd["spec"] == source[name]["spec"], (
+            f"templates/crds/ is stale: run hack/generate/chart ({name})"
+        )
         assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
         assert crd["metadata"]["labels"]["app.kubernetes.io/instance"] == RELEASE
 
@@ -608,12 +613,12 @@ def test_values_yaml_validates_against_the_schema_and_every_value_is_commented()
 
 
 def test_the_generated_chart_files_are_up_to_date() -> None:
-    spec = importlib.util.spec_from_file_location("chartgen", REPO / "hack" / "chartgen.py")
+    spec = importlib.util.spec_from_file_location("chartgen", REPO / "hack" / "generate" / "chartgen.py")
     assert spec is not None
     assert spec.loader is not None
     chartgen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(chartgen)
-    stale = "is stale: run hack/gen-chart"
+    stale = "is stale: run hack/generate/chart"
     assert (CHART / "values.yaml").read_text() == chartgen.values_yaml(), f"values.yaml {stale}"
     assert (CHART / "values.schema.json").read_text() == chartgen.values_schema(), (
         f"values.schema.json {stale}"

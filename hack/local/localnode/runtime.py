@@ -114,7 +114,9 @@ def unmount_below(folder: Path) -> None:
             subprocess.run(["umount", "--lazy", str(point)], capture_output=True, timeout=30)
     left = mounts_below(folder)
     if left:
-        raise NodeError(f"{left[0]} is still mounted; unmount it by hand, then run hack/cluster down again")
+        raise NodeError(
+            f"{left[0]} is still mounted; unmount it by hand, then run hack/local/cluster down again"
+        )
 
 
 def remove_container_log_links(paths: NodePaths) -> None:

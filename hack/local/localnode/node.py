@@ -40,7 +40,7 @@ COMMANDS = {
 
 
 class Launcher(Protocol):
-    """hack/cluster's way of starting a component and waiting for it."""
+    """hack/local/cluster's way of starting a component and waiting for it."""
 
     def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Proc: ...
 
@@ -233,7 +233,7 @@ def stop_network(s: NodeSettings, state_dir: Path, sysctls: dict[str, str], bins
 
 
 def status(s: NodeSettings, bins: Path, kubeconfig: Path) -> dict[str, bool]:
-    """What of the node works (for `hack/cluster status`)."""
+    """What of the node works (for `hack/local/cluster status`)."""
     found = {f"network {what}": ok for what, ok in network.status(s).items()}
     found[f"node {s.name} Ready"] = node_ready(bins, kubeconfig, s)
     found["host resolver"] = dns.host_resolver_is_on() and resolves(

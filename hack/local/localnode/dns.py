@@ -202,8 +202,8 @@ def host_resolver_on(s: NodeSettings, state_dir: Path) -> None:
     """Put the cluster DNS first among the host's nameservers (a marked block)."""
     current = RESOLV_CONF.read_text()
     block = (
-        f"{BEGIN} {state_dir} (hack/cluster: cluster.local through the local cluster DNS; "
-        "other names are refused there and go to the next nameserver; `hack/cluster down` removes it)\n"
+        f"{BEGIN} {state_dir} (hack/local/cluster: cluster.local through the local cluster DNS; "
+        "other names are refused there and go to the next nameserver; `hack/local/cluster down` removes it)\n"
         f"nameserver {s.dns_ip}\n{END}\n"
     )
     _write_in_place(block + _without_block(current))

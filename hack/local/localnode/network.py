@@ -110,7 +110,8 @@ def take_lock(s: NodeSettings, state_dir: Path) -> None:
         if any_recorded_alive(other):
             raise NodeError(
                 f"another local node runs on this machine (state in {other}); stop it with "
-                f"`PALLAS_CLUSTER_DIR={other} hack/cluster down`, or start this cluster with PALLAS_NODE=0"
+                f"`PALLAS_CLUSTER_DIR={other} hack/local/cluster down`, "
+                "or start this cluster with PALLAS_NODE=0"
             )
     LOCK.write_text(json.dumps({"state_dir": str(state_dir), "bridge": s.bridge}) + "\n")
 
@@ -207,14 +208,14 @@ def check_forwarding_is_off_elsewhere() -> None:
     if sysctl_path("net.ipv4.ip_forward").read_text().strip() != "0":
         # Not fatal: the guard drops whatever is not bridge-to-bridge either way.
         print(
-            "hack/cluster: note: net.ipv4.ip_forward is on on this machine (not by us); "
+            "hack/local/cluster: note: net.ipv4.ip_forward is on on this machine (not by us); "
             "the node's guard still drops every forwarded packet that is not bridge-to-bridge",
             flush=True,
         )
 
 
 def status(s: NodeSettings) -> dict[str, bool]:
-    """What of the network is in place (for `hack/cluster status`)."""
+    """What of the network is in place (for `hack/local/cluster status`)."""
     routes = run("ip", "-j", "route", "show", "type", "unreachable", check=False).stdout or "[]"
     fallbacks = {r.get("dst") for r in json.loads(routes)}
     want = {str(ipaddress.ip_network(c)) for c in (s.pod_cidr, s.service_cidr)}

@@ -49,7 +49,7 @@ if [[ "${1:-}" == "--versions" ]]; then
   done
   exit 0
 fi
-[[ $# -eq 0 ]] || { echo "usage: hack/system-deps.sh [--versions]" >&2; exit 2; }
+[[ $# -eq 0 ]] || { echo "usage: hack/build/system-deps.sh [--versions]" >&2; exit 2; }
 
 missing=()
 for need in "${NEEDS[@]}"; do

@@ -1,8 +1,8 @@
 """The values of the Helm chart `charts/pallas`, as pydantic models: the one source of truth.
 
-`hack/gen-chart` writes `charts/pallas/values.yaml` (defaults, with every docstring as a
+`hack/generate/chart` writes `charts/pallas/values.yaml` (defaults, with every docstring as a
 helm-docs `# --` comment) and `charts/pallas/values.schema.json` (what Helm enforces on install,
-upgrade, template and lint) from these models. Edit here, run `hack/gen-chart`, commit both;
+upgrade, template and lint) from these models. Edit here, run `hack/generate/chart`, commit both;
 `make verify` fails when they differ.
 
 Free-form Kubernetes objects (resources, affinity, securityContext…) are plain mappings: the API

@@ -9,7 +9,7 @@
 set -euo pipefail
 
 # The versions, and the committed Go module files that pin every module of each build with its
-# hash (hack/k8s-bins/<name>/go.mod, go.sum, tools.go). A build reads only those (-mod=readonly:
+# hash (hack/build/k8s-bins/<name>/go.mod, go.sum, tools.go). A build reads only those (-mod=readonly:
 # nothing is resolved, every download is checked against go.sum); `--relock` re-resolves them
 # after a version here changes.
 K8S_VERSION="v1.34.10"
@@ -29,7 +29,7 @@ expected_stamp="k8s=$K8S_VERSION etcd=$ETCD_VERSION helm=$HELM_VERSION coredns=$
 expected_stamp+=" recipe=$RECIPE locks=$({ cat "$LOCKS"/*/go.mod "$LOCKS"/*/go.sum "$LOCKS"/*/tools.go 2>/dev/null \
   || true; } | sha256sum | cut -c1-16)"
 
-die() { echo "build-k8s-bins: $*" >&2; exit 1; }
+die() { echo "hack/build/k8s-bins.sh: $*" >&2; exit 1; }
 
 cache_complete() {
   [[ -f "$STAMP" && "$(cat "$STAMP")" == "$expected_stamp" ]] || return 1
@@ -37,7 +37,7 @@ cache_complete() {
   for b in "${BINARIES[@]}"; do [[ -x "$BIN_DIR/$b" ]] || return 1; done
 }
 
-# --- --relock: re-resolve hack/k8s-bins/<name>/ from the versions above (needs the module proxy) --
+# --- --relock: re-resolve hack/build/k8s-bins/<name>/ from the versions above (needs the module proxy) --
 
 # A scratch module in $WORK_DIR/relock-$1 whose tools.go imports the packages $3..., requiring
 # module $2; go mod tidy completes go.mod and go.sum, which are copied to $LOCKS/$1.
@@ -48,7 +48,7 @@ relock_module() {
   go mod init "local.invalid/$name-bin" >/dev/null 2>&1
   go mod edit -go=1.24.0
   {
-    printf '//go:build tools\n\n// Package tools names the commands build-k8s-bins.sh builds, so go mod tidy pins their modules.\npackage tools\n\nimport (\n'
+    printf '//go:build tools\n\n// Package tools names the commands hack/build/k8s-bins.sh builds, so go mod tidy pins their modules.\npackage tools\n\nimport (\n'
     local pkg; for pkg in "$@"; do printf '\t_ "%s"\n' "$pkg"; done
     printf ')\n'
   } >tools.go
@@ -69,7 +69,7 @@ relock_module() {
   go mod tidy
   mkdir -p "$LOCKS/$name"
   cp go.mod go.sum tools.go "$LOCKS/$name/"
-  echo "build-k8s-bins: pinned $module in $LOCKS/$name" >&2
+  echo "hack/build/k8s-bins.sh: pinned $module in $LOCKS/$name" >&2
 }
 
 relock() {
@@ -86,18 +86,18 @@ relock() {
 
 if [[ "${1:-}" == "--print-dir" ]]; then echo "$BIN_DIR"; exit 0; fi
 if [[ "${1:-}" == "--relock" ]]; then relock; exit 0; fi
-[[ $# -eq 0 ]] || die "usage: hack/build-k8s-bins.sh [--print-dir | --relock]"
+[[ $# -eq 0 ]] || die "usage: hack/build/k8s-bins.sh [--print-dir | --relock]"
 if cache_complete; then echo "$BIN_DIR"; exit 0; fi
 
 command -v go >/dev/null || die "the Go toolchain (go ≥ 1.24) is not on PATH; install Go to build the control-plane binaries"
 mkdir -p "$BIN_DIR" "$WORK_DIR"
 if [[ "$(cat "$INPUTS" 2>/dev/null)" != "$expected_stamp" ]]; then
   # Binaries built from other inputs (another version, lock or recipe) are not kept.
-  compgen -G "$BIN_DIR/*" >/dev/null && echo "build-k8s-bins: the pinned inputs changed; rebuilding" >&2
+  compgen -G "$BIN_DIR/*" >/dev/null && echo "hack/build/k8s-bins.sh: the pinned inputs changed; rebuilding" >&2
   rm -rf "${BINARIES[@]/#/$BIN_DIR/}" "$BIN_DIR/.partial"
   echo "$expected_stamp" >"$INPUTS"
 elif compgen -G "$BIN_DIR/*" >/dev/null; then
-  echo "build-k8s-bins: cache at $BIN_DIR is incomplete; building the missing pieces" >&2
+  echo "hack/build/k8s-bins.sh: cache at $BIN_DIR is incomplete; building the missing pieces" >&2
 fi
 rm -f "$STAMP"
 tmp_out="$BIN_DIR/.partial"
@@ -107,11 +107,11 @@ mkdir -p "$tmp_out"
 # need a change, and every module download is checked against go.sum.
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=readonly
 
-# Enter a copy of hack/k8s-bins/$1 in $WORK_DIR, after checking that it requires module $2 at $3.
+# Enter a copy of hack/build/k8s-bins/$1 in $WORK_DIR, after checking that it requires module $2 at $3.
 enter_module() {
   local name="$1" module="$2" version="$3"
   grep -qE "^[[:space:]]*(require[[:space:]]+)?$module $version( |\$)" "$LOCKS/$name/go.mod" \
-    || die "$LOCKS/$name/go.mod does not require $module $version: run hack/build-k8s-bins.sh --relock"
+    || die "$LOCKS/$name/go.mod does not require $module $version: run hack/build/k8s-bins.sh --relock"
   local mod="$WORK_DIR/$name"
   rm -rf "$mod"; mkdir -p "$mod"
   cp "$LOCKS/$name/go.mod" "$LOCKS/$name/go.sum" "$LOCKS/$name/tools.go" "$mod/"
@@ -151,7 +151,7 @@ build_coredns() {
 
 need() { [[ -x "$BIN_DIR/$1" ]] && return 1 || return 0; }
 
-echo "build-k8s-bins: building into $BIN_DIR (a cold build takes 20-40 minutes on 2 cores)" >&2
+echo "hack/build/k8s-bins.sh: building into $BIN_DIR (a cold build takes 20-40 minutes on 2 cores)" >&2
 if need etcd; then ( build_etcd ) || die "building etcd $ETCD_VERSION failed (see output above)"; fi
 if need helm; then ( build_helm ) || die "building helm $HELM_VERSION failed (see output above)"; fi
 if need coredns; then ( build_coredns ) || die "building CoreDNS $COREDNS_VERSION failed (see output above)"; fi
