@@ -46,7 +46,7 @@ REVERSE_DNS = r"^[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9
 SERVER_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
 DURATION = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
-"""A level of the Pallas loggers, as `PALLAS_LOG_LEVEL` takes it (seed 000 §5)."""
+"""A level of the Pallas loggers, as `PALLAS_LOG_LEVEL` takes it (docs/api.md §2, environment)."""
 OPTIONAL_HTTP_URL = r"^(https?://[^\s]+)?$"
 ICON_SRC = r"^((https?|data):|[^:/?#\s]*([/?#]|$))"
 """An http(s) or data: URI, or a relative reference (no scheme: its first segment has no colon)."""

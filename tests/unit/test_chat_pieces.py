@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pallas_runtime.agent.trace import RESULT_TEXT_LIMIT, tool_trace
-from pallas_runtime.commands.chat_display import tool_lines
-from pallas_runtime.commands.chat_params import ParamsError, accepted_params, checked, wire_params
+from pallas_runtime.commands.chat.display import tool_lines
+from pallas_runtime.commands.chat.params import ParamsError, accepted_params, checked, wire_params
 from pallas_runtime.messages import (
     AssistantMessage,
     TextPart,

@@ -1,1 +1,1 @@
-"""The agent: its loop (LLM ↔ tools), conversation store and progress reporting."""
+"""The agent: its loop (LLM ↔ tools), health, progress reporting and the history window (conversations are in `pallas_runtime.conversations`)."""

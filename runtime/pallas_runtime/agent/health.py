@@ -1,6 +1,6 @@
 """`get_health`: downstream probes plus the active LLM provider's last check; never calls the LLM.
 
-Semantics (seed 001 §2, docs/api.md §3):
+Semantics (docs/api.md §3, `get_health`):
 - every downstream server and peer agent is probed in parallel (MCP initialize, then DELETE of
   the session), each bounded by `health.probeTimeoutSeconds` (3 s);
 - the provider's preflight result (models endpoint) is reused until it is older than

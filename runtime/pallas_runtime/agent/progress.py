@@ -1,4 +1,4 @@
-"""Progress notifications in the formats Daedalus renders (seed 001 §4).
+"""Progress notifications in the formats Daedalus renders (docs/api.md §3, progress).
 
 - tool calls: `{server}/{tool}: started` (progress 0, total null), then
   `{server}/{tool}: completed|failed` (progress 1, total 1);

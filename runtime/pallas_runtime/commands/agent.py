@@ -10,8 +10,8 @@ import sys
 from pallas_api.config import ConfigError, load_config
 from pallas_io.commands import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, port_number
 from pallas_io.logs import setup_logging
+from pallas_io.serving import bound_port, listen, run_server_loop, serve, until_signalled
 from pallas_runtime.server import agent_app, build_server, secret_env_names
-from pallas_runtime.serving import bound_port, listen, run_server_loop, serve, until_signalled
 
 log = logging.getLogger("pallas.agent")
 

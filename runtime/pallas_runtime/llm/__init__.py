@@ -1,1 +1,1 @@
-"""The LLM boundary: provider-neutral conversation types and the OpenAI / Anthropic adapters."""
+"""The LLM boundary: the OpenAI / Anthropic adapters behind one interface (the provider-neutral message types are `pallas_runtime.messages`)."""

@@ -25,8 +25,8 @@ from pallas_runtime.agent.turns import Conversations
 from pallas_runtime.auth import build_auth
 from pallas_runtime.conversations.factory import build_store
 from pallas_runtime.conversations.model import ConversationStore
+from pallas_runtime.downstream.factory import build_sources
 from pallas_runtime.downstream.source import ToolSource
-from pallas_runtime.downstream.sources import build_sources
 from pallas_runtime.inflight import InFlight
 from pallas_runtime.llm.factory import create_provider
 from pallas_runtime.llm.provider import LLMProvider

@@ -25,10 +25,9 @@ from watchfiles import Change, awatch
 
 from pallas_api.checks import check_documents
 from pallas_io.logs import Redactor
-from pallas_runtime.commands.local_agents import LocalRun, StartFailed
-from pallas_runtime.commands.local_env import with_openai_base_url
-from pallas_runtime.commands.validate import UnreadableError, read_documents
-from pallas_runtime.manifests import (
+from pallas_runtime.commands.run.env_files import with_openai_base_url
+from pallas_runtime.commands.run.hosted import LocalRun, StartFailed
+from pallas_runtime.commands.run.manifests import (
     AgentKey,
     LocalPlan,
     ManifestError,
@@ -36,6 +35,7 @@ from pallas_runtime.manifests import (
     load_manifests,
     plan_local,
 )
+from pallas_runtime.commands.validate import UnreadableError, read_documents
 
 log = logging.getLogger("pallas.run")
 

@@ -27,17 +27,17 @@ from lightkube import AsyncClient, KubeConfig
 from pallas_api.render import provider_key_env
 from pallas_api.spec import ProviderSpec
 from pallas_io.kube import PallasAgent, PallasDeployment
-from pallas_runtime.registry.catalogue import CatalogueStore, Key
-from pallas_runtime.registry.objects import (
+from pallas_registry.catalogue import CatalogueStore, Key
+from pallas_registry.objects import (
     DeploymentSettings,
     MissingStatus,
     agent_state,
     deployment_settings,
 )
-from pallas_runtime.registry.providers import ProviderTarget, deployment_targets
-from pallas_runtime.registry.reflector import Reflector
-from pallas_runtime.registry.source import CatalogueSource
-from pallas_runtime.registry.state import AgentState
+from pallas_registry.providers import ProviderTarget, deployment_targets
+from pallas_registry.reflector import Reflector
+from pallas_registry.source import CatalogueSource
+from pallas_registry.state import AgentState
 
 
 def _key(obj: Mapping[str, Any]) -> Key:

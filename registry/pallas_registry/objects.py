@@ -21,7 +21,7 @@ from pallas_api import names
 from pallas_api.config import ModelCapabilities
 from pallas_api.spec import UNDECLARED_MODEL, AuthSpec, CallerAuth, Icon, ProviderSpec, RegistrySpec
 from pallas_api.status import HEALTH_STATUSES, PHASES
-from pallas_runtime.registry.state import AgentState, HealthView, ProviderView
+from pallas_registry.state import AgentState, HealthView, ProviderView
 
 _TAG = re.compile(names.DNS_LABEL)
 

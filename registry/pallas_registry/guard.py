@@ -13,8 +13,8 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from pallas_runtime.registry.catalogue import encode
-from pallas_runtime.registry.metrics import RegistryMetrics
+from pallas_registry.catalogue import encode
+from pallas_registry.metrics import RegistryMetrics
 
 log = logging.getLogger("pallas.registry")
 

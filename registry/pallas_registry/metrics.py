@@ -20,9 +20,9 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
-from pallas_runtime.registry.providers import ProviderChecks
-from pallas_runtime.registry.schema import STATUSES
-from pallas_runtime.registry.source import CatalogueSource
+from pallas_registry.providers import ProviderChecks
+from pallas_registry.schema import STATUSES
+from pallas_registry.source import CatalogueSource
 
 # `*_created` series double the exposition size and nothing reads them.
 disable_created_metrics()  # type: ignore[no-untyped-call]

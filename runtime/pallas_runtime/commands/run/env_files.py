@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from pallas_api.config import HTTP_URL, ProviderConfig
 from pallas_api.validation import describe
-from pallas_runtime.manifests import LocalPlan, ManifestError
+from pallas_runtime.commands.run.manifests import LocalPlan, ManifestError
 
 CONFIG_ENV = "PALLAS_AGENTS_CONFIG"
 DEFAULT_CONFIG = "agents.yaml"

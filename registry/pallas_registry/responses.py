@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from starlette.requests import Request
 from starlette.responses import Response
 
-from pallas_runtime.registry.catalogue import Entry, encode
+from pallas_registry.catalogue import Entry, encode
 
 JSON = "application/json"
 

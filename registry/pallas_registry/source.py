@@ -11,9 +11,9 @@ import abc
 import asyncio
 from collections.abc import Iterable
 
-from pallas_runtime.registry.catalogue import CatalogueStore
-from pallas_runtime.registry.providers import ProviderTarget
-from pallas_runtime.registry.state import AgentState
+from pallas_registry.catalogue import CatalogueStore
+from pallas_registry.providers import ProviderTarget
+from pallas_registry.state import AgentState
 
 
 class CatalogueSource(abc.ABC):

@@ -15,7 +15,7 @@ import hashlib
 import re
 
 from pallas_api import names
-from pallas_runtime.registry.state import AgentState
+from pallas_registry.state import AgentState
 
 CLUSTER_DOMAIN = "cluster.local"
 MAX_NAME = 200

@@ -24,7 +24,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from pallas_api.config import HttpLimits
-from pallas_runtime.http_limits import Refused, bounded_protocol
+from pallas_io.http_limits import Refused, bounded_protocol
 
 
 def listen(host: str, port: int) -> socket.socket:

@@ -37,8 +37,8 @@ from typing import Any
 
 import httpx2
 
-from pallas_runtime.commands.chat_repl import Repl, show_turn
-from pallas_runtime.commands.chat_session import EXIT_ERROR, EXIT_USAGE, ChatError, open_session
+from pallas_runtime.commands.chat.repl import Repl, show_turn
+from pallas_runtime.commands.chat.session import EXIT_ERROR, EXIT_USAGE, ChatError, open_session
 from pallas_runtime.commands.credentials import CredentialsError, add_token_arguments, bearer_token
 
 SERVER_JSON_PATH = "/.well-known/mcp/server.json"

@@ -26,15 +26,15 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from pallas_api.spec import Icon
-from pallas_runtime.registry.naming import remote_url, server_name
-from pallas_runtime.registry.schema import (
+from pallas_registry.naming import remote_url, server_name
+from pallas_registry.schema import (
     OFFICIAL_META,
     SCHEMA_URL,
     SchemaError,
     is_uri,
     validate_response,
 )
-from pallas_runtime.registry.state import AgentState, HealthView
+from pallas_registry.state import AgentState, HealthView
 
 VENDOR_META = "dev.pallas/agent"
 MAX_TEXT = 100
@@ -69,7 +69,7 @@ def display_title(state: AgentState) -> str:
 def icon_url(src: str, registry_url: str) -> str:
     """`src` made absolute: a relative reference resolves against the registry's public URL.
 
-    The schema wants an absolute URI (seed 001 allows relative ones, which clients resolve against
+    The schema wants an absolute URI (the original interface allows relative ones, docs/registry.md, which clients resolve against
     the registry they asked). The registry URL is taken as a directory, so a path prefix it has
     (`https://agents.example.com/pallas`) is kept for `icons/a.svg`; `/icons/a.svg` is from the host.
     """
@@ -155,7 +155,7 @@ def _official(state: AgentState) -> dict[str, Any]:
 
 
 def _provider(state: AgentState, provider: str, model: str) -> dict[str, Any]:
-    """The agent's provider as seed 004 describes one: id, kind, models, capabilities, names."""
+    """The agent's provider as docs/registry.md ("Provider entries") describes one: id, kind, models, capabilities, names."""
     view = state.provider
     entry: dict[str, Any] = {"id": provider, "kind": "llm", "models": [model] if model else []}
     if view.type:

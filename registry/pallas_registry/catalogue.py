@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pallas_runtime.registry.builder import InvalidAgent, build_response
-from pallas_runtime.registry.schema import OFFICIAL_META
-from pallas_runtime.registry.state import AgentState, utcnow
+from pallas_registry.builder import InvalidAgent, build_response
+from pallas_registry.schema import OFFICIAL_META
+from pallas_registry.state import AgentState, utcnow
 
 log = logging.getLogger("pallas.registry")
 

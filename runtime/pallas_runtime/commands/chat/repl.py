@@ -15,8 +15,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TextIO
 
-from pallas_runtime.commands.chat_params import ParamsError, known_keys
-from pallas_runtime.commands.chat_session import ChatError, ChatSession, Turn
+from pallas_runtime.commands.chat.params import ParamsError, known_keys
+from pallas_runtime.commands.chat.session import ChatError, ChatSession, Turn
 
 REPL_HELP = (
     "commands: /tools, /system, /set [KEY VALUE], /history, /save FILE, /threads, /resume ID, "

@@ -29,9 +29,9 @@ from pallas_io.commands import (
     port_number,
 )
 from pallas_io.logs import setup_logging
-from pallas_runtime.registry.app import build_app
-from pallas_runtime.registry.kubernetes import KubernetesSource
-from pallas_runtime.serving import bound_port, listen, run_server_loop, serve, until_signalled
+from pallas_io.serving import bound_port, listen, run_server_loop, serve, until_signalled
+from pallas_registry.app import build_app
+from pallas_registry.kubernetes import KubernetesSource
 
 PROVIDER_KEY = re.compile(r"^PALLAS_PROVIDER_[A-Z0-9_]+_API_KEY$")
 DEFAULT_PORT = RegistrySpec().port

@@ -19,10 +19,10 @@ from datetime import datetime
 
 from pallas_api.spec import CallerAuth, PallasAgentSpec, PallasDeploymentSpec, ProviderSpec
 from pallas_io.probe import ProbeOutcome, probe
-from pallas_runtime.registry.catalogue import CatalogueStore
-from pallas_runtime.registry.providers import ProviderTarget, deployment_targets
-from pallas_runtime.registry.source import CatalogueSource
-from pallas_runtime.registry.state import AgentState, HealthView, ProviderView, utcnow
+from pallas_registry.catalogue import CatalogueStore
+from pallas_registry.providers import ProviderTarget, deployment_targets
+from pallas_registry.source import CatalogueSource
+from pallas_registry.state import AgentState, HealthView, ProviderView, utcnow
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""Checks of every LLM provider of a deployment, run by its registry (seed 000, "Startup Preflight").
+"""Checks of every LLM provider of a deployment, run by its registry (docs/api.md §4).
 
 The original validated all providers with a key before the agents started, warn-only. The check
 itself is the product's one provider check (`pallas_io.llm_check`, which the agents' preflight
@@ -29,7 +29,7 @@ import httpx2
 from pallas_api.render import secret_source
 from pallas_api.spec import ProviderSpec
 from pallas_io.llm_check import CHECK_TIMEOUT, ProviderEndpoint, check_provider
-from pallas_runtime.registry.state import utcnow
+from pallas_registry.state import utcnow
 
 log = logging.getLogger("pallas.registry")
 

@@ -10,13 +10,18 @@ Layers, from pure to I/O:
   registry`), `static.StaticSource` (local agents polled over MCP, `pallas run`),
   `source.MemorySource` (states handed in by the caller).
 - `app.build_app(source)` — the Starlette app (its lifespan runs the source); serve it with
-  `pallas_runtime.serving.serve(app, sock)`, stopped by cancelling.
+  `pallas_io.serving.serve(app, sock)`, stopped by cancelling.
+- Around them: `objects` (PallasDeployment / PallasAgent objects → states, pure), `reflector`
+  (list-then-watch that survives expiry and outages), `naming` (server names and URLs in the
+  schema's shapes), `query` (filters and keyset pages), `responses` (bodies, ETags, the per-version
+  cache), `guard` (size limits, request metrics, no unhandled 500s), `providers` (the provider
+  checks of a deployment), `metrics`, and `command` (`pallas registry`).
 
 Use from `pallas run` (agents already started on their loopback ports):
 
-    from pallas_runtime.registry import build_app
-    from pallas_runtime.registry.static import LocalAgent, StaticSource
-    from pallas_runtime.serving import listen, serve
+    from pallas_registry import build_app
+    from pallas_registry.static import LocalAgent, StaticSource
+    from pallas_io.serving import listen, serve
 
     source = StaticSource(
         [LocalAgent(name, agent_spec, deployment_spec, f"http://127.0.0.1:{port}/mcp",
@@ -34,19 +39,19 @@ Use from `pallas run` (agents already started on their loopback ports):
 `kubernetes` and `static` are not imported here: each pulls in what the other does not need.
 """
 
-from pallas_runtime.registry.app import build_app
-from pallas_runtime.registry.builder import VENDOR_META, InvalidAgent, build_response
-from pallas_runtime.registry.catalogue import Catalogue, CatalogueStore, Entry
-from pallas_runtime.registry.metrics import RegistryMetrics
-from pallas_runtime.registry.schema import (
+from pallas_registry.app import build_app
+from pallas_registry.builder import VENDOR_META, InvalidAgent, build_response
+from pallas_registry.catalogue import Catalogue, CatalogueStore, Entry
+from pallas_registry.metrics import RegistryMetrics
+from pallas_registry.schema import (
     OFFICIAL_META,
     SCHEMA_URL,
     SchemaError,
     validate_response,
     validate_server,
 )
-from pallas_runtime.registry.source import CatalogueSource, MemorySource
-from pallas_runtime.registry.state import AgentState, HealthView
+from pallas_registry.source import CatalogueSource, MemorySource
+from pallas_registry.state import AgentState, HealthView
 
 __all__ = [
     "OFFICIAL_META",

@@ -24,8 +24,8 @@ from mcp import MCPError
 
 from pallas_api.names import INSTRUCTION_URI, TOOL_CALLS_META
 from pallas_io.probe import probe
-from pallas_runtime.commands.chat_display import TurnDisplay
-from pallas_runtime.commands.chat_params import PARAMS_ARGUMENT, accepted_params, checked, wire_params
+from pallas_runtime.commands.chat.display import TurnDisplay
+from pallas_runtime.commands.chat.params import PARAMS_ARGUMENT, accepted_params, checked, wire_params
 
 SEND_MESSAGE = "send_message"
 # Exit codes: 1 for an error talking to the agent, 2 for bad arguments (argparse's convention).

@@ -31,11 +31,17 @@ from pallas_api.render import log_level
 from pallas_io.commands import EXIT_FAILURE, EXIT_USAGE, port_number
 from pallas_io.logs import LEVELS, log_format, setup_logging
 from pallas_runtime.commands.credentials import CredentialsError, add_token_arguments, bearer_token
-from pallas_runtime.commands.local_agents import LocalRun, StartFailed
-from pallas_runtime.commands.local_env import manifest_files, with_openai_base_url, working_directory_env
-from pallas_runtime.commands.reload import Reload, watch
-from pallas_runtime.commands.startup import StartupReport
-from pallas_runtime.manifests import LOOPBACK, LocalPlan, ManifestError, load_manifests, plan_local
+from pallas_runtime.commands.run.banner import StartupReport
+from pallas_runtime.commands.run.env_files import manifest_files, with_openai_base_url, working_directory_env
+from pallas_runtime.commands.run.hosted import LocalRun, StartFailed
+from pallas_runtime.commands.run.manifests import (
+    LOOPBACK,
+    LocalPlan,
+    ManifestError,
+    load_manifests,
+    plan_local,
+)
+from pallas_runtime.commands.run.reload import Reload, watch
 from pallas_runtime.metrics import RuntimeMetrics
 
 log = logging.getLogger("pallas.run")

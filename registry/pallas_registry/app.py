@@ -28,13 +28,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from pallas_runtime.registry.catalogue import encode
-from pallas_runtime.registry.guard import SERVERS, WELL_KNOWN, Guard
-from pallas_runtime.registry.metrics import CONTENT_TYPE, RegistryMetrics
-from pallas_runtime.registry.providers import ProviderChecks
-from pallas_runtime.registry.query import SERVER_NAME, BadParameter, Query, page, parse_query, select
-from pallas_runtime.registry.responses import JSON, Rendered, ResponseCache, error, respond, server_list
-from pallas_runtime.registry.source import CatalogueSource
+from pallas_registry.catalogue import encode
+from pallas_registry.guard import SERVERS, WELL_KNOWN, Guard
+from pallas_registry.metrics import CONTENT_TYPE, RegistryMetrics
+from pallas_registry.providers import ProviderChecks
+from pallas_registry.query import SERVER_NAME, BadParameter, Query, page, parse_query, select
+from pallas_registry.responses import JSON, Rendered, ResponseCache, error, respond, server_list
+from pallas_registry.source import CatalogueSource
 
 log = logging.getLogger("pallas.registry")
 

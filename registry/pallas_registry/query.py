@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from pallas_api.names import DNS_LABEL
-from pallas_runtime.registry.catalogue import Catalogue, Entry
-from pallas_runtime.registry.schema import is_date_time
+from pallas_registry.catalogue import Catalogue, Entry
+from pallas_registry.schema import is_date_time
 
 DEFAULT_LIMIT = 30
 MAX_LIMIT = 100

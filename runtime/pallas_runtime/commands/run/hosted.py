@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING
 
 from pallas_api.config import HttpLimits
 from pallas_io.logs import fields_context
-from pallas_runtime.manifests import LOOPBACK, AgentKey, LocalPlan, PlannedAgent
+from pallas_runtime.commands.run.manifests import LOOPBACK, AgentKey, LocalPlan, PlannedAgent
 from pallas_runtime.metrics import RuntimeMetrics
 
 if TYPE_CHECKING:  # imported where used: `--agent` runs never load the registry
-    from pallas_runtime.registry import RegistryMetrics
+    from pallas_registry import RegistryMetrics
+from pallas_io.serving import listen, serve
 from pallas_runtime.server import AgentServer, agent_app, build_server
-from pallas_runtime.serving import listen, serve
 
 GRACE_SECONDS = 2
 """How long a stopping server waits for open requests. Running turns end at once anyway (they
@@ -142,8 +142,8 @@ async def start_registry(
         StartFailed: the port is taken or the server did not start.
     """
     # Imported here: the registry pulls in its own dependencies, which `--agent` runs never need.
-    from pallas_runtime.registry import RegistryMetrics, build_app
-    from pallas_runtime.registry.static import LocalAgent, StaticSource
+    from pallas_registry import RegistryMetrics, build_app
+    from pallas_registry.static import LocalAgent, StaticSource
 
     source = StaticSource(
         [

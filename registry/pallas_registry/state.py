@@ -38,7 +38,7 @@ VENDOR_NAMES = {"openai": "OpenAI", "anthropic": "Anthropic"}
 
 @dataclass(frozen=True, slots=True)
 class ProviderView:
-    """The agent's provider as clients discovering it see it (seed 004's provider entry).
+    """The agent's provider as clients discovering it see it (docs/registry.md, "Provider entries").
 
     Capabilities are resolved here (declared, else the wire protocol's), except `vision`: None
     means "as the agent's model", which only the builder knows.

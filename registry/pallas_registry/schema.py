@@ -84,7 +84,7 @@ def is_date_time(value: object) -> bool:
 @cache
 def server_schema() -> dict[str, Any]:
     """The 2025-12-11 `server.json` schema as a dict (parsed once)."""
-    text = files("pallas_runtime.registry").joinpath("data", SCHEMA_FILE).read_text(encoding="utf-8")
+    text = files("pallas_registry").joinpath("data", SCHEMA_FILE).read_text(encoding="utf-8")
     schema: dict[str, Any] = json.loads(text)
     return schema
 

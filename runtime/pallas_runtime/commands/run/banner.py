@@ -75,7 +75,7 @@ class StartupReport:
 async def agent_health(url: str, headers: Mapping[str, str]) -> Health:
     """The agent's `get_health`, as the registry of `pallas run` reads it."""
     # Imported here, as run.py imports the registry: `pallas run --agent` never needs it otherwise.
-    from pallas_runtime.registry.static import probe_agent
+    from pallas_registry.static import probe_agent
 
     seen = await probe_agent(url, HEALTH_BUDGET, headers)
     return Health(seen.health.status, seen.health.message)
