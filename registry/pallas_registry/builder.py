@@ -69,8 +69,9 @@ def display_title(state: AgentState) -> str:
 def icon_url(src: str, registry_url: str) -> str:
     """`src` made absolute: a relative reference resolves against the registry's public URL.
 
-    The schema wants an absolute URI (the original interface allows relative ones, docs/registry.md, which clients resolve against
-    the registry they asked). The registry URL is taken as a directory, so a path prefix it has
+    The schema wants an absolute URI; the original interface allows relative ones, which clients
+    resolve against the registry they asked (docs/registry.md, "Relative icons").
+    The registry URL is taken as a directory, so a path prefix it has
     (`https://agents.example.com/pallas`) is kept for `icons/a.svg`; `/icons/a.svg` is from the host.
     """
     if urlsplit(src).scheme or not registry_url:
@@ -155,7 +156,7 @@ def _official(state: AgentState) -> dict[str, Any]:
 
 
 def _provider(state: AgentState, provider: str, model: str) -> dict[str, Any]:
-    """The agent's provider as docs/registry.md ("Provider entries") describes one: id, kind, models, capabilities, names."""
+    """The agent's provider (docs/registry.md, "Provider entries"): id, kind, models, capabilities, names."""
     view = state.provider
     entry: dict[str, Any] = {"id": provider, "kind": "llm", "models": [model] if model else []}
     if view.type:

@@ -1,4 +1,4 @@
-"""Package docstrings that list their modules name real ones, and miss none (docstrings stay true).
+r"""Package docstrings that list their modules name real ones, and miss none (docstrings stay true).
 
 A package whose docstring is a module list (lines `- \`name\`, \`other\`: what they do`) is a map a
 newcomer reads first; a renamed or deleted module must not leave it pointing at nothing.

@@ -1,1 +1,4 @@
-"""The agent: its loop (LLM ↔ tools), health, progress reporting and the history window (conversations are in `pallas_runtime.conversations`)."""
+"""The agent: its loop (LLM ↔ tools), health, progress and the history window.
+
+Conversations are kept by `pallas_runtime.conversations`.
+"""

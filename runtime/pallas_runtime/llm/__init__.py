@@ -1,1 +1,4 @@
-"""The LLM boundary: the OpenAI / Anthropic adapters behind one interface (the provider-neutral message types are `pallas_runtime.messages`)."""
+"""The LLM boundary: the OpenAI / Anthropic adapters behind one interface.
+
+The provider-neutral message types are `pallas_runtime.messages`.
+"""
