@@ -44,6 +44,7 @@ log = logging.getLogger("pallas.agent")
 
 _LLM_NAME = re.compile(r"[^A-Za-z0-9_-]")
 _LLM_NAME_MAX = 64  # OpenAI's limit on function names; Anthropic's is the same
+MAX_REMEMBERED_NAMES = 100_000
 
 
 def llm_tool_name(qualified: str) -> str:
@@ -95,6 +96,17 @@ class ToolBox:
         self._peers = frozenset(a.name for a in config.agents)
         self._metrics = metrics
         self._secrets = secrets or SecretValues()
+        self._names: dict[str, tuple[str, bool]] = {}
+        """qualified name → (model-facing name, allowed): both fixed for the config's life, and
+        a regex and the policy's globs over hundreds of tools would cost every turn milliseconds."""
+
+    def _named(self, qualified: str) -> tuple[str, bool]:
+        known = self._names.get(qualified)
+        if known is None:
+            if len(self._names) > MAX_REMEMBERED_NAMES:
+                self._names.clear()
+            known = self._names[qualified] = (llm_tool_name(qualified), self._config.tools.permits(qualified))
+        return known
 
     @property
     def server_names(self) -> list[str]:
