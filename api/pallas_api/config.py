@@ -296,6 +296,28 @@ class ToolPolicy(_Model):
         return allowed and not any(fnmatch.fnmatchcase(qualified_name, glob) for glob in self.deny)
 
 
+ToolExposureMode = Literal["all", "onDemand", "auto"]
+"""How an agent's downstream tools reach its model (docs/api.md §1, `toolExposure`)."""
+
+MIN_SCHEMA_BUDGET = 256
+MAX_SCHEMA_BUDGET = 10_000_000
+
+
+class ToolExposure(_Model):
+    """How the agent's downstream tools reach its model and its own MCP clients."""
+
+    mode: ToolExposureMode = "auto"
+    """`all`: every allowed tool's schema on every LLM request; `onDemand`: the gateway tools
+    (`list_servers`, `get_server_tools`, `execute_tool`) with an index of server and tool names,
+    schemas loaded when the model asks; `auto`: `all` while the schemas fit the budget."""
+    schema_budget_tokens: Annotated[int | None, Field(ge=MIN_SCHEMA_BUDGET, le=MAX_SCHEMA_BUDGET)] = None
+    """Tokens the tool schemas of one LLM request may take (`auto`'s threshold, and the most one
+    `get_server_tools` answer holds); None: a quarter of the model's input budget."""
+    gateway: bool = False
+    """Whether the agent's own MCP clients get the three gateway tools too (under the same
+    policy, audit and metrics as the model's calls)."""
+
+
 class HistoryLimits(_Model):
     """Bounds on stored conversations (least recently used ones are dropped first)."""
 
@@ -507,6 +529,8 @@ class AgentConfig(_Model):
     max_depth: MaxDepth = DEFAULT_MAX_DEPTH
     """The most agents a chain of agent-to-agent calls through this agent may have."""
     tools: ToolPolicy = ToolPolicy()
+    tool_exposure: ToolExposure = ToolExposure()
+    """How the downstream tools reach the model and the agent's own clients."""
     history: HistoryLimits = HistoryLimits()
     conversations: ConversationStoreConfig = ConversationStoreConfig()
     limits: InputLimits = InputLimits()

@@ -31,6 +31,7 @@ from pallas_api.config import (
     OidcConfig,
     PeerAgent,
     ProviderConfig,
+    ToolExposure,
 )
 from pallas_api.spec import (
     ConversationsSpec,
@@ -38,6 +39,7 @@ from pallas_api.spec import (
     PallasAgentSpec,
     PallasDeploymentSpec,
     SecretKeyRef,
+    ToolExposureSpec,
 )
 
 
@@ -123,6 +125,12 @@ def split_model(ref: str) -> tuple[str, str]:
     """`<provider>.<model>` → (provider, model); the model id may itself contain dots."""
     provider, _, model = ref.partition(".")
     return provider, model
+
+
+def _tool_exposure(deployment: ToolExposureSpec, agent: ToolExposureSpec) -> ToolExposure:
+    """The agent's fields over the deployment's, field by field, over the defaults."""
+    chosen = {**deployment.model_dump(exclude_none=True), **agent.model_dump(exclude_none=True)}
+    return ToolExposure.model_validate(chosen)
 
 
 def _store(
@@ -303,6 +311,7 @@ def render_agent(
         max_iterations=agent.max_iterations,
         max_depth=agent.max_depth,
         tools=agent.tools,
+        tool_exposure=_tool_exposure(deployment.tool_exposure, agent.tool_exposure),
         history=HistoryLimits(
             max_messages=agent.history.max_messages
             or deployment.conversations.max_messages

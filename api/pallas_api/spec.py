@@ -22,6 +22,8 @@ from pallas_api.config import (
     DEFAULT_MAX_RESULT_BYTES,
     HEADER_NAME,
     HTTP_URL,
+    MAX_SCHEMA_BUDGET,
+    MIN_SCHEMA_BUDGET,
     CallParams,
     ConversationScope,
     HttpLimits,
@@ -33,6 +35,7 @@ from pallas_api.config import (
     ModelCapabilities,
     RequestParams,
     SessionLimits,
+    ToolExposureMode,
     ToolPolicy,
 )
 from pallas_api.names import DNS_LABEL, DNS_LABEL_FORM
@@ -469,6 +472,27 @@ class NetworkSpec(_Spec):
     """More peers that may reach the agents (clients, an ingress controller, Prometheus)."""
 
 
+class ToolExposureSpec(_Spec):
+    """How downstream tools reach an agent's model (docs/api.md §1, "Tools at scale").
+
+    On a deployment the default; on an agent each field set overrides the deployment's.
+    """
+
+    mode: ToolExposureMode | None = None
+    """`all` (every allowed tool's schema on every LLM request), `onDemand` (the model gets
+    `list_servers`, `get_server_tools` and `execute_tool` with an index of server and tool names,
+    and loads the schemas it needs) or `auto` (`all` while the schemas fit `schemaBudgetTokens`,
+    else `onDemand`). Default `auto`. Peer agents are always offered directly."""
+    schema_budget_tokens: Annotated[int | None, Field(ge=MIN_SCHEMA_BUDGET, le=MAX_SCHEMA_BUDGET)] = None
+    """Tokens the tool schemas of one LLM request may take: `auto`'s threshold and the most one
+    `get_server_tools` answer holds. Default: a quarter of the model's input budget (its context
+    window less the room kept for the answer)."""
+    gateway: bool | None = None
+    """Also offer `list_servers`, `get_server_tools` and `execute_tool` to the agent's own MCP
+    clients, so a client can use the agent as a policy-enforcing gateway to its servers (same
+    tool policy, audit lines, metrics and error codes as the model's calls). Default false."""
+
+
 class PallasDeploymentSpec(_Spec):
     """A group of agents sharing model, providers and tools."""
 
@@ -497,6 +521,8 @@ class PallasDeploymentSpec(_Spec):
     http: HttpLimits = HttpLimits()
     """Bounds on every request the agents' and the registry's HTTP listeners read, enforced
     before access control: head size, header count, the time to send a head, idle keep-alive."""
+    tool_exposure: ToolExposureSpec = ToolExposureSpec()
+    """How downstream tools reach the agents' models, unless an agent says otherwise."""
     log_level: LogLevel | None = None
     """Log level of the Pallas loggers in the agents' and the registry's pods
     (`PALLAS_LOG_LEVEL`); an agent's `logLevel` overrides it; default info."""
@@ -640,6 +666,8 @@ class PallasAgentSpec(_Spec):
     cycle checks cannot see every loop."""
     tools: ToolPolicy = ToolPolicy()
     """Allow/deny globs over `<server>__<tool>`."""
+    tool_exposure: ToolExposureSpec = ToolExposureSpec()
+    """How downstream tools reach this agent's model; each field set overrides the deployment's."""
     history: AgentHistorySpec = AgentHistorySpec()
     """Conversation history limits."""
     conversations: AgentConversationsSpec = AgentConversationsSpec()

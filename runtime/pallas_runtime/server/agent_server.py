@@ -33,6 +33,7 @@ from pallas_runtime.llm.provider import LLMProvider
 from pallas_runtime.metrics import AUTH_OUTCOMES, RuntimeMetrics
 from pallas_runtime.server.conversation_gauge import ConversationGauge
 from pallas_runtime.server.conversation_tools import ConversationTools
+from pallas_runtime.server.gateway_tools import GatewayTools
 from pallas_runtime.server.get_health import HealthTool
 from pallas_runtime.server.history_prompt import HistoryPrompt
 from pallas_runtime.server.instruction_resource import InstructionResource
@@ -120,6 +121,8 @@ class AgentServer:
         ConversationTools(config, conversations, self._gauge).add_to(self.mcp)
         InstructionResource(config).add_to(self.mcp)
         ProbeRoutes(lambda: self.ready, metrics).add_to(self.mcp)
+        if config.tool_exposure.gateway:
+            GatewayTools(config, loop, self.inflight, verified=self._auth is not None).add_to(self.mcp)
 
     def _declare_series(self) -> None:
         agent, metrics, inflight = self.config.name, self.metrics, self.inflight
