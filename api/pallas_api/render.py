@@ -255,6 +255,7 @@ def render_agent(
         api_key_source=api_key_source,
         timeout_seconds=provider_spec.timeout_seconds,
         max_retries=provider_spec.max_retries,
+        streaming=provider_spec.capabilities.streaming is not False,
     )
 
     missing_servers = [s for s in agent.servers if s not in deployment.mcp_servers]

@@ -230,10 +230,15 @@ class AgentLoop:
     ) -> Completion:
         await progress.step("llm")
         agent, model = self._config.name, self._config.model
+        stream = progress.text_stream()
         started = time.perf_counter()
         try:
             completion = await self._provider.complete(
-                system=self._config.instruction, messages=messages, tools=specs, params=params
+                system=self._config.instruction,
+                messages=messages,
+                tools=specs,
+                params=params,
+                on_text=stream.feed if stream is not None else None,
             )
         except LLMError:
             self._metrics.llm_request_duration.labels(agent, model, "error").observe(
@@ -241,6 +246,12 @@ class AgentLoop:
             )
             raise
         self._metrics.llm_request_duration.labels(agent, model, "ok").observe(time.perf_counter() - started)
+        if stream is not None:
+            await stream.flush()
+            if not stream.received and completion.tool_calls and completion.text:
+                # Not streamed: the text that goes with tool calls is never in the result, so it
+                # goes to the caller now (a final answer is the result itself).
+                await progress.text(completion.text)
         self._metrics.llm_turns_total.labels(agent, model).inc()
         for kind, count in completion.usage.by_kind().items():
             if count:
