@@ -664,9 +664,9 @@ class FakeAnthropic(_FakeServer):
                     delta = {"type": "input_json_delta", "partial_json": fragment}
                     yield event("content_block_delta", {"index": index, "delta": delta})
             yield event("content_block_stop", {"index": index})
-        delta = {"stop_reason": body["stop_reason"], "stop_sequence": None}
+        stopped: dict[str, Any] = {"stop_reason": body["stop_reason"], "stop_sequence": None}
         yield event(
-            "message_delta", {"delta": delta, "usage": {"output_tokens": usage.get("output_tokens", 0)}}
+            "message_delta", {"delta": stopped, "usage": {"output_tokens": usage.get("output_tokens", 0)}}
         )
         yield event("message_stop", {})
 
