@@ -452,6 +452,10 @@ class HealthSettings(_Model):
     probe_timeout_seconds: Annotated[float, Field(gt=0, le=60)] = 3.0
     provider_recheck_seconds: Annotated[float, Field(gt=0)] = 300.0
     """TTL of the provider preflight result; an older one is re-probed by `get_health`."""
+    slow_llm_seconds: Annotated[float, Field(gt=0)] = 30.0
+    """Recent LLM calls slower than this on average: `degraded`."""
+    slow_tool_seconds: Annotated[float, Field(gt=0)] = 10.0
+    """Recent calls of one downstream server or peer slower than this on average: `degraded`."""
 
 
 INVOKE_VERB = "invoke"

@@ -328,7 +328,11 @@ def render_agent(
             local=local,
         ),
         limits=agent.limits,
-        health=HealthSettings(probe_timeout_seconds=deployment.health_check.timeout_seconds),
+        health=HealthSettings(
+            probe_timeout_seconds=deployment.health_check.timeout_seconds,
+            slow_llm_seconds=deployment.health_check.slow_llm_seconds,
+            slow_tool_seconds=deployment.health_check.slow_tool_seconds,
+        ),
         auth=auth,
         sessions=agent.sessions,
         busy_at=agent.busy_at,

@@ -189,6 +189,8 @@ class _FakeServer(abc.ABC):
         self.models = list(models)
         self.api_key = api_key
         self.requests: list[RecordedRequest] = []
+        self.streams: list[list[float]] = []
+        """For each streamed answer, when each of its events was sent (time.monotonic())."""
         self._steps: deque[Step] = deque()
         self._model_steps: deque[Step] = deque()
         self._ids = itertools.count(1)
@@ -402,11 +404,16 @@ def _wants_stream(recorded: RecordedRequest) -> bool:
     return isinstance(recorded.json, dict) and recorded.json.get("stream") is True
 
 
-def _sse(events: Iterator[str], interval: float, headers: Mapping[str, str]) -> StreamingResponse:
+def _sse(
+    events: Iterator[str], interval: float, headers: Mapping[str, str], sent: list[float]
+) -> StreamingResponse:
+    """The events as an SSE response; `sent` gets the time.monotonic() of each event's sending."""
+
     async def paced() -> AsyncIterator[str]:
         for event in events:
             if interval:
                 await asyncio.sleep(interval)
+            sent.append(time.monotonic())
             yield event
 
     return StreamingResponse(paced(), media_type="text/event-stream", headers=dict(headers))
@@ -491,7 +498,8 @@ class FakeOpenAI(_FakeServer):
             body["usage"] = dict(step.usage)
         headers = {"x-request-id": f"req_fake_{n}"}
         if _wants_stream(recorded):
-            return _sse(self._chunks(body, step, recorded), step.interval, headers)
+            self.streams.append([])
+            return _sse(self._chunks(body, step, recorded), step.interval, headers, self.streams[-1])
         return JSONResponse(body, headers=headers)
 
     @staticmethod
@@ -631,7 +639,8 @@ class FakeAnthropic(_FakeServer):
             body["usage"] = dict(step.usage)
         headers = {"request-id": f"req_fake_{n}"}
         if _wants_stream(recorded):
-            return _sse(self._events(body, step), step.interval, headers)
+            self.streams.append([])
+            return _sse(self._events(body, step), step.interval, headers, self.streams[-1])
         return JSONResponse(body, headers=headers)
 
     @staticmethod

@@ -16,7 +16,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from pallas_api.config import AgentConfig
 from tests.integration.runtime.test_agent_server import agent, client, config
-from tests.support.fake_llm import Call, FakeAnthropic, FakeOpenAI, Text, ToolCalls
+from tests.support.fake_llm import Call, Delay, FakeAnthropic, FakeOpenAI, Text, ToolCalls
 from tests.support.mcp_servers import header_echo_server
 
 ANSWER = "Streams arrive piece by piece, in order, and add up to the answer."
@@ -134,3 +134,20 @@ async def test_a_sub_agents_stream_reaches_the_top_caller_attributed_to_it(
     relayed = "researcher/send_message: researcher text: "
     assert progress.text(relayed) == "The sub-agent found three sources."
     assert fake_anthropic.completions[0].json["stream"] is True  # the orchestrator asked for progress
+
+
+async def test_a_slow_llm_turns_health_degraded_naming_it_and_faster_calls_bring_it_back(
+    fake_openai: FakeOpenAI,
+) -> None:
+    cfg = config(fake_openai, health={"slowLlmSeconds": 0.2})
+    fake_openai.script(*[Delay(0.3, then=Text("slow")) for _ in range(3)])
+    async with agent(cfg) as running, client(running.url) as mcp:
+        for _ in range(3):
+            await mcp.call_tool_mcp("send_message", {"message": "hi"})
+        slow = json.loads((await mcp.call_tool("get_health", {})).content[0].text)
+        for _ in range(3):  # the fake's default answers at once
+            await mcp.call_tool_mcp("send_message", {"message": "hi"})
+        fast = json.loads((await mcp.call_tool("get_health", {})).content[0].text)
+    assert slow["status"] == "degraded"
+    assert slow["message"].startswith("Slow: LLM avg 0.3s over 3 calls (over 0.2s)")
+    assert fast["status"] == "ok", fast
