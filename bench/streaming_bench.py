@@ -35,10 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx2
 import yaml
+from agent_bench import pinned_process
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from bench.agent_bench import pinned_process
 from tests.support.fake_llm import FakeOpenAI, Text
 from tests.support.mcp_peers import free_port
 
