@@ -80,6 +80,9 @@ class ProviderConfig(_Model):
     timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 120.0
     max_retries: Annotated[int, Field(ge=0, le=10)] = 3
     """Retries with exponential backoff on 429, 5xx and connection errors."""
+    streaming: bool = True
+    """Whether completions are asked for as a stream when a caller follows the turn's progress
+    (the provider's `capabilities.streaming`, default true)."""
 
     def api_key_origin(self) -> str:
         """What the user sets to give the key: `apiKeySource`, else the variable they named."""
@@ -449,6 +452,10 @@ class HealthSettings(_Model):
     probe_timeout_seconds: Annotated[float, Field(gt=0, le=60)] = 3.0
     provider_recheck_seconds: Annotated[float, Field(gt=0)] = 300.0
     """TTL of the provider preflight result; an older one is re-probed by `get_health`."""
+    slow_llm_seconds: Annotated[float, Field(gt=0)] = 30.0
+    """Recent LLM calls slower than this on average: `degraded`."""
+    slow_tool_seconds: Annotated[float, Field(gt=0)] = 10.0
+    """Recent calls of one downstream server or peer slower than this on average: `degraded`."""
 
 
 INVOKE_VERB = "invoke"

@@ -255,6 +255,7 @@ def render_agent(
         api_key_source=api_key_source,
         timeout_seconds=provider_spec.timeout_seconds,
         max_retries=provider_spec.max_retries,
+        streaming=provider_spec.capabilities.streaming is not False,
     )
 
     missing_servers = [s for s in agent.servers if s not in deployment.mcp_servers]
@@ -327,7 +328,11 @@ def render_agent(
             local=local,
         ),
         limits=agent.limits,
-        health=HealthSettings(probe_timeout_seconds=deployment.health_check.timeout_seconds),
+        health=HealthSettings(
+            probe_timeout_seconds=deployment.health_check.timeout_seconds,
+            slow_llm_seconds=deployment.health_check.slow_llm_seconds,
+            slow_tool_seconds=deployment.health_check.slow_tool_seconds,
+        ),
         auth=auth,
         sessions=agent.sessions,
         busy_at=agent.busy_at,

@@ -306,6 +306,11 @@ class HealthCheckSpec(_Spec):
     """Seconds between get_health calls by the operator."""
     timeout_seconds: Annotated[float, Field(gt=0, le=60)] = 3.0
     """Timeout of each downstream probe inside get_health."""
+    slow_llm_seconds: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    """An agent whose recent LLM calls (the last 20 within 10 minutes, at least 3) take longer
+    than this on average reports itself `degraded`, naming the figure."""
+    slow_tool_seconds: Annotated[float, Field(gt=0, le=3600)] = 10.0
+    """The same for each downstream server and peer agent, by its recent tool calls."""
 
 
 class ServiceMonitorSpec(_Spec):

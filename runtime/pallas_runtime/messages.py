@@ -6,6 +6,7 @@ llm/anthropic_messages.py, downstream/); everything in between speaks these type
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -119,3 +120,7 @@ class Completion:
     tool_calls: tuple[ToolCall, ...] = ()
     usage: Usage = field(default_factory=Usage)
     stop_reason: str | None = None
+
+
+TextSink = Callable[[str], Awaitable[None]]
+"""Where a streamed completion's text goes as it arrives, one piece at a time."""

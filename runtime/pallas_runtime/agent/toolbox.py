@@ -25,6 +25,7 @@ from pallas_api.config import AgentConfig
 from pallas_api.errors import ErrorCode
 from pallas_io.logs import SecretValues
 from pallas_runtime.agent.audit import Outcome, audit_tool_call
+from pallas_runtime.agent.latency import Latencies
 from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.downstream.call_path import CallPath
@@ -90,8 +91,10 @@ class ToolBox:
         sources: Sequence[ToolSource],
         metrics: RuntimeMetrics,
         secrets: SecretValues | None = None,
+        latencies: Latencies | None = None,
     ) -> None:
         self._config = config
+        self._latencies = latencies or Latencies()
         self._sources = list(sources)
         self._peers = frozenset(a.name for a in config.agents)
         self._metrics = metrics
@@ -208,6 +211,7 @@ class ToolBox:
             agent, source, tool.name, verdict, elapsed, code=outcome.code if outcome.is_error else None
         )
         self._metrics.tool_call_duration.labels(agent, source, "tool").observe(elapsed)
+        self._latencies.record(source, elapsed)
         self._metrics.tool_calls_total.labels(
             agent, source, "tool", "error" if outcome.is_error else "ok"
         ).inc()

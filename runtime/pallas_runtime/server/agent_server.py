@@ -100,6 +100,7 @@ class AgentServer:
             store=store,
             access_problem=self._auth.verifier.problem if self._auth else None,
             in_flight=lambda: self.inflight.count,
+            latencies=loop.latencies,
         )
         self._gauge = ConversationGauge(agent, store, metrics)
         send = SendMessage(

@@ -32,7 +32,7 @@ from mcp.shared.exceptions import MCPError
 
 from pallas_api.config import AgentConfig, RequestParams, parse_config
 from pallas_runtime.llm.provider import LLMError
-from pallas_runtime.messages import Completion, Message, ToolSpec
+from pallas_runtime.messages import Completion, Message, TextSink, ToolSpec
 from pallas_runtime.metrics import RuntimeMetrics
 from pallas_runtime.server import AgentServer, build_server
 from tests.unit.agent.doubles import FakeSource, ScriptedProvider, calls, text
@@ -368,6 +368,7 @@ async def test_progress_only_with_a_token() -> None:
         (0.5, 1, "echo/ping: halfway"),
         (1, 1, "echo/ping: completed"),
         (3, None, "harper step 3 (llm)"),
+        (3, None, "harper text: done"),
     ]
     assert seen == told  # the call without a progress token was told nothing
 
@@ -508,6 +509,7 @@ class HangingProvider(ScriptedProvider):
         messages: Sequence[Message],
         tools: Sequence[ToolSpec],
         params: RequestParams | None = None,
+        on_text: TextSink | None = None,
     ) -> Completion:
         self.started.set()
         await asyncio.Event().wait()

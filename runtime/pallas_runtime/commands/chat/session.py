@@ -260,7 +260,7 @@ async def open_session(
         yield ChatSession(
             client=client,
             agent=info.name if info else "agent",
-            display=TurnDisplay(sys.stderr),
+            display=TurnDisplay(sys.stderr, answer=sys.stdout),
             timeout=wait,
             conversation_id=conversation_id or new_conversation_id(),
         )
