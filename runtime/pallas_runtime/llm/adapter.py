@@ -198,7 +198,7 @@ class SdkProvider(abc.ABC):
                 cast_to=object,
                 body={**request, **self._stream_fields()},
                 stream=True,
-                stream_cls=self.sdk_stream[object],
+                stream_cls=self.sdk_stream,
             )
             async for event in stream:
                 if isinstance(event, Mapping) and (text := reader.feed(event)):

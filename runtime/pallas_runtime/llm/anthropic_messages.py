@@ -21,6 +21,7 @@ from pallas_io.llm_check import PUBLIC_APIS
 from pallas_runtime.llm.adapter import SdkProvider, wire_count
 from pallas_runtime.llm.errors import SdkErrors
 from pallas_runtime.llm.params import ParamPlan, anthropic_plan
+from pallas_runtime.llm.sse import AnthropicEvents
 from pallas_runtime.messages import (
     AssistantMessage,
     Completion,
@@ -257,7 +258,7 @@ class AnthropicMessagesProvider(SdkProvider):
         anthropic.APIConnectionError,
         anthropic.APIStatusError,
     )
-    sdk_stream = anthropic.AsyncStream
+    sdk_stream = AnthropicEvents
 
     def _default_base_url(self) -> str:
         return DEFAULT_BASE_URL

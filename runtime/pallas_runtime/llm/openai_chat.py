@@ -21,6 +21,7 @@ from pallas_io.llm_check import PUBLIC_APIS
 from pallas_runtime.llm.adapter import SdkProvider, wire_count
 from pallas_runtime.llm.errors import SdkErrors
 from pallas_runtime.llm.params import ParamPlan, is_native_openai, openai_plan
+from pallas_runtime.llm.sse import OpenAIEvents
 from pallas_runtime.messages import (
     AssistantMessage,
     Completion,
@@ -294,7 +295,7 @@ class OpenAIChatProvider(SdkProvider):
     completion_path = "/chat/completions"
     sdk_client = openai.AsyncOpenAI
     sdk_http_client = openai.DefaultAsyncHttpxClient
-    sdk_stream = openai.AsyncStream
+    sdk_stream = OpenAIEvents
     sdk_errors = SdkErrors(
         openai.OpenAIError, openai.APITimeoutError, openai.APIConnectionError, openai.APIStatusError
     )
