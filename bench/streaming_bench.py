@@ -22,13 +22,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -36,8 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import httpx2
 import yaml
 from agent_bench import pinned_process
-from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
+from tools_bench import session
 
 from tests.support.fake_llm import FakeOpenAI, Text
 from tests.support.mcp_peers import free_port
@@ -49,18 +46,6 @@ TICKS = os.sysconf("SC_CLK_TCK")
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS
-
-
-@contextlib.asynccontextmanager
-async def session(url: str) -> AsyncIterator[ClientSession]:
-    http = httpx2.AsyncClient(timeout=60)
-    async with (
-        http,
-        streamable_http_client(url, http_client=http) as (read, write),
-        ClientSession(read, write) as mcp,
-    ):
-        await mcp.initialize()
-        yield mcp
 
 
 def write_config(folder: Path, llm: FakeOpenAI, *, streaming: bool) -> Path:

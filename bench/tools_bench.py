@@ -51,7 +51,7 @@ def _client(url: str) -> Client[Any]:
 
 
 @asynccontextmanager
-async def _session(url: str) -> AsyncIterator[ClientSession]:
+async def session(url: str) -> AsyncIterator[ClientSession]:
     """The MCP SDK's own session: the same thin client for the agent and for the server directly."""
     http = httpx2.AsyncClient(timeout=httpx2.Timeout(30))
     async with (
@@ -124,8 +124,8 @@ async def main(tools: int, calls: int) -> None:
 
         async with (
             serve_app(agent_app(build_server(_config(llm, wide.url, "onDemand"), environ={}))) as agent,
-            _session(agent.url) as through,
-            _session(wide.url) as direct,
+            session(agent.url) as through,
+            session(wide.url) as direct,
         ):
             args = {"field_0": "x"}
             rows = {
