@@ -132,7 +132,9 @@ async def serve_plan(
 ) -> int:
     """Start every agent in dependency order and serve until SIGINT/SIGTERM; stop them all.
 
-    With `reload`, edits of its files are applied while serving (see `reload.watch`).
+    Stopping drains each agent (docs/runtime.md: turns in flight finish within its
+    `drainSeconds`); a second SIGINT/SIGTERM interrupts what is left at once. With `reload`, edits
+    of its files are applied while serving (see `reload.watch`).
     """
     run = LocalRun(plan, RuntimeMetrics(), probe_headers or {})
     stop = asyncio.Event()
@@ -171,6 +173,15 @@ async def serve_plan(
             return EXIT_FAILURE
         return 0
     finally:
+        # Stopping drains every agent (its turns in flight finish); a second signal cuts that short.
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, run.hurry)
+        if running := run.turns_in_flight():
+            longest = max(a.rendered.config.drain_seconds for a in run.plan.agents)
+            log.info(
+                "stopping: waiting up to %ds for %d turn(s) in flight to finish; Ctrl-C again to "
+                "interrupt them (each is kept as a failed turn)", longest, running,
+            )  # fmt: skip
         await run.close()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
