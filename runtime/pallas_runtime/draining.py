@@ -9,10 +9,13 @@ keep-alive connections still reach it. A request that would open a new MCP sessi
 anything reads it, and its connection is closed: the session would die with the process, and the
 retry, on a new connection, reaches a ready replica.
 
-Requests of open sessions are served, new turns included (a client mid-conversation, an
-orchestrator calling its peer): their keep-alive connection is the one way they still reach the
-process that holds their session, so those connections are kept, not closed, until the drain
-ends. Sessionless requests (protocol 2026-07-28) are served too.
+Requests of open sessions are served, new turns included, whenever they reach the process (a
+client mid-conversation, an orchestrator calling its peer): refusing them would fail a call the
+process can still answer, and the drain bounds how long they can keep it. What reaches it: a
+request on a connection it already has, and one racing the endpoint update. The MCP SDK's client
+opens a new connection for most requests, which a Service sends to a ready replica once the
+update is through: that replica answers 404 for the unknown session and the client starts a new
+one (the MCP transport's rule). Sessionless requests (protocol 2026-07-28) are served too.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ as a replacement pod on a shared database would read it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -47,12 +48,14 @@ async def send(client: Client[Any], message: str, conversation_id: str) -> Any:
 
 
 async def readiness(base_url: str, wanted: int) -> dict[str, Any]:
-    """`/readyz`'s body once it answers `wanted` (polled: kubelet's view of the pod)."""
+    """`/readyz`'s body once it answers `wanted` (polled, as kubelet does; not listening yet is
+    not an answer)."""
     async with httpx2.AsyncClient(timeout=2) as http:
-        for _ in range(200):
-            response = await http.get(f"{base_url}/readyz")
-            if response.status_code == wanted:
-                return dict(response.json())
+        for _ in range(1000):
+            with contextlib.suppress(httpx2.TransportError):
+                response = await http.get(f"{base_url}/readyz")
+                if response.status_code == wanted:
+                    return dict(response.json())
             await asyncio.sleep(0.02)
     raise AssertionError(f"/readyz never answered {wanted}")
 
