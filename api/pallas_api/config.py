@@ -42,6 +42,10 @@ DEFAULT_HISTORY_BYTES = 64 * MiB
 MaxHistoryBytes = Annotated[int, Field(ge=MiB, le=64 * 1024 * MiB)]
 DEFAULT_MAX_DEPTH = 5
 MaxDepth = Annotated[int, Field(ge=1, le=50)]
+DEFAULT_DRAIN_SECONDS = 120
+"""How long a stopping agent lets its turns in flight finish by default (`drainSeconds`): LLM turns
+with tool calls often take tens of seconds, some minutes."""
+DrainSeconds = Annotated[int, Field(ge=0, le=3600)]
 DEFAULT_MAX_CONNECTIONS = 5
 """PostgreSQL connections an agent process opens by default: a default server's 100 connections
 serve twenty agent processes (e.g. four agents of five replicas each, or seven of three)."""
@@ -548,6 +552,9 @@ class AgentConfig(_Model):
     """At least this many send_message calls in flight: `get_health` says busy (None: never)."""
     http: HttpLimits = HttpLimits()
     """Bounds on the requests the agent's HTTP listener reads (the deployment's `http`)."""
+    drain_seconds: DrainSeconds = DEFAULT_DRAIN_SECONDS
+    """On SIGTERM: how long turns in flight may run on before they are interrupted (and kept in
+    their conversations as failed); new sessions are refused meanwhile."""
 
     @model_validator(mode="after")
     def _unique_tool_sources(self) -> Self:

@@ -107,6 +107,12 @@ def log_level(deployment: PallasDeploymentSpec, agent: PallasAgentSpec | None = 
     return (agent.log_level if agent is not None else None) or deployment.log_level or "info"
 
 
+def drain_seconds(deployment: PallasDeploymentSpec, agent: PallasAgentSpec) -> int:
+    """How long the agent's stopping pods let turns in flight finish: its own, else the deployment's."""
+    own = agent.pod.drain_seconds
+    return deployment.runtime.drain_seconds if own is None else own
+
+
 def log_environment(level: LogLevel, *, namespace: str, deployment: str) -> dict[str, str]:
     """The logging knobs of a pod: JSON lines even with a tty, the level, what the lines concern.
 
@@ -337,5 +343,6 @@ def render_agent(
         sessions=agent.sessions,
         busy_at=agent.busy_at,
         http=deployment.http,
+        drain_seconds=drain_seconds(deployment, agent),
     )
     return RenderedAgent(config, tuple(dict.fromkeys(secrets)))

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import AfterValidator, BaseModel, Field, model_validator
 
 from pallas_api.config import (
+    DEFAULT_DRAIN_SECONDS,
     DEFAULT_HISTORY_BYTES,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_DEPTH,
@@ -26,6 +27,7 @@ from pallas_api.config import (
     MIN_SCHEMA_BUDGET,
     CallParams,
     ConversationScope,
+    DrainSeconds,
     HttpLimits,
     InputLimits,
     MaxConnections,
@@ -297,6 +299,12 @@ class RuntimeSpec(_Spec):
     """Container resources; default: the operator's defaults."""
     env: Annotated[list[EnvVar], Field(max_length=64)] = Field(default_factory=list)
     """Extra environment variables (Kubernetes EnvVar objects)."""
+    drain_seconds: DrainSeconds = DEFAULT_DRAIN_SECONDS
+    """Seconds a stopping agent pod (a rollout, a scale-down, a deleted pod) lets its turns in
+    flight finish, 0 to 3600 (default 120). Meanwhile it is not ready and refuses new MCP
+    sessions (503, retryable); turns still running after it are interrupted and kept in their
+    conversations as failed (AGENT_SHUTTING_DOWN). The pods' terminationGracePeriodSeconds is
+    this plus the preStop pause and a margin (docs/operator.md)."""
 
 
 class HealthCheckSpec(_Spec):
@@ -591,6 +599,9 @@ class AgentPodSpec(_Spec):
     """Tolerations (Kubernetes Toleration objects)."""
     annotations: dict[str, str] = Field(default_factory=dict)
     """Pod annotations."""
+    drain_seconds: DrainSeconds | None = None
+    """Seconds a stopping pod lets its turns in flight finish (0 to 3600); default: the
+    deployment's `runtime.drainSeconds`."""
 
 
 class AgentConversationsSpec(_Spec):

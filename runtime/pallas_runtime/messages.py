@@ -79,7 +79,21 @@ class ToolResultsMessage:
     role: Literal["tool"] = "tool"
 
 
-Message = UserMessage | AssistantMessage | ToolResultsMessage
+@dataclass(frozen=True, slots=True)
+class TurnFailure:
+    """A turn kept without an answer: the agent stopped while it ran (it follows its user message).
+
+    The conversation keeps it so the turn is not lost silently: the history prompt shows it, and
+    no LLM adapter sends it (the next turn's model sees the question left unanswered).
+    """
+
+    code: str
+    """An `ErrorCode` value (e.g. `AGENT_SHUTTING_DOWN`)."""
+    message: str
+    role: Literal["failure"] = "failure"
+
+
+Message = UserMessage | AssistantMessage | ToolResultsMessage | TurnFailure
 
 
 @dataclass(frozen=True, slots=True)

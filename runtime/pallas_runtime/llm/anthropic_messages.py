@@ -84,8 +84,9 @@ def messages_blocks(messages: Sequence[Message]) -> list[dict[str, Any]]:
 
     Tool results become one user message of `tool_result` blocks. Messages of the same role in a
     row are merged into one, because the API wants user and assistant turns to alternate (a user
-    message after tool results is the usual case); an assistant message with neither text nor
-    tool calls carries nothing and is left out.
+    message after tool results is the usual case, a user message after a turn kept as failed
+    another); an assistant message with neither text nor tool calls carries nothing and is left
+    out, and so is a `TurnFailure`.
     """
     wire: list[dict[str, Any]] = []
     for message in messages:
@@ -93,8 +94,10 @@ def messages_blocks(messages: Sequence[Message]) -> list[dict[str, Any]]:
             role, blocks = "user", _content_blocks(message.content)
         elif isinstance(message, AssistantMessage):
             role, blocks = "assistant", _assistant_blocks(message)
-        else:
+        elif isinstance(message, ToolResultsMessage):
             role, blocks = "user", _tool_result_blocks(message)
+        else:  # a TurnFailure is the conversation's record, not something anyone said: never sent
+            continue
         if not blocks:
             continue
         if wire and wire[-1]["role"] == role:

@@ -112,8 +112,9 @@ def chat_messages(system: str, messages: Sequence[Message]) -> list[dict[str, An
             wire.append({"role": "user", "content": _user_content(message.content)})
         elif isinstance(message, AssistantMessage):
             wire.append(_assistant_message(message))
-        else:
+        elif isinstance(message, ToolResultsMessage):
             wire.extend(_tool_results(message))
+        # A TurnFailure is the conversation's record, not something anyone said: never sent.
     return wire
 
 

@@ -7,7 +7,9 @@ problem`) and changes nothing. A good one restarts only the agents whose rendere
 environment changed, on the ports they had, peers before the agents that call them; agents added
 to the files start (on the next free port after the base), agents removed stop, and the registry
 restarts when what it lists changed. Conversations kept in SQLite (`pallas run`'s default) or
-PostgreSQL outlive the restart; an agent's running turns end with "shutting down".
+PostgreSQL outlive the restart. A restarted agent's new server takes over its port at once and
+the old one drains beside it (`LocalRun.restart_agent`): its turns in flight finish on the old
+config, new sessions get the new one.
 """
 
 from __future__ import annotations
@@ -135,9 +137,8 @@ async def apply(run: LocalRun, plan: LocalPlan) -> Changes:
     for agent in plan.agents:
         if agent_key(agent) not in changes.started:
             continue
-        await run.stop_agent(agent_key(agent))
         try:
-            await run.start_agent(agent)
+            await run.restart_agent(agent)
         except StartFailed as exc:
             print(f"pallas run: reload: {exc}", file=sys.stderr, flush=True)
     hosted = [a for a in plan.agents if agent_key(a) in run.agents]
