@@ -27,6 +27,9 @@ Send = Callable[[float, float | None, str], Awaitable[None]]
 
 TEXT_MARK = " text: "
 """What separates the writing agent's name from a piece of its text in a progress message."""
+TEXT_PIECE_MAX = 16384
+"""Characters of text in one notification at most: MCP clients bound one SSE event (the SDK's to
+1 MiB), and a relayed piece must fit through every agent of a delegation."""
 TEXT_INTERVAL = 0.05
 """Seconds between two text notifications of one stream at most: 20 a second, whatever the
 model's token rate, and the first piece goes out at once."""
@@ -67,8 +70,11 @@ class ProgressReporter:
         await self._emit(1, 1, f"{source}/{tool}: {'completed' if ok else 'failed'}")
 
     async def text(self, piece: str) -> None:
-        """Send a piece of the model's text."""
-        await self._emit(self._step, None, f"{self._agent}{TEXT_MARK}{piece}")
+        """Send a piece of the model's text, in notifications of at most TEXT_PIECE_MAX characters."""
+        for start in range(0, len(piece), TEXT_PIECE_MAX):
+            await self._emit(
+                self._step, None, f"{self._agent}{TEXT_MARK}{piece[start : start + TEXT_PIECE_MAX]}"
+            )
 
     def text_stream(self) -> TextStream | None:
         """Where one LLM call's streamed text goes; None when the caller follows no progress."""
