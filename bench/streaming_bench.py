@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -34,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import httpx2
 import yaml
 from agent_bench import pinned_process
-from tools_bench import session
+from tools_bench import percentiles, session
 
 from tests.support.fake_llm import FakeOpenAI, Text
 from tests.support.mcp_peers import free_port
@@ -106,8 +105,7 @@ async def main(messages: int, words: int) -> None:
             _, plain = await measure(
                 llm, write_config(folder, llm, streaming=False), messages, folder / "b.log"
             )
-    ordered = sorted(first)
-    p50, p95 = statistics.median(ordered) * 1000, ordered[int(0.95 * (len(ordered) - 1))] * 1000
+    p50, p95 = percentiles(first)
     print(f"{messages} messages of {words} words each, every one with a progress token; agent on CPU 0\n")
     print(f"first streamed text after the fake's first token: P50 {p50:.2f} ms, P95 {p95:.2f} ms")
     print("  (target: P50 <= 5 ms)")

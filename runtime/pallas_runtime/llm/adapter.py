@@ -172,17 +172,10 @@ class SdkProvider(abc.ABC):
             response = await self._client.post(self.completion_path, cast_to=httpx2.Response, body=request)
             body = response.json()
         except self.sdk_errors.base as exc:
-            raise self._error(
-                exc, self._timeout, attempts=self._attempts, elapsed=time.monotonic() - started
-            ) from None
+            raise self._failed(exc, started) from None
         except ValueError:
             raise LLMError(f"{self._label}: the response is not JSON") from None
-        try:
-            if not isinstance(body, Mapping):
-                raise ValueError("the response is not a JSON object")
-            return self._parse(body)
-        except ValueError as exc:
-            raise LLMError(self._safe(f"{self._label}: unusable response: {exc}")) from None
+        return self._completion(body, "response")
 
     async def _streamed(self, request: dict[str, Any], on_text: TextSink, started: float) -> Completion:
         """The completion asked for as a stream: text to `on_text` as it comes, then the whole.
@@ -204,15 +197,23 @@ class SdkProvider(abc.ABC):
                 if isinstance(event, Mapping) and (text := reader.feed(event)):
                     await on_text(text)
         except self.sdk_errors.base as exc:
-            raise self._error(
-                exc, self._timeout, attempts=self._attempts, elapsed=time.monotonic() - started
-            ) from None
+            raise self._failed(exc, started) from None
         except ValueError:
             raise LLMError(f"{self._label}: a stream event is not JSON") from None
+        return self._completion(reader.body(), "streamed response")
+
+    def _failed(self, exc: Exception, started: float) -> LLMError:
+        """The error of a request the SDK gave up on (after its retries)."""
+        return self._error(exc, self._timeout, attempts=self._attempts, elapsed=time.monotonic() - started)
+
+    def _completion(self, body: object, what: str) -> Completion:
+        """The parsed body; LLMError naming what was unusable (the key scrubbed from the text)."""
         try:
-            return self._parse(reader.body())
+            if not isinstance(body, Mapping):
+                raise ValueError("the response is not a JSON object")
+            return self._parse(body)
         except ValueError as exc:
-            raise LLMError(self._safe(f"{self._label}: unusable streamed response: {exc}")) from None
+            raise LLMError(self._safe(f"{self._label}: unusable {what}: {exc}")) from None
 
     def check_params(self, params: RequestParams) -> None:
         """Refuse a call's own parameters that this provider and model do not take.
