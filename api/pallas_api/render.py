@@ -39,6 +39,7 @@ from pallas_api.spec import (
     PallasAgentSpec,
     PallasDeploymentSpec,
     SecretKeyRef,
+    TelemetrySpec,
     ToolExposureSpec,
 )
 
@@ -125,6 +126,32 @@ def log_environment(level: LogLevel, *, namespace: str, deployment: str) -> dict
         "PALLAS_NAMESPACE": namespace,
         "PALLAS_DEPLOYMENT": deployment,
     }
+
+
+def telemetry_environment(
+    telemetry: TelemetrySpec, *, service: str, namespace: str, deployment: str
+) -> dict[str, str]:
+    """The standard `OTEL_*` variables of a pod (or of `pallas run`) from `spec.telemetry`.
+
+    Empty without an endpoint: the process then loads no tracing SDK at all. Sampling is
+    parent-based, so a call arriving in a sampled trace is recorded whatever the ratio.
+    """
+    if telemetry.endpoint is None:
+        return {}
+    attributes = {"pallas.deployment": deployment, **telemetry.resource_attributes}
+    if namespace:
+        attributes = {"k8s.namespace.name": namespace, **attributes}
+    environment = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": telemetry.endpoint,
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+        "OTEL_SERVICE_NAME": service,
+        "OTEL_RESOURCE_ATTRIBUTES": ",".join(f"{k}={v}" for k, v in attributes.items()),
+        "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+        "OTEL_TRACES_SAMPLER_ARG": f"{telemetry.sample_ratio:g}",
+    }
+    if telemetry.capture_content:
+        environment["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "true"
+    return environment
 
 
 def split_model(ref: str) -> tuple[str, str]:

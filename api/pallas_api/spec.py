@@ -41,7 +41,14 @@ from pallas_api.config import (
     ToolPolicy,
 )
 from pallas_api.names import DNS_LABEL, DNS_LABEL_FORM
-from pallas_api.urls import PUBLIC_KEYS, PUBLISHED, SECRET_API_KEY, SECRET_HEADER, WithoutCredentials
+from pallas_api.urls import (
+    COLLECTOR,
+    PUBLIC_KEYS,
+    PUBLISHED,
+    SECRET_API_KEY,
+    SECRET_HEADER,
+    WithoutCredentials,
+)
 from pallas_api.wire import camel_config
 
 DNS_SUBDOMAIN = rf"^{DNS_LABEL_FORM}(\.{DNS_LABEL_FORM})*$"
@@ -339,6 +346,48 @@ class MonitoringSpec(_Spec):
     """ServiceMonitor settings."""
 
 
+RESOURCE_ATTRIBUTE_KEY = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+
+
+class TelemetrySpec(_Spec):
+    """Traces of the agents and the registry (OpenTelemetry, docs/api.md §5, Traces).
+
+    Rendered into each pod as the standard `OTEL_*` variables; a pod's own `env` entries of the
+    same names win.
+    """
+
+    endpoint: Annotated[
+        str | None, Field(pattern=HTTP_URL, max_length=2048), WithoutCredentials(COLLECTOR)
+    ] = None
+    """Base URL of an OTLP/HTTP receiver (a collector, Jaeger, Tempo…), e.g.
+    `http://otel-collector.observability:4318`; spans go to `<endpoint>/v1/traces`. Unset: no traces."""
+    sample_ratio: Annotated[float, Field(ge=0, le=1)] = 1.0
+    """Share of the traces started here that are kept (parent-based: a call that arrives in a
+    sampled trace is always recorded, so a trace is never cut in half). Default 1."""
+    capture_content: bool = False
+    """Put prompts, answers and tool arguments on the spans (the GenAI conventions' opt-in), scrubbed
+    of the agents' secrets. They carry users' data: default false."""
+    resource_attributes: Annotated[
+        dict[str, Annotated[str, Field(max_length=256)]],
+        Field(max_length=32),
+    ] = Field(default_factory=dict)
+    """Extra resource attributes of every span (`deployment.environment.name: prod`), after
+    `service.name` (the agent's name), `k8s.namespace.name` and `pallas.deployment`."""
+
+    @model_validator(mode="after")
+    def _plain_attribute_values(self) -> Self:
+        for key, value in self.resource_attributes.items():
+            if not RESOURCE_ATTRIBUTE_KEY.match(key):
+                raise ValueError(
+                    f"telemetry.resourceAttributes: key {key!r} is not 1-128 letters, digits, '_', '.' or '-'"
+                )
+            if any(c in value for c in ",=\n"):
+                raise ValueError(
+                    f"telemetry.resourceAttributes[{key}]: a value may not contain ',' '=' or a newline"
+                )
+        return self
+
+
 AuthMode = Literal["none", "kubernetes", "oidc"]
 JwtAlgorithm = Literal[
     "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"
@@ -536,6 +585,8 @@ class PallasDeploymentSpec(_Spec):
     before access control: head size, header count, the time to send a head, idle keep-alive."""
     tool_exposure: ToolExposureSpec = ToolExposureSpec()
     """How downstream tools reach the agents' models, unless an agent says otherwise."""
+    telemetry: TelemetrySpec = TelemetrySpec()
+    """Traces of the agents and the registry: where they go, how many, whether with content."""
     log_level: LogLevel | None = None
     """Log level of the Pallas loggers in the agents' and the registry's pods
     (`PALLAS_LOG_LEVEL`); an agent's `logLevel` overrides it; default info."""

@@ -30,6 +30,10 @@ SECRET_HEADER = (
 SECRET_API_KEY = "put the key in apiKey (a secretKeyRef; it is sent as a header) instead"
 PEER_BEARER = "peers are called with the caller's bearer, so leave credentials out"
 PUBLISHED = "it is published to every client, so leave credentials out"
+COLLECTOR = (
+    "traces carry no credentials to the collector: reach it on the cluster network, or through a "
+    "collector sidecar or agent that holds them"
+)
 PUBLIC_KEYS = "an issuer's discovery document and signing keys are public, so leave credentials out"
 
 

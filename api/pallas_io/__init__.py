@@ -6,6 +6,8 @@ what the operator, the agent runtime and the registry do alike when they touch t
 - `probe`: the one MCP probe, checking an endpoint against the agent surface over HTTP;
 - `llm_check`: the one LLM provider check (models endpoint and key), for the agents and the registry;
 - `logs`: one logging setup for every process (JSON or console lines, fields, redaction);
+- `tracing`: OpenTelemetry for every process, off unless `OTEL_*` says (spans, trace ids on log
+  lines, exemplars, the inbound `traceparent`);
 - `console`: the console lines for a person at a terminal, by rich;
 - `paths`: where Pallas keeps state on a workstation (the XDG state directory);
 - `commands`: the command-line conventions of every `pallas` command (exit codes, ports,

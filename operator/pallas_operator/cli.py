@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pallas_io.commands import EXIT_USAGE, add_http_limit_flags, http_limits, port_number
 from pallas_io.logs import setup_logging
+from pallas_io.tracing import setup_tracing
 from pallas_operator import DEFAULT_RUNTIME_IMAGE
 from pallas_operator.service_resolver import ServiceResolver
 from pallas_operator.settings import OperatorSettings
@@ -82,6 +83,7 @@ class OperatorCommand:
         environ = {**os.environ, **({"PALLAS_LOG_LEVEL": "DEBUG"} if args.verbose else {})}
         try:
             setup_logging(environ)
+            setup_tracing("pallas-operator")
         except ValueError as exc:
             print(f"pallas operator: {exc}", file=sys.stderr)
             return EXIT_USAGE

@@ -30,6 +30,7 @@ from pallas_io.commands import (
 )
 from pallas_io.logs import setup_logging
 from pallas_io.serving import bound_port, listen, run_server_loop, serve, until_signalled
+from pallas_io.tracing import http_server_spans, setup_tracing
 from pallas_registry.app import build_app
 from pallas_registry.kubernetes import KubernetesSource
 
@@ -84,6 +85,7 @@ class RegistryCommand:
                 fields={"namespace": args.namespace or "", "deployment": args.deployment or ""},
                 secret_env=[name for name in os.environ if PROVIDER_KEY.match(name)],
             )
+            setup_tracing("pallas-registry")
         except ValueError as exc:
             print(f"pallas registry: {exc}", file=sys.stderr)
             return EXIT_USAGE
@@ -112,7 +114,9 @@ class RegistryCommand:
         try:
             with sock:
                 run_server_loop(
-                    until_signalled(serve(build_app(source), sock, graceful_timeout=2, limits=limits))
+                    until_signalled(
+                        serve(http_server_spans(build_app(source)), sock, graceful_timeout=2, limits=limits)
+                    )
                 )
         except OSError as exc:
             print(f"pallas registry: {exc}", file=sys.stderr)

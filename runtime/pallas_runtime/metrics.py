@@ -17,7 +17,7 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, choose_encoder
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
@@ -26,7 +26,7 @@ from prometheus_client.process_collector import ProcessCollector
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
-"""Classic text format: what every Prometheus version and promtool accept."""
+"""Classic text format: what every Prometheus version and promtool accept (and the default)."""
 
 _MESSAGE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
 _LLM_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300)
@@ -121,3 +121,12 @@ class RuntimeMetrics:
     def exposition(self) -> bytes:
         """The registry in Prometheus text format."""
         return generate_latest(self.registry)
+
+    def negotiated(self, accept: str) -> tuple[bytes, str]:
+        """The registry in the format `accept` asks for, and its content type.
+
+        OpenMetrics (what Prometheus asks for first) carries the latency histograms' exemplars:
+        the trace id of an observation made under a span (docs/api.md §5, Traces).
+        """
+        encode, content_type = choose_encoder(accept)
+        return encode(self.registry), content_type

@@ -21,6 +21,7 @@ from pallas_operator.builders.pod import (
     probes,
     resources,
     rolling_update,
+    telemetry_env,
 )
 
 
@@ -79,7 +80,20 @@ def agent_deployment(w: AgentWorkload) -> Manifest:
             *allowed_host_args(w),
         ],
         "ports": [{"name": names.METRICS_PORT_NAME, "containerPort": port, "protocol": "TCP"}],
-        "env": environment([agent_log_env(w), w.deployment.runtime.env, w.agent.pod.env], w.secrets),
+        "env": environment(
+            [
+                agent_log_env(w),
+                telemetry_env(
+                    w.deployment.telemetry,
+                    service=w.owner.name,
+                    namespace=w.owner.namespace,
+                    deployment=w.deployment_name,
+                ),
+                w.deployment.runtime.env,
+                w.agent.pod.env,
+            ],
+            w.secrets,
+        ),
         "resources": resources(
             w.agent.pod.resources,
             w.deployment.runtime.resources,

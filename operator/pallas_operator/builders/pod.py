@@ -7,8 +7,8 @@ from typing import Any
 
 from pallas_api import names
 from pallas_api.budgets import memory_quantity
-from pallas_api.render import SecretBinding, log_environment
-from pallas_api.spec import LogLevel, ResourceRequirements
+from pallas_api.render import SecretBinding, log_environment, telemetry_environment
+from pallas_api.spec import LogLevel, ResourceRequirements, TelemetrySpec
 
 RUN_AS = 65532
 """A fixed non-root uid (distroless `nonroot`), so pods run unprivileged whatever the image says."""
@@ -113,6 +113,14 @@ def resources(
 def log_env(level: LogLevel, *, namespace: str, deployment: str) -> list[dict[str, Any]]:
     """The logging knobs of a Pallas pod as EnvVars (a user's env entry of the same name wins)."""
     values = log_environment(level, namespace=namespace, deployment=deployment)
+    return [{"name": name, "value": value} for name, value in values.items()]
+
+
+def telemetry_env(
+    telemetry: TelemetrySpec, *, service: str, namespace: str, deployment: str
+) -> list[dict[str, Any]]:
+    """`spec.telemetry` as the `OTEL_*` EnvVars of a pod (none without an endpoint)."""
+    values = telemetry_environment(telemetry, service=service, namespace=namespace, deployment=deployment)
     return [{"name": name, "value": value} for name, value in values.items()]
 
 

@@ -20,6 +20,7 @@ from pallas_operator.builders.pod import (
     probes,
     resources,
     rolling_update,
+    telemetry_env,
 )
 
 
@@ -53,7 +54,12 @@ def registry_deployment(
         ],
         "ports": [{"name": names.METRICS_PORT_NAME, "containerPort": port, "protocol": "TCP"}],
         "env": environment(
-            [log_env(log_level(spec), namespace=owner.namespace, deployment=owner.name)], keys, optional=True
+            [
+                log_env(log_level(spec), namespace=owner.namespace, deployment=owner.name),
+                telemetry_env(spec.telemetry, service=name, namespace=owner.namespace, deployment=owner.name),
+            ],
+            keys,
+            optional=True,
         ),
         "resources": resources(default=REGISTRY_RESOURCES),
         "securityContext": container_security(),

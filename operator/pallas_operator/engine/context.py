@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, cast
 
 from lightkube import AsyncClient
 
+from pallas_io import tracing
 from pallas_operator.engine.delegations import Delegations
 from pallas_operator.engine.monitoring_checks import MonitoringChecks
 from pallas_operator.engine.prober import ProbeAccess, Prober
@@ -92,13 +93,17 @@ class Operator:
         kind, namespace, name = cast(Key, key)
         started = time.perf_counter()
         outcome = "error"
-        try:
-            again = await self.reconcilers[kind](self, namespace, name)
-            outcome = "ok"
-            return again
-        finally:
-            self.metrics.reconciles.labels(kind=kind, outcome=outcome).inc()
-            self.metrics.duration.labels(kind=kind).observe(time.perf_counter() - started)
+        attributes = {"pallas.kind": kind, "k8s.namespace.name": namespace, "pallas.object.name": name}
+        with tracing.span(f"reconcile {kind}", attributes=attributes):
+            try:
+                again = await self.reconcilers[kind](self, namespace, name)
+                outcome = "ok"
+                return again
+            finally:
+                self.metrics.reconciles.labels(kind=kind, outcome=outcome).inc()
+                self.metrics.duration.labels(kind=kind).observe(
+                    time.perf_counter() - started, tracing.exemplar()
+                )
 
     async def close(self) -> None:
         """Stop the work queue and every probe task."""

@@ -20,12 +20,14 @@ from dataclasses import dataclass
 from pallas_api.config import AgentConfig, RequestParams
 from pallas_api.errors import ErrorCode
 from pallas_io.logs import SecretValues
+from pallas_io.tracing import exemplar
 from pallas_runtime.agent import gateway
 from pallas_runtime.agent.audit import audit_tool_call
 from pallas_runtime.agent.latency import LLM, Latencies
 from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.agent.toolbox import CallContext, OfferedTool, ToolBox, llm_tool_name
 from pallas_runtime.agent.window import input_budget, left_out, request_tokens
+from pallas_runtime.conversations.caller import kept_id
 from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.downstream.call_path import CallPath
 from pallas_runtime.downstream.source import ToolOutcome, ToolSource
@@ -44,6 +46,7 @@ from pallas_runtime.messages import (
 )
 from pallas_runtime.metrics import RuntimeMetrics
 from pallas_runtime.sizes import cut_to
+from pallas_runtime.tracing import completed, llm_span, turn_span
 
 __all__ = [
     "AgentLoop",
@@ -113,6 +116,7 @@ class AgentLoop:
         self._config = config
         self._provider = provider
         self._metrics = metrics
+        self._secrets = secrets
         self.latencies = latencies or Latencies()
         """How long LLM calls and each source's calls take lately (for `get_health`)."""
         self.tools = ToolBox(config, sources, metrics, secrets, self.latencies)
@@ -158,6 +162,23 @@ class AgentLoop:
             MaxIterationsExceeded: no final answer within `maxIterations` rounds.
             ToolChoiceUnavailable: `toolChoice` names a tool not offered this turn.
         """
+        conversation_id = kept_id(conversation)
+        with turn_span(self._config.name, conversation_id):
+            return await self._run(
+                history, user, inbound_auth, progress, conversation, conversation_id, call_path, params
+            )
+
+    async def _run(
+        self,
+        history: Sequence[Message],
+        user: UserMessage,
+        inbound_auth: str | None,
+        progress: ProgressReporter,
+        conversation: ConversationKey | None,
+        conversation_id: str | None,
+        call_path: CallPath | None,
+        params: RequestParams | None,
+    ) -> TurnResult:
         offered = await self.offered_tools(inbound_auth)
         merged = merge_params(self._config.request_params, params)
         exposure = self.exposure(offered, merged)
@@ -172,7 +193,11 @@ class AgentLoop:
             cut = left_out(history, turn, budget)
             left_out_most = max(left_out_most, cut)
             completion = await self._complete(
-                [*history[cut:], *turn], specs, progress, first if round_number == 0 else later
+                [*history[cut:], *turn],
+                specs,
+                progress,
+                first if round_number == 0 else later,
+                conversation_id,
             )
             assistant = AssistantMessage(completion.text, completion.tool_calls)
             turn.append(assistant)
@@ -231,26 +256,33 @@ class AgentLoop:
         specs: list[ToolSpec],
         progress: ProgressReporter,
         params: RequestParams,
+        conversation_id: str | None,
     ) -> Completion:
         await progress.step("llm")
         agent, model = self._config.name, self._config.model
         stream = progress.text_stream()
-        started = time.perf_counter()
-        try:
-            completion = await self._provider.complete(
-                system=self._config.instruction,
-                messages=messages,
-                tools=specs,
-                params=params,
-                on_text=stream.feed if stream is not None else None,
-            )
-        except LLMError:
+        span_of_call = llm_span(
+            agent, self._config.provider.type, model, conversation_id,
+            system=self._config.instruction, messages=messages, secrets=self._secrets,
+        )  # fmt: skip
+        with span_of_call as span:
+            started = time.perf_counter()
+            try:
+                completion = await self._provider.complete(
+                    system=self._config.instruction,
+                    messages=messages,
+                    tools=specs,
+                    params=params,
+                    on_text=stream.feed if stream is not None else None,
+                )
+            except LLMError:
+                elapsed = time.perf_counter() - started
+                self._metrics.llm_request_duration.labels(agent, model, "error").observe(elapsed, exemplar())
+                self.latencies.record(LLM, elapsed)
+                raise
             elapsed = time.perf_counter() - started
-            self._metrics.llm_request_duration.labels(agent, model, "error").observe(elapsed)
-            self.latencies.record(LLM, elapsed)
-            raise
-        elapsed = time.perf_counter() - started
-        self._metrics.llm_request_duration.labels(agent, model, "ok").observe(elapsed)
+            completed(span, completion, self._secrets)
+            self._metrics.llm_request_duration.labels(agent, model, "ok").observe(elapsed, exemplar())
         self.latencies.record(LLM, elapsed)
         if stream is not None:
             await stream.flush()

@@ -25,6 +25,7 @@ from typing import Any
 from pallas_api.config import AgentConfig
 from pallas_api.errors import ErrorCode
 from pallas_io.logs import SecretValues
+from pallas_io.tracing import exemplar
 from pallas_runtime.agent.audit import Outcome, audit_tool_call
 from pallas_runtime.agent.latency import Latencies
 from pallas_runtime.agent.progress import ProgressReporter
@@ -42,6 +43,7 @@ from pallas_runtime.downstream.source import (
 from pallas_runtime.messages import ContentPart, TextPart
 from pallas_runtime.metrics import RuntimeMetrics
 from pallas_runtime.sizes import cut_to
+from pallas_runtime.tracing import tool_finished, tool_span
 
 log = logging.getLogger("pallas.agent")
 
@@ -194,37 +196,44 @@ class ToolBox:
         progress = context.progress
         if progress is not None:
             await progress.tool_started(source, tool.name)
-        started = time.perf_counter()
-        timed_out = False
-        relay = progress.relay(source, tool.name) if progress is not None else None
-        try:
-            call = entry.source.call_tool(
-                tool.name,
-                arguments,
-                inbound_auth=context.inbound_auth,
-                on_progress=self._scrubbed(relay),
-                conversation=context.conversation,
-                call_path=context.call_path,
-            )
-            outcome = await (asyncio.wait_for(call, time_limit) if time_limit is not None else call)
-        except TimeoutError:
-            timed_out = True
-            outcome = _error(
-                f"{tool.qualified_name} did not answer within {time_limit:g}s (execute_tool's timeout_ms)",
-                ErrorCode.TIMEOUT,
-            )
-        except DownstreamError as exc:
-            timed_out = isinstance(exc, DownstreamTimeout)
-            outcome = ToolOutcome((TextPart(str(exc)),), is_error=True, code=exc.code)
-        except Exception:
-            log.exception("calling %s failed unexpectedly", tool.qualified_name)
-            outcome = ToolOutcome((TextPart(f"calling {tool.qualified_name} failed (see agent logs)"),), True)
-        elapsed = time.perf_counter() - started
-        verdict: Outcome = "TIMEOUT" if timed_out else "ERROR" if outcome.is_error else "ALLOW"
-        audit_tool_call(
-            agent, source, tool.name, verdict, elapsed, code=outcome.code if outcome.is_error else None
-        )
-        self._metrics.tool_call_duration.labels(agent, source, "tool").observe(elapsed)
+        with tool_span(
+            agent, source, tool.name, peer=entry.peer, arguments=arguments, secrets=self._secrets
+        ) as span:
+            started = time.perf_counter()
+            timed_out = False
+            relay = progress.relay(source, tool.name) if progress is not None else None
+            try:
+                call = entry.source.call_tool(
+                    tool.name,
+                    arguments,
+                    inbound_auth=context.inbound_auth,
+                    on_progress=self._scrubbed(relay),
+                    conversation=context.conversation,
+                    call_path=context.call_path,
+                )
+                outcome = await (asyncio.wait_for(call, time_limit) if time_limit is not None else call)
+            except TimeoutError:
+                timed_out = True
+                outcome = _error(
+                    f"{tool.qualified_name} did not answer within {time_limit:g}s "
+                    "(execute_tool's timeout_ms)",
+                    ErrorCode.TIMEOUT,
+                )
+            except DownstreamError as exc:
+                timed_out = isinstance(exc, DownstreamTimeout)
+                outcome = ToolOutcome((TextPart(str(exc)),), is_error=True, code=exc.code)
+            except Exception:
+                log.exception("calling %s failed unexpectedly", tool.qualified_name)
+                outcome = ToolOutcome(
+                    (TextPart(f"calling {tool.qualified_name} failed (see agent logs)"),), True
+                )
+            elapsed = time.perf_counter() - started
+            verdict: Outcome = "TIMEOUT" if timed_out else "ERROR" if outcome.is_error else "ALLOW"
+            code = outcome.code if outcome.is_error else None
+            # Inside the span: the audit line and the histogram's exemplar carry its trace id.
+            audit_tool_call(agent, source, tool.name, verdict, elapsed, code=code)
+            tool_finished(span, verdict, code.value if code is not None else None)
+            self._metrics.tool_call_duration.labels(agent, source, "tool").observe(elapsed, exemplar())
         self._latencies.record(source, elapsed)
         self._metrics.tool_calls_total.labels(
             agent, source, "tool", "error" if outcome.is_error else "ok"

@@ -16,6 +16,7 @@ from pallas_api.config import ConfigError, load_config
 from pallas_io.commands import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, port_number
 from pallas_io.logs import setup_logging
 from pallas_io.serving import bound_port, listen, run_server_loop, serve, until_signalled
+from pallas_io.tracing import setup_tracing
 from pallas_runtime.server import agent_app, build_server, secret_env_names
 
 log = logging.getLogger("pallas.agent")
@@ -56,6 +57,7 @@ class AgentCommand:
             return EXIT_USAGE
         try:
             setup_logging(secret_env=secret_env_names(config), fields={"agent": config.name})
+            setup_tracing(config.name)
         except ValueError as exc:
             print(f"pallas agent: {exc}", file=sys.stderr)
             return EXIT_USAGE

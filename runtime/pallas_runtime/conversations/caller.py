@@ -61,9 +61,19 @@ def checked_id(conversation_id: str) -> str:
     return conversation_id
 
 
+ONE_TURN_PREFIX = "once-"
+
+
 def one_turn_key(agent: str, owner: str) -> ConversationKey:
     """A key for a turn that keeps no conversation: its peers keep nothing across turns either."""
-    return ConversationKey(agent, owner, f"once-{secrets.token_hex(12)}")
+    return ConversationKey(agent, owner, f"{ONE_TURN_PREFIX}{secrets.token_hex(12)}")
+
+
+def kept_id(key: ConversationKey | None) -> str | None:
+    """The id of the conversation a turn is kept in; None for a turn that keeps none."""
+    if key is None or key.id.startswith(ONE_TURN_PREFIX):
+        return None
+    return key.id
 
 
 def peer_conversation_id(key: ConversationKey, peer: str) -> str:

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from starlette.types import ASGIApp
 
+from pallas_io.tracing import continue_inbound
 from pallas_runtime.auth.credential import SingleCredential
 from pallas_runtime.draining import DrainGuard
 from pallas_runtime.request_ids import OneRequestPerId
@@ -39,4 +40,6 @@ def agent_app(server: AgentServer, allowed_hosts: Sequence[str] = ()) -> ASGIApp
     one_per_id = OneRequestPerId(app, MAX_REQUEST_BYTES, lambda: refused("duplicate_id"))
     one_credential = SingleCredential(one_per_id, lambda: refused("credentials"))
     limited = RequestLimit(one_credential, MAX_REQUEST_BYTES, lambda: refused("too_large"))
-    return DrainGuard(limited, server.config.name, lambda: server.draining, lambda: refused("draining"))
+    guarded = DrainGuard(limited, server.config.name, lambda: server.draining, lambda: refused("draining"))
+    traced: ASGIApp = continue_inbound(guarded)
+    return traced

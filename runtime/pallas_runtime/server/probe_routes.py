@@ -9,10 +9,10 @@ from collections.abc import Callable
 
 from fastmcp import FastMCP
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, Response
 
 from pallas_runtime import __version__
-from pallas_runtime.metrics import CONTENT_TYPE, RuntimeMetrics
+from pallas_runtime.metrics import RuntimeMetrics
 
 
 class ProbeRoutes:
@@ -47,6 +47,7 @@ class ProbeRoutes:
             return JSONResponse({"status": "ready"})
         return JSONResponse({"status": "starting"}, status_code=503)
 
-    async def metrics(self, _: Request) -> Response:
-        """The Prometheus text of the agent's registry."""
-        return PlainTextResponse(self._metrics.exposition(), media_type=CONTENT_TYPE)
+    async def metrics(self, request: Request) -> Response:
+        """The agent's registry: Prometheus text, or OpenMetrics (with exemplars) when asked for."""
+        body, content_type = self._metrics.negotiated(request.headers.get("accept", ""))
+        return Response(body, headers={"content-type": content_type})

@@ -21,6 +21,7 @@ from mcp_types import CallToolRequestParams
 from pallas_api.config import AgentConfig, RequestParams
 from pallas_api.errors import ErrorCode
 from pallas_api.names import HISTORY_TRIMMED_META, TOOL_CALLS_META
+from pallas_io.tracing import exemplar
 from pallas_runtime.agent.inputs import ImageInput, InvalidInput, user_message
 from pallas_runtime.agent.loop import MaxIterationsExceeded, ToolChoiceUnavailable
 from pallas_runtime.agent.progress import ProgressReporter
@@ -69,7 +70,9 @@ class SendMessageMetrics(Middleware):
             return result
         finally:
             self._metrics.send_message_total.labels(self._agent, outcome).inc()
-            self._metrics.send_message_duration.labels(self._agent).observe(time.perf_counter() - started)
+            self._metrics.send_message_duration.labels(self._agent).observe(
+                time.perf_counter() - started, exemplar()
+            )
 
 
 class SendMessage:

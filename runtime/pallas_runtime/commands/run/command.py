@@ -27,9 +27,10 @@ import signal
 import sys
 from collections.abc import Mapping
 
-from pallas_api.render import log_level
+from pallas_api.render import log_level, telemetry_environment
 from pallas_io.commands import EXIT_FAILURE, EXIT_USAGE, port_number
 from pallas_io.logs import LEVELS, log_format, setup_logging
+from pallas_io.tracing import setup_tracing
 from pallas_runtime.commands.credentials import CredentialsError, add_token_arguments, bearer_token
 from pallas_runtime.commands.run.banner import StartupReport
 from pallas_runtime.commands.run.env_files import manifest_files, with_openai_base_url, working_directory_env
@@ -48,6 +49,9 @@ log = logging.getLogger("pallas.run")
 DEFAULT_BASE_PORT = 24200
 RUN_TOKEN_LIFETIME = 86400
 """Seconds a minted --as-serviceaccount token lasts: a local run often lasts a working day."""
+RUN_SERVICE_NAME = "pallas-run"
+"""The `service.name` of the spans of `pallas run` (its agents are one process; each span names its
+agent in `gen_ai.agent.name`)."""
 
 
 class RunCommand:
@@ -100,6 +104,9 @@ class RunCommand:
         merged_env = {k: v for a in plan.agents for k, v in a.environ.items()}
         try:
             setup_logging(with_log_level(plan, merged_env), secret_env=secrets)
+            for name, value in local_telemetry_env(plan).items():
+                os.environ.setdefault(name, value)  # the SDK reads its settings from here
+            setup_tracing(RUN_SERVICE_NAME)
         except ValueError as exc:
             print(f"pallas run: {exc}", file=sys.stderr)
             return EXIT_USAGE
@@ -114,6 +121,20 @@ class RunCommand:
                 )
         reload = Reload(files, args.base_port, args.agent) if args.reload else None
         return asyncio.run(_run(plan, args, reload))
+
+
+def local_telemetry_env(plan: LocalPlan) -> dict[str, str]:
+    """The `OTEL_*` variables of the first deployment with `spec.telemetry.endpoint` (one process).
+
+    The process environment's own `OTEL_*` variables win over them.
+    """
+    for agent in plan.agents:
+        telemetry = agent.deployment.spec.telemetry
+        if telemetry.endpoint is not None:
+            return telemetry_environment(
+                telemetry, service=RUN_SERVICE_NAME, namespace="", deployment=agent.deployment.name
+            )
+    return {}
 
 
 def with_log_level(plan: LocalPlan, environ: Mapping[str, str]) -> dict[str, str]:
