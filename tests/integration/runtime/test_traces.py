@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import secrets
 import signal
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 import yaml
 from fastmcp import Client, Context, FastMCP
@@ -144,8 +146,11 @@ async def test_a_delegation_with_a_tool_call_is_one_trace_in_jaeger(
             by_header = await jaeger.wait_for_trace(
                 "pallas-run", lambda t: t["traceID"] == header_trace and complete(t)
             )
+            async with httpx2.AsyncClient() as http:
+                accept = {"accept": "application/openmetrics-text; version=1.0.0"}
+                metrics = (await http.get(f"http://127.0.0.1:{base + 2}/metrics", headers=accept)).text
             proc.send_signal(signal.SIGTERM)
-            proc.communicate(timeout=15)
+            _, stderr = proc.communicate(timeout=15)
 
     # The downstream tool got the trace in its request's _meta: one trace down to the tool.
     assert len(seen) == 2
@@ -211,3 +216,12 @@ async def test_a_delegation_with_a_tool_call_is_one_trace_in_jaeger(
     assert API_KEY not in everything
     assert SECRET_WORD not in everything
     assert seen[1]["traceparent"].split("-")[1] == header_trace
+
+    # The researcher's latency histograms carry the trace ids as exemplars (OpenMetrics).
+    exemplars = re.findall(r'_bucket\{[^}]*\} \S+ # \{trace_id="([0-9a-f]{32})"\}', metrics)
+    assert {trace_id, header_trace} <= set(exemplars), metrics
+    # Audit lines name the trace (and span) of the tool call they record.
+    audits = [json.loads(line) for line in stderr.splitlines() if '"pallas.audit"' in line]
+    lookups = [a for a in audits if a["tool"] == "lookup"]
+    assert [a["trace_id"] for a in lookups] == [trace_id, header_trace]
+    assert lookups[0]["span_id"] == tool_span["spanID"]
