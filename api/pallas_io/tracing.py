@@ -42,6 +42,7 @@ __all__ = [
     "setup_tracing",
     "span",
     "tracing_wanted",
+    "use_provider",
 ]
 
 CAPTURE_CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
@@ -98,11 +99,7 @@ def setup_tracing(service_name: str, environ: Mapping[str, str] | None = None) -
     provider = TracerProvider(resource=Resource.create({} if named else {"service.name": service_name}))
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(provider)
-    _state.update(
-        enabled=True,
-        content=env.get(CAPTURE_CONTENT_ENV, "").strip().lower() in _TRUE,
-        tracer=trace.get_tracer("pallas"),
-    )
+    use_provider(provider, capture=env.get(CAPTURE_CONTENT_ENV, "").strip().lower() in _TRUE)
     for handler in logging.getLogger().handlers:
         handler.addFilter(TraceIds())
     logging.getLogger("pallas.tracing").info(
@@ -110,6 +107,20 @@ def setup_tracing(service_name: str, environ: Mapping[str, str] | None = None) -
         env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT"),
     )
     return True
+
+
+def use_provider(provider: trace.TracerProvider | None, *, capture: bool = False) -> None:
+    """Record Pallas's own spans with `provider` (None: off again), content only if `capture`.
+
+    `setup_tracing` calls it with the SDK provider it installs globally; a program embedding
+    the runtime with a provider of its own calls it directly (fastmcp's and the MCP SDK's spans
+    follow the global provider only).
+    """
+    _state.update(
+        enabled=provider is not None,
+        content=capture and provider is not None,
+        tracer=provider.get_tracer("pallas") if provider is not None else None,
+    )
 
 
 def enabled() -> bool:

@@ -185,6 +185,28 @@ def test_pods_log_json_at_the_spec_log_level_naming_their_deployment() -> None:
     assert _env(agent_deployment(_workload(mine)))["PALLAS_LOG_LEVEL"] == "ERROR"
 
 
+def test_spec_telemetry_points_agents_and_the_registry_at_the_collector() -> None:
+    assert not any(k.startswith("OTEL_") for k in _env(agent_deployment(_workload())))
+    assert not any(k.startswith("OTEL_") for k in _registry_env(_deployment_spec()))
+    telemetry = {"endpoint": "http://collector.obs:4318", "sampleRatio": 0.5}
+    dep = _deployment_spec(at("spec.telemetry", telemetry))
+    agent_env = _env(agent_deployment(_workload(dep=dep)))
+    assert agent_env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://collector.obs:4318"
+    assert agent_env["OTEL_SERVICE_NAME"] == "research"
+    assert agent_env["OTEL_RESOURCE_ATTRIBUTES"] == "k8s.namespace.name=agents,pallas.deployment=ouranos"
+    assert (agent_env["OTEL_TRACES_SAMPLER"], agent_env["OTEL_TRACES_SAMPLER_ARG"]) == (
+        "parentbased_traceidratio",
+        "0.5",
+    )
+    assert "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT" not in agent_env
+    registry_env = _registry_env(dep)
+    assert registry_env["OTEL_SERVICE_NAME"] == names.registry_name("ouranos")
+    assert registry_env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://collector.obs:4318"
+    # A pod's own OTEL_* entry wins.
+    mine = _agent_spec(at("spec.pod.env", [{"name": "OTEL_TRACES_SAMPLER_ARG", "value": "0.01"}]))
+    assert _env(agent_deployment(_workload(mine, dep=dep)))["OTEL_TRACES_SAMPLER_ARG"] == "0.01"
+
+
 def test_a_log_level_outside_the_enum_is_refused() -> None:
     with pytest.raises(ValueError, match="logLevel"):
         _agent_spec(at("spec.logLevel", "loud"))

@@ -1,0 +1,182 @@
+"""Traces: when they are on, what off costs, what spec.telemetry renders, what a span may carry."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from pydantic import ValidationError
+
+from pallas_api.render import telemetry_environment
+from pallas_api.spec import TelemetrySpec
+from pallas_io import tracing
+from pallas_io.logs import SecretValues
+from pallas_runtime import tracing as agent_tracing
+from pallas_runtime.messages import Completion, TextPart, Usage, UserMessage
+
+ENDPOINT = "http://collector.observability:4318"
+
+
+@pytest.fixture
+def recorded() -> Iterator[InMemorySpanExporter]:
+    """Pallas spans recorded in memory (not the global provider: nothing else is affected)."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.use_provider(provider)
+    try:
+        yield exporter
+    finally:
+        tracing.use_provider(None)
+
+
+@pytest.mark.parametrize(
+    ("environ", "wanted"),
+    [
+        ({}, False),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": ENDPOINT}, True),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": ENDPOINT + "/v1/traces"}, True),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": ENDPOINT, "OTEL_SDK_DISABLED": "true"}, False),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": ENDPOINT, "OTEL_TRACES_EXPORTER": "none"}, False),
+        ({"OTEL_SERVICE_NAME": "x", "OTEL_TRACES_SAMPLER": "always_on"}, False),
+    ],
+)
+def test_traces_are_on_only_with_an_otlp_endpoint(environ: dict[str, str], wanted: bool) -> None:
+    assert tracing.tracing_wanted(environ) is wanted
+
+
+def test_without_an_endpoint_setup_installs_nothing() -> None:
+    assert tracing.setup_tracing("agent", {}) is False
+    assert not tracing.enabled()
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "named"),
+    [
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc", "OTEL_EXPORTER_OTLP_PROTOCOL='grpc'"),
+        ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"),
+        ("OTEL_TRACES_EXPORTER", "zipkin", "OTEL_TRACES_EXPORTER='zipkin'"),
+    ],
+)
+def test_settings_it_cannot_honour_are_named(variable: str, value: str, named: str) -> None:
+    with pytest.raises(ValueError, match=named):
+        tracing.setup_tracing("agent", {"OTEL_EXPORTER_OTLP_ENDPOINT": ENDPOINT, variable: value})
+    assert not tracing.enabled()
+
+
+def test_off_every_span_is_one_shared_no_op_and_nothing_is_built() -> None:
+    assert not tracing.enabled()
+    first = tracing.span("a", attributes={"k": "v"})
+    assert first is tracing.span("b")
+    assert agent_tracing.llm_span(
+        "a", "openai", "m", "c", system="s", messages=[], secrets=None
+    ) is tracing.span("c")
+    assert agent_tracing.tool_span("a", "s", "t", peer=False, arguments={}, secrets=None) is first
+    with first as span:
+        assert span is None
+    assert tracing.exemplar() is None
+    app = object()
+    assert tracing.continue_inbound(app) is app
+    assert tracing.http_server_spans(app) is app
+
+
+def test_an_llm_span_carries_the_genai_attributes_and_no_content_by_default(
+    recorded: InMemorySpanExporter,
+) -> None:
+    user = UserMessage((TextPart("the password is hunter2"),))
+    with agent_tracing.llm_span(
+        "harper", "anthropic", "claude-x", "conv-1", system="sys", messages=[user], secrets=None
+    ) as span:
+        agent_tracing.completed(
+            span, Completion("hi", usage=Usage(input=11, output=3), stop_reason="stop"), None
+        )
+    [finished] = recorded.get_finished_spans()
+    assert finished.name == "chat claude-x"
+    assert dict(finished.attributes or {}) == {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "anthropic",
+        "gen_ai.request.model": "claude-x",
+        "gen_ai.agent.name": "harper",
+        "gen_ai.conversation.id": "conv-1",
+        "gen_ai.usage.input_tokens": 11,
+        "gen_ai.usage.output_tokens": 3,
+        "gen_ai.response.finish_reasons": ("stop",),
+    }
+
+
+def test_captured_content_is_scrubbed_of_the_agents_secrets(recorded: InMemorySpanExporter) -> None:
+    provider = TracerProvider()  # the fixture's exporter, content captured this time
+    provider.add_span_processor(SimpleSpanProcessor(recorded))
+    tracing.use_provider(provider, capture=True)
+    secrets = SecretValues(["sk-live-0123456789"])
+    user = UserMessage((TextPart("use key sk-live-0123456789 please"),))
+    with agent_tracing.llm_span(
+        "harper", "openai", "m", None, system="You hold sk-live-0123456789", messages=[user], secrets=secrets
+    ) as span:
+        agent_tracing.completed(span, Completion("done with sk-live-0123456789"), secrets)
+    with agent_tracing.tool_span(
+        "harper", "search", "find", peer=False, arguments={"q": "sk-live-0123456789"}, secrets=secrets
+    ) as span:
+        agent_tracing.tool_finished(span, "ERROR", "TOOL_ERROR")
+    chat, tool = recorded.get_finished_spans()
+    text = str(dict(chat.attributes or {})) + str(dict(tool.attributes or {}))
+    assert "sk-live-0123456789" not in text
+    assert "use key" in str((chat.attributes or {})["gen_ai.input.messages"])
+    assert "gen_ai.conversation.id" not in (chat.attributes or {})  # a turn that keeps none
+    assert (tool.attributes or {})["gen_ai.tool.call.arguments"]
+    assert (tool.attributes or {})["error.type"] == "TOOL_ERROR"
+    assert not tool.status.is_ok
+
+
+def test_log_records_under_a_span_carry_its_ids(recorded: InMemorySpanExporter) -> None:
+    record = logging.makeLogRecord({"msg": "x"})
+    tracing.TraceIds().filter(record)
+    assert not hasattr(record, "trace_id")
+    with tracing.span("work") as span:
+        assert span is not None
+        tracing.TraceIds().filter(record)
+        assert tracing.exemplar() == {"trace_id": f"{span.get_span_context().trace_id:032x}"}
+    assert record.trace_id == f"{span.get_span_context().trace_id:032x}"
+    assert record.span_id == f"{span.get_span_context().span_id:016x}"
+
+
+def test_spec_telemetry_renders_the_standard_variables() -> None:
+    assert telemetry_environment(TelemetrySpec(), service="a", namespace="ns", deployment="d") == {}
+    spec = TelemetrySpec.model_validate(
+        {
+            "endpoint": ENDPOINT,
+            "sampleRatio": 0.25,
+            "captureContent": True,
+            "resourceAttributes": {"deployment.environment.name": "prod"},
+        }
+    )
+    assert telemetry_environment(spec, service="researcher", namespace="ns", deployment="d") == {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": ENDPOINT,
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+        "OTEL_SERVICE_NAME": "researcher",
+        "OTEL_RESOURCE_ATTRIBUTES": (
+            "k8s.namespace.name=ns,pallas.deployment=d,deployment.environment.name=prod"
+        ),
+        "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+        "OTEL_TRACES_SAMPLER_ARG": "0.25",
+        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true",
+    }
+
+
+@pytest.mark.parametrize(
+    ("telemetry", "named"),
+    [
+        ({"endpoint": "http://user:pw@collector:4318"}, "credentials"),
+        ({"endpoint": "collector:4318"}, "endpoint"),
+        ({"endpoint": ENDPOINT, "sampleRatio": 1.5}, "sampleRatio"),
+        ({"endpoint": ENDPOINT, "resourceAttributes": {"a b": "x"}}, "key 'a b'"),
+        ({"endpoint": ENDPOINT, "resourceAttributes": {"team": "a,b=c"}}, r"resourceAttributes\[team\]"),
+    ],
+)
+def test_bad_telemetry_settings_are_refused_by_name(telemetry: dict[str, object], named: str) -> None:
+    with pytest.raises(ValidationError, match=named):
+        TelemetrySpec.model_validate(telemetry)
