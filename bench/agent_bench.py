@@ -1,7 +1,7 @@
 """Agent runtime benchmark, Pallas beside fast-agent 0.2.36: prints figures; not a timed test.
 
     .venv/bin/python bench/agent_bench.py [--requests 300] [--load-requests 2000] [--concurrency 32]
-        [--phase-seconds 30] [--runs 3] [--peer fast-agent|none]
+        [--phase-seconds 30] [--runs 3] [--peer fast-agent|none] [--traces]
 
 Two targets serve the same agent over MCP (Streamable HTTP, stateful sessions), one after the
 other, each pinned to CPU 0 with taskset: `pallas agent`, and the peer a user would otherwise
@@ -37,6 +37,11 @@ order alternating; the table shows medians of the runs and their range):
   endpoint) until the first MCP `initialize` succeeds;
 - LLM calls and downstream HTTP requests per message, and the longest LLM request (messages):
   what one message costs each runtime.
+
+With `--traces` a third target is Pallas with every message traced (`OTEL_TRACES_SAMPLER=
+always_on`) into a real Jaeger (tests/support/jaeger.py, on the load side's core), and the last
+line compares its agent CPU per message with Pallas's untraced (issue 34: at most +15 %); the
+get_health figures are then left out.
 
 Pallas only: get_health P50/P95 from one more session while the same load runs, the agent
 having five healthy downstreams; get_health with one of five downstreams never answering.
@@ -85,10 +90,12 @@ from tests.support.fake_llm import (  # noqa: E402
     Text,
     ToolCalls,
 )
+from tests.support.jaeger import run_jaeger  # noqa: E402
 from tests.support.mcp_peers import free_port  # noqa: E402
 from tests.support.mcp_servers import RunningServer, header_echo_server, silent_server  # noqa: E402
 
 AGENT = "bench"
+TRACED = "pallas, traces on"
 MODEL = "bench-model"
 INSTRUCTION = "You are a benchmark agent: call the echo0 echo_headers tool once, then answer."
 MESSAGE = {"message": "hi"}
@@ -239,14 +246,20 @@ def tail(log: Path) -> str:
 
 @contextlib.asynccontextmanager
 async def pinned_process(
-    args: list[str], ready: Probe, log: Path, *, cwd: Path | None = None, within: float = 60
+    args: list[str],
+    ready: Probe,
+    log: Path,
+    *,
+    cwd: Path | None = None,
+    within: float = 60,
+    extra_env: dict[str, str] | None = None,
 ) -> AsyncIterator[Running]:
     """Run `args` on CPU 0 until the block ends; ready when `ready()` says so.
 
     Logs at WARNING, for all alike: Pallas's own setting, and the mcp SDK's for fast-agent's
     server (at its default, INFO, it writes several lines for every request).
     """
-    env = {**os.environ, "PALLAS_LOG_LEVEL": "WARNING", "FASTMCP_LOG_LEVEL": "WARNING"}
+    env = {**os.environ, "PALLAS_LOG_LEVEL": "WARNING", "FASTMCP_LOG_LEVEL": "WARNING", **(extra_env or {})}
     env["FASTMCP_CHECK_FOR_UPDATES"] = "off"
     for leak in ("PYTHONPATH", "VIRTUAL_ENV"):  # the peer runs on an interpreter of its own
         env.pop(leak, None)
@@ -483,15 +496,16 @@ def pallas_config(path: Path, llm: BenchLLM, servers: dict[str, str]) -> None:
 
 @contextlib.asynccontextmanager
 async def pallas(
-    tmp: Path, llm: BenchLLM, servers: dict[str, str], name: str = "pallas"
+    tmp: Path, llm: BenchLLM, servers: dict[str, str], name: str = "pallas", env: dict[str, str] | None = None
 ) -> AsyncIterator[Target]:
-    """`pallas agent` serving the bench agent, ready when /readyz says so."""
+    """`pallas agent` serving the bench agent, ready when /readyz says so (`env`: more variables)."""
     config = tmp / f"{name}.yaml"
     pallas_config(config, llm, servers)
     port = free_port()
     command = [str(REPO / ".venv/bin/pallas"), "agent", "--config", str(config), "--host", "127.0.0.1"]
     ready = readyz(f"http://127.0.0.1:{port}/readyz")
-    async with pinned_process([*command, "--port", str(port)], ready, tmp / f"{name}.log") as running:
+    log = tmp / f"{name}.log"
+    async with pinned_process([*command, "--port", str(port)], ready, log, extra_env=env) as running:
         url = f"http://127.0.0.1:{port}/mcp"
         yield Target(url, "send_message", running.pid, running.ready_seconds, fresh_conversation=True)
 
@@ -677,6 +691,13 @@ async def main(args: argparse.Namespace) -> None:
             "pallas": lambda: pallas(tmp, llm, one),
             f"fast-agent {fast_agent_peer.VERSION}": lambda: fast_agent(tmp, llm, one),
         }
+        jaeger = None
+        if args.traces:
+            # Every message traced (100 % sampling) into a real Jaeger on the load side's core.
+            jaeger = stack.enter_context(run_jaeger())
+            traced = {"OTEL_EXPORTER_OTLP_ENDPOINT": jaeger.otlp_url, "OTEL_TRACES_SAMPLER": "always_on"}
+            figures[TRACED] = []
+            launchers[TRACED] = lambda: pallas(tmp, llm, one, "pallas-traced", traced)
         for run in range(args.runs):
             bare.append(await bare_round_trips(tmp, args))
             # Alternate the order, so that neither target always runs on a warmer machine.
@@ -697,8 +718,19 @@ async def main(args: argparse.Namespace) -> None:
                     f" agent busy {under.target_busy:.0%}, load side {under.load_side_busy:.0%}",
                     flush=True,
                 )
-            extras.append(await pallas_extras(tmp, llm, five, args))
+            if not args.traces:
+                extras.append(await pallas_extras(tmp, llm, five, args))
+        if jaeger is not None:
+            kept = await jaeger.traces(AGENT)
+            print(f"jaeger holds {len(kept)} traces of {AGENT} (the query API's limit is 100)")
     report(figures, bare, extras, args)
+    if args.traces and figures["pallas"] and figures[TRACED]:
+        off = statistics.median(f.load.cpu_per_message for f in figures["pallas"])
+        on = statistics.median(f.load.cpu_per_message for f in figures[TRACED])
+        print(
+            f"traces at 100 % sampling: agent CPU per message {off * 1e3:.2f} ms off, {on * 1e3:.2f} ms on:"
+            f" {(on / off - 1) * 100:+.1f} %   target <= +15 % (issue 34)"
+        )
 
 
 if __name__ == "__main__":
@@ -709,4 +741,7 @@ if __name__ == "__main__":
     parser.add_argument("--phase-seconds", type=float, default=30, help="time bound of each phase")
     parser.add_argument("--runs", type=int, default=3, help="repeats; the table shows medians")
     parser.add_argument("--peer", choices=["fast-agent", "none"], default="fast-agent")
+    parser.add_argument(
+        "--traces", action="store_true", help="also measure pallas with every message traced into Jaeger"
+    )
     asyncio.run(main(parser.parse_args()))

@@ -154,6 +154,13 @@ def telemetry_environment(
     return environment
 
 
+def with_default_telemetry(spec: PallasDeploymentSpec, default: TelemetrySpec) -> PallasDeploymentSpec:
+    """`spec` with the operator's `default` telemetry when it names no endpoint of its own."""
+    if spec.telemetry.endpoint is not None or default.endpoint is None:
+        return spec
+    return spec.model_copy(update={"telemetry": default})
+
+
 def split_model(ref: str) -> tuple[str, str]:
     """`<provider>.<model>` → (provider, model); the model id may itself contain dots."""
     provider, _, model = ref.partition(".")

@@ -175,6 +175,19 @@ class Probe(Values):
     """Consecutive failures before the probe counts as failed."""
 
 
+class Telemetry(Values):
+    endpoint: str = Field(
+        default="", pattern=r"^(https?://[^\s@]+)?$", examples=["http://otel-collector.observability:4318"]
+    )
+    """OTLP/HTTP receiver (a collector, Jaeger, Tempo…) for the operator's own traces and, as the
+    default `spec.telemetry`, for every PallasDeployment that names no endpoint of its own: its
+    agents and registry (docs/api.md, Traces). Empty: no traces unless a deployment asks."""
+    sample_ratio: float = Field(default=1.0, ge=0, le=1)
+    """Share of the traces started in each process that are kept (parent-based)."""
+    capture_content: bool = False
+    """Prompts, answers and tool arguments on the agents' spans (the deployments defaulted here)."""
+
+
 class ChartValues(Values):
     """Values of the `pallas` chart."""
 
@@ -225,6 +238,8 @@ class ChartValues(Values):
     """Extra arguments of `pallas operator`."""
     extra_env: list[dict[str, Any]] = []
     """Extra environment variables of the operator container (Kubernetes `EnvVar` objects)."""
+    telemetry: Telemetry = Telemetry()
+    """Traces: one collector for the operator and every deployment that names none."""
 
     rbac: Rbac = Rbac()
     """What the operator may do: exactly what it reads and writes (docs/helm.md lists it)."""

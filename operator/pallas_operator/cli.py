@@ -8,6 +8,10 @@ import os
 import sys
 from pathlib import Path
 
+from pydantic import ValidationError
+
+from pallas_api.spec import TelemetrySpec
+from pallas_api.validation import describe
 from pallas_io.commands import EXIT_USAGE, add_http_limit_flags, http_limits, port_number
 from pallas_io.logs import setup_logging
 from pallas_io.tracing import setup_tracing
@@ -25,6 +29,14 @@ def label_map(text: str) -> dict[str, str]:
             raise argparse.ArgumentTypeError(f"{item!r} is not KEY=VALUE")
         labels[key] = value
     return labels
+
+
+def default_telemetry(text: str) -> TelemetrySpec:
+    """`--default-telemetry`: a `spec.telemetry` object as JSON, checked as the CRD checks it."""
+    try:
+        return TelemetrySpec.model_validate_json(text)
+    except ValidationError as exc:
+        raise argparse.ArgumentTypeError(describe(exc, prefix="telemetry", limit=1)) from None
 
 
 class OperatorCommand:
@@ -45,6 +57,14 @@ class OperatorCommand:
             "--runtime-image",
             default=os.environ.get("PALLAS_RUNTIME_IMAGE", DEFAULT_RUNTIME_IMAGE),
             help="image of agent and registry pods (env PALLAS_RUNTIME_IMAGE; default %(default)s)",
+        )
+        parser.add_argument(
+            "--default-telemetry",
+            type=default_telemetry,
+            default=TelemetrySpec(),
+            metavar="JSON",
+            help="spec.telemetry of the PallasDeployments that name no endpoint, as JSON "
+            '(e.g. \'{"endpoint": "http://collector:4318"}\'; the chart\'s telemetry values)',
         )
         parser.add_argument(
             "--http-port",
@@ -105,5 +125,6 @@ class OperatorCommand:
             lease_namespace=args.lease_namespace,
             pod_namespace=args.pod_namespace or None,
             pod_labels=args.pod_labels,
+            default_telemetry=args.default_telemetry,
         )
         return asyncio.run(run_operator(settings))

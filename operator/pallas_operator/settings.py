@@ -7,6 +7,7 @@ import socket
 from dataclasses import dataclass, field
 
 from pallas_api.config import HttpLimits
+from pallas_api.spec import TelemetrySpec
 from pallas_operator import DEFAULT_RUNTIME_IMAGE
 from pallas_operator.service_resolver import ServiceResolver
 
@@ -50,3 +51,6 @@ class OperatorSettings:
     when it runs outside the cluster."""
     pod_labels: dict[str, str] = field(default_factory=dict)
     """Labels selecting the operator's own pods (`--pod-labels`, set by the chart)."""
+    default_telemetry: TelemetrySpec = field(default_factory=TelemetrySpec)
+    """`spec.telemetry` of the deployments that name no endpoint (`--default-telemetry`, the
+    chart's `telemetry` values): one collector for everything unless a deployment says."""

@@ -21,7 +21,7 @@ async def reconcile_agent(op: Operator, namespace: str, name: str) -> float | No
         _forget(op, namespace, name)
         return None
     children = op.world.children(namespace, record.uid)
-    plan = plan_agent(op.world, record, children, op.settings.runtime_image)
+    plan = plan_agent(op.world, record, children, op.settings.runtime_image, op.settings.default_telemetry)
     op.secret_users.use(AGENT, namespace, name, plan.secrets)
     if plan.problem is None:
         current = await apply_children(op, namespace, plan.desired, children, plan.unwanted, name)

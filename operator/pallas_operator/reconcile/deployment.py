@@ -11,7 +11,7 @@ import logging
 from pydantic import ValidationError
 
 from pallas_api import conditions, names
-from pallas_api.render import provider_key_bindings
+from pallas_api.render import provider_key_bindings, with_default_telemetry
 from pallas_api.spec import PallasDeploymentSpec
 from pallas_api.status import PallasDeploymentStatus
 from pallas_api.validation import describe
@@ -79,7 +79,9 @@ async def reconcile_deployment(op: Operator, namespace: str, name: str) -> float
         return None
     previous = stored_status(PallasDeploymentStatus, record)
     try:
-        spec = PallasDeploymentSpec.model_validate(record.spec)
+        spec = with_default_telemetry(
+            PallasDeploymentSpec.model_validate(record.spec), op.settings.default_telemetry
+        )
     except ValidationError as exc:  # only with a CRD older than the operator
         await _write(op, record, deployment_status(_invalid(op, record, exc), previous, now()))
         return None

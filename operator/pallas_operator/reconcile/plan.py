@@ -12,8 +12,8 @@ from pydantic import ValidationError
 from pallas_api import names
 from pallas_api.conditions import INVALID_SPEC
 from pallas_api.config import render_config
-from pallas_api.render import RenderError, render_agent, split_model
-from pallas_api.spec import AuthSpec, PallasAgentSpec, PallasDeploymentSpec
+from pallas_api.render import RenderError, render_agent, split_model, with_default_telemetry
+from pallas_api.spec import AuthSpec, PallasAgentSpec, PallasDeploymentSpec, TelemetrySpec
 from pallas_api.validation import describe
 from pallas_operator.builders import (
     AgentWorkload,
@@ -53,7 +53,11 @@ def _invalid(what: str, exc: ValidationError) -> Problem:
 
 
 def plan_agent(
-    world: World, record: OwnerRecord, children: dict[tuple[str, str], ChildRecord], default_image: str
+    world: World,
+    record: OwnerRecord,
+    children: dict[tuple[str, str], ChildRecord],
+    default_image: str,
+    default_telemetry: TelemetrySpec | None = None,
 ) -> AgentPlan:
     """Decide what the agent `record` should have, given what the world holds."""
     try:
@@ -66,7 +70,9 @@ def plan_agent(
     deployment: PallasDeploymentSpec | None = None
     if dep_record is not None:
         try:
-            deployment = PallasDeploymentSpec.model_validate(dep_record.spec)
+            deployment = with_default_telemetry(
+                PallasDeploymentSpec.model_validate(dep_record.spec), default_telemetry or TelemetrySpec()
+            )
         except ValidationError as exc:
             plan.problem = _invalid(f"PallasDeployment {spec.deployment!r}", exc)
             return plan

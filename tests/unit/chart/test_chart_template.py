@@ -18,6 +18,7 @@ import jsonschema
 import pytest
 import yaml
 
+from pallas_operator.cli import default_telemetry
 from pallas_operator.operator_rbac import CLUSTER_RULES, LEASE_RULES, USER_EDIT_RULES, USER_VIEW_RULES
 from tests.support.cluster import REPO
 
@@ -217,6 +218,31 @@ def test_operator_flags_follow_the_values(render: Render) -> None:
         {"name": "PALLAS_LOG_LEVEL", "value": "debug"},
     ]
     assert c["ports"][0]["containerPort"] == 9090
+
+
+def test_telemetry_values_point_the_operator_and_the_default_deployment_at_a_collector(
+    render: Render,
+) -> None:
+    telemetry = {"endpoint": "http://otel-collector.observability:4318", "sampleRatio": 0.25}
+    c = container(render({"telemetry": telemetry}))
+    [flag] = [a for a in c["args"] if a.startswith("--default-telemetry=")]
+    assert json.loads(flag.split("=", 1)[1]) == {**telemetry, "captureContent": False}
+    env = {e["name"]: e["value"] for e in c["env"]}
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == telemetry["endpoint"]
+    assert env["OTEL_SERVICE_NAME"] == "pallas-operator"
+    assert (env["OTEL_TRACES_SAMPLER"], env["OTEL_TRACES_SAMPLER_ARG"]) == (
+        "parentbased_traceidratio",
+        "0.25",
+    )
+    # The flag is one the operator takes.
+
+    assert default_telemetry(flag.split("=", 1)[1]).sample_ratio == 0.25
+
+
+def test_without_a_telemetry_endpoint_nothing_is_traced(render: Render) -> None:
+    c = container(render({}))
+    assert not [a for a in c["args"] if "telemetry" in a]
+    assert not [e for e in c["env"] if e["name"].startswith("OTEL_")]
 
 
 @pytest.mark.parametrize(
