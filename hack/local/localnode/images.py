@@ -5,6 +5,8 @@
   the mirror apt already uses; trimmed and cached as a root-filesystem tar.
 - `pallas_image(repo)`: the project's Dockerfile on that base (`BASE_IMAGE`), tagged with a hash of
   everything the build reads, so it is rebuilt exactly when the project changed.
+- `variant_image(image, suffix)`: that image with one file more, under a tag of its own (upgrade
+  drills: an image of a changed tree without a rebuild).
 - `pause_image()` and `coredns_image(bins)`: one static binary each on `scratch`.
 
 Archives are pushed as `docker-archive:` (an `oci-archive:` imports into containerd as nothing).
@@ -351,6 +353,44 @@ def pallas_image(repo: Path, *, verbose: bool = False, fresh: bool = False) -> I
             )
     push_archive(ref, archive)
     forget_older(ref)
+    return Image(ref, archive)
+
+
+VARIANT_FILE = "/etc/pallas-variant"
+VARIANT_SUFFIX = re.compile(r"^[a-z0-9][a-z0-9.-]{0,31}$")
+
+
+def variant_image(image: Image, suffix: str) -> Image:
+    """`image` with one file more (`VARIANT_FILE`, holding `suffix`), tagged `<tag>-<suffix>`.
+
+    An image of a changed tree in seconds instead of a rebuild: what an upgrade drill needs (a new
+    tag and digest, so a `helm upgrade` rolls every pod onto it) without paying for a new wheel
+    and virtualenv. The archive is kept apart from the project's (`variant-*.tar`), so
+    `forget_older` never counts it, and buildah forgets the image once it is archived.
+    """
+    if not VARIANT_SUFFIX.match(suffix):
+        raise NodeError(
+            f"variant suffix {suffix!r}: use 1-32 of a-z, 0-9, '.' and '-', starting alphanumeric"
+        )
+    ref = f"{image.ref}-{suffix}"
+    archive = archives() / f"variant-{ref.rsplit(':', 1)[1]}.tar"
+    if archive.exists():
+        return Image(ref, archive)
+    source = ["--pull=never", image.ref] if has_image(image.ref) else [f"docker-archive:{image.archive}"]
+    container = buildah("from", *source)
+    try:
+        with tempfile.NamedTemporaryFile("w", prefix="pallas-variant-") as marker:
+            marker.write(f"{suffix}\n")
+            marker.flush()
+            buildah("copy", "--chmod", "0644", container, marker.name, VARIANT_FILE)
+        buildah("commit", "--quiet", "--rm", container, ref)
+    except NodeError:
+        with contextlib.suppress(NodeError):
+            buildah("rm", container)
+        raise
+    push_archive(ref, archive)
+    with contextlib.suppress(NodeError):
+        buildah("rmi", ref)
     return Image(ref, archive)
 
 
