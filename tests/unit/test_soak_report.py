@@ -10,10 +10,11 @@ from tests.support.soak.script import Verdict
 OK = Verdict(turn=1, missing=(), leaks=(), research="ok")
 
 
-def send(started: float, ended: float, code: str | None = None, verdict: Verdict | None = OK) -> Send:
-    return Send(
-        "c00", "conv", 1, True, started, ended, code, None if code else verdict, "why" if code else ""
-    )
+def send(
+    started: float, ended: float, code: str | None = None, verdict: Verdict | None = OK, resumed: bool = False
+) -> Send:
+    detail = "why" if code else ""
+    return Send("c00", "conv", 1, True, started, ended, code, None if code else verdict, detail, resumed)
 
 
 WINDOWS = [
@@ -28,7 +29,7 @@ def test_sends_land_in_the_window_they_ended_in_and_failures_count_by_code() -> 
         send(80, 90),  # baseline, 10 s: "before" of the rollout
         send(95, 105, "SERVER_UNAVAILABLE"),  # started before the rollout, hit by it
         send(110, 112, "SESSION_LOST"),
-        send(120, 124),
+        send(120, 124, resumed=True),  # its session was gone: sent again on a new one
         send(150, 151),  # after the rollout settled: not "during"
         send(205, 240, "LLM_ERROR"),
         send(250, 252, verdict=Verdict(turn=1, missing=(2,), leaks=(), research="ok")),
@@ -38,6 +39,7 @@ def test_sends_land_in_the_window_they_ended_in_and_failures_count_by_code() -> 
     assert (rollout.sends, rollout.failed) == (4, 2)
     assert dict(rollout.codes) == {"SERVER_UNAVAILABLE": 1, "SESSION_LOST": 1}
     assert rollout.non_retryable == 0
+    assert rollout.resumed == 1
     assert rollout.recovery == 12  # the last failure ended at 112
     assert rollout.before == (10, 10)
     assert rollout.during == (4, 4)

@@ -7,9 +7,12 @@ go orchestrator → researcher → orchestrator. Every attempt is recorded as a 
 started and ended, and either the error code (the agent's `structuredContent.error.code`, or what
 the transport said) or the verdict of the fake LLM (`script.Verdict`).
 
-A caller reconnects as a real client does: after an error that is not an answer (a dropped
-connection, an unknown session, a timeout) it drops its MCP session and opens a new one for the
-next message; its conversations continue by id. `check_histories` reads the orchestrator's
+A caller reconnects as a real client does. When its session is unknown to the pod it reaches
+(HTTP 404: the pod that held it is gone, and the message was not taken), it starts a new session
+and sends the message on it, as the MCP specification tells a client to (the send counts as
+`resumed`, not failed). After any other error that is not an answer (a dropped connection, a
+timeout) it drops its session and opens a new one for the next message. Its conversations
+continue by id (caller scope). `check_histories` reads the orchestrator's
 `orchestrator_history` prompt for conversations and reports acknowledged turns it lacks (lost)
 and other callers' secrets in it (leaks).
 """
@@ -64,6 +67,8 @@ class Send:
     verdict: Verdict | None = None
     detail: str = ""
     """What the error said (the first 200 characters)."""
+    resumed: bool = False
+    """Its session was gone (HTTP 404): the caller opened a new one and sent the message again."""
 
     @property
     def ok(self) -> bool:
@@ -234,14 +239,19 @@ class Caller:
         code: str | None = None
         verdict: Verdict | None = None
         detail = ""
+        resumed = False
+        arguments = {"message": turn.text(), "conversation_id": conversation.id}
         try:
-            session = await self._connected()
-            result = await session.call_tool(
-                "send_message",
-                {"message": turn.text(), "conversation_id": conversation.id},
-                raise_on_error=False,
-                timeout=self.timeout,
-            )
+            try:
+                result = await self._call(arguments)
+            except MCPError as exc:
+                if classify(exc) != "SESSION_LOST":
+                    raise
+                # The session's pod is gone and the message was not taken (404): what an MCP
+                # client must do, start a new session, and send the message on it.
+                await self.disconnect()
+                resumed = True
+                result = await self._call(arguments)
         except Exception as exc:
             code, detail = classify(exc), f"{type(exc).__name__}: {exc}"[:200]
             await self.disconnect()
@@ -260,10 +270,23 @@ class Caller:
             if self.delegate:
                 conversation.delegated.append(turn.number)
         send = Send(
-            self.name, conversation.id, turn.number, self.delegate, started, ended, code, verdict, detail
+            self.name,
+            conversation.id,
+            turn.number,
+            self.delegate,
+            started,
+            ended,
+            code,
+            verdict,
+            detail,
+            resumed,
         )
         self._record(send)
         return send
+
+    async def _call(self, arguments: dict[str, Any]) -> Any:
+        session = await self._connected()
+        return await session.call_tool("send_message", arguments, raise_on_error=False, timeout=self.timeout)
 
     async def run(self, period: float, offset: float, stop: asyncio.Event, budget: Budget) -> None:
         """Send a message every `period` seconds (from `offset`), one at a time, until `stop`."""

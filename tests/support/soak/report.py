@@ -7,8 +7,10 @@ to the window in which it was acknowledged, a leak to the window of the send or 
 that showed it.
 
 - `sends` / `failed`: attempts, and those not answered (by code: the agent's error code, or what
-  the client saw: `SESSION_LOST`, `CONNECT_FAILED`, `CLIENT_TIMEOUT`, …; `PEER_FAILED` when the
-  orchestrator answered but its researcher's part failed).
+  the client saw: `CONNECTION_LOST`, `CONNECT_FAILED`, `CLIENT_TIMEOUT`, …; `PEER_FAILED` when
+  the orchestrator answered but its researcher's part failed).
+- `resumed`: sends whose session was gone (404), sent again on a new session by the caller, as
+  an MCP client must; not failures, but each one is a session the product lost.
 - `lost`: acknowledged turns absent from the conversation's history when it was read back.
 - `ctx lost`: answered turns whose model (orchestrator or researcher) was not sent an earlier
   acknowledged turn of the conversation.
@@ -53,6 +55,7 @@ class Row:
     failed: int
     codes: Counter[str]
     non_retryable: int
+    resumed: int
     lost: int
     context_lost: int
     leaks: int
@@ -113,6 +116,7 @@ def rows(
                 failed=len(failed),
                 codes=codes,
                 non_retryable=sum(n for code, n in codes.items() if code not in RETRYABLE),
+                resumed=sum(1 for s in mine if s.resumed),
                 lost=sum(1 for loss in lost if window.started <= loss.acked_at < window.ended),
                 context_lost=sum(1 for s in answered if s.verdict and s.verdict.context_lost),
                 leaks=leaks,
@@ -134,6 +138,7 @@ def rows(
             failed=sum(r.failed for r in out),
             codes=codes,
             non_retryable=sum(r.non_retryable for r in out),
+            resumed=sum(r.resumed for r in out),
             lost=sum(r.lost for r in out),
             context_lost=sum(r.context_lost for r in out),
             leaks=sum(r.leaks for r in out),
@@ -160,6 +165,7 @@ HEADER = (
     "sends",
     "failed",
     "failed by code",
+    "resumed",
     "lost",
     "ctx lost",
     "leaks",
@@ -186,6 +192,7 @@ def cells(row: Row) -> tuple[str, ...]:
         str(row.sends),
         str(row.failed),
         _codes(row.codes),
+        str(row.resumed),
         str(row.lost),
         str(row.context_lost),
         str(row.leaks),
