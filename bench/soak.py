@@ -2,7 +2,7 @@
 
     flock /work/node.lock .venv/bin/python bench/soak.py [--clients 8] [--rate 1] [--llm-latency 2]
         [--turns 4] [--warmup 20] [--settle 20] [--events edit,rotate,...] [--max-sends 5000]
-        [--event-timeout 240] [--keep-cluster]
+        [--event-timeout 240] [--json FILE] [--keep-cluster]
 
 Needs root (the node). Starts the local cluster with its node if none runs (and stops it at the
 end; `--keep-cluster` leaves it), builds and loads the project's image (`hack/build/image load`),
@@ -84,6 +84,9 @@ async def soak(cluster: LocalCluster, args: argparse.Namespace, plan: Plan) -> i
     print(result.table())
     for note in result.notes:
         print(f"- {note}")
+    if args.json is not None:
+        args.json.write_text(json.dumps(result.raw(), indent=1) + "\n")
+        print(f"every send, window and loss: {args.json}")
     missed = [r.event for r in result.rows[1:-1] if not r.meets_target]
     print(f"\ntargets met by {len(result.rows) - 2 - len(missed)} of {len(result.rows) - 2} events" +
           (f"; missed: {', '.join(missed)}" if missed else ""))  # fmt: skip
@@ -111,6 +114,7 @@ def main() -> int:
     parser.add_argument(
         "--event-timeout", type=float, default=240.0, help="seconds an event may take to settle"
     )
+    parser.add_argument("--json", type=Path, help="also write every send, window and loss to this file")
     parser.add_argument(
         "--keep-cluster", action="store_true", help="leave a cluster this run started running"
     )

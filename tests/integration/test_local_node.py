@@ -95,3 +95,42 @@ def test_the_network_keeps_pod_and_service_traffic_on_the_machine(node: dict[str
         ).stdout
     )
     assert {node["pod_cidr"], node["service_cidr"]} <= {r["dst"] for r in fallbacks}
+
+
+def recorded(name: str) -> dict[str, Any]:
+    state_dir = json.loads(
+        subprocess.run([str(HACK_CLUSTER), "env", "--json"], capture_output=True, text=True).stdout
+    )["state_dir"]
+    procs = json.loads((Path(state_dir) / "state.json").read_text())["processes"]
+    return dict(next(p for p in procs if p["name"] == name))
+
+
+def test_restarting_containerd_and_the_kubelet_keeps_the_node_and_its_pods(
+    kube_cluster: LocalCluster, node: dict[str, Any]
+) -> None:
+    def coredns() -> tuple[str, str]:
+        listed = kube_cluster.kubectl(
+            "get", "pods", "-n", "kube-system", "-l", "k8s-app=kube-dns", "-o", "json"
+        )
+        pods = json.loads(listed.stdout)["items"]
+        (pod,) = pods
+        return pod["metadata"]["uid"], pod["status"]["containerStatuses"][0]["containerID"]
+
+    before = coredns()
+    for component in ("containerd", "kubelet"):
+        old = recorded(component)
+        command = Path(f"/proc/{old['pid']}/cmdline").read_bytes()
+        res = subprocess.run(
+            [str(HACK_CLUSTER), "restart", component], capture_output=True, text=True, timeout=120
+        )
+        assert res.returncode == 0, res.stderr
+        new = recorded(component)
+        assert new["pid"] != old["pid"], f"{component} was not restarted"
+        assert Path(f"/proc/{new['pid']}/cmdline").read_bytes() == command, "started as `up` started it"
+    status = subprocess.run([str(HACK_CLUSTER), "status"], capture_output=True, text=True, timeout=60)
+    assert status.returncode == 0, status.stdout
+    # The containers ran on through both restarts: the same pod, the same container.
+    assert coredns() == before
+    unknown = subprocess.run([str(HACK_CLUSTER), "restart", "nginx"], capture_output=True, text=True)
+    assert unknown.returncode == 1
+    assert "'nginx' is not a component of this cluster (it runs: etcd, kube-apiserver" in unknown.stderr

@@ -87,7 +87,7 @@ def test_an_event_that_never_settled_misses_its_target_and_says_why() -> None:
     assert "MISSED" in lines[3]
     assert "SESSION_LOST x1" in lines[3]
     assert "- upgrade: timed out" in rendered
-    assert "- SESSION_LOST: why" in rendered
+    assert "- upgrade SESSION_LOST: why" in rendered
 
 
 def test_percentiles_are_nearest_rank() -> None:

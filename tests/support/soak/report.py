@@ -205,7 +205,8 @@ def cells(row: Row) -> tuple[str, ...]:
 
 
 def table(report: Sequence[Row]) -> str:
-    """The rows as a Markdown table, then one line per failure code with what it said."""
+    """The rows as a Markdown table, then each event's notes and, per failure code, what one
+    such failure said."""
     lines = [HEADER, *(cells(r) for r in report)]
     widths = [max(len(line[i]) for line in lines) for i in range(len(HEADER))]
 
@@ -215,6 +216,10 @@ def table(report: Sequence[Row]) -> str:
     text = [render(HEADER), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
     text += [render(cells(r)) for r in report]
     notes = [f"- {r.event}: {r.note}" for r in report if r.note]
-    examples = {code: detail for r in report if r.event != "total" for code, detail in r.examples.items()}
-    notes += [f"- {code}: {detail}" for code, detail in sorted(examples.items())]
+    notes += [
+        f"- {r.event} {code}: {detail}"
+        for r in report
+        if r.event != "total"
+        for code, detail in sorted(r.examples.items())
+    ]
     return "\n".join(text + (["", *notes] if notes else []))

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import secrets
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 from lightkube import ApiError
 
@@ -75,6 +77,30 @@ class SoakResult:
 
     def table(self) -> str:
         return table(self.rows)
+
+    def raw(self) -> dict[str, Any]:
+        """Everything measured, times in seconds from the traffic's start (for `--json`)."""
+        origin = self.windows[0].started if self.windows else 0.0
+
+        def shifted(record: Any, *names: str) -> dict[str, Any]:
+            out = dataclasses.asdict(record)
+            for name in names:
+                if out.get(name) is not None:
+                    out[name] = round(out[name] - origin, 3)
+            return out
+
+        return {
+            "plan": dataclasses.asdict(self.plan),
+            "windows": [shifted(w, "started", "ended", "settled") for w in self.windows],
+            "sends": [shifted(s, "started", "ended") for s in self.sends],
+            "lost": [shifted(loss, "acked_at") for loss in self.history.lost],
+            "history_leaks": [
+                {"caller": who, "secret_of": owner, "at": round(at - origin, 3)}
+                for who, owner, at in self.history.leaks
+            ],
+            "unverified": self.history.unverified,
+            "notes": self.notes,
+        }
 
     @property
     def total(self) -> Row:
