@@ -20,7 +20,7 @@ these events happen one after another, each followed by `--settle` seconds of st
   operator    the operator's pod killed (grace 0)
   pod-delete  the orchestrator's pod deleted with grace 0
   scale       the orchestrator scaled 1 -> 3 -> 1
-  postgres    PostgreSQL restarted (immediate stop)
+  postgres    PostgreSQL stopped (immediate) and started 5 s later
   containerd  the node's containerd restarted (hack/local/cluster restart containerd)
   kubelet     the node's kubelet restarted
 

@@ -180,9 +180,15 @@ async def scale(world: SoakWorld, within: float) -> None:
         )
 
 
+POSTGRES_DOWN = 5.0
+"""Seconds PostgreSQL stays down: a restarted database server takes seconds to accept again
+(crash recovery), and an outage that short still meets every turn in flight at this rate."""
+
+
 async def restart_postgres(world: SoakWorld, within: float) -> None:
-    """PostgreSQL stopped at once (`pg_ctl -m immediate`, a crash) and started again."""
+    """PostgreSQL stopped at once (`pg_ctl -m immediate`, a crash), started again 5 s later."""
     await asyncio.to_thread(world.postgres.stop)
+    await asyncio.sleep(POSTGRES_DOWN)
     await asyncio.to_thread(world.postgres.start)
     await _settled_after(world, within)
 
@@ -213,7 +219,7 @@ EVENTS: dict[str, Event] = {
         Event("operator", GRACEFUL, "the operator's pod killed (grace 0)", kill_operator),
         Event("pod-delete", CRASH, "the orchestrator's pod deleted with grace 0", delete_agent_pod),
         Event("scale", GRACEFUL, "the orchestrator scaled 1 → 3 → 1", scale),
-        Event("postgres", CRASH, "PostgreSQL restarted (immediate stop)", restart_postgres),
+        Event("postgres", CRASH, "PostgreSQL stopped (immediate) and started 5 s later", restart_postgres),
         Event("containerd", CRASH, "the node's containerd restarted", _restart_node_component("containerd")),
         Event("kubelet", CRASH, "the node's kubelet restarted", _restart_node_component("kubelet")),
     )
