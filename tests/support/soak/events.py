@@ -11,6 +11,8 @@ sends only with retryable codes and recover within 30 s.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import datetime
 import json
 import secrets
 import subprocess
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 from tests.support.cluster import HACK_CLUSTER, REPO
 from tests.support.e2e import install_operator
 from tests.support.soak.script import ORCHESTRATOR, instruction
-from tests.support.soak.world import AGENTS, LLM_SECRET, OPERATOR_LABELS, SoakWorld
+from tests.support.soak.world import AGENTS, LLM_SECRET, OPERATOR_LABELS, NotSettled, SoakWorld
 
 HACK_IMAGE = REPO / "hack" / "build" / "image"
 GRACEFUL, CRASH = "graceful", "crash"
@@ -193,8 +195,32 @@ async def restart_postgres(world: SoakWorld, within: float) -> None:
     await _settled_after(world, within)
 
 
+KUBELET_REPROBE_WITHIN = 30.0
+"""How long a restarted kubelet may take to report the pods it found running. It starts with no
+probe results, so it marks every container unready until its readiness probe passes again
+(measured: 2-3 s after the restart); the Services drop the pods' endpoints meanwhile. A kubelet
+that kept readiness across a restart would never flip them: then this is only waited out."""
+
+
+async def _reprobed_since(world: SoakWorld, since: datetime.datetime) -> bool:
+    """Every agent pod's readiness changed after `since`, and is true again."""
+    for agent in AGENTS:
+        for pod in await world.pods({"pallas.dev/agent": agent}):
+            ready = (
+                next((c for c in (pod.status.conditions or []) if c.type == "Ready"), None)
+                if pod.status
+                else None
+            )
+            if ready is None or ready.status != "True" or ready.lastTransitionTime is None:
+                return False
+            if ready.lastTransitionTime < since:
+                return False
+    return True
+
+
 def _restart_node_component(component: str) -> Callable[[SoakWorld, float], Awaitable[None]]:
     async def act(world: SoakWorld, within: float) -> None:
+        since = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
         res = await asyncio.to_thread(
             subprocess.run,
             [str(HACK_CLUSTER), "restart", component],
@@ -204,6 +230,13 @@ def _restart_node_component(component: str) -> Callable[[SoakWorld, float], Awai
         )
         if res.returncode != 0:
             raise RuntimeError(f"hack/local/cluster restart {component} failed: {res.stderr.strip()}")
+        if component == "kubelet":
+            with contextlib.suppress(NotSettled):
+                await world.until(
+                    "the kubelet re-probing the agents' pods",
+                    lambda: _reprobed_since(world, since),
+                    KUBELET_REPROBE_WITHIN,
+                )
         await _settled_after(world, within)
 
     return act
