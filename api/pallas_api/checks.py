@@ -70,6 +70,9 @@ CEL_OFFLINE: Mapping[str, str] = {
     "spec.providers keys": "PallasDeploymentSpec._names",
     "spec.mcpServers keys": "PallasDeploymentSpec._names",
     "a header needs exactly one": "HeaderSpec._exactly_one_source",
+    "an MCP server needs exactly one": "McpServerSpec._url_or_stdio",
+    "a stdio server takes no": "McpServerSpec._url_or_stdio",
+    "a stdio env variable needs": "StdioEnvVar._exactly_one_source",
     "spec.requestParams.responseFormat needs": "ResponseFormat._schema_with_its_type",
     "spec.conversations.store postgres": "ConversationsSpec._postgres_needs_a_dsn",
     "spec.auth.mode oidc needs": "AuthSpec._oidc_settings",
@@ -83,6 +86,7 @@ RENDER_FIELDS: Mapping[str, str] = {
     conditions.SERVER_NOT_FOUND: "spec.servers",
     conditions.AGENT_NOT_FOUND: "spec.agents",
     conditions.ACCESS_NOT_ENFORCEABLE: "spec.access",
+    conditions.STDIO_NOT_HOSTABLE: "spec.servers",
 }
 REFERENCE_FIELDS: Mapping[str, str] = {
     conditions.DEPLOYMENT_NOT_FOUND: "spec.deployment",

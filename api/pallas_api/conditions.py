@@ -34,6 +34,8 @@ SECRET_NOT_FOUND: Final = "SecretNotFound"
 SECRET_KEY_NOT_FOUND: Final = "SecretKeyNotFound"
 ACCESS_NOT_ENFORCEABLE: Final = "AccessNotEnforceable"
 """spec.access names callers but the deployment authenticates nobody (auth.mode none)."""
+STDIO_NOT_HOSTABLE: Final = "StdioServerNotHostable"
+"""A stateful stdio server in a cluster: one container cannot run a process per session."""
 
 # --- DependenciesReady --------------------------------------------------------------------
 DEPENDENCIES_READY_REASON: Final = "DependenciesReady"

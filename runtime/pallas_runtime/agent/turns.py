@@ -94,10 +94,13 @@ class Conversations:
         key = self._key(caller, conversation_id, session_id)
         if key is None:
             key = one_turn_key(self._identity, caller.owner)
-            turn = await self._loop.run(
-                [], user, inbound_auth=inbound_auth, progress=progress, conversation=key,
-                call_path=call_path, params=params,
-            )  # fmt: skip
+            try:
+                turn = await self._loop.run(
+                    [], user, inbound_auth=inbound_auth, progress=progress, conversation=key,
+                    call_path=call_path, params=params,
+                )  # fmt: skip
+            finally:
+                await self._loop.tools.release(key)  # a conversation of one turn ends with it
             return Reply(turn.text, None, turn.messages, history_left_out=turn.history_left_out)
         async with self.store.turn(key) as held:
             turn = await self._loop.run(
@@ -150,10 +153,12 @@ class Conversations:
         missing = NoConversation(f"no stored conversation for conversation_id {conversation_id!r}")
         if sees_only_its_session(self._scope, caller) and not self._ledger.knows(session_id, conversation_id):
             raise missing
-        if not await self.store.delete(ConversationKey(self._identity, caller.owner, conversation_id)):
+        key = ConversationKey(self._identity, caller.owner, conversation_id)
+        if not await self.store.delete(key):
             raise missing
         if session_id:
             self._ledger.forget(session_id, conversation_id)
+        await self._loop.tools.release(key)
 
 
 def _default_name(scope: ConversationScope) -> str:
