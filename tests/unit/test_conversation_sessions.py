@@ -80,7 +80,7 @@ async def test_a_full_pool_closes_the_session_unused_longest_but_never_a_busy_on
         await touch(pool, key("c"))  # b is unused longest among the idle ones (a is busy)
         assert len(pool) == 2
         async with pool.use(key("c"), None):
-            with pytest.raises(DownstreamError, match="all 2 sessions .*maxSessions"):
+            with pytest.raises(DownstreamError, match=r"all 2 sessions .*maxSessions"):
                 await touch(pool, key("d"))
     await asyncio.sleep(0)  # the evicted session's close runs in the background
     assert opener.closed == 1

@@ -26,7 +26,8 @@ def counter(url: str, *, stateful: bool = True, **sessions: int) -> dict[str, An
 
 def counting_turns(llm: FakeOpenAI, turns: int) -> None:
     """Script `turns` turns, each calling `counter__count` once and then answering."""
-    llm.script(*[step for _ in range(turns) for step in (ToolCalls([Call("counter__count", {})]), Text("ok"))])
+    steps = (ToolCalls([Call("counter__count", {})]), Text("ok"))
+    llm.script(*[step for _ in range(turns) for step in steps])
 
 
 def counts(llm: FakeOpenAI) -> list[int]:
@@ -45,12 +46,16 @@ def deletes(server: RunningServer) -> int:
 
 async def test_two_callers_never_see_each_others_state(fake_openai: FakeOpenAI) -> None:
     counting_turns(fake_openai, 4)
-    async with session_counter_server() as srv, agent(config(fake_openai, servers=[counter(srv.url)])) as running:
-        async with client(running.url) as alice, client(running.url) as bob:
-            await turn(alice)
-            await turn(bob)
-            await turn(alice)
-            await turn(bob)
+    async with (
+        session_counter_server() as srv,
+        agent(config(fake_openai, servers=[counter(srv.url)])) as running,
+        client(running.url) as alice,
+        client(running.url) as bob,
+    ):
+        await turn(alice)
+        await turn(bob)
+        await turn(alice)
+        await turn(bob)
     assert counts(fake_openai) == [1, 1, 2, 2]
 
 
@@ -67,11 +72,14 @@ async def test_without_stateful_the_callers_share_one_session(fake_openai: FakeO
 
 async def test_one_callers_two_conversations_are_apart(fake_openai: FakeOpenAI) -> None:
     counting_turns(fake_openai, 3)
-    async with session_counter_server() as srv, agent(config(fake_openai, servers=[counter(srv.url)])) as running:
-        async with client(running.url) as mcp:
-            await turn(mcp, conversation_id="a")
-            await turn(mcp, conversation_id="b")
-            await turn(mcp, conversation_id="a")
+    async with (
+        session_counter_server() as srv,
+        agent(config(fake_openai, servers=[counter(srv.url)])) as running,
+        client(running.url) as mcp,
+    ):
+        await turn(mcp, conversation_id="a")
+        await turn(mcp, conversation_id="b")
+        await turn(mcp, conversation_id="a")
     assert counts(fake_openai) == [1, 1, 2]
 
 
@@ -109,12 +117,15 @@ async def test_an_idle_session_is_closed_and_the_next_call_starts_afresh(fake_op
 
 async def test_deleting_a_conversation_closes_its_session(fake_openai: FakeOpenAI) -> None:
     counting_turns(fake_openai, 1)
-    async with session_counter_server() as srv, agent(config(fake_openai, servers=[counter(srv.url)])) as running:
-        async with client(running.url) as mcp:
-            await turn(mcp, conversation_id="a")
-            assert deletes(srv) == 0
-            await mcp.call_tool("delete_conversation", {"conversation_id": "a"})
-            await until(lambda: deletes(srv) == 1, "the conversation's session closed")
+    async with (
+        session_counter_server() as srv,
+        agent(config(fake_openai, servers=[counter(srv.url)])) as running,
+        client(running.url) as mcp,
+    ):
+        await turn(mcp, conversation_id="a")
+        assert deletes(srv) == 0
+        await mcp.call_tool("delete_conversation", {"conversation_id": "a"})
+        await until(lambda: deletes(srv) == 1, "the conversation's session closed")
 
 
 async def test_a_turn_that_keeps_no_conversation_closes_its_session(fake_openai: FakeOpenAI) -> None:
