@@ -29,6 +29,7 @@ from pallas_runtime.commands.run.env_files import with_openai_base_url
 from pallas_runtime.commands.run.hosted import LocalRun, StartFailed
 from pallas_runtime.commands.run.manifests import (
     AgentKey,
+    BridgeKey,
     LocalPlan,
     ManifestError,
     PlannedAgent,
@@ -102,7 +103,11 @@ def plan_changes(old: LocalPlan, new: LocalPlan) -> Changes:
 
 
 def checked_plan(
-    files: Sequence[str], base_port: int, only_agent: str | None, keep_ports: dict[AgentKey, int]
+    files: Sequence[str],
+    base_port: int,
+    only_agent: str | None,
+    keep_ports: dict[AgentKey, int],
+    keep_bridge_ports: dict[BridgeKey, int] | None = None,
 ) -> LocalPlan:
     """The plan of the files as they are now, checked as `pallas validate` checks them.
 
@@ -116,7 +121,13 @@ def checked_plan(
     if report.problems:
         raise ReloadRefused([str(problem) for problem in report.problems])
     try:
-        plan = plan_local(load_manifests(files), base_port, only_agent, keep_ports=keep_ports)
+        plan = plan_local(
+            load_manifests(files),
+            base_port,
+            only_agent,
+            keep_ports=keep_ports,
+            keep_bridge_ports=keep_bridge_ports,
+        )
         return with_openai_base_url(plan, os.environ)
     except ManifestError as exc:
         raise ReloadRefused([str(exc)]) from None
@@ -130,6 +141,7 @@ async def apply(run: LocalRun, plan: LocalPlan) -> Changes:
     """Move `run` to `plan`: stop the agents removed, (re)start the new and changed, in order."""
     changes = plan_changes(run.plan, plan)
     _redact_new_secrets(run.plan, plan)
+    await _apply_bridges(run, plan)
     for key in changes.stopped:
         await run.stop_agent(key)
     for agent in plan.agents:
@@ -152,6 +164,25 @@ async def apply(run: LocalRun, plan: LocalPlan) -> Changes:
     return changes
 
 
+async def _apply_bridges(run: LocalRun, plan: LocalPlan) -> None:
+    """Stop the stdio servers gone or changed; start the new and changed ones (before the agents)."""
+    wanted = {bridge.key: bridge for bridge in plan.bridges}
+    for key, (running, _) in list(run.bridges.items()):
+        if wanted.get(key) != running:
+            await run.stop_bridge(key)
+    for bridge in plan.bridges:
+        if bridge.key in run.bridges:
+            continue
+        try:
+            await run.start_bridge(bridge)
+        except StartFailed as exc:
+            print(f"pallas run: reload: {exc}", file=sys.stderr, flush=True)
+    if wanted:
+        redactor = Redactor(v for bridge in plan.bridges for v in bridge.secrets.values() if v)
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(redactor)
+
+
 def _redact_new_secrets(old: LocalPlan, new: LocalPlan) -> None:
     """Secret values an edit brings (a new Secret manifest key) are kept out of the logs too."""
     known = {a.environ.get(b.env) for a in old.agents for b in a.rendered.secrets}
@@ -165,7 +196,9 @@ def _redact_new_secrets(old: LocalPlan, new: LocalPlan) -> None:
 async def reload_once(run: LocalRun, reload: Reload) -> None:
     """Apply the files as they are now, or say why not; one summary line on stdout."""
     try:
-        plan = checked_plan(reload.files, reload.base_port, reload.only_agent, run.ports())
+        plan = checked_plan(
+            reload.files, reload.base_port, reload.only_agent, run.ports(), run.bridge_ports()
+        )
     except ReloadRefused as exc:
         for problem in exc.problems:
             print(f"pallas run: reload: {problem}", file=sys.stderr)
