@@ -20,6 +20,8 @@ REGISTRY_AVAILABLE: Final = "RegistryAvailable"
 MONITORING_READY: Final = "MonitoringReady"
 AUTHENTICATED: Final = "Authenticated"
 PROVIDERS_HEALTHY: Final = "ProvidersHealthy"
+SERVERS_AVAILABLE: Final = "ServersAvailable"
+"""PallasDeployment: the stdio servers the operator hosts (only when the spec has some)."""
 
 # --- Accepted -----------------------------------------------------------------------------
 ACCEPTED_REASON: Final = "Accepted"
@@ -85,6 +87,12 @@ UNAUTHENTICATED: Final = "Unauthenticated"
 """auth.mode none while the registry publishes a public URL: anyone reaching it may call agents."""
 AUTH_DISABLED: Final = "AuthDisabled"
 """auth.mode none, agents reachable only inside the cluster."""
+
+# --- ServersAvailable (PallasDeployment; advice, never a blocker of Ready) ------------------------
+SERVERS_AVAILABLE_REASON: Final = "ServersAvailable"
+SERVERS_UNAVAILABLE: Final = "ServersUnavailable"
+"""A hosted stdio server's Deployment does not exist yet or has no ready pod (its bridge is Ready
+only while the server has a session)."""
 
 # --- ProvidersHealthy (PallasDeployment; advice, never a blocker of Ready) --------------------
 PROVIDERS_OK: Final = "ProvidersOk"

@@ -77,8 +77,8 @@ def registry_name(deployment: str) -> str:
 
 STDIO_BRIDGE_PORT: Final = 8000
 """The port of a hosted stdio server's bridge (container and Service)."""
-LABEL_SERVER: Final = "pallas.dev/server"
-"""On the children of a hosted stdio server: the `mcpServers` key it hosts."""
+STDIO_COMPONENT: Final = "mcp-server"
+"""`app.kubernetes.io/component` of a hosted stdio server's children."""
 
 
 def stdio_server_name(deployment: str, server: str) -> str:

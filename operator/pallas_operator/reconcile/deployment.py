@@ -21,8 +21,11 @@ from pallas_operator.builders import (
     access_children,
     agents_network_policy,
     auth_delegation_binding,
+    hosted_servers,
     registry_children,
     service_monitors,
+    stdio_children,
+    stdio_secret_bindings,
 )
 from pallas_operator.engine.context import DEPLOYMENT, Operator, now
 from pallas_operator.engine.provider_reports import ReportSource
@@ -33,6 +36,7 @@ from pallas_operator.reconcile.children import apply_children, stored_status
 from pallas_operator.status import (
     AgentSummary,
     DeploymentObservation,
+    HostedServer,
     ProviderReport,
     Workload,
     deployment_status,
@@ -105,11 +109,25 @@ async def reconcile_deployment(op: Operator, namespace: str, name: str) -> float
         public_url_template=spec.registry.public_url_template,
         providers=tuple(spec.providers),
         provider_report=report,
+        servers=_servers(op, record, spec),
     )
     status = deployment_status(observation, previous, now())
     await _write(op, record, status)
     await _report(op, record, previous, status)
     return op.settings.monitoring_recheck if monitoring_enabled and not crd_present else None
+
+
+def _servers(op: Operator, record: OwnerRecord, spec: PallasDeploymentSpec) -> tuple[HostedServer, ...]:
+    """The stdio servers and their Deployments as the watch last saw them."""
+    children = op.world.children(record.namespace, record.uid)
+    hosted = hosted_servers(spec)
+    out = []
+    for server, server_spec in sorted(spec.mcp_servers.items()):
+        if server_spec.stdio is None:
+            continue
+        seen = children.get(("Deployment", names.stdio_server_name(record.name, server)))
+        out.append(HostedServer(server, seen.workload if seen is not None else None, server in hosted))
+    return tuple(out)
 
 
 def _provider_report(
@@ -132,13 +150,18 @@ def _provider_report(
 
 
 def _desired(op: Operator, owner: Owner, spec: PallasDeploymentSpec) -> list[Manifest]:
-    """The namespaced children: registry, agents identity (kubernetes mode), NetworkPolicy."""
+    """The namespaced children: registry, hosted stdio servers, agents identity, NetworkPolicy."""
     secrets = op.world.secrets(owner.namespace)
     keys = {binding.ref.name for binding in provider_key_bindings(spec)} if spec.registry.enabled else set()
-    op.secret_users.use(DEPLOYMENT, owner.namespace, owner.name, keys)  # a rotation restarts the registry
+    for hosted in hosted_servers(spec).values():
+        if hosted.stdio is not None:
+            keys |= {binding.ref.name for binding in stdio_secret_bindings(hosted.stdio)}
+    # A rotation restarts the registry, or the stdio server whose env reads the Secret.
+    op.secret_users.use(DEPLOYMENT, owner.namespace, owner.name, keys)
     desired = (
         registry_children(owner, spec, op.settings.runtime_image, secrets) if spec.registry.enabled else []
     )
+    desired += stdio_children(owner, spec, op.settings.runtime_image, secrets)
     if spec.auth.mode == "kubernetes":
         agents = [a.name for a in op.world.agents_of(owner.namespace, owner.name)]
         desired += access_children(owner, agents)
