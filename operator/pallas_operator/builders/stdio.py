@@ -100,7 +100,7 @@ def stdio_deployment(
         "env": environment([literals], bindings),
         # The image's own user (many run as root): not forced, but nothing beyond it.
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-        "volumeMounts": [mount],
+        "volumeMounts": [dict(mount)],
     }
     if stdio.resources is not None:
         server_container["resources"] = resources(stdio.resources, default={})
@@ -123,7 +123,7 @@ def stdio_deployment(
         "env": log_env(log_level(spec), namespace=owner.namespace, deployment=owner.name),
         "resources": resources(default=BRIDGE_RESOURCES),
         "securityContext": _bridge_security(),
-        "volumeMounts": [mount, {"name": "tmp", "mountPath": "/tmp"}],
+        "volumeMounts": [dict(mount), {"name": "tmp", "mountPath": "/tmp"}],
         **probes(),
     }
     fifos = {
@@ -131,7 +131,7 @@ def stdio_deployment(
         "image": ours,
         "command": ["pallas", "bridge", "--make-fifos", STDIO_DIR],
         "securityContext": _bridge_security(),
-        "volumeMounts": [mount],
+        "volumeMounts": [dict(mount)],
     }
     described = json.dumps(stdio.model_dump(mode="json", by_alias=True), sort_keys=True)
     return {
