@@ -78,10 +78,12 @@ async def test_a_stdio_server_is_hosted_and_agents_reach_it_at_its_service(
     kubectl_apply(pallas_crds, deployment("ouranos", in_namespace(namespace)))
 
     async def gone() -> bool:
-        return await get_object(kube_client, Deployment, namespace, "ouranos-mcp-fs") is None
+        left = [
+            await get_object(kube_client, kind, namespace, "ouranos-mcp-fs") for kind in (Deployment, Service)
+        ]
+        return left == [None, None]
 
-    await eventually(gone, 30, "the hosted server's Deployment deleted")
-    assert await get_object(kube_client, Service, namespace, "ouranos-mcp-fs") is None
+    await eventually(gone, 30, "the hosted server's Deployment and Service deleted")
 
 
 async def test_a_stateful_stdio_server_is_not_hosted_and_its_agents_are_told_why(
