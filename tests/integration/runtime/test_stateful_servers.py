@@ -155,3 +155,16 @@ async def test_a_conversation_keeps_its_session_while_its_callers_token_is_renew
         {"count": 1, "authorization": "Bearer token-1"},
         {"count": 2, "authorization": "Bearer token-2"},
     ]
+
+
+async def test_a_gateway_clients_session_is_its_conversation(fake_openai: FakeOpenAI) -> None:
+    async with session_counter_server() as srv:
+        cfg = config(fake_openai, servers=[counter(srv.url)], toolExposure={"gateway": True})
+        async with agent(cfg) as running:
+            seen = []
+            for _ in range(2):
+                async with client(running.url) as mcp:
+                    for _ in range(2):
+                        result = await mcp.call_tool("execute_tool", {"server": "counter", "tool": "count"})
+                        seen.append(json.loads(result.content[0].text)["count"])
+    assert seen == [1, 2, 1, 2]
