@@ -115,7 +115,7 @@ def checked_plan(
         ReloadRefused: a file cannot be read, or the manifests have problems.
     """
     try:
-        report = check_documents(read_documents(files))
+        report = check_documents(read_documents(files), local=True)
     except UnreadableError as exc:
         raise ReloadRefused([str(exc)]) from None
     if report.problems:
