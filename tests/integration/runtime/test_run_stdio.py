@@ -22,6 +22,7 @@ import yaml
 from fastmcp import Client
 
 from tests.integration.runtime.test_run_command import API_KEY, manifests, pallas_run
+from tests.integration.runtime.test_run_reload import pallas_run_reload
 from tests.support.fake_llm import Call, FakeOpenAI, Text, ToolCalls
 from tests.support.mcp_peers import McpPeers, free_ports
 
@@ -182,3 +183,43 @@ async def test_a_stateful_stdio_server_runs_a_process_per_conversation(
 
 async def _count(pid: int, expected: int) -> bool:
     return len(children(pid)) == expected
+
+
+async def test_reload_restarts_a_changed_stdio_server_and_stops_a_removed_one(
+    fake_openai: FakeOpenAI, mcp_peers: McpPeers, tmp_path: Path
+) -> None:
+    fake_openai.default = lambda request: (
+        Text(request["messages"][-1]["content"])
+        if request["messages"][-1]["role"] == "tool"
+        else ToolCalls([Call("everything__echo", {"message": "x"})])
+    )
+    docs = stdio_manifests(fake_openai, mcp_peers, tmp_path)
+    path = tmp_path / "agents.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    base = free_ports(3)
+    async with pallas_run_reload(path, base) as run:
+        await run.line("out", "stdio server everything")
+        first = children(run.proc.pid)
+        assert await ask(base + 1) == "Echo: x"
+
+        docs[1]["spec"]["mcpServers"]["everything"]["stdio"]["env"].append({"name": "MODE", "value": "two"})
+        path.write_text(yaml.safe_dump_all(docs))
+        assert (
+            await run.line("out", "reloaded:")
+            == "reloaded: restarted stdio server everything; unchanged worker"
+        )
+        await eventually(lambda: _replaced(run.proc.pid, first), "the changed server started anew")
+        assert await ask(base + 1) == "Echo: x"  # on the port it had
+
+        docs[2]["spec"]["servers"] = []
+        mark = len(run.out)
+        path.write_text(yaml.safe_dump_all(docs))
+        assert await run.line("out", "reloaded:", after=mark) == (
+            "reloaded: stopped stdio server everything; restarted worker"
+        )
+        await eventually(lambda: _count(run.proc.pid, 0), "the server no agent uses stopped")
+
+
+async def _replaced(pid: int, before: set[int]) -> bool:
+    now = children(pid)
+    return bool(now) and not now & before

@@ -69,6 +69,8 @@ class Changes:
     unchanged: tuple[AgentKey, ...]
     registry: bool
     """Whether what the registry lists changed."""
+    servers: tuple[str, ...] = ()
+    """What happened to the stdio servers' bridges, in words (`restarted stdio server fs`)."""
 
 
 def agent_key(agent: PlannedAgent) -> AgentKey:
@@ -141,7 +143,7 @@ async def apply(run: LocalRun, plan: LocalPlan) -> Changes:
     """Move `run` to `plan`: stop the agents removed, (re)start the new and changed, in order."""
     changes = plan_changes(run.plan, plan)
     _redact_new_secrets(run.plan, plan)
-    await _apply_bridges(run, plan)
+    changes = dataclasses.replace(changes, servers=await _apply_bridges(run, plan))
     for key in changes.stopped:
         await run.stop_agent(key)
     for agent in plan.agents:
@@ -164,12 +166,19 @@ async def apply(run: LocalRun, plan: LocalPlan) -> Changes:
     return changes
 
 
-async def _apply_bridges(run: LocalRun, plan: LocalPlan) -> None:
-    """Stop the stdio servers gone or changed; start the new and changed ones (before the agents)."""
+async def _apply_bridges(run: LocalRun, plan: LocalPlan) -> tuple[str, ...]:
+    """Stop the stdio servers gone or changed; start the new and changed ones (before the agents).
+
+    Returns what happened, in words, for the summary line.
+    """
     wanted = {bridge.key: bridge for bridge in plan.bridges}
+    before = set(run.bridges)
+    changed: list[str] = []
     for key, (running, _) in list(run.bridges.items()):
         if wanted.get(key) != running:
             await run.stop_bridge(key)
+            if key not in wanted:
+                changed.append(f"stopped stdio server {key[2]}")
     for bridge in plan.bridges:
         if bridge.key in run.bridges:
             continue
@@ -177,10 +186,13 @@ async def _apply_bridges(run: LocalRun, plan: LocalPlan) -> None:
             await run.start_bridge(bridge)
         except StartFailed as exc:
             print(f"pallas run: reload: {exc}", file=sys.stderr, flush=True)
+            continue
+        changed.append(f"{'restarted' if bridge.key in before else 'started'} stdio server {bridge.name}")
     if wanted:
         redactor = Redactor(v for bridge in plan.bridges for v in bridge.secrets.values() if v)
         for handler in logging.getLogger().handlers:
             handler.addFilter(redactor)
+    return tuple(changed)
 
 
 def _redact_new_secrets(old: LocalPlan, new: LocalPlan) -> None:
@@ -207,7 +219,7 @@ async def reload_once(run: LocalRun, reload: Reload) -> None:
         return
     before = {agent_key(a) for a in run.plan.agents}
     changes = await apply(run, plan)
-    parts = [
+    parts = [*changes.servers] + [
         f"{what} {_names(keys)}"
         for what, keys in (
             ("restarted", [k for k in changes.started if k in before]),
