@@ -109,6 +109,7 @@ class StdioServer:
                 log.warning(
                     "%s: lost (%s); waiting for it again", self.name, ended, extra={"server": self.name}
                 )
+                await asyncio.sleep(FIRST_DELAY)  # never a busy loop, whatever fails
             self.restarts += 1
 
     async def _live(self) -> str:
