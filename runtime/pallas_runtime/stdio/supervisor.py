@@ -4,7 +4,7 @@ A stdio server speaks to exactly one client, so the bridge holds one MCP session
 and every HTTP caller's request travels on it (a stateful server gets a server per HTTP session
 instead: `bridge`). When the server ends (it crashed, or closed its output), the session goes,
 the log says how (`exited with code 1`), and after a back-off (1 s, doubled after each life
-shorter than `STEADY_SECONDS`, at most 60 s; none for a pod's FIFOs, whose container the
+shorter than `STEADY_SECONDS`, at most 60 s; a steady 1 s for a pod's FIFOs, whose container the
 kubelet restarts with its own) the server is started again. Requests arriving meanwhile wait for
 the next session, within their own deadline.
 """
