@@ -101,6 +101,12 @@ async def test_the_operator_works_with_the_documented_least_privilege_rbac(
             swept = await get_object(kube_client, ClusterRoleBinding, "", orphan["metadata"]["name"])
             assert swept is None, "the orphan sweep ran under least privilege"
             assert task.done() is False
+            # It did all that holding no right on Secrets, not even to list their names: RBAC
+            # has no metadata-only verb, so list/watch would read every value.
+            who = f"--as=system:serviceaccount:{namespace}:pallas-operator"
+            for verb in ("get", "list", "watch"):
+                can = pallas_crds.kubectl("auth", "can-i", who, verb, "secrets", "-A", check=False)
+                assert can.stdout.strip() == "no", verb
         finally:
             runner.stop.set()
             assert await asyncio.wait_for(task, 30) == 0
