@@ -62,6 +62,7 @@ async def test_a_deployment_gets_a_registry_with_read_only_rbac(
     assert pod["serviceAccountName"] == "ouranos-registry"
     assert pod["containers"][0]["command"] == [
         "pallas", "registry", "--namespace", namespace, "--deployment", "ouranos", "--port", "9090",
+        "--secrets-dir", "/etc/pallas-secrets",  # its Secret volume (the provider keys)
         # spec.http's request bounds, defaults (docs/api.md §1)
         "--max-head-bytes=16384", "--max-headers=100", "--head-timeout=10", "--keep-alive=5",
     ]  # fmt: skip
