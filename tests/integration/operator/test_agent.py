@@ -7,7 +7,7 @@ from typing import Any
 import yaml
 from lightkube import AsyncClient
 from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.core_v1 import ConfigMap, Service
+from lightkube.resources.core_v1 import ConfigMap, Pod, Service
 
 from pallas_api import names
 from pallas_api.config import parse_config
@@ -170,6 +170,14 @@ async def test_a_live_edit_rewrites_the_config_map_and_status_follows_what_the_p
             "status.configHash of the edited config",
         )
         assert status["servedConfigHash"] == first  # the pod has not taken it yet
+
+        async def nudged() -> Any:
+            # The annotation that makes the kubelet write the new ConfigMap into the pod at once.
+            pods = [p async for p in kube_client.list(Pod, namespace=namespace, labels=AGENT_PODS)]
+            hashes = {(p.metadata.annotations or {}).get("pallas.dev/config-sync") for p in pods}
+            return pods if pods and hashes == {second} else None
+
+        await eventually(nudged, 15, "the agent's pod annotated with the new config hash")
         # The pod takes it (the kubelet wrote the file, the agent read it at its next turn or health
         # check): the operator, probing every 2 s while they differ, sees it long before 600 s.
         health.health = {"status": "ok", "configHash": second}
