@@ -51,7 +51,7 @@ def _client(url: str) -> Client[Any]:
 
 
 @asynccontextmanager
-async def _session(url: str) -> AsyncIterator[ClientSession]:
+async def session(url: str) -> AsyncIterator[ClientSession]:
     """The MCP SDK's own session: the same thin client for the agent and for the server directly."""
     http = httpx2.AsyncClient(timeout=httpx2.Timeout(30))
     async with (
@@ -63,7 +63,7 @@ async def _session(url: str) -> AsyncIterator[ClientSession]:
         yield session
 
 
-def _percentiles(samples: list[float]) -> tuple[float, float]:
+def percentiles(samples: list[float]) -> tuple[float, float]:
     ordered = sorted(samples)
     return statistics.median(ordered) * 1000, ordered[int(0.95 * (len(ordered) - 1))] * 1000
 
@@ -124,8 +124,8 @@ async def main(tools: int, calls: int) -> None:
 
         async with (
             serve_app(agent_app(build_server(_config(llm, wide.url, "onDemand"), environ={}))) as agent,
-            _session(agent.url) as through,
-            _session(wide.url) as direct,
+            session(agent.url) as through,
+            session(wide.url) as direct,
         ):
             args = {"field_0": "x"}
             rows = {
@@ -144,12 +144,12 @@ async def main(tools: int, calls: int) -> None:
             }
         print(f"\n{'operation':<18} {'P50 ms':>8} {'P95 ms':>8}   ({calls} sequential calls each)")
         for name, samples in rows.items():
-            p50, p95 = _percentiles(samples)
+            p50, p95 = percentiles(samples)
             print(f"{name:<18} {p50:>8.2f} {p95:>8.2f}")
         overhead = [
             a - b for a, b in zip(sorted(rows["execute_tool"]), sorted(rows["direct call"]), strict=True)
         ]
-        p50, p95 = _percentiles(overhead)
+        p50, p95 = percentiles(overhead)
         print(f"{'execute_tool overhead':<18} {p50:>5.2f} {p95:>8.2f}   (targets: overhead P95 < 30, "
               "get_server_tools < 300, list_servers < 50)")  # fmt: skip
 

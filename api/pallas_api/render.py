@@ -1,8 +1,9 @@
 """Specs → one agent's runtime config. Pure: shared by the operator and `pallas run`.
 
-Secret values never enter the config. Each secret is bound to an environment variable with a
-stable name (`SecretBinding`); the operator turns the bindings into `env.valueFrom.secretKeyRef`
-and `pallas run` fills them from Secret manifests or the environment.
+Secret values never enter the config. Each secret is bound to a stable name (`SecretBinding`)
+that the process looks its value up by (`pallas_io.secrets`): the operator projects each bound
+Secret key into the pod's Secret volume as a file of that name, and `pallas run` fills
+environment variables of that name from Secret manifests or the environment.
 """
 
 from __future__ import annotations
@@ -58,7 +59,10 @@ class RenderError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class SecretBinding:
-    """Environment variable `env` of the agent process holds the value of `ref`."""
+    """The agent process finds the value of `ref` under the name `env`.
+
+    In a pod, the file `env` of its Secret volume; under `pallas run`, the environment variable.
+    """
 
     env: str
     ref: SecretKeyRef
@@ -66,7 +70,7 @@ class SecretBinding:
 
 @dataclass(frozen=True, slots=True)
 class RenderedAgent:
-    """One agent's runtime config and the Secret keys its process needs as environment variables."""
+    """One agent's runtime config and the Secret keys its process reads, by the names it reads them."""
 
     config: AgentConfig
     secrets: tuple[SecretBinding, ...]
@@ -106,6 +110,12 @@ def secret_source(ref: SecretKeyRef, *, local: bool) -> str:
 def log_level(deployment: PallasDeploymentSpec, agent: PallasAgentSpec | None = None) -> LogLevel:
     """The agent's `logLevel`, else its deployment's, else info (the registry: the deployment's)."""
     return (agent.log_level if agent is not None else None) or deployment.log_level or "info"
+
+
+def drain_seconds(deployment: PallasDeploymentSpec, agent: PallasAgentSpec) -> int:
+    """How long the agent's stopping pods let turns in flight finish: its own, else the deployment's."""
+    own = agent.pod.drain_seconds
+    return deployment.runtime.drain_seconds if own is None else own
 
 
 def log_environment(level: LogLevel, *, namespace: str, deployment: str) -> dict[str, str]:
@@ -259,6 +269,7 @@ def render_agent(
         api_key_source=api_key_source,
         timeout_seconds=provider_spec.timeout_seconds,
         max_retries=provider_spec.max_retries,
+        streaming=provider_spec.capabilities.streaming is not False,
     )
 
     missing_servers = [s for s in agent.servers if s not in deployment.mcp_servers]
@@ -349,10 +360,15 @@ def render_agent(
             local=local,
         ),
         limits=agent.limits,
-        health=HealthSettings(probe_timeout_seconds=deployment.health_check.timeout_seconds),
+        health=HealthSettings(
+            probe_timeout_seconds=deployment.health_check.timeout_seconds,
+            slow_llm_seconds=deployment.health_check.slow_llm_seconds,
+            slow_tool_seconds=deployment.health_check.slow_tool_seconds,
+        ),
         auth=auth,
         sessions=agent.sessions,
         busy_at=agent.busy_at,
         http=deployment.http,
+        drain_seconds=drain_seconds(deployment, agent),
     )
     return RenderedAgent(config, tuple(dict.fromkeys(secrets)))

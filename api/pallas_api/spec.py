@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import AfterValidator, BaseModel, Field, model_validator
 
 from pallas_api.config import (
+    DEFAULT_DRAIN_SECONDS,
     DEFAULT_HISTORY_BYTES,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_DEPTH,
@@ -27,6 +28,7 @@ from pallas_api.config import (
     MIN_SCHEMA_BUDGET,
     CallParams,
     ConversationScope,
+    DrainSeconds,
     HttpLimits,
     InputLimits,
     MaxConnections,
@@ -363,6 +365,12 @@ class RuntimeSpec(_Spec):
     """Container resources; default: the operator's defaults."""
     env: Annotated[list[EnvVar], Field(max_length=64)] = Field(default_factory=list)
     """Extra environment variables (Kubernetes EnvVar objects)."""
+    drain_seconds: DrainSeconds = DEFAULT_DRAIN_SECONDS
+    """Seconds a stopping agent pod (a rollout, a scale-down, a deleted pod) lets its turns in
+    flight finish, 0 to 3600 (default 120). Meanwhile it is not ready and refuses new MCP
+    sessions (503, retryable); turns still running after it are interrupted and kept in their
+    conversations as failed (AGENT_SHUTTING_DOWN). The pods' terminationGracePeriodSeconds is
+    this plus the preStop pause and a margin (docs/operator.md)."""
 
 
 class HealthCheckSpec(_Spec):
@@ -372,6 +380,11 @@ class HealthCheckSpec(_Spec):
     """Seconds between get_health calls by the operator."""
     timeout_seconds: Annotated[float, Field(gt=0, le=60)] = 3.0
     """Timeout of each downstream probe inside get_health."""
+    slow_llm_seconds: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    """An agent whose recent LLM calls (the last 20 within 10 minutes, at least 3) take longer
+    than this on average reports itself `degraded`, naming the figure."""
+    slow_tool_seconds: Annotated[float, Field(gt=0, le=3600)] = 10.0
+    """The same for each downstream server and peer agent, by its recent tool calls."""
 
 
 class ServiceMonitorSpec(_Spec):
@@ -652,6 +665,9 @@ class AgentPodSpec(_Spec):
     """Tolerations (Kubernetes Toleration objects)."""
     annotations: dict[str, str] = Field(default_factory=dict)
     """Pod annotations."""
+    drain_seconds: DrainSeconds | None = None
+    """Seconds a stopping pod lets its turns in flight finish (0 to 3600); default: the
+    deployment's `runtime.drainSeconds`."""
 
 
 class AgentConversationsSpec(_Spec):

@@ -7,6 +7,14 @@ one line (uvicorn would `sys.exit()` from inside the event loop). Servers leave 
 their process: `pallas run` hosts many apps in one event loop, each of which would otherwise
 install its own SIGINT/SIGTERM handlers over the others'; a server stops when its task is
 cancelled.
+
+Stopping is a drain: the app's `drain` runs while the server still listens and keeps its
+connections (an agent lets its turns in flight finish and refuses new sessions; a client's
+keep-alive connection is the one way its session's next request still reaches this process once
+a Service routes new connections elsewhere); only then does uvicorn stop listening, close idle
+connections and wait `graceful_timeout` for what is left. A server can also hand its socket over
+to another server of the same process (`hand_over`: `pallas run --reload`) and drain the
+connections it has.
 """
 
 from __future__ import annotations
@@ -66,7 +74,8 @@ async def serve(
     *,
     started: asyncio.Event | None = None,
     graceful_timeout: int = 10,
-    before_stop: Callable[[], Awaitable[object]] | None = None,
+    drain: Callable[[], Awaitable[object]] | None = None,
+    hand_over: asyncio.Event | None = None,
     limits: HttpLimits | None = None,
     refused: Refused | None = None,
 ) -> None:
@@ -74,11 +83,14 @@ async def serve(
 
     Args:
         app: The ASGI app.
-        sock: A listening socket (see `listen`); the caller closes it.
+        sock: A listening socket (see `listen`); the caller closes it (the server listens on a
+            duplicate of it, so the caller's stays open for another server).
         started: Set once the server accepts connections.
-        graceful_timeout: Seconds in-flight requests get when the server is stopped.
-        before_stop: Awaited when the server is asked to stop, before it stops accepting: what
-            runs in the app can end its requests first (the agent answers "shutting down").
+        graceful_timeout: Seconds open requests get once the server stops listening.
+        drain: Awaited when the server is asked to stop, before it stops listening: the app
+            finishes its work in flight (the agent lets its turns finish).
+        hand_over: Once set, the server stops accepting connections (another server listens on
+            the socket) and goes on serving those it has until it is cancelled.
         limits: Bounds on request heads and idle connections; the defaults of `HttpLimits`.
         refused: Told the reason of each request refused for its head (to count it).
 
@@ -98,7 +110,8 @@ async def serve(
         server_header=False,
     )
     server = _HostedServer(config)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
+    task = asyncio.create_task(server.serve(sockets=[sock.dup()]))
+    handing_over: asyncio.Task[None] | None = None
     try:
         while not server.started:
             if task.done():
@@ -107,14 +120,36 @@ async def serve(
             await asyncio.sleep(0.01)
         if started is not None:
             started.set()
+        if hand_over is not None:
+            handing_over = asyncio.create_task(_stop_listening(server, hand_over))
         await asyncio.shield(task)
     finally:
-        if before_stop is not None and server.started:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(before_stop())
+        if server.started and drain is not None:
+            await _uncancellable(drain())
+        if handing_over is not None:
+            handing_over.cancel()
         server.should_exit = True
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def _stop_listening(server: uvicorn.Server, hand_over: asyncio.Event) -> None:
+    await hand_over.wait()
+    for listener in server.servers:
+        listener.close()
+
+
+async def _uncancellable(work: Awaitable[object]) -> None:
+    """Await `work` to its end even if the awaiting task is cancelled again meanwhile.
+
+    The process asks the work to hurry by other means (`until_signalled(on_repeat=…)`).
+    """
+    future = asyncio.ensure_future(work)
+    while not future.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(future)
+    if not future.cancelled() and (failure := future.exception()) is not None:
+        logging.getLogger("pallas.serving").error("draining failed: %s", failure, exc_info=failure)
 
 
 def run_server_loop(main: Coroutine[Any, Any, object]) -> None:
@@ -139,14 +174,23 @@ def run_server_loop(main: Coroutine[Any, Any, object]) -> None:
         sniffio.thread_local.name = previous
 
 
-async def until_signalled(work: Coroutine[Any, Any, None]) -> bool:
-    """Run `work` until it ends or SIGTERM/SIGINT cancels it; whether a signal stopped it."""
+async def until_signalled(
+    work: Coroutine[Any, Any, None], on_repeat: Callable[[], object] | None = None
+) -> bool:
+    """Run `work` until it ends or SIGTERM/SIGINT cancels it; whether a signal stopped it.
+
+    A signal after the first calls `on_repeat` (a second Ctrl-C: stop draining, interrupt now).
+    """
     loop = asyncio.get_running_loop()
     task = asyncio.create_task(work)
     signalled = False
 
     def stop() -> None:
         nonlocal signalled
+        if signalled:
+            if on_repeat is not None:
+                on_repeat()
+            return
         signalled = True
         task.cancel()
 

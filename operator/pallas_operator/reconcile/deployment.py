@@ -11,7 +11,6 @@ import logging
 from pydantic import ValidationError
 
 from pallas_api import conditions, names
-from pallas_api.render import provider_key_bindings
 from pallas_api.spec import PallasDeploymentSpec
 from pallas_api.status import PallasDeploymentStatus
 from pallas_api.validation import describe
@@ -25,7 +24,6 @@ from pallas_operator.builders import (
     registry_children,
     service_monitors,
     stdio_children,
-    stdio_secret_bindings,
 )
 from pallas_operator.engine.context import DEPLOYMENT, Operator, now
 from pallas_operator.engine.provider_reports import ReportSource
@@ -93,7 +91,8 @@ async def reconcile_deployment(op: Operator, namespace: str, name: str) -> float
     await _delegation(op, owner, wanted=spec.auth.mode == "kubernetes")
     wanted = {(m["kind"], m["metadata"]["name"]) for m in desired}
     unwanted = [key for key in children if key not in wanted]
-    registry = await apply_children(op, namespace, desired, children, unwanted, names.registry_name(name))
+    applied = await apply_children(op, namespace, desired, children, unwanted, names.registry_name(name))
+    registry = applied.workload
     report = _provider_report(op, record, spec, registry)
     crd_present = await _monitoring(op, record, owner, spec)
     monitoring_enabled = spec.monitoring.service_monitor.enabled
@@ -151,17 +150,8 @@ def _provider_report(
 
 def _desired(op: Operator, owner: Owner, spec: PallasDeploymentSpec) -> list[Manifest]:
     """The namespaced children: registry, hosted stdio servers, agents identity, NetworkPolicy."""
-    secrets = op.world.secrets(owner.namespace)
-    keys = {binding.ref.name for binding in provider_key_bindings(spec)} if spec.registry.enabled else set()
-    for hosted in hosted_servers(spec).values():
-        if hosted.stdio is not None:
-            keys |= {binding.ref.name for binding in stdio_secret_bindings(hosted.stdio)}
-    # A rotation restarts the registry, or the stdio server whose env reads the Secret.
-    op.secret_users.use(DEPLOYMENT, owner.namespace, owner.name, keys)
-    desired = (
-        registry_children(owner, spec, op.settings.runtime_image, secrets) if spec.registry.enabled else []
-    )
-    desired += stdio_children(owner, spec, op.settings.runtime_image, secrets)
+    desired = registry_children(owner, spec, op.settings.runtime_image) if spec.registry.enabled else []
+    desired += stdio_children(owner, spec, op.settings.runtime_image)
     if spec.auth.mode == "kubernetes":
         agents = [a.name for a in op.world.agents_of(owner.namespace, owner.name)]
         desired += access_children(owner, agents)
@@ -200,10 +190,15 @@ async def _report(
     """A Warning Event when the agents become reachable without authentication at a public URL."""
     before = next((c for c in old.conditions if c.type == conditions.AUTHENTICATED), None)
     after = next((c for c in new.conditions if c.type == conditions.AUTHENTICATED), None)
+    key = (record.namespace, record.name)
     if after is None or after.reason != conditions.UNAUTHENTICATED:
+        op.unauthenticated_warned.pop(key, None)
         return
-    if before is not None and before.reason == after.reason:
+    if (before is not None and before.reason == after.reason) or op.unauthenticated_warned.get(
+        key
+    ) == record.uid:
         return
+    op.unauthenticated_warned[key] = record.uid
     await post_event(
         op.client, kind=names.DEPLOYMENT_KIND, namespace=record.namespace, name=record.name,
         uid=record.uid, reason=after.reason, message=after.message,
@@ -213,10 +208,10 @@ async def _report(
 
 async def _forget(op: Operator, namespace: str, name: str) -> None:
     op.provider_reports.track((DEPLOYMENT, namespace, name), None)
-    op.secret_users.forget(DEPLOYMENT, namespace, name)
     await _unbind(op, namespace, name)
     op.applier.forget_owner(namespace, names.DEPLOYMENT_KIND, name)
     op.monitoring_checks.forget(namespace, name)
+    op.unauthenticated_warned.pop((namespace, name), None)
     op.metrics.set_phase(names.DEPLOYMENT_KIND, namespace, name, None)
 
 

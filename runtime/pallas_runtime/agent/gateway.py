@@ -19,14 +19,13 @@ codes as a direct call. Peer agents are always offered directly (their `send_mes
 from __future__ import annotations
 
 import fnmatch
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pallas_api.errors import ErrorCode
 from pallas_runtime.agent.toolbox import OfferedTool
-from pallas_runtime.agent.window import OVERHEAD_TOKENS, text_tokens
+from pallas_runtime.agent.window import text_tokens
 from pallas_runtime.messages import ToolSpec
 
 LIST_SERVERS = "list_servers"
@@ -47,14 +46,6 @@ class GatewayError(Exception):
         self.code = code
 
 
-def schema_tokens(entry: OfferedTool) -> int:
-    """The estimated tokens one tool's definition takes in a request (as `agent/window.py` counts)."""
-    tool = entry.tool
-    return (
-        text_tokens(json.dumps([tool.qualified_name, tool.description, tool.input_schema])) + OVERHEAD_TOKENS
-    )
-
-
 def servers_tools(offered: Mapping[str, OfferedTool]) -> dict[str, list[OfferedTool]]:
     """The allowed tools of each downstream server (peers left out), in listing order."""
     by_server: dict[str, list[OfferedTool]] = {}
@@ -66,7 +57,7 @@ def servers_tools(offered: Mapping[str, OfferedTool]) -> dict[str, list[OfferedT
 
 def schemas_of_servers(offered: Mapping[str, OfferedTool]) -> int:
     """What every allowed server tool's schema would take in one request."""
-    return sum(schema_tokens(e) for tools in servers_tools(offered).values() for e in tools)
+    return sum(e.schema_tokens for tools in servers_tools(offered).values() for e in tools)
 
 
 def list_servers(offered: Mapping[str, OfferedTool], configured: Sequence[str]) -> dict[str, Any]:
@@ -112,7 +103,7 @@ def server_tools(
     chosen: list[dict[str, Any]] = []
     used = 0
     for entry in matching:
-        cost = schema_tokens(entry)
+        cost = entry.schema_tokens
         if used + cost > limit:
             break
         used += cost

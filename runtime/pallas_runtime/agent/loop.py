@@ -22,6 +22,7 @@ from pallas_api.errors import ErrorCode
 from pallas_io.logs import SecretValues
 from pallas_runtime.agent import gateway
 from pallas_runtime.agent.audit import audit_tool_call
+from pallas_runtime.agent.latency import LLM, Latencies
 from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.agent.toolbox import CallContext, OfferedTool, ToolBox, llm_tool_name
 from pallas_runtime.agent.window import input_budget, left_out, request_tokens
@@ -107,11 +108,14 @@ class AgentLoop:
         sources: Sequence[ToolSource],
         metrics: RuntimeMetrics,
         secrets: SecretValues | None = None,
+        latencies: Latencies | None = None,
     ) -> None:
         self._config = config
         self._provider = provider
         self._metrics = metrics
-        self.tools = ToolBox(config, sources, metrics, secrets)
+        self.latencies = latencies or Latencies()
+        """How long LLM calls and each source's calls take lately (for `get_health`)."""
+        self.tools = ToolBox(config, sources, metrics, secrets, self.latencies)
         """The agent's tools under its policy (also behind the MCP surface's gateway tools)."""
 
     async def offered_tools(self, inbound_auth: str | None = None) -> dict[str, OfferedTool]:
@@ -230,17 +234,30 @@ class AgentLoop:
     ) -> Completion:
         await progress.step("llm")
         agent, model = self._config.name, self._config.model
+        stream = progress.text_stream()
         started = time.perf_counter()
         try:
             completion = await self._provider.complete(
-                system=self._config.instruction, messages=messages, tools=specs, params=params
+                system=self._config.instruction,
+                messages=messages,
+                tools=specs,
+                params=params,
+                on_text=stream.feed if stream is not None else None,
             )
         except LLMError:
-            self._metrics.llm_request_duration.labels(agent, model, "error").observe(
-                time.perf_counter() - started
-            )
+            elapsed = time.perf_counter() - started
+            self._metrics.llm_request_duration.labels(agent, model, "error").observe(elapsed)
+            self.latencies.record(LLM, elapsed)
             raise
-        self._metrics.llm_request_duration.labels(agent, model, "ok").observe(time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        self._metrics.llm_request_duration.labels(agent, model, "ok").observe(elapsed)
+        self.latencies.record(LLM, elapsed)
+        if stream is not None:
+            await stream.flush()
+            if not stream.received and completion.tool_calls and completion.text:
+                # Not streamed: the text that goes with tool calls is never in the result, so it
+                # goes to the caller now (a final answer is the result itself).
+                await progress.text(completion.text)
         self._metrics.llm_turns_total.labels(agent, model).inc()
         for kind, count in completion.usage.by_kind().items():
             if count:

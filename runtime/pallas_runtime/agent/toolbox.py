@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import re
 import time
@@ -25,7 +26,9 @@ from pallas_api.config import AgentConfig
 from pallas_api.errors import ErrorCode
 from pallas_io.logs import SecretValues
 from pallas_runtime.agent.audit import Outcome, audit_tool_call
+from pallas_runtime.agent.latency import Latencies
 from pallas_runtime.agent.progress import ProgressReporter
+from pallas_runtime.agent.window import OVERHEAD_TOKENS, text_tokens
 from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.downstream.call_path import CallPath
 from pallas_runtime.downstream.source import (
@@ -65,6 +68,8 @@ class OfferedTool:
     allowed: bool
     peer: bool = False
     """Whether the source is a peer agent (offered directly in every exposure mode)."""
+    schema_tokens: int = 0
+    """The estimated tokens the tool's definition takes in a request (`agent/window.py`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,15 +95,29 @@ class ToolBox:
         sources: Sequence[ToolSource],
         metrics: RuntimeMetrics,
         secrets: SecretValues | None = None,
+        latencies: Latencies | None = None,
     ) -> None:
         self._config = config
+        self._latencies = latencies or Latencies()
         self._sources = list(sources)
         self._peers = frozenset(a.name for a in config.agents)
         self._metrics = metrics
         self._secrets = secrets or SecretValues()
+        self._tokens: dict[int, tuple[RemoteTool, int]] = {}
+        """id of a listed tool → (the tool, its schema's tokens): a source keeps its tool objects
+        until its list changes, and `auto` weighs every schema on every turn."""
         self._names: dict[str, tuple[str, bool]] = {}
         """qualified name → (model-facing name, allowed): both fixed for the config's life, and
         a regex and the policy's globs over hundreds of tools would cost every turn milliseconds."""
+
+    def _weigh(self, tool: RemoteTool) -> int:
+        known = self._tokens.get(id(tool))
+        if known is None or known[0] is not tool:
+            if len(self._tokens) > MAX_REMEMBERED_NAMES:
+                self._tokens.clear()
+            definition = json.dumps([tool.qualified_name, tool.description, tool.input_schema])
+            known = self._tokens[id(tool)] = (tool, text_tokens(definition) + OVERHEAD_TOKENS)
+        return known[1]
 
     def _named(self, qualified: str) -> tuple[str, bool]:
         known = self._names.get(qualified)
@@ -129,13 +148,11 @@ class ToolBox:
                 continue
             peer = source.name in self._peers
             for tool in listing:
-                name = llm_tool_name(tool.qualified_name)
+                name, allowed = self._named(tool.qualified_name)
                 if name in offered:
                     log.warning("tool name %s is ambiguous; keeping the first", tool.qualified_name)
                     continue
-                offered[name] = OfferedTool(
-                    source, tool, self._config.tools.permits(tool.qualified_name), peer
-                )
+                offered[name] = OfferedTool(source, tool, allowed, peer, self._weigh(tool))
         return offered
 
     async def release(self, conversation: ConversationKey) -> None:
@@ -212,6 +229,7 @@ class ToolBox:
             agent, source, tool.name, verdict, elapsed, code=outcome.code if outcome.is_error else None
         )
         self._metrics.tool_call_duration.labels(agent, source, "tool").observe(elapsed)
+        self._latencies.record(source, elapsed)
         self._metrics.tool_calls_total.labels(
             agent, source, "tool", "error" if outcome.is_error else "ok"
         ).inc()

@@ -1,12 +1,14 @@
 """`pallas bridge`: serve a stdio MCP server over Streamable HTTP, as a hosted server's pod does.
 
-    pallas bridge --name NAME --fifos DIR [--port 8000] [--max-sessions N] [--idle-timeout S]
+    pallas bridge --name NAME --fifos DIR [--secrets-dir DIR] [--port 8000] [--max-sessions N]
+                  [--idle-timeout S]
     pallas bridge --name NAME [--stateful] ... -- COMMAND [ARGS...]
     pallas bridge --make-fifos DIR
 
 In a cluster the operator runs the first form next to the server's own container, which runs the
 command with its stdout and stdin on the FIFOs `DIR/out` and `DIR/in` (made by the third form,
-the pod's init container); the second form runs the command as a child process, as `pallas
+the pod's init container; `--secrets-dir` is the pod's Secret volume, whose change restarts the
+server); the second form runs the command as a child process, as `pallas
 run` does (a way to try a server's bridge by hand). Agents reach `http://HOST:PORT/mcp`;
 `/healthz` answers while the process serves, `/readyz` once the server has a session.
 """
@@ -38,6 +40,11 @@ class BridgeCommand:
         """Add the command's flags."""
         parser.add_argument("--name", help="the server's name (its mcpServers key), in every log line")
         parser.add_argument("--fifos", metavar="DIR", help="talk to the server through DIR/in and DIR/out")
+        parser.add_argument(
+            "--secrets-dir",
+            metavar="DIR",
+            help="with --fifos: the Secret volume the server reads at start; a change restarts the server",
+        )
         parser.add_argument(
             "--make-fifos",
             metavar="DIR",
@@ -106,7 +113,8 @@ class BridgeCommand:
         except OSError as exc:
             print(f"pallas bridge: cannot listen on {args.host}:{args.port}: {exc.strerror}", file=sys.stderr)
             return EXIT_FAILURE
-        bridge = Bridge(name, link, stateful=args.stateful, limits=limits)
+        secrets_dir = Path(args.secrets_dir) if args.secrets_dir else None
+        bridge = Bridge(name, link, stateful=args.stateful, limits=limits, secrets_dir=secrets_dir)
         log.info("stdio server %s: bridge serving on http://%s:%d/mcp", name, args.host, bound_port(sock))
         try:
             with sock:
@@ -122,6 +130,8 @@ def _usage_problem(args: argparse.Namespace, command: list[str]) -> str:
         return "--name is required"
     if bool(args.fifos) == bool(command):
         return "give exactly one of --fifos DIR or -- COMMAND [ARGS...]"
+    if args.secrets_dir and not args.fifos:
+        return "--secrets-dir is for a pod's server (--fifos): a child gets its environment from pallas run"
     if args.fifos and args.stateful:
         return "--stateful needs a process per session: give -- COMMAND, not --fifos"
     return ""

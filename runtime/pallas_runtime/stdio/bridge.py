@@ -15,14 +15,19 @@ server has one client, so:
 
 Sessions are kept by the agents' `SessionTable` within `max_sessions` and `idle_timeout_seconds`.
 `/healthz` answers while the process serves; `/readyz` only once the shared server has a session
-(stateful bridges start servers on demand and are ready at once).
+(stateful bridges start servers on demand and are ready at once). A hosted server's bridge reads
+the pod's Secret volume every few seconds and restarts the server when a value changed: the
+server's container reads its secret variables from those files when it starts
+(`pallas_operator.builders.stdio`), so a rotated Secret reaches it without a new pod.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 from fastmcp import FastMCP
@@ -37,6 +42,7 @@ from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp
 
 from pallas_api.config import SessionLimits
+from pallas_io.secrets import SecretFiles
 from pallas_runtime.sessions import serve_sessions
 from pallas_runtime.stdio.links import Link
 from pallas_runtime.stdio.supervisor import ServerUnavailable, StdioServer
@@ -45,6 +51,8 @@ log = logging.getLogger("pallas.stdio")
 
 REQUEST_WAIT = 30.0
 """How long a request waits for a server that is (re)starting before it is answered with why not."""
+SECRETS_POLL_SECONDS = 2.0
+"""How often a hosted server's bridge reads its Secret volume for a rotated value."""
 
 
 class SupervisedTransport(ClientTransport):
@@ -81,6 +89,7 @@ class Bridge:
         *,
         stateful: bool = False,
         limits: SessionLimits | None = None,
+        secrets_dir: Path | None = None,
     ) -> None:
         """Describe the bridge; nothing starts before its app's lifespan.
 
@@ -89,12 +98,16 @@ class Bridge:
             link: Makes the link of one server (called once, or once per HTTP session if stateful).
             stateful: A server per HTTP session instead of one for all.
             limits: The HTTP sessions kept (`maxSessions`, idle timeout); the agents' defaults if None.
+            secrets_dir: The Secret volume the server's container reads its secret variables from
+                when it starts (a hosted server's pod): when a file in it changes, the server's
+                life is ended so that it starts again with the new values.
         """
         self.name = name
         self._link = link
         self.stateful = stateful
         self.limits = limits or SessionLimits()
         self.shared: StdioServer | None = None if stateful else StdioServer(name, link())
+        self._secrets_dir = secrets_dir
         self._per_session: dict[object, StdioServer] = {}
         if stateful:
             self.mcp: FastMCP = FastMCPProxy(client_factory=self._session_client, name=name)
@@ -160,12 +173,17 @@ class Bridge:
 
         @contextlib.asynccontextmanager
         async def lifespan(starlette: Starlette) -> AsyncIterator[None]:
+            watching: asyncio.Task[None] | None = None
             if self.shared is not None:
                 self.shared.start()
+                if self._secrets_dir is not None:
+                    watching = asyncio.create_task(_renew_on_change(self.shared, self._secrets_dir))
             try:
                 async with sessions_lifespan(starlette):
                     yield
             finally:
+                if watching is not None:
+                    watching.cancel()
                 await self.aclose()
 
         app.router.lifespan_context = lifespan
@@ -177,3 +195,21 @@ class Bridge:
         self._per_session.clear()
         for server in servers:
             await server.aclose()
+
+
+async def _renew_on_change(server: StdioServer, directory: Path) -> None:
+    """Renew `server` whenever the files of `directory` (its Secret volume) change.
+
+    Read every `SECRETS_POLL_SECONDS`: a few small files on a tmpfs, as `pallas_io.secrets`
+    reads them, and the kubelet swaps a new version in at once (`..data`), so a read sees the old
+    values or the new ones.
+    """
+    seen = dict(SecretFiles(directory))
+    while True:
+        await asyncio.sleep(SECRETS_POLL_SECONDS)
+        now = dict(SecretFiles(directory))
+        if now != seen:
+            changed = sorted(set(now) ^ set(seen) | {k for k in now if k in seen and now[k] != seen[k]})
+            seen = now
+            log.info("%s: secrets changed (%s); restarting the server", server.name, ", ".join(changed))
+            server.renew(f"its secrets changed ({', '.join(changed)})")

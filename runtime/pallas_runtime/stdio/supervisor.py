@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 
 import anyio
 import mcp_types
@@ -64,6 +65,8 @@ class StdioServer:
         """How many times the server was started again after it ended."""
         self.last_problem = "starting"
         """Why there is no session now, for `session()`'s callers and `/readyz`."""
+        self._renewal: str | None = None
+        self._renew = asyncio.Event()
 
     @property
     def ready(self) -> bool:
@@ -87,6 +90,15 @@ class StdioServer:
         if self._session is None:
             raise ServerUnavailable(f"stdio server {self.name} is not available: {self.last_problem}")
         return self._session
+
+    def renew(self, why: str) -> None:
+        """End the server's current life now; it starts again as after any end (`why` is logged).
+
+        Over a pod's FIFOs the server sees its input end and exits, and the kubelet starts its
+        container again: how a rotated secret reaches a hosted server (`commands.bridge`).
+        """
+        self._renewal = why
+        self._renew.set()
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -136,8 +148,7 @@ class StdioServer:
                     )
                     self._session = session
                     self._up.set()
-                    await link.ended.wait()
-                    how = link.why
+                    how = await self._until_ended(link.ended, lambda: link.why)
                     self._forget()
         except OSError as exc:
             how = f"cannot start it: {exc.strerror or type(exc).__name__}"
@@ -151,6 +162,19 @@ class StdioServer:
             how = f"{how}; {opened.ended_how}" if how else opened.ended_how
         self.last_problem = how
         return how
+
+    async def _until_ended(self, ended: anyio.Event, why: Callable[[], str]) -> str:
+        """Wait until the link ends or `renew` is called; how the life ended."""
+        self._renew.clear()
+        waits = [asyncio.ensure_future(ended.wait()), asyncio.ensure_future(self._renew.wait())]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+        if ended.is_set():
+            return why()
+        return f"ended by the bridge: {self._renewal}"
 
     def _forget(self) -> None:
         self._session = None

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx2
 from fastmcp import Client
 
-from pallas_operator.builders.stdio import SERVER_SHELL
+from pallas_operator.builders.stdio import EXPORT_SECRETS, SERVER_SHELL
 from tests.support.mcp_peers import McpPeers
 from tests.support.ports import logged_port
 
@@ -46,13 +46,18 @@ def process(
             proc.wait(10)
 
 
-def server_container(peers: McpPeers, fifos: Path, log: Path) -> subprocess.Popen[bytes]:
+def server_container(
+    peers: McpPeers, fifos: Path, log: Path, secrets: Path | None = None
+) -> subprocess.Popen[bytes]:
     """The server's container: the operator's shell line around server-everything over stdio."""
     env = {"PATH": f"{peers.node_bin_dir}:/usr/bin:/bin", "HOME": str(fifos.parent)}
+    shell = SERVER_SHELL.format(fifos=fifos)
+    if secrets is not None:
+        shell = EXPORT_SECRETS.format(secrets=secrets) + shell
     argv = [
         "/bin/sh",
         "-c",
-        SERVER_SHELL.format(fifos=fifos),
+        shell,
         str(peers.node),
         str(peers.server_everything),
         "stdio",
@@ -77,15 +82,17 @@ async def until_ready(port: int, status: int = 200, within: float = 30) -> None:
 
 
 @contextlib.asynccontextmanager
-async def kubelet(peers: McpPeers, fifos: Path, log: Path) -> AsyncIterator[list[subprocess.Popen[bytes]]]:
+async def kubelet(
+    peers: McpPeers, fifos: Path, log: Path, secrets: Path | None = None
+) -> AsyncIterator[list[subprocess.Popen[bytes]]]:
     """Keep the server's 'container' running: start it again whenever it ends (no back-off here)."""
-    lives = [server_container(peers, fifos, log)]
+    lives = [server_container(peers, fifos, log, secrets)]
 
     async def restart() -> None:
         while True:
             await asyncio.sleep(0.05)
             if lives[-1].poll() is not None:
-                lives.append(server_container(peers, fifos, log))
+                lives.append(server_container(peers, fifos, log, secrets))
 
     task = asyncio.create_task(restart())
     try:
@@ -135,6 +142,49 @@ async def test_the_pod_form_over_fifos_survives_its_server_ending(
     text = bridge_log.read_text()
     assert "everything: connected" in text
     assert "everything: lost (its output ended" in text
+
+
+def write_secret_volume(directory: Path, version: str, values: dict[str, str]) -> None:
+    """Lay out (or update) a Secret volume as the kubelet does: a new version, `..data` swapped."""
+    data = directory / f"..{version}"
+    data.mkdir(parents=True)
+    for name, value in values.items():
+        (data / name).write_text(value)
+        if not (directory / name).is_symlink():
+            (directory / name).symlink_to(f"..data/{name}")
+    link = directory / "..data_tmp"
+    link.symlink_to(data.name)
+    link.rename(directory / "..data")
+
+
+async def test_a_rotated_secret_reaches_the_pods_server_without_a_new_pod(
+    mcp_peers: McpPeers, tmp_path: Path
+) -> None:
+    """The server's shell exports the volume's files; the bridge restarts the server on a change."""
+    fifos, secrets = tmp_path / "stdio", tmp_path / "secrets"
+    assert subprocess.run([*PALLAS, "bridge", "--make-fifos", str(fifos)], check=False).returncode == 0
+    write_secret_volume(secrets, "v1", {"API_TOKEN": "first-token"})
+    bridge_log = tmp_path / "bridge.log"
+    argv = [*PALLAS, "bridge", "--name", "everything", "--fifos", str(fifos), "--secrets-dir", str(secrets)]
+    with process([*argv, "--port", "0", "--host", "127.0.0.1"], bridge_log) as bridge:
+        port = logged_port(bridge_log, SERVING, alive=bridge.poll)
+        async with kubelet(mcp_peers, fifos, tmp_path / "server.log", secrets) as lives:
+            await until_ready(port)
+            async with Client(f"http://127.0.0.1:{port}/mcp", mode="legacy") as client:
+                before = (await client.call_tool("get-env", {})).content[0].text
+                write_secret_volume(secrets, "v2", {"API_TOKEN": "second-token"})
+                deadline = asyncio.get_running_loop().time() + 30
+                while len(lives) < 2:  # the bridge ended the server's life; the "kubelet" restarted it
+                    assert asyncio.get_running_loop().time() < deadline, "the server was never restarted"
+                    await asyncio.sleep(0.05)
+                await until_ready(port)
+                after = (await client.call_tool("get-env", {})).content[0].text
+    assert '"API_TOKEN": "first-token"' in before
+    assert '"API_TOKEN": "second-token"' in after
+    text = bridge_log.read_text()
+    assert "secrets changed (API_TOKEN); restarting the server" in text
+    assert "first-token" not in text
+    assert "second-token" not in text
 
 
 async def test_the_by_hand_form_runs_the_command_as_a_child(mcp_peers: McpPeers, tmp_path: Path) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,14 +15,13 @@ from pallas_api.render import RenderError, render_agent
 from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
 from pallas_api.status import PallasDeploymentStatus
 from pallas_operator.builders import Owner, stdio_children
-from pallas_operator.builders.stdio import SERVER_SHELL
+from pallas_operator.builders.stdio import EXPORT_SECRETS, SERVER_SHELL
 from pallas_operator.status import DeploymentObservation, HostedServer, Workload, deployment_status
 from pallas_runtime.commands.bridge import BridgeCommand
 from tests.support.operator import agent, at, deployment, spec
 from tests.unit.operator.test_builders import _golden
 
 OWNER = Owner(names.DEPLOYMENT_KIND, "ouranos", "agents", "uid-deployment")
-SECRETS = {"fs-token": {"token": "d1"}}
 FS = {
     "stdio": {
         "command": "npx",
@@ -47,16 +48,16 @@ def _pod(children: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_stdio_children_golden() -> None:
-    _golden("stdio", stdio_children(OWNER, _spec(), "pallas:test", SECRETS))
+    _golden("stdio", stdio_children(OWNER, _spec(), "pallas:test"))
 
 
 def test_the_server_runs_its_command_on_the_fifos_the_bridge_reads() -> None:
-    pod = _pod(stdio_children(OWNER, _spec(), "pallas:test", SECRETS))
+    pod = _pod(stdio_children(OWNER, _spec(), "pallas:test"))
     bridge, server = pod["containers"]
     assert server["image"] == "node:22"
+    shell = EXPORT_SECRETS.format(secrets=names.SECRETS_DIR) + SERVER_SHELL.format(fifos="/stdio")
     assert server["command"] == [
-        "/bin/sh", "-c", SERVER_SHELL.format(fifos="/stdio"),
-        "npx", "-y", "@modelcontextprotocol/server-filesystem", "/data",
+        "/bin/sh", "-c", shell, "npx", "-y", "@modelcontextprotocol/server-filesystem", "/data",
     ]  # fmt: skip
     # `$0 $@` carries the command and its arguments unquoted by us: nothing of them is shell text.
     assert shlex.split(SERVER_SHELL.format(fifos="/stdio")) == [
@@ -66,9 +67,15 @@ def test_the_server_runs_its_command_on_the_fifos_the_bridge_reads() -> None:
         ">/stdio/out",
         "</stdio/in",
     ]
-    assert {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "fs-token", "key": "token"}}} in server[
-        "env"
+    # No secret is an env var (the operator reads no Secret): the server reads the volume's files.
+    assert server["env"] == [{"name": "LOG", "value": "debug"}]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "secrets"]
+    assert volume["projected"]["sources"] == [
+        {"secret": {"name": "fs-token", "items": [{"key": "token", "path": "TOKEN"}], "optional": True}}
     ]
+    mounted = {"name": "secrets", "mountPath": names.SECRETS_DIR, "readOnly": True}
+    assert mounted in server["volumeMounts"]
+    assert mounted in bridge["volumeMounts"]
     assert server["resources"] == {"limits": {"memory": "512Mi"}}
     assert bridge["image"] == pod["initContainers"][0]["image"] == "pallas:test"
     assert bridge["securityContext"]["runAsUser"] == 65532
@@ -78,18 +85,44 @@ def test_the_server_runs_its_command_on_the_fifos_the_bridge_reads() -> None:
     BridgeCommand().configure(parser)
     parsed = parser.parse_args(bridge["command"][2:])
     assert (parsed.name, parsed.fifos, parsed.port) == ("fs", "/stdio", names.STDIO_BRIDGE_PORT)
+    assert parsed.secrets_dir == names.SECRETS_DIR
     assert parser.parse_args(pod["initContainers"][0]["command"][2:]).make_fifos == "/stdio"
 
 
-def test_rotating_the_servers_secret_rolls_its_pod() -> None:
-    def template_hash(secrets: Any) -> str:
+def test_a_rotated_secret_rolls_no_pod_and_an_edit_does() -> None:
+    def template_hash(*mods: Any) -> str:
         (workload,) = [
-            c for c in stdio_children(OWNER, _spec(), "pallas:test", secrets) if c["kind"] == "Deployment"
+            c for c in stdio_children(OWNER, _spec(*mods), "pallas:test") if c["kind"] == "Deployment"
         ]
         return str(workload["spec"]["template"]["metadata"]["annotations"][names.ANNOTATION_CONFIG_HASH])
 
-    assert template_hash({"fs-token": {"token": "d2"}}) != template_hash(SECRETS)
-    assert template_hash({**SECRETS, "other": {"k": "v"}}) == template_hash(SECRETS)
+    # The hash is the spec's alone (a rotation reaches the server through its bridge, no new pod).
+    assert template_hash() == template_hash()
+    assert template_hash(at("spec.mcpServers.fs.stdio.args", ["/other"])) != template_hash()
+
+
+def test_a_server_without_secrets_mounts_no_volume() -> None:
+    pod = _pod(stdio_children(OWNER, _spec(at("spec.mcpServers.fs.stdio.env", [])), "pallas:test"))
+    bridge, server = pod["containers"]
+    assert server["command"][2] == SERVER_SHELL.format(fifos="/stdio")
+    assert "--secrets-dir" not in bridge["command"]
+    assert [v["name"] for v in pod["volumes"]] == ["stdio", "tmp"]
+
+
+def test_the_shell_line_exports_each_secret_file_exactly(tmp_path: Path) -> None:
+    """Run the server container's shell prefix for real: values exact, a missing file unset."""
+    secrets = tmp_path / "secrets"
+    data = secrets / "..data"
+    data.mkdir(parents=True)
+    (data / "TOKEN").write_bytes(b"s3cret with spaces $HOME `x`\n\n")
+    (secrets / "TOKEN").symlink_to("..data/TOKEN")  # as the kubelet lays a Secret volume out
+    (secrets / "EMPTY").write_text("")
+    probe = 'printf "%s|" "$TOKEN" "${EMPTY-unset}" "${ABSENT-unset}"'
+    shell = EXPORT_SECRETS.format(secrets=secrets) + probe
+    done = subprocess.run(
+        ["/bin/sh", "-c", shell], capture_output=True, check=True, env={"PATH": "/usr/bin:/bin"}
+    )
+    assert done.stdout == b"s3cret with spaces $HOME `x`\n\n||unset|"
 
 
 def test_url_servers_and_stateful_stdio_servers_are_not_hosted() -> None:

@@ -7,7 +7,7 @@
     pallas chat -m "Who wrote it?" --json URL   # the raw send_message result, one JSON document
 
 One stateful (legacy-mode) MCP session carries a generated `conversation_id`, so the agent
-keeps the history (`chat_session`). While the agent works its progress goes to stderr: a status
+keeps the history (`session`). While the agent works its progress goes to stderr: a status
 line on a terminal, erased before the answer, else one flushed line per message; the turn's tool
 calls follow, dimmed (`chat_display`). The answer goes to stdout. REPL commands (`chat_repl`):
 `/tools`, `/system` (the agent's instruction), `/set KEY VALUE` (per-call LLM parameters,

@@ -6,12 +6,20 @@ prints. Anywhere else (a pipe, a file) every progress message is a plain line `�
 written and flushed as it arrives, so a script reading stderr sees them in order and before the
 answer reaches stdout. The turn's tool calls, with their arguments and shortened results, are
 printed dimmed (plain text off a terminal) once the turn ends, as mcpctl's REPL shows them.
+
+On a terminal the agent's text streams (docs/api.md §3, progress `{agent} text: <piece>`): its
+own pieces are written to stdout as they come, where the answer goes (the spinner stops at the
+first), a sub-agent's pieces dimmed on stderr after `[name]`, and each tool call's start and end
+as a dimmed line when it happens. The answer is then not printed again, only its line ended.
+Off a terminal a run of one writer's pieces is one line, `… <writer> text: <joined pieces>`,
+written when something else arrives; the agent's final text is left to stdout, as before.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TextIO
 
@@ -21,6 +29,12 @@ from rich.text import Text
 
 TOOL_LINE_LIMIT = 300
 """Characters of a tool call's arguments or result shown on its line."""
+
+
+OWN_TEXT = re.compile(r"^([a-z0-9][a-z0-9-]*) text: (.*)$", re.DOTALL)
+"""A piece of the called agent's own text."""
+RELAYED_TEXT = re.compile(r"^(?:[^\s:]+/[^\s:]+: )+([a-z0-9][a-z0-9-]*) text: (.*)$", re.DOTALL)
+"""A piece of a sub-agent's text, relayed through one or more `peer/send_message: ` prefixes."""
 
 
 def progress_text(progress: float, total: float | None, message: str | None) -> str:
@@ -52,11 +66,19 @@ def tool_lines(calls: Sequence[Mapping[str, Any]]) -> list[str]:
 class TurnDisplay:
     """Progress while a turn runs and its tool calls after, on one stream (stderr)."""
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, answer: TextIO | None = None) -> None:
         # No markup, emoji or highlighting: messages and tool results are shown as they are,
         # and never wrapped (a script may parse the lines).
         self.console = Console(file=stream, markup=False, emoji=False, highlight=False, soft_wrap=True)
         self._status: Status | None = None
+        self._answer = answer
+        """Where the agent's streamed text goes on a terminal (stdout, with the answer)."""
+        self.streamed = ""
+        """The agent's own text streamed in this turn."""
+        self._speaker: str | None = None
+        """Who wrote the line the cursor is on: the agent (""), a sub-agent, or nobody (None)."""
+        self._pending: list[str] = ["", ""]
+        """Off a terminal: the text line being joined, as [its prefix, the pieces so far]."""
 
     @property
     def on_terminal(self) -> bool:
@@ -66,22 +88,85 @@ class TurnDisplay:
     @contextlib.contextmanager
     def working(self) -> Iterator[None]:
         """The status line while the block runs (on a terminal); erased when it ends."""
+        self.streamed, self._speaker, self._pending = "", None, ["", ""]
         if self.on_terminal:
             self._status = self.console.status(Text("waiting for the agent…"), spinner="dots")
             self._status.start()
         try:
             yield
         finally:
-            if self._status is not None:
-                self._status.stop()
-                self._status = None
+            self._stop_status()
+            self.console.file.flush()
+
+    def _stop_status(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+
+    def _end_line(self) -> None:
+        """End the line a stream left open, on the stream that has it."""
+        if self._speaker == "" and self._answer is not None:
+            self._answer.write("\n")
+            self._answer.flush()
+        elif self._speaker is not None:
+            self.console.print()
+        self._speaker = None
+
+    def _stream(self, speaker: str, piece: str) -> None:
+        self._stop_status()
+        if speaker != self._speaker:
+            self._end_line()
+            if speaker:
+                self.console.print(Text(f"[{speaker}] ", style="dim"), end="")
+        self._speaker = speaker
+        if speaker or self._answer is None:
+            self.console.print(Text(piece, style="dim"), end="")
+            self.console.file.flush()
+        else:
+            self._answer.write(piece)
+            self._answer.flush()
+            self.streamed += piece
+
+    def finish_streamed(self, answer: str) -> bool:
+        """End the streamed answer's line; whether `answer` was streamed (then it is not printed again)."""
+        prefix, text = self._pending
+        if prefix and OWN_TEXT.match(prefix) and answer and text.endswith(answer):
+            self._pending = [prefix, text.removesuffix(answer)]  # the answer goes to stdout
+        self._flush_pending()
+        streamed = bool(answer) and self.streamed.endswith(answer)
+        self._end_line()
+        return streamed
+
+    def _join(self, prefix: str, piece: str) -> None:
+        if self._pending[0] != prefix:
+            self._flush_pending()
+            self._pending[0] = prefix
+        self._pending[1] += piece
+
+    def _flush_pending(self) -> None:
+        prefix, text = self._pending
+        self._pending = ["", ""]
+        if prefix and text.strip():
+            self.console.print(Text(f"… {prefix}{text}"))
             self.console.file.flush()
 
     async def progress(self, progress: float, total: float | None, message: str | None) -> None:
         """A fastmcp progress handler: update the status line, or write one line."""
         text = progress_text(progress, total, message)
+        piece = OWN_TEXT.match(text) or RELAYED_TEXT.match(text)
+        if piece is not None:
+            if self.on_terminal:
+                self._stream("" if piece.re is OWN_TEXT else piece[1], piece[2])
+            else:
+                self._join(text[: piece.start(2)], piece[2])
+            return
+        self._flush_pending()
         if self._status is not None:
             self._status.update(Text(text))
+        elif self.on_terminal:  # streaming began: the rest as dimmed lines (tool calls as they go)
+            self._end_line()
+            self.console.print(Text(text, style="dim"))
+            self.console.file.flush()
         else:
             self.note(f"… {text}")
 
@@ -93,5 +178,7 @@ class TurnDisplay:
 
     def note(self, text: str) -> None:
         """One plain line (a message to the user), flushed."""
+        self._flush_pending()
+        self._end_line()
         self.console.print(Text(text))
         self.console.file.flush()

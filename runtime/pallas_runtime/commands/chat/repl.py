@@ -65,10 +65,11 @@ def write_file(name: str, text: str) -> Path:
 
 def show_turn(session: ChatSession, turn: Turn, out: TextIO) -> None:
     """The turn's tool calls (dimmed, stderr), then the answer (stdout) or the error (stderr)."""
+    streamed = not turn.failed and session.display.finish_streamed(turn.text)
     session.display.tool_calls(turn.tool_calls)
     if turn.failed:
         session.display.note(f"pallas chat: the agent answered with an error: {turn.text or '(no message)'}")
-    else:
+    elif not streamed:
         print(turn.text, file=out, flush=True)
 
 

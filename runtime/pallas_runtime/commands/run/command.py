@@ -7,7 +7,7 @@ variable named by the reference's `key`.
 
 As the original Pallas, it loads `./.env` (never overriding the environment), runs
 `$PALLAS_AGENTS_CONFIG` (default `agents.yaml`) when no `-f` is given, and uses `$OPENAI_BASE_URL`
-for openai providers without a `baseURL` (see `local_env`).
+for openai providers without a `baseURL` (see `env_files`).
 
 `spec.auth` works as in a cluster: `oidc` needs nothing more; `kubernetes` asks the API server of
 the current kubeconfig (TokenReview and SubjectAccessReview with its credentials, about the
@@ -150,7 +150,9 @@ async def serve_plan(
 ) -> int:
     """Start every agent in dependency order and serve until SIGINT/SIGTERM; stop them all.
 
-    With `reload`, edits of its files are applied while serving (see `reload.watch`).
+    Stopping drains each agent (docs/runtime.md: turns in flight finish within its
+    `drainSeconds`); a second SIGINT/SIGTERM interrupts what is left at once. With `reload`, edits
+    of its files are applied while serving (see `reload.watch`).
     """
     run = LocalRun(plan, RuntimeMetrics(), probe_headers or {})
     stop = asyncio.Event()
@@ -196,6 +198,15 @@ async def serve_plan(
             return EXIT_FAILURE
         return 0
     finally:
+        # Stopping drains every agent (its turns in flight finish); a second signal cuts that short.
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, run.hurry)
+        if running := run.turns_in_flight():
+            longest = max(a.rendered.config.drain_seconds for a in run.plan.agents)
+            log.info(
+                "stopping: waiting up to %ds for %d turn(s) in flight to finish; Ctrl-C again to "
+                "interrupt them (each is kept as a failed turn)", longest, running,
+            )  # fmt: skip
         await run.close()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)

@@ -1,9 +1,12 @@
 """The agents and the registry `pallas run` hosts in its one process, each startable and stoppable.
 
 An agent is its `AgentServer` served by uvicorn on its own loopback socket (bound first, so a
-taken port is one clear line); stopping it ends its running turns with "shutting down", stops the
-server and closes the socket, so the port can be bound again at once (`--reload` restarts an
-agent on the port it had). The registry is served the same way from the agents' manifests.
+taken port is one clear line). Stopping it drains it as a pod drains (`AgentServer.drain`: new
+sessions refused, turns in flight finishing for up to its `drainSeconds`, the rest interrupted
+and kept as failed), then stops the server and closes the socket. Restarting it (`--reload`)
+hands its socket to the new server at once and drains the old one beside it: new sessions go to
+the new config while the old finishes its turns. The registry is served the same way from the
+agents' manifests.
 """
 
 from __future__ import annotations
@@ -34,9 +37,9 @@ from pallas_runtime.stdio.bridge import Bridge
 from pallas_runtime.stdio.links import ChildProcess, child_environment
 
 GRACE_SECONDS = 2
-"""How long a stopping server waits for open requests. Running turns end at once anyway (they
-answer "shutting down"); what is left are clients' open streams, which never end by themselves,
-and a `--reload` restart should not wait on them for uvicorn's default 10 s."""
+"""How long a stopping server waits for requests still open once it is drained: answers being
+written, and clients' streams, which never end by themselves (a drain closes the idle sessions'),
+so a stop does not wait on them for uvicorn's default 10 s."""
 
 
 class StartFailed(Exception):
@@ -75,6 +78,8 @@ class HostedAgent(Hosted):
 
     planned: PlannedAgent
     server: AgentServer
+    hand_over: asyncio.Event
+    """Set: stop accepting connections (a new server of the agent listens on the socket)."""
 
 
 def _listen(what: str, port: int) -> socket.socket:
@@ -101,32 +106,35 @@ async def _started(task: asyncio.Task[None], started: asyncio.Event, what: str, 
     raise StartFailed(f"{what} on {LOOPBACK}:{port} did not start: {error}")
 
 
-async def start_agent(agent: PlannedAgent, metrics: RuntimeMetrics) -> HostedAgent:
-    """Serve `agent` on its port until stopped.
+async def start_agent(
+    agent: PlannedAgent, metrics: RuntimeMetrics, sock: socket.socket | None = None
+) -> HostedAgent:
+    """Serve `agent` on its port (or on `sock`, listening already: a restart's) until stopped.
 
     Raises:
         StartFailed: the port is taken or the server did not start.
     """
     config = agent.rendered.config
-    sock = _listen(f"agent {config.name}", agent.port)
+    sock = sock or _listen(f"agent {config.name}", agent.port)
     try:
         server = build_server(config, metrics=metrics, environ=agent.environ)
     except ValueError as exc:  # a conversation store that cannot be built; the text names the setting
         sock.close()
         raise StartFailed(f"agent {config.name}: {exc}") from None
-    started = asyncio.Event()
+    started, hand_over = asyncio.Event(), asyncio.Event()
     serving = serve(
         agent_app(server),
         sock,
         started=started,
         graceful_timeout=GRACE_SECONDS,
-        before_stop=server.stop_turns,
+        drain=server.drain,
+        hand_over=hand_over,
         limits=config.http,
         refused=server.refused,
     )
     # Every line logged while serving it (uvicorn's and fastmcp's too) names the agent.
     fields = fields_context(agent=config.name, deployment=agent.deployment.name)
-    hosted = HostedAgent(asyncio.create_task(serving, context=fields), sock, agent, server)
+    hosted = HostedAgent(asyncio.create_task(serving, context=fields), sock, agent, server, hand_over)
     try:
         await _started(hosted.task, started, f"agent {config.name}", agent.port)
     except StartFailed:
@@ -248,6 +256,8 @@ class LocalRun:
         self.registry: Hosted | None = None
         self.ended = asyncio.Event()
         self._stopping: set[asyncio.Task[None]] = set()
+        self._draining: dict[asyncio.Task[None], HostedAgent] = {}
+        """Agents a restart replaced, draining beside their successors."""
 
     def _watch(self, hosted: Hosted) -> None:
         def done(task: asyncio.Task[None]) -> None:
@@ -265,11 +275,57 @@ class LocalRun:
         """The port of every hosted agent."""
         return {key: hosted.planned.port for key, hosted in self.agents.items()}
 
-    async def start_agent(self, agent: PlannedAgent) -> None:
+    async def start_agent(self, agent: PlannedAgent, sock: socket.socket | None = None) -> None:
         """Host `agent` (see `start_agent`)."""
-        hosted = await start_agent(agent, self.metrics)
+        hosted = await start_agent(agent, self.metrics, sock)
         self.agents[agent.manifest.namespace, agent.manifest.name] = hosted
         self._watch(hosted)
+
+    async def restart_agent(self, agent: PlannedAgent) -> None:
+        """Replace the hosted agent of `agent`'s key by `agent`, without a moment of refusals.
+
+        On the same port the old server hands its socket over: the new one accepts from now on
+        (connections arriving while it starts wait in the socket's backlog), and the old one
+        drains beside it in the background, its open sessions finishing their turns. On another
+        port the old one is stopped first.
+
+        Raises:
+            StartFailed: the new server did not start (the old one is draining or stopped).
+        """
+        key = (agent.manifest.namespace, agent.manifest.name)
+        old = self.agents.pop(key, None)
+        if old is None or old.planned.port != agent.port:
+            if old is not None:
+                await self._stop(old)
+            await self.start_agent(agent)
+            return
+        old.hand_over.set()
+        successor = old.sock.dup()  # the old server's own copy closes when it stops
+        draining = asyncio.create_task(self._stop(old), name=f"draining {agent.manifest.name}")
+        self._draining[draining] = old
+        draining.add_done_callback(lambda task: self._draining.pop(task, None))
+        await self.start_agent(agent, successor)
+
+    def hurry(self) -> None:
+        """Interrupt now the turns every draining agent waits for (a second Ctrl-C)."""
+        for hosted in [*self.agents.values(), *self._draining.values()]:
+            hosted.server.hurry()
+
+    def turns_in_flight(self) -> int:
+        """send_message calls running in every hosted agent."""
+        return sum(hosted.server.inflight.count for hosted in self.agents.values())
+
+    def apply_agent(self, agent: PlannedAgent) -> bool:
+        """Hand a running agent its new config and environment, applied from its next turn.
+
+        Returns:
+            False, with nothing changed, when the agent is not hosted or needs a restart for it.
+        """
+        hosted = self.agents.get((agent.manifest.namespace, agent.manifest.name))
+        if hosted is None or not hosted.server.live.apply(agent.rendered.config, secrets=agent.environ):
+            return False
+        hosted.planned = agent
+        return True
 
     async def stop_agent(self, key: AgentKey) -> None:
         """Stop the agent `key`, if hosted."""
@@ -305,9 +361,12 @@ class LocalRun:
             await self._stop(registry)
 
     async def close(self) -> None:
-        """Stop everything: the registry, then every agent at once, then the stdio servers."""
+        """Stop everything: the registry, then every agent at once (each drains), then the stdio servers.
+
+        The agents a restart left draining are waited for too.
+        """
         await self.stop_registry()
         agents, self.agents = list(self.agents.values()), {}
-        await asyncio.gather(*(self._stop(hosted) for hosted in agents))
+        await asyncio.gather(*(self._stop(hosted) for hosted in agents), *self._draining)
         bridges, self.bridges = [hosted for _, hosted in self.bridges.values()], {}
         await asyncio.gather(*(self._stop(hosted) for hosted in bridges))

@@ -206,7 +206,7 @@ class LocalPlan:
     """(namespace, deployment, provider) → API key of every provider of the run's deployments
     that has one (the registry checks them all, used by an agent or not)."""
     openai_base_url: str | None = None
-    """`$OPENAI_BASE_URL` when it applies (see `commands.local_env.with_openai_base_url`)."""
+    """`$OPENAI_BASE_URL` when it applies (see `commands.run.env_files.with_openai_base_url`)."""
     bridges: list[PlannedBridge] = field(default_factory=list)
     """The stdio servers the agents use, each behind a bridge (started before the agents)."""
 
