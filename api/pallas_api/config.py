@@ -1,8 +1,10 @@
 """One agent's runtime configuration: the contract between the operator and an agent pod.
 
 The operator renders this model into the agent's ConfigMap (`pallas agent --config FILE`);
-`pallas run -f` builds it from manifests. It never holds a secret value: API keys and secret
-header values are named environment variables, filled from Secrets by `secretKeyRef` in the pod.
+`pallas run -f` builds it from manifests. It never holds a secret value: API keys, secret
+header values and the PostgreSQL DSN are names the process looks up (`pallas_io.secrets`), files
+of the pod's Secret volume in a cluster, environment variables under `pallas run`. Most of it is
+applied by a running agent in place (`pallas_api.live`).
 Field names are camelCase in files (like the CRDs) and snake_case in Python.
 """
 
@@ -42,6 +44,10 @@ DEFAULT_HISTORY_BYTES = 64 * MiB
 MaxHistoryBytes = Annotated[int, Field(ge=MiB, le=64 * 1024 * MiB)]
 DEFAULT_MAX_DEPTH = 5
 MaxDepth = Annotated[int, Field(ge=1, le=50)]
+DEFAULT_DRAIN_SECONDS = 120
+"""How long a stopping agent lets its turns in flight finish by default (`drainSeconds`): LLM turns
+with tool calls often take tens of seconds, some minutes."""
+DrainSeconds = Annotated[int, Field(ge=0, le=3600)]
 DEFAULT_MAX_CONNECTIONS = 5
 """PostgreSQL connections an agent process opens by default: a default server's 100 connections
 serve twenty agent processes (e.g. four agents of five replicas each, or seven of three)."""
@@ -72,7 +78,8 @@ class ProviderConfig(_Model):
         str | None, Field(alias="baseURL", pattern=HTTP_URL), WithoutCredentials(SECRET_API_KEY)
     ] = None
     api_key_env: Annotated[str | None, Field(pattern=ENV_VAR_NAME)] = None
-    """Name of the environment variable holding the API key (never the key itself)."""
+    """The name the key is looked up by: a file of the pod's Secret volume, or an environment
+    variable under `pallas run` (never the key itself)."""
     api_key_source: Annotated[str | None, Field(max_length=600)] = None
     """Where the key comes from in the user's words, for messages (`apiKeyEnv` is a name the
     renderer chose): `Secret llm-keys key OPENAI_API_KEY` in a pod, `environment variable
@@ -80,6 +87,9 @@ class ProviderConfig(_Model):
     timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 120.0
     max_retries: Annotated[int, Field(ge=0, le=10)] = 3
     """Retries with exponential backoff on 429, 5xx and connection errors."""
+    streaming: bool = True
+    """Whether completions are asked for as a stream when a caller follows the turn's progress
+    (the provider's `capabilities.streaming`, default true)."""
 
     def api_key_origin(self) -> str:
         """What the user sets to give the key: `apiKeySource`, else the variable they named."""
@@ -114,8 +124,22 @@ class HeaderConfig(_Model):
         return env.get(self.value_from_env or "")
 
 
+class ServerSessionLimits(_Model):
+    """The sessions an agent process keeps to one stateful downstream server (one per conversation)."""
+
+    max_sessions: Annotated[int, Field(ge=1, le=10_000)] = 32
+    """Sessions open at once. When all are taken, the one unused longest with no call in flight
+    is closed to make room; a call finding every session busy fails (SERVER_UNAVAILABLE)."""
+    idle_timeout_seconds: Annotated[int, Field(ge=1, le=86_400)] = 1800
+    """A session no call has used for this long is closed (its conversation starts a new one)."""
+
+
 class DownstreamServer(_Model):
-    """A downstream MCP server the agent may call."""
+    """A downstream MCP server the agent may call.
+
+    A stdio server (`mcpServers.<name>.stdio`) is one too: the agent reaches it over Streamable
+    HTTP at the URL of the bridge that hosts it (`pallas run`'s, or its Service in a cluster).
+    """
 
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$", max_length=63)]
     url: Annotated[str, Field(pattern=HTTP_URL), WithoutCredentials(SECRET_HEADER)]
@@ -126,6 +150,11 @@ class DownstreamServer(_Model):
     timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 30.0
     max_result_bytes: MaxResultBytes = DEFAULT_MAX_RESULT_BYTES
     """The largest tool result read from this server (its text, UTF-8); larger is a tool error."""
+    stateful: bool = False
+    """Each caller conversation gets an MCP session of its own (`sessions` bounds them); else
+    calls without a forwarded bearer share one session."""
+    sessions: ServerSessionLimits = ServerSessionLimits()
+    """The per-conversation sessions of a stateful server."""
 
 
 class PeerAgent(_Model):
@@ -296,6 +325,28 @@ class ToolPolicy(_Model):
         return allowed and not any(fnmatch.fnmatchcase(qualified_name, glob) for glob in self.deny)
 
 
+ToolExposureMode = Literal["all", "onDemand", "auto"]
+"""How an agent's downstream tools reach its model (docs/api.md §1, `toolExposure`)."""
+
+MIN_SCHEMA_BUDGET = 256
+MAX_SCHEMA_BUDGET = 10_000_000
+
+
+class ToolExposure(_Model):
+    """How the agent's downstream tools reach its model and its own MCP clients."""
+
+    mode: ToolExposureMode = "auto"
+    """`all`: every allowed tool's schema on every LLM request; `onDemand`: the gateway tools
+    (`list_servers`, `get_server_tools`, `execute_tool`) with an index of server and tool names,
+    schemas loaded when the model asks; `auto`: `all` while the schemas fit the budget."""
+    schema_budget_tokens: Annotated[int | None, Field(ge=MIN_SCHEMA_BUDGET, le=MAX_SCHEMA_BUDGET)] = None
+    """Tokens the tool schemas of one LLM request may take (`auto`'s threshold, and the most one
+    `get_server_tools` answer holds); None: a quarter of the model's input budget."""
+    gateway: bool = False
+    """Whether the agent's own MCP clients get the three gateway tools too (under the same
+    policy, audit and metrics as the model's calls)."""
+
+
 class HistoryLimits(_Model):
     """Bounds on stored conversations (least recently used ones are dropped first)."""
 
@@ -427,6 +478,10 @@ class HealthSettings(_Model):
     probe_timeout_seconds: Annotated[float, Field(gt=0, le=60)] = 3.0
     provider_recheck_seconds: Annotated[float, Field(gt=0)] = 300.0
     """TTL of the provider preflight result; an older one is re-probed by `get_health`."""
+    slow_llm_seconds: Annotated[float, Field(gt=0)] = 30.0
+    """Recent LLM calls slower than this on average: `degraded`."""
+    slow_tool_seconds: Annotated[float, Field(gt=0)] = 10.0
+    """Recent calls of one downstream server or peer slower than this on average: `degraded`."""
 
 
 INVOKE_VERB = "invoke"
@@ -507,6 +562,8 @@ class AgentConfig(_Model):
     max_depth: MaxDepth = DEFAULT_MAX_DEPTH
     """The most agents a chain of agent-to-agent calls through this agent may have."""
     tools: ToolPolicy = ToolPolicy()
+    tool_exposure: ToolExposure = ToolExposure()
+    """How the downstream tools reach the model and the agent's own clients."""
     history: HistoryLimits = HistoryLimits()
     conversations: ConversationStoreConfig = ConversationStoreConfig()
     limits: InputLimits = InputLimits()
@@ -517,6 +574,9 @@ class AgentConfig(_Model):
     """At least this many send_message calls in flight: `get_health` says busy (None: never)."""
     http: HttpLimits = HttpLimits()
     """Bounds on the requests the agent's HTTP listener reads (the deployment's `http`)."""
+    drain_seconds: DrainSeconds = DEFAULT_DRAIN_SECONDS
+    """On SIGTERM: how long turns in flight may run on before they are interrupted (and kept in
+    their conversations as failed); new sessions are refused meanwhile."""
 
     @model_validator(mode="after")
     def _unique_tool_sources(self) -> Self:
@@ -559,13 +619,14 @@ def parse_config(data: object, source: str = "config") -> AgentConfig:
         raise ConfigError(f"{source}: {describe(exc)}") from None
 
 
-def load_config(path: str | Path) -> AgentConfig:
-    """Load an agent config from a YAML or JSON file."""
+def load_config(path: str | Path, text: str | None = None) -> AgentConfig:
+    """Load an agent config from a YAML or JSON file (`text`: its content, already read)."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    if text is None:
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as exc:

@@ -1,8 +1,9 @@
 """Specs → one agent's runtime config. Pure: shared by the operator and `pallas run`.
 
-Secret values never enter the config. Each secret is bound to an environment variable with a
-stable name (`SecretBinding`); the operator turns the bindings into `env.valueFrom.secretKeyRef`
-and `pallas run` fills them from Secret manifests or the environment.
+Secret values never enter the config. Each secret is bound to a stable name (`SecretBinding`)
+that the process looks its value up by (`pallas_io.secrets`): the operator projects each bound
+Secret key into the pod's Secret volume as a file of that name, and `pallas run` fills
+environment variables of that name from Secret manifests or the environment.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pallas_api.conditions import (
     AGENT_NOT_FOUND,
     PROVIDER_NOT_FOUND,
     SERVER_NOT_FOUND,
+    STDIO_NOT_HOSTABLE,
 )
 from pallas_api.config import (
     AccessConfig,
@@ -31,6 +33,7 @@ from pallas_api.config import (
     OidcConfig,
     PeerAgent,
     ProviderConfig,
+    ToolExposure,
 )
 from pallas_api.spec import (
     ConversationsSpec,
@@ -38,6 +41,7 @@ from pallas_api.spec import (
     PallasAgentSpec,
     PallasDeploymentSpec,
     SecretKeyRef,
+    ToolExposureSpec,
 )
 
 
@@ -55,7 +59,10 @@ class RenderError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class SecretBinding:
-    """Environment variable `env` of the agent process holds the value of `ref`."""
+    """The agent process finds the value of `ref` under the name `env`.
+
+    In a pod, the file `env` of its Secret volume; under `pallas run`, the environment variable.
+    """
 
     env: str
     ref: SecretKeyRef
@@ -63,7 +70,7 @@ class SecretBinding:
 
 @dataclass(frozen=True, slots=True)
 class RenderedAgent:
-    """One agent's runtime config and the Secret keys its process needs as environment variables."""
+    """One agent's runtime config and the Secret keys its process reads, by the names it reads them."""
 
     config: AgentConfig
     secrets: tuple[SecretBinding, ...]
@@ -105,6 +112,12 @@ def log_level(deployment: PallasDeploymentSpec, agent: PallasAgentSpec | None = 
     return (agent.log_level if agent is not None else None) or deployment.log_level or "info"
 
 
+def drain_seconds(deployment: PallasDeploymentSpec, agent: PallasAgentSpec) -> int:
+    """How long the agent's stopping pods let turns in flight finish: its own, else the deployment's."""
+    own = agent.pod.drain_seconds
+    return deployment.runtime.drain_seconds if own is None else own
+
+
 def log_environment(level: LogLevel, *, namespace: str, deployment: str) -> dict[str, str]:
     """The logging knobs of a pod: JSON lines even with a tty, the level, what the lines concern.
 
@@ -123,6 +136,12 @@ def split_model(ref: str) -> tuple[str, str]:
     """`<provider>.<model>` → (provider, model); the model id may itself contain dots."""
     provider, _, model = ref.partition(".")
     return provider, model
+
+
+def _tool_exposure(deployment: ToolExposureSpec, agent: ToolExposureSpec) -> ToolExposure:
+    """The agent's fields over the deployment's, field by field, over the defaults."""
+    chosen = {**deployment.model_dump(exclude_none=True), **agent.model_dump(exclude_none=True)}
+    return ToolExposure.model_validate(chosen)
 
 
 def _store(
@@ -205,6 +224,7 @@ def render_agent(
     namespace: str = "default",
     url: str | None = None,
     uid: str | None = None,
+    stdio_urls: Mapping[str, str] | None = None,
 ) -> RenderedAgent:
     """Build the runtime config of agent `name`.
 
@@ -218,10 +238,12 @@ def render_agent(
         url: The agent's MCP URL as its callers use it (the protected resource); required when
             the deployment's auth mode is not `none`.
         uid: The PallasAgent's UID (in a cluster): a re-created agent keys new conversations.
+        stdio_urls: Where the bridges of the deployment's stdio servers listen, by server name
+            (`pallas run`'s); default: the Services the operator hosts them behind.
 
     Raises:
-        RenderError: a model provider, server or agent that does not exist, or access lists
-            that cannot be enforced.
+        RenderError: a model provider, server or agent that does not exist, access lists that
+            cannot be enforced, or a stateful stdio server in a cluster.
     """
     auth = render_auth(agent, deployment, namespace, url)
     secrets: list[SecretBinding] = []
@@ -247,6 +269,7 @@ def render_agent(
         api_key_source=api_key_source,
         timeout_seconds=provider_spec.timeout_seconds,
         max_retries=provider_spec.max_retries,
+        streaming=provider_spec.capabilities.streaming is not False,
     )
 
     missing_servers = [s for s in agent.servers if s not in deployment.mcp_servers]
@@ -259,6 +282,22 @@ def render_agent(
     servers = []
     for server_name in agent.servers:
         spec = deployment.mcp_servers[server_name]
+        if spec.stdio is None:
+            if spec.url is None:  # pragma: no cover - McpServerSpec._url_or_stdio refuses it
+                raise AssertionError(f"mcpServers {server_name} has neither url nor stdio")
+            server_url = spec.url
+        else:
+            if spec.stateful and stdio_urls is None:
+                raise RenderError(
+                    STDIO_NOT_HOSTABLE,
+                    f"mcpServers {server_name} is a stateful stdio server: that needs a process per "
+                    "session, which only `pallas run` hosts; in a cluster run it as an HTTP server "
+                    "(url) or drop stateful",
+                    (server_name,),
+                )
+            server_url = (stdio_urls or {}).get(server_name) or names.stdio_server_url(
+                agent.deployment, server_name, namespace
+            )
         headers = []
         for index, header in enumerate(spec.headers):
             if header.value_from is not None:
@@ -271,12 +310,14 @@ def render_agent(
         servers.append(
             DownstreamServer(
                 name=server_name,
-                url=spec.url,
+                url=server_url,
                 transport=spec.transport,
                 headers=headers,
                 forward_inbound_auth=spec.forward_inbound_auth,
                 timeout_seconds=spec.timeout_seconds,
                 max_result_bytes=spec.max_result_bytes,
+                stateful=spec.stateful,
+                sessions=spec.sessions,
             )
         )
 
@@ -303,6 +344,7 @@ def render_agent(
         max_iterations=agent.max_iterations,
         max_depth=agent.max_depth,
         tools=agent.tools,
+        tool_exposure=_tool_exposure(deployment.tool_exposure, agent.tool_exposure),
         history=HistoryLimits(
             max_messages=agent.history.max_messages
             or deployment.conversations.max_messages
@@ -318,10 +360,15 @@ def render_agent(
             local=local,
         ),
         limits=agent.limits,
-        health=HealthSettings(probe_timeout_seconds=deployment.health_check.timeout_seconds),
+        health=HealthSettings(
+            probe_timeout_seconds=deployment.health_check.timeout_seconds,
+            slow_llm_seconds=deployment.health_check.slow_llm_seconds,
+            slow_tool_seconds=deployment.health_check.slow_tool_seconds,
+        ),
         auth=auth,
         sessions=agent.sessions,
         busy_at=agent.busy_at,
         http=deployment.http,
+        drain_seconds=drain_seconds(deployment, agent),
     )
     return RenderedAgent(config, tuple(dict.fromkeys(secrets)))

@@ -16,14 +16,19 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import AfterValidator, BaseModel, Field, model_validator
 
 from pallas_api.config import (
+    DEFAULT_DRAIN_SECONDS,
     DEFAULT_HISTORY_BYTES,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_RESULT_BYTES,
+    ENV_VAR_NAME,
     HEADER_NAME,
     HTTP_URL,
+    MAX_SCHEMA_BUDGET,
+    MIN_SCHEMA_BUDGET,
     CallParams,
     ConversationScope,
+    DrainSeconds,
     HttpLimits,
     InputLimits,
     MaxConnections,
@@ -32,7 +37,9 @@ from pallas_api.config import (
     MaxResultBytes,
     ModelCapabilities,
     RequestParams,
+    ServerSessionLimits,
     SessionLimits,
+    ToolExposureMode,
     ToolPolicy,
 )
 from pallas_api.names import DNS_LABEL, DNS_LABEL_FORM
@@ -46,7 +53,7 @@ REVERSE_DNS = r"^[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9
 SERVER_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
 DURATION = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
-"""A level of the Pallas loggers, as `PALLAS_LOG_LEVEL` takes it (seed 000 §5)."""
+"""A level of the Pallas loggers, as `PALLAS_LOG_LEVEL` takes it (docs/api.md §2, environment)."""
 OPTIONAL_HTTP_URL = r"^(https?://[^\s]+)?$"
 ICON_SRC = r"^((https?|data):|[^:/?#\s]*([/?#]|$))"
 """An http(s) or data: URI, or a relative reference (no scheme: its first segment has no colon)."""
@@ -185,13 +192,66 @@ class HeaderSpec(_Spec):
         return self
 
 
-class McpServerSpec(_Spec):
-    """A downstream MCP server agents of the deployment may use."""
+class ResourceRequirements(_Spec):
+    """Compute resources of a container (as in a Pod spec)."""
 
-    url: Annotated[str, Field(pattern=HTTP_URL, max_length=2048), WithoutCredentials(SECRET_HEADER)]
+    limits: dict[str, str] = Field(default_factory=dict)
+    """Maximum resources, e.g. `{cpu: "1", memory: 512Mi}`."""
+    requests: dict[str, str] = Field(default_factory=dict)
+    """Guaranteed resources."""
+
+
+class StdioEnvVar(_Spec):
+    """An environment variable of a stdio server's process."""
+
+    name: Annotated[str, Field(pattern=ENV_VAR_NAME, max_length=256)]
+    """Variable name."""
+    value: Annotated[str | None, Field(max_length=32768)] = None
+    """Literal value (not for secrets)."""
+    value_from: SecretSource | None = None
+    """Value from a Secret."""
+
+    @model_validator(mode="after")
+    def _exactly_one_source(self) -> Self:
+        if (self.value is None) == (self.value_from is None):
+            raise ValueError(f"env {self.name!r} needs exactly one of value or valueFrom")
+        return self
+
+
+class StdioSpec(_Spec):
+    """A downstream MCP server that speaks MCP over its standard input and output: a command.
+
+    Agents never talk stdio themselves: Pallas hosts the command behind a bridge speaking
+    Streamable HTTP, and the agents reach the bridge like any other server (docs/api.md §1,
+    "stdio servers").
+    """
+
+    command: Annotated[str, Field(min_length=1, max_length=4096)]
+    """The program, e.g. `npx`, `uvx` or `/usr/local/bin/server`, looked up on `PATH`."""
+    args: Annotated[list[Annotated[str, Field(max_length=4096)]], Field(max_length=256)] = Field(
+        default_factory=list
+    )
+    """Its arguments, e.g. `[-y, "@modelcontextprotocol/server-everything", stdio]`."""
+    env: Annotated[list[StdioEnvVar], Field(max_length=64)] = Field(default_factory=list)
+    """Environment variables of the process (besides `PATH`, `HOME` and the few a process needs)."""
+    image: Annotated[str, Field(max_length=1024)] = ""
+    """In a cluster: the container image holding the command (it needs `/bin/sh`); `pallas run`
+    runs the command on the machine and ignores it. Default: the deployment's runtime image."""
+    resources: ResourceRequirements | None = None
+    """In a cluster: the resources of the server's container."""
+
+
+class McpServerSpec(_Spec):
+    """A downstream MCP server agents of the deployment may use: a `url`, or a `stdio` command."""
+
+    url: Annotated[
+        str | None, Field(pattern=HTTP_URL, max_length=2048), WithoutCredentials(SECRET_HEADER)
+    ] = None
     """MCP endpoint URL (credentials go in `headers`, never in the URL)."""
+    stdio: StdioSpec | None = None
+    """A command speaking MCP over stdio instead of a URL; Pallas hosts it behind a bridge."""
     transport: Literal["streamable-http", "sse"] = "streamable-http"
-    """MCP transport."""
+    """MCP transport of a `url` server."""
     timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 30.0
     """Timeout of one tool call."""
     forward_inbound_auth: bool = False
@@ -200,6 +260,26 @@ class McpServerSpec(_Spec):
     """Headers sent on every request."""
     max_result_bytes: MaxResultBytes = DEFAULT_MAX_RESULT_BYTES
     """The largest tool result read from this server (64 KiB to 64 MiB); larger is a tool error."""
+    stateful: bool = False
+    """The server keeps state per MCP session (a shell's working directory, a browser page): each
+    caller conversation gets a session of its own, never shared with another caller or another
+    conversation. Default false: calls without a forwarded bearer share one session."""
+    sessions: ServerSessionLimits = ServerSessionLimits()
+    """With `stateful`: sessions each agent pod keeps to this server, `maxSessions` (default 32,
+    the one unused longest is closed to make room) and `idleTimeoutSeconds` (default 1800)."""
+
+    @model_validator(mode="after")
+    def _url_or_stdio(self) -> Self:
+        if (self.url is None) == (self.stdio is None):
+            raise ValueError("an MCP server needs exactly one of url (an HTTP server) or stdio (a command)")
+        if self.stdio is not None and (
+            self.headers or self.forward_inbound_auth or self.transport != "streamable-http"
+        ):
+            raise ValueError(
+                "a stdio server takes no headers, forwardInboundAuth or transport: agents reach it "
+                "through Pallas's bridge (give the command its credentials in stdio.env)"
+            )
+        return self
 
 
 class RegistrySpec(_Spec):
@@ -223,15 +303,6 @@ class RegistrySpec(_Spec):
     ] = ""
     """The registry's URL as clients reach it, e.g. `https://agents.example.com/pallas/`; relative
     icon `src` values resolve against it. Default: its cluster URL."""
-
-
-class ResourceRequirements(_Spec):
-    """Compute resources of a container (as in a Pod spec)."""
-
-    limits: dict[str, str] = Field(default_factory=dict)
-    """Maximum resources, e.g. `{cpu: "1", memory: 512Mi}`."""
-    requests: dict[str, str] = Field(default_factory=dict)
-    """Guaranteed resources."""
 
 
 EnvVar = Annotated[dict[str, Any], Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})]
@@ -294,6 +365,12 @@ class RuntimeSpec(_Spec):
     """Container resources; default: the operator's defaults."""
     env: Annotated[list[EnvVar], Field(max_length=64)] = Field(default_factory=list)
     """Extra environment variables (Kubernetes EnvVar objects)."""
+    drain_seconds: DrainSeconds = DEFAULT_DRAIN_SECONDS
+    """Seconds a stopping agent pod (a rollout, a scale-down, a deleted pod) lets its turns in
+    flight finish, 0 to 3600 (default 120). Meanwhile it is not ready and refuses new MCP
+    sessions (503, retryable); turns still running after it are interrupted and kept in their
+    conversations as failed (AGENT_SHUTTING_DOWN). The pods' terminationGracePeriodSeconds is
+    this plus the preStop pause and a margin (docs/operator.md)."""
 
 
 class HealthCheckSpec(_Spec):
@@ -303,6 +380,11 @@ class HealthCheckSpec(_Spec):
     """Seconds between get_health calls by the operator."""
     timeout_seconds: Annotated[float, Field(gt=0, le=60)] = 3.0
     """Timeout of each downstream probe inside get_health."""
+    slow_llm_seconds: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    """An agent whose recent LLM calls (the last 20 within 10 minutes, at least 3) take longer
+    than this on average reports itself `degraded`, naming the figure."""
+    slow_tool_seconds: Annotated[float, Field(gt=0, le=3600)] = 10.0
+    """The same for each downstream server and peer agent, by its recent tool calls."""
 
 
 class ServiceMonitorSpec(_Spec):
@@ -469,6 +551,27 @@ class NetworkSpec(_Spec):
     """More peers that may reach the agents (clients, an ingress controller, Prometheus)."""
 
 
+class ToolExposureSpec(_Spec):
+    """How downstream tools reach an agent's model (docs/api.md §1, "Tools at scale").
+
+    On a deployment the default; on an agent each field set overrides the deployment's.
+    """
+
+    mode: ToolExposureMode | None = None
+    """`all` (every allowed tool's schema on every LLM request), `onDemand` (the model gets
+    `list_servers`, `get_server_tools` and `execute_tool` with an index of server and tool names,
+    and loads the schemas it needs) or `auto` (`all` while the schemas fit `schemaBudgetTokens`,
+    else `onDemand`). Default `auto`. Peer agents are always offered directly."""
+    schema_budget_tokens: Annotated[int | None, Field(ge=MIN_SCHEMA_BUDGET, le=MAX_SCHEMA_BUDGET)] = None
+    """Tokens the tool schemas of one LLM request may take: `auto`'s threshold and the most one
+    `get_server_tools` answer holds. Default: a quarter of the model's input budget (its context
+    window less the room kept for the answer)."""
+    gateway: bool | None = None
+    """Also offer `list_servers`, `get_server_tools` and `execute_tool` to the agent's own MCP
+    clients, so a client can use the agent as a policy-enforcing gateway to its servers (same
+    tool policy, audit lines, metrics and error codes as the model's calls). Default false."""
+
+
 class PallasDeploymentSpec(_Spec):
     """A group of agents sharing model, providers and tools."""
 
@@ -497,6 +600,8 @@ class PallasDeploymentSpec(_Spec):
     http: HttpLimits = HttpLimits()
     """Bounds on every request the agents' and the registry's HTTP listeners read, enforced
     before access control: head size, header count, the time to send a head, idle keep-alive."""
+    tool_exposure: ToolExposureSpec = ToolExposureSpec()
+    """How downstream tools reach the agents' models, unless an agent says otherwise."""
     log_level: LogLevel | None = None
     """Log level of the Pallas loggers in the agents' and the registry's pods
     (`PALLAS_LOG_LEVEL`); an agent's `logLevel` overrides it; default info."""
@@ -560,6 +665,9 @@ class AgentPodSpec(_Spec):
     """Tolerations (Kubernetes Toleration objects)."""
     annotations: dict[str, str] = Field(default_factory=dict)
     """Pod annotations."""
+    drain_seconds: DrainSeconds | None = None
+    """Seconds a stopping pod lets its turns in flight finish (0 to 3600); default: the
+    deployment's `runtime.drainSeconds`."""
 
 
 class AgentConversationsSpec(_Spec):
@@ -640,6 +748,8 @@ class PallasAgentSpec(_Spec):
     cycle checks cannot see every loop."""
     tools: ToolPolicy = ToolPolicy()
     """Allow/deny globs over `<server>__<tool>`."""
+    tool_exposure: ToolExposureSpec = ToolExposureSpec()
+    """How downstream tools reach this agent's model; each field set overrides the deployment's."""
     history: AgentHistorySpec = AgentHistorySpec()
     """Conversation history limits."""
     conversations: AgentConversationsSpec = AgentConversationsSpec()

