@@ -67,6 +67,7 @@ from tests.support.e2e import (
     until,
 )
 from tests.support.fake_llm import Call, Delay, FakeOpenAI, Hold, RecordedRequest, Text, ToolCalls
+from tests.support.jaeger import Jaeger, parent_of, run_jaeger, tags
 from tests.support.mcp_peers import EverythingServer, McpPeers, run_server_everything
 from tests.support.mcp_servers import RunningServer, header_echo_server
 from tests.support.operator import condition, kubectl_apply
@@ -364,10 +365,16 @@ class World:
 
 
 def manifests(
-    namespace: str, node: str, servers: Servers, team: Team = SHARED, everything_url: str | None = None
+    namespace: str,
+    node: str,
+    servers: Servers,
+    team: Team = SHARED,
+    everything_url: str | None = None,
+    telemetry: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """A team's Secret, PallasDeployment and agents (pinned to the node, as a user might); its
-    `everything` server is the module's unless `everything_url` names one of the team's own."""
+    `everything` server is the module's unless `everything_url` names one of the team's own;
+    `telemetry` is its `spec.telemetry`."""
     meta = {"namespace": namespace}
     pinned = {"nodeSelector": {"kubernetes.io/hostname": node}}
 
@@ -422,6 +429,7 @@ def manifests(
                 "registry": {"enabled": True, "port": 8080},
                 "healthCheck": {"intervalSeconds": 5, "timeoutSeconds": 2},
                 "runtime": {"env": [{"name": "FASTMCP_CHECK_FOR_UPDATES", "value": "off"}]},
+                **({"telemetry": telemetry} if telemetry else {}),
             },
         },
         *(agents[role] for role in team.roles),
@@ -499,11 +507,14 @@ async def shared(world: World) -> World:
 
 
 @contextlib.contextmanager
-def own_team(world: World, team: Team, everything_url: str | None = None) -> Iterator[Team]:
+def own_team(
+    world: World, team: Team, everything_url: str | None = None, telemetry: dict[str, Any] | None = None
+) -> Iterator[Team]:
     """A team's objects, applied for one test and deleted after it (the garbage collector takes
     their children, the kubelet their pods)."""
     kubectl_apply(
-        world.cluster, *manifests(world.namespace, world.node.name, world.servers, team, everything_url)
+        world.cluster,
+        *manifests(world.namespace, world.node.name, world.servers, team, everything_url, telemetry),
     )
     try:
         yield team
@@ -521,6 +532,8 @@ SHRINKING = Team("e2e-shrinking", "shrinking-credentials", "shrinking-", ("resea
 """Its summarizer is deleted by the test."""
 LIVE = Team("e2e-live", "live-credentials", "live-", ("summarizer",))
 """Its summarizer's instruction is patched by the test during a turn."""
+TRACED = Team("e2e-traced", "traced-credentials", "traced-", ("researcher", "orchestrator"))
+"""Its spec.telemetry points at a Jaeger of the test's on the node's bridge address."""
 
 
 @dataclass
@@ -548,6 +561,15 @@ def rotating(world: World) -> Iterator[Team]:
 def live(world: World) -> Iterator[Team]:
     with own_team(world, LIVE) as team:
         yield team
+
+
+@pytest.fixture
+def traced(world: World) -> Iterator[tuple[Team, Jaeger]]:
+    with (
+        run_jaeger(host=world.node.ip) as jaeger,
+        own_team(world, TRACED, telemetry={"endpoint": jaeger.otlp_url}) as team,
+    ):
+        yield team, jaeger
 
 
 @pytest.fixture
@@ -1179,3 +1201,64 @@ async def test_a_deleted_agent_is_garbage_collected_and_leaves_the_catalogue(
         lambda: world.deployment_status(team).get("agents", {}).get("total") == 1,
         FOLLOW_WITHIN,
     )
+
+
+@pytest.mark.timeout(300)
+async def test_a_delegation_through_pods_is_one_trace_in_jaeger(
+    world: World, traced: tuple[Team, Jaeger]
+) -> None:
+    team, jaeger = traced
+    await until_team_ready(world, team)
+    orchestrator, researcher = team.agent("orchestrator"), team.agent("researcher")
+    trace_id, caller_span = secrets.token_hex(16), secrets.token_hex(8)
+    async with mcp_client(world.agent_url(orchestrator)) as client:
+        result = await client.call_tool(
+            "send_message",
+            {"message": "what is new?"},
+            meta={"traceparent": f"00-{trace_id}-{caller_span}-01"},
+        )
+    assert text_of([c.model_dump() for c in result.content]).startswith("Final answer:")
+
+    def whole(trace: dict[str, Any]) -> bool:
+        names = [s["operationName"] for s in trace["spans"]]
+        return (
+            trace["traceID"] == trace_id
+            and names.count("invoke_agent " + orchestrator) == 1
+            and "execute_tool echo" in names  # everything's echo tool
+            and names.count(f"chat {MODEL}") == 4
+        )
+
+    trace = await jaeger.wait_for_trace(orchestrator, whole, within=60)
+    services = {p["serviceName"] for p in trace["processes"].values()}
+    assert services == {orchestrator, researcher}
+    spans = {s["spanID"]: s for s in trace["spans"]}
+    service_of = {s["spanID"]: trace["processes"][s["processID"]]["serviceName"] for s in trace["spans"]}
+    [root] = [s for s in trace["spans"] if parent_of(s) not in spans]
+    assert parent_of(root) == caller_span  # the caller's traceparent, continued
+    assert service_of[root["spanID"]] == orchestrator
+
+    # From the researcher's call of everything's echo tool up to the orchestrator's server span, one chain
+    # crossing the pods: researcher's spans first, the orchestrator's after.
+    [tool_span] = [s for s in trace["spans"] if s["operationName"] == "execute_tool echo"]
+    chain, span = [], tool_span
+    while span is not None:
+        chain.append((service_of[span["spanID"]], span["operationName"]))
+        span = spans.get(parent_of(span) or "")
+    assert chain == [
+        (researcher, "execute_tool echo"),
+        (researcher, "invoke_agent " + researcher),
+        (researcher, "tools/call send_message"),
+        (orchestrator, "MCP send tools/call send_message"),
+        (orchestrator, "invoke_agent " + researcher),
+        (orchestrator, "invoke_agent " + orchestrator),
+        (orchestrator, "tools/call send_message"),
+    ]
+    assert tags(tool_span)["pallas.mcp.server"] == "everything"
+    for chat in (s for s in trace["spans"] if s["operationName"] == f"chat {MODEL}"):
+        assert tags(chat)["gen_ai.request.model"] == MODEL
+        assert tags(chat)["gen_ai.usage.output_tokens"] > 0
+    process = tags(next(iter(trace["processes"].values())))
+    assert process["k8s.namespace.name"] == world.namespace
+    assert process["pallas.deployment"] == team.deployment
+    assert FIRST_KEY not in json.dumps(trace)
+    assert BEARER.split()[1] not in json.dumps(trace)

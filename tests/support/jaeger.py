@@ -52,9 +52,9 @@ extensions:
     storage:
       traces: memstore
     http:
-      endpoint: "127.0.0.1:${env:JAEGER_QUERY_PORT}"
+      endpoint: "${env:JAEGER_HOST}:${env:JAEGER_QUERY_PORT}"
     grpc:
-      endpoint: "127.0.0.1:${env:JAEGER_QUERY_GRPC_PORT}"
+      endpoint: "${env:JAEGER_HOST}:${env:JAEGER_QUERY_GRPC_PORT}"
   jaeger_storage:
     backends:
       memstore:
@@ -63,12 +63,12 @@ extensions:
   healthcheckv2:
     use_v2: true
     http:
-      endpoint: "127.0.0.1:${env:JAEGER_HEALTH_PORT}"
+      endpoint: "${env:JAEGER_HOST}:${env:JAEGER_HEALTH_PORT}"
 receivers:
   otlp:
     protocols:
       http:
-        endpoint: "127.0.0.1:${env:JAEGER_OTLP_PORT}"
+        endpoint: "${env:JAEGER_HOST}:${env:JAEGER_OTLP_PORT}"
 processors:
   batch:
     timeout: 100ms
@@ -134,10 +134,11 @@ def install_jaeger() -> Path:
 
 
 @contextlib.contextmanager
-def run_jaeger() -> Iterator[Jaeger]:
-    """Jaeger on four free loopback ports until the block ends (its process group killed)."""
+def run_jaeger(host: str = LOOPBACK) -> Iterator[Jaeger]:
+    """Jaeger on four free ports of `host` (loopback; the node's bridge address for pods) until
+    the block ends (its process group killed)."""
     binary = install_jaeger()
-    base = free_ports(4)
+    base = free_ports(4, host)
     ports = {
         "JAEGER_OTLP_PORT": base,
         "JAEGER_QUERY_PORT": base + 1,
@@ -150,13 +151,13 @@ def run_jaeger() -> Iterator[Jaeger]:
         log = (Path(tmp) / "jaeger.log").open("w")
         proc = subprocess.Popen(
             [str(binary), "--config", f"file:{config}"],
-            env={**os.environ, **{k: str(v) for k, v in ports.items()}},
+            env={**os.environ, "JAEGER_HOST": host, **{k: str(v) for k, v in ports.items()}},
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         try:
-            health = f"http://{LOOPBACK}:{ports['JAEGER_HEALTH_PORT']}/status"
+            health = f"http://{host}:{ports['JAEGER_HEALTH_PORT']}/status"
             for _ in range(300):
                 if proc.poll() is not None:
                     raise RuntimeError(f"jaeger exited with {proc.returncode}: {config.with_suffix('.log')}")
@@ -167,8 +168,8 @@ def run_jaeger() -> Iterator[Jaeger]:
             else:
                 raise RuntimeError("jaeger did not become healthy within 30 s")
             yield Jaeger(
-                otlp_url=f"http://{LOOPBACK}:{ports['JAEGER_OTLP_PORT']}",
-                query_url=f"http://{LOOPBACK}:{ports['JAEGER_QUERY_PORT']}",
+                otlp_url=f"http://{host}:{ports['JAEGER_OTLP_PORT']}",
+                query_url=f"http://{host}:{ports['JAEGER_QUERY_PORT']}",
             )
         finally:
             with contextlib.suppress(ProcessLookupError):
