@@ -180,3 +180,62 @@ def test_spec_telemetry_renders_the_standard_variables() -> None:
 def test_bad_telemetry_settings_are_refused_by_name(telemetry: dict[str, object], named: str) -> None:
     with pytest.raises(ValidationError, match=named):
         TelemetrySpec.model_validate(telemetry)
+
+
+async def _call(app, headers: list[tuple[bytes, bytes]], status: int = 200) -> list[dict[str, object]]:
+    sent: list[dict[str, object]] = []
+
+    async def receive() -> dict[str, object]:
+        return {"type": "http.request", "body": b""}
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "GET", "path": "/v0/servers", "headers": headers}
+    await app(scope, receive, send)
+    return sent
+
+
+async def test_registry_requests_are_server_spans_continuing_the_callers_trace(
+    recorded: InMemorySpanExporter,
+) -> None:
+    seen: list[str] = []
+
+    async def app(scope, receive, send) -> None:
+        seen.append(f"{tracing.exemplar()}")
+        await send({"type": "http.response.start", "status": 503, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    trace_id, parent = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    traced = tracing.http_server_spans(app)
+    await _call(traced, [(b"traceparent", f"00-{trace_id}-{parent}-01".encode())])
+    [span] = recorded.get_finished_spans()
+    assert span.name == "GET"
+    assert f"{span.context.trace_id:032x}" == trace_id
+    assert span.parent is not None
+    assert f"{span.parent.span_id:016x}" == parent
+    assert dict(span.attributes or {}) == {
+        "http.request.method": "GET",
+        "url.path": "/v0/servers",
+        "http.response.status_code": 503,
+    }
+    assert not span.status.is_ok
+    assert seen == [str({"trace_id": trace_id})]
+
+
+async def test_an_agents_http_traceparent_becomes_the_parent_of_its_spans(
+    recorded: InMemorySpanExporter,
+) -> None:
+    async def app(scope, receive, send) -> None:
+        with tracing.span("tools/call send_message"):
+            pass
+
+    trace_id, parent = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+    await _call(tracing.continue_inbound(app), [(b"traceparent", f"00-{trace_id}-{parent}-01".encode())])
+    await _call(tracing.continue_inbound(app), [])
+    continued, fresh = recorded.get_finished_spans()
+    assert f"{continued.context.trace_id:032x}" == trace_id
+    assert continued.parent is not None
+    assert f"{continued.parent.span_id:016x}" == parent
+    assert fresh.parent is None
+    assert f"{fresh.context.trace_id:032x}" != trace_id
