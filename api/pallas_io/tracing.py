@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -39,6 +39,7 @@ __all__ = [
     "enabled",
     "exemplar",
     "http_server_spans",
+    "inject_headers",
     "setup_tracing",
     "span",
     "tracing_wanted",
@@ -220,6 +221,16 @@ def http_server_spans(app: Any) -> Any:
                     current.set_status(StatusCode.ERROR)
 
     return traced
+
+
+def inject_headers(headers: MutableMapping[str, str]) -> None:
+    """Add the current span's `traceparent` (and `tracestate`) to outgoing HTTP `headers`.
+
+    Only for a request sent from the task whose span it belongs to (an LLM call): a connection's
+    background writer would carry whichever span opened it. Off, or outside a span, nothing.
+    """
+    if _state["enabled"] and trace.get_current_span().get_span_context().is_valid:
+        propagate.inject(headers)
 
 
 def _current_ids() -> tuple[str, str] | None:

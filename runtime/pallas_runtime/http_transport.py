@@ -20,6 +20,8 @@ import aiohttp
 import httpx2
 from httpx_aiohttp.httpx2 import AiohttpTransport as _Base
 
+from pallas_io.tracing import inject_headers
+
 DRAIN_SECONDS = 0.05
 """How long closing a POST's body may wait for the rest of it (see `_Body`)."""
 DRAIN_BYTES = 64 * 1024
@@ -105,10 +107,17 @@ class AiohttpTransport(_Base):
     """
 
     def __init__(
-        self, *, verify: ssl.SSLContext | bool = True, pool: aiohttp.ClientSession | None = None
+        self,
+        *,
+        verify: ssl.SSLContext | bool = True,
+        pool: aiohttp.ClientSession | None = None,
+        trace_headers: bool = False,
     ) -> None:
         super().__init__(verify=verify, client=pool)
         self._borrowed = pool is not None
+        self._trace_headers = trace_headers
+        """Send the current span's W3C `traceparent` header (the LLM clients: an LLM gateway that
+        traces continues the turn's trace; MCP requests carry theirs in `_meta`)."""
 
     async def aclose(self) -> None:
         """Close the transport's own connections (not a borrowed pool's)."""
@@ -117,6 +126,8 @@ class AiohttpTransport(_Base):
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         """Send `request` with aiohttp."""
+        if self._trace_headers:
+            inject_headers(request.headers)
         with _connection_failures(request):
             response = await super().handle_async_request(request)
         if isinstance(response.stream, httpx2.AsyncByteStream):

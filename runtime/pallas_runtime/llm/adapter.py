@@ -243,7 +243,7 @@ class SdkProvider(abc.ABC):
             base_url=self._base_url,
             timeout=provider.timeout_seconds,
             max_retries=provider.max_retries,
-            http_client=self.sdk_http_client(transport=AiohttpTransport()),
+            http_client=self.sdk_http_client(transport=AiohttpTransport(trace_headers=True)),
         )
 
     def _warn_dropped_once(self) -> None:

@@ -204,6 +204,12 @@ async def test_a_delegation_with_a_tool_call_is_one_trace_in_jaeger(
         assert chat_tags["gen_ai.agent.name"] in {"orchestrator", "researcher"}
         assert "gen_ai.input.messages" not in chat_tags
 
+    # Each LLM request carried its chat span in the HTTP traceparent header (an LLM gateway that
+    # traces continues the trace).
+    sent = [r.headers["traceparent"].split("-") for r in fake_openai.completions]
+    assert {t for _, t, _, _ in sent} == {trace_id, header_trace}
+    assert {s for _, t, s, _ in sent if t == trace_id} == {c["spanID"] for c in chats}
+
     [turn] = named(trace, "invoke_agent orchestrator")
     assert tags(turn)["gen_ai.conversation.id"]  # the conversation the turn was kept in
 
