@@ -239,3 +239,21 @@ async def test_an_agents_http_traceparent_becomes_the_parent_of_its_spans(
     assert f"{continued.parent.span_id:016x}" == parent
     assert fresh.parent is None
     assert f"{fresh.context.trace_id:032x}" != trace_id
+
+
+def test_outgoing_headers_carry_the_current_span_only_inside_one(recorded: InMemorySpanExporter) -> None:
+    outside: dict[str, str] = {}
+    tracing.inject_headers(outside)
+    assert outside == {}
+    inside: dict[str, str] = {}
+    with tracing.span("chat m") as span:
+        assert span is not None
+        tracing.inject_headers(inside)
+    context = span.get_span_context()
+    assert inside == {"traceparent": f"00-{context.trace_id:032x}-{context.span_id:016x}-01"}
+
+
+def test_off_no_header_is_added() -> None:
+    headers: dict[str, str] = {}
+    tracing.inject_headers(headers)
+    assert headers == {}
