@@ -59,8 +59,8 @@ class SdkProvider(abc.ABC):
     """The SDK's httpx client class (its own defaults), given the agent's transport."""
     sdk_errors: ClassVar[SdkErrors]
     sdk_stream: ClassVar[type[Any]]
-    """The SDK's async SSE stream class: it decodes events, ends at the stream's end and raises
-    the SDK's errors for error events."""
+    """The SDK's async SSE stream class, yielding the decoded events of each network read as a list:
+    it ends at the stream's end and raises the SDK's errors for error events."""
 
     preflight_timeout: float = CHECK_TIMEOUT
 
@@ -193,8 +193,9 @@ class SdkProvider(abc.ABC):
                 stream=True,
                 stream_cls=self.sdk_stream,
             )
-            async for event in stream:
-                if isinstance(event, Mapping) and (text := reader.feed(event)):
+            async for batch in stream:  # the events of one network read
+                text = "".join([reader.feed(event) for event in batch if isinstance(event, Mapping)])
+                if text:
                     await on_text(text)
         except self.sdk_errors.base as exc:
             raise self._failed(exc, started) from None
