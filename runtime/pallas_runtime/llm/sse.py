@@ -69,7 +69,9 @@ class OpenAIEvents(openai.AsyncStream[list[object]]):
                     error = data["error"]
                     message = error.get("message") if isinstance(error, dict) else None
                     raise openai.APIError(
-                        str(message or "an error occurred during streaming"), self.response.request, body=error
+                        str(message or "an error occurred during streaming"),
+                        self.response.request,
+                        body=error,
                     )
                 events.append(data)
             yield events
