@@ -30,8 +30,6 @@ PROVIDER_NOT_FOUND: Final = "ProviderNotFound"
 SERVER_NOT_FOUND: Final = "ServerNotFound"
 DEPENDENCY_CYCLE: Final = "DependencyCycle"
 NAME_CONFLICT: Final = "NameConflict"
-SECRET_NOT_FOUND: Final = "SecretNotFound"
-SECRET_KEY_NOT_FOUND: Final = "SecretKeyNotFound"
 ACCESS_NOT_ENFORCEABLE: Final = "AccessNotEnforceable"
 """spec.access names callers but the deployment authenticates nobody (auth.mode none)."""
 
@@ -66,6 +64,10 @@ HEALTH_DEGRADED: Final = "HealthDegraded"
 HEALTH_ERROR: Final = "HealthError"
 HEALTH_NOT_CHECKABLE: Final = "HealthNotCheckable"
 """oidc mode: get_health needs a token the operator does not hold."""
+SECRET_KEY_NOT_FOUND: Final = "SecretKeyNotFound"
+"""The agent's pod has no value for a Secret key its config names (no such Secret, or no such
+key in it): its `get_health` lists them in `missingSecrets`. The operator reads no Secret, so
+the pod, which mounts them, is the one to say; it blocks Ready when the key is the LLM's."""
 
 # --- Ready --------------------------------------------------------------------------------
 AGENT_READY: Final = "AgentReady"

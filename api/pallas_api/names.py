@@ -55,12 +55,20 @@ INSTRUCTION_URI: Final = "pallas://instruction"
 """The MCP resource holding an agent's instruction (its model's system prompt)."""
 
 ANNOTATION_CONFIG_HASH: Final = "pallas.dev/config-hash"
-"""On the pod template: sha256 of the rendered config and the referenced Secret keys."""
+"""On an agent's pod template: sha256 of the part of its config a running process cannot take
+(`pallas_api.live.process_digest`), so only edits of that part roll the pods."""
+ANNOTATION_CONFIG_SYNC: Final = "pallas.dev/config-sync"
+"""On an agent's pods (not the template): the config hash the operator last asked the kubelet to
+deliver. Patching it makes the kubelet sync the pod, and so refresh its ConfigMap volume at once
+instead of at its next periodic sync (docs/operator.md "Live config")."""
 ANNOTATION_APPLIED_HASH: Final = "pallas.dev/applied-hash"
 """On every child: sha256 of the manifest last applied, so a restarted operator knows it is current."""
 
 CONFIG_FILE: Final = "agent.yaml"
 CONFIG_DIR: Final = "/etc/pallas"
+SECRETS_DIR: Final = "/etc/pallas-secrets"
+"""Where agent and registry pods mount their Secret volume: one file per secret variable
+(`pallas_api.render.SecretBinding.env`), read at each use (`pallas_io.secrets`)."""
 METRICS_PORT_NAME: Final = "http"
 
 

@@ -1,8 +1,9 @@
 """Specs → one agent's runtime config. Pure: shared by the operator and `pallas run`.
 
-Secret values never enter the config. Each secret is bound to an environment variable with a
-stable name (`SecretBinding`); the operator turns the bindings into `env.valueFrom.secretKeyRef`
-and `pallas run` fills them from Secret manifests or the environment.
+Secret values never enter the config. Each secret is bound to a stable name (`SecretBinding`)
+that the process looks its value up by (`pallas_io.secrets`): the operator projects each bound
+Secret key into the pod's Secret volume as a file of that name, and `pallas run` fills
+environment variables of that name from Secret manifests or the environment.
 """
 
 from __future__ import annotations
@@ -57,7 +58,10 @@ class RenderError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class SecretBinding:
-    """Environment variable `env` of the agent process holds the value of `ref`."""
+    """The agent process finds the value of `ref` under the name `env`.
+
+    In a pod, the file `env` of its Secret volume; under `pallas run`, the environment variable.
+    """
 
     env: str
     ref: SecretKeyRef
@@ -65,7 +69,7 @@ class SecretBinding:
 
 @dataclass(frozen=True, slots=True)
 class RenderedAgent:
-    """One agent's runtime config and the Secret keys its process needs as environment variables."""
+    """One agent's runtime config and the Secret keys its process reads, by the names it reads them."""
 
     config: AgentConfig
     secrets: tuple[SecretBinding, ...]

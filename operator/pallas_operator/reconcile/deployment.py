@@ -11,7 +11,6 @@ import logging
 from pydantic import ValidationError
 
 from pallas_api import conditions, names
-from pallas_api.render import provider_key_bindings
 from pallas_api.spec import PallasDeploymentSpec
 from pallas_api.status import PallasDeploymentStatus
 from pallas_api.validation import describe
@@ -89,7 +88,8 @@ async def reconcile_deployment(op: Operator, namespace: str, name: str) -> float
     await _delegation(op, owner, wanted=spec.auth.mode == "kubernetes")
     wanted = {(m["kind"], m["metadata"]["name"]) for m in desired}
     unwanted = [key for key in children if key not in wanted]
-    registry = await apply_children(op, namespace, desired, children, unwanted, names.registry_name(name))
+    applied = await apply_children(op, namespace, desired, children, unwanted, names.registry_name(name))
+    registry = applied.workload
     report = _provider_report(op, record, spec, registry)
     crd_present = await _monitoring(op, record, owner, spec)
     monitoring_enabled = spec.monitoring.service_monitor.enabled
@@ -133,12 +133,7 @@ def _provider_report(
 
 def _desired(op: Operator, owner: Owner, spec: PallasDeploymentSpec) -> list[Manifest]:
     """The namespaced children: registry, agents identity (kubernetes mode), NetworkPolicy."""
-    secrets = op.world.secrets(owner.namespace)
-    keys = {binding.ref.name for binding in provider_key_bindings(spec)} if spec.registry.enabled else set()
-    op.secret_users.use(DEPLOYMENT, owner.namespace, owner.name, keys)  # a rotation restarts the registry
-    desired = (
-        registry_children(owner, spec, op.settings.runtime_image, secrets) if spec.registry.enabled else []
-    )
+    desired = registry_children(owner, spec, op.settings.runtime_image) if spec.registry.enabled else []
     if spec.auth.mode == "kubernetes":
         agents = [a.name for a in op.world.agents_of(owner.namespace, owner.name)]
         desired += access_children(owner, agents)
@@ -195,7 +190,6 @@ async def _report(
 
 async def _forget(op: Operator, namespace: str, name: str) -> None:
     op.provider_reports.track((DEPLOYMENT, namespace, name), None)
-    op.secret_users.forget(DEPLOYMENT, namespace, name)
     await _unbind(op, namespace, name)
     op.applier.forget_owner(namespace, names.DEPLOYMENT_KIND, name)
     op.monitoring_checks.forget(namespace, name)

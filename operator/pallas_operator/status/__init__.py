@@ -16,7 +16,6 @@ from pallas_operator.status.references import (
     AgentFacts,
     Problem,
     check_agent,
-    check_secrets,
     waiting_for,
 )
 from pallas_operator.status.workload import Workload, workload
@@ -34,7 +33,6 @@ __all__ = [
     "Workload",
     "agent_status",
     "check_agent",
-    "check_secrets",
     "deployment_status",
     "waiting_for",
     "workload",

@@ -64,7 +64,6 @@ class Conversations:
         identity: str,
         scope: ConversationScope,
         store: ConversationStore,
-        loop: AgentLoop,
         *,
         sessions: int = SESSIONS_REMEMBERED,
         inflight: InFlight | None = None,
@@ -72,7 +71,6 @@ class Conversations:
         self._identity = identity
         self._scope = scope
         self.store = store
-        self._loop = loop
         self._inflight = inflight
         # As many sessions as the agent keeps open: a closed one's entry is the oldest to go.
         self._ledger = SessionLedger(sessions=sessions)
@@ -87,6 +85,7 @@ class Conversations:
 
     async def send(
         self,
+        loop: AgentLoop,
         caller: Caller,
         user: UserMessage,
         *,
@@ -97,7 +96,7 @@ class Conversations:
         call_path: CallPath | None = None,
         params: RequestParams | None = None,
     ) -> Reply:
-        """Run one turn; store it when the scope keeps a conversation for the request.
+        """Run one turn on `loop`; store it when the scope keeps a conversation for the request.
 
         Raises:
             ConversationBusy, StoreUnavailable, TurnLost: from the store (nothing stored).
@@ -107,14 +106,14 @@ class Conversations:
         key = self._key(caller, conversation_id, session_id)
         if key is None:
             key = one_turn_key(self._identity, caller.owner)
-            turn = await self._loop.run(
+            turn = await loop.run(
                 [], user, inbound_auth=inbound_auth, progress=progress, conversation=key,
                 call_path=call_path, params=params,
             )  # fmt: skip
             return Reply(turn.text, None, turn.messages, history_left_out=turn.history_left_out)
         async with self.store.turn(key) as held:
             try:
-                turn = await self._loop.run(
+                turn = await loop.run(
                     held.history, user, inbound_auth=inbound_auth, progress=progress, conversation=key,
                     call_path=call_path, params=params,
                 )  # fmt: skip

@@ -272,6 +272,18 @@ class LocalRun:
         """send_message calls running in every hosted agent."""
         return sum(hosted.server.inflight.count for hosted in self.agents.values())
 
+    def apply_agent(self, agent: PlannedAgent) -> bool:
+        """Hand a running agent its new config and environment, applied from its next turn.
+
+        Returns:
+            False, with nothing changed, when the agent is not hosted or needs a restart for it.
+        """
+        hosted = self.agents.get((agent.manifest.namespace, agent.manifest.name))
+        if hosted is None or not hosted.server.live.apply(agent.rendered.config, secrets=agent.environ):
+            return False
+        hosted.planned = agent
+        return True
+
     async def stop_agent(self, key: AgentKey) -> None:
         """Stop the agent `key`, if hosted."""
         hosted = self.agents.pop(key, None)

@@ -3,13 +3,16 @@
 The manifest files are watched (watchfiles: their folders, so an editor's write-and-rename is
 seen; changes within 50 ms are taken together). An edit is checked with `pallas validate`'s checks
 and planned as at start-up; a bad edit prints its problems (`FILE:LINE: Kind/name: field:
-problem`) and changes nothing. A good one restarts only the agents whose rendered config or
-environment changed, on the ports they had, peers before the agents that call them; agents added
-to the files start (on the next free port after the base), agents removed stop, and the registry
-restarts when what it lists changed. Conversations kept in SQLite (`pallas run`'s default) or
-PostgreSQL outlive the restart. A restarted agent's new server takes over its port at once and
-the old one drains beside it (`LocalRun.restart_agent`): its turns in flight finish on the old
-config, new sessions get the new one.
+problem`) and changes nothing. A good one is applied to each agent whose rendered config or
+environment changed: in place when the running process can take it (the instruction, model,
+parameters, tools, servers, peers, a secret's value: `pallas_api.live`), so its turns in flight
+finish on the old config and the next ones use the new; otherwise (its port, the conversation
+store, sessions, HTTP limits, how callers are checked) by a restart on the port it had, peers
+before the agents that call them: the new server takes over the port at once and the old one
+drains beside it (`LocalRun.restart_agent`), its turns in flight finishing on the old config.
+Agents added to the files start (on the next free port after the base), agents removed stop,
+and the registry restarts when what it lists changed. Conversations kept in SQLite (`pallas
+run`'s default) or PostgreSQL outlive a restart.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pathlib import Path
 from watchfiles import Change, awatch
 
 from pallas_api.checks import check_documents
+from pallas_api.live import needs_new_process
 from pallas_io.logs import Redactor
 from pallas_runtime.commands.run.env_files import with_openai_base_url
 from pallas_runtime.commands.run.hosted import LocalRun, StartFailed
@@ -66,7 +70,10 @@ class Changes:
     stopped: tuple[AgentKey, ...]
     """Agents gone from the manifests."""
     started: tuple[AgentKey, ...]
-    """Agents new or changed, in start order (every agent after the agents it calls)."""
+    """Agents new or changed so that they restart, in start order (every agent after the agents
+    it calls)."""
+    applied: tuple[AgentKey, ...]
+    """Agents changed in what a running process takes in place."""
     unchanged: tuple[AgentKey, ...]
     registry: bool
     """Whether what the registry lists changed."""
@@ -81,6 +88,15 @@ def _runs_differently(old: PlannedAgent, new: PlannedAgent) -> bool:
     return (old.rendered.config, old.environ, old.port) != (new.rendered.config, new.environ, new.port)
 
 
+def _needs_restart(old: PlannedAgent, new: PlannedAgent) -> bool:
+    """Whether the running agent cannot take `new` in place (`pallas_api.live`)."""
+    return (
+        old.port != new.port
+        or old.deployment.name != new.deployment.name
+        or needs_new_process(old.rendered.config, new.rendered.config)
+    )
+
+
 def _listing(plan: LocalPlan) -> object:
     listed = [
         (agent_key(a), a.manifest.spec, a.deployment.name, a.deployment.spec, a.url) for a in plan.agents
@@ -92,13 +108,18 @@ def plan_changes(old: LocalPlan, new: LocalPlan) -> Changes:
     """What moving from `old` to `new` stops, (re)starts and leaves alone."""
     before = {agent_key(a): a for a in old.agents}
     after = {agent_key(a) for a in new.agents}
-    started = [
-        key for a in new.agents if (key := agent_key(a)) not in before or _runs_differently(before[key], a)
+    changed = [
+        (key, a)
+        for a in new.agents
+        if (key := agent_key(a)) not in before or _runs_differently(before[key], a)
     ]
+    started = [key for key, a in changed if key not in before or _needs_restart(before[key], a)]
+    applied = [key for key, _ in changed if key not in started]
     return Changes(
         stopped=tuple(key for key in before if key not in after),
         started=tuple(started),
-        unchanged=tuple(agent_key(a) for a in new.agents if agent_key(a) not in started),
+        applied=tuple(applied),
+        unchanged=tuple(k for a in new.agents if (k := agent_key(a)) not in started and k not in applied),
         registry=_listing(old) != _listing(new),
     )
 
@@ -135,6 +156,8 @@ async def apply(run: LocalRun, plan: LocalPlan) -> Changes:
     for key in changes.stopped:
         await run.stop_agent(key)
     for agent in plan.agents:
+        if agent_key(agent) in changes.applied and not run.apply_agent(agent):
+            changes = _restarting(changes, agent_key(agent))
         if agent_key(agent) not in changes.started:
             continue
         try:
@@ -151,6 +174,12 @@ async def apply(run: LocalRun, plan: LocalPlan) -> Changes:
     # What runs now: an agent that failed to start is new to the next reload, which retries it.
     run.plan = dataclasses.replace(plan, agents=hosted)
     return changes
+
+
+def _restarting(changes: Changes, key: AgentKey) -> Changes:
+    """`changes` with `key` restarted after all (its process refused the edit)."""
+    applied = tuple(k for k in changes.applied if k != key)
+    return dataclasses.replace(changes, applied=applied, started=(*changes.started, key))
 
 
 def _redact_new_secrets(old: LocalPlan, new: LocalPlan) -> None:
@@ -178,6 +207,7 @@ async def reload_once(run: LocalRun, reload: Reload) -> None:
     parts = [
         f"{what} {_names(keys)}"
         for what, keys in (
+            ("applied in place", changes.applied),
             ("restarted", [k for k in changes.started if k in before]),
             ("started", [k for k in changes.started if k not in before]),
             ("stopped", changes.stopped),
