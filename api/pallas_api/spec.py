@@ -35,6 +35,8 @@ from pallas_api.config import (
     MaxHistoryBytes,
     MaxResultBytes,
     ModelCapabilities,
+    ProviderApi,
+    ProviderCredentials,
     RequestParams,
     SessionLimits,
     ToolExposureMode,
@@ -171,6 +173,24 @@ class ProviderSpec(_Spec):
     """What this endpoint is, for clients choosing between providers."""
     capabilities: ProviderCapabilities = ProviderCapabilities()
     """What the provider offers, published in the registry."""
+    api: ProviderApi = "chat"
+    """For `type: openai`, the API spoken: `chat` (Chat Completions, what every
+    OpenAI-compatible server serves) or `responses` (OpenAI's Responses API, its reasoning
+    models' own: `POST {baseURL}/responses`)."""
+    credentials: ProviderCredentials = "apiKey"
+    """Where the key sent to the provider comes from: `apiKey` (the Secret in `apiKey`, or none
+    for a local server) or `callerBearer`: the bearer token each `send_message` call came with
+    is the key, for that call only (Hugging Face-style endpoints where each user pays with their
+    own token). A call without a bearer token is refused; the token is never logged nor kept
+    across calls."""
+
+    @model_validator(mode="after")
+    def _api_and_credentials(self) -> Self:
+        if self.api == "responses" and self.type != "openai":
+            raise ValueError(f"api: responses is OpenAI's; a provider of type {self.type} speaks its own API")
+        if self.credentials == "callerBearer" and self.api_key is not None:
+            raise ValueError("credentials: callerBearer sends the caller's token as the key; remove apiKey")
+        return self
 
 
 class HeaderSpec(_Spec):

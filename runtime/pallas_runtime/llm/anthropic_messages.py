@@ -267,7 +267,9 @@ class AnthropicMessagesProvider(SdkProvider):
         return DEFAULT_BASE_URL
 
     def _plan_for(self, params: RequestParams) -> ParamPlan:
-        return anthropic_plan(params, model=self._model, capabilities=self._capabilities)
+        return anthropic_plan(
+            params, model=self._model, capabilities=self._capabilities, subject=self._warning_subject()
+        )
 
     def _request_body(
         self, system: str, messages: Sequence[Message], tools: Sequence[ToolSpec]

@@ -306,7 +306,10 @@ class OpenAIChatProvider(SdkProvider):
 
     def _plan_for(self, params: RequestParams) -> ParamPlan:
         return openai_plan(
-            params, native=is_native_openai(self._configured_base_url), capabilities=self._capabilities
+            params,
+            native=is_native_openai(self._configured_base_url),
+            capabilities=self._capabilities,
+            subject=self._warning_subject(),
         )
 
     def _request_body(
