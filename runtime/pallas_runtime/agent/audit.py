@@ -1,4 +1,4 @@
-"""Audit lines: one per turn (its model, any system prompt addition) and one per tool call.
+"""Audit lines: one per tool call, and one per turn whose call chose its model or system prompt.
 
 Each tool call a model makes: which agent called which tool, and how it ended.
 
@@ -55,7 +55,7 @@ def audit_tool_call(
 
 
 def audit_turn(agent: str, model: str, system_append_chars: int) -> None:
-    """Log the start of one turn: its model and the size of the call's system prompt addition.
+    """Log the start of a turn whose call chose a model or added to the system prompt.
 
     The addition's text is never logged (it is the caller's); its size says that there was one.
     """

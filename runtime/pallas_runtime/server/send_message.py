@@ -189,7 +189,8 @@ class SendMessage:
         self._metrics.send_message_turns_total.labels(
             self._agent, model, "true" if appended else "false"
         ).inc()
-        audit_turn(self._agent, model, len(choice.system_append) if choice is not None else 0)
+        if model != generation.config.model or appended:  # the call chose: who chose what is audited
+            audit_turn(self._agent, model, len(choice.system_append) if choice is not None else 0)
         reply: Reply | None = None
         try:
             with self._inflight.track():

@@ -72,11 +72,8 @@ async def test_a_call_picks_a_declared_model_and_an_undeclared_one_is_refused_wi
         "params.model 'gpt-9' is not a model this agent offers (offered: fake-small, fake-big)"
     )
     turns = [r for r in caplog.records if r.getMessage().startswith("turn on model")]
-    assert [(r.model, r.system_append) for r in turns] == [  # type: ignore[attr-defined]
-        ("fake-small", False),
-        ("fake-big", False),
-        ("fake-small", False),
-    ]
+    # Only the turn whose call chose is audited (the agent's own choices are in its spec).
+    assert [(r.model, r.system_append) for r in turns] == [("fake-big", False)]  # type: ignore[attr-defined]
 
 
 async def test_system_append_is_added_to_the_instruction_for_that_call_only(
@@ -99,7 +96,7 @@ async def test_system_append_is_added_to_the_instruction_for_that_call_only(
     assert system_of(second.json) == "You are Harper."
     assert too_long.is_error
     assert too_long.content[0].text.startswith("send_message: invalid arguments: params.systemAppend")
-    (turn, _) = [r for r in caplog.records if r.getMessage().startswith("turn on model")]
+    (turn,) = [r for r in caplog.records if r.getMessage().startswith("turn on model")]
     assert turn.getMessage() == "turn on model fake-model, system prompt +17 chars"
     assert "Answer in French" not in caplog.text  # the addition is the caller's: never logged
 
