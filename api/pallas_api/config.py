@@ -180,7 +180,8 @@ PARAM_FIELDS_ON_THE_WIRE = frozenset(
         "model", "messages", "system", "tools", "tool_choice", "stream", "stream_options",
         "temperature", "top_p", "top_k", "max_tokens", "max_completion_tokens", "stop",
         "stop_sequences", "seed", "presence_penalty", "frequency_penalty", "response_format",
-        "reasoning_effort", "output_config",
+        "reasoning_effort", "output_config", "input", "instructions", "max_output_tokens", "reasoning",
+        "text",
     }
 )  # fmt: skip
 """Request fields Pallas writes itself: `extra` may not set them (say them by their own names)."""

@@ -18,7 +18,7 @@ import openai
 
 from pallas_api.config import RequestParams
 from pallas_io.llm_check import PUBLIC_APIS
-from pallas_runtime.llm.adapter import SdkProvider, wire_count
+from pallas_runtime.llm.adapter import SdkProvider, StreamReader, wire_count
 from pallas_runtime.llm.errors import SdkErrors
 from pallas_runtime.llm.params import ParamPlan, is_native_openai, openai_plan
 from pallas_runtime.llm.sse import OpenAIEvents
@@ -327,7 +327,7 @@ class OpenAIChatProvider(SdkProvider):
         # Without include_usage a stream reports no tokens, and the token metrics would lie.
         return {"stream": True, "stream_options": {"include_usage": True}}
 
-    def _stream_reader(self) -> ChatStreamReader:
+    def _stream_reader(self) -> StreamReader:
         return ChatStreamReader()
 
     def _warning_subject(self) -> str:

@@ -66,6 +66,7 @@ __all__ = [
     "is_native_openai",
     "merge_params",
     "openai_plan",
+    "responses_plan",
 ]
 
 SAMPLING = ("temperature", "top_p", "top_k")
@@ -213,6 +214,79 @@ def openai_plan(
     return ParamPlan(
         kwargs=kwargs,
         extra_body=extra,
+        dropped=tuple(dropped),
+        adjusted=tuple(adjusted),
+        refused=tuple(refused),
+    )
+
+
+RESPONSES_NOT_TAKEN = (
+    ("top_k", "topK"),
+    ("stop", "stop"),
+    ("seed", "seed"),
+    ("presence_penalty", "presencePenalty"),
+    ("frequency_penalty", "frequencyPenalty"),
+)
+"""Parameters the Responses API has no field for: (RequestParams field, camelCase name)."""
+
+
+def _responses_format(value: ResponseFormat) -> dict[str, Any]:
+    if value.json_schema is None:
+        return {"type": value.type}
+    schema: dict[str, Any] = {
+        "type": "json_schema",
+        "name": value.json_schema.name,
+        "schema": value.json_schema.schema_,
+    }
+    if value.json_schema.description is not None:
+        schema["description"] = value.json_schema.description
+    if value.json_schema.strict is not None:
+        schema["strict"] = value.json_schema.strict
+    return schema
+
+
+def responses_plan(
+    params: RequestParams, *, native: bool, capabilities: ModelCapabilities, subject: str = "this provider"
+) -> ParamPlan:
+    """Map request parameters onto a Responses API request.
+
+    `maxTokens` is `max_output_tokens`, `effort` is `reasoning.effort`, `responseFormat` is
+    `text.format` (a flat `{type: json_schema, name, schema}`), a named tool choice is
+    `{"type": "function", "name"}`; `topK`, `stop`, `seed` and the penalties have no field.
+
+    Args:
+        params: The request parameters.
+        native: Whether the server is api.openai.com (it decides the effort values taken).
+        capabilities: The model's declared limits (`max_output_tokens` caps `max_tokens`).
+        subject: How messages name the provider.
+
+    Returns:
+        The plan: wire fields, dropped, adjusted and refused parameters.
+    """
+    kwargs: dict[str, Any] = {}
+    dropped = [camel for name, camel in RESPONSES_NOT_TAKEN if getattr(params, name) not in (None, [])]
+    adjusted: list[str] = []
+    refused: list[str] = []
+    if params.temperature is not None:
+        kwargs["temperature"] = params.temperature
+    if params.top_p is not None:
+        kwargs["top_p"] = params.top_p
+    if (max_tokens := _max_tokens(params, capabilities, adjusted)) is not None:
+        kwargs["max_output_tokens"] = max_tokens
+    if params.effort is not None:
+        if params.effort in (taken := openai_efforts(native=native)):
+            kwargs["reasoning"] = {"effort": params.effort}
+        else:
+            refused.append(f"effort {params.effort!r}: {subject} takes {', '.join(taken)}")
+    if params.response_format is not None:
+        kwargs["text"] = {"format": _responses_format(params.response_format)}
+    if params.tool_choice is not None:
+        choice = params.tool_choice
+        named = choice not in ("auto", "none", "required")
+        kwargs["tool_choice"] = {"type": "function", "name": choice} if named else choice
+    return ParamPlan(
+        kwargs=kwargs,
+        extra_body=dict(params.extra or {}),
         dropped=tuple(dropped),
         adjusted=tuple(adjusted),
         refused=tuple(refused),
