@@ -2,9 +2,10 @@
 
 The keys and their bounds are `pallas_api.config.SendParams` (the manifests' `requestParams`,
 and a call's own `model` and `systemAppend`), so a bad key or value is refused at once, naming
-it. A value is read as JSON when it parses (`0.2`, `["END"]`, `null`), else taken as a string; `null` unsets the key. The parameters travel
-as `send_message`'s `params` argument, under the names the agent's tool schema uses, and only
-when the schema has that argument: an agent without it is told nothing, and `/set` says so.
+it. A value is read as JSON when it parses (`0.2`, `["END"]`, `null`), else taken as a string;
+`null` unsets the key. The parameters travel as `send_message`'s `params` argument, under the
+names the agent's tool schema uses, and only when the schema has that argument: an agent
+without it is told nothing, and `/set` says so.
 """
 
 from __future__ import annotations
