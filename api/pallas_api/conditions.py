@@ -20,6 +20,8 @@ REGISTRY_AVAILABLE: Final = "RegistryAvailable"
 MONITORING_READY: Final = "MonitoringReady"
 AUTHENTICATED: Final = "Authenticated"
 PROVIDERS_HEALTHY: Final = "ProvidersHealthy"
+SERVERS_AVAILABLE: Final = "ServersAvailable"
+"""PallasDeployment: the stdio servers the operator hosts (only when the spec has some)."""
 
 # --- Accepted -----------------------------------------------------------------------------
 ACCEPTED_REASON: Final = "Accepted"
@@ -32,6 +34,8 @@ DEPENDENCY_CYCLE: Final = "DependencyCycle"
 NAME_CONFLICT: Final = "NameConflict"
 ACCESS_NOT_ENFORCEABLE: Final = "AccessNotEnforceable"
 """spec.access names callers but the deployment authenticates nobody (auth.mode none)."""
+STDIO_NOT_HOSTABLE: Final = "StdioServerNotHostable"
+"""A stateful stdio server in a cluster: one container cannot run a process per session."""
 
 # --- DependenciesReady --------------------------------------------------------------------
 DEPENDENCIES_READY_REASON: Final = "DependenciesReady"
@@ -85,6 +89,12 @@ UNAUTHENTICATED: Final = "Unauthenticated"
 """auth.mode none while the registry publishes a public URL: anyone reaching it may call agents."""
 AUTH_DISABLED: Final = "AuthDisabled"
 """auth.mode none, agents reachable only inside the cluster."""
+
+# --- ServersAvailable (PallasDeployment; advice, never a blocker of Ready) ------------------------
+SERVERS_AVAILABLE_REASON: Final = "ServersAvailable"
+SERVERS_UNAVAILABLE: Final = "ServersUnavailable"
+"""A hosted stdio server's Deployment does not exist yet or has no ready pod (its bridge is Ready
+only while the server has a session)."""
 
 # --- ProvidersHealthy (PallasDeployment; advice, never a blocker of Ready) --------------------
 PROVIDERS_OK: Final = "ProvidersOk"

@@ -147,8 +147,22 @@ class HeaderConfig(_Model):
         return env.get(self.value_from_env or "")
 
 
+class ServerSessionLimits(_Model):
+    """The sessions an agent process keeps to one stateful downstream server (one per conversation)."""
+
+    max_sessions: Annotated[int, Field(ge=1, le=10_000)] = 32
+    """Sessions open at once. When all are taken, the one unused longest with no call in flight
+    is closed to make room; a call finding every session busy fails (SERVER_UNAVAILABLE)."""
+    idle_timeout_seconds: Annotated[int, Field(ge=1, le=86_400)] = 1800
+    """A session no call has used for this long is closed (its conversation starts a new one)."""
+
+
 class DownstreamServer(_Model):
-    """A downstream MCP server the agent may call."""
+    """A downstream MCP server the agent may call.
+
+    A stdio server (`mcpServers.<name>.stdio`) is one too: the agent reaches it over Streamable
+    HTTP at the URL of the bridge that hosts it (`pallas run`'s, or its Service in a cluster).
+    """
 
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$", max_length=63)]
     url: Annotated[str, Field(pattern=HTTP_URL), WithoutCredentials(SECRET_HEADER)]
@@ -159,6 +173,11 @@ class DownstreamServer(_Model):
     timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 30.0
     max_result_bytes: MaxResultBytes = DEFAULT_MAX_RESULT_BYTES
     """The largest tool result read from this server (its text, UTF-8); larger is a tool error."""
+    stateful: bool = False
+    """Each caller conversation gets an MCP session of its own (`sessions` bounds them); else
+    calls without a forwarded bearer share one session."""
+    sessions: ServerSessionLimits = ServerSessionLimits()
+    """The per-conversation sessions of a stateful server."""
 
 
 class PeerAgent(_Model):

@@ -8,6 +8,7 @@ Child names are derived, never stored, so any replica of the operator (and a hum
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Final
 from urllib.parse import urlsplit
@@ -80,6 +81,33 @@ def config_map_name(agent: str) -> str:
 def registry_name(deployment: str) -> str:
     """The name of every registry child (Deployment, Service, ServiceAccount, Role, RoleBinding)."""
     return f"{deployment}-registry"
+
+
+STDIO_BRIDGE_PORT: Final = 8000
+"""The port of a hosted stdio server's bridge (container and Service)."""
+STDIO_COMPONENT: Final = "mcp-server"
+"""`app.kubernetes.io/component` of a hosted stdio server's children."""
+
+
+def stdio_server_name(deployment: str, server: str) -> str:
+    """The name of every child hosting stdio server `server` of `deployment` (Deployment, Service).
+
+    `<deployment>-mcp-<server>` in lower case with `_` as `-`; when that changes the server's
+    name (two keys such as `Fs` and `fs` would meet) or passes 63 characters, it is cut and a
+    digest of both names keeps it unique.
+    """
+    slug = server.lower().replace("_", "-")
+    name = f"{deployment}-mcp-{slug}"
+    if slug == server and len(name) <= 63:
+        return name
+    digest = hashlib.sha256(f"{deployment}/{server}".encode()).hexdigest()[:8]
+    return f"{name[: 63 - 9].rstrip('-')}-{digest}"
+
+
+def stdio_server_url(deployment: str, server: str, namespace: str) -> str:
+    """The in-cluster MCP URL of a hosted stdio server's bridge."""
+    service = stdio_server_name(deployment, server)
+    return f"http://{service}.{namespace}.svc.cluster.local:{STDIO_BRIDGE_PORT}/mcp"
 
 
 def service_monitor_name(deployment: str, component: str) -> str:

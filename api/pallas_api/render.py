@@ -19,6 +19,7 @@ from pallas_api.conditions import (
     INVALID_SPEC,
     PROVIDER_NOT_FOUND,
     SERVER_NOT_FOUND,
+    STDIO_NOT_HOSTABLE,
 )
 from pallas_api.config import (
     AccessConfig,
@@ -237,6 +238,7 @@ def render_agent(
     namespace: str = "default",
     url: str | None = None,
     uid: str | None = None,
+    stdio_urls: Mapping[str, str] | None = None,
 ) -> RenderedAgent:
     """Build the runtime config of agent `name`.
 
@@ -250,10 +252,12 @@ def render_agent(
         url: The agent's MCP URL as its callers use it (the protected resource); required when
             the deployment's auth mode is not `none`.
         uid: The PallasAgent's UID (in a cluster): a re-created agent keys new conversations.
+        stdio_urls: Where the bridges of the deployment's stdio servers listen, by server name
+            (`pallas run`'s); default: the Services the operator hosts them behind.
 
     Raises:
-        RenderError: a model provider, server or agent that does not exist, or access lists
-            that cannot be enforced.
+        RenderError: a model provider, server or agent that does not exist, access lists that
+            cannot be enforced, or a stateful stdio server in a cluster.
     """
     auth = render_auth(agent, deployment, namespace, url)
     secrets: list[SecretBinding] = []
@@ -300,6 +304,22 @@ def render_agent(
     servers = []
     for server_name in agent.servers:
         spec = deployment.mcp_servers[server_name]
+        if spec.stdio is None:
+            if spec.url is None:  # pragma: no cover - McpServerSpec._url_or_stdio refuses it
+                raise AssertionError(f"mcpServers {server_name} has neither url nor stdio")
+            server_url = spec.url
+        else:
+            if spec.stateful and stdio_urls is None:
+                raise RenderError(
+                    STDIO_NOT_HOSTABLE,
+                    f"mcpServers {server_name} is a stateful stdio server: that needs a process per "
+                    "session, which only `pallas run` hosts; in a cluster run it as an HTTP server "
+                    "(url) or drop stateful",
+                    (server_name,),
+                )
+            server_url = (stdio_urls or {}).get(server_name) or names.stdio_server_url(
+                agent.deployment, server_name, namespace
+            )
         headers = []
         for index, header in enumerate(spec.headers):
             if header.value_from is not None:
@@ -312,12 +332,14 @@ def render_agent(
         servers.append(
             DownstreamServer(
                 name=server_name,
-                url=spec.url,
+                url=server_url,
                 transport=spec.transport,
                 headers=headers,
                 forward_inbound_auth=spec.forward_inbound_auth,
                 timeout_seconds=spec.timeout_seconds,
                 max_result_bytes=spec.max_result_bytes,
+                stateful=spec.stateful,
+                sessions=spec.sessions,
             )
         )
 

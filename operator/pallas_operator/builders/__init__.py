@@ -16,6 +16,7 @@ from pallas_operator.builders.meta import Manifest, Owner, agent_labels, registr
 from pallas_operator.builders.monitoring import service_monitors
 from pallas_operator.builders.network import agents_network_policy
 from pallas_operator.builders.registry import registry_children
+from pallas_operator.builders.stdio import hosted_servers, stdio_children, stdio_secret_bindings
 
 __all__ = [
     "AgentWorkload",
@@ -29,7 +30,10 @@ __all__ = [
     "agent_service",
     "agents_network_policy",
     "auth_delegation_binding",
+    "hosted_servers",
     "registry_children",
     "registry_labels",
     "service_monitors",
+    "stdio_children",
+    "stdio_secret_bindings",
 ]

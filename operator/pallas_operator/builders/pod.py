@@ -134,7 +134,7 @@ SECRET_FILE_MODE = 0o440
 SECRET_VOLUME = "secrets"
 
 
-def secret_volume(bindings: Iterable[SecretBinding]) -> dict[str, Any] | None:
+def secret_volume(bindings: Iterable[SecretBinding], mode: int = 0) -> dict[str, Any] | None:
     """The pod's Secret volume: one file per binding, named `binding.env`, holding `binding.ref`.
 
     A projected volume with one source per Secret and only the keys the process reads, so a
@@ -143,7 +143,7 @@ def secret_volume(bindings: Iterable[SecretBinding]) -> dict[str, Any] | None:
     (`get_health`'s `missingSecrets`) instead of the pod hanging in ContainerCreating. The
     kubelet refreshes the files when a Secret changes (it would not under a subPath mount), and
     the process reads them at each use (`pallas_io.secrets`): a rotation needs no new pod.
-    None when the process reads no secret.
+    None when the process reads no secret. `mode` replaces the files' mode (`SECRET_FILE_MODE`).
     """
     items: dict[str, list[dict[str, str]]] = {}
     for binding in bindings:
@@ -156,7 +156,7 @@ def secret_volume(bindings: Iterable[SecretBinding]) -> dict[str, Any] | None:
         {"secret": {"name": name, "items": entries, "optional": True}}
         for name, entries in sorted(items.items())
     ]
-    return {"name": SECRET_VOLUME, "projected": {"defaultMode": SECRET_FILE_MODE, "sources": sources}}
+    return {"name": SECRET_VOLUME, "projected": {"defaultMode": mode or SECRET_FILE_MODE, "sources": sources}}
 
 
 def secret_mount() -> dict[str, Any]:

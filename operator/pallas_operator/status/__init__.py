@@ -8,6 +8,7 @@ from pallas_operator.status.agent import AgentObservation, HealthResult, Verific
 from pallas_operator.status.deployment import (
     AgentSummary,
     DeploymentObservation,
+    HostedServer,
     ProviderCheck,
     ProviderReport,
     deployment_status,
@@ -26,6 +27,7 @@ __all__ = [
     "AgentSummary",
     "DeploymentObservation",
     "HealthResult",
+    "HostedServer",
     "Problem",
     "ProviderCheck",
     "ProviderReport",

@@ -88,8 +88,9 @@ class AgentServer:
         self._tasks: set[asyncio.Task[None]] = set()
         scope = config.conversation_scope
         conversations = Conversations(
-            config.identity, scope, store, sessions=config.sessions.max_sessions, inflight=self.inflight
-        )
+            config.identity, scope, store, sessions=config.sessions.max_sessions, inflight=self.inflight,
+            forget=lambda key: self.live.generation.loop.tools.release(key),
+        )  # fmt: skip
         if scope == "caller" and config.auth.mode == "none":
             log.warning(
                 "agent %s: conversation scope caller without inbound auth: every client continues one "

@@ -22,11 +22,13 @@ from pallas_runtime.agent.live import LiveAgent
 from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.agent.toolbox import CallContext
 from pallas_runtime.auth.credential import forwarded_credential
+from pallas_runtime.conversations.caller import current_caller
+from pallas_runtime.conversations.scope import conversation_key
 from pallas_runtime.downstream.call_path import CallPath, CallRefused
 from pallas_runtime.downstream.source import ToolOutcome
 from pallas_runtime.inflight import InFlight
 from pallas_runtime.messages import TextPart
-from pallas_runtime.server.request import progress_sender, request_meta
+from pallas_runtime.server.request import progress_sender, request_meta, session_id
 from pallas_runtime.server.tool_errors import CodedToolError, error_result
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True)
@@ -127,8 +129,11 @@ class GatewayTools:
                 entry = gateway.target(offered, loop.tools.server_names, server, tool)
             except gateway.GatewayError as exc:
                 return error_result(exc.code, str(exc))
+            # A stateful server keeps one session per conversation; a gateway client's conversation
+            # is its MCP session, so its calls of one session share the server's state.
+            conversation = conversation_key(config.identity, "session", current_caller(), None, session_id())
             context = CallContext(
-                inbound_auth, ProgressReporter(config.name, progress_sender(ctx)), None, call_path
+                inbound_auth, ProgressReporter(config.name, progress_sender(ctx)), conversation, call_path
             )
             limit = timeout_ms / 1000 if timeout_ms else None
             with self._inflight.track():

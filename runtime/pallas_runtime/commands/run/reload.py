@@ -35,6 +35,7 @@ from pallas_runtime.commands.run.env_files import with_openai_base_url
 from pallas_runtime.commands.run.hosted import LocalRun, StartFailed
 from pallas_runtime.commands.run.manifests import (
     AgentKey,
+    BridgeKey,
     LocalPlan,
     ManifestError,
     PlannedAgent,
@@ -77,6 +78,8 @@ class Changes:
     unchanged: tuple[AgentKey, ...]
     registry: bool
     """Whether what the registry lists changed."""
+    servers: tuple[str, ...] = ()
+    """What happened to the stdio servers' bridges, in words (`restarted stdio server fs`)."""
 
 
 def agent_key(agent: PlannedAgent) -> AgentKey:
@@ -125,7 +128,11 @@ def plan_changes(old: LocalPlan, new: LocalPlan) -> Changes:
 
 
 def checked_plan(
-    files: Sequence[str], base_port: int, only_agent: str | None, keep_ports: dict[AgentKey, int]
+    files: Sequence[str],
+    base_port: int,
+    only_agent: str | None,
+    keep_ports: dict[AgentKey, int],
+    keep_bridge_ports: dict[BridgeKey, int] | None = None,
 ) -> LocalPlan:
     """The plan of the files as they are now, checked as `pallas validate` checks them.
 
@@ -133,13 +140,19 @@ def checked_plan(
         ReloadRefused: a file cannot be read, or the manifests have problems.
     """
     try:
-        report = check_documents(read_documents(files))
+        report = check_documents(read_documents(files), local=True)
     except UnreadableError as exc:
         raise ReloadRefused([str(exc)]) from None
     if report.problems:
         raise ReloadRefused([str(problem) for problem in report.problems])
     try:
-        plan = plan_local(load_manifests(files), base_port, only_agent, keep_ports=keep_ports)
+        plan = plan_local(
+            load_manifests(files),
+            base_port,
+            only_agent,
+            keep_ports=keep_ports,
+            keep_bridge_ports=keep_bridge_ports,
+        )
         return with_openai_base_url(plan, os.environ)
     except ManifestError as exc:
         raise ReloadRefused([str(exc)]) from None
@@ -153,6 +166,7 @@ async def apply(run: LocalRun, plan: LocalPlan) -> Changes:
     """Move `run` to `plan`: stop the agents removed, (re)start the new and changed, in order."""
     changes = plan_changes(run.plan, plan)
     _redact_new_secrets(run.plan, plan)
+    changes = dataclasses.replace(changes, servers=await _apply_bridges(run, plan))
     for key in changes.stopped:
         await run.stop_agent(key)
     for agent in plan.agents:
@@ -176,6 +190,35 @@ async def apply(run: LocalRun, plan: LocalPlan) -> Changes:
     return changes
 
 
+async def _apply_bridges(run: LocalRun, plan: LocalPlan) -> tuple[str, ...]:
+    """Stop the stdio servers gone or changed; start the new and changed ones (before the agents).
+
+    Returns what happened, in words, for the summary line.
+    """
+    wanted = {bridge.key: bridge for bridge in plan.bridges}
+    before = set(run.bridges)
+    changed: list[str] = []
+    for key, (running, _) in list(run.bridges.items()):
+        if wanted.get(key) != running:
+            await run.stop_bridge(key)
+            if key not in wanted:
+                changed.append(f"stopped stdio server {key[2]}")
+    for bridge in plan.bridges:
+        if bridge.key in run.bridges:
+            continue
+        try:
+            await run.start_bridge(bridge)
+        except StartFailed as exc:
+            print(f"pallas run: reload: {exc}", file=sys.stderr, flush=True)
+            continue
+        changed.append(f"{'restarted' if bridge.key in before else 'started'} stdio server {bridge.name}")
+    if wanted:
+        redactor = Redactor(v for bridge in plan.bridges for v in bridge.secrets.values() if v)
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(redactor)
+    return tuple(changed)
+
+
 def _restarting(changes: Changes, key: AgentKey) -> Changes:
     """`changes` with `key` restarted after all (its process refused the edit)."""
     applied = tuple(k for k in changes.applied if k != key)
@@ -195,7 +238,9 @@ def _redact_new_secrets(old: LocalPlan, new: LocalPlan) -> None:
 async def reload_once(run: LocalRun, reload: Reload) -> None:
     """Apply the files as they are now, or say why not; one summary line on stdout."""
     try:
-        plan = checked_plan(reload.files, reload.base_port, reload.only_agent, run.ports())
+        plan = checked_plan(
+            reload.files, reload.base_port, reload.only_agent, run.ports(), run.bridge_ports()
+        )
     except ReloadRefused as exc:
         for problem in exc.problems:
             print(f"pallas run: reload: {problem}", file=sys.stderr)
@@ -204,7 +249,7 @@ async def reload_once(run: LocalRun, reload: Reload) -> None:
         return
     before = {agent_key(a) for a in run.plan.agents}
     changes = await apply(run, plan)
-    parts = [
+    parts = [*changes.servers] + [
         f"{what} {_names(keys)}"
         for what, keys in (
             ("applied in place", changes.applied),
