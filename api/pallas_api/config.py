@@ -73,6 +73,11 @@ ProviderApi = Literal["chat", "responses"]
 """The API an `openai` provider speaks: Chat Completions or the Responses API."""
 ProviderCredentials = Literal["apiKey", "callerBearer"]
 """Where a provider's key comes from: its own API key, or the caller's bearer token per call."""
+ProviderPlatform = Literal["direct", "bedrock"]
+"""Where an `anthropic` provider's Messages API is served: Anthropic's own API (or a compatible
+server), or Amazon Bedrock."""
+AWS_REGION = r"^[a-z]{2}(-[a-z]+)+-[0-9]+$"
+"""An AWS region name, e.g. `eu-central-1`."""
 SYSTEM_APPEND_MAX = 16384
 """Characters a call's `params.systemAppend` may add to the system prompt at most."""
 
@@ -104,6 +109,11 @@ class ProviderConfig(_Model):
     credentials: ProviderCredentials = "apiKey"
     """`apiKey` (the provider's key, `apiKeyEnv`) or `callerBearer`: each call's own inbound
     bearer token is the key, for that call only (never logged, never kept across calls)."""
+    platform: ProviderPlatform = "direct"
+    """For `type: anthropic`: `direct` (the Messages API at `baseURL`) or `bedrock` (Amazon
+    Bedrock's runtime in `region`, the key a Bedrock API key)."""
+    region: Annotated[str | None, Field(pattern=AWS_REGION)] = None
+    """The AWS region of a `bedrock` provider."""
 
     def api_key_origin(self) -> str:
         """What the user sets to give the key: `apiKeySource`, else the variable they named."""

@@ -286,6 +286,8 @@ def render_agent(
         streaming=provider_spec.capabilities.streaming is not False,
         api=provider_spec.api,
         credentials=provider_spec.credentials,
+        platform=provider_spec.platform,
+        region=provider_spec.region,
     )
     _check_effort(agent, provider_name, provider_spec, model)
     models = [

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import AfterValidator, BaseModel, Field, model_validator
 
 from pallas_api.config import (
+    AWS_REGION,
     DEFAULT_DRAIN_SECONDS,
     DEFAULT_HISTORY_BYTES,
     DEFAULT_MAX_CONNECTIONS,
@@ -38,6 +39,7 @@ from pallas_api.config import (
     ModelCapabilities,
     ProviderApi,
     ProviderCredentials,
+    ProviderPlatform,
     RequestParams,
     ServerSessionLimits,
     SessionLimits,
@@ -179,6 +181,13 @@ class ProviderSpec(_Spec):
     """For `type: openai`, the API spoken: `chat` (Chat Completions, what every
     OpenAI-compatible server serves) or `responses` (OpenAI's Responses API, its reasoning
     models' own: `POST {baseURL}/responses`)."""
+    platform: ProviderPlatform = "direct"
+    """For `type: anthropic`, where the Messages API is served: `direct` (Anthropic's API, or
+    `baseURL`) or `bedrock` (Amazon Bedrock's runtime in `region`, through the anthropic SDK's
+    Bedrock client; `apiKey` is a Bedrock API key, sent as a bearer token; model ids are
+    Bedrock's, e.g. `anthropic.claude-sonnet-4-5-20250929-v1:0`)."""
+    region: Annotated[str | None, Field(pattern=AWS_REGION, max_length=32)] = None
+    """The AWS region of a `bedrock` provider, e.g. `eu-central-1` (required there)."""
     credentials: ProviderCredentials = "apiKey"
     """Where the key sent to the provider comes from: `apiKey` (the Secret in `apiKey`, or none
     for a local server) or `callerBearer`: the bearer token each `send_message` call came with
@@ -190,6 +199,10 @@ class ProviderSpec(_Spec):
     def _api_and_credentials(self) -> Self:
         if self.api == "responses" and self.type != "openai":
             raise ValueError(f"api: responses is OpenAI's; a provider of type {self.type} speaks its own API")
+        if self.platform == "bedrock" and self.type != "anthropic":
+            raise ValueError("platform: bedrock serves the Anthropic Messages API: it needs type: anthropic")
+        if (self.platform == "bedrock") != (self.region is not None):
+            raise ValueError("region is the AWS region of a platform: bedrock provider, and it needs one")
         if self.credentials == "callerBearer" and self.api_key is not None:
             raise ValueError("credentials: callerBearer sends the caller's token as the key; remove apiKey")
         return self

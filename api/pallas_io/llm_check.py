@@ -92,6 +92,8 @@ class ProviderEndpoint:
     """Where the key comes from in the user's words; None: the provider takes no key."""
     key: str | None = field(default=None, repr=False)
     """The key's value (None: not configured, or its source is not set)."""
+    region: str | None = None
+    """For Amazon Bedrock (an `anthropic` provider on `platform: bedrock`): its AWS region."""
 
     @property
     def label(self) -> str:
@@ -204,6 +206,11 @@ async def check_provider(
     """
     if (problem := endpoint.key_problem) is not None:
         return Verdict(False, problem)
+    if endpoint.region is not None:
+        # bedrock-runtime has no models endpoint, and listing models is another service
+        # (bedrock, ListFoundationModels) a runtime-only key may not reach: the first call tells.
+        where = endpoint.base_url or f"bedrock-runtime in {endpoint.region}"
+        return Verdict(True, f"{endpoint.label}: Amazon Bedrock ({where}); key set, not probed")
     if client is None:
         async with httpx2.AsyncClient(timeout=httpx2.Timeout(budget)) as own:
             return await check_provider(endpoint, budget=budget, client=own)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import anthropic
 
@@ -253,7 +253,7 @@ class AnthropicMessagesProvider(SdkProvider):
 
     kind = "anthropic"
     completion_path = "/v1/messages"
-    sdk_client = anthropic.AsyncAnthropic
+    sdk_client: ClassVar[type[Any]] = anthropic.AsyncAnthropic
     sdk_http_client = anthropic.DefaultAsyncHttpxClient
     sdk_errors = SdkErrors(
         anthropic.AnthropicError,
@@ -261,7 +261,7 @@ class AnthropicMessagesProvider(SdkProvider):
         anthropic.APIConnectionError,
         anthropic.APIStatusError,
     )
-    sdk_stream = AnthropicEvents
+    sdk_stream: ClassVar[type[Any]] = AnthropicEvents
 
     def _default_base_url(self) -> str:
         return DEFAULT_BASE_URL

@@ -42,11 +42,16 @@ def create_provider(config: AgentConfig, environ: Mapping[str, str] | None = Non
 
     Returns:
         An OpenAIChatProvider (type `openai`), an OpenAIResponsesProvider (type `openai` with
-        `api: responses`) or an AnthropicMessagesProvider (type `anthropic`).
+        `api: responses`), an AnthropicMessagesProvider (type `anthropic`) or an
+        AnthropicBedrockProvider (type `anthropic` on `platform: bedrock`).
     """
     api_key = resolve_api_key(config.provider, environ)
     # Each SDK costs over a second of imports; an agent loads only the one it uses, which keeps
     # process start to /readyz well under 3 s.
+    if config.provider.type == "anthropic" and config.provider.platform == "bedrock":
+        from pallas_runtime.llm.anthropic_bedrock import AnthropicBedrockProvider
+
+        return AnthropicBedrockProvider(config, api_key=api_key)
     if config.provider.type == "anthropic":
         from pallas_runtime.llm.anthropic_messages import AnthropicMessagesProvider
 

@@ -327,3 +327,28 @@ def test_an_agents_effort_the_provider_does_not_take_is_refused_at_render(
     assert str(raised.value).startswith(f"requestParams.effort {effort!r} is not taken by ")
     assert str(raised.value).endswith(refusal)
     assert raised.value.reason == "InvalidSpec"
+
+
+def test_anthropic_on_bedrock_is_rendered_with_its_region_and_checked() -> None:
+    providers = {
+        "bedrock": {
+            "type": "anthropic",
+            "platform": "bedrock",
+            "region": "eu-central-1",
+            "apiKey": {"secretKeyRef": {"name": "aws", "key": "BEDROCK_API_KEY"}},
+        }
+    }
+    dep = deployment(model={"default": "bedrock.anthropic.claude-sonnet-4-6-v1:0"}, providers=providers)
+    provider = render_agent("research", agent(), dep, {}).config.provider
+    assert (provider.platform, provider.region, provider.api_key_env) == (
+        "bedrock",
+        "eu-central-1",
+        "PALLAS_PROVIDER_BEDROCK_API_KEY",
+    )
+    with pytest.raises(ValueError, match="region is the AWS region of a platform: bedrock provider"):
+        deployment(providers={"b": {"type": "anthropic", "platform": "bedrock"}}, model={"default": "b.c"})
+    with pytest.raises(ValueError, match="platform: bedrock serves the Anthropic Messages API"):
+        deployment(
+            providers={"b": {"type": "openai", "platform": "bedrock", "region": "us-east-1"}},
+            model={"default": "b.c"},
+        )
