@@ -73,11 +73,12 @@ ProviderApi = Literal["chat", "responses"]
 """The API an `openai` provider speaks: Chat Completions or the Responses API."""
 ProviderCredentials = Literal["apiKey", "callerBearer"]
 """Where a provider's key comes from: its own API key, or the caller's bearer token per call."""
-ProviderPlatform = Literal["direct", "bedrock"]
+ProviderPlatform = Literal["direct", "bedrock", "vertex"]
 """Where an `anthropic` provider's Messages API is served: Anthropic's own API (or a compatible
-server), or Amazon Bedrock."""
-AWS_REGION = r"^[a-z]{2}(-[a-z]+)+-[0-9]+$"
-"""An AWS region name, e.g. `eu-central-1`."""
+server), Amazon Bedrock, or Google Cloud's Vertex AI."""
+CLOUD_REGION = r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$"
+"""A cloud region name: AWS's `eu-central-1`, Google Cloud's `us-east5` or `global`."""
+GCP_PROJECT = r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$"
 SYSTEM_APPEND_MAX = 16384
 """Characters a call's `params.systemAppend` may add to the system prompt at most."""
 
@@ -110,10 +111,13 @@ class ProviderConfig(_Model):
     """`apiKey` (the provider's key, `apiKeyEnv`) or `callerBearer`: each call's own inbound
     bearer token is the key, for that call only (never logged, never kept across calls)."""
     platform: ProviderPlatform = "direct"
-    """For `type: anthropic`: `direct` (the Messages API at `baseURL`) or `bedrock` (Amazon
-    Bedrock's runtime in `region`, the key a Bedrock API key)."""
-    region: Annotated[str | None, Field(pattern=AWS_REGION)] = None
-    """The AWS region of a `bedrock` provider."""
+    """For `type: anthropic`: `direct` (the Messages API at `baseURL`), `bedrock` (Amazon
+    Bedrock's runtime in `region`, the key a Bedrock API key) or `vertex` (Vertex AI in `region`
+    and `projectId`, the key an OAuth access token)."""
+    region: Annotated[str | None, Field(pattern=CLOUD_REGION, max_length=32)] = None
+    """The cloud region of a `bedrock` or `vertex` provider."""
+    project_id: Annotated[str | None, Field(pattern=GCP_PROJECT)] = None
+    """The Google Cloud project of a `vertex` provider."""
 
     def api_key_origin(self) -> str:
         """What the user sets to give the key: `apiKeySource`, else the variable they named."""

@@ -288,6 +288,7 @@ def render_agent(
         credentials=provider_spec.credentials,
         platform=provider_spec.platform,
         region=provider_spec.region,
+        project_id=provider_spec.project_id,
     )
     _check_effort(agent, provider_name, provider_spec, model)
     models = [

@@ -42,8 +42,9 @@ def create_provider(config: AgentConfig, environ: Mapping[str, str] | None = Non
 
     Returns:
         An OpenAIChatProvider (type `openai`), an OpenAIResponsesProvider (type `openai` with
-        `api: responses`), an AnthropicMessagesProvider (type `anthropic`) or an
-        AnthropicBedrockProvider (type `anthropic` on `platform: bedrock`).
+        `api: responses`), an AnthropicMessagesProvider (type `anthropic`), or an
+        AnthropicBedrockProvider or AnthropicVertexProvider (type `anthropic` on `platform:
+        bedrock` or `vertex`).
     """
     api_key = resolve_api_key(config.provider, environ)
     # Each SDK costs over a second of imports; an agent loads only the one it uses, which keeps
@@ -52,6 +53,10 @@ def create_provider(config: AgentConfig, environ: Mapping[str, str] | None = Non
         from pallas_runtime.llm.anthropic_bedrock import AnthropicBedrockProvider
 
         return AnthropicBedrockProvider(config, api_key=api_key)
+    if config.provider.type == "anthropic" and config.provider.platform == "vertex":
+        from pallas_runtime.llm.anthropic_vertex import AnthropicVertexProvider
+
+        return AnthropicVertexProvider(config, api_key=api_key)
     if config.provider.type == "anthropic":
         from pallas_runtime.llm.anthropic_messages import AnthropicMessagesProvider
 

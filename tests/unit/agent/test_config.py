@@ -345,8 +345,14 @@ def test_anthropic_on_bedrock_is_rendered_with_its_region_and_checked() -> None:
         "eu-central-1",
         "PALLAS_PROVIDER_BEDROCK_API_KEY",
     )
-    with pytest.raises(ValueError, match="region is the AWS region of a platform: bedrock provider"):
+    with pytest.raises(ValueError, match="region is the cloud region of a bedrock or vertex provider"):
         deployment(providers={"b": {"type": "anthropic", "platform": "bedrock"}}, model={"default": "b.c"})
+    vertex = {"type": "anthropic", "platform": "vertex", "region": "us-east5", "projectId": "pallas-prod"}
+    dep = deployment(model={"default": "v.claude-sonnet-4-6@20260101"}, providers={"v": vertex})
+    rendered = render_agent("research", agent(), dep, {}).config.provider
+    assert (rendered.platform, rendered.region, rendered.project_id) == ("vertex", "us-east5", "pallas-prod")
+    with pytest.raises(ValueError, match="projectId is the Google Cloud project of a vertex provider"):
+        deployment(providers={"v": {**vertex, "projectId": None}}, model={"default": "v.c"})
     with pytest.raises(ValueError, match="platform: bedrock serves the Anthropic Messages API"):
         deployment(
             providers={"b": {"type": "openai", "platform": "bedrock", "region": "us-east-1"}},
