@@ -201,7 +201,7 @@ class SdkProvider(abc.ABC):
                 stream_cls=self.sdk_stream,
             )
             async for batch in stream:  # the events of one network read
-                text = "".join([reader.feed(event) for event in batch if isinstance(event, Mapping)])
+                text = "".join([reader.feed(event) for event in batch if isinstance(event, dict)])
                 if text:
                     await on_text(text)
         except self.sdk_errors.base as exc:
