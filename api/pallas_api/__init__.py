@@ -10,6 +10,8 @@ One package, imported by all three and importing none of them (as CloudNativePG'
 - `live`: which config edits a running agent takes in place and which need a new process, and
   the config hashes the operator and the pods compare;
 - `render`: the pure mapping from specs to an agent config (operator and `pallas run` alike);
+- `model_rules`: what each provider and model takes where they differ (Claude families, the
+  reasoning effort values), for the renderer's checks and the runtime's adapters;
 - `budgets`: the memory an agent pod needs, from the budgets its spec sets;
 - `health`: the `get_health` report an agent returns and its readers parse;
 - `errors`: the machine-readable codes of an agent's tool errors;

@@ -69,6 +69,20 @@ class ModelCapabilities(_Model):
     """Largest completion in tokens; the default max_tokens for Anthropic models."""
 
 
+ProviderApi = Literal["chat", "responses"]
+"""The API an `openai` provider speaks: Chat Completions or the Responses API."""
+ProviderCredentials = Literal["apiKey", "callerBearer"]
+"""Where a provider's key comes from: its own API key, or the caller's bearer token per call."""
+ProviderPlatform = Literal["direct", "bedrock", "vertex"]
+"""Where an `anthropic` provider's Messages API is served: Anthropic's own API (or a compatible
+server), Amazon Bedrock, or Google Cloud's Vertex AI."""
+CLOUD_REGION = r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$"
+"""A cloud region name: AWS's `eu-central-1`, Google Cloud's `us-east5` or `global`."""
+GCP_PROJECT = r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$"
+SYSTEM_APPEND_MAX = 16384
+"""Characters a call's `params.systemAppend` may add to the system prompt at most."""
+
+
 class ProviderConfig(_Model):
     """The LLM endpoint the agent's model is served by."""
 
@@ -90,10 +104,33 @@ class ProviderConfig(_Model):
     streaming: bool = True
     """Whether completions are asked for as a stream when a caller follows the turn's progress
     (the provider's `capabilities.streaming`, default true)."""
+    api: ProviderApi = "chat"
+    """For `type: openai`: the API spoken, `chat` (Chat Completions) or `responses` (the
+    Responses API, OpenAI's reasoning models' own)."""
+    credentials: ProviderCredentials = "apiKey"
+    """`apiKey` (the provider's key, `apiKeyEnv`) or `callerBearer`: each call's own inbound
+    bearer token is the key, for that call only (never logged, never kept across calls)."""
+    platform: ProviderPlatform = "direct"
+    """For `type: anthropic`: `direct` (the Messages API at `baseURL`), `bedrock` (Amazon
+    Bedrock's runtime in `region`, the key a Bedrock API key) or `vertex` (Vertex AI in `region`
+    and `projectId`, the key an OAuth access token)."""
+    region: Annotated[str | None, Field(pattern=CLOUD_REGION, max_length=32)] = None
+    """The cloud region of a `bedrock` or `vertex` provider."""
+    project_id: Annotated[str | None, Field(pattern=GCP_PROJECT)] = None
+    """The Google Cloud project of a `vertex` provider."""
 
     def api_key_origin(self) -> str:
         """What the user sets to give the key: `apiKeySource`, else the variable they named."""
         return self.api_key_source or f"environment variable {self.api_key_env}"
+
+
+class ModelOption(_Model):
+    """A model besides the agent's own that a call may choose with `params.model`."""
+
+    model: Annotated[str, Field(min_length=1, max_length=253)]
+    """The model id the provider knows."""
+    capabilities: ModelCapabilities = ModelCapabilities()
+    """What it can do, as the deployment declares it."""
 
 
 class HeaderConfig(_Model):
@@ -176,7 +213,8 @@ PARAM_FIELDS_ON_THE_WIRE = frozenset(
         "model", "messages", "system", "tools", "tool_choice", "stream", "stream_options",
         "temperature", "top_p", "top_k", "max_tokens", "max_completion_tokens", "stop",
         "stop_sequences", "seed", "presence_penalty", "frequency_penalty", "response_format",
-        "reasoning_effort", "output_config",
+        "reasoning_effort", "output_config", "input", "instructions", "max_output_tokens", "reasoning",
+        "text",
     }
 )  # fmt: skip
 """Request fields Pallas writes itself: `extra` may not set them (say them by their own names)."""
@@ -260,10 +298,29 @@ class RequestParams(_Model):
 
 CallParamName = Literal[
     "temperature", "topP", "topK", "maxTokens", "stop", "seed", "effort", "presencePenalty",
-    "frequencyPenalty", "responseFormat", "toolChoice",
+    "frequencyPenalty", "responseFormat", "toolChoice", "model", "systemAppend",
 ]  # fmt: skip
 """A request parameter by its camelCase name, as a call's `params` and `requestParams` spell it."""
 EXTRA_FIELD = r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"
+
+
+class SendParams(RequestParams):
+    """A `send_message` call's `params`: request parameters, the call's model and a system prompt addition.
+
+    A request parameter the provider does not take is an error, as is a model the agent does
+    not offer (the error lists those it does).
+    """
+
+    model: Annotated[str | None, Field(min_length=1, max_length=253)] = None
+    """The model of this call, by its id, among those the agent offers (its own and the other
+    models its deployment declares for its provider); default: the agent's model."""
+    system_append: Annotated[str | None, Field(max_length=SYSTEM_APPEND_MAX)] = None
+    """Text added to the end of the system prompt for this call only (at most 16384 characters)."""
+
+    def request_params(self) -> RequestParams:
+        """The request parameters alone, with the fields this call set (none of the choices)."""
+        chosen = self.model_fields_set - {"model", "system_append"}
+        return RequestParams.model_construct(chosen, **{name: getattr(self, name) for name in chosen})
 
 
 class CallParams(_Model):
@@ -555,6 +612,9 @@ class AgentConfig(_Model):
     capabilities: ModelCapabilities = ModelCapabilities()
     servers: list[DownstreamServer] = Field(default_factory=list)
     agents: list[PeerAgent] = Field(default_factory=list)
+    models: Annotated[list[ModelOption], Field(max_length=64)] = Field(default_factory=list)
+    """The other models a call may choose with `params.model`: those the deployment declares for
+    the agent's provider."""
     request_params: RequestParams = RequestParams()
     call_params: CallParams = CallParams()
     """What a call's own `params` may set."""
@@ -588,6 +648,17 @@ class AgentConfig(_Model):
         if self.name in {a.name for a in self.agents}:
             raise ValueError(f"agent {self.name!r} lists itself among its agents")
         return self
+
+    def model_option(self, model: str) -> ModelOption | None:
+        """The model a call chose by its id: the agent's own or one of `models`; None if neither."""
+        if model == self.model:
+            return ModelOption(model=self.model, capabilities=self.capabilities)
+        return next((option for option in self.models if option.model == model), None)
+
+    @property
+    def offered_models(self) -> list[str]:
+        """Every model id a call may choose: the agent's own first."""
+        return list(dict.fromkeys([self.model, *(option.model for option in self.models)]))
 
     @property
     def conversation_scope(self) -> ConversationScope:

@@ -16,6 +16,7 @@ from pallas_api import names
 from pallas_api.conditions import (
     ACCESS_NOT_ENFORCEABLE,
     AGENT_NOT_FOUND,
+    INVALID_SPEC,
     PROVIDER_NOT_FOUND,
     SERVER_NOT_FOUND,
     STDIO_NOT_HOSTABLE,
@@ -30,16 +31,19 @@ from pallas_api.config import (
     HealthSettings,
     HistoryLimits,
     KubernetesAuthConfig,
+    ModelOption,
     OidcConfig,
     PeerAgent,
     ProviderConfig,
     ToolExposure,
 )
+from pallas_api.model_rules import effort_refusal
 from pallas_api.spec import (
     ConversationsSpec,
     LogLevel,
     PallasAgentSpec,
     PallasDeploymentSpec,
+    ProviderSpec,
     SecretKeyRef,
     TelemetrySpec,
     ToolExposureSpec,
@@ -248,6 +252,16 @@ def render_auth(
     )
 
 
+def _check_effort(agent: PallasAgentSpec, provider_name: str, provider: ProviderSpec, model: str) -> None:
+    """Refuse a `requestParams.effort` value the agent's provider and model do not take."""
+    effort = agent.request_params.effort
+    if effort is None:
+        return
+    subject = f"{provider.type} provider {provider_name!r}"
+    if (refusal := effort_refusal(effort, provider.type, provider.base_url, model, subject)) is not None:
+        raise RenderError(INVALID_SPEC, f"requestParams.{refusal}")
+
+
 def render_agent(
     name: str,
     agent: PallasAgentSpec,
@@ -304,7 +318,18 @@ def render_agent(
         timeout_seconds=provider_spec.timeout_seconds,
         max_retries=provider_spec.max_retries,
         streaming=provider_spec.capabilities.streaming is not False,
+        api=provider_spec.api,
+        credentials=provider_spec.credentials,
+        platform=provider_spec.platform,
+        region=provider_spec.region,
+        project_id=provider_spec.project_id,
     )
+    _check_effort(agent, provider_name, provider_spec, model)
+    models = [
+        ModelOption(model=split_model(ref)[1], capabilities=deployment.model.capabilities_of(ref))
+        for ref in [deployment.model.default, *deployment.model.models]
+        if split_model(ref)[0] == provider_name and ref != model_ref
+    ]
 
     missing_servers = [s for s in agent.servers if s not in deployment.mcp_servers]
     if missing_servers:
@@ -371,6 +396,7 @@ def render_agent(
         model=model,
         provider=provider,
         capabilities=deployment.model.capabilities_of(model_ref),
+        models=models,
         servers=servers,
         agents=peers,
         request_params=agent.request_params,

@@ -16,12 +16,14 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import AfterValidator, BaseModel, Field, model_validator
 
 from pallas_api.config import (
+    CLOUD_REGION,
     DEFAULT_DRAIN_SECONDS,
     DEFAULT_HISTORY_BYTES,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_RESULT_BYTES,
     ENV_VAR_NAME,
+    GCP_PROJECT,
     HEADER_NAME,
     HTTP_URL,
     MAX_SCHEMA_BUDGET,
@@ -36,6 +38,9 @@ from pallas_api.config import (
     MaxHistoryBytes,
     MaxResultBytes,
     ModelCapabilities,
+    ProviderApi,
+    ProviderCredentials,
+    ProviderPlatform,
     RequestParams,
     ServerSessionLimits,
     SessionLimits,
@@ -180,6 +185,47 @@ class ProviderSpec(_Spec):
     """What this endpoint is, for clients choosing between providers."""
     capabilities: ProviderCapabilities = ProviderCapabilities()
     """What the provider offers, published in the registry."""
+    api: ProviderApi = "chat"
+    """For `type: openai`, the API spoken: `chat` (Chat Completions, what every
+    OpenAI-compatible server serves) or `responses` (OpenAI's Responses API, its reasoning
+    models' own: `POST {baseURL}/responses`)."""
+    platform: ProviderPlatform = "direct"
+    """For `type: anthropic`, where the Messages API is served: `direct` (Anthropic's API, or
+    `baseURL`), `bedrock` (Amazon Bedrock's runtime in `region`, through the anthropic SDK's
+    Bedrock client; `apiKey` is a Bedrock API key, sent as a bearer token; model ids are
+    Bedrock's, e.g. `anthropic.claude-sonnet-4-5-20250929-v1:0`) or `vertex` (Vertex AI in
+    `region` and `projectId`, through the SDK's Vertex client; model ids are Vertex's, e.g.
+    `claude-sonnet-4-5@20250929`)."""
+    region: Annotated[str | None, Field(pattern=CLOUD_REGION, max_length=32)] = None
+    """The cloud region of a `bedrock` provider (e.g. `eu-central-1`) or a `vertex` one (e.g.
+    `us-east5`, `global`); required there."""
+    project_id: Annotated[str | None, Field(pattern=GCP_PROJECT)] = None
+    """The Google Cloud project of a `vertex` provider (required there). Its `apiKey` is an OAuth
+    access token (`gcloud auth print-access-token`, or one a token refresher writes into the
+    Secret: agents read the key anew for each turn)."""
+    credentials: ProviderCredentials = "apiKey"
+    """Where the key sent to the provider comes from: `apiKey` (the Secret in `apiKey`, or none
+    for a local server) or `callerBearer`: the bearer token each `send_message` call came with
+    is the key, for that call only (Hugging Face-style endpoints where each user pays with their
+    own token). A call without a bearer token is refused; the token is never logged nor kept
+    across calls."""
+
+    @model_validator(mode="after")
+    def _api_and_credentials(self) -> Self:
+        if self.api == "responses" and self.type != "openai":
+            raise ValueError(f"api: responses is OpenAI's; a provider of type {self.type} speaks its own API")
+        cloud = self.platform in ("bedrock", "vertex")
+        if cloud and self.type != "anthropic":
+            raise ValueError(
+                f"platform: {self.platform} serves the Anthropic Messages API: it needs type: anthropic"
+            )
+        if cloud != (self.region is not None):
+            raise ValueError("region is the cloud region of a bedrock or vertex provider, and it needs one")
+        if (self.platform == "vertex") != (self.project_id is not None):
+            raise ValueError("projectId is the Google Cloud project of a vertex provider, and it needs one")
+        if self.credentials == "callerBearer" and self.api_key is not None:
+            raise ValueError("credentials: callerBearer sends the caller's token as the key; remove apiKey")
+        return self
 
 
 class HeaderSpec(_Spec):

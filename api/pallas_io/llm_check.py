@@ -92,6 +92,9 @@ class ProviderEndpoint:
     """Where the key comes from in the user's words; None: the provider takes no key."""
     key: str | None = field(default=None, repr=False)
     """The key's value (None: not configured, or its source is not set)."""
+    region: str | None = None
+    """For an `anthropic` provider on Amazon Bedrock or Vertex AI: its cloud region (neither
+    serves the models endpoint the check asks)."""
 
     @property
     def label(self) -> str:
@@ -204,6 +207,11 @@ async def check_provider(
     """
     if (problem := endpoint.key_problem) is not None:
         return Verdict(False, problem)
+    if endpoint.region is not None:
+        # Neither bedrock-runtime nor Vertex AI's prediction API has a models endpoint, and
+        # listing models is another service a key for calls only may not reach: the first call tells.
+        where = endpoint.base_url or f"region {endpoint.region}"
+        return Verdict(True, f"{endpoint.label}: cloud platform ({where}); key set, not probed")
     if client is None:
         async with httpx2.AsyncClient(timeout=httpx2.Timeout(budget)) as own:
             return await check_provider(endpoint, budget=budget, client=own)

@@ -58,7 +58,8 @@ class ProviderView:
     def of(cls, name: str, spec: ProviderSpec) -> ProviderView:
         """The view of provider `name` of a deployment."""
         caps = spec.capabilities
-        default_name = VENDOR_NAMES.get(spec.type, name) if spec.base_url is None else name
+        cloud = {"bedrock": "Amazon Bedrock", "vertex": "Vertex AI"}.get(spec.platform)
+        default_name = cloud or (VENDOR_NAMES.get(spec.type, name) if spec.base_url is None else name)
         return cls(
             type=spec.type,
             display_name=spec.display_name or default_name,

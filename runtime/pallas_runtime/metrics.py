@@ -61,6 +61,12 @@ class RuntimeMetrics:
             ["agent"],
             buckets=_MESSAGE_BUCKETS,
         )
+        self.send_message_turns_total = counter(
+            "pallas_send_message_turns_total",
+            "send_message turns started, by the model they run on (the agent's or a declared one a "
+            "call chose) and whether the call appended to the system prompt.",
+            ["agent", "model", "system_append"],
+        )
         self.llm_turns_total = counter("pallas_llm_turns_total", "LLM round trips.", ["agent", "model"])
         self.llm_request_duration = histogram(
             "pallas_llm_request_duration_seconds",

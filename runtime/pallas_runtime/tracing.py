@@ -23,6 +23,7 @@ from typing import Any
 
 from opentelemetry.trace import Span, StatusCode
 
+from pallas_api.config import ProviderConfig
 from pallas_io import tracing
 from pallas_io.logs import SecretValues
 from pallas_runtime.messages import (
@@ -36,6 +37,11 @@ from pallas_runtime.messages import (
 )
 
 _NO_SECRETS = SecretValues()
+
+
+def provider_name(provider: ProviderConfig) -> str:
+    """`gen_ai.provider.name` of a provider: `openai`, `anthropic`, `aws.bedrock` or `gcp.vertex_ai`."""
+    return {"bedrock": "aws.bedrock", "vertex": "gcp.vertex_ai"}.get(provider.platform, provider.type)
 
 
 def turn_span(agent: str, conversation_id: str | None) -> AbstractContextManager[Span | None]:

@@ -1,4 +1,6 @@
-"""One audit line per tool call a model makes: which agent called which tool, and how it ended.
+"""Audit lines: one per tool call, and one per turn whose call chose its model or system prompt.
+
+Each tool call a model makes: which agent called which tool, and how it ended.
 
 Logger `pallas.audit`, at INFO: `agent`, `server` (the downstream MCP server or peer agent),
 `tool`, `outcome`, `latency_ms` and, for a failure, its `code` as fields, and a readable message.
@@ -50,3 +52,18 @@ def audit_tool_call(
     where = f"{server}/{tool}" if server else tool
     because = f" ({reason})" if reason else ""
     AUDIT.info("tool call %s: %s in %.0f ms%s", where, outcome, latency_ms, because, extra=fields)
+
+
+def audit_turn(agent: str, model: str, system_append_chars: int) -> None:
+    """Log the start of a turn whose call chose a model or added to the system prompt.
+
+    The addition's text is never logged (it is the caller's); its size says that there was one.
+    """
+    fields: dict[str, object] = {
+        "agent": agent,
+        "model": model,
+        "system_append": system_append_chars > 0,
+        "system_append_chars": system_append_chars,
+    }
+    appended = f", system prompt +{system_append_chars} chars" if system_append_chars else ""
+    AUDIT.info("turn on model %s%s", model, appended, extra=fields)

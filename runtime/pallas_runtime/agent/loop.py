@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pallas_api.config import AgentConfig, RequestParams
+from pallas_api.config import AgentConfig, ModelCapabilities, RequestParams
 from pallas_api.errors import ErrorCode
 from pallas_io.logs import SecretValues
 from pallas_io.tracing import exemplar
@@ -46,13 +46,14 @@ from pallas_runtime.messages import (
 )
 from pallas_runtime.metrics import RuntimeMetrics
 from pallas_runtime.sizes import cut_to
-from pallas_runtime.tracing import completed, llm_span, turn_span
+from pallas_runtime.tracing import completed, llm_span, provider_name, turn_span
 
 __all__ = [
     "AgentLoop",
     "MaxIterationsExceeded",
     "OfferedTool",
     "ToolChoiceUnavailable",
+    "TurnChoice",
     "TurnResult",
     "llm_tool_name",
 ]
@@ -82,6 +83,20 @@ class TurnResult:
     history_left_out: int = 0
     """The most of the history's oldest messages any of the turn's LLM calls left out to fit the
     model's context window (`agent/window.py`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnChoice:
+    """What a call chose for its turn (`params.model`, `params.systemAppend`)."""
+
+    provider: LLMProvider
+    """The provider serving the chosen model (with the caller's key, for `callerBearer`)."""
+    model: str
+    """The chosen model's id (as metrics label it)."""
+    capabilities: ModelCapabilities
+    """The chosen model's."""
+    system_append: str = ""
+    """Added to the end of the system prompt for this turn."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,14 +141,21 @@ class AgentLoop:
         """Every tool of every reachable source by its model-facing name, denied ones flagged."""
         return await self.tools.offered(inbound_auth)
 
-    def exposure(self, offered: dict[str, OfferedTool], params: RequestParams) -> Exposure:
+    def exposure(
+        self,
+        offered: dict[str, OfferedTool],
+        params: RequestParams,
+        capabilities: ModelCapabilities | None = None,
+    ) -> Exposure:
         """Whether this turn offers the servers' tools on demand, and the schema budget.
 
         `auto` offers every schema while they fit the budget (a quarter of the model's input
         budget unless `schemaBudgetTokens` says), and goes on demand once they do not.
+        `capabilities` are the turn's model's (default: the agent's).
         """
         settings = self._config.tool_exposure
-        budget = settings.schema_budget_tokens or max(1, input_budget(self._config.capabilities, params) // 4)
+        capabilities = capabilities or self._config.capabilities
+        budget = settings.schema_budget_tokens or max(1, input_budget(capabilities, params) // 4)
         if settings.mode == "auto":
             on_demand = gateway.schemas_of_servers(offered) > budget
         else:
@@ -150,22 +172,34 @@ class AgentLoop:
         conversation: ConversationKey | None = None,
         call_path: CallPath | None = None,
         params: RequestParams | None = None,
+        choice: TurnChoice | None = None,
     ) -> TurnResult:
         """One `send_message`: loop until the model answers without tool calls.
 
         `conversation` is the turn's conversation (for peer calls; the loop stores nothing);
         `call_path` the agents this call passed through, this one last (for peer calls);
-        `params` the call's own request parameters, over the agent's.
+        `params` the call's own request parameters, over the agent's; `choice` the call's model
+        and system prompt addition (default: the agent's model and instruction).
 
         Raises:
             LLMError: the provider failed after its retries.
             MaxIterationsExceeded: no final answer within `maxIterations` rounds.
             ToolChoiceUnavailable: `toolChoice` names a tool not offered this turn.
         """
+        if choice is None:
+            choice = TurnChoice(self._provider, self._config.model, self._config.capabilities)
         conversation_id = kept_id(conversation)
         with turn_span(self._config.name, conversation_id):
             return await self._run(
-                history, user, inbound_auth, progress, conversation, conversation_id, call_path, params
+                history,
+                user,
+                inbound_auth,
+                progress,
+                conversation,
+                conversation_id,
+                call_path,
+                params,
+                choice,
             )
 
     async def _run(
@@ -178,27 +212,26 @@ class AgentLoop:
         conversation_id: str | None,
         call_path: CallPath | None,
         params: RequestParams | None,
+        choice: TurnChoice,
     ) -> TurnResult:
+        system = self._config.instruction
+        if choice.system_append:
+            system = f"{system}\n\n{choice.system_append}" if system else choice.system_append
         offered = await self.offered_tools(inbound_auth)
         merged = merge_params(self._config.request_params, params)
-        exposure = self.exposure(offered, merged)
+        exposure = self.exposure(offered, merged, choice.capabilities)
         first, later = self._round_params(merged, offered)
         specs = self._specs(offered, exposure, first.tool_choice)
-        budget = input_budget(self._config.capabilities, merged) - request_tokens(
-            self._config.instruction, specs
-        )
+        budget = input_budget(choice.capabilities, merged) - request_tokens(system, specs)
         turn: list[Message] = [user]
         left_out_most = 0
         for round_number in range(self._config.max_iterations):
             cut = left_out(history, turn, budget)
             left_out_most = max(left_out_most, cut)
             completion = await self._complete(
-                [*history[cut:], *turn],
-                specs,
-                progress,
-                first if round_number == 0 else later,
-                conversation_id,
-            )
+                choice, system, [*history[cut:], *turn], specs, progress,
+                first if round_number == 0 else later, conversation_id,
+            )  # fmt: skip
             assistant = AssistantMessage(completion.text, completion.tool_calls)
             turn.append(assistant)
             if not completion.tool_calls:
@@ -252,6 +285,8 @@ class AgentLoop:
 
     async def _complete(
         self,
+        choice: TurnChoice,
+        system: str,
         messages: list[Message],
         specs: list[ToolSpec],
         progress: ProgressReporter,
@@ -259,17 +294,17 @@ class AgentLoop:
         conversation_id: str | None,
     ) -> Completion:
         await progress.step("llm")
-        agent, model = self._config.name, self._config.model
+        agent, model = self._config.name, choice.model
         stream = progress.text_stream()
         span_of_call = llm_span(
-            agent, self._config.provider.type, model, conversation_id,
-            system=self._config.instruction, messages=messages, secrets=self._secrets,
+            agent, provider_name(self._config.provider), model, conversation_id,
+            system=system, messages=messages, secrets=self._secrets,
         )  # fmt: skip
         with span_of_call as span:
             started = time.perf_counter()
             try:
-                completion = await self._provider.complete(
-                    system=self._config.instruction,
+                completion = await choice.provider.complete(
+                    system=system,
                     messages=messages,
                     tools=specs,
                     params=params,

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from pallas_api.config import ConversationScope, RequestParams
-from pallas_runtime.agent.loop import AgentLoop
+from pallas_runtime.agent.loop import AgentLoop, TurnChoice
 from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.conversations.caller import Caller, one_turn_key
 from pallas_runtime.conversations.history import title_of
@@ -97,6 +97,7 @@ class Conversations:
         progress: ProgressReporter,
         call_path: CallPath | None = None,
         params: RequestParams | None = None,
+        choice: TurnChoice | None = None,
     ) -> Reply:
         """Run one turn on `loop`; store it when the scope keeps a conversation for the request.
 
@@ -111,7 +112,7 @@ class Conversations:
             try:
                 turn = await loop.run(
                     [], user, inbound_auth=inbound_auth, progress=progress, conversation=key,
-                    call_path=call_path, params=params,
+                    call_path=call_path, params=params, choice=choice,
                 )  # fmt: skip
             finally:
                 await loop.tools.release(key)  # a conversation of one turn ends with it
@@ -120,7 +121,7 @@ class Conversations:
             try:
                 turn = await loop.run(
                     held.history, user, inbound_auth=inbound_auth, progress=progress, conversation=key,
-                    call_path=call_path, params=params,
+                    call_path=call_path, params=params, choice=choice,
                 )  # fmt: skip
             except asyncio.CancelledError:
                 failure = self._inflight.take_interruption() if self._inflight else None

@@ -8,6 +8,7 @@ product's one provider check (`pallas_io.llm_check`), which the registry runs to
 from __future__ import annotations
 
 import abc
+import copy
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -15,7 +16,7 @@ from typing import Any, ClassVar, Protocol
 
 import httpx2
 
-from pallas_api.config import AgentConfig, ProviderConfig, RequestParams
+from pallas_api.config import AgentConfig, ModelOption, ProviderConfig, RequestParams
 from pallas_io.llm_check import CHECK_TIMEOUT, ProviderEndpoint, check_provider, provider_label
 from pallas_runtime.http_transport import AiohttpTransport
 from pallas_runtime.llm.errors import SdkErrors, describe, safe
@@ -59,8 +60,8 @@ class SdkProvider(abc.ABC):
     """The SDK's httpx client class (its own defaults), given the agent's transport."""
     sdk_errors: ClassVar[SdkErrors]
     sdk_stream: ClassVar[type[Any]]
-    """The SDK's async SSE stream class: it decodes events, ends at the stream's end and raises
-    the SDK's errors for error events."""
+    """The SDK's async SSE stream class, yielding the decoded events of each network read as a list:
+    it ends at the stream's end and raises the SDK's errors for error events."""
 
     preflight_timeout: float = CHECK_TIMEOUT
 
@@ -91,8 +92,14 @@ class SdkProvider(abc.ABC):
         )
         self._key_problem = self._endpoint.key_problem
         self._streaming = provider.streaming
+        self._provider = provider
         self._client: Any = None
-        if api_key:
+        self._owns_client = True
+        if provider.credentials == "callerBearer":
+            # No key of its own: each call brings one (`with_key`), and a call without one is
+            # refused before it gets here; this is what a call that slipped through reads.
+            self._key_problem = f"{self._label}: takes each caller's bearer token as its key; none came in"
+        elif api_key:
             self._client = self._make_client(api_key, provider)
 
     # hooks
@@ -193,8 +200,9 @@ class SdkProvider(abc.ABC):
                 stream=True,
                 stream_cls=self.sdk_stream,
             )
-            async for event in stream:
-                if isinstance(event, Mapping) and (text := reader.feed(event)):
+            async for batch in stream:  # the events of one network read
+                text = "".join([reader.feed(event) for event in batch if isinstance(event, dict)])
+                if text:
                     await on_text(text)
         except self.sdk_errors.base as exc:
             raise self._failed(exc, started) from None
@@ -228,9 +236,31 @@ class SdkProvider(abc.ABC):
         verdict = await check_provider(self._endpoint, budget=self.preflight_timeout)
         return ProviderCheck(verdict.ok, verdict.message, time.monotonic())
 
+    def with_model(self, option: ModelOption) -> SdkProvider:
+        """This provider serving another of its models, on the same client and connections."""
+        twin = copy.copy(self)
+        twin._model = option.model
+        twin._capabilities = option.capabilities
+        twin._plan = twin._plan_for(self._defaults)
+        twin._owns_client = False
+        return twin
+
+    def with_key(self, key: str) -> SdkProvider:
+        """This provider sending `key` (a caller's bearer token) on a client of its own.
+
+        The client is the caller's alone and closed with `aclose` after the call: nothing one
+        caller's key opened is reused for another caller. Errors are scrubbed of `key` too.
+        """
+        twin = copy.copy(self)
+        twin._key = key
+        twin._key_problem = None
+        twin._client = self._make_client(key, self._provider)
+        twin._owns_client = True
+        return twin
+
     async def aclose(self) -> None:
-        """Close the SDK client's connections."""
-        if self._client is not None:
+        """Close the SDK client's connections (not those of the provider it was made from)."""
+        if self._client is not None and self._owns_client:
             await self._client.close()
 
     # helpers

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import anthropic
 
@@ -198,44 +198,54 @@ class MessagesStreamReader:
 
     def __init__(self) -> None:
         self._blocks: dict[int, dict[str, Any]] = {}
-        self._partial: dict[int, str] = {}
+        self._texts: dict[int, list[str]] = {}
+        """Text deltas by block, joined once in `body` (a string grown per token is quadratic)."""
+        self._partial: dict[int, list[str]] = {}
         self._usage: dict[str, Any] = {}
         self._stop: object = None
 
     def feed(self, event: Mapping[str, Any]) -> str:
-        """Take one event; the text it adds."""
+        """Take one event; the text it adds.
+
+        Called once per token: the delta comes first, and the checks are on `dict`, what
+        decoded JSON holds, not on the `Mapping` ABC, whose isinstance costs several times more.
+        """
         kind, index = event.get("type"), event.get("index")
-        if kind == "message_start" and isinstance(event.get("message"), Mapping):
-            self._merge_usage(event["message"].get("usage"))
+        if kind == "content_block_delta" and isinstance(index, int):
+            delta = event.get("delta")
+            return self._delta(index, delta) if isinstance(delta, dict) else ""
+        if kind == "message_start" and isinstance(message := event.get("message"), dict):
+            self._merge_usage(message.get("usage"))
         elif kind == "message_delta":
             delta = event.get("delta")
-            if isinstance(delta, Mapping) and delta.get("stop_reason") is not None:
+            if isinstance(delta, dict) and delta.get("stop_reason") is not None:
                 self._stop = delta["stop_reason"]
             self._merge_usage(event.get("usage"))
         elif not isinstance(index, int):
             return ""
-        elif kind == "content_block_start" and isinstance(event.get("content_block"), Mapping):
-            self._blocks[index] = dict(event["content_block"])
-            if self._blocks[index].get("type") == "tool_use":
-                self._partial[index] = ""
-        elif kind == "content_block_delta" and isinstance(event.get("delta"), Mapping):
-            return self._delta(index, event["delta"])
+        elif kind == "content_block_start" and isinstance(block := event.get("content_block"), dict):
+            self._blocks[index] = dict(block)
+            if block.get("type") == "tool_use":
+                self._partial[index] = []
         elif kind == "content_block_stop" and index in self._partial:
-            raw = self._partial.pop(index)
+            raw = "".join(self._partial.pop(index))
             try:
                 self._blocks[index]["input"] = json.loads(raw) if raw.strip() else {}
             except ValueError:
                 self._blocks[index]["input"] = raw
         return ""
 
-    def _delta(self, index: int, delta: Mapping[str, Any]) -> str:
-        block = self._blocks.setdefault(index, {"type": "text", "text": ""})
+    def _delta(self, index: int, delta: dict[str, Any]) -> str:
         kind = delta.get("type")
-        if kind == "text_delta" and isinstance(delta.get("text"), str):
-            block["text"] = str(block.get("text") or "") + delta["text"]
-            return str(delta["text"])
-        if kind == "input_json_delta" and isinstance(delta.get("partial_json"), str):
-            self._partial[index] = self._partial.get(index, "") + delta["partial_json"]
+        if kind == "text_delta":
+            text = delta.get("text")
+            if isinstance(text, str):
+                self._blocks.setdefault(index, {"type": "text", "text": ""})
+                self._texts.setdefault(index, []).append(text)
+                return text
+        elif kind == "input_json_delta" and isinstance(fragment := delta.get("partial_json"), str):
+            self._blocks.setdefault(index, {"type": "text", "text": ""})
+            self._partial.setdefault(index, []).append(fragment)
         return ""
 
     def _merge_usage(self, usage: object) -> None:
@@ -244,6 +254,10 @@ class MessagesStreamReader:
 
     def body(self) -> dict[str, Any]:
         """The body a non-streamed answer would have had."""
+        for index, texts in self._texts.items():
+            block = self._blocks[index]
+            block["text"] = str(block.get("text") or "") + "".join(texts)
+        self._texts.clear()
         content = [self._blocks[i] for i in sorted(self._blocks)]
         return {"content": content, "stop_reason": self._stop, "usage": self._usage}
 
@@ -253,7 +267,7 @@ class AnthropicMessagesProvider(SdkProvider):
 
     kind = "anthropic"
     completion_path = "/v1/messages"
-    sdk_client = anthropic.AsyncAnthropic
+    sdk_client: ClassVar[type[Any]] = anthropic.AsyncAnthropic
     sdk_http_client = anthropic.DefaultAsyncHttpxClient
     sdk_errors = SdkErrors(
         anthropic.AnthropicError,
@@ -261,13 +275,15 @@ class AnthropicMessagesProvider(SdkProvider):
         anthropic.APIConnectionError,
         anthropic.APIStatusError,
     )
-    sdk_stream = AnthropicEvents
+    sdk_stream: ClassVar[type[Any]] = AnthropicEvents
 
     def _default_base_url(self) -> str:
         return DEFAULT_BASE_URL
 
     def _plan_for(self, params: RequestParams) -> ParamPlan:
-        return anthropic_plan(params, model=self._model, capabilities=self._capabilities)
+        return anthropic_plan(
+            params, model=self._model, capabilities=self._capabilities, subject=self._warning_subject()
+        )
 
     def _request_body(
         self, system: str, messages: Sequence[Message], tools: Sequence[ToolSpec]

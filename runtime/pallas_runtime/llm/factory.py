@@ -41,15 +41,30 @@ def create_provider(config: AgentConfig, environ: Mapping[str, str] | None = Non
         environ: Where to read the key variable; the process environment by default.
 
     Returns:
-        An OpenAIChatProvider (type `openai`) or an AnthropicMessagesProvider (type `anthropic`).
+        An OpenAIChatProvider (type `openai`), an OpenAIResponsesProvider (type `openai` with
+        `api: responses`), an AnthropicMessagesProvider (type `anthropic`), or an
+        AnthropicBedrockProvider or AnthropicVertexProvider (type `anthropic` on `platform:
+        bedrock` or `vertex`).
     """
     api_key = resolve_api_key(config.provider, environ)
     # Each SDK costs over a second of imports; an agent loads only the one it uses, which keeps
     # process start to /readyz well under 3 s.
+    if config.provider.type == "anthropic" and config.provider.platform == "bedrock":
+        from pallas_runtime.llm.anthropic_bedrock import AnthropicBedrockProvider
+
+        return AnthropicBedrockProvider(config, api_key=api_key)
+    if config.provider.type == "anthropic" and config.provider.platform == "vertex":
+        from pallas_runtime.llm.anthropic_vertex import AnthropicVertexProvider
+
+        return AnthropicVertexProvider(config, api_key=api_key)
     if config.provider.type == "anthropic":
         from pallas_runtime.llm.anthropic_messages import AnthropicMessagesProvider
 
         return AnthropicMessagesProvider(config, api_key=api_key)
+    if config.provider.api == "responses":
+        from pallas_runtime.llm.openai_responses import OpenAIResponsesProvider
+
+        return OpenAIResponsesProvider(config, api_key=api_key)
     from pallas_runtime.llm.openai_chat import OpenAIChatProvider
 
     return OpenAIChatProvider(config, api_key=api_key)

@@ -10,7 +10,7 @@ The matrix (camelCase as in the spec; wire names as sent):
 | maxTokens⁴       | `max_completion_tokens`  | `max_tokens`              | `max_tokens`, always sent²     |
 | stop             | `stop`, first 4 kept⁵    | `stop`                    | `stop_sequences`               |
 | seed             | `seed`                   | `seed`                    | not taken                      |
-| effort           | `reasoning_effort`       | `reasoning_effort`        | `output_config.effort`³        |
+| effort⁷          | `reasoning_effort`       | `reasoning_effort`        | `output_config.effort`³        |
 | presencePenalty  | `presence_penalty`       | `presence_penalty`        | not taken                      |
 | frequencyPenalty | `frequency_penalty`      | `frequency_penalty`       | not taken                      |
 | responseFormat   | `response_format`        | `response_format`         | `text` only (nothing sent)     |
@@ -19,11 +19,13 @@ The matrix (camelCase as in the spec; wire names as sent):
 
 ¹ Not for models whose rule in `ANTHROPIC_MODEL_RULES` says `sampling=False` (Claude Opus 4.7).
 ² The Messages API requires it; unset, it is the model's `capabilities.maxOutputTokens`.
-³ Only for models whose rule says `effort=True`; other Claude models reject `output_config.effort`.
+³ Only for models whose rule names effort values; other Claude models reject `output_config.effort`.
 ⁴ Clamped to the model's `capabilities.maxOutputTokens`.
 ⁵ OpenAI refuses more than 4 stop sequences; OpenAI-compatible servers take more.
 ⁶ Sent only with tools; a named tool is `{"type": "function", "function": {"name"}}` on OpenAI and
   `{"type": "tool", "name"}` on Anthropic (`auto`, `none`, `required` → `{"type": "auto"|"none"|"any"}`).
+⁷ Values each provider and model takes: `pallas_api.model_rules`; a value not taken is refused
+  (in an agent's spec when it is rendered, in a call's `params` as the call is checked).
 
 "Not taken": in an agent's `requestParams` (written once, possibly before a change of model) the
 parameter is dropped and the adapter warns once; in a `send_message` call's `params` it is an
@@ -36,41 +38,38 @@ them read the newer name.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 from pydantic.alias_generators import to_camel
 
 from pallas_api.config import ModelCapabilities, RequestParams, ResponseFormat
+from pallas_api.model_rules import (
+    ANTHROPIC_MODEL_RULES,
+    DEFAULT_ANTHROPIC_RULE,
+    ModelRule,
+    anthropic_rule,
+    is_native_openai,
+    openai_efforts,
+)
+
+__all__ = [
+    "ANTHROPIC_MODEL_RULES",
+    "DEFAULT_ANTHROPIC_RULE",
+    "ModelRule",
+    "ParamPlan",
+    "ParamsNotTaken",
+    "anthropic_plan",
+    "anthropic_rule",
+    "check_call_params",
+    "dropped_warning",
+    "is_native_openai",
+    "merge_params",
+    "openai_plan",
+    "responses_plan",
+]
 
 SAMPLING = ("temperature", "top_p", "top_k")
-
-
-@dataclass(frozen=True, slots=True)
-class ModelRule:
-    """What one Claude model family accepts beyond the parameters every model takes."""
-
-    family: str
-    """Model id without its date suffix, e.g. `claude-opus-4-7` (also matches `claude-opus-4-7-2026…`)."""
-    sampling: bool
-    """Takes temperature, top_p and top_k."""
-    effort: bool
-    """Takes `output_config: {"effort": ...}`."""
-
-
-ANTHROPIC_MODEL_RULES: tuple[ModelRule, ...] = (
-    # Opus 4.7 steers by effort alone: the API rejects numeric sampling dials for it.
-    ModelRule("claude-opus-4-7", sampling=False, effort=True),
-    ModelRule("claude-opus-4-6", sampling=True, effort=True),
-    ModelRule("claude-sonnet-4-6", sampling=True, effort=True),
-    ModelRule("claude-opus-4-5", sampling=True, effort=True),
-)
-"""Claude families that differ from `DEFAULT_ANTHROPIC_RULE`; extend it when a model ships."""
-
-DEFAULT_ANTHROPIC_RULE = ModelRule("", sampling=True, effort=False)
-"""Any other Claude model: sampling parameters yes, effort no."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +86,9 @@ class ParamPlan:
     extra_body: dict[str, Any] = field(default_factory=dict)
     dropped: tuple[str, ...] = ()
     adjusted: tuple[str, ...] = ()
+    refused: tuple[str, ...] = ()
+    """Values the target does not take, each a sentence naming the value (`effort 'max' is not
+    taken by …`); the parameter is not sent."""
 
     def wire_fields(self, *, with_tools: bool = True) -> dict[str, Any]:
         """Every field this plan adds to the request body, as it appears on the wire.
@@ -157,44 +159,16 @@ OPENAI_PASSED_AS_IS = (
 """Parameters every Chat Completions server takes as they are: (RequestParams field, wire name)."""
 
 
-def is_native_openai(base_url: str | None) -> bool:
-    """Whether `base_url` is OpenAI's own API (no base URL means the SDK default, which is).
-
-    Args:
-        base_url: The configured base URL, or None for the SDK default.
-
-    Returns:
-        True for api.openai.com and its regional hosts; False for any other server.
-    """
-    if base_url is None:
-        return True
-    host = urlsplit(base_url).hostname or ""
-    return host == "api.openai.com" or host.endswith(".api.openai.com")
-
-
-def anthropic_rule(model: str) -> ModelRule:
-    """The rule for a Claude model id, matched by family with or without a date or vendor prefix.
-
-    Args:
-        model: The model id sent to the provider, e.g. `claude-opus-4-7` or
-            `anthropic.claude-opus-4-7-20260101-v1:0`.
-
-    Returns:
-        The matching rule from `ANTHROPIC_MODEL_RULES`, else `DEFAULT_ANTHROPIC_RULE`.
-    """
-    for rule in ANTHROPIC_MODEL_RULES:
-        if re.search(rf"(?:^|[./]){re.escape(rule.family)}(?:$|[-@:])", model):
-            return rule
-    return DEFAULT_ANTHROPIC_RULE
-
-
-def openai_plan(params: RequestParams, *, native: bool, capabilities: ModelCapabilities) -> ParamPlan:
+def openai_plan(
+    params: RequestParams, *, native: bool, capabilities: ModelCapabilities, subject: str = "this provider"
+) -> ParamPlan:
     """Map request parameters onto a Chat Completions request.
 
     Args:
         params: The request parameters.
         native: Whether the server is api.openai.com (see `is_native_openai`).
         capabilities: The model's declared limits (`max_output_tokens` caps `max_tokens`).
+        subject: How messages name the provider.
 
     Returns:
         The plan: SDK keywords, extra body fields, dropped and adjusted parameters.
@@ -223,9 +197,13 @@ def openai_plan(params: RequestParams, *, native: bool, capabilities: ModelCapab
             )
             stop = stop[:OPENAI_MAX_STOP]
         kwargs["stop"] = stop
+    refused: list[str] = []
     for name, wire in OPENAI_PASSED_AS_IS:
         if (value := getattr(params, name)) is not None:
             kwargs[wire] = value
+    if params.effort is not None and params.effort not in (taken := openai_efforts(native=native)):
+        kwargs.pop("reasoning_effort")
+        refused.append(f"effort {params.effort!r}: {subject} takes {', '.join(taken)}")
     if params.response_format is not None:
         kwargs["response_format"] = _openai_response_format(params.response_format)
     if params.tool_choice is not None:
@@ -233,13 +211,94 @@ def openai_plan(params: RequestParams, *, native: bool, capabilities: ModelCapab
         named = choice not in ("auto", "none", "required")
         kwargs["tool_choice"] = {"type": "function", "function": {"name": choice}} if named else choice
     extra.update(params.extra or {})
-    return ParamPlan(kwargs=kwargs, extra_body=extra, dropped=tuple(dropped), adjusted=tuple(adjusted))
+    return ParamPlan(
+        kwargs=kwargs,
+        extra_body=extra,
+        dropped=tuple(dropped),
+        adjusted=tuple(adjusted),
+        refused=tuple(refused),
+    )
+
+
+RESPONSES_NOT_TAKEN = (
+    ("top_k", "topK"),
+    ("stop", "stop"),
+    ("seed", "seed"),
+    ("presence_penalty", "presencePenalty"),
+    ("frequency_penalty", "frequencyPenalty"),
+)
+"""Parameters the Responses API has no field for: (RequestParams field, camelCase name)."""
+
+
+def _responses_format(value: ResponseFormat) -> dict[str, Any]:
+    if value.json_schema is None:
+        return {"type": value.type}
+    schema: dict[str, Any] = {
+        "type": "json_schema",
+        "name": value.json_schema.name,
+        "schema": value.json_schema.schema_,
+    }
+    if value.json_schema.description is not None:
+        schema["description"] = value.json_schema.description
+    if value.json_schema.strict is not None:
+        schema["strict"] = value.json_schema.strict
+    return schema
+
+
+def responses_plan(
+    params: RequestParams, *, native: bool, capabilities: ModelCapabilities, subject: str = "this provider"
+) -> ParamPlan:
+    """Map request parameters onto a Responses API request.
+
+    `maxTokens` is `max_output_tokens`, `effort` is `reasoning.effort`, `responseFormat` is
+    `text.format` (a flat `{type: json_schema, name, schema}`), a named tool choice is
+    `{"type": "function", "name"}`; `topK`, `stop`, `seed` and the penalties have no field.
+
+    Args:
+        params: The request parameters.
+        native: Whether the server is api.openai.com (it decides the effort values taken).
+        capabilities: The model's declared limits (`max_output_tokens` caps `max_tokens`).
+        subject: How messages name the provider.
+
+    Returns:
+        The plan: wire fields, dropped, adjusted and refused parameters.
+    """
+    kwargs: dict[str, Any] = {}
+    dropped = [camel for name, camel in RESPONSES_NOT_TAKEN if getattr(params, name) not in (None, [])]
+    adjusted: list[str] = []
+    refused: list[str] = []
+    if params.temperature is not None:
+        kwargs["temperature"] = params.temperature
+    if params.top_p is not None:
+        kwargs["top_p"] = params.top_p
+    if (max_tokens := _max_tokens(params, capabilities, adjusted)) is not None:
+        kwargs["max_output_tokens"] = max_tokens
+    if params.effort is not None:
+        if params.effort in (taken := openai_efforts(native=native)):
+            kwargs["reasoning"] = {"effort": params.effort}
+        else:
+            refused.append(f"effort {params.effort!r}: {subject} takes {', '.join(taken)}")
+    if params.response_format is not None:
+        kwargs["text"] = {"format": _responses_format(params.response_format)}
+    if params.tool_choice is not None:
+        choice = params.tool_choice
+        named = choice not in ("auto", "none", "required")
+        kwargs["tool_choice"] = {"type": "function", "name": choice} if named else choice
+    return ParamPlan(
+        kwargs=kwargs,
+        extra_body=dict(params.extra or {}),
+        dropped=tuple(dropped),
+        adjusted=tuple(adjusted),
+        refused=tuple(refused),
+    )
 
 
 ANTHROPIC_TOOL_CHOICE = {"auto": "auto", "none": "none", "required": "any"}
 
 
-def anthropic_plan(params: RequestParams, *, model: str, capabilities: ModelCapabilities) -> ParamPlan:
+def anthropic_plan(
+    params: RequestParams, *, model: str, capabilities: ModelCapabilities, subject: str = "this provider"
+) -> ParamPlan:
     """Map request parameters onto a Messages API request for `model`.
 
     Args:
@@ -247,6 +306,7 @@ def anthropic_plan(params: RequestParams, *, model: str, capabilities: ModelCapa
         model: The Claude model id; its rule decides sampling and effort support.
         capabilities: The model's declared limits; `max_output_tokens` is the default and the
             largest `max_tokens`.
+        subject: How messages name the provider and model.
 
     Returns:
         The plan: SDK keywords (always with `max_tokens`), extra body fields, dropped and
@@ -274,9 +334,12 @@ def anthropic_plan(params: RequestParams, *, model: str, capabilities: ModelCapa
             dropped.append(to_camel(name))
     if params.response_format is not None and params.response_format.type != "text":
         dropped.append("responseFormat")
+    refused: list[str] = []
     if params.effort is not None:
-        if rule.effort:
+        if params.effort in rule.efforts:
             kwargs["output_config"] = {"effort": params.effort}
+        elif rule.effort:
+            refused.append(f"effort {params.effort!r}: {subject} takes {', '.join(rule.efforts)}")
         else:
             dropped.append("effort")
     if params.tool_choice is not None:
@@ -284,7 +347,13 @@ def anthropic_plan(params: RequestParams, *, model: str, capabilities: ModelCapa
         kind = ANTHROPIC_TOOL_CHOICE.get(choice)
         kwargs["tool_choice"] = {"type": kind} if kind else {"type": "tool", "name": choice}
     extra.update(params.extra or {})
-    return ParamPlan(kwargs=kwargs, extra_body=extra, dropped=tuple(dropped), adjusted=tuple(adjusted))
+    return ParamPlan(
+        kwargs=kwargs,
+        extra_body=extra,
+        dropped=tuple(dropped),
+        adjusted=tuple(adjusted),
+        refused=tuple(refused),
+    )
 
 
 def dropped_warning(plan: ParamPlan, provider: str) -> str | None:
@@ -304,6 +373,7 @@ def dropped_warning(plan: ParamPlan, provider: str) -> str | None:
             f"{provider} does not take {names}; dropping {'it' if len(plan.dropped) == 1 else 'them'}"
         )
     parts.extend(f"{provider}: {change}" for change in plan.adjusted)
+    parts.extend(f"not sending {refusal}" for refusal in plan.refused)
     return "; ".join(parts) or None
 
 
@@ -322,3 +392,5 @@ def check_call_params(plan: ParamPlan, provider: str) -> None:
         raise ParamsNotTaken(
             f"{names}: {provider} does not take {'it' if len(plan.dropped) == 1 else 'them'}"
         )
+    if plan.refused:
+        raise ParamsNotTaken("; ".join(f"params.{refusal}" for refusal in plan.refused))

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from pallas_api.config import ProviderConfig, RequestParams
+from pallas_api.config import ModelOption, ProviderConfig, RequestParams
 from pallas_io.llm_check import missing_key, provider_label
 from pallas_runtime.messages import Completion, Message, TextSink, ToolSpec
 
@@ -59,6 +59,12 @@ class LLMProvider(Protocol):
         With `on_text` the completion is streamed (when the provider streams) and its text goes
         to `on_text` piece by piece as it arrives; the Completion returned is the same either way.
         """
+
+    def with_model(self, option: ModelOption) -> LLMProvider:
+        """This provider serving `option`'s model instead (sharing its connections)."""
+
+    def with_key(self, key: str) -> LLMProvider:
+        """This provider sending `key` (a caller's bearer) on its own client; `aclose` it after."""
 
     def check_params(self, params: RequestParams) -> None:
         """Refuse a call's own parameters the provider does not take (raises ParamsNotTaken)."""

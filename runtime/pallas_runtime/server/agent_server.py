@@ -107,7 +107,7 @@ class AgentServer:
         )
         self._gauge = ConversationGauge(agent, store, metrics)
         self._send = SendMessage(
-            live, conversations, self.inflight, self._gauge, verified=self._auth is not None
+            live, conversations, self.inflight, self._gauge, metrics, verified=self._auth is not None
         )
         self._declare_series()
         self.mcp = FastMCP(

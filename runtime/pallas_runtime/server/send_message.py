@@ -18,13 +18,15 @@ from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from fastmcp.tools import Tool, ToolResult
 from mcp_types import CallToolRequestParams
 
-from pallas_api.config import RequestParams
+from pallas_api.config import RequestParams, SendParams
 from pallas_api.errors import ErrorCode
 from pallas_api.names import HISTORY_TRIMMED_META, TOOL_CALLS_META
 from pallas_io.tracing import exemplar
+from pallas_runtime.agent.audit import audit_turn
+from pallas_runtime.agent.choice import BearerMissing, turn_choice
 from pallas_runtime.agent.inputs import ImageInput, InvalidInput, user_message
 from pallas_runtime.agent.live import Generation, LiveAgent
-from pallas_runtime.agent.loop import MaxIterationsExceeded, ToolChoiceUnavailable
+from pallas_runtime.agent.loop import MaxIterationsExceeded, ToolChoiceUnavailable, TurnChoice
 from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.agent.trace import tool_trace
 from pallas_runtime.agent.turns import Conversations, Reply
@@ -34,6 +36,7 @@ from pallas_runtime.conversations.model import ConversationBusy, StoreUnavailabl
 from pallas_runtime.downstream.call_path import CallPath, CallRefused
 from pallas_runtime.inflight import InFlight, ShuttingDown
 from pallas_runtime.llm.provider import LLMError
+from pallas_runtime.messages import UserMessage
 from pallas_runtime.metrics import RuntimeMetrics
 from pallas_runtime.server.conversation_gauge import ConversationGauge
 from pallas_runtime.server.descriptions import send_message_description, send_message_names
@@ -85,10 +88,12 @@ class SendMessage:
         conversations: Conversations,
         inflight: InFlight,
         gauge: ConversationGauge,
+        metrics: RuntimeMetrics,
         *,
         verified: bool,
     ) -> None:
         self._live = live
+        self._metrics = metrics
         self._agent = live.config.name
         self._conversations = conversations
         self._inflight = inflight
@@ -126,7 +131,7 @@ class SendMessage:
         ctx: Context,
         images: list[ImageInput] | None = None,
         conversation_id: str | None = None,
-        params: RequestParams | None = None,
+        params: SendParams | None = None,
     ) -> ToolResult:
         """One turn: the checks, the model and the tools, then the answer.
 
@@ -143,23 +148,52 @@ class SendMessage:
         ctx: Context,
         images: list[ImageInput] | None,
         conversation_id: str | None,
-        params: RequestParams | None,
+        params: SendParams | None,
     ) -> ToolResult:
         config = generation.config
         try:
             call_path = CallPath.inbound(request_meta(ctx), self._agent, config.max_depth)
         except CallRefused as exc:
             raise self._failed(exc, exc.code) from None
+        inbound_auth = forwarded_credential(verified=self._verified)
+        request: RequestParams | None = None
         try:
             user = user_message(config, message, images)
             checked = checked_id(conversation_id) if conversation_id else None
+            if params is not None and (refusal := config.call_params.refusal(params)):
+                raise InvalidInput(refusal)
+            choice = turn_choice(config, generation.provider, params, inbound_auth)
             if params is not None:
-                if refusal := config.call_params.refusal(params):
-                    raise InvalidInput(refusal)
-                generation.provider.check_params(params)
+                request = params.request_params()
+                (choice.provider if choice else generation.provider).check_params(request)
+        except BearerMissing as exc:
+            raise self._failed(exc, ErrorCode.DENIED_BY_POLICY) from None
         except (InvalidInput, ValueError) as exc:
             raise self._failed(exc, ErrorCode.INVALID_ARGUMENTS) from None
-        inbound_auth = forwarded_credential(verified=self._verified)
+        try:
+            return await self._run(generation, user, checked, inbound_auth, ctx, call_path, request, choice)
+        finally:
+            if choice is not None and choice.provider is not generation.provider:
+                await choice.provider.aclose()  # a caller-keyed client is that call's alone
+
+    async def _run(
+        self,
+        generation: Generation,
+        user: UserMessage,
+        checked: str | None,
+        inbound_auth: str | None,
+        ctx: Context,
+        call_path: CallPath,
+        request: RequestParams | None,
+        choice: TurnChoice | None,
+    ) -> ToolResult:
+        model = choice.model if choice is not None else generation.config.model
+        appended = bool(choice and choice.system_append)
+        self._metrics.send_message_turns_total.labels(
+            self._agent, model, "true" if appended else "false"
+        ).inc()
+        if model != generation.config.model or appended:  # the call chose: who chose what is audited
+            audit_turn(self._agent, model, len(choice.system_append) if choice is not None else 0)
         reply: Reply | None = None
         try:
             with self._inflight.track():
@@ -172,7 +206,8 @@ class SendMessage:
                     inbound_auth=inbound_auth,
                     progress=ProgressReporter(self._agent, progress_sender(ctx)),
                     call_path=call_path,
-                    params=params,
+                    params=request,
+                    choice=choice,
                 )
         except LLMError as exc:
             raise self._failed(f"the language model call failed: {exc}", ErrorCode.LLM_ERROR) from None

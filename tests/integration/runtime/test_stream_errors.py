@@ -35,6 +35,20 @@ ANTHROPIC_BROKEN = [
     'event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}',
 ]
 
+RESPONSES_BROKEN = [
+    'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","item_id":"msg_1",'
+    '"output_index":0,"content_index":0,"delta":"Half","sequence_number":3}',
+    'event: error\ndata: {"type":"error","code":"server_error","message":"The model crashed",'
+    '"param":null,"sequence_number":4}',
+]
+RESPONSES_FAILED = [
+    'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","item_id":"msg_1",'
+    '"output_index":0,"content_index":0,"delta":"Half","sequence_number":3}',
+    'event: response.failed\ndata: {"type":"response.failed","sequence_number":4,"response":{"id":"r",'
+    '"object":"response","status":"failed","output":[],"error":{"code":"server_error",'
+    '"message":"The response failed upstream"}}}',
+]
+
 
 def broken_llm(events: list[str]) -> Starlette:
     async def complete(request: Request) -> StreamingResponse:
@@ -46,25 +60,32 @@ def broken_llm(events: list[str]) -> Starlette:
 
         return StreamingResponse(body(), media_type="text/event-stream")
 
-    routes = [Route(path, complete, methods=["POST"]) for path in ("/v1/chat/completions", "/v1/messages")]
+    paths = ("/v1/chat/completions", "/v1/messages", "/v1/responses")
+    routes = [Route(path, complete, methods=["POST"]) for path in paths]
     return Starlette(routes=routes)
 
 
 @pytest.mark.parametrize(
     ("kind", "events", "said"),
-    [("openai", OPENAI_BROKEN, "the model server went away"), ("anthropic", ANTHROPIC_BROKEN, "Overloaded")],
+    [
+        ("openai", OPENAI_BROKEN, "the model server went away"),
+        ("anthropic", ANTHROPIC_BROKEN, "Overloaded"),
+        ("responses", RESPONSES_BROKEN, "The model crashed"),
+        ("responses", RESPONSES_FAILED, "The response failed upstream"),
+    ],
 )
 async def test_an_error_event_mid_stream_is_an_llm_error_naming_what_the_provider_said(
     kind: str, events: list[str], said: str
 ) -> None:
     async with serve_app(broken_llm(events), path="") as server:
-        base = server.url.rstrip("/") + ("/v1" if kind == "openai" else "")
+        base = server.url.rstrip("/") + ("" if kind == "anthropic" else "/v1")
+        api = {"type": "openai", "api": "responses"} if kind == "responses" else {"type": kind}
         provider = create_provider(
             parse_config(
                 {
                     "name": "a",
                     "model": "m",
-                    "provider": {"name": "llm", "type": kind, "baseURL": base, "maxRetries": 0},
+                    "provider": {"name": "llm", **api, "baseURL": base, "maxRetries": 0},
                 }
             ),
             environ={},

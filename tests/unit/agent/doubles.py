@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pallas_api.config import RequestParams
+from pallas_api.config import ModelOption, RequestParams
 from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.downstream.call_path import CallPath
 from pallas_runtime.downstream.source import (
@@ -32,6 +32,10 @@ class ScriptedProvider:
     params: list[RequestParams | None] = field(default_factory=list)
     preflights: int = 0
     hang: asyncio.Event | None = None  # when set to an Event, preflight waits for it
+    chosen: list[str] = field(default_factory=list)
+    """The models `with_model` was asked for."""
+    keys: list[str] = field(default_factory=list)
+    """The keys `with_key` was given."""
     streams: bool = True
     """Whether a complete() with `on_text` streams its text, word by word (a provider that
     streams); False: as a provider that does not."""
@@ -62,6 +66,14 @@ class ScriptedProvider:
             for i, word in enumerate(step.text.split(" ")):  # word by word, as a provider's stream
                 await on_text(word if i == 0 else f" {word}")
         return step
+
+    def with_model(self, option: ModelOption) -> ScriptedProvider:
+        self.chosen.append(option.model)
+        return self
+
+    def with_key(self, key: str) -> ScriptedProvider:
+        self.keys.append(key)
+        return self
 
     def check_params(self, params: RequestParams) -> None:
         return None

@@ -65,7 +65,7 @@ def test_defaults_are_the_documented_ones() -> None:
     assert config.tools.permits("anything__at_all")
     assert config.display_title == "Research"
     assert config.call_params.extra == []  # no provider field per call unless the spec lists it
-    assert len(config.call_params.allow) == 11
+    assert len(config.call_params.allow) == 13
 
 
 @pytest.mark.parametrize(
@@ -254,3 +254,107 @@ def test_the_conversation_scope_follows_the_agent_then_the_deployment_then_auth(
     config = render_agent("research", spec, dep, {}, url="http://research.agents.svc:8000/mcp").config
     assert config.conversation_scope == scope
     assert config.conversations.abandoned_after_seconds == 604_800
+
+
+def test_a_call_may_choose_the_models_the_deployment_declares_for_the_agents_provider() -> None:
+    dep = deployment(
+        model={
+            "default": "vllm.qwen3-8b",
+            "models": {
+                "vllm.qwen3-32b": {"contextWindow": 65536},
+                "anthropic.claude-sonnet-4-5": {"vision": True},
+            },
+        }
+    )
+    own = render_agent("research", agent(), dep, {}).config
+    assert [(m.model, m.capabilities.context_window) for m in own.models] == [("qwen3-32b", 65536)]
+    assert own.offered_models == ["qwen3-8b", "qwen3-32b"]
+    bigger = render_agent("research", agent(model="vllm.qwen3-32b"), dep, {}).config
+    assert bigger.offered_models == ["qwen3-32b", "qwen3-8b"]
+    claude = render_agent("research", agent(model="anthropic.claude-sonnet-4-5"), dep, {}).config
+    assert claude.models == []  # no other model declared for provider anthropic
+
+
+def test_provider_api_and_credentials_are_rendered_and_checked() -> None:
+    providers = {
+        "oai": {"type": "openai", "api": "responses", "apiKey": {"secretKeyRef": {"name": "k", "key": "K"}}},
+        "hf": {
+            "type": "openai",
+            "baseURL": "https://router.huggingface.co/v1",
+            "credentials": "callerBearer",
+        },
+    }
+    dep = deployment(model={"default": "oai.gpt-5"}, providers=providers)
+    assert render_agent("research", agent(), dep, {}).config.provider.api == "responses"
+    hf = render_agent("research", agent(model="hf.qwen3"), dep, {}).config.provider
+    assert (hf.credentials, hf.api_key_env) == ("callerBearer", None)
+    with pytest.raises(ValueError, match="api: responses is OpenAI's; a provider of type anthropic"):
+        deployment(providers={"a": {"type": "anthropic", "api": "responses"}}, model={"default": "a.c"})
+    with pytest.raises(ValueError, match="credentials: callerBearer sends the caller's token as the key"):
+        deployment(
+            providers={
+                "hf": {
+                    "type": "openai",
+                    "credentials": "callerBearer",
+                    "apiKey": {"secretKeyRef": {"name": "k", "key": "K"}},
+                }
+            },
+            model={"default": "hf.x"},
+        )
+
+
+@pytest.mark.parametrize(
+    ("model", "effort", "refusal"),
+    [
+        ("vllm.qwen3-8b", "max", "openai provider 'vllm' (model 'qwen3-8b'); it takes low, medium, high"),
+        ("vllm.qwen3-8b", "xhigh", "openai provider 'vllm' (model 'qwen3-8b'); it takes low, medium, high"),
+        ("vllm.qwen3-8b", "high", None),
+        ("anthropic.claude-opus-4-5", "max", "(model 'claude-opus-4-5'); it takes low, medium, high"),
+        ("anthropic.claude-opus-4-6", "max", None),
+        ("anthropic.claude-opus-4-7", "xhigh", None),
+        ("anthropic.claude-sonnet-4-5", "max", None),  # takes no effort at all: dropped, as before
+    ],
+)
+def test_an_agents_effort_the_provider_does_not_take_is_refused_at_render(
+    model: str, effort: str, refusal: str | None
+) -> None:
+    spec = agent(model=model, requestParams={"effort": effort})
+    if refusal is None:
+        render_agent("research", spec, deployment(), {})
+        return
+    with pytest.raises(RenderError, match=r"requestParams\.effort") as raised:
+        render_agent("research", spec, deployment(), {})
+    assert str(raised.value).startswith(f"requestParams.effort {effort!r} is not taken by ")
+    assert str(raised.value).endswith(refusal)
+    assert raised.value.reason == "InvalidSpec"
+
+
+def test_anthropic_on_bedrock_is_rendered_with_its_region_and_checked() -> None:
+    providers = {
+        "bedrock": {
+            "type": "anthropic",
+            "platform": "bedrock",
+            "region": "eu-central-1",
+            "apiKey": {"secretKeyRef": {"name": "aws", "key": "BEDROCK_API_KEY"}},
+        }
+    }
+    dep = deployment(model={"default": "bedrock.anthropic.claude-sonnet-4-6-v1:0"}, providers=providers)
+    provider = render_agent("research", agent(), dep, {}).config.provider
+    assert (provider.platform, provider.region, provider.api_key_env) == (
+        "bedrock",
+        "eu-central-1",
+        "PALLAS_PROVIDER_BEDROCK_API_KEY",
+    )
+    with pytest.raises(ValueError, match="region is the cloud region of a bedrock or vertex provider"):
+        deployment(providers={"b": {"type": "anthropic", "platform": "bedrock"}}, model={"default": "b.c"})
+    vertex = {"type": "anthropic", "platform": "vertex", "region": "us-east5", "projectId": "pallas-prod"}
+    dep = deployment(model={"default": "v.claude-sonnet-4-6@20260101"}, providers={"v": vertex})
+    rendered = render_agent("research", agent(), dep, {}).config.provider
+    assert (rendered.platform, rendered.region, rendered.project_id) == ("vertex", "us-east5", "pallas-prod")
+    with pytest.raises(ValueError, match="projectId is the Google Cloud project of a vertex provider"):
+        deployment(providers={"v": {**vertex, "projectId": None}}, model={"default": "v.c"})
+    with pytest.raises(ValueError, match="platform: bedrock serves the Anthropic Messages API"):
+        deployment(
+            providers={"b": {"type": "openai", "platform": "bedrock", "region": "us-east-1"}},
+            model={"default": "b.c"},
+        )

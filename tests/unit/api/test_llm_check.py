@@ -180,3 +180,20 @@ async def test_transport_failures_are_named_and_never_raised() -> None:
         "openai provider 'vllm': GET http://vllm:8000/v1/models failed: "
         "RuntimeError: unexpected with [redacted]",
     )
+
+
+async def test_a_cloud_platform_provider_is_not_probed_but_its_key_is_required() -> None:
+    from pallas_io.llm_check import ProviderEndpoint, check_provider
+
+    bedrock = ProviderEndpoint(
+        "b", "anthropic", None, models=("anthropic.claude-x",), key_source="S", key="k", region="eu-central-1"
+    )
+    verdict = await check_provider(bedrock, budget=0.01)  # no server anywhere: nothing is asked
+    assert verdict.ok
+    assert (
+        verdict.message == "anthropic provider 'b': cloud platform (region eu-central-1); key set, not probed"
+    )
+    unset = ProviderEndpoint(
+        "b", "anthropic", None, key_source="Secret aws key K", key=None, region="eu-central-1"
+    )
+    assert not (await check_provider(unset)).ok

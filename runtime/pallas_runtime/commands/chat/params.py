@@ -1,10 +1,11 @@
 """`/set KEY VALUE` of `pallas chat`: per-call LLM parameters, checked here before they are sent.
 
-The keys and their bounds are `pallas_api.config.RequestParams` (the manifests' `requestParams`),
-so a bad key or value is refused at once, naming it. A value is read as JSON when it parses
-(`0.2`, `["END"]`, `null`), else taken as a string; `null` unsets the key. The parameters travel
-as `send_message`'s `params` argument, under the names the agent's tool schema uses, and only
-when the schema has that argument: an agent without it is told nothing, and `/set` says so.
+The keys and their bounds are `pallas_api.config.SendParams` (the manifests' `requestParams`,
+and a call's own `model` and `systemAppend`), so a bad key or value is refused at once, naming
+it. A value is read as JSON when it parses (`0.2`, `["END"]`, `null`), else taken as a string;
+`null` unsets the key. The parameters travel as `send_message`'s `params` argument, under the
+names the agent's tool schema uses, and only when the schema has that argument: an agent
+without it is told nothing, and `/set` says so.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from pallas_api.config import RequestParams
+from pallas_api.config import SendParams
 from pallas_api.validation import describe
 
 PARAMS_ARGUMENT = "params"
@@ -28,7 +29,7 @@ class ParamsError(ValueError):
 def _field_names() -> dict[str, str]:
     """Every accepted spelling (snake_case field, camelCase alias) -> the field name."""
     names = {}
-    for name, info in RequestParams.model_fields.items():
+    for name, info in SendParams.model_fields.items():
         names[name] = name
         if info.alias:
             names[info.alias] = name
@@ -37,7 +38,7 @@ def _field_names() -> dict[str, str]:
 
 def known_keys() -> list[str]:
     """The parameter names `/set` takes (snake_case)."""
-    return list(RequestParams.model_fields)
+    return list(SendParams.model_fields)
 
 
 def parse_value(raw: str) -> Any:
@@ -61,7 +62,7 @@ def checked(key: str, raw: str) -> tuple[str, Any]:
     if value is None:
         return name, None
     try:
-        params = RequestParams.model_validate({name: value})
+        params = SendParams.model_validate({name: value})
     except ValidationError as exc:
         raise ParamsError(describe(exc, limit=1)) from None
     return name, getattr(params, name)
@@ -100,6 +101,6 @@ def wire_params(values: Mapping[str, Any], accepted: set[str]) -> dict[str, Any]
     """
     wire = {}
     for name, value in values.items():
-        alias = RequestParams.model_fields[name].alias
+        alias = SendParams.model_fields[name].alias
         wire[alias if alias and alias in accepted and name not in accepted else name] = value
     return wire

@@ -1,0 +1,71 @@
+"""A call's own choices for its turn: model, system prompt addition, and key where it is the caller's.
+
+The model is `params.model`, the addition `params.systemAppend`; the key is the caller's bearer
+token when the provider takes it as its key (`credentials: callerBearer`).
+
+Pure but for the provider variants it asks for: `turn_choice` checks the call's choices
+against the agent's config and says what the turn runs with, or why the call is refused.
+"""
+
+from __future__ import annotations
+
+from pallas_api.config import AgentConfig, SendParams
+from pallas_runtime.agent.loop import TurnChoice
+from pallas_runtime.llm.provider import LLMProvider
+
+
+class ChoiceRefused(ValueError):
+    """A call's choice the agent cannot serve; the message says which and what it offers."""
+
+
+class BearerMissing(ChoiceRefused):
+    """The provider takes the caller's bearer token as its key, and the call brought none."""
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an `Authorization: Bearer <token>` value; None for anything else."""
+    if authorization is None:
+        return None
+    scheme, _, token = authorization.partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
+def turn_choice(
+    config: AgentConfig, provider: LLMProvider, params: SendParams | None, authorization: str | None
+) -> TurnChoice | None:
+    """What the call's turn runs with; None when it chose nothing and the agent's defaults do.
+
+    Args:
+        config: The agent's config (its models, its provider's credentials).
+        provider: The agent's provider.
+        params: The call's `params`.
+        authorization: The call's inbound `Authorization` value.
+
+    Returns:
+        The turn's provider (another of its models, or a client keyed with the caller's bearer
+        token: the caller must `aclose` a keyed one after the turn), model and system addition.
+
+    Raises:
+        ChoiceRefused: `params.model` is not among the agent's models (the message lists them).
+        BearerMissing: the provider takes the caller's bearer and none came in.
+    """
+    model = params.model if params is not None else None
+    system_append = (params.system_append if params is not None else None) or ""
+    caller_keyed = config.provider.credentials == "callerBearer"
+    if model is None and not system_append and not caller_keyed:
+        return None
+    option = config.model_option(model or config.model)
+    if option is None:
+        offered = ", ".join(config.offered_models)
+        raise ChoiceRefused(f"params.model {model!r} is not a model this agent offers (offered: {offered})")
+    chosen = provider if option.model == config.model else provider.with_model(option)
+    if caller_keyed:
+        token = bearer_token(authorization)
+        if token is None:
+            raise BearerMissing(
+                f"provider {config.provider.name!r} takes the caller's bearer token as its API key "
+                "(credentials: callerBearer) and this call came with none: send Authorization: Bearer <token>"
+            )
+        chosen = chosen.with_key(token)
+    return TurnChoice(chosen, option.model, option.capabilities, system_append)

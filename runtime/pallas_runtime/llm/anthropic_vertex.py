@@ -1,0 +1,63 @@
+"""Anthropic's Messages API on Google Cloud's Vertex AI (`type: anthropic`, `platform: vertex`).
+
+The anthropic SDK's `AsyncAnthropicVertex` sends the requests: it moves the model into the path
+(`POST /projects/{project}/locations/{region}/publishers/anthropic/models/{model}:rawPredict`,
+`:streamRawPredict` for a stream) and adds Vertex's `anthropic_version`. Its key is an OAuth
+access token, sent as a bearer: the provider's Secret holds one (a token refresher may rewrite
+it; the agent reads its keys anew for each turn), so google-auth, which the SDK would use to mint
+tokens from a service account, is not needed. Bodies, answers and the SSE stream are the
+Messages API's, so the Anthropic adapter is used as it is.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import anthropic
+
+from pallas_api.config import AgentConfig, ProviderConfig
+from pallas_runtime.http_transport import AiohttpTransport
+from pallas_runtime.llm.anthropic_messages import AnthropicMessagesProvider
+from pallas_runtime.llm.provider import ProviderCheck
+
+
+def vertex_base_url(region: str) -> str:
+    """Vertex AI's endpoint for `region`, as the SDK derives it."""
+    if region == "global":
+        return "https://aiplatform.googleapis.com/v1"
+    if region in ("us", "eu"):
+        return f"https://aiplatform.{region}.rep.googleapis.com/v1"
+    return f"https://{region}-aiplatform.googleapis.com/v1"
+
+
+class AnthropicVertexProvider(AnthropicMessagesProvider):
+    """One Claude model on Vertex AI, with an OAuth access token."""
+
+    sdk_client = anthropic.AsyncAnthropicVertex
+
+    def __init__(self, config: AgentConfig, *, api_key: str | None) -> None:
+        self._region = config.provider.region or ""
+        self._project = config.provider.project_id or ""
+        super().__init__(config, api_key=api_key)
+
+    def _default_base_url(self) -> str:
+        return vertex_base_url(self._region)
+
+    def _make_client(self, api_key: str, provider: ProviderConfig) -> Any:
+        return anthropic.AsyncAnthropicVertex(
+            region=self._region,
+            project_id=self._project,
+            access_token=api_key,
+            base_url=self._base_url,
+            timeout=provider.timeout_seconds,
+            max_retries=provider.max_retries,
+            http_client=anthropic.DefaultAsyncHttpxClient(transport=AiohttpTransport()),
+        )
+
+    async def preflight(self) -> ProviderCheck:
+        """Vertex's prediction API has no models endpoint: the key's presence is all that is checked."""
+        if self._key_problem is not None:
+            return ProviderCheck(False, self._key_problem, time.monotonic())
+        message = f"{self._label}: Vertex AI ({self._base_url}, project {self._project}); key set, not probed"
+        return ProviderCheck(True, message, time.monotonic())
