@@ -11,6 +11,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import ValidationError
 
+from pallas_api.config import ProviderConfig
 from pallas_api.render import telemetry_environment
 from pallas_api.spec import TelemetrySpec
 from pallas_io import tracing
@@ -259,3 +260,20 @@ def test_off_no_header_is_added() -> None:
     headers: dict[str, str] = {}
     tracing.inject_headers(headers)
     assert headers == {}
+
+
+@pytest.mark.parametrize(
+    ("provider", "named"),
+    [
+        ({"type": "openai"}, "openai"),
+        ({"type": "anthropic"}, "anthropic"),
+        ({"type": "anthropic", "platform": "bedrock", "region": "us-east-1"}, "aws.bedrock"),
+        (
+            {"type": "anthropic", "platform": "vertex", "region": "us-east5", "projectId": "p-1"},
+            "gcp.vertex_ai",
+        ),
+    ],
+)
+def test_the_provider_is_named_as_the_genai_conventions_name_it(provider: dict[str, str], named: str) -> None:
+    config = ProviderConfig.model_validate({"name": "p", **provider})
+    assert agent_tracing.provider_name(config) == named
