@@ -269,7 +269,7 @@ def test_off_no_header_is_added() -> None:
         ({"type": "anthropic"}, "anthropic"),
         ({"type": "anthropic", "platform": "bedrock", "region": "us-east-1"}, "aws.bedrock"),
         (
-            {"type": "anthropic", "platform": "vertex", "region": "us-east5", "projectId": "p-1"},
+            {"type": "anthropic", "platform": "vertex", "region": "us-east5", "projectId": "my-project"},
             "gcp.vertex_ai",
         ),
     ],
