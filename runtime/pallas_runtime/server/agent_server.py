@@ -42,6 +42,7 @@ from pallas_runtime.server.probe_routes import ProbeRoutes
 from pallas_runtime.server.secret_env import secret_values
 from pallas_runtime.server.send_message import SendMessage, SendMessageMetrics
 from pallas_runtime.server.tool_errors import CodedErrors
+from pallas_runtime.server.turn_entry import TurnEntry
 from pallas_runtime.server.warm_up import import_what_fastmcp_defers
 from pallas_runtime.sessions import SessionTable
 
@@ -111,9 +112,9 @@ class AgentServer:
             latencies=loop.latencies,
         )
         self._gauge = ConversationGauge(agent, store, metrics)
-        send = SendMessage(
-            config, provider, conversations, self.inflight, self._gauge, verified=self._auth is not None
-        )
+        self.turns = TurnEntry(config, provider, conversations, self.inflight, self._gauge)
+        """Where every turn starts, whichever protocol asked for it."""
+        send = SendMessage(config, self.turns, verified=self._auth is not None)
         self._declare_series()
         self.mcp = FastMCP(
             agent,

@@ -1,0 +1,167 @@
+"""One turn as a caller asks for it, whatever the protocol: the checks, the turn, the coded failure.
+
+MCP's `send_message` and A2A's `SendMessage`/`SendStreamingMessage` both end here, so a turn is
+checked, run, logged, drained and counted the same way and fails with the same codes
+(docs/api.md §3, and §3 "A2A"). The protocol edges only translate: what the request carried
+into a `TurnRequest`, and the `Reply` or `TurnFailed` back into their own wire format.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pallas_api.config import AgentConfig, RequestParams
+from pallas_api.errors import ErrorCode
+from pallas_runtime.agent.inputs import ImageInput, InvalidInput, user_message
+from pallas_runtime.agent.loop import MaxIterationsExceeded, ToolChoiceUnavailable
+from pallas_runtime.agent.progress import ProgressReporter, Send
+from pallas_runtime.agent.turns import Conversations, Reply
+from pallas_runtime.conversations.caller import Caller, checked_id
+from pallas_runtime.conversations.model import ConversationBusy, StoreUnavailable, TurnLost
+from pallas_runtime.downstream.call_path import CallPath, CallRefused
+from pallas_runtime.inflight import InFlight, ShuttingDown
+from pallas_runtime.llm.provider import LLMError, LLMProvider
+from pallas_runtime.metrics import RuntimeMetrics
+from pallas_runtime.server.conversation_gauge import ConversationGauge
+
+log = logging.getLogger("pallas.server")
+
+
+class TurnFailed(Exception):
+    """A turn refused or failed; `code` is its machine-readable reason (`pallas_api.errors`)."""
+
+    def __init__(self, message: str, code: ErrorCode) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRequest:
+    """What one caller asked for, as read from its protocol's request."""
+
+    caller: Caller
+    message: str
+    call_meta: Mapping[str, Any] | None = None
+    """The request's call path (`pallas.dev/callPath`, `pallas.dev/hops`), as sent."""
+    images: list[ImageInput] | None = None
+    conversation_id: str | None = None
+    session_id: str | None = None
+    inbound_auth: str | None = None
+    """The `Authorization` value the agent sends on (see `auth.credential`)."""
+    params: RequestParams | None = None
+    progress: Send | None = None
+    """Where the turn's progress goes (None: the caller follows none)."""
+
+
+_FAILURES: tuple[tuple[type[Exception], ErrorCode], ...] = (
+    (MaxIterationsExceeded, ErrorCode.MAX_ITERATIONS),
+    (ToolChoiceUnavailable, ErrorCode.INVALID_ARGUMENTS),
+    (ConversationBusy, ErrorCode.TIMEOUT),
+    (ShuttingDown, ErrorCode.AGENT_SHUTTING_DOWN),
+    (TurnLost, ErrorCode.SERVER_UNAVAILABLE),
+)
+
+
+class TurnEntry:
+    """Checks a request, runs its turn as one in flight, and names why one failed."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        provider: LLMProvider,
+        conversations: Conversations,
+        inflight: InFlight,
+        gauge: ConversationGauge,
+    ) -> None:
+        self._config = config
+        self._agent = config.name
+        self._provider = provider
+        self._conversations = conversations
+        self._inflight = inflight
+        self._gauge = gauge
+
+    def failed(self, exc: Exception | str, code: ErrorCode, *, via: str = "send_message") -> TurnFailed:
+        """One log line with the agent, the code and the reason, and the error the caller gets.
+
+        A caller's own bad input is INFO, anything else WARNING.
+        """
+        text = str(exc)
+        level = logging.INFO if code is ErrorCode.INVALID_ARGUMENTS else logging.WARNING
+        log.log(level, "%s failed: %s", via, text, extra={"agent": self._agent, "code": code.value})
+        return TurnFailed(text, code)
+
+    async def run(self, request: TurnRequest, *, via: str = "send_message") -> Reply:
+        """One turn: the checks, the model and the tools, then the answer.
+
+        Args:
+            request: What the caller asked for.
+            via: The method the caller used, for the log line of a failure.
+
+        Raises:
+            TurnFailed: the request was refused or its turn failed (logged once here).
+        """
+        try:
+            call_path = CallPath.inbound(request.call_meta, self._agent, self._config.max_depth)
+        except CallRefused as exc:
+            raise self.failed(exc, exc.code, via=via) from None
+        params = request.params
+        try:
+            user = user_message(self._config, request.message, request.images)
+            checked = checked_id(request.conversation_id) if request.conversation_id else None
+            if params is not None:
+                if refusal := self._config.call_params.refusal(params):
+                    raise InvalidInput(refusal)
+                self._provider.check_params(params)
+        except (InvalidInput, ValueError) as exc:
+            raise self.failed(exc, ErrorCode.INVALID_ARGUMENTS, via=via) from None
+        reply: Reply | None = None
+        try:
+            with self._inflight.track():
+                reply = await self._conversations.send(
+                    request.caller,
+                    user,
+                    conversation_id=checked,
+                    session_id=request.session_id,
+                    inbound_auth=request.inbound_auth,
+                    progress=ProgressReporter(self._agent, request.progress),
+                    call_path=call_path,
+                    params=params,
+                )
+        except LLMError as exc:
+            text = f"the language model call failed: {exc}"
+            raise self.failed(text, ErrorCode.LLM_ERROR, via=via) from None
+        except StoreUnavailable as exc:
+            raise self.failed(
+                f"the conversation was not kept: {exc}", ErrorCode.SERVER_UNAVAILABLE, via=via
+            ) from None
+        except tuple(kind for kind, _ in _FAILURES) as exc:
+            code = next(code for kind, code in _FAILURES if isinstance(exc, kind))
+            raise self.failed(exc, code, via=via) from None
+        finally:
+            # A failed turn can change the count too (a store that expired or evicted on the
+            # way); only a finished turn that kept no conversation cannot.
+            if reply is None or reply.conversation_id is not None:
+                await self._gauge.changed(count_changed=reply is not None and reply.created)
+        return reply
+
+
+class TurnTimer:
+    """Counts and times one turn in `pallas_send_message_total` / `_duration_seconds`.
+
+    Every turn counts there, whichever protocol asked for it: the series measure the agent's
+    work, not one protocol's calls.
+    """
+
+    def __init__(self, agent: str, metrics: RuntimeMetrics) -> None:
+        self._agent = agent
+        self._metrics = metrics
+        self._started = time.perf_counter()
+
+    def done(self, *, ok: bool) -> None:
+        """Record the outcome and the time since the timer was made."""
+        self._metrics.send_message_total.labels(self._agent, "ok" if ok else "error").inc()
+        self._metrics.send_message_duration.labels(self._agent).observe(time.perf_counter() - self._started)
