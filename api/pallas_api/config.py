@@ -418,6 +418,18 @@ class InputLimits(_Model):
     can read them (the MCP SDK's clients read at most 1 MiB per event)."""
 
 
+class A2AConfig(_Model):
+    """The agent's A2A surface beside MCP (docs/api.md §3 "A2A")."""
+
+    enabled: bool = True
+    """Serve the Agent Card and the A2A JSON-RPC endpoint."""
+    url: Annotated[str | None, Field(pattern=HTTP_URL)] = None
+    """The A2A endpoint as callers reach it (its Agent Card names it); None: the request's own
+    address, as the card's reader reached it."""
+    tags: list[str] = Field(default_factory=list)
+    """The agent's discovery tags (`spec.capabilities`): the tags of its card's skill."""
+
+
 class HttpLimits(_Model):
     """Bounds on every request an HTTP listener reads, enforced before routing and access control.
 
@@ -552,6 +564,8 @@ class AgentConfig(_Model):
     """At least this many send_message calls in flight: `get_health` says busy (None: never)."""
     http: HttpLimits = HttpLimits()
     """Bounds on the requests the agent's HTTP listener reads (the deployment's `http`)."""
+    a2a: A2AConfig = A2AConfig()
+    """The A2A surface: on unless `spec.a2a.enabled` is false."""
     drain_seconds: DrainSeconds = DEFAULT_DRAIN_SECONDS
     """On SIGTERM: how long turns in flight may run on before they are interrupted (and kept in
     their conversations as failed); new sessions are refused meanwhile."""

@@ -19,6 +19,7 @@ from pallas_api.conditions import (
     SERVER_NOT_FOUND,
 )
 from pallas_api.config import (
+    A2AConfig,
     AccessConfig,
     AgentConfig,
     AuthConfig,
@@ -344,5 +345,10 @@ def render_agent(
         busy_at=agent.busy_at,
         http=deployment.http,
         drain_seconds=drain_seconds(deployment, agent),
+        a2a=A2AConfig(
+            enabled=agent.a2a.enabled,
+            url=names.a2a_url(url) if url else None,
+            tags=list(agent.capabilities),
+        ),
     )
     return RenderedAgent(config, tuple(dict.fromkeys(secrets)))

@@ -646,6 +646,14 @@ class AccessSpec(_Spec):
         return bool(self.subjects or self.groups)
 
 
+class A2ASpec(_Spec):
+    """The agent's A2A surface (docs/api.md §3 "A2A")."""
+
+    enabled: bool = True
+    """Serve the Agent Card at `/.well-known/agent-card.json` and A2A's JSON-RPC binding at
+    `/a2a` beside MCP; false turns both off."""
+
+
 class PallasAgentSpec(_Spec):
     """One LLM agent, served as one MCP endpoint."""
 
@@ -716,6 +724,8 @@ class PallasAgentSpec(_Spec):
     log_level: LogLevel | None = None
     """Log level of the Pallas loggers in this agent's pods (`PALLAS_LOG_LEVEL`); default: the
     deployment's `logLevel`, else info."""
+    a2a: A2ASpec = A2ASpec()
+    """The A2A surface beside MCP: the Agent Card and the JSON-RPC endpoint (on by default)."""
 
     def dependencies(self) -> list[str]:
         """Agents that must be Ready first: `agents` and `dependsOn`, in order, without repeats."""
