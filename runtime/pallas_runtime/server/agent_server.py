@@ -32,6 +32,7 @@ from pallas_runtime.inflight import DrainOutcome, InFlight
 from pallas_runtime.llm.factory import create_provider
 from pallas_runtime.llm.provider import LLMProvider
 from pallas_runtime.metrics import AUTH_OUTCOMES, RuntimeMetrics
+from pallas_runtime.server.a2a import A2ASurface
 from pallas_runtime.server.conversation_gauge import ConversationGauge
 from pallas_runtime.server.conversation_tools import ConversationTools
 from pallas_runtime.server.gateway_tools import GatewayTools
@@ -115,6 +116,8 @@ class AgentServer:
         self.turns = TurnEntry(config, provider, conversations, self.inflight, self._gauge)
         """Where every turn starts, whichever protocol asked for it."""
         send = SendMessage(config, self.turns, verified=self._auth is not None)
+        self.a2a = A2ASurface(config, self.turns, metrics, self._auth) if config.a2a.enabled else None
+        """The A2A surface (`spec.a2a.enabled`), served beside MCP by `agent_app`."""
         self._declare_series()
         self.mcp = FastMCP(
             agent,
@@ -214,6 +217,8 @@ class AgentServer:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             closing = [self._provider.aclose(), self._store.aclose(), *(s.aclose() for s in self._sources)]
+            if self.a2a is not None:
+                closing.append(self.a2a.aclose())
             if self._auth is not None:
                 closing.append(self._auth.verifier.aclose())
             await asyncio.gather(*closing, return_exceptions=True)

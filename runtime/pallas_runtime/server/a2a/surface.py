@@ -1,0 +1,74 @@
+"""An agent's A2A surface: the Agent Card and the JSON-RPC endpoint, on the a2a-sdk's server.
+
+The SDK's `DefaultRequestHandler` keeps the tasks (in memory, per caller) and runs each message
+through `TurnExecutor`; its JSON-RPC dispatcher speaks A2A 1.0 and, on the same endpoint, 0.3
+(the version most A2A platforms still send). The endpoint sits behind the agent's access
+control exactly like `/mcp` (401 with the RFC 9728 challenge, 403 for a caller not allowed);
+the card is open, like the registry's catalogue: it says how to call, not what was said.
+"""
+
+from __future__ import annotations
+
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+from a2a.server.routes import create_jsonrpc_routes
+from a2a.server.tasks import InMemoryTaskStore
+from a2a.types import AgentCard
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route, request_response
+
+from pallas_api.config import AgentConfig
+from pallas_api.names import A2A_PATH, AGENT_CARD_PATH
+from pallas_runtime.auth.provider import PallasAuth
+from pallas_runtime.metrics import RuntimeMetrics
+from pallas_runtime.server.a2a.card import agent_card
+from pallas_runtime.server.a2a.executor import TurnExecutor
+from pallas_runtime.server.a2a.inbound import InboundContext
+from pallas_runtime.server.turn_entry import TurnEntry
+
+
+class A2ASurface:
+    """The routes an agent adds for A2A, and the task handler behind them."""
+
+    def __init__(
+        self, config: AgentConfig, entry: TurnEntry, metrics: RuntimeMetrics, auth: PallasAuth | None
+    ) -> None:
+        self._config = config
+        self._auth = auth
+        self.card = agent_card(config, config.a2a.url or f"http://localhost{A2A_PATH}")
+        self.handler = DefaultRequestHandler(
+            agent_executor=TurnExecutor(config.name, entry, metrics),
+            task_store=InMemoryTaskStore(),
+            agent_card=self.card,
+        )
+        self._context = InboundContext(verified=auth is not None)
+
+    async def _card(self, request: Request) -> Response:
+        card = self.card
+        if not self._config.a2a.url:
+            # An agent run by hand knows no URL of its own: the card names the address it was read at.
+            card = AgentCard()
+            card.CopyFrom(self.card)
+            card.supported_interfaces[0].url = f"{str(request.base_url).rstrip('/')}{A2A_PATH}"
+        return JSONResponse(agent_card_to_dict(card))
+
+    def routes(self) -> list[BaseRoute]:
+        """The card at the well-known path and the JSON-RPC endpoint at `/a2a`."""
+        (rpc,) = create_jsonrpc_routes(
+            self.handler, A2A_PATH, context_builder=self._context, enable_v0_3_compat=True
+        )
+        assert isinstance(rpc, Route)
+        rpc_route = rpc
+        if self._auth is not None:  # an ASGI app (not a function): Route serves it as such
+            rpc_route = Route(
+                A2A_PATH, endpoint=self._auth.require(request_response(rpc.endpoint)), methods=["POST"]
+            )
+        return [
+            Route(AGENT_CARD_PATH, endpoint=self._card, methods=["GET"]),
+            rpc_route,
+        ]
+
+    async def aclose(self) -> None:
+        """Let the tasks still running end (the turns themselves are drained by `InFlight`)."""
+        await self.handler.aclose()
