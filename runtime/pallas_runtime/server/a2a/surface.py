@@ -12,7 +12,6 @@ from __future__ import annotations
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes import create_jsonrpc_routes
-from a2a.server.tasks import InMemoryTaskStore
 from a2a.types import AgentCard
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -25,6 +24,7 @@ from pallas_runtime.metrics import RuntimeMetrics
 from pallas_runtime.server.a2a.card import agent_card
 from pallas_runtime.server.a2a.executor import TurnExecutor
 from pallas_runtime.server.a2a.inbound import InboundContext
+from pallas_runtime.server.a2a.tasks import BoundedTaskStore
 from pallas_runtime.server.turn_entry import TurnEntry
 
 
@@ -39,7 +39,7 @@ class A2ASurface:
         self.card = agent_card(config, config.a2a.url or f"http://localhost{A2A_PATH}")
         self.handler = DefaultRequestHandler(
             agent_executor=TurnExecutor(config.name, entry, metrics),
-            task_store=InMemoryTaskStore(),
+            task_store=BoundedTaskStore(config.history.max_conversations),
             agent_card=self.card,
         )
         self._context = InboundContext(verified=auth is not None)
