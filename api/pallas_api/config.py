@@ -147,6 +147,19 @@ class PeerAgent(_Model):
     """The largest answer read from the peer."""
 
 
+class A2APeer(_Model):
+    """An external A2A agent offered to the model as the tool `<name>__send_message`."""
+
+    name: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]
+    url: Annotated[str, Field(pattern=HTTP_URL), WithoutCredentials(SECRET_HEADER)]
+    """Its Agent Card's URL, or the base URL the card is served under."""
+    headers: list[HeaderConfig] = Field(default_factory=list)
+    forward_inbound_auth: bool = False
+    timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 600.0
+    max_result_bytes: MaxResultBytes = DEFAULT_MAX_RESULT_BYTES
+    """The largest answer read from it."""
+
+
 FreeForm = Annotated[dict[str, Any], Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})]
 TOOL_CHOICE = r"^(auto|none|required|[A-Za-z0-9][A-Za-z0-9_-]*__[^\s]+)$"
 PARAM_FIELDS_ON_THE_WIRE = frozenset(
@@ -545,6 +558,8 @@ class AgentConfig(_Model):
     capabilities: ModelCapabilities = ModelCapabilities()
     servers: list[DownstreamServer] = Field(default_factory=list)
     agents: list[PeerAgent] = Field(default_factory=list)
+    a2a_agents: Annotated[list[A2APeer], Field(alias="a2aAgents")] = Field(default_factory=list)
+    """External A2A agents, offered like `agents`."""
     request_params: RequestParams = RequestParams()
     call_params: CallParams = CallParams()
     """What a call's own `params` may set."""
@@ -573,7 +588,8 @@ class AgentConfig(_Model):
     @model_validator(mode="after")
     def _unique_tool_sources(self) -> Self:
         seen: set[str] = set()
-        for source in [*(s.name for s in self.servers), *(a.name for a in self.agents)]:
+        sources = [s.name for s in self.servers] + [a.name for a in self.agents]
+        for source in sources + [a.name for a in self.a2a_agents]:
             if source in seen:
                 raise ValueError(f"{source!r} is listed twice among servers and agents")
             seen.add(source)

@@ -8,7 +8,7 @@ and `pallas run` fills them from Secret manifests or the environment.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pallas_api import names
@@ -20,6 +20,7 @@ from pallas_api.conditions import (
 )
 from pallas_api.config import (
     A2AConfig,
+    A2APeer,
     AccessConfig,
     AgentConfig,
     AuthConfig,
@@ -36,6 +37,7 @@ from pallas_api.config import (
 )
 from pallas_api.spec import (
     ConversationsSpec,
+    HeaderSpec,
     LogLevel,
     PallasAgentSpec,
     PallasDeploymentSpec,
@@ -210,6 +212,22 @@ def render_auth(
     )
 
 
+def _headers(
+    kind: str, source: str, specs: Sequence[HeaderSpec], secrets: list[SecretBinding], *, local: bool
+) -> list[HeaderConfig]:
+    """A source's headers for the runtime: literal values as given, Secret values by env var."""
+    headers = []
+    for index, header in enumerate(specs):
+        if header.value_from is not None:
+            var = env_name(kind, source, "HEADER", str(index))
+            secrets.append(SecretBinding(var, header.value_from.secret_key_ref))
+            origin = secret_source(header.value_from.secret_key_ref, local=local)
+            headers.append(HeaderConfig(name=header.name, value_from_env=var, value_source=origin))
+        else:
+            headers.append(HeaderConfig(name=header.name, value=header.value))
+    return headers
+
+
 def render_agent(
     name: str,
     agent: PallasAgentSpec,
@@ -275,15 +293,7 @@ def render_agent(
     servers = []
     for server_name in agent.servers:
         spec = deployment.mcp_servers[server_name]
-        headers = []
-        for index, header in enumerate(spec.headers):
-            if header.value_from is not None:
-                var = env_name("SERVER", server_name, "HEADER", str(index))
-                secrets.append(SecretBinding(var, header.value_from.secret_key_ref))
-                source = secret_source(header.value_from.secret_key_ref, local=local)
-                headers.append(HeaderConfig(name=header.name, value_from_env=var, value_source=source))
-            else:
-                headers.append(HeaderConfig(name=header.name, value=header.value))
+        headers = _headers("SERVER", server_name, spec.headers, secrets, local=local)
         servers.append(
             DownstreamServer(
                 name=server_name,
@@ -302,6 +312,26 @@ def render_agent(
             AGENT_NOT_FOUND, f"agents {', '.join(missing_agents)} not found", tuple(missing_agents)
         )
     peers = [PeerAgent(name=peer, url=agent_urls[peer]) for peer in agent.agents]
+    missing_a2a = [a for a in agent.a2a_agents if a not in deployment.a2a_agents]
+    if missing_a2a:
+        raise RenderError(
+            AGENT_NOT_FOUND,
+            f"a2aAgents {', '.join(missing_a2a)} not defined by the deployment",
+            tuple(missing_a2a),
+        )
+    a2a_peers = []
+    for peer_name in agent.a2a_agents:
+        external = deployment.a2a_agents[peer_name]
+        a2a_peers.append(
+            A2APeer(
+                name=peer_name,
+                url=external.url,
+                headers=_headers("A2A", peer_name, external.headers, secrets, local=local),
+                forward_inbound_auth=external.forward_inbound_auth,
+                timeout_seconds=external.timeout_seconds,
+                max_result_bytes=external.max_result_bytes,
+            )
+        )
 
     config = AgentConfig(
         name=name,
@@ -314,6 +344,7 @@ def render_agent(
         capabilities=deployment.model.capabilities_of(model_ref),
         servers=servers,
         agents=peers,
+        a2a_agents=a2a_peers,
         request_params=agent.request_params,
         call_params=agent.call_params,
         max_iterations=agent.max_iterations,
