@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from pallas_api.config import AgentConfig
+from pallas_runtime.downstream.a2a_peer import A2APeerSource
 from pallas_runtime.downstream.mcp_server import McpServerSource
 from pallas_runtime.downstream.peer_agent import PeerAgentSource
 from pallas_runtime.downstream.source import ToolSource
 
 
 def build_sources(config: AgentConfig, environ: Mapping[str, str] | None = None) -> list[ToolSource]:
-    """One source per downstream server, then one per peer agent, in config order.
+    """One source per downstream server, then one per peer agent, then one per A2A agent.
 
     Args:
         config: The agent's config.
@@ -25,4 +26,7 @@ def build_sources(config: AgentConfig, environ: Mapping[str, str] | None = None)
         McpServerSource(server, probe_timeout=probe_timeout, environ=environ) for server in config.servers
     ]
     sources.extend(PeerAgentSource(peer, probe_timeout=probe_timeout) for peer in config.agents)
+    sources.extend(
+        A2APeerSource(peer, probe_timeout=probe_timeout, environ=environ) for peer in config.a2a_agents
+    )
     return sources
