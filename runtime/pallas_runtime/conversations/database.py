@@ -173,10 +173,25 @@ class PostgresDatabase:
     seconds, then fails with `StoreUnavailable`.
     """
 
-    def __init__(self, url: str, describe: Callable[[BaseException], str], *, max_connections: int) -> None:
+    def __init__(
+        self,
+        url: str,
+        describe: Callable[[BaseException], str],
+        *,
+        max_connections: int,
+        dsn: Callable[[], str | None] | None = None,
+    ) -> None:
+        """Configure the pool; nothing connects yet.
+
+        `dsn` gives the DSN as it is now (a pod's Secret file, read at each new connection), so
+        a rotated password reaches the connections made after the rotation; `url`'s is used when
+        it gives none. Connections already open keep theirs (PostgreSQL does not end a session
+        when its password changes), at most `RECYCLE` seconds.
+        """
         self._describe = describe
         self._max_connections = max_connections
         self._dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+        self._dsn_now = dsn
         self._engine = create_async_engine(
             url,
             async_creator=self._connect,
@@ -236,7 +251,7 @@ class PostgresDatabase:
         """
         if not in_greenlet():
             raise MissingGreenlet("a new connection is made in SQLAlchemy's greenlet only")
-        return asyncpg.connect(self._dsn)
+        return asyncpg.connect((self._dsn_now() if self._dsn_now is not None else None) or self._dsn)
 
     async def _checkout(self) -> PoolProxiedConnection:
         pool = self._engine.sync_engine.pool

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -48,7 +49,7 @@ def build_store(config: AgentConfig, environ: Mapping[str, str] | None = None) -
             raise ValueError(
                 f"conversations: cannot create {path.parent} for the SQLite store: {exc.strerror}"
             ) from None
-        url, secret = engine_url("sqlite", str(path)), None
+        url, secret, current_dsn = engine_url("sqlite", str(path)), None, None
     else:
         dsn = env.get(settings.dsn_env or "")
         if not dsn:
@@ -58,6 +59,10 @@ def build_store(config: AgentConfig, environ: Mapping[str, str] | None = None) -
             )
         url = engine_url("postgres", dsn)
         secret = make_url(dsn).password
+        # A pod's Secret file, read again for each new connection: a rotated password reaches
+        # the connections made after the kubelet wrote it.
+        current_dsn = functools.partial(env.get, settings.dsn_env or "")
+
     return SqlStore(
         settings.type,
         url,
@@ -70,4 +75,5 @@ def build_store(config: AgentConfig, environ: Mapping[str, str] | None = None) -
         legacy_name=config.name,
         abandoned_after=settings.abandoned_after_seconds,
         max_connections=settings.max_connections,
+        dsn=current_dsn,
     )

@@ -32,7 +32,7 @@ from sqlalchemy import Connection, and_, bindparam, case, delete, func, or_, sel
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.sql.elements import BindParameter
 
 from pallas_api.config import DEFAULT_HISTORY_BYTES, DEFAULT_MAX_CONNECTIONS
@@ -257,6 +257,7 @@ class SqlStore:
         legacy_name: str | None = None,
         abandoned_after: float | None = None,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        dsn: Callable[[], str | None] | None = None,
     ) -> None:
         """Build the store; nothing connects until `start`.
 
@@ -275,12 +276,15 @@ class SqlStore:
             abandoned_after: Seconds after which an identity that stopped running loses its
                 conversations (`tenancy.purge_abandoned`); None keeps them.
             max_connections: PostgreSQL: the one pool's size, for every piece of work.
+            dsn: PostgreSQL: the DSN as it is now, read for each new connection (a rotated
+                password is used from then on; its password is scrubbed too).
         """
         self.kind = kind
         self._max_messages = max_messages
         self._ttl = timedelta(seconds=ttl_seconds) if ttl_seconds else None
         self._turn_wait = turn_wait
-        self._secret = secret
+        self._secrets = {secret} if secret else set()
+        self._dsn_source = dsn
         self._locks = KeyedLocks()
         self._cache: SizedLru[ConversationKey, _Transcript] = SizedLru(
             max_items=CACHED_CONVERSATIONS, max_bytes=cache_bytes
@@ -292,7 +296,9 @@ class SqlStore:
         self._db: Database = (
             SqliteDatabase(url, self.describe)
             if kind == "sqlite"
-            else PostgresDatabase(url, self.describe, max_connections=max_connections)
+            else PostgresDatabase(
+                url, self.describe, max_connections=max_connections, dsn=self._current_dsn if dsn else None
+            )
         )
         self._turns = self._statements.writer(self._db)
         self._sweeper: asyncio.Task[None] | None = None
@@ -326,9 +332,22 @@ class SqlStore:
         text = " ".join(str(exc).split()) or type(exc).__name__
         if isinstance(exc, SQLAlchemyError) and exc.__cause__ is not None:
             text = " ".join(str(exc.__cause__).split()) or type(exc.__cause__).__name__
-        if self._secret:
-            text = text.replace(self._secret, "[redacted]")
+        for secret in self._secrets:
+            text = text.replace(secret, "[redacted]")
         return f"{self.kind} conversation store unavailable: {text[:300]}"
+
+    def _current_dsn(self) -> str | None:
+        """The DSN now, for asyncpg (None: there is none usable; the one at start is used)."""
+        value = self._dsn_source() if self._dsn_source is not None else None
+        if not value:
+            return None
+        try:
+            url = make_url(engine_url("postgres", value))
+        except (ArgumentError, ValueError):
+            return None
+        if url.password:
+            self._secrets.add(url.password)
+        return url.set(drivername="postgresql").render_as_string(hide_password=False)
 
     def lost_message(self, key: ConversationKey) -> str:
         """What a caller is told when a turn lost its hold on the conversation."""

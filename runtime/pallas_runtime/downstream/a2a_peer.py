@@ -292,6 +292,9 @@ class A2APeerSource:
             )
         return ToolOutcome((TextPart(text),))
 
+    async def release(self, conversation: ConversationKey) -> None:
+        """Nothing is held per conversation here (the peer keeps its own context)."""
+
     async def probe(self) -> ProbeResult:
         """Read its Agent Card within the probe timeout; never raises."""
         try:

@@ -7,11 +7,15 @@
   `history_prompt` (`<agent>_history`), `instruction_resource` (`pallas://instruction`),
   `probe_routes` (`/healthz`, `/readyz`, `/metrics`), `gateway_tools` (`list_servers`,
   `get_server_tools`, `execute_tool` for the agent's clients, with `toolExposure.gateway`).
+- `turn_entry`: `TurnEntry`, where every turn starts whichever protocol asked for it (MCP's
+  `send_message`, A2A's `SendMessage`): the checks, the turn in flight, the coded failure.
+- `a2a`: the A2A surface beside MCP (the Agent Card, the JSON-RPC binding at `/a2a`, the
+  executor mapping an A2A message onto a turn, the bounded per-caller task store).
 - What the parts share: `descriptions` (names and texts), `tool_errors` (coded error results),
   `request` (what a call reads from its request), `conversation_gauge`.
 - `edge`: `agent_app`, the HTTP app with its guards (body limit, one credential, one request
   per id, the session table).
-- `secret_env` (which variables hold secrets), `warm_up` (imports done before ready).
+- `warm_up` (imports done before ready).
 
 Unit tests drive it in memory with `fastmcp.Client(server.mcp)`; the HTTP tier tests what needs
 the network.
@@ -19,6 +23,5 @@ the network.
 
 from pallas_runtime.server.agent_server import AgentServer, build_server
 from pallas_runtime.server.edge import agent_app
-from pallas_runtime.server.secret_env import secret_env_names, secret_values
 
-__all__ = ["AgentServer", "agent_app", "build_server", "secret_env_names", "secret_values"]
+__all__ = ["AgentServer", "agent_app", "build_server"]

@@ -17,9 +17,10 @@ from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from fastmcp.tools import Tool, ToolResult
 from mcp_types import CallToolRequestParams
 
-from pallas_api.config import AgentConfig, RequestParams
+from pallas_api.config import RequestParams
 from pallas_api.names import HISTORY_TRIMMED_META, TOOL_CALLS_META
 from pallas_runtime.agent.inputs import ImageInput
+from pallas_runtime.agent.live import LiveAgent
 from pallas_runtime.agent.trace import tool_trace
 from pallas_runtime.agent.turns import Reply
 from pallas_runtime.auth.credential import forwarded_credential
@@ -65,16 +66,20 @@ class SendMessageMetrics(Middleware):
 class SendMessage:
     """The MCP tool: what the request carries, the turn (`TurnEntry`), the answer's `_meta`."""
 
-    def __init__(self, config: AgentConfig, entry: TurnEntry, *, verified: bool) -> None:
-        self._config = config
+    def __init__(self, live: LiveAgent, entry: TurnEntry, *, verified: bool) -> None:
+        self._live = live
         self._entry = entry
         self._verified = verified
-        self.names = send_message_names(config)
+        self.names = send_message_names(live.config)
         """The names it is offered under: `send_message` and, unless taken, the agent's."""
 
     def add_to(self, mcp: FastMCP) -> None:
-        """Offer the tool under each of its names, one schema and description for all."""
-        description = send_message_description(self._config)
+        """Offer the tool under each of its names, one schema and description for all.
+
+        Called again when the agent's title or description changes: a tool of the same name
+        replaces the one before.
+        """
+        description = send_message_description(self._live.config)
         for name in self.names:
             mcp.add_tool(
                 Tool.from_function(self.send_message, name=name, description=description, output_schema=None)

@@ -14,9 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pallas_api.config import AgentConfig, RequestParams
+from pallas_api.config import RequestParams
 from pallas_api.errors import ErrorCode
 from pallas_runtime.agent.inputs import ImageInput, InvalidInput, user_message
+from pallas_runtime.agent.live import Generation, LiveAgent
 from pallas_runtime.agent.loop import MaxIterationsExceeded, ToolChoiceUnavailable
 from pallas_runtime.agent.progress import ProgressReporter, Send
 from pallas_runtime.agent.turns import Conversations, Reply
@@ -24,7 +25,7 @@ from pallas_runtime.conversations.caller import Caller, checked_id
 from pallas_runtime.conversations.model import ConversationBusy, StoreUnavailable, TurnLost
 from pallas_runtime.downstream.call_path import CallPath, CallRefused
 from pallas_runtime.inflight import InFlight, ShuttingDown
-from pallas_runtime.llm.provider import LLMError, LLMProvider
+from pallas_runtime.llm.provider import LLMError
 from pallas_runtime.metrics import RuntimeMetrics
 from pallas_runtime.server.conversation_gauge import ConversationGauge
 
@@ -71,15 +72,13 @@ class TurnEntry:
 
     def __init__(
         self,
-        config: AgentConfig,
-        provider: LLMProvider,
+        live: LiveAgent,
         conversations: Conversations,
         inflight: InFlight,
         gauge: ConversationGauge,
     ) -> None:
-        self._config = config
-        self._agent = config.name
-        self._provider = provider
+        self._live = live
+        self._agent = live.config.name
         self._conversations = conversations
         self._inflight = inflight
         self._gauge = gauge
@@ -97,6 +96,9 @@ class TurnEntry:
     async def run(self, request: TurnRequest, *, via: str = "send_message") -> Reply:
         """One turn: the checks, the model and the tools, then the answer.
 
+        The turn runs on the agent's config, provider and tools as they are when the request
+        arrives (`LiveAgent.hold`): an edit applied meanwhile takes effect from the next one.
+
         Args:
             request: What the caller asked for.
             via: The method the caller used, for the log line of a failure.
@@ -104,24 +106,30 @@ class TurnEntry:
         Raises:
             TurnFailed: the request was refused or its turn failed (logged once here).
         """
+        with self._live.hold() as generation:
+            return await self._run(generation, request, via)
+
+    async def _run(self, generation: Generation, request: TurnRequest, via: str) -> Reply:
+        config = generation.config
         try:
-            call_path = CallPath.inbound(request.call_meta, self._agent, self._config.max_depth)
+            call_path = CallPath.inbound(request.call_meta, self._agent, config.max_depth)
         except CallRefused as exc:
             raise self.failed(exc, exc.code, via=via) from None
         params = request.params
         try:
-            user = user_message(self._config, request.message, request.images)
+            user = user_message(config, request.message, request.images)
             checked = checked_id(request.conversation_id) if request.conversation_id else None
             if params is not None:
-                if refusal := self._config.call_params.refusal(params):
+                if refusal := config.call_params.refusal(params):
                     raise InvalidInput(refusal)
-                self._provider.check_params(params)
+                generation.provider.check_params(params)
         except (InvalidInput, ValueError) as exc:
             raise self.failed(exc, ErrorCode.INVALID_ARGUMENTS, via=via) from None
         reply: Reply | None = None
         try:
             with self._inflight.track():
                 reply = await self._conversations.send(
+                    generation.loop,
                     request.caller,
                     user,
                     conversation_id=checked,

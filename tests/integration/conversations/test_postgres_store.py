@@ -285,3 +285,44 @@ async def test_connections_are_replaced_after_their_lifetime_without_a_failed_tu
     finally:
         await store.aclose()
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+
+
+async def test_a_rotated_dsn_password_is_used_by_the_connections_made_after_it(
+    postgres: Postgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a pod the DSN is a file of the Secret volume, read again for each new connection."""
+    monkeypatch.setattr(database_module, "RECYCLE", RECYCLE)
+    user = f"rot_{secrets.token_hex(3)}"
+    postgres.create_role(user, "first-password-1")
+    admin = await asyncpg.connect(postgres.dsn)
+    try:  # tables an earlier test made as the superuser
+        await admin.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA public TO {user}")
+    finally:
+        await admin.close()
+    volume = {"DSN": postgres.dsn_of(user, "first-password-1")}
+    store = SqlStore(
+        "postgres",
+        engine_url("postgres", volume["DSN"]),
+        max_messages=100,
+        max_connections=1,
+        secret="first-password-1",
+        dsn=lambda: volume.get("DSN"),
+    )
+    await store.start()
+    conversation = key(f"rotation-{secrets.token_hex(4)}")
+    try:
+        await commit(store, conversation, turn(1))
+        admin = await asyncpg.connect(postgres.dsn)
+        try:
+            await admin.execute(f"ALTER ROLE {user} PASSWORD 'second-password-2'")
+        finally:
+            await admin.close()
+        volume["DSN"] = postgres.dsn_of(user, "second-password-2")  # the kubelet rewrote the file
+        await asyncio.sleep(PAST_RECYCLE)  # the pooled connection is replaced at its next use
+        await commit(store, conversation, turn(2))
+        assert await store.history(conversation) == turn(1) + turn(2)
+        # Both passwords are kept out of what the store reports.
+        failure = store.describe(RuntimeError("first-password-1 second-password-2"))
+        assert "password-" not in failure
+    finally:
+        await store.aclose()

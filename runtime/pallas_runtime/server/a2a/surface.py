@@ -17,8 +17,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route, request_response
 
-from pallas_api.config import AgentConfig
 from pallas_api.names import A2A_PATH, AGENT_CARD_PATH
+from pallas_runtime.agent.live import LiveAgent
 from pallas_runtime.auth.provider import PallasAuth
 from pallas_runtime.metrics import RuntimeMetrics
 from pallas_runtime.server.a2a.card import agent_card
@@ -32,26 +32,32 @@ class A2ASurface:
     """The routes an agent adds for A2A, and the task handler behind them."""
 
     def __init__(
-        self, config: AgentConfig, entry: TurnEntry, metrics: RuntimeMetrics, auth: PallasAuth | None
+        self, live: LiveAgent, entry: TurnEntry, metrics: RuntimeMetrics, auth: PallasAuth | None
     ) -> None:
-        self._config = config
+        config = live.config
+        self._live = live
         self._auth = auth
-        self.card = agent_card(config, config.a2a.url or f"http://localhost{A2A_PATH}")
         self.handler = DefaultRequestHandler(
             agent_executor=TurnExecutor(config.name, entry, metrics),
             task_store=BoundedTaskStore(config.history.max_conversations),
-            agent_card=self.card,
+            agent_card=self._card_now(None),
         )
         self._context = InboundContext(verified=auth is not None)
 
+    def _card_now(self, request: Request | None) -> AgentCard:
+        """The card of the agent's config now (a live edit of its description shows at once).
+
+        An agent run by hand knows no URL of its own: its card names the address it was read at.
+        """
+        config = self._live.config
+        url = config.a2a.url
+        if url is None:
+            base = str(request.base_url).rstrip("/") if request is not None else "http://localhost"
+            url = f"{base}{A2A_PATH}"
+        return agent_card(config, url)
+
     async def _card(self, request: Request) -> Response:
-        card = self.card
-        if not self._config.a2a.url:
-            # An agent run by hand knows no URL of its own: the card names the address it was read at.
-            card = AgentCard()
-            card.CopyFrom(self.card)
-            card.supported_interfaces[0].url = f"{str(request.base_url).rstrip('/')}{A2A_PATH}"
-        return JSONResponse(agent_card_to_dict(card))
+        return JSONResponse(agent_card_to_dict(self._card_now(request)))
 
     def routes(self) -> list[BaseRoute]:
         """The card at the well-known path and the JSON-RPC endpoint at `/a2a`."""
