@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 from a2a.helpers import get_artifact_text
-from a2a.types import CancelTaskRequest, GetTaskRequest, TaskState
+from a2a.types import CancelTaskRequest, GetTaskRequest, Role, TaskState
 from a2a.utils.errors import TaskNotFoundError
 from google.protobuf.json_format import MessageToDict
 
@@ -59,6 +59,9 @@ async def test_a_blocking_send_is_a_turn_and_the_context_is_its_conversation(fak
     contents = [m["content"] for m in fake_openai.completions[1].json["messages"]]
     assert contents[-3:] == ["Capital of France?", "Paris.", "Its population?"]
     assert metrics.send_message_total.labels("harper", "ok")._value.get() == 2
+    # A blocking send follows no progress: the model's text is not streamed, no step is recorded.
+    assert not fake_openai.completions[0].json.get("stream")
+    assert [m.parts[0].text for m in first.history if m.role == Role.ROLE_AGENT] == []
 
 
 async def test_streaming_sends_steps_as_status_and_text_as_the_answer_artifact(

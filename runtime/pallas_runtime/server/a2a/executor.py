@@ -8,6 +8,8 @@
 - the call path of agent-to-agent calls travels in the request's (or the message's) metadata
   under the MCP `_meta` keys (`pallas.dev/callPath`, `pallas.dev/hops`), a call's `params`
   under `pallas.dev/params`;
+- the turn's progress goes out only on `SendStreamingMessage` (as `send_message` reports progress
+  only to a caller that sent a progress token): a blocking send's task holds the answer alone;
 - a refusal before the model is asked ends the task `rejected`, a failure `failed`; both with
   the error text as the status message and `{"code", "message"}` under `pallas.dev/error` in the
   task's metadata, the codes of `send_message` (docs/api.md §3 "Errors").
@@ -35,7 +37,7 @@ from pallas_api.validation import describe
 from pallas_runtime.agent.inputs import ImageInput
 from pallas_runtime.downstream.call_path import CALL_PATH_META, HOPS_META
 from pallas_runtime.metrics import RuntimeMetrics
-from pallas_runtime.server.a2a.inbound import inbound_of
+from pallas_runtime.server.a2a.inbound import inbound_of, streams
 from pallas_runtime.server.a2a.progress import A2AProgress
 from pallas_runtime.server.send_message import CONVERSATION_META
 from pallas_runtime.server.turn_entry import TurnEntry, TurnFailed, TurnRequest, TurnTimer
@@ -147,7 +149,8 @@ class TurnExecutor(AgentExecutor):
             conversation_id=context_id,
             inbound_auth=inbound.credential,
             params=params,
-            progress=progress,
+            # As send_message reports progress only to a caller that sent a progress token.
+            progress=progress if streams(context.call_context) else None,
         )
         try:
             reply = await self._entry.run(request, via=VIA)

@@ -21,6 +21,8 @@ from pallas_runtime.conversations.caller import Caller, current_caller
 
 INBOUND = "pallas.inbound"
 """The `ServerCallContext.state` key of the request's `Inbound`."""
+STREAMING = "pallas.streaming"
+"""The `ServerCallContext.state` key set for `SendStreamingMessage` (progress goes out)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +74,11 @@ class InboundContext(ServerCallContextBuilder):
 
 def _without_credential(request: Request) -> dict[str, str]:
     return {k: v for k, v in request.headers.items() if k != "authorization"}
+
+
+def streams(context: ServerCallContext) -> bool:
+    """Whether the caller follows the turn as it goes (`SendStreamingMessage`)."""
+    return context.state.get(STREAMING) is True
 
 
 def inbound_of(context: ServerCallContext) -> Inbound:

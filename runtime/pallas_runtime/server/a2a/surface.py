@@ -9,10 +9,14 @@ the card is open, like the registry's catalogue: it says how to call, not what w
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
+
+from a2a.server.context import ServerCallContext
+from a2a.server.events import Event
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes import create_jsonrpc_routes
-from a2a.types import AgentCard
+from a2a.types import AgentCard, SendMessageRequest
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route, request_response
@@ -23,9 +27,20 @@ from pallas_runtime.auth.provider import PallasAuth
 from pallas_runtime.metrics import RuntimeMetrics
 from pallas_runtime.server.a2a.card import agent_card
 from pallas_runtime.server.a2a.executor import TurnExecutor
-from pallas_runtime.server.a2a.inbound import InboundContext
+from pallas_runtime.server.a2a.inbound import STREAMING, InboundContext
 from pallas_runtime.server.a2a.tasks import BoundedTaskStore
 from pallas_runtime.server.turn_entry import TurnEntry
+
+
+class _Handler(DefaultRequestHandler):
+    """The SDK's handler, marking the calls that stream: only they get the turn's progress."""
+
+    def on_message_send_stream(
+        self, params: SendMessageRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Event, None]:
+        context.state[STREAMING] = True
+        events: AsyncGenerator[Event, None] = super().on_message_send_stream(params, context)
+        return events
 
 
 class A2ASurface:
@@ -37,7 +52,7 @@ class A2ASurface:
         config = live.config
         self._live = live
         self._auth = auth
-        self.handler = DefaultRequestHandler(
+        self.handler = _Handler(
             agent_executor=TurnExecutor(config.name, entry, metrics),
             task_store=BoundedTaskStore(config.history.max_conversations),
             agent_card=self._card_now(None),
