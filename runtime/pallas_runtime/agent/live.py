@@ -37,7 +37,6 @@ from pallas_api.live import config_hash, needs_new_process
 from pallas_io.logs import SecretValues
 from pallas_runtime.agent.latency import Latencies
 from pallas_runtime.agent.loop import AgentLoop
-from pallas_runtime.downstream.a2a_peer import A2APeerSource
 from pallas_runtime.downstream.mcp_server import McpServerSource
 from pallas_runtime.downstream.peer_agent import PeerAgentSource
 from pallas_runtime.downstream.source import ToolSource
@@ -117,6 +116,8 @@ def default_parts(config: AgentConfig, values: Mapping[str, str]) -> PartsPlan:
     for peer in config.agents:
         build_peer = functools.partial(PeerAgentSource, peer, probe_timeout=timeout)
         sources.append(Part(("peer", peer.model_dump_json(), timeout), build_peer))
+    if config.a2a_agents:  # the a2a-sdk's client is imported only by an agent that calls one
+        from pallas_runtime.downstream.a2a_peer import A2APeerSource
     for external in config.a2a_agents:
         headers = tuple(values.get(h.value_from_env or "") for h in external.headers)
         build_a2a = functools.partial(A2APeerSource, external, probe_timeout=timeout, environ=values)

@@ -19,7 +19,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastmcp import FastMCP
 
@@ -36,7 +36,6 @@ from pallas_runtime.downstream.source import ToolSource
 from pallas_runtime.inflight import DrainOutcome, InFlight
 from pallas_runtime.llm.provider import LLMProvider
 from pallas_runtime.metrics import AUTH_OUTCOMES, RuntimeMetrics
-from pallas_runtime.server.a2a import A2ASurface
 from pallas_runtime.server.conversation_gauge import ConversationGauge
 from pallas_runtime.server.conversation_tools import ConversationTools
 from pallas_runtime.server.gateway_tools import GatewayTools
@@ -49,6 +48,9 @@ from pallas_runtime.server.tool_errors import CodedErrors
 from pallas_runtime.server.turn_entry import TurnEntry
 from pallas_runtime.server.warm_up import import_what_fastmcp_defers
 from pallas_runtime.sessions import SessionTable
+
+if TYPE_CHECKING:
+    from pallas_runtime.server.a2a import A2ASurface
 
 log = logging.getLogger("pallas.server")
 SESSION_QUIET_SECONDS = 1.0
@@ -111,8 +113,14 @@ class AgentServer:
         self.turns = TurnEntry(live, conversations, self.inflight, self._gauge)
         """Where every turn starts, whichever protocol asked for it."""
         self._send = SendMessage(live, self.turns, verified=self._auth is not None)
-        self.a2a = A2ASurface(live, self.turns, metrics, self._auth) if config.a2a.enabled else None
+        self.a2a: A2ASurface | None = None
         """The A2A surface (`spec.a2a.enabled`, fixed at start), served beside MCP by `agent_app`."""
+        if config.a2a.enabled:
+            # Imported only here: the a2a-sdk (protobuf, google-api-core) costs ~28 MB and an
+            # import second an agent without A2A does not pay.
+            from pallas_runtime.server.a2a import A2ASurface
+
+            self.a2a = A2ASurface(live, self.turns, metrics, self._auth)
         self._declare_series()
         self.mcp = FastMCP(
             agent,
