@@ -601,7 +601,7 @@ class AgentConfig(_Model):
     """At least this many send_message calls in flight: `get_health` says busy (None: never)."""
     http: HttpLimits = HttpLimits()
     """Bounds on the requests the agent's HTTP listener reads (the deployment's `http`)."""
-    a2a: A2AConfig = A2AConfig()
+    a2a: Annotated[A2AConfig, Field(alias="a2a")] = A2AConfig()
     """The A2A surface: on unless `spec.a2a.enabled` is false."""
     drain_seconds: DrainSeconds = DEFAULT_DRAIN_SECONDS
     """On SIGTERM: how long turns in flight may run on before they are interrupted (and kept in

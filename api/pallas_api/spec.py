@@ -814,7 +814,7 @@ class PallasAgentSpec(_Spec):
     log_level: LogLevel | None = None
     """Log level of the Pallas loggers in this agent's pods (`PALLAS_LOG_LEVEL`); default: the
     deployment's `logLevel`, else info."""
-    a2a: A2ASpec = A2ASpec()
+    a2a: Annotated[A2ASpec, Field(alias="a2a")] = A2ASpec()
     """The A2A surface beside MCP: the Agent Card and the JSON-RPC endpoint (on by default)."""
 
     def dependencies(self) -> list[str]:

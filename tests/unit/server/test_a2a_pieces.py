@@ -12,7 +12,7 @@ from a2a.server.context import ServerCallContext
 from a2a.types import Message, Part, TaskState
 
 from pallas_api import names
-from pallas_api.config import parse_config
+from pallas_api.config import parse_config, render_config
 from pallas_runtime.conversations.caller import Caller
 from pallas_runtime.server.a2a.card import agent_card, skill_description
 from pallas_runtime.server.a2a.executor import BadMessage, call_params, message_inputs
@@ -104,3 +104,12 @@ def test_the_sdk_is_imported_only_by_an_agent_that_serves_or_calls_a2a() -> None
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_turning_a2a_off_needs_a_new_process_and_new_tags_do_not() -> None:
+    from pallas_api.live import needs_new_process
+
+    on = _config()
+    assert needs_new_process(on, _config(a2a={"enabled": False}))  # type: ignore[arg-type]
+    assert not needs_new_process(on, _config(a2a={"tags": ["search"]}))  # type: ignore[arg-type]
+    assert "a2a:\n  enabled: true" in render_config(on)  # type: ignore[arg-type]
