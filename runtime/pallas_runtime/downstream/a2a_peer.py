@@ -169,9 +169,9 @@ class A2APeerSource:
         async with asyncio.timeout(budget):
             return await resolver.get_agent_card(http_kwargs={"headers": dict(headers)})
 
-    async def _a2a_client(self, headers: Mapping[str, str]) -> Client:
+    async def _a2a_client(self, headers: Mapping[str, str], budget: float) -> Client:
         if self._client is None:
-            card = await self._fetch_card(headers, self._peer.timeout_seconds)
+            card = await self._fetch_card(headers, budget)
             config = ClientConfig(streaming=card.capabilities.streaming, httpx_client=self._http_client())
             self._card, self._client = card, ClientFactory(config).create(card)
         return self._client
@@ -184,7 +184,9 @@ class A2APeerSource:
         """Its `send_message`, described by its card (a plain description while it is unreachable)."""
         if self._card is None:
             try:
-                await self._a2a_client(self._call_headers(inbound_auth))
+                # The probe's budget: a turn lists tools first, and an unreachable peer must not
+                # hold it for the peer's whole call timeout.
+                await self._a2a_client(self._call_headers(inbound_auth), self._probe_timeout)
             except (A2AClientError, A2AError, httpx.HTTPError, TimeoutError, ValueError) as exc:
                 log.warning("%s: the A2A agent's card could not be read: %s", self.name, exc)
         description = (
@@ -234,7 +236,7 @@ class A2APeerSource:
         answer = _Answer()
         try:
             async with asyncio.timeout(self._peer.timeout_seconds):
-                client = await self._a2a_client(headers)
+                client = await self._a2a_client(headers, self._peer.timeout_seconds)
                 context = ClientCallContext(service_parameters=headers)
                 async for event in client.send_message(request, context=context):
                     await self._follow(event, answer, on_progress)
