@@ -114,3 +114,20 @@ async def test_a_loop_through_two_pallas_agents_over_a2a_is_refused(fake_openai:
     assert (
         "calling agent alpha would loop: it is already in this call's path (alpha → beta → alpha)" in answer
     )
+
+
+async def test_an_unreachable_a2a_agent_is_offered_and_its_call_fails_with_its_name(
+    fake_openai: FakeOpenAI,
+) -> None:
+    sock = bound_socket()  # bound, never served: connections are refused
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    sock.close()
+    cfg = agent_config(fake_openai.base_url, name="boss", a2aAgents=[{"name": "ghost", "url": url}])
+    fake_openai.script(ToolCalls([Call("ghost__send_message", {"message": "boo"})]), Text("It is gone."))
+    async with serve_agent(cfg) as boss, a2a_client(boss.base_url) as client:
+        task = await final_task(client, text_request("Ask the ghost."))
+    (tool,) = fake_openai.completions[0].json["tools"]
+    assert tool["function"]["description"] == "Send a message to the A2A agent ghost."
+    (result,) = _tool_results(fake_openai.completions[1].json)
+    assert "ghost: calling send_message failed" in result, result
+    assert task.artifacts[0].parts[0].text == "It is gone."
