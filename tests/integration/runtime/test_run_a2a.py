@@ -68,8 +68,7 @@ async def test_an_a2a_caller_reaches_the_whole_run_and_the_registry_lists_the_ca
         path = tmp_path / "agents.yaml"
         path.write_text(yaml.safe_dump_all(docs))
         base = free_ports(3)
-        # The SDK's DEBUG lines (every task event) would fill the unread stderr pipe of the run.
-        async with pallas_run(path, base, env={"PALLAS_ROOT_LOG_LEVEL": "INFO"}):
+        async with pallas_run(path, base):
             await registry_up(base)
             await registry_listing(base)
             boss = f"http://127.0.0.1:{base + 1}"
