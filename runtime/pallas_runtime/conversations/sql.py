@@ -246,7 +246,7 @@ class SqlStore:
     def __init__(
         self,
         kind: str,
-        url: str,
+        url: str | None,
         *,
         max_messages: int,
         cache_bytes: int = DEFAULT_HISTORY_BYTES,
@@ -258,12 +258,14 @@ class SqlStore:
         abandoned_after: float | None = None,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         dsn: Callable[[], str | None] | None = None,
+        missing_dsn: str | None = None,
     ) -> None:
         """Build the store; nothing connects until `start`.
 
         Args:
             kind: `sqlite` or `postgres`.
-            url: From `engine_url`.
+            url: From `engine_url`; None for PostgreSQL whose DSN is not known yet (`dsn` gives it
+                later; until then every use is `StoreUnavailable` saying `missing_dsn`).
             max_messages: Messages kept per conversation.
             cache_bytes: The most the transcripts kept in process may weigh (`budget.footprint`).
             ttl_seconds: Delete conversations untouched this long; None keeps them.
@@ -278,6 +280,7 @@ class SqlStore:
             max_connections: PostgreSQL: the one pool's size, for every piece of work.
             dsn: PostgreSQL: the DSN as it is now, read for each new connection (a rotated
                 password is used from then on; its password is scrubbed too).
+            missing_dsn: PostgreSQL: what to say while there is no DSN at all.
         """
         self.kind = kind
         self._max_messages = max_messages
@@ -293,13 +296,15 @@ class SqlStore:
         self._holder_prefix = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._migrated = False
         self._migrating: asyncio.Lock | None = None
-        self._db: Database = (
-            SqliteDatabase(url, self.describe)
-            if kind == "sqlite"
-            else PostgresDatabase(
-                url, self.describe, max_connections=max_connections, dsn=self._current_dsn if dsn else None
-            )
-        )
+        self._db: Database
+        if kind == "sqlite":
+            assert url is not None, "a SQLite store has a path"
+            self._db = SqliteDatabase(url, self.describe)
+        else:
+            self._db = PostgresDatabase(
+                url, self.describe, max_connections=max_connections,
+                dsn=self._current_dsn if dsn else None, missing=missing_dsn or "no postgres DSN",
+            )  # fmt: skip
         self._turns = self._statements.writer(self._db)
         self._sweeper: asyncio.Task[None] | None = None
         self._identity = identity

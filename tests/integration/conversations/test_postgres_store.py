@@ -7,16 +7,20 @@ import contextlib
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import asyncpg
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from pallas_io.secrets import SecretFiles
 from pallas_runtime.conversations import database as database_module
 from pallas_runtime.conversations import sql as sql_module
+from pallas_runtime.conversations.factory import build_store
 from pallas_runtime.conversations.model import ConversationStore, StoreUnavailable, TurnLost
 from pallas_runtime.conversations.sql import SqlStore, engine_url
+from tests.support.agents import agent_config
 from tests.support.conversations import (
     CONTRACT,
     StoreFactory,
@@ -27,6 +31,7 @@ from tests.support.conversations import (
     turn,
 )
 from tests.support.postgres import PASSWORD, Postgres
+from tests.support.volumes import KubeletVolume
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -324,5 +329,34 @@ async def test_a_rotated_dsn_password_is_used_by_the_connections_made_after_it(
         # Both passwords are kept out of what the store reports.
         failure = store.describe(RuntimeError("first-password-1 second-password-2"))
         assert "password-" not in failure
+    finally:
+        await store.aclose()
+
+
+async def test_a_dsn_whose_secret_is_not_there_yet_is_unavailable_until_its_file_appears(
+    postgres: Postgres, tmp_path: Path
+) -> None:
+    """The agent's store (`build_store`) from a Secret volume without the DSN's file: no crash.
+
+    It says what is missing, names no value, and connects once the kubelet writes the file.
+    """
+    config = agent_config(
+        "http://127.0.0.1:9/v1",
+        conversations={"type": "postgres", "dsnEnv": "PALLAS_DSN", "dsnSource": "Secret db key dsn"},
+    )
+    volume = KubeletVolume(tmp_path / "secrets", {})
+    store = build_store(config, SecretFiles(volume.folder))
+    await store.start()
+    conversation = key(f"late-dsn-{secrets.token_hex(4)}")
+    try:
+        problem = await store.check()
+        assert problem is not None
+        assert "no postgres DSN: Secret db key dsn is not set" in problem
+        with pytest.raises(StoreUnavailable, match="no postgres DSN"):
+            await commit(store, conversation, turn(1))
+        volume.write({"PALLAS_DSN": postgres.dsn})  # the Secret was created; the kubelet wrote it
+        assert await store.check() is None
+        await commit(store, conversation, turn(1))
+        assert await store.history(conversation) == turn(1)
     finally:
         await store.aclose()

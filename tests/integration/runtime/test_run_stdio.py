@@ -215,7 +215,7 @@ async def test_reload_restarts_a_changed_stdio_server_and_stops_a_removed_one(
         mark = len(run.out)
         path.write_text(yaml.safe_dump_all(docs))
         assert await run.line("out", "reloaded:", after=mark) == (
-            "reloaded: stopped stdio server everything; restarted worker"
+            "reloaded: stopped stdio server everything; applied in place worker"
         )
         await eventually(lambda: _count(run.proc.pid, 0), "the server no agent uses stopped")
 
