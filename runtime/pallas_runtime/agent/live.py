@@ -294,8 +294,8 @@ class LiveAgent:
                 self._refused = digest
                 log.warning(
                     "agent %s: the new config (%s) changes what needs a new process (name, version, "
-                    "conversations, history, sessions, http or auth other than access); serving %s "
-                    "until restarted",
+                    "conversations, history, sessions, http, auth other than access, or a2a.enabled); "
+                    "serving %s until restarted",
                     current.config.name, digest[:12], current.config_hash[:12],
                 )  # fmt: skip
             return False
