@@ -45,7 +45,9 @@ of `--load-requests` messages; it prints the agent CPU per message of both (issu
 most +15 %).
 
 Pallas only: get_health P50/P95 from one more session while the same load runs, the agent
-having five healthy downstreams; get_health with one of five downstreams never answering.
+having five healthy downstreams; get_health with one of five downstreams never answering; an
+A2A round trip (a blocking SendMessage with the a2a-sdk client, a new context each) beside
+send_message to the same agent, in alternating halves.
 
 Targets (issue 13): agent CPU per send_message <= 4 ms; >= 200 send_message/s with 32 clients
 on one core; latency above the bare round trip P50 <= 5 ms, P95 <= 8 ms; get_health P95 <=
@@ -82,6 +84,7 @@ sys.path.insert(0, str(REPO))
 import fast_agent_peer  # noqa: E402
 from mcp_wire import McpSession  # noqa: E402
 
+from tests.support.a2a_clients import a2a_client, final_task, text_request  # noqa: E402
 from tests.support.fake_llm import (  # noqa: E402
     Call,
     FakeOpenAI,
@@ -531,6 +534,10 @@ class PallasExtras:
     health_under_load: list[float]
     load: Load
     silent_health: list[float]
+    a2a: list[float] = field(default_factory=list)
+    """Round trips of a blocking A2A SendMessage (the a2a-sdk client), each a new conversation."""
+    mcp_beside_a2a: list[float] = field(default_factory=list)
+    """Round trips of send_message to the same process, interleaved with the A2A ones."""
 
 
 async def pallas_extras(
@@ -541,6 +548,7 @@ async def pallas_extras(
     async with pallas(tmp, llm, servers, "pallas-5") as target:
         async with McpSession(target.url, timeout=CALL_SECONDS) as session:
             idle = await timed(lambda: session.call_tool("get_health", {}), 50, args.phase_seconds)
+            a2a, beside = await a2a_beside_mcp(target, session, args)
         under_load = await load(target, args.concurrency, args, probe=lambda s: s.call_tool("get_health", {}))
     if under_load.failed:
         raise RuntimeError(f"pallas failed under load: {under_load.failed}")
@@ -556,7 +564,31 @@ async def pallas_extras(
                 started = time.perf_counter()
                 await session.call_tool("get_health", {})
                 slow.append(time.perf_counter() - started)
-    return PallasExtras(idle, under_load.probe, under_load, slow)
+    return PallasExtras(idle, under_load.probe, under_load, slow, a2a, beside)
+
+
+async def a2a_beside_mcp(
+    target: Target, session: McpSession, args: argparse.Namespace
+) -> tuple[list[float], list[float]]:
+    """Blocking A2A round trips (a2a-sdk client, a new context each: no history) and MCP
+    send_message round trips (a new conversation each) to the same agent, in alternating
+    halves so that neither runs on a warmer process."""
+    base = target.url.removesuffix("/mcp")
+    async with a2a_client(base) as client:
+
+        async def a2a_message() -> None:
+            task = await final_task(client, text_request(MESSAGE["message"]))
+            text = task.artifacts[0].parts[0].text if task.artifacts else ""
+            if text != ANSWER:
+                raise AssertionError(f"A2A answered {text[:300]!r}, not {ANSWER!r}")
+
+        a2a: list[float] = []
+        mcp: list[float] = []
+        half = max(args.requests // 2, 1)
+        for _ in range(2):
+            a2a += await timed(a2a_message, half, args.phase_seconds / 2)
+            mcp += await timed(lambda: send(session, target), half, args.phase_seconds / 2)
+    return a2a, mcp
 
 
 async def bare_round_trips(tmp: Path, args: argparse.Namespace) -> list[float]:
@@ -663,6 +695,16 @@ def report(
             f"pallas get_health during the load, 5 healthy downstreams  P50 {median_cell(p50, '{:.2f}')} ms"
             f"  P95 {median_cell(p95, '{:.2f}')} ms   target P95 <= 50 ms"
             f"  (load {median_cell(rate, '{:.0f}')} msg/s)"
+        )
+        a2a50 = [pct(e.a2a, 0.5) * 1e3 for e in extras if e.a2a]
+        a2a95 = [pct(e.a2a, 0.95) * 1e3 for e in extras if e.a2a]
+        mcp50 = [pct(e.mcp_beside_a2a, 0.5) * 1e3 for e in extras if e.mcp_beside_a2a]
+        mcp95 = [pct(e.mcp_beside_a2a, 0.95) * 1e3 for e in extras if e.mcp_beside_a2a]
+        print(
+            "pallas A2A SendMessage round trip (blocking, a2a-sdk client)"
+            f"  P50 {median_cell(a2a50, '{:.2f}')} ms"
+            f"  P95 {median_cell(a2a95, '{:.2f}')} ms;  send_message beside it"
+            f"  P50 {median_cell(mcp50, '{:.2f}')} ms  P95 {median_cell(mcp95, '{:.2f}')} ms"
         )
         slow = [max(e.silent_health) for e in extras]
         print(

@@ -206,6 +206,19 @@ class PeerAgent(_Model):
     """The largest answer read from the peer."""
 
 
+class A2APeer(_Model):
+    """An external A2A agent offered to the model as the tool `<name>__send_message`."""
+
+    name: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]
+    url: Annotated[str, Field(pattern=HTTP_URL), WithoutCredentials(SECRET_HEADER)]
+    """Its Agent Card's URL, or the base URL the card is served under."""
+    headers: list[HeaderConfig] = Field(default_factory=list)
+    forward_inbound_auth: bool = False
+    timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 600.0
+    max_result_bytes: MaxResultBytes = DEFAULT_MAX_RESULT_BYTES
+    """The largest answer read from it."""
+
+
 FreeForm = Annotated[dict[str, Any], Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})]
 TOOL_CHOICE = r"^(auto|none|required|[A-Za-z0-9][A-Za-z0-9_-]*__[^\s]+)$"
 PARAM_FIELDS_ON_THE_WIRE = frozenset(
@@ -497,6 +510,18 @@ class InputLimits(_Model):
     can read them (the MCP SDK's clients read at most 1 MiB per event)."""
 
 
+class A2AConfig(_Model):
+    """The agent's A2A surface beside MCP (docs/api.md §3 "A2A")."""
+
+    enabled: bool = True
+    """Serve the Agent Card and the A2A JSON-RPC endpoint."""
+    url: Annotated[str | None, Field(pattern=HTTP_URL)] = None
+    """The A2A endpoint as callers reach it (its Agent Card names it); None: the request's own
+    address, as the card's reader reached it."""
+    tags: list[str] = Field(default_factory=list)
+    """The agent's discovery tags (`spec.capabilities`): the tags of its card's skill."""
+
+
 class HttpLimits(_Model):
     """Bounds on every request an HTTP listener reads, enforced before routing and access control.
 
@@ -615,6 +640,8 @@ class AgentConfig(_Model):
     models: Annotated[list[ModelOption], Field(max_length=64)] = Field(default_factory=list)
     """The other models a call may choose with `params.model`: those the deployment declares for
     the agent's provider."""
+    a2a_agents: Annotated[list[A2APeer], Field(alias="a2aAgents")] = Field(default_factory=list)
+    """External A2A agents, offered like `agents`."""
     request_params: RequestParams = RequestParams()
     call_params: CallParams = CallParams()
     """What a call's own `params` may set."""
@@ -634,6 +661,8 @@ class AgentConfig(_Model):
     """At least this many send_message calls in flight: `get_health` says busy (None: never)."""
     http: HttpLimits = HttpLimits()
     """Bounds on the requests the agent's HTTP listener reads (the deployment's `http`)."""
+    a2a: Annotated[A2AConfig, Field(alias="a2a")] = A2AConfig()
+    """The A2A surface: on unless `spec.a2a.enabled` is false."""
     drain_seconds: DrainSeconds = DEFAULT_DRAIN_SECONDS
     """On SIGTERM: how long turns in flight may run on before they are interrupted (and kept in
     their conversations as failed); new sessions are refused meanwhile."""
@@ -641,7 +670,8 @@ class AgentConfig(_Model):
     @model_validator(mode="after")
     def _unique_tool_sources(self) -> Self:
         seen: set[str] = set()
-        for source in [*(s.name for s in self.servers), *(a.name for a in self.agents)]:
+        sources = [s.name for s in self.servers] + [a.name for a in self.agents]
+        for source in sources + [a.name for a in self.a2a_agents]:
             if source in seen:
                 raise ValueError(f"{source!r} is listed twice among servers and agents")
             seen.add(source)

@@ -9,8 +9,9 @@ The rest is fixed for the life of the process, because something built once at s
 it: `name` (the agent's identity, its metric labels), `version` (the `serverInfo` clients recorded
 at `initialize`; fastmcp offers no public way to change it on a running server), `conversations`
 and `history` (the conversation store and its pool), `sessions` (the MCP session table), `http`
-(the listener's limits) and `auth` apart from its access lists (the verifier and the
-protected-resource metadata are part of the HTTP app). These are `process_settings`.
+(the listener's limits), `auth` apart from its access lists (the verifier and the
+protected-resource metadata are part of the HTTP app) and `a2a.enabled` (the A2A routes are part
+of the HTTP app; the card's URL and tags are read per request). These are `process_settings`.
 
 The operator hashes exactly these into the pod template (`process_digest`), so editing them
 rolls the pods while a live edit only rewrites the ConfigMap; `pallas run --reload` restarts an
@@ -27,8 +28,9 @@ from typing import Any, Final
 
 from pallas_api.config import AgentConfig, render_config
 
-PROCESS_FIELDS: Final = ("name", "version", "conversations", "history", "sessions", "http", "auth")
-"""The config fields a running agent process cannot change (`auth` except `access`)."""
+PROCESS_FIELDS: Final = ("name", "version", "conversations", "history", "sessions", "http", "auth", "a2a")
+"""The config fields a running agent process cannot change (`auth` except `access`, `a2a` but
+`enabled`)."""
 LIVE_AUTH_FIELDS: Final = frozenset({"access"})
 """The part of `auth` applied in place: who may call, not how callers are checked."""
 
@@ -37,6 +39,7 @@ def process_settings(config: AgentConfig) -> dict[str, Any]:
     """The part of `config` only a new process can take, as plain JSON data."""
     data = config.model_dump(mode="json", by_alias=True, include=set(PROCESS_FIELDS))
     data["auth"] = {k: v for k, v in data["auth"].items() if k not in LIVE_AUTH_FIELDS}
+    data["a2a"] = {"enabled": data["a2a"]["enabled"]}  # its card's URL and tags are read live
     return data
 
 

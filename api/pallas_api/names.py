@@ -164,6 +164,28 @@ def resource_url(agent: str, namespace: str, port: int, deployment: str, templat
     return public_url(template, agent, namespace, deployment) or agent_url(agent, namespace, port)
 
 
+A2A_PATH: Final = "/a2a"
+"""Where an agent serves A2A's JSON-RPC binding, beside MCP's `/mcp`."""
+AGENT_CARD_PATH: Final = "/.well-known/agent-card.json"
+"""Where an agent serves its A2A Agent Card (the A2A specification's well-known path)."""
+
+
+def a2a_url(mcp_url: str) -> str:
+    """An agent's A2A endpoint for its MCP URL: `/mcp` at the end replaced by `/a2a`.
+
+    So whatever reaches the MCP endpoint (cluster DNS, a public URL behind an ingress that
+    routes the agent's path prefix) reaches the A2A one too.
+    """
+    base = mcp_url.rstrip("/")
+    base = base.removesuffix("/mcp")
+    return f"{base}{A2A_PATH}"
+
+
+def agent_card_url(mcp_url: str) -> str:
+    """Where the Agent Card of the agent at `mcp_url` is served (beside its A2A endpoint)."""
+    return a2a_url(mcp_url).removesuffix(A2A_PATH) + AGENT_CARD_PATH
+
+
 def agent_identity(namespace: str, deployment: str, agent: str, uid: str | None = None) -> str:
     """What keys an agent's conversations in a store shared by deployments and namespaces.
 

@@ -9,7 +9,7 @@ environment variables of that name from Secret manifests or the environment.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pallas_api import names
@@ -22,6 +22,8 @@ from pallas_api.conditions import (
     STDIO_NOT_HOSTABLE,
 )
 from pallas_api.config import (
+    A2AConfig,
+    A2APeer,
     AccessConfig,
     AgentConfig,
     AuthConfig,
@@ -40,6 +42,7 @@ from pallas_api.config import (
 from pallas_api.model_rules import effort_refusal
 from pallas_api.spec import (
     ConversationsSpec,
+    HeaderSpec,
     LogLevel,
     PallasAgentSpec,
     PallasDeploymentSpec,
@@ -262,6 +265,22 @@ def _check_effort(agent: PallasAgentSpec, provider_name: str, provider: Provider
         raise RenderError(INVALID_SPEC, f"requestParams.{refusal}")
 
 
+def _headers(
+    kind: str, source: str, specs: Sequence[HeaderSpec], secrets: list[SecretBinding], *, local: bool
+) -> list[HeaderConfig]:
+    """A source's headers for the runtime: literal values as given, Secret values by env var."""
+    headers = []
+    for index, header in enumerate(specs):
+        if header.value_from is not None:
+            var = env_name(kind, source, "HEADER", str(index))
+            secrets.append(SecretBinding(var, header.value_from.secret_key_ref))
+            origin = secret_source(header.value_from.secret_key_ref, local=local)
+            headers.append(HeaderConfig(name=header.name, value_from_env=var, value_source=origin))
+        else:
+            headers.append(HeaderConfig(name=header.name, value=header.value))
+    return headers
+
+
 def render_agent(
     name: str,
     agent: PallasAgentSpec,
@@ -357,15 +376,7 @@ def render_agent(
             server_url = (stdio_urls or {}).get(server_name) or names.stdio_server_url(
                 agent.deployment, server_name, namespace
             )
-        headers = []
-        for index, header in enumerate(spec.headers):
-            if header.value_from is not None:
-                var = env_name("SERVER", server_name, "HEADER", str(index))
-                secrets.append(SecretBinding(var, header.value_from.secret_key_ref))
-                source = secret_source(header.value_from.secret_key_ref, local=local)
-                headers.append(HeaderConfig(name=header.name, value_from_env=var, value_source=source))
-            else:
-                headers.append(HeaderConfig(name=header.name, value=header.value))
+        headers = _headers("SERVER", server_name, spec.headers, secrets, local=local)
         servers.append(
             DownstreamServer(
                 name=server_name,
@@ -386,6 +397,26 @@ def render_agent(
             AGENT_NOT_FOUND, f"agents {', '.join(missing_agents)} not found", tuple(missing_agents)
         )
     peers = [PeerAgent(name=peer, url=agent_urls[peer]) for peer in agent.agents]
+    missing_a2a = [a for a in agent.a2a_agents if a not in deployment.a2a_agents]
+    if missing_a2a:
+        raise RenderError(
+            AGENT_NOT_FOUND,
+            f"a2aAgents {', '.join(missing_a2a)} not defined by the deployment",
+            tuple(missing_a2a),
+        )
+    a2a_peers = []
+    for peer_name in agent.a2a_agents:
+        external = deployment.a2a_agents[peer_name]
+        a2a_peers.append(
+            A2APeer(
+                name=peer_name,
+                url=external.url,
+                headers=_headers("A2A", peer_name, external.headers, secrets, local=local),
+                forward_inbound_auth=external.forward_inbound_auth,
+                timeout_seconds=external.timeout_seconds,
+                max_result_bytes=external.max_result_bytes,
+            )
+        )
 
     config = AgentConfig(
         name=name,
@@ -399,6 +430,7 @@ def render_agent(
         models=models,
         servers=servers,
         agents=peers,
+        a2a_agents=a2a_peers,
         request_params=agent.request_params,
         call_params=agent.call_params,
         max_iterations=agent.max_iterations,
@@ -430,5 +462,10 @@ def render_agent(
         busy_at=agent.busy_at,
         http=deployment.http,
         drain_seconds=drain_seconds(deployment, agent),
+        a2a=A2AConfig(
+            enabled=agent.a2a.enabled,
+            url=names.a2a_url(url) if url else None,
+            tags=list(agent.capabilities),
+        ),
     )
     return RenderedAgent(config, tuple(dict.fromkeys(secrets)))

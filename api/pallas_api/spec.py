@@ -335,6 +335,23 @@ class McpServerSpec(_Spec):
         return self
 
 
+class A2AAgentSpec(_Spec):
+    """An external A2A agent (kagent, Ark, ADK…) the deployment's agents may call by name."""
+
+    url: Annotated[str, Field(pattern=HTTP_URL, max_length=2048), WithoutCredentials(SECRET_HEADER)]
+    """Where its Agent Card is: the card's own URL (`…/.well-known/agent-card.json`) or the base
+    URL it is served under. The card names the JSON-RPC endpoint called."""
+    timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 600.0
+    """Timeout of one message to it (its whole task, streamed or not)."""
+    forward_inbound_auth: bool = False
+    """Forward the caller's Authorization header on each call (an explicit header wins). Off:
+    an external agent is outside the deployment's trust boundary."""
+    headers: Annotated[list[HeaderSpec], Field(max_length=32)] = Field(default_factory=list)
+    """Headers sent on every request (an API key from a Secret: `valueFrom.secretKeyRef`)."""
+    max_result_bytes: MaxResultBytes = DEFAULT_MAX_RESULT_BYTES
+    """The largest answer read from it (64 KiB to 64 MiB); larger is a tool error."""
+
+
 class RegistrySpec(_Spec):
     """The catalogue Service of the deployment."""
 
@@ -678,6 +695,10 @@ class PallasDeploymentSpec(_Spec):
     """LLM endpoints by name; model references are `<name>.<model>`."""
     mcp_servers: Annotated[dict[str, McpServerSpec], Field(max_length=128)] = Field(default_factory=dict)
     """Downstream MCP servers agents may use, by name."""
+    a2a_agents: Annotated[dict[str, A2AAgentSpec], Field(alias="a2aAgents", max_length=128)] = Field(
+        default_factory=dict
+    )
+    """External A2A agents the deployment's agents may call (`PallasAgent.spec.a2aAgents`), by name."""
     registry: RegistrySpec = RegistrySpec()
     """The registry."""
     runtime: RuntimeSpec = RuntimeSpec()
@@ -809,6 +830,14 @@ class AccessSpec(_Spec):
         return bool(self.subjects or self.groups)
 
 
+class A2ASpec(_Spec):
+    """The agent's A2A surface (docs/api.md §3 "A2A")."""
+
+    enabled: bool = True
+    """Serve the Agent Card at `/.well-known/agent-card.json` and A2A's JSON-RPC binding at
+    `/a2a` beside MCP; false turns both off."""
+
+
 class PallasAgentSpec(_Spec):
     """One LLM agent, served as one MCP endpoint."""
 
@@ -830,6 +859,9 @@ class PallasAgentSpec(_Spec):
     """Other PallasAgents usable as tools (they are also dependencies)."""
     depends_on: NameList = Field(default_factory=list)
     """Agents that must be Ready before this one starts."""
+    a2a_agents: Annotated[NameList, Field(alias="a2aAgents")] = Field(default_factory=list)
+    """Names from the deployment's `a2aAgents` (external A2A agents) usable as tools, like
+    `agents`; they are not dependencies (an external agent has no Ready condition)."""
     request_params: RequestParams = RequestParams()
     """Sampling parameters; those a provider does not support are dropped with a warning."""
     call_params: CallParams = CallParams()
@@ -879,6 +911,8 @@ class PallasAgentSpec(_Spec):
     log_level: LogLevel | None = None
     """Log level of the Pallas loggers in this agent's pods (`PALLAS_LOG_LEVEL`); default: the
     deployment's `logLevel`, else info."""
+    a2a: Annotated[A2ASpec, Field(alias="a2a")] = A2ASpec()
+    """The A2A surface beside MCP: the Agent Card and the JSON-RPC endpoint (on by default)."""
 
     def dependencies(self) -> list[str]:
         """Agents that must be Ready first: `agents` and `dependsOn`, in order, without repeats."""

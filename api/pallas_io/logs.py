@@ -66,6 +66,8 @@ QUIET_LOGGERS = (
     "sqlalchemy",
     "alembic",
     "asyncpg",
+    # The a2a-sdk: ~150 lines of tracing set-up at import and a line per task event at DEBUG.
+    "a2a",
 )
 UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")
 """Quiet unless PALLAS_ROOT_LOG_LEVEL asks for them: start-up chatter and one line per request."""

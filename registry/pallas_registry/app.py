@@ -6,6 +6,7 @@ Routes (docs/registry.md has the details):
 - `GET /v0.1/servers` — one page: `{"servers": [...], "metadata": {"count", "nextCursor"?}}`.
 - `GET /v0.1/servers/{serverName}/versions` and `.../versions/{version}` (`latest` or exact);
   the name is URL-encoded (`%2F`), a literal `/` works too.
+- `GET /a2a/agent-cards` — the A2A Agent Cards of the agents, read from them (`agent_cards.py`).
 - `GET /healthz` (200 while the process runs, with the LLM provider checks: `providers.py`),
   `/readyz` (503 until the source's first full list), `/metrics`.
 
@@ -28,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from pallas_registry.agent_cards import AgentCards
 from pallas_registry.catalogue import encode
 from pallas_registry.guard import SERVERS, WELL_KNOWN, Guard
 from pallas_registry.metrics import CONTENT_TYPE, RegistryMetrics
@@ -39,6 +41,7 @@ from pallas_registry.source import CatalogueSource
 log = logging.getLogger("pallas.registry")
 
 _RESTART_DELAY = 1.0
+AGENT_CARDS = "/a2a/agent-cards"
 
 
 async def _supervise(source: CatalogueSource) -> None:
@@ -61,6 +64,7 @@ class _Handlers:
         self.metrics = metrics
         self.cache = cache
         self.checks = checks
+        self.cards = AgentCards()
 
     def _not_ready(self) -> Response | None:
         # An empty catalogue before the first list would tell clients there are no agents.
@@ -138,6 +142,13 @@ class _Handlers:
             return error(404, "Server version not found")
         return respond(request, Rendered.of(entry.body))
 
+    async def agent_cards(self, request: Request) -> Response:
+        if (unavailable := self._not_ready()) is not None:
+            return unavailable
+        ready_only = request.query_params.get("ready") == "true"
+        document = await self.cards.document(self.source.store.snapshot().entries, ready_only=ready_only)
+        return Response(encode(document), media_type=JSON)
+
     async def healthz(self, request: Request) -> Response:
         # Always 200 (a liveness probe: restarting fixes no provider), with the provider checks
         # as the original's /healthz had them; `degraded` when one failed.
@@ -213,11 +224,13 @@ def build_app(
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            await handlers.cards.aclose()
 
     routes = [
         Route(WELL_KNOWN, handlers.well_known, methods=["GET"]),
         Route(SERVERS, handlers.servers, methods=["GET"]),
         Route(SERVERS + "/{rest:path}", handlers.server, methods=["GET"]),
+        Route(AGENT_CARDS, handlers.agent_cards, methods=["GET"]),
         Route("/healthz", handlers.healthz, methods=["GET"]),
         Route("/readyz", handlers.readyz, methods=["GET"]),
         Route("/metrics", handlers.metrics_text, methods=["GET"]),

@@ -12,7 +12,9 @@ The entry is `{"server": ServerDetail, "_meta": {...}}`:
 - `_meta["dev.pallas/agent"]` (our API group `pallas.dev`, reversed) holds the live state:
   phase, health, tools, discovery tags, provider and model (the agent-info shape of capability
   discovery: `id`, `capabilities`, `status`, `providers`), and `auth`: what a client must
-  present (`mode`; the oidc `issuer` and `audience`; the kubernetes token `audiences`).
+  present (`mode`; the oidc `issuer` and `audience`; the kubernetes token `audiences`), and
+  `a2a`: the agent's A2A Agent Card and JSON-RPC endpoint beside the MCP URL (null when the
+  agent serves no A2A).
 
 Every entry is checked with `validate_response` before it is returned, so nothing the schema
 refuses can reach a client.
@@ -25,6 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
+from pallas_api import names
 from pallas_api.spec import Icon
 from pallas_registry.naming import remote_url, server_name
 from pallas_registry.schema import (
@@ -173,7 +176,14 @@ def _provider(state: AgentState, provider: str, model: str) -> dict[str, Any]:
     return entry
 
 
-def _vendor(state: AgentState, provider: str, model: str) -> dict[str, Any]:
+def _a2a(state: AgentState, url: str) -> dict[str, str] | None:
+    """Where A2A clients find the agent: its card and endpoint beside its MCP URL (`url`)."""
+    if not state.a2a:
+        return None
+    return {"agentCard": names.agent_card_url(url), "url": names.a2a_url(url)}
+
+
+def _vendor(state: AgentState, provider: str, model: str, url: str) -> dict[str, Any]:
     caps = state.model_capabilities
     providers = [_provider(state, provider, model)] if provider else []
     return {
@@ -194,6 +204,7 @@ def _vendor(state: AgentState, provider: str, model: str) -> dict[str, Any]:
         },
         "providers": providers,
         "auth": _auth(state),
+        "a2a": _a2a(state, url),
     }
 
 
@@ -244,7 +255,7 @@ def build_response(state: AgentState) -> dict[str, Any]:
         server["capabilities"] = _capabilities(state, model)
     response = {
         "server": server,
-        "_meta": {OFFICIAL_META: _official(state), VENDOR_META: _vendor(state, provider, model)},
+        "_meta": {OFFICIAL_META: _official(state), VENDOR_META: _vendor(state, provider, model, url)},
     }
     try:
         validate_response(response)

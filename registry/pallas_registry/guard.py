@@ -25,6 +25,7 @@ SERVERS = "/v0.1/servers"
 _FIXED_ROUTES = {
     WELL_KNOWN: "well_known",
     SERVERS: "servers",
+    "/a2a/agent-cards": "agent_cards",
     "/healthz": "healthz",
     "/readyz": "readyz",
     "/metrics": "metrics",

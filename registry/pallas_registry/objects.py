@@ -217,6 +217,7 @@ def agent_state(obj: Mapping[str, Any], deployment: DeploymentSettings | None) -
         status_message=_text(_map(ready_condition).get("message")),
         health=health,
         tools=tuple(t for t in _list(status.get("tools")) if isinstance(t, str)),
+        a2a=_map(spec.get("a2a")).get("enabled") is not False,
         url=_text(status.get("url")) or None,
         model=_text(status.get("model")) or None,
         published_at=created,

@@ -104,6 +104,7 @@ class AgentState:
         updated_at: When anything about it last changed.
         ready_changed_at: When `ready` last flipped (the Ready condition's transition time).
         deleting: The agent is being deleted.
+        a2a: It serves A2A (`spec.a2a.enabled`).
     """
 
     name: str
@@ -133,6 +134,8 @@ class AgentState:
     updated_at: datetime | None = None
     ready_changed_at: datetime | None = None
     deleting: bool = False
+    a2a: bool = True
+    """It serves A2A beside MCP (`spec.a2a.enabled`): its entry names its Agent Card."""
 
     @property
     def key(self) -> tuple[str, str]:

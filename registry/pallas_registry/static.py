@@ -120,6 +120,7 @@ def base_state(agent: LocalAgent, registry_url: str = "") -> AgentState:
         registry_url=registry_url,
         url=agent.url,
         service_port=spec.service.port,
+        a2a=spec.a2a.enabled,
     )
 
 

@@ -43,6 +43,7 @@ from typing import Any
 
 import httpx2
 import pytest
+from a2a.types import TaskState
 from fastmcp import Client
 from fastmcp.client.transports import StreamableHttpTransport
 from lightkube import ApiError
@@ -52,6 +53,7 @@ from lightkube.resources.core_v1 import ConfigMap, Pod, Service
 from prometheus_client.parser import text_string_to_metric_families
 
 from pallas_io.kube import PallasAgent, PallasDeployment
+from tests.support.a2a_clients import a2a_client, stream_events, text_request
 from tests.support.cluster import LocalCluster
 from tests.support.e2e import (
     PALLAS,
@@ -790,6 +792,35 @@ async def test_a_client_finds_the_orchestrator_in_the_registry_and_chats(shared:
     assert chat.returncode == 0, err.decode()
     assert out.decode().startswith("Final answer: echo saw Bearer e2e-user-token; plain saw None"), out
     assert "researcher/send_message" in err.decode(), "pallas chat shows progress lines while waiting"
+
+
+async def test_an_a2a_client_finds_the_cards_and_its_bearer_reaches_the_tools(shared: World) -> None:
+    """A2A beside MCP on the pods: the registry names each card and serves them all (read by the
+    registry pod over cluster DNS); the a2a-sdk client streams a turn whose delegation and tools
+    are the MCP ones, its bearer forwarded as an MCP caller's."""
+    world = shared
+    catalogue = world.catalogue()
+    assert catalogue is not None, "the registry does not answer"
+    base = world.agent_url("orchestrator").removesuffix("/mcp")
+    assert catalogue["orchestrator"]["_meta"]["dev.pallas/agent"]["a2a"] == {
+        "agentCard": f"{base}/.well-known/agent-card.json",
+        "url": f"{base}/a2a",
+    }
+    cards = httpx2.get(world.registry_base() + "/a2a/agent-cards", timeout=10).json()
+    by_name = {a["name"].rsplit("/", 1)[1]: a for a in cards["agents"]}
+    assert by_name["orchestrator"]["card"]["supportedInterfaces"][0]["url"] == f"{base}/a2a", by_name
+    async with a2a_client(base, streaming=True, bearer="Bearer e2e-user-token") as client:
+        events = await stream_events(client, text_request("Who wrote The Republic?"))
+    assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED, events[-1]
+    chunks = [e.artifact_update for e in events if e.HasField("artifact_update")]
+    answer = [c for c in chunks if c.last_chunk][-1].artifact.parts[0].text
+    assert answer.startswith("Final answer: echo saw Bearer e2e-user-token; plain saw None; "), answer
+    steps = [
+        e.status_update.status.message.parts[0].text
+        for e in events
+        if e.HasField("status_update") and e.status_update.status.message.parts
+    ]
+    assert "researcher/send_message: started" in steps, steps
 
 
 async def test_the_pods_are_non_root_containers_with_a_read_only_root(shared: World) -> None:

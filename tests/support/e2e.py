@@ -250,7 +250,11 @@ def install_operator(cluster: LocalCluster, namespace: str, image: str) -> Opera
     res = release.helm("upgrade", "--install", release.release, chart, *sets, "--wait", "--timeout", "120s")
     if res.returncode != 0:
         pods = cluster.kubectl("get", "pods,events", "-n", namespace, check=False).stdout
-        raise AssertionError(f"helm install failed: {res.stderr}\n{pods}\n{release.log_tail()}")
+        logs = release.log_tail()
+        # A failed install still made the chart's cluster-scoped objects (its ClusterRoles),
+        # which would refuse the next module's release: remove it before failing.
+        release.helm("uninstall", release.release, "--wait", "--timeout", "90s")
+        raise AssertionError(f"helm install failed: {res.stderr}\n{pods}\n{logs}")
     return release
 
 

@@ -79,6 +79,7 @@ def secret_names(config: AgentConfig) -> list[str]:
     """The names of the secrets `config` reads (API key, header values), in a stable order."""
     names = [config.provider.api_key_env] if config.provider.api_key_env else []
     names += [h.value_from_env for s in config.servers for h in s.headers if h.value_from_env]
+    names += [h.value_from_env for a in config.a2a_agents for h in a.headers if h.value_from_env]
     return names
 
 
@@ -87,10 +88,11 @@ def missing_secrets(config: AgentConfig, values: Mapping[str, str]) -> list[str]
     missing = []
     if config.provider.api_key_env and config.provider.api_key_env not in values:
         missing.append(config.provider.api_key_origin())
-    for server in config.servers:
-        for header in server.headers:
-            if header.value_from_env and header.value_from_env not in values:
-                missing.append(header.value_origin())
+    headers = [h for s in config.servers for h in s.headers]
+    headers += [h for a in config.a2a_agents for h in a.headers]
+    for header in headers:
+        if header.value_from_env and header.value_from_env not in values:
+            missing.append(header.value_origin())
     return list(dict.fromkeys(missing))
 
 
@@ -100,7 +102,7 @@ def _provider_inputs(config: AgentConfig) -> str:
 
 
 def default_parts(config: AgentConfig, values: Mapping[str, str]) -> PartsPlan:
-    """The real parts: the provider adapter and one source per server and peer agent."""
+    """The real parts: the provider adapter and one source per server, peer agent and A2A agent."""
     key = values.get(config.provider.api_key_env or "")
     provider: Part[LLMProvider] = Part(
         ("provider", _provider_inputs(config), key), functools.partial(create_provider, config, values)
@@ -114,6 +116,12 @@ def default_parts(config: AgentConfig, values: Mapping[str, str]) -> PartsPlan:
     for peer in config.agents:
         build_peer = functools.partial(PeerAgentSource, peer, probe_timeout=timeout)
         sources.append(Part(("peer", peer.model_dump_json(), timeout), build_peer))
+    if config.a2a_agents:  # the a2a-sdk's client is imported only by an agent that calls one
+        from pallas_runtime.downstream.a2a_peer import A2APeerSource
+    for external in config.a2a_agents:
+        headers = tuple(values.get(h.value_from_env or "") for h in external.headers)
+        build_a2a = functools.partial(A2APeerSource, external, probe_timeout=timeout, environ=values)
+        sources.append(Part(("a2a", external.model_dump_json(), timeout, headers), build_a2a))
     return PartsPlan(provider, tuple(sources))
 
 
@@ -286,8 +294,8 @@ class LiveAgent:
                 self._refused = digest
                 log.warning(
                     "agent %s: the new config (%s) changes what needs a new process (name, version, "
-                    "conversations, history, sessions, http or auth other than access); serving %s "
-                    "until restarted",
+                    "conversations, history, sessions, http, auth other than access, or a2a.enabled); "
+                    "serving %s until restarted",
                     current.config.name, digest[:12], current.config_hash[:12],
                 )  # fmt: skip
             return False

@@ -20,8 +20,10 @@ import logging
 import time
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urljoin
 
 from fastmcp.server.auth import AccessToken, RemoteAuthProvider, TokenVerifier
+from fastmcp.server.auth.middleware import RequireAuthMiddleware
 from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
 from mcp.server.auth.middleware.bearer_auth import BearerAuthBackend
 from pydantic import AnyHttpUrl
@@ -31,6 +33,7 @@ from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.requests import HTTPConnection
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp
 
 from pallas_api.config import AccessConfig
 from pallas_runtime.auth.cache import DecisionCache, token_key
@@ -156,6 +159,11 @@ class PallasAuth(RemoteAuthProvider):
         if metadata.path != ROOT_METADATA:
             routes.append(Route(ROOT_METADATA, endpoint=metadata.app, methods=["GET", "OPTIONS"]))
         return routes
+
+    def require(self, app: ASGIApp) -> ASGIApp:
+        """`app` behind the same check as `/mcp` (A2A's endpoint): 401 with the challenge, 403."""
+        metadata = AnyHttpUrl(urljoin(str(self._resource), ROOT_METADATA))
+        return RequireAuthMiddleware(app, self.required_scopes, metadata, self.challenge_scopes)
 
     def get_middleware(self) -> list[Any]:
         """Authentication for `/mcp` only, with 503 for an unavailable decision."""

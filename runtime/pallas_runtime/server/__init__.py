@@ -7,6 +7,10 @@
   `history_prompt` (`<agent>_history`), `instruction_resource` (`pallas://instruction`),
   `probe_routes` (`/healthz`, `/readyz`, `/metrics`), `gateway_tools` (`list_servers`,
   `get_server_tools`, `execute_tool` for the agent's clients, with `toolExposure.gateway`).
+- `turn_entry`: `TurnEntry`, where every turn starts whichever protocol asked for it (MCP's
+  `send_message`, A2A's `SendMessage`): the checks, the turn in flight, the coded failure.
+- `a2a`: the A2A surface beside MCP (the Agent Card, the JSON-RPC binding at `/a2a`, the
+  executor mapping an A2A message onto a turn, the bounded per-caller task store).
 - What the parts share: `descriptions` (names and texts), `tool_errors` (coded error results),
   `request` (what a call reads from its request), `conversation_gauge`.
 - `edge`: `agent_app`, the HTTP app with its guards (body limit, one credential, one request

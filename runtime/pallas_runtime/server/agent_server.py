@@ -19,7 +19,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastmcp import FastMCP
 
@@ -45,8 +45,12 @@ from pallas_runtime.server.instruction_resource import InstructionResource
 from pallas_runtime.server.probe_routes import ProbeRoutes
 from pallas_runtime.server.send_message import SendMessage, SendMessageMetrics
 from pallas_runtime.server.tool_errors import CodedErrors
+from pallas_runtime.server.turn_entry import TurnEntry
 from pallas_runtime.server.warm_up import import_what_fastmcp_defers
 from pallas_runtime.sessions import SessionTable
+
+if TYPE_CHECKING:
+    from pallas_runtime.server.a2a import A2ASurface
 
 log = logging.getLogger("pallas.server")
 SESSION_QUIET_SECONDS = 1.0
@@ -106,9 +110,17 @@ class AgentServer:
             in_flight=lambda: self.inflight.count,
         )
         self._gauge = ConversationGauge(agent, store, metrics)
-        self._send = SendMessage(
-            live, conversations, self.inflight, self._gauge, metrics, verified=self._auth is not None
-        )
+        self.turns = TurnEntry(live, conversations, self.inflight, self._gauge, metrics)
+        """Where every turn starts, whichever protocol asked for it."""
+        self._send = SendMessage(live, self.turns, verified=self._auth is not None)
+        self.a2a: A2ASurface | None = None
+        """The A2A surface (`spec.a2a.enabled`, fixed at start), served beside MCP by `agent_app`."""
+        if config.a2a.enabled:
+            # Imported only here: the a2a-sdk (protobuf, google-api-core) costs ~28 MB and an
+            # import second an agent without A2A does not pay.
+            from pallas_runtime.server.a2a import A2ASurface
+
+            self.a2a = A2ASurface(live, self.turns, metrics, self._auth)
         self._declare_series()
         self.mcp = FastMCP(
             agent,
@@ -237,6 +249,8 @@ class AgentServer:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             closing = [self.live.aclose(), self._store.aclose()]
+            if self.a2a is not None:
+                closing.append(self.a2a.aclose())
             if self._auth is not None:
                 closing.append(self._auth.verifier.aclose())
             await asyncio.gather(*closing, return_exceptions=True)

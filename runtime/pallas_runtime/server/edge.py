@@ -1,4 +1,4 @@
-"""The agent's HTTP app: MCP at `/mcp` and the probe routes, behind the guards of its edge."""
+"""The agent's HTTP app: MCP at `/mcp`, A2A at `/a2a`, the probe routes, behind the guards of its edge."""
 
 from __future__ import annotations
 
@@ -35,6 +35,8 @@ def agent_app(server: AgentServer, allowed_hosts: Sequence[str] = ()) -> ASGIApp
     app = server.mcp.http_app(
         path="/mcp", host_origin_protection="auto", allowed_hosts=list(allowed_hosts) or None
     )
+    if server.a2a is not None:  # beside /mcp, under the same middleware (authentication included)
+        app.router.routes.extend(server.a2a.routes())
     serve_sessions(app, server.mcp, server.sessions, serving=server.keep_session_table)
     refused = server.refused
     one_per_id = OneRequestPerId(app, MAX_REQUEST_BYTES, lambda: refused("duplicate_id"))

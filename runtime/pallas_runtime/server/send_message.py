@@ -1,14 +1,13 @@
 """The `send_message` tool and its alias `<agent>`: one turn of a conversation (docs/api.md §3).
 
-A call is checked (call path, message, images, conversation id, params) before the model is
-asked; a failure ends it with a coded error and one log line. The turn runs as one in flight
-(so a stopping agent can drain it, and interrupt it when its drain runs out) and its result
-names the conversation it was kept in.
+The turn itself is `TurnEntry`'s (shared with A2A): checked (call path, message, images,
+conversation id, params) before the model is asked, a failure ending it with a coded error and
+one log line, run as one in flight (so a stopping agent can drain it). The result names the
+conversation it was kept in.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -18,32 +17,20 @@ from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from fastmcp.tools import Tool, ToolResult
 from mcp_types import CallToolRequestParams
 
-from pallas_api.config import RequestParams, SendParams
-from pallas_api.errors import ErrorCode
+from pallas_api.config import SendParams
 from pallas_api.names import HISTORY_TRIMMED_META, TOOL_CALLS_META
 from pallas_io.tracing import exemplar
-from pallas_runtime.agent.audit import audit_turn
-from pallas_runtime.agent.choice import BearerMissing, turn_choice
-from pallas_runtime.agent.inputs import ImageInput, InvalidInput, user_message
-from pallas_runtime.agent.live import Generation, LiveAgent
-from pallas_runtime.agent.loop import MaxIterationsExceeded, ToolChoiceUnavailable, TurnChoice
-from pallas_runtime.agent.progress import ProgressReporter
+from pallas_runtime.agent.inputs import ImageInput
+from pallas_runtime.agent.live import LiveAgent
 from pallas_runtime.agent.trace import tool_trace
-from pallas_runtime.agent.turns import Conversations, Reply
+from pallas_runtime.agent.turns import Reply
 from pallas_runtime.auth.credential import forwarded_credential
-from pallas_runtime.conversations.caller import checked_id, current_caller
-from pallas_runtime.conversations.model import ConversationBusy, StoreUnavailable, TurnLost
-from pallas_runtime.downstream.call_path import CallPath, CallRefused
-from pallas_runtime.inflight import InFlight, ShuttingDown
-from pallas_runtime.llm.provider import LLMError
-from pallas_runtime.messages import UserMessage
+from pallas_runtime.conversations.caller import current_caller
 from pallas_runtime.metrics import RuntimeMetrics
-from pallas_runtime.server.conversation_gauge import ConversationGauge
 from pallas_runtime.server.descriptions import send_message_description, send_message_names
 from pallas_runtime.server.request import progress_sender, request_meta, session_id, wants_tool_calls
 from pallas_runtime.server.tool_errors import CodedToolError
-
-log = logging.getLogger("pallas.server")
+from pallas_runtime.server.turn_entry import TurnEntry, TurnFailed, TurnRequest
 
 CONVERSATION_META = "pallas.dev/conversationId"
 """The `_meta` key of a send_message result naming the conversation the turn was stored in."""
@@ -80,24 +67,11 @@ class SendMessageMetrics(Middleware):
 
 
 class SendMessage:
-    """The tool: the checks, the turn, the errors it answers with and the result's `_meta`."""
+    """The MCP tool: what the request carries, the turn (`TurnEntry`), the answer's `_meta`."""
 
-    def __init__(
-        self,
-        live: LiveAgent,
-        conversations: Conversations,
-        inflight: InFlight,
-        gauge: ConversationGauge,
-        metrics: RuntimeMetrics,
-        *,
-        verified: bool,
-    ) -> None:
+    def __init__(self, live: LiveAgent, entry: TurnEntry, *, verified: bool) -> None:
         self._live = live
-        self._metrics = metrics
-        self._agent = live.config.name
-        self._conversations = conversations
-        self._inflight = inflight
-        self._gauge = gauge
+        self._entry = entry
         self._verified = verified
         self.names = send_message_names(live.config)
         """The names it is offered under: `send_message` and, unless taken, the agent's."""
@@ -114,17 +88,6 @@ class SendMessage:
                 Tool.from_function(self.send_message, name=name, description=description, output_schema=None)
             )
 
-    def _failed(self, exc: Exception | str, code: ErrorCode) -> CodedToolError:
-        """One log line with the agent, the code and the reason, and the error the caller gets.
-
-        A caller's own bad input is INFO, anything else WARNING; fastmcp's generic "Error calling
-        tool" line (no agent, no reason) is silenced for them.
-        """
-        text = str(exc)
-        level = logging.INFO if code is ErrorCode.INVALID_ARGUMENTS else logging.WARNING
-        log.log(level, "send_message failed: %s", text, extra={"agent": self._agent, "code": code.value})
-        return CodedToolError(text, code)
-
     async def send_message(
         self,
         message: str,
@@ -133,103 +96,23 @@ class SendMessage:
         conversation_id: str | None = None,
         params: SendParams | None = None,
     ) -> ToolResult:
-        """One turn: the checks, the model and the tools, then the answer.
-
-        The turn runs on the agent's config, provider and tools as they are when the call
-        arrives (`LiveAgent.hold`): an edit applied meanwhile takes effect from the next call.
-        """
-        with self._live.hold() as generation:
-            return await self._turn(generation, message, ctx, images, conversation_id, params)
-
-    async def _turn(
-        self,
-        generation: Generation,
-        message: str,
-        ctx: Context,
-        images: list[ImageInput] | None,
-        conversation_id: str | None,
-        params: SendParams | None,
-    ) -> ToolResult:
-        config = generation.config
+        """One turn: the checks, the model and the tools, then the answer."""
+        request = TurnRequest(
+            caller=current_caller(),
+            message=message,
+            call_meta=request_meta(ctx),
+            images=images,
+            conversation_id=conversation_id,
+            session_id=session_id(),
+            inbound_auth=forwarded_credential(verified=self._verified),
+            params=params,
+            progress=progress_sender(ctx),
+        )
         try:
-            call_path = CallPath.inbound(request_meta(ctx), self._agent, config.max_depth)
-        except CallRefused as exc:
-            raise self._failed(exc, exc.code) from None
-        inbound_auth = forwarded_credential(verified=self._verified)
-        request: RequestParams | None = None
-        try:
-            user = user_message(config, message, images)
-            checked = checked_id(conversation_id) if conversation_id else None
-            if params is not None and (refusal := config.call_params.refusal(params)):
-                raise InvalidInput(refusal)
-            choice = turn_choice(config, generation.provider, params, inbound_auth)
-            if params is not None:
-                request = params.request_params()
-                (choice.provider if choice else generation.provider).check_params(request)
-        except BearerMissing as exc:
-            raise self._failed(exc, ErrorCode.DENIED_BY_POLICY) from None
-        except (InvalidInput, ValueError) as exc:
-            raise self._failed(exc, ErrorCode.INVALID_ARGUMENTS) from None
-        try:
-            return await self._run(generation, user, checked, inbound_auth, ctx, call_path, request, choice)
-        finally:
-            if choice is not None and choice.provider is not generation.provider:
-                await choice.provider.aclose()  # a caller-keyed client is that call's alone
-
-    async def _run(
-        self,
-        generation: Generation,
-        user: UserMessage,
-        checked: str | None,
-        inbound_auth: str | None,
-        ctx: Context,
-        call_path: CallPath,
-        request: RequestParams | None,
-        choice: TurnChoice | None,
-    ) -> ToolResult:
-        model = choice.model if choice is not None else generation.config.model
-        appended = bool(choice and choice.system_append)
-        self._metrics.send_message_turns_total.labels(
-            self._agent, model, "true" if appended else "false"
-        ).inc()
-        if model != generation.config.model or appended:  # the call chose: who chose what is audited
-            audit_turn(self._agent, model, len(choice.system_append) if choice is not None else 0)
-        reply: Reply | None = None
-        try:
-            with self._inflight.track():
-                reply = await self._conversations.send(
-                    generation.loop,
-                    current_caller(),
-                    user,
-                    conversation_id=checked,
-                    session_id=session_id(),
-                    inbound_auth=inbound_auth,
-                    progress=ProgressReporter(self._agent, progress_sender(ctx)),
-                    call_path=call_path,
-                    params=request,
-                    choice=choice,
-                )
-        except LLMError as exc:
-            raise self._failed(f"the language model call failed: {exc}", ErrorCode.LLM_ERROR) from None
-        except MaxIterationsExceeded as exc:
-            raise self._failed(exc, ErrorCode.MAX_ITERATIONS) from None
-        except ToolChoiceUnavailable as exc:
-            raise self._failed(exc, ErrorCode.INVALID_ARGUMENTS) from None
-        except ConversationBusy as exc:
-            raise self._failed(exc, ErrorCode.TIMEOUT) from None
-        except ShuttingDown as exc:
-            raise self._failed(exc, ErrorCode.AGENT_SHUTTING_DOWN) from None
-        except TurnLost as exc:
-            raise self._failed(exc, ErrorCode.SERVER_UNAVAILABLE) from None
-        except StoreUnavailable as exc:
-            raise self._failed(
-                f"the conversation was not kept: {exc}", ErrorCode.SERVER_UNAVAILABLE
-            ) from None
-        finally:
-            # A failed turn can change the count too (a store that expired or evicted on the
-            # way); only a finished turn that kept no conversation cannot.
-            if reply is None or reply.conversation_id is not None:
-                await self._gauge.changed(count_changed=reply is not None and reply.created)
+            reply = await self._entry.run(request)
+        except TurnFailed as exc:
+            # fastmcp's generic "Error calling tool" line (no agent, no reason) is silenced.
+            raise CodedToolError(str(exc), exc.code) from None
         return ToolResult(content=reply.text, meta=_result_meta(reply, wants_tool_calls(ctx)) or None)
 
 

@@ -56,7 +56,11 @@ async def test_two_replicas_never_both_act_and_the_standby_takes_over(
             return await get_object(kube_client, Deployment, namespace, "research")
 
         await eventually(created, 30, "the leader reconciling")
-        assert total(first.runner.metrics, "pallas_operator_reconcile_total") > 0
+
+        async def counted() -> bool:  # the reconcile is counted when it ends, after its writes
+            return total(first.runner.metrics, "pallas_operator_reconcile_total") > 0
+
+        await eventually(counted, 30, "the leader's reconcile counted")
         lease = await kube_client.get(Lease, "pallas-operator", namespace=namespace)
         assert lease.spec is not None
         assert lease.spec.holderIdentity == "first"

@@ -17,7 +17,7 @@ import yaml
 from pallas_api import names
 from pallas_api.config import parse_config, render_config
 from pallas_api.live import process_digest
-from pallas_api.render import render_agent
+from pallas_api.render import RenderError, render_agent
 from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
 from pallas_operator.builders import (
     AgentWorkload,
@@ -462,3 +462,25 @@ def test_an_agent_pods_default_memory_limit_follows_its_budgets() -> None:
     # A spec's own resources are taken as written.
     own = {"limits": {"memory": "300Mi"}}
     assert limits(spec(history={"maxBytes": 1024**3}, pod={"resources": own})) == own
+
+
+def test_an_external_a2a_agent_renders_as_a_peer_with_its_header_secret_by_reference() -> None:
+    dep = _deployment_spec(
+        at("spec.a2aAgents.adk-helper", {
+            "url": "https://adk.example/",
+            "headers": [{"name": "X-Api-Key", "valueFrom": {"secretKeyRef": {"name": "adk", "key": "key"}}}],
+        })
+    )  # fmt: skip
+    rendered = render_agent("research", _agent_spec(at("spec.a2aAgents", ["adk-helper"])), dep, {})
+    (peer,) = rendered.config.a2a_agents
+    assert (peer.name, peer.url, peer.forward_inbound_auth) == ("adk-helper", "https://adk.example/", False)
+    assert peer.headers[0].value_from_env == "PALLAS_A2A_ADK_HELPER_HEADER_0"
+    assert [(b.env, b.ref.name) for b in rendered.secrets if b.env.startswith("PALLAS_A2A_")] == [
+        ("PALLAS_A2A_ADK_HELPER_HEADER_0", "adk")
+    ]
+    assert rendered.config.a2a.enabled
+
+
+def test_an_a2a_agent_the_deployment_does_not_define_is_named() -> None:
+    with pytest.raises(RenderError, match="a2aAgents nobody not defined by the deployment"):
+        render_agent("research", _agent_spec(at("spec.a2aAgents", ["nobody"])), _deployment_spec(), {})

@@ -253,3 +253,8 @@ def test_garbage_anywhere_never_crashes() -> None:
         except InvalidAgent:
             continue
     assert built > 50
+
+
+def test_an_agent_serves_a2a_unless_its_spec_turns_it_off() -> None:
+    assert agent_state(ready_agent(), SETTINGS).a2a
+    assert not agent_state(ready_agent(at("spec.a2a", {"enabled": False})), SETTINGS).a2a

@@ -1,0 +1,213 @@
+"""One turn as a caller asks for it, whatever the protocol: the checks, the turn, the coded failure.
+
+MCP's `send_message` and A2A's `SendMessage`/`SendStreamingMessage` both end here, so a turn is
+checked, run, logged, drained and counted the same way and fails with the same codes
+(docs/api.md §3, and §3 "A2A"). The protocol edges only translate: what the request carried
+into a `TurnRequest`, and the `Reply` or `TurnFailed` back into their own wire format.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pallas_api.config import RequestParams, SendParams
+from pallas_api.errors import ErrorCode
+from pallas_runtime.agent.audit import audit_turn
+from pallas_runtime.agent.choice import BearerMissing, turn_choice
+from pallas_runtime.agent.inputs import ImageInput, InvalidInput, user_message
+from pallas_runtime.agent.live import Generation, LiveAgent
+from pallas_runtime.agent.loop import MaxIterationsExceeded, ToolChoiceUnavailable, TurnChoice
+from pallas_runtime.agent.progress import ProgressReporter, Send
+from pallas_runtime.agent.turns import Conversations, Reply
+from pallas_runtime.conversations.caller import Caller, checked_id
+from pallas_runtime.conversations.model import ConversationBusy, StoreUnavailable, TurnLost
+from pallas_runtime.downstream.call_path import CallPath, CallRefused
+from pallas_runtime.inflight import InFlight, ShuttingDown
+from pallas_runtime.llm.provider import LLMError
+from pallas_runtime.messages import UserMessage
+from pallas_runtime.metrics import RuntimeMetrics
+from pallas_runtime.server.conversation_gauge import ConversationGauge
+
+log = logging.getLogger("pallas.server")
+
+
+class TurnFailed(Exception):
+    """A turn refused or failed; `code` is its machine-readable reason (`pallas_api.errors`)."""
+
+    def __init__(self, message: str, code: ErrorCode) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRequest:
+    """What one caller asked for, as read from its protocol's request."""
+
+    caller: Caller
+    message: str
+    call_meta: Mapping[str, Any] | None = None
+    """The request's call path (`pallas.dev/callPath`, `pallas.dev/hops`), as sent."""
+    images: list[ImageInput] | None = None
+    conversation_id: str | None = None
+    session_id: str | None = None
+    inbound_auth: str | None = None
+    """The `Authorization` value the agent sends on (see `auth.credential`)."""
+    params: SendParams | None = None
+    """The call's own request parameters, model and system prompt addition."""
+    progress: Send | None = None
+    """Where the turn's progress goes (None: the caller follows none)."""
+
+
+_FAILURES: tuple[tuple[type[Exception], ErrorCode], ...] = (
+    (MaxIterationsExceeded, ErrorCode.MAX_ITERATIONS),
+    (ToolChoiceUnavailable, ErrorCode.INVALID_ARGUMENTS),
+    (ConversationBusy, ErrorCode.TIMEOUT),
+    (ShuttingDown, ErrorCode.AGENT_SHUTTING_DOWN),
+    (TurnLost, ErrorCode.SERVER_UNAVAILABLE),
+)
+
+
+class TurnEntry:
+    """Checks a request, runs its turn as one in flight, and names why one failed."""
+
+    def __init__(
+        self,
+        live: LiveAgent,
+        conversations: Conversations,
+        inflight: InFlight,
+        gauge: ConversationGauge,
+        metrics: RuntimeMetrics,
+    ) -> None:
+        self._live = live
+        self._metrics = metrics
+        self._agent = live.config.name
+        self._conversations = conversations
+        self._inflight = inflight
+        self._gauge = gauge
+
+    def failed(self, exc: Exception | str, code: ErrorCode, *, via: str = "send_message") -> TurnFailed:
+        """One log line with the agent, the code and the reason, and the error the caller gets.
+
+        A caller's own bad input is INFO, anything else WARNING.
+        """
+        text = str(exc)
+        level = logging.INFO if code is ErrorCode.INVALID_ARGUMENTS else logging.WARNING
+        log.log(level, "%s failed: %s", via, text, extra={"agent": self._agent, "code": code.value})
+        return TurnFailed(text, code)
+
+    async def run(self, request: TurnRequest, *, via: str = "send_message") -> Reply:
+        """One turn: the checks, the model and the tools, then the answer.
+
+        The turn runs on the agent's config, provider and tools as they are when the request
+        arrives (`LiveAgent.hold`): an edit applied meanwhile takes effect from the next one.
+
+        Args:
+            request: What the caller asked for.
+            via: The method the caller used, for the log line of a failure.
+
+        Raises:
+            TurnFailed: the request was refused or its turn failed (logged once here).
+        """
+        with self._live.hold() as generation:
+            return await self._run(generation, request, via)
+
+    async def _run(self, generation: Generation, request: TurnRequest, via: str) -> Reply:
+        config = generation.config
+        try:
+            call_path = CallPath.inbound(request.call_meta, self._agent, config.max_depth)
+        except CallRefused as exc:
+            raise self.failed(exc, exc.code, via=via) from None
+        params = request.params
+        request_params: RequestParams | None = None
+        try:
+            user = user_message(config, request.message, request.images)
+            checked = checked_id(request.conversation_id) if request.conversation_id else None
+            if params is not None and (refusal := config.call_params.refusal(params)):
+                raise InvalidInput(refusal)
+            choice = turn_choice(config, generation.provider, params, request.inbound_auth)
+            if params is not None:
+                request_params = params.request_params()
+                (choice.provider if choice else generation.provider).check_params(request_params)
+        except BearerMissing as exc:
+            raise self.failed(exc, ErrorCode.DENIED_BY_POLICY, via=via) from None
+        except (InvalidInput, ValueError) as exc:
+            raise self.failed(exc, ErrorCode.INVALID_ARGUMENTS, via=via) from None
+        try:
+            return await self._turn(
+                generation, request, user, checked, call_path, request_params, choice, via
+            )
+        finally:
+            if choice is not None and choice.provider is not generation.provider:
+                await choice.provider.aclose()  # a caller-keyed client is that call's alone
+
+    async def _turn(
+        self,
+        generation: Generation,
+        request: TurnRequest,
+        user: UserMessage,
+        checked: str | None,
+        call_path: CallPath,
+        params: RequestParams | None,
+        choice: TurnChoice | None,
+        via: str,
+    ) -> Reply:
+        model = choice.model if choice is not None else generation.config.model
+        appended = bool(choice and choice.system_append)
+        self._metrics.send_message_turns_total.labels(
+            self._agent, model, "true" if appended else "false"
+        ).inc()
+        if model != generation.config.model or appended:  # the call chose: who chose what is audited
+            audit_turn(self._agent, model, len(choice.system_append) if choice is not None else 0)
+        reply: Reply | None = None
+        try:
+            with self._inflight.track():
+                reply = await self._conversations.send(
+                    generation.loop,
+                    request.caller,
+                    user,
+                    conversation_id=checked,
+                    session_id=request.session_id,
+                    inbound_auth=request.inbound_auth,
+                    progress=ProgressReporter(self._agent, request.progress),
+                    call_path=call_path,
+                    params=params,
+                    choice=choice,
+                )
+        except LLMError as exc:
+            text = f"the language model call failed: {exc}"
+            raise self.failed(text, ErrorCode.LLM_ERROR, via=via) from None
+        except StoreUnavailable as exc:
+            raise self.failed(
+                f"the conversation was not kept: {exc}", ErrorCode.SERVER_UNAVAILABLE, via=via
+            ) from None
+        except tuple(kind for kind, _ in _FAILURES) as exc:
+            code = next(code for kind, code in _FAILURES if isinstance(exc, kind))
+            raise self.failed(exc, code, via=via) from None
+        finally:
+            # A failed turn can change the count too (a store that expired or evicted on the
+            # way); only a finished turn that kept no conversation cannot.
+            if reply is None or reply.conversation_id is not None:
+                await self._gauge.changed(count_changed=reply is not None and reply.created)
+        return reply
+
+
+class TurnTimer:
+    """Counts and times one turn in `pallas_send_message_total` / `_duration_seconds`.
+
+    Every turn counts there, whichever protocol asked for it: the series measure the agent's
+    work, not one protocol's calls.
+    """
+
+    def __init__(self, agent: str, metrics: RuntimeMetrics) -> None:
+        self._agent = agent
+        self._metrics = metrics
+        self._started = time.perf_counter()
+
+    def done(self, *, ok: bool) -> None:
+        """Record the outcome and the time since the timer was made."""
+        self._metrics.send_message_total.labels(self._agent, "ok" if ok else "error").inc()
+        self._metrics.send_message_duration.labels(self._agent).observe(time.perf_counter() - self._started)
