@@ -38,7 +38,7 @@ lock: venv ## re-resolve requirements/*.lock from pyproject.toml and requirement
 k8s-bins: ## build (or reuse) etcd, the Kubernetes control plane and node binaries, CoreDNS, kubectl, helm
 	hack/build/k8s-bins.sh
 
-mcp-peers: ## install (or reuse) the pinned MCP peers: Node 22, server-everything, inspector-cli, conformance
+mcp-peers: ## install (or reuse) the pinned MCP peers: Node 22, server-everything, inspector-cli, conformance, @a2a-js/sdk
 	hack/build/mcp-peers.sh
 
 system-deps: ## install (if missing) the Debian packages: containerd, runc, CNI, buildah, debootstrap, promtool…
