@@ -15,7 +15,7 @@
 // BASE/.well-known/agent-card.json and picks the transport the card names.
 // A bearer token, if any, comes from the environment (A2A_BEARER_TOKEN), not the command line,
 // where every process on the machine could read it; it is sent as `Authorization: Bearer …`.
-// A failure prints {"error": {"name", "message"}} and exits 2; bad usage exits 64.
+// A failure prints {"error": {"name", "message", "cause"?}} and exits 2; bad usage exits 64.
 
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
@@ -34,7 +34,12 @@ function usage(problem) {
 /** Imports an entry point of the installed SDK by its package.json `exports` (the ESM build). */
 async function importSdk(dir, subpath) {
   const root = join(dir, "node_modules", "@a2a-js", "sdk");
-  const manifest = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
+  let manifest;
+  try {
+    manifest = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
+  } catch (err) {
+    usage(`no @a2a-js/sdk under ${dir} (hack/build/mcp-peers.sh installs it): ${err.message}`);
+  }
   const entry = manifest.exports?.[subpath]?.import;
   if (!entry) throw new Error(`@a2a-js/sdk in ${dir} exports no ${subpath}`);
   return import(pathToFileURL(join(root, entry)).href);
@@ -62,13 +67,18 @@ const [operation, base, arg] = positionals;
 if (!opts.sdk) usage("--sdk DIR is required");
 const timeoutMs = Number(opts.timeout) * 1000;
 if (!(timeoutMs > 0)) usage(`--timeout ${opts.timeout} is not a positive number of seconds`);
-const needsArg = { card: false, send: true, stream: true, get: true, cancel: true };
-if (!(operation in needsArg)) usage(`unknown operation ${JSON.stringify(operation)}`);
+const argumentOf = { card: null, send: "TEXT", stream: "TEXT", get: "TASK_ID", cancel: "TASK_ID" };
+if (!(operation in argumentOf)) usage(`unknown operation ${JSON.stringify(operation)}`);
 if (!base) usage(`${operation} needs the agent's base URL`);
-if (needsArg[operation] && !arg) usage(`${operation} needs a ${operation === "send" || operation === "stream" ? "TEXT" : "TASK_ID"}`);
+if (argumentOf[operation] && !arg) usage(`${operation} needs a ${argumentOf[operation]}`);
 
-// Every request of the run shares one deadline, so a server that never answers fails the run.
+// Every request of the run shares one deadline, so a server that never answers fails the run; the
+// watchdog also bounds what the signal does not reach (the card's fetch inside createFromUrl).
 const signal = AbortSignal.timeout(timeoutMs);
+setTimeout(() => {
+  print({ error: { name: "TimeoutError", message: `no end after ${opts.timeout} s` } });
+  process.exit(2);
+}, timeoutMs + 1000).unref();
 const token = process.env.A2A_BEARER_TOKEN;
 const requestOptions = { signal, serviceParameters: token ? { Authorization: `Bearer ${token}` } : {} };
 
@@ -120,6 +130,8 @@ try {
       break;
   }
 } catch (err) {
-  print({ error: { name: err?.name ?? "Error", message: String(err?.message ?? err) } });
+  // fetch's own errors say only "fetch failed"; the reason (ECONNREFUSED, a timeout) is the cause.
+  const cause = err?.cause ? String(err.cause.message ?? err.cause) : undefined;
+  print({ error: { name: err?.name ?? "Error", message: String(err?.message ?? err), cause } });
   process.exitCode = 2;
 }

@@ -24,6 +24,12 @@ def texts(parts: list[dict[str, Any]]) -> str:
     return "".join(part.get("text", "") for part in parts)
 
 
+def status_of(event: dict[str, Any]) -> str | None:
+    """The state a streamed status update reports (None for other events)."""
+    state: str | None = event.get("statusUpdate", {}).get("status", {}).get("state")
+    return state
+
+
 async def test_the_js_sdk_reads_the_card_and_continues_a_context(
     fake_openai: FakeOpenAI, mcp_peers: McpPeers
 ) -> None:
@@ -90,6 +96,9 @@ async def test_the_js_sdk_gets_and_cancels_a_running_task(
             a2a_js_started(mcp_peers, "stream", agent.base_url, "Think long.") as stream,
         ):
             task_id = (await next_line(stream))["task"]["id"]
+            # The SDK streams an event once its task store holds it: a `get` after this sees `working`.
+            while status_of(await next_line(stream)) != "TASK_STATE_WORKING":
+                pass
             while not fake_openai.completions:  # noqa: ASYNC110 - the fake records, it signals nothing
                 await asyncio.sleep(0.01)
             running = (await a2a_js(mcp_peers, "get", agent.base_url, task_id)).only["task"]
