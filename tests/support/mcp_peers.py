@@ -1,4 +1,5 @@
-"""The real MCP peers the tests talk to: server-everything, the MCP Inspector CLI, the conformance suite.
+"""The real MCP peers the tests talk to: server-everything, the MCP Inspector CLI, the conformance suite
+(and, beside them, the JavaScript A2A SDK: a second A2A client nobody here wrote).
 
 hack/build/mcp-peers.sh installs them (pinned, once) into a cache outside the repo; `mcp_peers` runs it
 and says where everything is. `server_everything` starts @modelcontextprotocol/server-everything
@@ -6,7 +7,8 @@ in Streamable HTTP mode on a free loopback port for the test session and kills i
 afterwards.
 
     def test_x(server_everything):            # EverythingServer(url=http://127.0.0.1:PORT/mcp, ...)
-    def test_y(mcp_peers):                     # McpPeers: .node (Node 22), .inspector_cli, .conformance
+    def test_y(mcp_peers):                     # McpPeers: .node (Node 22), .inspector_cli, .conformance,
+                                               #   .a2a_js (the JavaScript A2A SDK)
 
 Fixtures are exported for tests/conftest.py (`from tests.support.mcp_peers import mcp_peers,
 server_everything`); a test module can also import them itself.
@@ -88,6 +90,11 @@ class McpPeers:
     def conformance(self) -> Path:
         """The conformance suite: `node <this> server --url URL ...` (Node 22 only)."""
         return self.dir / "conformance/node_modules/@modelcontextprotocol/conformance/dist/index.js"
+
+    @property
+    def a2a_js(self) -> Path:
+        """The install of @a2a-js/sdk (its node_modules): tests/support/a2a_js_client.mjs --sdk <this>."""
+        return self.dir / "a2a-js"
 
 
 def install_mcp_peers() -> McpPeers:

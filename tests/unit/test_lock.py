@@ -220,7 +220,7 @@ def test_the_go_build_reads_only_the_committed_module_files() -> None:
     assert "go mod tidy" not in build
 
 
-@pytest.mark.parametrize("piece", ["node22", "server-everything", "inspector-cli", "conformance"])
+@pytest.mark.parametrize("piece", sorted(p.name for p in (REPO / "hack/build/mcp-peers").iterdir()))
 def test_each_mcp_peer_is_an_exact_version_with_a_locked_tree(piece: str) -> None:
     folder = REPO / "hack" / "build" / "mcp-peers" / piece
     manifest = json.loads((folder / "package.json").read_text())
@@ -230,6 +230,8 @@ def test_each_mcp_peer_is_an_exact_version_with_a_locked_tree(piece: str) -> Non
     packages = lock["packages"]
     assert packages[""]["dependencies"] == manifest["dependencies"], f"{piece}: the lock is stale (--relock)"
     assert packages[f"node_modules/{package}"]["version"] == version
+    script = (REPO / "hack" / "build" / "mcp-peers.sh").read_text()
+    assert f'\n  "{piece}|{package}|' in script, f"hack/build/mcp-peers.sh installs no {piece} ({package})"
     for path, entry in packages.items():
         if path and not entry.get("link"):
             assert entry.get("integrity", "").startswith("sha512-"), f"{piece}: {path} has no integrity hash"
@@ -238,6 +240,6 @@ def test_each_mcp_peer_is_an_exact_version_with_a_locked_tree(piece: str) -> Non
 
 def test_the_mcp_peers_are_installed_with_npm_ci_from_the_locks() -> None:
     script = _code(REPO / "hack" / "build" / "mcp-peers.sh")
-    install = script[script.index('for piece in "${PIECES[@]}"; do\n  IFS') :]
+    install = script[script.rindex('for piece in "${PIECES[@]}"; do\n') :]  # the last loop installs
     assert "npm ci " in install
     assert "npm install" not in install
