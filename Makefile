@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml requirements/build.lock r
   requirements/install | sha256sum | cut -c1-16)
 UV_VERSION := 0.13.9
 
-.PHONY: help venv lock k8s-bins mcp-peers system-deps image lint verify test test-unit test-integration \
+.PHONY: help venv lock k8s-bins cluster-addons mcp-peers system-deps image lint verify test test-unit test-integration \
         test-e2e cluster-up cluster-down cluster-status demo demo-down clean
 
 help: ## list the targets
@@ -37,6 +37,9 @@ lock: venv ## re-resolve requirements/*.lock from pyproject.toml and requirement
 
 k8s-bins: ## build (or reuse) etcd, the Kubernetes control plane and node binaries, CoreDNS, kubectl, helm
 	hack/build/k8s-bins.sh
+
+cluster-addons: ## build (or reuse) the cluster add-ons: kube-network-policies, the Prometheus Operator and its CRDs
+	hack/build/cluster-addons.sh
 
 mcp-peers: ## install (or reuse) the pinned MCP peers: Node 22, server-everything, inspector-cli, conformance
 	hack/build/mcp-peers.sh
@@ -69,16 +72,16 @@ verify: venv ## regenerate crds/ from the models and fail if the committed files
 test-unit: venv k8s-bins ## pure tests (the chart tests run helm template)
 	$(BIN)/pytest tests/unit
 
-test-integration: venv k8s-bins mcp-peers system-deps ## tests against the real local control plane
+test-integration: venv k8s-bins cluster-addons mcp-peers system-deps ## tests against the real local control plane
 	$(BIN)/pytest tests/integration
 
-test-e2e: venv k8s-bins mcp-peers system-deps image ## the whole product as containers on the local node
+test-e2e: venv k8s-bins cluster-addons mcp-peers system-deps image ## the whole product as containers on the local node
 	$(BIN)/pytest tests/e2e
 
-test: lint verify k8s-bins mcp-peers system-deps image ## lint and every test tier (what CI runs)
+test: lint verify k8s-bins cluster-addons mcp-peers system-deps image ## lint and every test tier (what CI runs)
 	$(BIN)/pytest tests
 
-cluster-up: k8s-bins system-deps ## start (or reuse) the local cluster: control plane and node
+cluster-up: k8s-bins cluster-addons system-deps ## start (or reuse) the local cluster: control plane and node
 	hack/local/cluster up
 
 cluster-down: ## stop the local cluster (every node component too) and undo its network
