@@ -5,7 +5,8 @@
   the mirror apt already uses; trimmed and cached as a root-filesystem tar.
 - `pallas_image(repo)`: the project's Dockerfile on that base (`BASE_IMAGE`), tagged with a hash of
   everything the build reads, so it is rebuilt exactly when the project changed.
-- `pause_image()` and `coredns_image(bins)`: one static binary each on `scratch`.
+- `pause_image()`, `coredns_image(bins)`, `network_policies_image(addons)` and the monitoring
+  add-on's operator and config-reloader: one static binary each on `scratch`.
 
 Archives are pushed as `docker-archive:` (an `oci-archive:` imports into containerd as nothing).
 Everything lives under ~/.cache/pallas (PALLAS_CACHE_DIR): buildah's storage and the archives.
@@ -151,6 +152,12 @@ def pause_image() -> Image:
 
 def coredns_image(bins: Path) -> Image:
     return scratch_image("pallas-coredns", bins / "coredns", "1.12.4", ["/coredns"])
+
+
+def network_policies_image(addons: Path) -> Image:
+    """kube-network-policies (hack/build/cluster-addons.sh); its args name no command."""
+    binary = addons / "kube-network-policies"
+    return scratch_image("pallas-kube-network-policies", binary, "0.8.0", [f"/{binary.name}"])
 
 
 # --- the Debian base --------------------------------------------------------------------------
