@@ -2,11 +2,13 @@
 # Builds the binaries of the local cluster's add-ons from the Go module proxy into a cache outside
 # the repo keyed by the pinned inputs, the way hack/build/k8s-bins.sh builds Kubernetes:
 #   prometheus-operator, prometheus-config-reloader   github.com/prometheus-operator/prometheus-operator
+#   prometheus                                        github.com/prometheus/prometheus (v3.5.0 LTS)
 #   kube-network-policies                             sigs.k8s.io/kube-network-policies
 # and copies the Prometheus Operator's CRDs (example/prometheus-operator-crd/*.yaml of the same,
 # hash-checked module) and the ClusterRoles of the operator and of Prometheus (example/rbac/)
 # beside them. A second run with the cache complete returns at once. Prints
-# the cache dir. The Prometheus server itself is Debian's (hack/build/system-deps.sh).
+# the cache dir. (Debian's prometheus, which system-deps.sh installs for promtool, is built
+# without Kubernetes service discovery: it refuses the configuration the operator writes.)
 #
 # Why build instead of download: these machines reach only package registries; the Go module
 # proxy is one, and no container registry is reachable. See docs/local-kubernetes.md, "Add-ons".
@@ -18,15 +20,20 @@ set -euo pipefail
 # re-resolves them after a version here changes.
 PROMETHEUS_OPERATOR_VERSION="v0.85.0"
 NETWORK_POLICIES_VERSION="v0.8.0"
+# Prometheus v3.5.0 (the LTS release, and the Prometheus Operator's default): its Go module
+# numbers releases v0.<major><minor>.<patch>.
+PROMETHEUS_VERSION="v3.5.0"
+PROMETHEUS_MODULE_VERSION="v0.305.0"
 HERE="$(cd "$(dirname "$0")" && pwd)"
 LOCKS="$HERE/cluster-addons"
 CACHE_ROOT="${PALLAS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/pallas}"
 WORK_DIR="$CACHE_ROOT/cluster-addons-build"
-BINARIES=(prometheus-operator prometheus-config-reloader kube-network-policies)
+BINARIES=(prometheus-operator prometheus-config-reloader prometheus kube-network-policies)
 # The cache is keyed by the pinned inputs alone: the versions, the module files, the patch and
 # this recipe; a change of any of them builds into a new folder.
 RECIPE=2
 inputs_hash="$({ echo "po=$PROMETHEUS_OPERATOR_VERSION knp=$NETWORK_POLICIES_VERSION recipe=$RECIPE"
+  echo "prometheus=$PROMETHEUS_VERSION/$PROMETHEUS_MODULE_VERSION"
   cat "$LOCKS"/*/go.mod "$LOCKS"/*/go.sum "$LOCKS"/*/tools.go "$LOCKS"/*/*.patch 2>/dev/null || true; } \
   | sha256sum | cut -c1-16)"
 OUT_DIR="$CACHE_ROOT/cluster-addons/$inputs_hash"
@@ -94,6 +101,8 @@ relock() {
       "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" \
       github.com/prometheus-operator/prometheus-operator/cmd/operator \
       github.com/prometheus-operator/prometheus-operator/cmd/prometheus-config-reloader )
+  ( relock_module prometheus "github.com/prometheus/prometheus@$PROMETHEUS_MODULE_VERSION" \
+      github.com/prometheus/prometheus/cmd/prometheus )
   ( relock_module kube-network-policies "sigs.k8s.io/kube-network-policies@$NETWORK_POLICIES_VERSION" \
       sigs.k8s.io/kube-network-policies/cmd )
 }
@@ -148,6 +157,16 @@ build_prometheus_operator() {
   chmod 0644 "$tmp_out"/crds/*.yaml "$tmp_out"/rbac/*.yaml
 }
 
+build_prometheus() {
+  enter_module prometheus github.com/prometheus/prometheus "$PROMETHEUS_MODULE_VERSION"
+  local v="${PROMETHEUS_VERSION#v}" p=github.com/prometheus/common/version
+  local ldflags="-s -w -X $p.Version=$v -X $p.Revision=$PROMETHEUS_VERSION -X $p.Branch=release"
+  ldflags+=" -X $p.BuildUser=pallas -X $p.BuildDate=19700101-00:00:00"
+  # Without the `builtinassets` tag: the web UI (built with npm upstream) is left out; the HTTP
+  # API, which is what the tests and the demo read, is all there.
+  go build -trimpath -ldflags "$ldflags" -o "$tmp_out/prometheus" github.com/prometheus/prometheus/cmd/prometheus
+}
+
 build_network_policies() {
   enter_module kube-network-policies sigs.k8s.io/kube-network-policies "$NETWORK_POLICIES_VERSION"
   # The module as published queues packets with nftables' `queue` expression, which needs a
@@ -164,6 +183,7 @@ build_network_policies() {
 
 say "building into $OUT_DIR (a cold build takes several minutes on 2 cores)"
 ( build_prometheus_operator ) || die "building the Prometheus Operator $PROMETHEUS_OPERATOR_VERSION failed (see above)"
+( build_prometheus ) || die "building Prometheus $PROMETHEUS_VERSION failed (see above)"
 ( build_network_policies ) || die "building kube-network-policies $NETWORK_POLICIES_VERSION failed (see above)"
 # Moved in one by one and stamped last, so an interrupted build never leaves a half-written file
 # under its final name.
