@@ -10,6 +10,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml requirements/build.lock requirements/dev.lock \
   requirements/install | sha256sum | cut -c1-16)
 UV_VERSION := 0.13.9
+MONITORING ?= 0
+NETWORK_POLICY ?= 0
 
 .PHONY: help venv lock k8s-bins cluster-addons mcp-peers system-deps image lint verify test test-unit test-integration \
         test-e2e cluster-up cluster-down cluster-status demo demo-down clean
@@ -57,6 +59,7 @@ lint: venv ## ruff, mypy (strict: packages, bench, hack scripts) and the import-
 	$(BIN)/mypy bench hack/generate/chartgen.py hack/generate/chartvalues.py hack/local/localnode
 	MYPYPATH=hack/local $(BIN)/mypy --strict hack/local/cluster
 	MYPYPATH=hack/local $(BIN)/mypy --strict hack/build/image
+	MYPYPATH=hack/local $(BIN)/mypy --strict hack/local/monitoring
 	$(BIN)/lint-imports
 
 verify: venv ## regenerate crds/ from the models and fail if the committed files differ
@@ -90,8 +93,8 @@ cluster-down: ## stop the local cluster (every node component too) and undo its 
 cluster-status: ## say what runs
 	hack/local/cluster status
 
-demo: venv k8s-bins system-deps cluster-up ## the whole product locally: operator, agents and registry as containers
-	hack/local/demo up
+demo: venv k8s-bins system-deps cluster-up ## the whole product as containers (MONITORING=1: with Prometheus; NETWORK_POLICY=1)
+	MONITORING=$(MONITORING) NETWORK_POLICY=$(NETWORK_POLICY) hack/local/demo up
 
 demo-down: ## remove the demo (the cluster keeps running)
 	hack/local/demo down
