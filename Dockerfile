@@ -28,6 +28,7 @@ COPY requirements/install requirements/build.lock requirements/runtime.lock requ
 COPY api/ api/
 COPY runtime/ runtime/
 COPY operator/ operator/
+COPY registry/ registry/
 
 # Nothing here is resolved against the package index: requirements/install installs exactly the
 # locks (every version pinned, every hash checked, wheels only, --no-deps) and ends with

@@ -4,7 +4,7 @@
 
 A trivial ASGI app (200, two bytes) is served by uvicorn on uvloop in a process of its own,
 pinned to CPU 0, once with uvicorn's own `HttpToolsProtocol` and once with Pallas's
-`BoundedHttpToolsProtocol` (`pallas_runtime.http_limits`), alternating, `--runs` times each.
+`BoundedHttpToolsProtocol` (`pallas_io.http_limits`), alternating, `--runs` times each.
 One client on CPU 1 sends `--requests` sequential keep-alive requests shaped like an MCP
 `tools/call` POST (its request line, 11 header fields, a 180-byte body) over one connection;
 the server's CPU time (user + system, /proc) over those requests divided by their number is the
@@ -37,7 +37,7 @@ REQUEST = (
 SERVER = """
 import sys, uvicorn
 from pallas_api.config import HttpLimits
-from pallas_runtime.http_limits import bounded_protocol
+from pallas_io.http_limits import bounded_protocol
 
 async def app(scope, receive, send):
     if scope["type"] != "http":

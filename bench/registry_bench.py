@@ -42,9 +42,9 @@ from lightkube.resources.core_v1 import Namespace
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pallas_runtime.registry.catalogue import CatalogueStore  # noqa: E402
-from pallas_runtime.registry.query import parse_query, select  # noqa: E402
-from pallas_runtime.registry.responses import Rendered, server_list  # noqa: E402
+from pallas_registry.catalogue import CatalogueStore  # noqa: E402
+from pallas_registry.query import parse_query, select  # noqa: E402
+from pallas_registry.responses import Rendered, server_list  # noqa: E402
 from tests.support.registry import create_agent, create_deployment, ready_status, set_status, state  # noqa: E402
 
 HACK_CLUSTER = REPO / "hack" / "local" / "cluster"
@@ -204,7 +204,7 @@ async def run(args: argparse.Namespace) -> None:
             [
                 sys.executable,
                 "-m",
-                "pallas_runtime.registry",
+                "pallas_registry",
                 "--namespace",
                 namespace,
                 "--deployment",
@@ -297,7 +297,7 @@ async def run(args: argparse.Namespace) -> None:
 
 async def cli_rss(env: dict[str, str], namespace: str, agents: int) -> None:
     """RSS of the same registry started as `pallas registry`, as the registry pod runs it (the
-    figures above come from `python -m pallas_runtime.registry`)."""
+    figures above come from `python -m pallas_registry`)."""
     port = 24291
     argv = ["registry", "--namespace", namespace, "--deployment", "ouranos", "--host", "127.0.0.1"]
     process = subprocess.Popen(

@@ -42,6 +42,10 @@ DEFAULT_HISTORY_BYTES = 64 * MiB
 MaxHistoryBytes = Annotated[int, Field(ge=MiB, le=64 * 1024 * MiB)]
 DEFAULT_MAX_DEPTH = 5
 MaxDepth = Annotated[int, Field(ge=1, le=50)]
+DEFAULT_DRAIN_SECONDS = 120
+"""How long a stopping agent lets its turns in flight finish by default (`drainSeconds`): LLM turns
+with tool calls often take tens of seconds, some minutes."""
+DrainSeconds = Annotated[int, Field(ge=0, le=3600)]
 DEFAULT_MAX_CONNECTIONS = 5
 """PostgreSQL connections an agent process opens by default: a default server's 100 connections
 serve twenty agent processes (e.g. four agents of five replicas each, or seven of three)."""
@@ -80,6 +84,9 @@ class ProviderConfig(_Model):
     timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 120.0
     max_retries: Annotated[int, Field(ge=0, le=10)] = 3
     """Retries with exponential backoff on 429, 5xx and connection errors."""
+    streaming: bool = True
+    """Whether completions are asked for as a stream when a caller follows the turn's progress
+    (the provider's `capabilities.streaming`, default true)."""
 
     def api_key_origin(self) -> str:
         """What the user sets to give the key: `apiKeySource`, else the variable they named."""
@@ -296,6 +303,28 @@ class ToolPolicy(_Model):
         return allowed and not any(fnmatch.fnmatchcase(qualified_name, glob) for glob in self.deny)
 
 
+ToolExposureMode = Literal["all", "onDemand", "auto"]
+"""How an agent's downstream tools reach its model (docs/api.md §1, `toolExposure`)."""
+
+MIN_SCHEMA_BUDGET = 256
+MAX_SCHEMA_BUDGET = 10_000_000
+
+
+class ToolExposure(_Model):
+    """How the agent's downstream tools reach its model and its own MCP clients."""
+
+    mode: ToolExposureMode = "auto"
+    """`all`: every allowed tool's schema on every LLM request; `onDemand`: the gateway tools
+    (`list_servers`, `get_server_tools`, `execute_tool`) with an index of server and tool names,
+    schemas loaded when the model asks; `auto`: `all` while the schemas fit the budget."""
+    schema_budget_tokens: Annotated[int | None, Field(ge=MIN_SCHEMA_BUDGET, le=MAX_SCHEMA_BUDGET)] = None
+    """Tokens the tool schemas of one LLM request may take (`auto`'s threshold, and the most one
+    `get_server_tools` answer holds); None: a quarter of the model's input budget."""
+    gateway: bool = False
+    """Whether the agent's own MCP clients get the three gateway tools too (under the same
+    policy, audit and metrics as the model's calls)."""
+
+
 class HistoryLimits(_Model):
     """Bounds on stored conversations (least recently used ones are dropped first)."""
 
@@ -427,6 +456,10 @@ class HealthSettings(_Model):
     probe_timeout_seconds: Annotated[float, Field(gt=0, le=60)] = 3.0
     provider_recheck_seconds: Annotated[float, Field(gt=0)] = 300.0
     """TTL of the provider preflight result; an older one is re-probed by `get_health`."""
+    slow_llm_seconds: Annotated[float, Field(gt=0)] = 30.0
+    """Recent LLM calls slower than this on average: `degraded`."""
+    slow_tool_seconds: Annotated[float, Field(gt=0)] = 10.0
+    """Recent calls of one downstream server or peer slower than this on average: `degraded`."""
 
 
 INVOKE_VERB = "invoke"
@@ -507,6 +540,8 @@ class AgentConfig(_Model):
     max_depth: MaxDepth = DEFAULT_MAX_DEPTH
     """The most agents a chain of agent-to-agent calls through this agent may have."""
     tools: ToolPolicy = ToolPolicy()
+    tool_exposure: ToolExposure = ToolExposure()
+    """How the downstream tools reach the model and the agent's own clients."""
     history: HistoryLimits = HistoryLimits()
     conversations: ConversationStoreConfig = ConversationStoreConfig()
     limits: InputLimits = InputLimits()
@@ -517,6 +552,9 @@ class AgentConfig(_Model):
     """At least this many send_message calls in flight: `get_health` says busy (None: never)."""
     http: HttpLimits = HttpLimits()
     """Bounds on the requests the agent's HTTP listener reads (the deployment's `http`)."""
+    drain_seconds: DrainSeconds = DEFAULT_DRAIN_SECONDS
+    """On SIGTERM: how long turns in flight may run on before they are interrupted (and kept in
+    their conversations as failed); new sessions are refused meanwhile."""
 
     @model_validator(mode="after")
     def _unique_tool_sources(self) -> Self:

@@ -5,7 +5,11 @@ An error result of an agent's tool (`send_message`, its alias, `list_conversatio
 carries the code in its structured part:
 
     {"isError": true, "content": [{"type": "text", "text": "the language model call failed: …"}],
-     "structuredContent": {"error": {"code": "LLM_ERROR", "message": "the language model call failed: …"}}}
+     "structuredContent": {"error": {"code": "LLM_ERROR", "message": "the language model call failed: …",
+                                     "retryable": false}}}
+
+`retryable` says whether sending the same call again may succeed without changing it (the codes
+of `RETRYABLE`): the failure was the agent's or its store's state, not the call.
 
 The same codes name the failures of tool calls inside an agent's loop (in its log lines: the
 model reads the text, since neither provider's wire has a field for a code). The vocabulary is
@@ -42,11 +46,25 @@ class ErrorCode(StrEnum):
     """An agent-to-agent call would reach an agent already in the call's path."""
     MAX_DEPTH = "MAX_DEPTH"
     """An agent-to-agent call would make the chain of agents longer than `maxDepth`."""
+    AGENT_SHUTTING_DOWN = "AGENT_SHUTTING_DOWN"
+    """The agent is stopping (a rollout, a scale-down, a restart): its drain ran out while the
+    turn was running (the turn is kept in its conversation as failed, with this code), or the
+    call came after it. Another replica, or the agent once it is back, takes the call again."""
+
+
+RETRYABLE = frozenset({ErrorCode.AGENT_SHUTTING_DOWN, ErrorCode.SERVER_UNAVAILABLE, ErrorCode.TIMEOUT})
+"""Codes of failures a caller may retry unchanged: the agent was stopping, something it needs was
+unreachable, or the conversation was busy."""
+
+DRAINING_RPC_CODE = -32050
+"""The JSON-RPC error code of a new MCP session refused by a draining agent (HTTP 503 with
+`Retry-After`; `error.data.code` is `AGENT_SHUTTING_DOWN`). A server error of the range JSON-RPC
+leaves to implementations, none that MCP uses."""
 
 
 def error_content(code: ErrorCode, message: str) -> dict[str, Any]:
-    """The structured part of an error result: `{"error": {"code": …, "message": …}}`."""
-    return {"error": {"code": code.value, "message": message}}
+    """The structured part of an error result: `{"error": {"code": …, "message": …, "retryable": …}}`."""
+    return {"error": {"code": code.value, "message": message, "retryable": code in RETRYABLE}}
 
 
 def error_code_of(structured: object) -> ErrorCode | None:

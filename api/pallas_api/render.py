@@ -31,6 +31,7 @@ from pallas_api.config import (
     OidcConfig,
     PeerAgent,
     ProviderConfig,
+    ToolExposure,
 )
 from pallas_api.spec import (
     ConversationsSpec,
@@ -38,6 +39,7 @@ from pallas_api.spec import (
     PallasAgentSpec,
     PallasDeploymentSpec,
     SecretKeyRef,
+    ToolExposureSpec,
 )
 
 
@@ -105,6 +107,12 @@ def log_level(deployment: PallasDeploymentSpec, agent: PallasAgentSpec | None = 
     return (agent.log_level if agent is not None else None) or deployment.log_level or "info"
 
 
+def drain_seconds(deployment: PallasDeploymentSpec, agent: PallasAgentSpec) -> int:
+    """How long the agent's stopping pods let turns in flight finish: its own, else the deployment's."""
+    own = agent.pod.drain_seconds
+    return deployment.runtime.drain_seconds if own is None else own
+
+
 def log_environment(level: LogLevel, *, namespace: str, deployment: str) -> dict[str, str]:
     """The logging knobs of a pod: JSON lines even with a tty, the level, what the lines concern.
 
@@ -123,6 +131,12 @@ def split_model(ref: str) -> tuple[str, str]:
     """`<provider>.<model>` → (provider, model); the model id may itself contain dots."""
     provider, _, model = ref.partition(".")
     return provider, model
+
+
+def _tool_exposure(deployment: ToolExposureSpec, agent: ToolExposureSpec) -> ToolExposure:
+    """The agent's fields over the deployment's, field by field, over the defaults."""
+    chosen = {**deployment.model_dump(exclude_none=True), **agent.model_dump(exclude_none=True)}
+    return ToolExposure.model_validate(chosen)
 
 
 def _store(
@@ -247,6 +261,7 @@ def render_agent(
         api_key_source=api_key_source,
         timeout_seconds=provider_spec.timeout_seconds,
         max_retries=provider_spec.max_retries,
+        streaming=provider_spec.capabilities.streaming is not False,
     )
 
     missing_servers = [s for s in agent.servers if s not in deployment.mcp_servers]
@@ -303,6 +318,7 @@ def render_agent(
         max_iterations=agent.max_iterations,
         max_depth=agent.max_depth,
         tools=agent.tools,
+        tool_exposure=_tool_exposure(deployment.tool_exposure, agent.tool_exposure),
         history=HistoryLimits(
             max_messages=agent.history.max_messages
             or deployment.conversations.max_messages
@@ -318,10 +334,15 @@ def render_agent(
             local=local,
         ),
         limits=agent.limits,
-        health=HealthSettings(probe_timeout_seconds=deployment.health_check.timeout_seconds),
+        health=HealthSettings(
+            probe_timeout_seconds=deployment.health_check.timeout_seconds,
+            slow_llm_seconds=deployment.health_check.slow_llm_seconds,
+            slow_tool_seconds=deployment.health_check.slow_tool_seconds,
+        ),
         auth=auth,
         sessions=agent.sessions,
         busy_at=agent.busy_at,
         http=deployment.http,
+        drain_seconds=drain_seconds(deployment, agent),
     )
     return RenderedAgent(config, tuple(dict.fromkeys(secrets)))

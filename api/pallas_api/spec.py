@@ -16,14 +16,18 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import AfterValidator, BaseModel, Field, model_validator
 
 from pallas_api.config import (
+    DEFAULT_DRAIN_SECONDS,
     DEFAULT_HISTORY_BYTES,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_RESULT_BYTES,
     HEADER_NAME,
     HTTP_URL,
+    MAX_SCHEMA_BUDGET,
+    MIN_SCHEMA_BUDGET,
     CallParams,
     ConversationScope,
+    DrainSeconds,
     HttpLimits,
     InputLimits,
     MaxConnections,
@@ -33,6 +37,7 @@ from pallas_api.config import (
     ModelCapabilities,
     RequestParams,
     SessionLimits,
+    ToolExposureMode,
     ToolPolicy,
 )
 from pallas_api.names import DNS_LABEL, DNS_LABEL_FORM
@@ -46,7 +51,7 @@ REVERSE_DNS = r"^[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9
 SERVER_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
 DURATION = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
-"""A level of the Pallas loggers, as `PALLAS_LOG_LEVEL` takes it (seed 000 §5)."""
+"""A level of the Pallas loggers, as `PALLAS_LOG_LEVEL` takes it (docs/api.md §2, environment)."""
 OPTIONAL_HTTP_URL = r"^(https?://[^\s]+)?$"
 ICON_SRC = r"^((https?|data):|[^:/?#\s]*([/?#]|$))"
 """An http(s) or data: URI, or a relative reference (no scheme: its first segment has no colon)."""
@@ -294,6 +299,12 @@ class RuntimeSpec(_Spec):
     """Container resources; default: the operator's defaults."""
     env: Annotated[list[EnvVar], Field(max_length=64)] = Field(default_factory=list)
     """Extra environment variables (Kubernetes EnvVar objects)."""
+    drain_seconds: DrainSeconds = DEFAULT_DRAIN_SECONDS
+    """Seconds a stopping agent pod (a rollout, a scale-down, a deleted pod) lets its turns in
+    flight finish, 0 to 3600 (default 120). Meanwhile it is not ready and refuses new MCP
+    sessions (503, retryable); turns still running after it are interrupted and kept in their
+    conversations as failed (AGENT_SHUTTING_DOWN). The pods' terminationGracePeriodSeconds is
+    this plus the preStop pause and a margin (docs/operator.md)."""
 
 
 class HealthCheckSpec(_Spec):
@@ -303,6 +314,11 @@ class HealthCheckSpec(_Spec):
     """Seconds between get_health calls by the operator."""
     timeout_seconds: Annotated[float, Field(gt=0, le=60)] = 3.0
     """Timeout of each downstream probe inside get_health."""
+    slow_llm_seconds: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    """An agent whose recent LLM calls (the last 20 within 10 minutes, at least 3) take longer
+    than this on average reports itself `degraded`, naming the figure."""
+    slow_tool_seconds: Annotated[float, Field(gt=0, le=3600)] = 10.0
+    """The same for each downstream server and peer agent, by its recent tool calls."""
 
 
 class ServiceMonitorSpec(_Spec):
@@ -469,6 +485,27 @@ class NetworkSpec(_Spec):
     """More peers that may reach the agents (clients, an ingress controller, Prometheus)."""
 
 
+class ToolExposureSpec(_Spec):
+    """How downstream tools reach an agent's model (docs/api.md §1, "Tools at scale").
+
+    On a deployment the default; on an agent each field set overrides the deployment's.
+    """
+
+    mode: ToolExposureMode | None = None
+    """`all` (every allowed tool's schema on every LLM request), `onDemand` (the model gets
+    `list_servers`, `get_server_tools` and `execute_tool` with an index of server and tool names,
+    and loads the schemas it needs) or `auto` (`all` while the schemas fit `schemaBudgetTokens`,
+    else `onDemand`). Default `auto`. Peer agents are always offered directly."""
+    schema_budget_tokens: Annotated[int | None, Field(ge=MIN_SCHEMA_BUDGET, le=MAX_SCHEMA_BUDGET)] = None
+    """Tokens the tool schemas of one LLM request may take: `auto`'s threshold and the most one
+    `get_server_tools` answer holds. Default: a quarter of the model's input budget (its context
+    window less the room kept for the answer)."""
+    gateway: bool | None = None
+    """Also offer `list_servers`, `get_server_tools` and `execute_tool` to the agent's own MCP
+    clients, so a client can use the agent as a policy-enforcing gateway to its servers (same
+    tool policy, audit lines, metrics and error codes as the model's calls). Default false."""
+
+
 class PallasDeploymentSpec(_Spec):
     """A group of agents sharing model, providers and tools."""
 
@@ -497,6 +534,8 @@ class PallasDeploymentSpec(_Spec):
     http: HttpLimits = HttpLimits()
     """Bounds on every request the agents' and the registry's HTTP listeners read, enforced
     before access control: head size, header count, the time to send a head, idle keep-alive."""
+    tool_exposure: ToolExposureSpec = ToolExposureSpec()
+    """How downstream tools reach the agents' models, unless an agent says otherwise."""
     log_level: LogLevel | None = None
     """Log level of the Pallas loggers in the agents' and the registry's pods
     (`PALLAS_LOG_LEVEL`); an agent's `logLevel` overrides it; default info."""
@@ -560,6 +599,9 @@ class AgentPodSpec(_Spec):
     """Tolerations (Kubernetes Toleration objects)."""
     annotations: dict[str, str] = Field(default_factory=dict)
     """Pod annotations."""
+    drain_seconds: DrainSeconds | None = None
+    """Seconds a stopping pod lets its turns in flight finish (0 to 3600); default: the
+    deployment's `runtime.drainSeconds`."""
 
 
 class AgentConversationsSpec(_Spec):
@@ -640,6 +682,8 @@ class PallasAgentSpec(_Spec):
     cycle checks cannot see every loop."""
     tools: ToolPolicy = ToolPolicy()
     """Allow/deny globs over `<server>__<tool>`."""
+    tool_exposure: ToolExposureSpec = ToolExposureSpec()
+    """How downstream tools reach this agent's model; each field set overrides the deployment's."""
     history: AgentHistorySpec = AgentHistorySpec()
     """Conversation history limits."""
     conversations: AgentConversationsSpec = AgentConversationsSpec()

@@ -11,7 +11,9 @@ what the operator, the agent runtime and the registry do alike when they touch t
 - `commands`: the command-line conventions of every `pallas` command (exit codes, ports,
   request-limit flags, the `pallas.commands` entry point);
 - `kube`: the two custom resources as lightkube resource classes, for every API-server client.
+- `serving`, `http_limits`: serving an ASGI app with uvicorn, one way for the agents, the registry
+  and `pallas run`, every request head bounded in size, field count and time before the app.
 
-It may import `pallas_api`, never the operator or the runtime; `pallas_api` never imports it
+It may import `pallas_api`, never the operator, the runtime or the registry; `pallas_api` never imports it
 (contracts in pyproject.toml).
 """

@@ -12,11 +12,21 @@
 from __future__ import annotations
 
 import argparse
+from importlib.metadata import PackageNotFoundError, version
 from typing import Final, Protocol
 
 from pydantic import ValidationError
 
 from pallas_api.config import HTTP_LIMIT_FLAGS, HttpLimits
+
+
+def installed_version() -> str:
+    """The installed `pallas` distribution's version (`pallas --version`, the default image tag)."""
+    try:
+        return version("pallas")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "0.0.0"
+
 
 EXIT_OK: Final = 0
 EXIT_FAILURE: Final = 1

@@ -2,7 +2,8 @@
 
 Used by an agent for its own provider and model (the startup preflight, refreshed by
 `get_health`) and by a deployment's registry for every provider of the deployment, used by an
-agent or not (seed 000's startup preflight, its "key set, not active" column included). Both ask
+agent or not (docs/api.md §4: the original start-up preflight, its "key set, not active" column
+included). Both ask
 the provider's models endpoint, never for a completion:
 
 | provider  | models in use                              | none (key set, not active)              |

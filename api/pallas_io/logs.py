@@ -1,6 +1,6 @@
 """One logging setup for every Pallas process (operator, agents, registry, `pallas run`).
 
-Where the lines go and how they look (environment; the original Pallas knobs, seed 000 §5):
+Where the lines go and how they look (environment; the original Pallas knobs, docs/api.md §2):
 
 - `PALLAS_LOG_LEVEL` (default INFO): every Pallas logger (`PALLAS_LOGGERS`) and so the file.
 - `PALLAS_ROOT_LOG_LEVEL` (default: the higher of PALLAS_LOG_LEVEL and INFO): everything else.

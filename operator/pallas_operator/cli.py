@@ -11,7 +11,7 @@ from pathlib import Path
 from pallas_io.commands import EXIT_USAGE, add_http_limit_flags, http_limits, port_number
 from pallas_io.logs import setup_logging
 from pallas_operator import DEFAULT_RUNTIME_IMAGE
-from pallas_operator.services import ServiceResolver
+from pallas_operator.service_resolver import ServiceResolver
 from pallas_operator.settings import OperatorSettings
 
 

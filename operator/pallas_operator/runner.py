@@ -20,11 +20,11 @@ from lightkube import KubeConfig
 from lightkube.core.exceptions import ConfigError
 
 from pallas_io.commands import EXIT_FAILURE
-from pallas_operator.endpoints import ProbeEndpoints
 from pallas_operator.engine.context import Operator
 from pallas_operator.k8s.client import make_client
 from pallas_operator.k8s.lease import LeaderElector, LeaseConfig
 from pallas_operator.metrics import OperatorMetrics
+from pallas_operator.probe_server import ProbeEndpoints
 from pallas_operator.reconcile.orphans import sweep_orphans
 from pallas_operator.settings import OperatorSettings
 from pallas_operator.wiring import RECONCILERS, build_kopf_registry, existing_objects

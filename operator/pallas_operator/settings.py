@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from pallas_api.config import HttpLimits
 from pallas_operator import DEFAULT_RUNTIME_IMAGE
-from pallas_operator.services import ServiceResolver
+from pallas_operator.service_resolver import ServiceResolver
 
 
 def _default_identity() -> str:

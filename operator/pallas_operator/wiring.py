@@ -130,7 +130,9 @@ def _register_agents(reg: kopf.OperatorRegistry, op: Operator) -> None:
         # Whoever depends on this agent, and its deployment's counts, may see a change.
         for dependent in op.world.dependents_of(namespace, name):
             op.enqueue(AGENT, namespace, dependent)
-        op.enqueue(DEPLOYMENT, namespace, str(kw["spec"].get("deployment")))
+        deployment = kw["spec"].get("deployment")
+        if deployment:  # required by the CRD; an object that slipped past it belongs to nobody
+            op.enqueue(DEPLOYMENT, namespace, str(deployment))
 
 
 def _register_deployments(reg: kopf.OperatorRegistry, op: Operator) -> None:

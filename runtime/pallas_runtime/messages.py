@@ -6,6 +6,7 @@ llm/anthropic_messages.py, downstream/); everything in between speaks these type
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -78,7 +79,21 @@ class ToolResultsMessage:
     role: Literal["tool"] = "tool"
 
 
-Message = UserMessage | AssistantMessage | ToolResultsMessage
+@dataclass(frozen=True, slots=True)
+class TurnFailure:
+    """A turn kept without an answer: the agent stopped while it ran (it follows its user message).
+
+    The conversation keeps it so the turn is not lost silently: the history prompt shows it, and
+    no LLM adapter sends it (the next turn's model sees the question left unanswered).
+    """
+
+    code: str
+    """An `ErrorCode` value (e.g. `AGENT_SHUTTING_DOWN`)."""
+    message: str
+    role: Literal["failure"] = "failure"
+
+
+Message = UserMessage | AssistantMessage | ToolResultsMessage | TurnFailure
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,3 +134,7 @@ class Completion:
     tool_calls: tuple[ToolCall, ...] = ()
     usage: Usage = field(default_factory=Usage)
     stop_reason: str | None = None
+
+
+TextSink = Callable[[str], Awaitable[None]]
+"""Where a streamed completion's text goes as it arrives, one piece at a time."""

@@ -22,10 +22,11 @@ tests/integration/security/test_sessions.py fail if an SDK upgrade changes them 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -157,6 +158,40 @@ class SessionTable(FastMCPStreamableHTTPSessionManager):
         self._forget(session_id)
         await super()._discard_session(session_id, transport)
 
+    async def close_all(self, quiet: float, patience: float) -> int:
+        """Close every session once it is quiet (the end of a drain); how many were closed.
+
+        A session is closed once no request of it has been in flight for `quiet` seconds: an
+        answer is written whole first, and a client's request right after it (the MCP SDK lists
+        the tools after a session's first call, to check its result) still finds the session.
+        At most `patience` seconds are spent. The closed sessions' standing notification streams
+        end, so the server stops without waiting for them; their IDs answer 404 from now on, and
+        their clients start new sessions elsewhere.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + patience
+        closed = 0
+        while self._activity:
+            now = time.monotonic()
+            quiet_ones = [
+                session
+                for session, activity in self._activity.items()
+                if not activity.in_flight and now - activity.last_used >= quiet
+            ]
+            for session in quiet_ones:
+                transport = self._server_instances.get(session)
+                if transport is not None:
+                    await self._discard_session(session, transport)
+                else:
+                    self._forget(session)
+            closed += len(quiet_ones)
+            if not self._activity or loop.time() >= deadline:
+                break
+            await asyncio.sleep(min(quiet / 4, max(deadline - loop.time(), 0)))
+        if closed:
+            log.info("closed %d MCP session(s)", closed, extra={"agent": self._agent})
+        return closed
+
 
 def _caller(requestor: AuthorizationContext | None) -> Caller | None:
     if requestor is None:
@@ -181,12 +216,19 @@ def _mcp_endpoint(app: Starlette, path: str) -> StreamableHTTPASGIApp:
     raise RuntimeError(f"no fastmcp Streamable HTTP endpoint at {path} (a fastmcp change?)")
 
 
-def serve_sessions(app: Starlette, server: FastMCP, limits: SessionLimits, path: str = "/mcp") -> None:
+def serve_sessions(
+    app: Starlette,
+    server: FastMCP,
+    limits: SessionLimits,
+    path: str = "/mcp",
+    serving: Callable[[SessionTable | None], None] | None = None,
+) -> None:
     """Make `app` (from `server.http_app(path=...)`) keep its sessions in a `SessionTable`.
 
     The lifespan given to the app is fastmcp 4.1.2's own (`create_streamable_http_app`) with
     the manager's class swapped: stateful, SSE responses, no event store, and fastmcp's Host and
-    Origin guard in front instead of the SDK's own check.
+    Origin guard in front instead of the SDK's own check. `serving` is told the table while the
+    app serves (and None after).
     """
     endpoint = _mcp_endpoint(app, path)
 
@@ -200,9 +242,13 @@ def serve_sessions(app: Starlette, server: FastMCP, limits: SessionLimits, path:
         )
         endpoint.session_manager = table
         async with table.run():
+            if serving is not None:
+                serving(table)
             try:
                 yield
             finally:
+                if serving is not None:
+                    serving(None)
                 # As fastmcp does: end open streams before the task group is cancelled, so
                 # uvicorn does not log responses cut off mid-flight (PrefectHQ/fastmcp#3025).
                 for transport in list(table._server_instances.values()):

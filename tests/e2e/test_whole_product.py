@@ -14,7 +14,8 @@ The fake LLM and the MCP servers listen on the node's bridge address, where pods
 machine (never an address out there). Then the drills, each followed by status, health,
 catalogue and pods within a bound: kubectl logs, exec and port-forward on the pods; a killed
 container (the kubelet restarts it); a deleted pod (the ReplicaSet replaces it, the registry
-follows); a downstream server stopped; a rotated LLM key; a deleted agent.
+follows); a rollout restart with a turn in flight (the turn finishes on the draining pod, new
+clients are never refused); a downstream server stopped; a rotated LLM key; a deleted agent.
 
 No test depends on another having run, or not run, before it. The module's namespace, node,
 operator and servers are shared, and so is one team (`SHARED`: the PallasDeployment `e2e` with
@@ -47,6 +48,7 @@ from lightkube import ApiError
 from lightkube import Client as KubeClient
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import ConfigMap, Pod, Service
+from prometheus_client.parser import text_string_to_metric_families
 
 from pallas_io.kube import PallasAgent, PallasDeployment
 from tests.support.cluster import LocalCluster
@@ -63,7 +65,7 @@ from tests.support.e2e import (
     scrape,
     until,
 )
-from tests.support.fake_llm import Call, FakeOpenAI, RecordedRequest, Text, ToolCalls
+from tests.support.fake_llm import Call, Delay, FakeOpenAI, RecordedRequest, Text, ToolCalls
 from tests.support.mcp_peers import EverythingServer, McpPeers, run_server_everything
 from tests.support.mcp_servers import RunningServer, header_echo_server
 from tests.support.operator import condition, kubectl_apply
@@ -81,6 +83,8 @@ MODEL = "fake-model"
 ORCHESTRATOR = "You are the orchestrator: ask the researcher, then answer the user."
 RESEARCHER = "You are the researcher: use every tool you have, then report what you found."
 SUMMARIZER = "You are the summarizer."
+SLOW_TURN_SECONDS = 12
+"""How long the summarizer's model takes to answer "slowly…" (longer than the preStop pause)."""
 
 RESEARCH_CALLS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("echo__echo_headers", {"delay": 0}),
@@ -156,7 +160,7 @@ def authorization_in(result: str | None) -> str | None:
         return f"(unreadable: {result!r})"
 
 
-def decide(body: dict[str, Any]) -> Text | ToolCalls:
+def decide(body: dict[str, Any]) -> Text | ToolCalls | Delay:
     """Who is asking is told by the system prompt; what to do next by the last message."""
     messages = body["messages"]
     system = text_of(messages[0]["content"]) if messages and messages[0]["role"] == "system" else ""
@@ -179,6 +183,8 @@ def decide(body: dict[str, Any]) -> Text | ToolCalls:
             f"plain saw {authorization_in(results.get('plain__echo_headers'))}; "
             f"everything said {results.get('everything__echo', '(not called)')}"
         )
+    if text_of(last["content"]).startswith("slowly"):
+        return Delay(SLOW_TURN_SECONDS, then=Text("A slow summary."))
     return Text("A summary.")
 
 
@@ -902,6 +908,73 @@ async def test_a_deleted_pod_is_replaced_and_the_registry_follows(shared: World)
     async with mcp_client(world.agent_url("orchestrator")) as client:
         result = await client.call_tool("send_message", {"message": "after the new pods?"})
     assert result.content[0].text.startswith("Final answer: echo saw Bearer e2e-user-token"), result
+
+
+def kube_proxy_programming() -> tuple[float, float]:
+    """kube-proxy's network programming latency so far: (sum of seconds, count of changes)."""
+    text = httpx2.get("http://127.0.0.1:10249/metrics", timeout=5).text
+    found = {
+        s.name: s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name.startswith("kubeproxy_network_programming_duration_seconds_") and not s.labels.get("le")
+    }
+    return (
+        found.get("kubeproxy_network_programming_duration_seconds_sum", 0.0),
+        found.get("kubeproxy_network_programming_duration_seconds_count", 0.0),
+    )
+
+
+async def test_a_rollout_lets_the_turn_in_flight_finish_and_never_refuses_a_new_client(shared: World) -> None:
+    world = shared
+    old = world.ready_pod("summarizer")
+    assert old is not None
+    url = world.agent_url("summarizer")
+    llm = world.servers.llm
+    asked_before = len(llm.requests)
+    programmed_before = kube_proxy_programming()
+    async with mcp_client(url) as client:
+        await client.list_tools()  # as clients do; else the SDK lists them after the answer
+        turn = asyncio.create_task(client.call_tool_mcp("send_message", {"message": "slowly, please"}))
+        await world.until(
+            "the summarizer's model asked the slow question",
+            lambda: any("slowly" in json.dumps(r.json) for r in llm.requests[asked_before:]),
+            30,
+        )
+        started = asyncio.get_running_loop().time()
+        world.kubectl("rollout", "restart", "deployment/summarizer")
+
+        # New clients all through the rollout: each opens a session and is answered.
+        refused: list[str] = []
+        answered = 0
+
+        async def old_pod_gone() -> bool:
+            nonlocal answered
+            try:
+                async with mcp_client(url) as probe:
+                    await probe.call_tool("get_health", {})
+                answered += 1
+            except Exception as exc:  # every failure of a new client is what this test counts
+                refused.append(f"{type(exc).__name__}: {exc}")
+            return all(p.metadata.uid != old.metadata.uid for p in world.all_pods("summarizer"))
+
+        await world.until("the old summarizer pod gone", old_pod_gone, FOLLOW_WITHIN, interval=0.3)
+        gone_after = asyncio.get_running_loop().time() - started
+        result = await asyncio.wait_for(turn, 30)
+    programmed = [a - b for a, b in zip(kube_proxy_programming(), programmed_before, strict=True)]
+    print(
+        f"rollout: old pod gone {gone_after:.1f}s after the restart; {answered} new clients answered, "
+        f"{len(refused)} refused; kube-proxy programmed {programmed[1]:.0f} endpoint changes in "
+        f"{programmed[0] / max(programmed[1], 1):.2f}s on average"
+    )
+    assert (result.is_error, result.content[0].text) == (False, "A slow summary.")
+    assert refused == []
+    assert answered >= 5
+    # The old pod waited for its turn: the preStop pause, then the drain until the answer.
+    assert gone_after >= SLOW_TURN_SECONDS - 5, f"the old pod went after {gone_after:.1f}s"
+    await world.until("the summarizer Ready again", lambda: world.agent_ready("summarizer"), FOLLOW_WITHIN)
+    deployment = world.kube.get(Deployment, "summarizer", namespace=world.namespace)
+    assert deployment.spec.strategy.rollingUpdate.maxUnavailable == 0
 
 
 async def test_a_stopped_downstream_server_shows_as_degraded_health(

@@ -18,11 +18,11 @@ import pytest
 
 from pallas_api.config import AgentConfig, DownstreamServer, HeaderConfig, PeerAgent
 from pallas_io.probe import NOT_MCP
+from pallas_runtime.downstream.factory import build_sources
 from pallas_runtime.downstream.mcp_server import McpServerSource
 from pallas_runtime.downstream.peer_agent import PeerAgentSource
 from pallas_runtime.downstream.remote import RemoteMcpSource
 from pallas_runtime.downstream.source import DownstreamError
-from pallas_runtime.downstream.sources import build_sources
 from pallas_runtime.messages import ImagePart, TextPart
 from tests.support import mcp_peers as peers
 from tests.support import mcp_servers as ms

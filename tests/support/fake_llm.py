@@ -22,6 +22,12 @@ Steps (all provider-neutral; each fake renders them in its own wire format):
 - a callable `fn(request_json) -> dict | step` (or an async one): a dict is sent as a 200 JSON
   body, a step is rendered.
 
+A request with `"stream": true` is answered as the real APIs stream: Server-Sent Events of
+`chat.completion.chunk`s ending in `data: [DONE]` (with a usage chunk when
+`stream_options.include_usage` asks), or Anthropic's `message_start` … `message_stop` events
+(with a `ping`). The text goes out word by word (or as `pieces=` says), tool call arguments in
+two fragments, `interval=` seconds apart (the model's pace).
+
 `Text` and `ToolCalls` take `usage=FakeUsage(input=..., output=..., cache_read=..., cache_write=...,
 reasoning=...)` (rendered per provider), a dict (sent verbatim as the wire `usage`), or None (no
 `usage` at all, like some local servers). `stop_reason=` overrides the finish/stop reason.
@@ -62,7 +68,7 @@ import pytest
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 # --- script steps ---------------------------------------------------------------------------
@@ -87,6 +93,10 @@ class Text:
     text: str
     usage: UsageSpec = FakeUsage()
     stop_reason: str | None = None
+    pieces: Sequence[str] | None = None
+    """How a streamed answer splits the text (joined, they must be the text); default: by word."""
+    interval: float = 0.0
+    """Seconds between two streamed events (the first too): the model's pace."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +113,8 @@ class ToolCalls:
     text: str = ""
     usage: UsageSpec = FakeUsage()
     stop_reason: str | None = None
+    pieces: Sequence[str] | None = None
+    interval: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +189,8 @@ class _FakeServer(abc.ABC):
         self.models = list(models)
         self.api_key = api_key
         self.requests: list[RecordedRequest] = []
+        self.streams: list[list[float]] = []
+        """For each streamed answer, when each of its events was sent (time.monotonic())."""
         self._steps: deque[Step] = deque()
         self._model_steps: deque[Step] = deque()
         self._ids = itertools.count(1)
@@ -373,6 +387,38 @@ class _FakeServer(abc.ABC):
         """Provided by each provider's fake."""
 
 
+def _pieces(step: Text | ToolCalls) -> list[str]:
+    if step.pieces is not None:
+        assert "".join(step.pieces) == step.text, "pieces must join into the text"
+        return list(step.pieces)
+    words = step.text.split(" ")
+    return [w if i == 0 else f" {w}" for i, w in enumerate(words)] if step.text else []
+
+
+def _halves(arguments: str) -> list[str]:
+    middle = len(arguments) // 2
+    return [arguments[:middle], arguments[middle:]] if middle else [arguments]
+
+
+def _wants_stream(recorded: RecordedRequest) -> bool:
+    return isinstance(recorded.json, dict) and recorded.json.get("stream") is True
+
+
+def _sse(
+    events: Iterator[str], interval: float, headers: Mapping[str, str], sent: list[float]
+) -> StreamingResponse:
+    """The events as an SSE response; `sent` gets the time.monotonic() of each event's sending."""
+
+    async def paced() -> AsyncIterator[str]:
+        for event in events:
+            if interval:
+                await asyncio.sleep(interval)
+            sent.append(time.monotonic())
+            yield event
+
+    return StreamingResponse(paced(), media_type="text/event-stream", headers=dict(headers))
+
+
 def _model_of(recorded: RecordedRequest) -> str:
     body = recorded.json
     return str(body.get("model", "")) if isinstance(body, dict) else ""
@@ -450,7 +496,40 @@ class FakeOpenAI(_FakeServer):
             body["usage"] = self._usage(step.usage)
         elif step.usage is not None:
             body["usage"] = dict(step.usage)
-        return JSONResponse(body, headers={"x-request-id": f"req_fake_{n}"})
+        headers = {"x-request-id": f"req_fake_{n}"}
+        if _wants_stream(recorded):
+            self.streams.append([])
+            return _sse(self._chunks(body, step, recorded), step.interval, headers, self.streams[-1])
+        return JSONResponse(body, headers=headers)
+
+    @staticmethod
+    def _chunks(body: dict[str, Any], step: Text | ToolCalls, recorded: RecordedRequest) -> Iterator[str]:
+        """The answer as `chat.completion.chunk` events, as the API streams it."""
+        frame = {k: body[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+        choice = body["choices"][0]
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
+            event = frame | {
+                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
+            }
+            return f"data: {json.dumps(event)}\n\n"
+
+        yield chunk({"role": "assistant", "content": ""})
+        for piece in _pieces(step):
+            yield chunk({"content": piece})
+        for i, call in enumerate(choice["message"].get("tool_calls", [])):
+            function = call["function"]
+            named = {"name": function["name"], "arguments": ""}
+            yield chunk(
+                {"tool_calls": [{"index": i, "id": call["id"], "type": "function", "function": named}]}
+            )
+            for fragment in _halves(function["arguments"]):
+                yield chunk({"tool_calls": [{"index": i, "function": {"arguments": fragment}}]})
+        yield chunk({}, choice["finish_reason"])
+        options = recorded.json.get("stream_options") if isinstance(recorded.json, dict) else None
+        if isinstance(options, dict) and options.get("include_usage") and "usage" in body:
+            yield f"data: {json.dumps(frame | {'choices': [], 'usage': body['usage']})}\n\n"
+        yield "data: [DONE]\n\n"
 
     def _models_response(self, recorded: RecordedRequest) -> Response:
         data = [{"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in self.models]
@@ -558,7 +637,47 @@ class FakeAnthropic(_FakeServer):
             body["usage"] = self._usage(step.usage)
         elif step.usage is not None:
             body["usage"] = dict(step.usage)
-        return JSONResponse(body, headers={"request-id": f"req_fake_{n}"})
+        headers = {"request-id": f"req_fake_{n}"}
+        if _wants_stream(recorded):
+            self.streams.append([])
+            return _sse(self._events(body, step), step.interval, headers, self.streams[-1])
+        return JSONResponse(body, headers=headers)
+
+    @staticmethod
+    def _events(body: dict[str, Any], step: Text | ToolCalls) -> Iterator[str]:
+        """The answer as Messages stream events, as the API streams it."""
+
+        def event(kind: str, data: dict[str, Any]) -> str:
+            return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n"
+
+        usage = dict(body.get("usage") or {})
+        start_usage = {**usage, "output_tokens": 1} if usage else {}
+        message = {k: v for k, v in body.items() if k != "usage"} | {"content": [], "stop_reason": None}
+        yield event("message_start", {"message": {**message, "usage": start_usage}})
+        yield event("ping", {})
+        for index, block in enumerate(body["content"]):
+            if block["type"] == "text":
+                yield event(
+                    "content_block_start", {"index": index, "content_block": {"type": "text", "text": ""}}
+                )
+                for piece in _pieces(step):
+                    yield event(
+                        "content_block_delta",
+                        {"index": index, "delta": {"type": "text_delta", "text": piece}},
+                    )
+            else:
+                start = {k: v for k, v in block.items() if k != "input"} | {"input": {}}
+                yield event("content_block_start", {"index": index, "content_block": start})
+                raw = block["input"] if isinstance(block["input"], str) else json.dumps(block["input"])
+                for fragment in _halves(raw):
+                    delta = {"type": "input_json_delta", "partial_json": fragment}
+                    yield event("content_block_delta", {"index": index, "delta": delta})
+            yield event("content_block_stop", {"index": index})
+        stopped: dict[str, Any] = {"stop_reason": body["stop_reason"], "stop_sequence": None}
+        yield event(
+            "message_delta", {"delta": stopped, "usage": {"output_tokens": usage.get("output_tokens", 0)}}
+        )
+        yield event("message_stop", {})
 
     def _models_response(self, recorded: RecordedRequest) -> Response:
         if recorded.path == "/v1/models":

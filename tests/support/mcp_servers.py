@@ -281,6 +281,44 @@ def peer_agent_mcp(name: str = "peer") -> FastMCP:
     return mcp
 
 
+class _WideTool(Tool):
+    """One of the wide server's tools: answers with its name and its arguments."""
+
+    async def run(self, arguments: dict[str, Any]) -> ToolResult:
+        return ToolResult(content=f"{self.name} ran with {json.dumps(arguments, sort_keys=True)}")
+
+
+WIDE_FIELDS = 6
+"""Properties per wide tool: with their descriptions about 450 tokens of schema each (bytes/3)."""
+
+
+def wide_mcp(count: int = 500) -> FastMCP:
+    """A server with `count` tools (`op_000`…), each with a realistic schema of ~450 tokens.
+
+    500 of them are about 220k tokens of schemas: more than most context windows, as a few real
+    MCP servers together can be.
+    """
+    mcp = FastMCP("wide")
+    for i in range(count):
+        properties = {
+            f"field_{j}": {
+                "type": "string",
+                "description": f"Field {j} of operation {i:03d}: an identifier, a filter expression or a "
+                "free-text note, as the operation's documentation describes in detail for each case.",
+            }
+            for j in range(WIDE_FIELDS)
+        }
+        mcp.add_tool(
+            _WideTool(
+                name=f"op_{i:03d}",
+                description=f"Operation {i:03d} of the wide service: does one specific thing to the "
+                "records it is given and reports what it changed.",
+                parameters={"type": "object", "properties": properties, "required": ["field_0"]},
+            )
+        )
+    return mcp
+
+
 def _served(factory: Any) -> Any:
     @contextlib.asynccontextmanager
     async def run(**kwargs: Any) -> AsyncIterator[RunningServer]:
@@ -299,6 +337,7 @@ image_server = _served(image_mcp)
 list_changed_server = _served(list_changed_mcp)
 error_server = _served(error_mcp)
 peer_agent_server = _served(peer_agent_mcp)
+wide_server = _served(wide_mcp)
 
 
 @contextlib.asynccontextmanager

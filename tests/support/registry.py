@@ -38,10 +38,10 @@ from starlette.types import Receive, Scope, Send
 from pallas_api.config import ModelCapabilities
 from pallas_api.spec import Icon
 from pallas_io.kube import PallasAgent, PallasDeployment
-from pallas_runtime.registry import AgentState, CatalogueSource, HealthView, build_app
-from pallas_runtime.registry.schema import server_schema
-from pallas_runtime.registry.state import ProviderView
-from pallas_runtime.serving import bound_port, listen, serve
+from pallas_io.serving import bound_port, listen, serve
+from pallas_registry import AgentState, CatalogueSource, HealthView, build_app
+from pallas_registry.schema import server_schema
+from pallas_registry.state import ProviderView
 from tests.support.cluster import REPO, LocalCluster
 from tests.support.mcp_servers import LOOPBACK, bound_socket, serve_app
 from tests.support.operator import agent, deployment, in_namespace, spec

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import io
+from dataclasses import dataclass, field
+
 import pytest
 
 from pallas_runtime.agent.trace import RESULT_TEXT_LIMIT, tool_trace
-from pallas_runtime.commands.chat_display import tool_lines
-from pallas_runtime.commands.chat_params import ParamsError, accepted_params, checked, wire_params
+from pallas_runtime.commands.chat.display import TurnDisplay, tool_lines
+from pallas_runtime.commands.chat.link import AgentLink
+from pallas_runtime.commands.chat.params import ParamsError, accepted_params, checked, wire_params
+from pallas_runtime.commands.chat.session import ChatSession
 from pallas_runtime.messages import (
     AssistantMessage,
     TextPart,
@@ -89,3 +94,37 @@ def test_a_turns_tool_trace_and_its_lines() -> None:
         "[result search__find error: bad arguments]",
         "[tool slow__wait {}]",
     ]
+
+
+@dataclass
+class _ReadOnlyHistory(ChatSession):
+    """A chat session whose conversation is given (what the agent's history prompt would show)."""
+
+    lines: list[tuple[str, str]] = field(default_factory=list)
+
+    async def messages(self) -> list[tuple[str, str]]:
+        return self.lines
+
+
+@pytest.mark.parametrize(
+    ("lines", "answer"),
+    [
+        ([("user", "hi"), ("assistant", "[tool call] x__y {}"), ("assistant", "hello")], "hello"),
+        ([("user", "older"), ("assistant", "yes"), ("user", "hi")], None),  # not answered (yet)
+        ([("user", "hi"), ("assistant", "[turn failed] AGENT_SHUTTING_DOWN: the agent stopped")], None),
+        ([("user", "hi"), ("assistant", "hello"), ("user", "other")], None),  # not the last message
+        ([], None),  # the agent kept nothing (a new process with a memory store)
+    ],
+)
+async def test_after_a_dropped_connection_only_a_stored_answer_to_the_last_message_counts(
+    lines: list[tuple[str, str]], answer: str | None
+) -> None:
+    session = _ReadOnlyHistory(
+        link=AgentLink("http://127.0.0.1:1/mcp", {}, 1.0),
+        agent="a",
+        display=TurnDisplay(io.StringIO()),
+        timeout=1.0,
+        conversation_id="c-1",
+        lines=lines,
+    )
+    assert await session._stored_answer("hi") == answer

@@ -229,6 +229,7 @@ def test_builder_makes_a_wheel_and_installs_exactly_the_locks_into_the_venv(buil
         "api/",
         "runtime/",
         "operator/",
+        "registry/",
     }
 
 
@@ -285,6 +286,7 @@ def test_dockerignore_is_an_allow_list_of_the_wheel_sources():
         "api/",
         "runtime/",
         "operator/",
+        "registry/",
     }
 
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pallas_api import names
 from pallas_api.config import INVOKE_VERB
 from pallas_operator.builders.meta import Manifest, Owner, component_labels, metadata
-from pallas_operator.rbac import AUTH_DELEGATOR
+from pallas_operator.operator_rbac import AUTH_DELEGATOR
 
 RBAC = "rbac.authorization.k8s.io"
 

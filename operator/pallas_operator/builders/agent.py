@@ -6,17 +6,21 @@ from dataclasses import dataclass
 
 from pallas_api import names
 from pallas_api.budgets import agent_memory_bytes
-from pallas_api.render import SecretBinding, log_level
+from pallas_api.render import SecretBinding, drain_seconds, log_level
 from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
 from pallas_operator.builders.meta import Manifest, Owner, agent_labels, agent_selector, metadata
 from pallas_operator.builders.pod import (
+    AFTER_DRAIN_SECONDS,
     agent_resources,
     container_security,
     environment,
+    grace_seconds,
     log_env,
     pod_security,
+    pre_stop,
     probes,
     resources,
+    rolling_update,
 )
 
 
@@ -54,7 +58,12 @@ def agent_log_env(w: AgentWorkload) -> list[dict[str, object]]:
 
 
 def agent_deployment(w: AgentWorkload) -> Manifest:
-    """The Deployment running `pallas agent` with the ConfigMap mounted and secrets as env refs."""
+    """The Deployment running `pallas agent` with the ConfigMap mounted and secrets as env refs.
+
+    A stopping pod drains (docs/runtime.md): after the preStop pause (kube-proxy forgets it) the
+    agent gets SIGTERM, lets its turns in flight finish for `drainSeconds`, and the grace period
+    covers both plus what an interrupted turn needs. Rollouts surge first.
+    """
     labels = agent_labels(w.owner.name, w.deployment_name)
     port = w.agent.service.port
     container = {
@@ -81,6 +90,7 @@ def agent_deployment(w: AgentWorkload) -> Manifest:
             {"name": "config", "mountPath": names.CONFIG_DIR, "readOnly": True},
             {"name": "tmp", "mountPath": "/tmp"},
         ],
+        "lifecycle": pre_stop(),
         **probes(),
     }
     kubernetes_auth = w.deployment.auth.mode == "kubernetes"
@@ -94,6 +104,9 @@ def agent_deployment(w: AgentWorkload) -> Manifest:
         else "default",
         "automountServiceAccountToken": kubernetes_auth,
         "securityContext": pod_security(),
+        "terminationGracePeriodSeconds": grace_seconds(
+            drain_seconds(w.deployment, w.agent) + AFTER_DRAIN_SECONDS
+        ),
         "containers": [container],
         "volumes": [
             {"name": "config", "configMap": {"name": names.config_map_name(w.owner.name)}},
@@ -111,6 +124,7 @@ def agent_deployment(w: AgentWorkload) -> Manifest:
         "spec": {
             "replicas": w.agent.replicas,
             "revisionHistoryLimit": 3,
+            "strategy": rolling_update(),
             "selector": {"matchLabels": agent_selector(w.owner.name)},
             "template": {
                 "metadata": {
@@ -153,7 +167,9 @@ def agent_service(owner: Owner, deployment_name: str, agent: PallasAgentSpec) ->
 def agent_disruption_budget(owner: Owner, deployment_name: str, agent: PallasAgentSpec) -> Manifest | None:
     """At most one pod evicted at a time, with more than one replica.
 
-    None for a single pod: a PDB there would block node drains forever.
+    None for a single pod: a PDB there would block node drains forever. Evictions are the one
+    way a pod goes before its successor is ready (rollouts surge first, `rolling_update`); each
+    evicted pod still drains.
     """
     if agent.replicas <= 1:
         return None

@@ -1,4 +1,4 @@
-"""What every Pallas pod shares: hardening, probes, resources and environment merging."""
+"""What every Pallas pod shares: hardening, probes, stopping, rollouts, resources and environment."""
 
 from __future__ import annotations
 
@@ -14,6 +14,16 @@ RUN_AS = 65532
 """A fixed non-root uid (distroless `nonroot`), so pods run unprivileged whatever the image says."""
 DEFAULT_REQUESTS: dict[str, str] = {"cpu": "100m", "memory": "256Mi"}
 """What an agent pod requests when its spec sets no resources (its limit: `agent_resources`)."""
+ENDPOINTS_PAUSE_SECONDS = 5
+"""The preStop pause before a stopping pod is signalled. A terminating pod leaves its Service's
+endpoints at once, but every node's kube-proxy takes a moment to stop routing new connections
+to it (its rule syncs are at least a second apart; measured in docs/operator.md): until the
+pause ends, the pod serves as before, so no connection meets a closing listener."""
+AFTER_DRAIN_SECONDS = 25
+"""What a pod may still need once its drain ran out: interrupted turns kept as failed and
+answered (10 s), its sessions closed (5 s), requests still open ending (5 s), and slack."""
+REGISTRY_STOP_SECONDS = 10
+"""The registry answers short requests only: it stops within a few seconds of its signal."""
 REGISTRY_RESOURCES: dict[str, dict[str, str]] = {
     "requests": {"cpu": "50m", "memory": "128Mi"},
     "limits": {"memory": "256Mi"},
@@ -59,6 +69,25 @@ def probes() -> dict[str, Any]:
             "failureThreshold": 6,
         },
     }
+
+
+def rolling_update() -> dict[str, Any]:
+    """Rollouts surge before they take a pod away: a new pod is ready before an old one stops."""
+    return {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+
+
+def pre_stop() -> dict[str, Any]:
+    """The container's preStop: the kubelet's own sleep action.
+
+    No shell or `sleep` binary in the image is needed, nor a process started in the container;
+    the action is on by default since Kubernetes 1.30 (the chart's minimum) and GA in 1.34.
+    """
+    return {"preStop": {"sleep": {"seconds": ENDPOINTS_PAUSE_SECONDS}}}
+
+
+def grace_seconds(stop_seconds: int) -> int:
+    """`terminationGracePeriodSeconds`: the preStop pause, then what stopping may take."""
+    return ENDPOINTS_PAUSE_SECONDS + stop_seconds
 
 
 def agent_resources(memory_limit: int) -> dict[str, dict[str, str]]:

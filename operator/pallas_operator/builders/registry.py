@@ -10,12 +10,16 @@ from pallas_operator.builders.hashing import SecretDigests, config_hash
 from pallas_operator.builders.meta import Manifest, Owner, metadata, registry_labels, registry_selector
 from pallas_operator.builders.pod import (
     REGISTRY_RESOURCES,
+    REGISTRY_STOP_SECONDS,
     container_security,
     environment,
+    grace_seconds,
     log_env,
     pod_security,
+    pre_stop,
     probes,
     resources,
+    rolling_update,
 )
 
 
@@ -24,7 +28,8 @@ def registry_deployment(
 ) -> Manifest:
     """The Deployment running `pallas registry` for this PallasDeployment's namespace.
 
-    Its pod gets every provider key (optional references: a missing Secret must not keep the
+    It rolls out surging first and stops after the preStop pause, like an agent. Its pod gets
+    every provider key (optional references: a missing Secret must not keep the
     catalogue down; the provider check says the key is not set), for the registry's provider
     checks; the keys' digests are hashed into the pod template, so a rotation restarts it.
     """
@@ -53,6 +58,7 @@ def registry_deployment(
         "resources": resources(default=REGISTRY_RESOURCES),
         "securityContext": container_security(),
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+        "lifecycle": pre_stop(),
         **probes(),
     }
     return {
@@ -62,6 +68,7 @@ def registry_deployment(
         "spec": {
             "replicas": 1,
             "revisionHistoryLimit": 3,
+            "strategy": rolling_update(),
             "selector": {"matchLabels": registry_selector(owner.name)},
             "template": {
                 "metadata": {
@@ -71,6 +78,7 @@ def registry_deployment(
                 "spec": {
                     "serviceAccountName": name,
                     "securityContext": pod_security(),
+                    "terminationGracePeriodSeconds": grace_seconds(REGISTRY_STOP_SECONDS),
                     "containers": [container],
                     "volumes": [{"name": "tmp", "emptyDir": {}}],
                 },

@@ -5,7 +5,7 @@
 - `startup`: the start-up barrier, whether every object that existed at start is recorded yet
   (readiness; the work queue starts then);
 - `queue`: the keyed work queue every trigger ends in (one reconcile per key at a time);
-- `loops`, `prober`, `checks`, `provider_reports`: one task per available agent verifying it
+- `loops`, `prober`, `verification`, `provider_reports`: one task per available agent verifying it
   and calling its `get_health` (through the one MCP probe, `pallas_io.probe`), one per registry
   reading its provider checks;
 - `secret_users`, `delegations`, `monitoring_checks`: what reconciles remember between runs

@@ -72,6 +72,9 @@ class Operator:
         self.secret_users = SecretUsers()
         self.monitoring_checks = MonitoringChecks(settings.monitoring_recheck)
         self.delegations = Delegations()
+        self.unauthenticated_warned: dict[tuple[str, str], str] = {}
+        """(namespace, deployment) → uid of the deployment the Unauthenticated Warning was posted
+        for: two reconciles can both see the status from before the first one's write."""
         self.reconcilers = dict(reconcilers)
         """Kind → its reconcile (the reconciles live above the engine, so they are handed in)."""
 

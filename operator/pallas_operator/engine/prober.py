@@ -17,9 +17,9 @@ from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 
 from pallas_api.spec import CallerAuth
-from pallas_operator.engine import checks
+from pallas_operator.engine import verification
 from pallas_operator.engine.loops import KeyedLoops, Looping
-from pallas_operator.services import ServiceResolver
+from pallas_operator.service_resolver import ServiceResolver
 from pallas_operator.status import HealthResult, Verification
 
 log = logging.getLogger(__name__)
@@ -86,11 +86,11 @@ class Prober:
         self,
         resolver: ServiceResolver,
         notify: Callable[[Hashable], None],
-        verify: Verify = checks.verify,
-        check: Check = checks.check_health,
+        verify: Verify = verification.verify,
+        check: Check = verification.check_health,
         *,
         credentials: Credentials = _no_credentials,
-        challenge: Challenge = checks.verify_challenge,
+        challenge: Challenge = verification.verify_challenge,
     ) -> None:
         self._resolver = resolver
         self._notify = notify

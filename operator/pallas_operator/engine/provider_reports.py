@@ -18,9 +18,9 @@ import httpx2
 from pydantic import ValidationError
 
 from pallas_api.status import ProviderStatus
-from pallas_operator.engine.checks import MAX_MESSAGE
 from pallas_operator.engine.loops import KeyedLoops, Looping
-from pallas_operator.services import ServiceResolver
+from pallas_operator.engine.verification import MAX_MESSAGE
+from pallas_operator.service_resolver import ServiceResolver
 from pallas_operator.status import ProviderCheck, ProviderReport
 
 log = logging.getLogger(__name__)

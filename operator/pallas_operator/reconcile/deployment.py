@@ -177,10 +177,15 @@ async def _report(
     """A Warning Event when the agents become reachable without authentication at a public URL."""
     before = next((c for c in old.conditions if c.type == conditions.AUTHENTICATED), None)
     after = next((c for c in new.conditions if c.type == conditions.AUTHENTICATED), None)
+    key = (record.namespace, record.name)
     if after is None or after.reason != conditions.UNAUTHENTICATED:
+        op.unauthenticated_warned.pop(key, None)
         return
-    if before is not None and before.reason == after.reason:
+    if (before is not None and before.reason == after.reason) or op.unauthenticated_warned.get(
+        key
+    ) == record.uid:
         return
+    op.unauthenticated_warned[key] = record.uid
     await post_event(
         op.client, kind=names.DEPLOYMENT_KIND, namespace=record.namespace, name=record.name,
         uid=record.uid, reason=after.reason, message=after.message,
@@ -194,6 +199,7 @@ async def _forget(op: Operator, namespace: str, name: str) -> None:
     await _unbind(op, namespace, name)
     op.applier.forget_owner(namespace, names.DEPLOYMENT_KIND, name)
     op.monitoring_checks.forget(namespace, name)
+    op.unauthenticated_warned.pop((namespace, name), None)
     op.metrics.set_phase(names.DEPLOYMENT_KIND, namespace, name, None)
 
 

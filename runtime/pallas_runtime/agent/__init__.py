@@ -1,1 +1,4 @@
-"""The agent: its loop (LLM ↔ tools), conversation store and progress reporting."""
+"""The agent: its loop (LLM ↔ tools), health, progress and the history window.
+
+Conversations are kept by `pallas_runtime.conversations`.
+"""

@@ -1,6 +1,6 @@
 """`get_health`: downstream probes plus the active LLM provider's last check; never calls the LLM.
 
-Semantics (seed 001 §2, docs/api.md §3):
+Semantics (docs/api.md §3, `get_health`):
 - every downstream server and peer agent is probed in parallel (MCP initialize, then DELETE of
   the session), each bounded by `health.probeTimeoutSeconds` (3 s);
 - the provider's preflight result (models endpoint) is reused until it is older than
@@ -11,7 +11,8 @@ Semantics (seed 001 §2, docs/api.md §3):
   downstream that forwards the caller's bearer and refuses a probe without one: "Needs caller
   credentials: mnemosyne"); `degraded` when a downstream or the provider check failed, or
   when checking callers failed lately (the API server or the issuer did not answer: those
-  requests were refused with 503);
+  requests were refused with 503), or when the LLM or a downstream server has been slow lately
+  (`agent/latency.py`: "Slow: LLM avg 12.3s over 20 calls (over 10s)");
   `error` when the agent cannot serve any request: its provider's API key is not configured.
   `message` names each problem;
 - with `busyAt`, `busy` and `inFlight` say whether this process's send_message calls in flight
@@ -27,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from pallas_api.config import AgentConfig
 from pallas_api.health import HealthReport, HealthStatus
+from pallas_runtime.agent.latency import Latencies
 from pallas_runtime.conversations.model import ConversationStore
 from pallas_runtime.downstream.source import ProbeResult, ToolSource
 from pallas_runtime.llm.factory import resolve_api_key
@@ -47,8 +49,10 @@ class HealthChecker:
         store: ConversationStore | None = None,
         access_problem: Callable[[], str | None] | None = None,
         in_flight: Callable[[], int] | None = None,
+        latencies: Latencies | None = None,
     ) -> None:
         self._config = config
+        self._latencies = latencies
         self._in_flight = in_flight
         self._store = store
         self._access_problem = access_problem
@@ -118,6 +122,11 @@ class HealthChecker:
         access = self._access_problem() if self._access_problem is not None else None
         if access:
             problems.append(f"Access: {access}")
+        if self._latencies is not None:
+            health = self._config.health
+            slow = self._latencies.slow(health.slow_llm_seconds, health.slow_tool_seconds)
+            if slow:
+                problems.append("Slow: " + ", ".join(s.describe() for s in slow))
         status: HealthStatus
         if self._key_problem is not None:
             status = "error"

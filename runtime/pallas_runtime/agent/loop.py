@@ -1,24 +1,18 @@
 """The agent loop: instruction + history + user turn → LLM → tools in parallel → … → final text.
 
 Tools offered to the model are `<server>__<tool>` for the allowed tools of every downstream
-server and `<agent>__send_message` for every peer agent. The tool policy filters what the model
-sees and is enforced again at dispatch: a call to a denied tool gets an error result and counts
-in `pallas_tool_denied_total`. Every failure the model can recover from (unknown tool, bad
-arguments, downstream errors) goes back to it as an error result; LLM failures and running out
-of iterations end the call.
-
-Tool results (and a downstream call's progress messages) are scrubbed of the agent's own secret
-values (its provider key, its servers' header values from Secrets) before the model or the caller
-sees them: a server that echoes the headers it received would otherwise hand the model, its
-provider and the conversation the keys the agent holds (the same values the logs redact).
+server and `<agent>__send_message` for every peer agent, or, when the exposure is on demand
+(`toolExposure`, `agent/gateway.py`), the peers and the three gateway tools. The tool policy
+filters what the model sees and is enforced again at every call (`agent/toolbox.py`). Every
+failure the model can recover from (unknown tool, bad arguments, downstream errors) goes back to
+it as an error result; LLM failures and running out of iterations end the call.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
+import json
 import logging
-import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,25 +20,20 @@ from dataclasses import dataclass
 from pallas_api.config import AgentConfig, RequestParams
 from pallas_api.errors import ErrorCode
 from pallas_io.logs import SecretValues
-from pallas_runtime.agent.audit import Outcome, audit_tool_call
+from pallas_runtime.agent import gateway
+from pallas_runtime.agent.audit import audit_tool_call
+from pallas_runtime.agent.latency import LLM, Latencies
 from pallas_runtime.agent.progress import ProgressReporter
+from pallas_runtime.agent.toolbox import CallContext, OfferedTool, ToolBox, llm_tool_name
 from pallas_runtime.agent.window import input_budget, left_out, request_tokens
 from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.downstream.call_path import CallPath
-from pallas_runtime.downstream.source import (
-    DownstreamError,
-    DownstreamTimeout,
-    ProgressHandler,
-    RemoteTool,
-    ToolOutcome,
-    ToolSource,
-)
+from pallas_runtime.downstream.source import ToolOutcome, ToolSource
 from pallas_runtime.llm.params import merge_params
 from pallas_runtime.llm.provider import LLMError, LLMProvider
 from pallas_runtime.messages import (
     AssistantMessage,
     Completion,
-    ContentPart,
     Message,
     TextPart,
     ToolCall,
@@ -56,10 +45,16 @@ from pallas_runtime.messages import (
 from pallas_runtime.metrics import RuntimeMetrics
 from pallas_runtime.sizes import cut_to
 
-log = logging.getLogger("pallas.agent")
+__all__ = [
+    "AgentLoop",
+    "MaxIterationsExceeded",
+    "OfferedTool",
+    "ToolChoiceUnavailable",
+    "TurnResult",
+    "llm_tool_name",
+]
 
-_LLM_NAME = re.compile(r"[^A-Za-z0-9_-]")
-_LLM_NAME_MAX = 64  # OpenAI's limit on function names; Anthropic's is the same
+log = logging.getLogger("pallas.agent")
 
 
 class MaxIterationsExceeded(Exception):
@@ -75,15 +70,6 @@ FORCING = frozenset({"required"})
 
 
 @dataclass(frozen=True, slots=True)
-class OfferedTool:
-    """A tool as offered to the model, and where calls to it go."""
-
-    source: ToolSource
-    tool: RemoteTool
-    allowed: bool
-
-
-@dataclass(frozen=True, slots=True)
 class TurnResult:
     """What one send_message produced: the answer and the messages to store."""
 
@@ -95,17 +81,21 @@ class TurnResult:
     model's context window (`agent/window.py`)."""
 
 
-def llm_tool_name(qualified: str) -> str:
-    """A name every provider accepts (`[A-Za-z0-9_-]{1,64}`), stable for a given tool."""
-    name = _LLM_NAME.sub("_", qualified)
-    if len(name) <= _LLM_NAME_MAX and name == qualified:
-        return name
-    digest = hashlib.sha256(qualified.encode()).hexdigest()[:8]
-    return f"{name[: _LLM_NAME_MAX - 9]}_{digest}"
+@dataclass(frozen=True, slots=True)
+class Exposure:
+    """How one turn offers the downstream tools: every schema, or on demand through the gateway."""
+
+    on_demand: bool
+    budget: int
+    """Tokens the tool schemas of one request may take (`toolExposure.schemaBudgetTokens`)."""
 
 
 def _error(call: ToolCall, text: str) -> ToolResult:
     return ToolResult(call.id, call.name, (TextPart(text),), is_error=True)
+
+
+def _result(call: ToolCall, outcome: ToolOutcome) -> ToolResult:
+    return ToolResult(call.id, call.name, outcome.content, outcome.is_error)
 
 
 class AgentLoop:
@@ -118,34 +108,33 @@ class AgentLoop:
         sources: Sequence[ToolSource],
         metrics: RuntimeMetrics,
         secrets: SecretValues | None = None,
+        latencies: Latencies | None = None,
     ) -> None:
         self._config = config
         self._provider = provider
-        self._sources = list(sources)
         self._metrics = metrics
-        self._secrets = secrets or SecretValues()
+        self.latencies = latencies or Latencies()
+        """How long LLM calls and each source's calls take lately (for `get_health`)."""
+        self.tools = ToolBox(config, sources, metrics, secrets, self.latencies)
+        """The agent's tools under its policy (also behind the MCP surface's gateway tools)."""
 
     async def offered_tools(self, inbound_auth: str | None = None) -> dict[str, OfferedTool]:
-        """Every tool of every reachable source by its model-facing name, denied ones flagged.
+        """Every tool of every reachable source by its model-facing name, denied ones flagged."""
+        return await self.tools.offered(inbound_auth)
 
-        A source that cannot list its tools is left out of this turn (and logged); the model
-        still works with the others.
+    def exposure(self, offered: dict[str, OfferedTool], params: RequestParams) -> Exposure:
+        """Whether this turn offers the servers' tools on demand, and the schema budget.
+
+        `auto` offers every schema while they fit the budget (a quarter of the model's input
+        budget unless `schemaBudgetTokens` says), and goes on demand once they do not.
         """
-        listings = await asyncio.gather(
-            *(s.list_tools(inbound_auth=inbound_auth) for s in self._sources), return_exceptions=True
-        )
-        offered: dict[str, OfferedTool] = {}
-        for source, listing in zip(self._sources, listings, strict=True):
-            if isinstance(listing, BaseException):
-                log.warning("tools of %s unavailable this turn: %s", source.name, listing)
-                continue
-            for tool in listing:
-                name = llm_tool_name(tool.qualified_name)
-                if name in offered:
-                    log.warning("tool name %s is ambiguous; keeping the first", tool.qualified_name)
-                    continue
-                offered[name] = OfferedTool(source, tool, self._config.tools.permits(tool.qualified_name))
-        return offered
+        settings = self._config.tool_exposure
+        budget = settings.schema_budget_tokens or max(1, input_budget(self._config.capabilities, params) // 4)
+        if settings.mode == "auto":
+            on_demand = gateway.schemas_of_servers(offered) > budget
+        else:
+            on_demand = settings.mode == "onDemand"
+        return Exposure(on_demand, budget)
 
     async def run(
         self,
@@ -170,13 +159,10 @@ class AgentLoop:
             ToolChoiceUnavailable: `toolChoice` names a tool not offered this turn.
         """
         offered = await self.offered_tools(inbound_auth)
-        specs = [
-            ToolSpec(name, o.tool.description, o.tool.input_schema)
-            for name, o in offered.items()
-            if o.allowed
-        ]
         merged = merge_params(self._config.request_params, params)
+        exposure = self.exposure(offered, merged)
         first, later = self._round_params(merged, offered)
+        specs = self._specs(offered, exposure, first.tool_choice)
         budget = input_budget(self._config.capabilities, merged) - request_tokens(
             self._config.instruction, specs
         )
@@ -206,11 +192,9 @@ class AgentLoop:
                     )  # fmt: skip
                 return TurnResult(answer, turn, left_out_most)
             await progress.step("tool")
+            context = CallContext(inbound_auth, progress, conversation, call_path)
             results = await asyncio.gather(
-                *(
-                    self._dispatch(call, offered, inbound_auth, progress, conversation, call_path)
-                    for call in completion.tool_calls
-                )
+                *(self._dispatch(call, offered, exposure, context) for call in completion.tool_calls)
             )
             turn.append(ToolResultsMessage(tuple(results)))
         raise MaxIterationsExceeded(
@@ -250,102 +234,100 @@ class AgentLoop:
     ) -> Completion:
         await progress.step("llm")
         agent, model = self._config.name, self._config.model
+        stream = progress.text_stream()
         started = time.perf_counter()
         try:
             completion = await self._provider.complete(
-                system=self._config.instruction, messages=messages, tools=specs, params=params
+                system=self._config.instruction,
+                messages=messages,
+                tools=specs,
+                params=params,
+                on_text=stream.feed if stream is not None else None,
             )
         except LLMError:
-            self._metrics.llm_request_duration.labels(agent, model, "error").observe(
-                time.perf_counter() - started
-            )
+            elapsed = time.perf_counter() - started
+            self._metrics.llm_request_duration.labels(agent, model, "error").observe(elapsed)
+            self.latencies.record(LLM, elapsed)
             raise
-        self._metrics.llm_request_duration.labels(agent, model, "ok").observe(time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        self._metrics.llm_request_duration.labels(agent, model, "ok").observe(elapsed)
+        self.latencies.record(LLM, elapsed)
+        if stream is not None:
+            await stream.flush()
+            if not stream.received and completion.tool_calls and completion.text:
+                # Not streamed: the text that goes with tool calls is never in the result, so it
+                # goes to the caller now (a final answer is the result itself).
+                await progress.text(completion.text)
         self._metrics.llm_turns_total.labels(agent, model).inc()
         for kind, count in completion.usage.by_kind().items():
             if count:
                 self._metrics.llm_tokens_total.labels(agent, model, kind).inc(count)
         return completion
 
+    def _specs(
+        self, offered: dict[str, OfferedTool], exposure: Exposure, choice: str | None
+    ) -> list[ToolSpec]:
+        """The tools one turn's requests carry: every allowed one, or peers and the gateway.
+
+        On demand, a tool the call's `toolChoice` names is offered directly too, so it can be forced.
+        """
+        allowed = [(name, o) for name, o in offered.items() if o.allowed]
+        if exposure.on_demand:
+            allowed = [(name, o) for name, o in allowed if o.peer or name == choice]
+        specs = [ToolSpec(name, o.tool.description, o.tool.input_schema) for name, o in allowed]
+        if exposure.on_demand:
+            specs.extend(gateway.gateway_specs(offered, exposure.budget))
+        return specs
+
     async def _dispatch(
-        self,
-        call: ToolCall,
-        offered: dict[str, OfferedTool],
-        inbound_auth: str | None,
-        progress: ProgressReporter,
-        conversation: ConversationKey | None,
-        call_path: CallPath | None,
+        self, call: ToolCall, offered: dict[str, OfferedTool], exposure: Exposure, context: CallContext
     ) -> ToolResult:
-        agent = self._config.name
+        if exposure.on_demand and call.name in gateway.GATEWAY_TOOLS:
+            return await self._gateway_call(call, offered, exposure, context)
         entry = offered.get(call.name)
         if entry is None:
-            audit_tool_call(agent, "", call.name, "DENY", 0.0, "unknown tool", ErrorCode.TOOL_NOT_FOUND)
-            available = ", ".join(sorted(n for n, o in offered.items() if o.allowed)) or "none"
-            return _error(call, f"unknown tool {call.name!r}; available tools: {available}")
-        source, tool = entry.source.name, entry.tool
-        if not (entry.allowed and self._config.tools.permits(tool.qualified_name)):
-            self._metrics.tool_denied_total.labels(agent, source).inc()
-            refused = ErrorCode.DENIED_BY_POLICY
-            audit_tool_call(agent, source, tool.name, "DENY", 0.0, "not allowed by spec.tools", refused)
-            return _error(call, f"tool {call.name!r} is not allowed for this agent")
+            available = ", ".join(sorted(n for n, o in offered.items() if o.allowed))
+            return _result(call, self.tools.unknown(call.name, available))
         if call.arguments_error is not None:
-            invalid = ErrorCode.INVALID_ARGUMENTS
-            audit_tool_call(
-                agent, source, tool.name, "ERROR", 0.0, "arguments are not a JSON object", invalid
-            )
-            return _error(call, f"arguments for {call.name!r} are invalid: {call.arguments_error}")
+            return self._invalid(call, entry.source.name, entry.tool.name, call.arguments_error)
+        return _result(call, await self.tools.call(entry, call.arguments, context, shown=call.name))
 
-        await progress.tool_started(source, tool.name)
-        started = time.perf_counter()
-        timed_out = False
+    def _invalid(
+        self,
+        call: ToolCall,
+        source: str,
+        tool: str,
+        why: str,
+        reason: str = "arguments are not a JSON object",
+    ) -> ToolResult:
+        invalid = ErrorCode.INVALID_ARGUMENTS
+        audit_tool_call(self._config.name, source, tool, "ERROR", 0.0, reason, invalid)
+        return _error(call, f"arguments for {call.name!r} are invalid: {why}")
+
+    async def _gateway_call(
+        self, call: ToolCall, offered: dict[str, OfferedTool], exposure: Exposure, context: CallContext
+    ) -> ToolResult:
+        """A model's call of `list_servers`, `get_server_tools` or `execute_tool`."""
+        if call.arguments_error is not None:
+            return self._invalid(call, "", call.name, call.arguments_error)
+        servers = self.tools.server_names
         try:
-            outcome = await entry.source.call_tool(
-                tool.name,
-                call.arguments,
-                inbound_auth=inbound_auth,
-                on_progress=self._scrubbed(progress.relay(source, tool.name)),
-                conversation=conversation,
-                call_path=call_path,
-            )
-        except DownstreamError as exc:
-            timed_out = isinstance(exc, DownstreamTimeout)
-            outcome = ToolOutcome((TextPart(str(exc)),), is_error=True, code=exc.code)
-        except Exception:
-            log.exception("calling %s failed unexpectedly", tool.qualified_name)
-            outcome = ToolOutcome((TextPart(f"calling {tool.qualified_name} failed (see agent logs)"),), True)
-        elapsed = time.perf_counter() - started
-        verdict: Outcome = "TIMEOUT" if timed_out else "ERROR" if outcome.is_error else "ALLOW"
-        audit_tool_call(
-            agent, source, tool.name, verdict, elapsed, code=outcome.code if outcome.is_error else None
-        )
-        self._metrics.tool_call_duration.labels(agent, source, "tool").observe(elapsed)
-        self._metrics.tool_calls_total.labels(
-            agent, source, "tool", "error" if outcome.is_error else "ok"
-        ).inc()
-        await progress.tool_finished(source, tool.name, ok=not outcome.is_error)
-        return ToolResult(
-            call.id, call.name, self._within_budget(outcome, tool.qualified_name), outcome.is_error
-        )
-
-    def _within_budget(self, outcome: ToolOutcome, qualified: str) -> tuple[ContentPart, ...]:
-        """The result as the model gets it: texts scrubbed of secrets, then cut to size.
-
-        Scrubbed first, so no part of a secret survives the cut to `limits.maxToolResultBytes`.
-        """
-        limit = self._config.limits.max_tool_result_bytes
-        scrub = self._secrets.scrub
-        return tuple(
-            TextPart(cut_to(scrub(p.text), limit, f"result of {qualified}")) if isinstance(p, TextPart) else p
-            for p in outcome.content
-        )
-
-    def _scrubbed(self, relay: ProgressHandler | None) -> ProgressHandler | None:
-        """A downstream call's progress relay whose messages are scrubbed of the agent's secrets."""
-        if relay is None or not self._secrets:
-            return relay
-        scrub = self._secrets.scrub
-
-        async def forward(progress: float, total: float | None, message: str | None) -> None:
-            await relay(progress, total, scrub(message) if message else message)
-
-        return forward
+            args = gateway.parse_arguments(call.name, call.arguments)
+            if call.name == gateway.LIST_SERVERS:
+                answer = gateway.list_servers(offered, servers)
+            elif call.name == gateway.GET_SERVER_TOOLS:
+                answer = gateway.server_tools(
+                    offered, servers, args.server, names=args.names, pattern=args.pattern,
+                    max_schema_tokens=args.max_schema_tokens, budget=exposure.budget,
+                )  # fmt: skip
+            else:
+                entry = gateway.target(offered, servers, args.server, args.tool)
+                limit = args.timeout_ms / 1000 if args.timeout_ms else None
+                outcome = await self.tools.call(entry, dict(args.args or {}), context, time_limit=limit)
+                return _result(call, outcome)
+        except gateway.GatewayError as exc:
+            if exc.code is ErrorCode.INVALID_ARGUMENTS:
+                return self._invalid(call, "", call.name, str(exc), reason=str(exc))
+            audit_tool_call(self._config.name, "", call.name, "DENY", 0.0, str(exc), exc.code)
+            return _error(call, str(exc))
+        return ToolResult(call.id, call.name, (TextPart(json.dumps(answer, ensure_ascii=False)),), False)

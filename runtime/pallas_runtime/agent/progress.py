@@ -1,9 +1,13 @@
-"""Progress notifications in the formats Daedalus renders (seed 001 §4).
+"""Progress notifications in the formats Daedalus renders (docs/api.md §3, progress).
 
 - tool calls: `{server}/{tool}: started` (progress 0, total null), then
   `{server}/{tool}: completed|failed` (progress 1, total 1);
 - loop steps: `{agent} step N (llm|tool)` (progress N, total null);
-- progress from a downstream tool or sub-agent: `{server}/{tool}: <its message>` with its numbers.
+- progress from a downstream tool or sub-agent: `{server}/{tool}: <its message>` with its numbers;
+- the model's text as it is written: `{agent} text: <piece>` (progress: the step, total null),
+  the pieces in order and exact, so a client that joins them has the text so far. A sub-agent's
+  arrive relayed like any progress, `{peer}/send_message: {peer} text: <piece>`: attributed.
+  Pieces of a fast stream are joined until `TEXT_INTERVAL` has passed since the last one sent.
 
 Sending is best effort: a failure is logged at debug level and never fails the call.
 """
@@ -11,6 +15,7 @@ Sending is best effort: a failure is logged at debug level and never fails the c
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Literal
 
@@ -19,6 +24,15 @@ from pallas_runtime.downstream.source import ProgressHandler
 log = logging.getLogger("pallas.progress")
 
 Send = Callable[[float, float | None, str], Awaitable[None]]
+
+TEXT_MARK = " text: "
+"""What separates the writing agent's name from a piece of its text in a progress message."""
+TEXT_PIECE_MAX = 16384
+"""Characters of text in one notification at most: MCP clients bound one SSE event (the SDK's to
+1 MiB), and a relayed piece must fit through every agent of a delegation."""
+TEXT_INTERVAL = 0.05
+"""Seconds between two text notifications of one stream at most: 20 a second, whatever the
+model's token rate, and the first piece goes out at once."""
 
 
 class ProgressReporter:
@@ -55,6 +69,17 @@ class ProgressReporter:
         """Report that a tool call completed or failed."""
         await self._emit(1, 1, f"{source}/{tool}: {'completed' if ok else 'failed'}")
 
+    async def text(self, piece: str) -> None:
+        """Send a piece of the model's text, in notifications of at most TEXT_PIECE_MAX characters."""
+        for start in range(0, len(piece), TEXT_PIECE_MAX):
+            await self._emit(
+                self._step, None, f"{self._agent}{TEXT_MARK}{piece[start : start + TEXT_PIECE_MAX]}"
+            )
+
+    def text_stream(self) -> TextStream | None:
+        """Where one LLM call's streamed text goes; None when the caller follows no progress."""
+        return TextStream(self) if self._send is not None else None
+
     def relay(self, source: str, tool: str) -> ProgressHandler | None:
         """A handler passing a downstream call's own progress on, prefixed with where it came from."""
         if self._send is None:
@@ -64,3 +89,29 @@ class ProgressReporter:
             await self._emit(progress, total, f"{source}/{tool}: {message or 'progress'}")
 
         return forward
+
+
+class TextStream:
+    """One LLM call's text on its way to the caller, pieces joined to at most one send per interval."""
+
+    def __init__(self, reporter: ProgressReporter) -> None:
+        self._reporter = reporter
+        self._pending: list[str] = []
+        self._last_sent = float("-inf")
+        self.received = False
+        """Whether any text came through (the provider streamed)."""
+
+    async def feed(self, piece: str) -> None:
+        """Take the next piece of text; send what is pending when the interval has passed."""
+        self.received = True
+        self._pending.append(piece)
+        if time.monotonic() - self._last_sent >= TEXT_INTERVAL:
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Send what is pending (at the end of the call)."""
+        if self._pending:
+            text = "".join(self._pending)
+            self._pending.clear()
+            self._last_sent = time.monotonic()
+            await self._reporter.text(text)

@@ -4,11 +4,13 @@ Which conversation a request continues is the scope's (`conversations.scope`): a
 `conversation_id`, else the caller's default conversation, else the MCP session's, else none
 (nothing kept). It belongs to the caller. The turn holds the conversation from reading its
 history to storing the turn, so turns of one conversation run one at a time wherever they run;
-a turn that fails or is cancelled stores nothing.
+a turn that fails or is cancelled by its caller stores nothing. A turn a stopping agent
+interrupts (`inflight`) is kept as its user message and a `TurnFailure`.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -17,7 +19,14 @@ from pallas_runtime.agent.loop import AgentLoop
 from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.conversations.caller import Caller, one_turn_key
 from pallas_runtime.conversations.history import title_of
-from pallas_runtime.conversations.model import ConversationKey, ConversationStore, ThreadInfo
+from pallas_runtime.conversations.model import (
+    ConversationKey,
+    ConversationStore,
+    StoreUnavailable,
+    ThreadInfo,
+    Turn,
+    TurnLost,
+)
 from pallas_runtime.conversations.scope import (
     SESSIONS_REMEMBERED,
     SessionLedger,
@@ -25,7 +34,8 @@ from pallas_runtime.conversations.scope import (
     sees_only_its_session,
 )
 from pallas_runtime.downstream.call_path import CallPath
-from pallas_runtime.messages import Message, UserMessage
+from pallas_runtime.inflight import InFlight, ShuttingDown
+from pallas_runtime.messages import Message, TurnFailure, UserMessage
 
 
 class NoConversation(ValueError):
@@ -57,11 +67,13 @@ class Conversations:
         loop: AgentLoop,
         *,
         sessions: int = SESSIONS_REMEMBERED,
+        inflight: InFlight | None = None,
     ) -> None:
         self._identity = identity
         self._scope = scope
         self.store = store
         self._loop = loop
+        self._inflight = inflight
         # As many sessions as the agent keeps open: a closed one's entry is the oldest to go.
         self._ledger = SessionLedger(sessions=sessions)
 
@@ -90,6 +102,7 @@ class Conversations:
         Raises:
             ConversationBusy, StoreUnavailable, TurnLost: from the store (nothing stored).
             LLMError, MaxIterationsExceeded: from the loop (nothing stored).
+            ShuttingDown: a stopping agent interrupted the turn (kept as failed when `kept`).
         """
         key = self._key(caller, conversation_id, session_id)
         if key is None:
@@ -100,14 +113,31 @@ class Conversations:
             )  # fmt: skip
             return Reply(turn.text, None, turn.messages, history_left_out=turn.history_left_out)
         async with self.store.turn(key) as held:
-            turn = await self._loop.run(
-                held.history, user, inbound_auth=inbound_auth, progress=progress, conversation=key,
-                call_path=call_path, params=params,
-            )  # fmt: skip
+            try:
+                turn = await self._loop.run(
+                    held.history, user, inbound_auth=inbound_auth, progress=progress, conversation=key,
+                    call_path=call_path, params=params,
+                )  # fmt: skip
+            except asyncio.CancelledError:
+                failure = self._inflight.take_interruption() if self._inflight else None
+                if failure is None:
+                    raise
+                raise await self._kept_as_failed(held, user, failure) from None
+            if self._inflight is not None:
+                self._inflight.finishing()
             await held.commit(turn.messages, title_of([user]))
         return Reply(
             turn.text, key.id, turn.messages, created=not held.history, history_left_out=turn.history_left_out
         )
+
+    async def _kept_as_failed(self, held: Turn, user: UserMessage, failure: TurnFailure) -> ShuttingDown:
+        """Keep an interrupted turn as its user message and the failure; the error its caller gets."""
+        assert self._inflight is not None
+        try:
+            await held.commit([user, failure], title_of([user]))
+        except (StoreUnavailable, TurnLost):
+            return self._inflight.interrupted_error(kept=False)
+        return self._inflight.interrupted_error(kept=True)
 
     async def history(
         self, caller: Caller, conversation_id: str | None, session_id: str | None

@@ -26,6 +26,7 @@ from pallas_runtime.messages import (
     Message,
     TextPart,
     ToolSpec,
+    TurnFailure,
     UserMessage,
 )
 
@@ -54,6 +55,8 @@ def message_tokens(message: Message) -> int:
             for c in message.tool_calls
         )
         return OVERHEAD_TOKENS + text_tokens(message.text) + calls
+    if isinstance(message, TurnFailure):
+        return 0  # never sent (the LLM adapters leave it out)
     return OVERHEAD_TOKENS + sum(
         OVERHEAD_TOKENS + text_tokens(r.name) + _parts(r.content) for r in message.results
     )

@@ -1,4 +1,9 @@
-"""`pallas agent --config FILE [--port N]`: run one agent, as an agent pod does."""
+"""`pallas agent --config FILE [--port N]`: run one agent, as an agent pod does.
+
+SIGTERM (or Ctrl-C) drains it: not ready, new sessions refused, turns in flight finishing for up
+to its `drainSeconds`, the rest interrupted and kept as failed (`AgentServer.drain`); a second
+signal interrupts them at once.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +15,12 @@ import sys
 from pallas_api.config import ConfigError, load_config
 from pallas_io.commands import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, port_number
 from pallas_io.logs import setup_logging
+from pallas_io.serving import bound_port, listen, run_server_loop, serve, until_signalled
 from pallas_runtime.server import agent_app, build_server, secret_env_names
-from pallas_runtime.serving import bound_port, listen, run_server_loop, serve, until_signalled
 
 log = logging.getLogger("pallas.agent")
+AFTER_DRAIN_GRACE = 5
+"""Seconds requests still open after the drain get (answers being written; other streams end)."""
 
 
 class AgentCommand:
@@ -73,10 +80,12 @@ class AgentCommand:
                         serve(
                             app,
                             sock,
-                            before_stop=server.stop_turns,
+                            graceful_timeout=AFTER_DRAIN_GRACE,
+                            drain=server.drain,
                             limits=config.http,
                             refused=server.refused,
-                        )
+                        ),
+                        on_repeat=server.hurry,
                     )
                 )
         except OSError as exc:

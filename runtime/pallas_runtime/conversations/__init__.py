@@ -7,6 +7,12 @@
 - `codec`: messages to and from JSON; `history`: where a conversation may be cut;
 - `caller`: who is calling (the authenticated subject, else the anonymous caller) and the
   conversation ids an agent passes on to its peers;
+- `database`, `driver_sql`, `tables`: where the SQL work runs (a SQLite thread, asyncpg), a
+  turn's statements on the driver, and the tables the migrations create;
+- `locks`: one turn of a conversation at a time inside a process;
+- `budget`: the byte budget of what a process keeps;
+- `scope`: which conversation a request continues (caller, session or request scope);
+- `tenancy`: whose rows are whose in a database shared by agents, deployments and namespaces;
 - `factory`: the store an agent's config asks for.
 
 A turn holds its conversation exclusively from reading the history to storing the new

@@ -18,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Generic, TypeVar
 
-from pallas_runtime.messages import AssistantMessage, ContentPart, Message, TextPart, UserMessage
+from pallas_runtime.messages import AssistantMessage, ContentPart, Message, TextPart, TurnFailure, UserMessage
 
 MESSAGE_OVERHEAD = 200
 """Bytes of the message object, its tuple and its place in a list."""
@@ -46,6 +46,8 @@ def footprint(message: Message) -> int:
             for c in message.tool_calls
         )
         return MESSAGE_OVERHEAD + sys.getsizeof(message.text) + calls
+    if isinstance(message, TurnFailure):
+        return MESSAGE_OVERHEAD + sys.getsizeof(message.code) + sys.getsizeof(message.message)
     return MESSAGE_OVERHEAD + sum(
         PART_OVERHEAD + sys.getsizeof(r.call_id) + sys.getsizeof(r.name) + _parts(r.content)
         for r in message.results

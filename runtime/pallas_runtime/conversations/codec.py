@@ -13,6 +13,7 @@ from pallas_runtime.messages import (
     ToolCall,
     ToolResult,
     ToolResultsMessage,
+    TurnFailure,
     UserMessage,
 )
 
@@ -41,6 +42,8 @@ def encode(message: Message) -> dict[str, Any]:
             for c in message.tool_calls
         ]
         return {"v": VERSION, "role": "assistant", "text": message.text, "tool_calls": calls}
+    if isinstance(message, TurnFailure):
+        return {"v": VERSION, "role": "failure", "code": message.code, "message": message.message}
     results = [
         {
             "call_id": r.call_id,
@@ -78,6 +81,8 @@ def decode(data: dict[str, Any]) -> Message:
                     for r in data["results"]
                 )
             )
+        if role == "failure":
+            return TurnFailure(str(data["code"]), str(data["message"]))
     except (KeyError, TypeError) as exc:
         raise ValueError(f"not a stored message: {exc!r}") from None
     raise ValueError(f"not a stored message: role {data.get('role')!r}")

@@ -1,1 +1,4 @@
-"""The LLM boundary: provider-neutral conversation types and the OpenAI / Anthropic adapters."""
+"""The LLM boundary: the OpenAI / Anthropic adapters behind one interface.
+
+The provider-neutral message types are `pallas_runtime.messages`.
+"""

@@ -11,7 +11,7 @@ import abc
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import httpx2
 
@@ -21,9 +21,19 @@ from pallas_runtime.http_transport import AiohttpTransport
 from pallas_runtime.llm.errors import SdkErrors, describe, safe
 from pallas_runtime.llm.params import ParamPlan, check_call_params, dropped_warning
 from pallas_runtime.llm.provider import LLMError, ProviderCheck
-from pallas_runtime.messages import Completion, Message, ToolSpec
+from pallas_runtime.messages import Completion, Message, TextSink, ToolSpec
 
 log = logging.getLogger("pallas.llm")
+
+
+class StreamReader(Protocol):
+    """Folds a completion stream's events, in order, into the body of a non-streamed answer."""
+
+    def feed(self, event: Mapping[str, Any]) -> str:
+        """Take one event; the text it adds to the answer ('' if none)."""
+
+    def body(self) -> dict[str, Any]:
+        """The response body the events add up to (what `_parse` reads)."""
 
 
 def wire_count(value: object) -> int:
@@ -48,6 +58,9 @@ class SdkProvider(abc.ABC):
     sdk_http_client: ClassVar[type[Any]]
     """The SDK's httpx client class (its own defaults), given the agent's transport."""
     sdk_errors: ClassVar[SdkErrors]
+    sdk_stream: ClassVar[type[Any]]
+    """The SDK's async SSE stream class: it decodes events, ends at the stream's end and raises
+    the SDK's errors for error events."""
 
     preflight_timeout: float = CHECK_TIMEOUT
 
@@ -77,6 +90,7 @@ class SdkProvider(abc.ABC):
             key=api_key if named else None,
         )
         self._key_problem = self._endpoint.key_problem
+        self._streaming = provider.streaming
         self._client: Any = None
         if api_key:
             self._client = self._make_client(api_key, provider)
@@ -102,6 +116,14 @@ class SdkProvider(abc.ABC):
         """The completion in a decoded response body; ValueError when it is unusable."""
 
     @abc.abstractmethod
+    def _stream_fields(self) -> dict[str, Any]:
+        """The wire fields that ask for a stream (`stream`, and what else the API wants)."""
+
+    @abc.abstractmethod
+    def _stream_reader(self) -> StreamReader:
+        """A reader of one stream's events into the body a non-streamed answer would have had."""
+
+    @abc.abstractmethod
     def _warning_subject(self) -> str:
         """How the dropped-parameters warning names this provider."""
 
@@ -124,6 +146,7 @@ class SdkProvider(abc.ABC):
         messages: Sequence[Message],
         tools: Sequence[ToolSpec],
         params: RequestParams | None = None,
+        on_text: TextSink | None = None,
     ) -> Completion:
         """One model turn; see `LLMProvider.complete`.
 
@@ -140,6 +163,8 @@ class SdkProvider(abc.ABC):
             **plan.wire_fields(with_tools=bool(tools)),
         }
         started = time.monotonic()
+        if on_text is not None and self._streaming:
+            return await self._streamed(request, on_text, started)
         try:
             # The SDKs' typed create() walks every message through a TypedDict transform (~60 ms
             # per call on a short conversation); post() keeps their retries, timeouts, auth
@@ -147,17 +172,48 @@ class SdkProvider(abc.ABC):
             response = await self._client.post(self.completion_path, cast_to=httpx2.Response, body=request)
             body = response.json()
         except self.sdk_errors.base as exc:
-            raise self._error(
-                exc, self._timeout, attempts=self._attempts, elapsed=time.monotonic() - started
-            ) from None
+            raise self._failed(exc, started) from None
         except ValueError:
             raise LLMError(f"{self._label}: the response is not JSON") from None
+        return self._completion(body, "response")
+
+    async def _streamed(self, request: dict[str, Any], on_text: TextSink, started: float) -> Completion:
+        """The completion asked for as a stream: text to `on_text` as it comes, then the whole.
+
+        The stream's events are folded into the body a non-streamed answer has, so one parser
+        reads both. The SDK retries the request until the stream begins; a stream broken later is
+        an error (its text already went out, so a retry would repeat it).
+        """
+        reader = self._stream_reader()
+        try:
+            stream = await self._client.post(
+                self.completion_path,
+                cast_to=object,
+                body={**request, **self._stream_fields()},
+                stream=True,
+                stream_cls=self.sdk_stream,
+            )
+            async for event in stream:
+                if isinstance(event, Mapping) and (text := reader.feed(event)):
+                    await on_text(text)
+        except self.sdk_errors.base as exc:
+            raise self._failed(exc, started) from None
+        except ValueError:
+            raise LLMError(f"{self._label}: a stream event is not JSON") from None
+        return self._completion(reader.body(), "streamed response")
+
+    def _failed(self, exc: Exception, started: float) -> LLMError:
+        """The error of a request the SDK gave up on (after its retries)."""
+        return self._error(exc, self._timeout, attempts=self._attempts, elapsed=time.monotonic() - started)
+
+    def _completion(self, body: object, what: str) -> Completion:
+        """The parsed body; LLMError naming what was unusable (the key scrubbed from the text)."""
         try:
             if not isinstance(body, Mapping):
                 raise ValueError("the response is not a JSON object")
             return self._parse(body)
         except ValueError as exc:
-            raise LLMError(self._safe(f"{self._label}: unusable response: {exc}")) from None
+            raise LLMError(self._safe(f"{self._label}: unusable {what}: {exc}")) from None
 
     def check_params(self, params: RequestParams) -> None:
         """Refuse a call's own parameters that this provider and model do not take.

@@ -21,6 +21,7 @@ from pallas_io.llm_check import PUBLIC_APIS
 from pallas_runtime.llm.adapter import SdkProvider, wire_count
 from pallas_runtime.llm.errors import SdkErrors
 from pallas_runtime.llm.params import ParamPlan, anthropic_plan
+from pallas_runtime.llm.sse import AnthropicEvents
 from pallas_runtime.messages import (
     AssistantMessage,
     Completion,
@@ -83,8 +84,9 @@ def messages_blocks(messages: Sequence[Message]) -> list[dict[str, Any]]:
 
     Tool results become one user message of `tool_result` blocks. Messages of the same role in a
     row are merged into one, because the API wants user and assistant turns to alternate (a user
-    message after tool results is the usual case); an assistant message with neither text nor
-    tool calls carries nothing and is left out.
+    message after tool results is the usual case, a user message after a turn kept as failed
+    another); an assistant message with neither text nor tool calls carries nothing and is left
+    out, and so is a `TurnFailure`.
     """
     wire: list[dict[str, Any]] = []
     for message in messages:
@@ -92,8 +94,10 @@ def messages_blocks(messages: Sequence[Message]) -> list[dict[str, Any]]:
             role, blocks = "user", _content_blocks(message.content)
         elif isinstance(message, AssistantMessage):
             role, blocks = "assistant", _assistant_blocks(message)
-        else:
+        elif isinstance(message, ToolResultsMessage):
             role, blocks = "user", _tool_result_blocks(message)
+        else:  # a TurnFailure is the conversation's record, not something anyone said: never sent
+            continue
         if not blocks:
             continue
         if wire and wire[-1]["role"] == role:
@@ -183,6 +187,67 @@ def completion_from_messages(body: Mapping[str, Any]) -> Completion:
     )
 
 
+class MessagesStreamReader:
+    """A Messages API stream (message_start … message_stop events) folded into a response body.
+
+    Content blocks are rebuilt by index: text deltas appended, a `tool_use` block's
+    `input_json_delta` fragments joined and parsed when the block stops (left as text when they
+    are not JSON, which the parser reports as the call's `arguments_error`); the usage is
+    `message_start`'s, updated by `message_delta`'s.
+    """
+
+    def __init__(self) -> None:
+        self._blocks: dict[int, dict[str, Any]] = {}
+        self._partial: dict[int, str] = {}
+        self._usage: dict[str, Any] = {}
+        self._stop: object = None
+
+    def feed(self, event: Mapping[str, Any]) -> str:
+        """Take one event; the text it adds."""
+        kind, index = event.get("type"), event.get("index")
+        if kind == "message_start" and isinstance(event.get("message"), Mapping):
+            self._merge_usage(event["message"].get("usage"))
+        elif kind == "message_delta":
+            delta = event.get("delta")
+            if isinstance(delta, Mapping) and delta.get("stop_reason") is not None:
+                self._stop = delta["stop_reason"]
+            self._merge_usage(event.get("usage"))
+        elif not isinstance(index, int):
+            return ""
+        elif kind == "content_block_start" and isinstance(event.get("content_block"), Mapping):
+            self._blocks[index] = dict(event["content_block"])
+            if self._blocks[index].get("type") == "tool_use":
+                self._partial[index] = ""
+        elif kind == "content_block_delta" and isinstance(event.get("delta"), Mapping):
+            return self._delta(index, event["delta"])
+        elif kind == "content_block_stop" and index in self._partial:
+            raw = self._partial.pop(index)
+            try:
+                self._blocks[index]["input"] = json.loads(raw) if raw.strip() else {}
+            except ValueError:
+                self._blocks[index]["input"] = raw
+        return ""
+
+    def _delta(self, index: int, delta: Mapping[str, Any]) -> str:
+        block = self._blocks.setdefault(index, {"type": "text", "text": ""})
+        kind = delta.get("type")
+        if kind == "text_delta" and isinstance(delta.get("text"), str):
+            block["text"] = str(block.get("text") or "") + delta["text"]
+            return str(delta["text"])
+        if kind == "input_json_delta" and isinstance(delta.get("partial_json"), str):
+            self._partial[index] = self._partial.get(index, "") + delta["partial_json"]
+        return ""
+
+    def _merge_usage(self, usage: object) -> None:
+        if isinstance(usage, Mapping):
+            self._usage.update({k: v for k, v in usage.items() if v is not None})
+
+    def body(self) -> dict[str, Any]:
+        """The body a non-streamed answer would have had."""
+        content = [self._blocks[i] for i in sorted(self._blocks)]
+        return {"content": content, "stop_reason": self._stop, "usage": self._usage}
+
+
 class AnthropicMessagesProvider(SdkProvider):
     """One Claude model (or an Anthropic-compatible server) behind the Messages API."""
 
@@ -196,6 +261,7 @@ class AnthropicMessagesProvider(SdkProvider):
         anthropic.APIConnectionError,
         anthropic.APIStatusError,
     )
+    sdk_stream = AnthropicEvents
 
     def _default_base_url(self) -> str:
         return DEFAULT_BASE_URL
@@ -215,6 +281,12 @@ class AnthropicMessagesProvider(SdkProvider):
 
     def _parse(self, body: Mapping[str, Any]) -> Completion:
         return completion_from_messages(body)
+
+    def _stream_fields(self) -> dict[str, Any]:
+        return {"stream": True}
+
+    def _stream_reader(self) -> MessagesStreamReader:
+        return MessagesStreamReader()
 
     def _warning_subject(self) -> str:
         return f"{self._label} (model {self._model})"

@@ -21,6 +21,7 @@ from pallas_io.llm_check import PUBLIC_APIS
 from pallas_runtime.llm.adapter import SdkProvider, wire_count
 from pallas_runtime.llm.errors import SdkErrors
 from pallas_runtime.llm.params import ParamPlan, is_native_openai, openai_plan
+from pallas_runtime.llm.sse import OpenAIEvents
 from pallas_runtime.messages import (
     AssistantMessage,
     Completion,
@@ -111,8 +112,9 @@ def chat_messages(system: str, messages: Sequence[Message]) -> list[dict[str, An
             wire.append({"role": "user", "content": _user_content(message.content)})
         elif isinstance(message, AssistantMessage):
             wire.append(_assistant_message(message))
-        else:
+        elif isinstance(message, ToolResultsMessage):
             wire.extend(_tool_results(message))
+        # A TurnFailure is the conversation's record, not something anyone said: never sent.
     return wire
 
 
@@ -229,6 +231,64 @@ def completion_from_chat(body: Mapping[str, Any]) -> Completion:
     )
 
 
+class ChatStreamReader:
+    """A Chat Completions stream (`chat.completion.chunk` events) folded into a response body.
+
+    Text and each tool call's argument fragments are concatenated, tool calls keyed by their
+    `index`; the usage is the last chunk's that has one (`stream_options.include_usage`).
+    """
+
+    def __init__(self) -> None:
+        self._text: list[str] = []
+        self._calls: dict[int, dict[str, Any]] = {}
+        self._finish: object = None
+        self._usage: object = None
+
+    def feed(self, event: Mapping[str, Any]) -> str:
+        """Take one chunk; the text it adds."""
+        if event.get("usage") is not None:
+            self._usage = event["usage"]
+        choices = event.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+            return ""
+        choice = choices[0]
+        if choice.get("finish_reason") is not None:
+            self._finish = choice["finish_reason"]
+        delta = choice.get("delta")
+        if not isinstance(delta, Mapping):
+            return ""
+        for call in delta.get("tool_calls") or ():
+            if isinstance(call, Mapping):
+                self._add_call_fragment(call)
+        content = delta.get("content")
+        if isinstance(content, str) and content:
+            self._text.append(content)
+            return content
+        return ""
+
+    def _add_call_fragment(self, call: Mapping[str, Any]) -> None:
+        index = call.get("index")
+        slot = self._calls.setdefault(
+            index if isinstance(index, int) else len(self._calls),
+            {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
+        )
+        if call.get("id"):
+            slot["id"] = call["id"]
+        function = call.get("function")
+        if isinstance(function, Mapping):
+            if isinstance(function.get("name"), str):
+                slot["function"]["name"] += function["name"]
+            if isinstance(function.get("arguments"), str):
+                slot["function"]["arguments"] += function["arguments"]
+
+    def body(self) -> dict[str, Any]:
+        """The body a non-streamed answer would have had."""
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self._text) or None}
+        if self._calls:
+            message["tool_calls"] = [self._calls[i] for i in sorted(self._calls)]
+        return {"choices": [{"message": message, "finish_reason": self._finish}], "usage": self._usage}
+
+
 class OpenAIChatProvider(SdkProvider):
     """One model behind a Chat Completions endpoint."""
 
@@ -236,6 +296,7 @@ class OpenAIChatProvider(SdkProvider):
     completion_path = "/chat/completions"
     sdk_client = openai.AsyncOpenAI
     sdk_http_client = openai.DefaultAsyncHttpxClient
+    sdk_stream = OpenAIEvents
     sdk_errors = SdkErrors(
         openai.OpenAIError, openai.APITimeoutError, openai.APIConnectionError, openai.APIStatusError
     )
@@ -258,6 +319,13 @@ class OpenAIChatProvider(SdkProvider):
 
     def _parse(self, body: Mapping[str, Any]) -> Completion:
         return completion_from_chat(body)
+
+    def _stream_fields(self) -> dict[str, Any]:
+        # Without include_usage a stream reports no tokens, and the token metrics would lie.
+        return {"stream": True, "stream_options": {"include_usage": True}}
+
+    def _stream_reader(self) -> ChatStreamReader:
+        return ChatStreamReader()
 
     def _warning_subject(self) -> str:
         return f"{self._label} ({self._base_url})"

@@ -8,7 +8,7 @@ from typing import Protocol
 
 from pallas_api.config import ProviderConfig, RequestParams
 from pallas_io.llm_check import missing_key, provider_label
-from pallas_runtime.messages import Completion, Message, ToolSpec
+from pallas_runtime.messages import Completion, Message, TextSink, ToolSpec
 
 
 def missing_key_message(provider: ProviderConfig) -> str:
@@ -52,8 +52,13 @@ class LLMProvider(Protocol):
         messages: Sequence[Message],
         tools: Sequence[ToolSpec],
         params: RequestParams | None = None,
+        on_text: TextSink | None = None,
     ) -> Completion:
-        """One model turn with `params` (default: the agent's); LLMError once retries are spent."""
+        """One model turn with `params` (default: the agent's); LLMError once retries are spent.
+
+        With `on_text` the completion is streamed (when the provider streams) and its text goes
+        to `on_text` piece by piece as it arrives; the Completion returned is the same either way.
+        """
 
     def check_params(self, params: RequestParams) -> None:
         """Refuse a call's own parameters the provider does not take (raises ParamsNotTaken)."""

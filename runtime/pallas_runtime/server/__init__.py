@@ -5,7 +5,8 @@
 - The surface, one part each: `send_message` (the tool, its alias `<agent>` and their metrics),
   `get_health`, `conversation_tools` (`list_conversations`, `delete_conversation`),
   `history_prompt` (`<agent>_history`), `instruction_resource` (`pallas://instruction`),
-  `probe_routes` (`/healthz`, `/readyz`, `/metrics`).
+  `probe_routes` (`/healthz`, `/readyz`, `/metrics`), `gateway_tools` (`list_servers`,
+  `get_server_tools`, `execute_tool` for the agent's clients, with `toolExposure.gateway`).
 - What the parts share: `descriptions` (names and texts), `tool_errors` (coded error results),
   `request` (what a call reads from its request), `conversation_gauge`.
 - `edge`: `agent_app`, the HTTP app with its guards (body limit, one credential, one request

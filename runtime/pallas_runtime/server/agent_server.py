@@ -1,8 +1,8 @@
 """`AgentServer`: one agent as an MCP server, composed from its parts, and `build_server`.
 
 The server owns the FastMCP instance and the state its edges need: the metrics, the
-send_message calls in flight (ended by `stop_turns`), the session limits, the refusal counter
-and whether it is ready. Its surface is added by one part each (`send_message`, `get_health`,
+send_message calls in flight (drained by `drain`), the session limits, the refusal counter
+and whether it is ready or draining. Its surface is added by one part each (`send_message`, `get_health`,
 `conversation_tools`, `history_prompt`, `instruction_resource`, `probe_routes`). Building it
 does no I/O; the lifespan (run by the HTTP app or an in-memory `Client(server.mcp)`) starts the
 provider preflight and closes the provider, store and downstream connections on exit.
@@ -19,20 +19,22 @@ from typing import Any
 from fastmcp import FastMCP
 
 from pallas_api.config import AgentConfig, SessionLimits
+from pallas_api.errors import ErrorCode
 from pallas_runtime.agent.health import HealthChecker
 from pallas_runtime.agent.loop import AgentLoop
 from pallas_runtime.agent.turns import Conversations
 from pallas_runtime.auth import build_auth
 from pallas_runtime.conversations.factory import build_store
 from pallas_runtime.conversations.model import ConversationStore
+from pallas_runtime.downstream.factory import build_sources
 from pallas_runtime.downstream.source import ToolSource
-from pallas_runtime.downstream.sources import build_sources
-from pallas_runtime.inflight import InFlight
+from pallas_runtime.inflight import DrainOutcome, InFlight
 from pallas_runtime.llm.factory import create_provider
 from pallas_runtime.llm.provider import LLMProvider
 from pallas_runtime.metrics import AUTH_OUTCOMES, RuntimeMetrics
 from pallas_runtime.server.conversation_gauge import ConversationGauge
 from pallas_runtime.server.conversation_tools import ConversationTools
+from pallas_runtime.server.gateway_tools import GatewayTools
 from pallas_runtime.server.get_health import HealthTool
 from pallas_runtime.server.history_prompt import HistoryPrompt
 from pallas_runtime.server.instruction_resource import InstructionResource
@@ -41,8 +43,13 @@ from pallas_runtime.server.secret_env import secret_values
 from pallas_runtime.server.send_message import SendMessage, SendMessageMetrics
 from pallas_runtime.server.tool_errors import CodedErrors
 from pallas_runtime.server.warm_up import import_what_fastmcp_defers
+from pallas_runtime.sessions import SessionTable
 
 log = logging.getLogger("pallas.server")
+SESSION_QUIET_SECONDS = 1.0
+"""A drained agent closes a session once none of its requests ran for this long (`close_all`)."""
+SESSIONS_PATIENCE_SECONDS = 5.0
+"""How long a drained agent spends closing its sessions (answers being written, quick requests)."""
 
 
 class AgentServer:
@@ -74,14 +81,16 @@ class AgentServer:
         self.sessions: SessionLimits = config.sessions
         """How many MCP sessions it keeps, for how long (`sessions.SessionTable`)."""
         self.inflight = InFlight(agent)
-        """Its running send_message calls (see `stop_turns`)."""
+        """Its running send_message calls (see `drain`)."""
         self.ready = False
         """The lifespan has run and not ended (`/readyz`)."""
+        self.session_table: SessionTable | None = None
+        """The MCP sessions of its HTTP app while it serves (`agent_app` sets it)."""
         self._provider, self._sources, self._store = provider, list(sources), store
         loop = AgentLoop(config, provider, self._sources, metrics, secret_values(config, environ))
         scope = config.conversation_scope
         conversations = Conversations(
-            config.identity, scope, store, loop, sessions=config.sessions.max_sessions
+            config.identity, scope, store, loop, sessions=config.sessions.max_sessions, inflight=self.inflight
         )
         if scope == "caller" and config.auth.mode == "none":
             log.warning(
@@ -99,6 +108,7 @@ class AgentServer:
             store=store,
             access_problem=self._auth.verifier.problem if self._auth else None,
             in_flight=lambda: self.inflight.count,
+            latencies=loop.latencies,
         )
         self._gauge = ConversationGauge(agent, store, metrics)
         send = SendMessage(
@@ -119,7 +129,9 @@ class AgentServer:
         HistoryPrompt(config, conversations).add_to(self.mcp)
         ConversationTools(config, conversations, self._gauge).add_to(self.mcp)
         InstructionResource(config).add_to(self.mcp)
-        ProbeRoutes(lambda: self.ready, metrics).add_to(self.mcp)
+        ProbeRoutes(lambda: self.ready, lambda: self.draining, metrics).add_to(self.mcp)
+        if config.tool_exposure.gateway:
+            GatewayTools(config, loop, self.inflight, verified=self._auth is not None).add_to(self.mcp)
 
     def _declare_series(self) -> None:
         agent, metrics, inflight = self.config.name, self.metrics, self.inflight
@@ -142,9 +154,45 @@ class AgentServer:
         """
         self.metrics.requests_refused.labels(self.config.name, reason).inc()
 
-    async def stop_turns(self) -> int:
-        """End the running send_message calls with "shutting down"; how many there were."""
-        return await self.inflight.stop()
+    @property
+    def draining(self) -> bool:
+        """It is stopping: not ready, new sessions refused, turns in flight finishing."""
+        return self.inflight.draining
+
+    async def drain(self, seconds: float | None = None) -> DrainOutcome:
+        """Stop taking new sessions and let turns in flight finish; interrupt those left.
+
+        Turns get at most `seconds` (by default `drainSeconds`); those still running are
+        interrupted and kept as failed; then the idle sessions are closed. While it runs
+        `/readyz` answers 503 and the edge refuses new MCP sessions with 503 and a retryable
+        error; requests of open sessions are still served (`docs/runtime.md`).
+        """
+        seconds = self.config.drain_seconds if seconds is None else seconds
+        running = self.inflight.count
+        log.info(
+            "stopping: new MCP sessions are refused; %d send_message call(s) in flight may finish "
+            "within %gs (drainSeconds)", running, seconds, extra={"agent": self.config.name},
+        )  # fmt: skip
+        outcome = await self.inflight.drain(seconds)
+        level = logging.WARNING if outcome.interrupted else logging.INFO
+        log.log(
+            level,
+            "drained in %.1fs: %d call(s) finished, %d interrupted (kept as failed turns: %s)",
+            outcome.seconds, outcome.finished, outcome.interrupted, ErrorCode.AGENT_SHUTTING_DOWN.value,
+            extra={"agent": self.config.name},
+        )  # fmt: skip
+        if self.session_table is not None:
+            # Their standing streams would keep the server waiting; their clients open new ones.
+            await self.session_table.close_all(SESSION_QUIET_SECONDS, SESSIONS_PATIENCE_SECONDS)
+        return outcome
+
+    def keep_session_table(self, table: SessionTable | None) -> None:
+        """The HTTP app's session table while it serves (None after); see `agent_app`."""
+        self.session_table = table
+
+    def hurry(self) -> None:
+        """Interrupt the turns a drain waits for now (a second Ctrl-C)."""
+        self.inflight.hurry()
 
     async def _preflight(self) -> None:
         check = await self._health.check_provider()

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from starlette.types import ASGIApp
 
 from pallas_runtime.auth.credential import SingleCredential
+from pallas_runtime.draining import DrainGuard
 from pallas_runtime.request_ids import OneRequestPerId
 from pallas_runtime.request_limit import MAX_REQUEST_BYTES, RequestLimit
 from pallas_runtime.server.agent_server import AgentServer
@@ -20,8 +21,10 @@ def agent_app(server: AgentServer, allowed_hosts: Sequence[str] = ()) -> ASGIApp
     requests with more than one `Authorization` header with 400 `invalid_request`, before
     authentication (`SingleCredential`: the agent verifies one credential and forwards it), and a
     request reusing the id of one still in flight on its session with 409 (`OneRequestPerId`).
-    MCP sessions are kept by a `SessionTable` within the agent's `spec.sessions`. Each refusal
-    counts in `pallas_requests_refused_total` under its reason (`AgentServer.refused`).
+    MCP sessions are kept by a `SessionTable` within the agent's `spec.sessions`. While the agent
+    drains (`AgentServer.drain`), a request that would open a session is refused with 503 and a
+    retryable error, and every answer closes its connection (`DrainGuard`). Each refusal counts
+    in `pallas_requests_refused_total` under its reason (`AgentServer.refused`).
 
     DNS-rebinding protection is explicit: fastmcp 4.1.2's setting defaults to off. In "auto"
     mode it checks Host and Origin for servers bound to loopback (all of `pallas run`); listed
@@ -31,8 +34,9 @@ def agent_app(server: AgentServer, allowed_hosts: Sequence[str] = ()) -> ASGIApp
     app = server.mcp.http_app(
         path="/mcp", host_origin_protection="auto", allowed_hosts=list(allowed_hosts) or None
     )
-    serve_sessions(app, server.mcp, server.sessions)
+    serve_sessions(app, server.mcp, server.sessions, serving=server.keep_session_table)
     refused = server.refused
     one_per_id = OneRequestPerId(app, MAX_REQUEST_BYTES, lambda: refused("duplicate_id"))
     one_credential = SingleCredential(one_per_id, lambda: refused("credentials"))
-    return RequestLimit(one_credential, MAX_REQUEST_BYTES, lambda: refused("too_large"))
+    limited = RequestLimit(one_credential, MAX_REQUEST_BYTES, lambda: refused("too_large"))
+    return DrainGuard(limited, server.config.name, lambda: server.draining, lambda: refused("draining"))

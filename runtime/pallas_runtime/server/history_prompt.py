@@ -1,7 +1,8 @@
 """The `<agent>_history` prompt: a stored conversation as MCP messages (docs/api.md §3).
 
 User text and images, assistant text, and the turn's tool activity as assistant lines
-(`agent/trace.py`). Naming no stored conversation is a prompt error, logged by us at INFO
+(`agent/trace.py`); a turn kept as failed (the agent stopped while it ran) as the assistant line
+`[turn failed] CODE: message`. Naming no stored conversation is a prompt error, logged by us at INFO
 without a traceback.
 """
 
@@ -27,6 +28,7 @@ from pallas_runtime.messages import (
     Message,
     TextPart,
     ToolResultsMessage,
+    TurnFailure,
     UserMessage,
 )
 from pallas_runtime.server.descriptions import history_description
@@ -81,4 +83,15 @@ def prompt_messages(messages: Sequence[Message]) -> list[PromptMessage]:
             rendered.extend(PromptMessage(line, role="assistant") for line in tool_activity(message))
             if isinstance(message, AssistantMessage) and message.text:
                 rendered.append(PromptMessage(message.text, role="assistant"))
+        elif isinstance(message, TurnFailure):
+            rendered.append(PromptMessage(failure_line(message), role="assistant"))
     return rendered
+
+
+FAILED_TURN = "[turn failed]"
+"""How the history prompt starts the line of a turn kept as failed."""
+
+
+def failure_line(failure: TurnFailure) -> str:
+    """`[turn failed] AGENT_SHUTTING_DOWN: the agent stopped before this turn finished …`."""
+    return f"{FAILED_TURN} {failure.code}: {failure.message}"

@@ -18,8 +18,11 @@ from pallas_runtime.metrics import CONTENT_TYPE, RuntimeMetrics
 class ProbeRoutes:
     """Liveness, readiness and the metrics exposition of one agent."""
 
-    def __init__(self, ready: Callable[[], bool], metrics: RuntimeMetrics) -> None:
+    def __init__(
+        self, ready: Callable[[], bool], draining: Callable[[], bool], metrics: RuntimeMetrics
+    ) -> None:
         self._ready = ready
+        self._draining = draining
         self._metrics = metrics
 
     def add_to(self, mcp: FastMCP) -> None:
@@ -33,7 +36,13 @@ class ProbeRoutes:
         return JSONResponse({"status": "alive", "version": __version__})
 
     async def readyz(self, _: Request) -> Response:
-        """The lifespan has run: the agent takes calls (503 before and while stopping)."""
+        """The lifespan has run and no drain has begun: the agent takes new sessions.
+
+        503 `starting` before, `draining` from SIGTERM on: the pod leaves its Service's endpoints
+        while the turns in flight finish (`AgentServer.drain`).
+        """
+        if self._draining():
+            return JSONResponse({"status": "draining"}, status_code=503)
         if self._ready():
             return JSONResponse({"status": "ready"})
         return JSONResponse({"status": "starting"}, status_code=503)

@@ -2,7 +2,8 @@
 
 A call is checked (call path, message, images, conversation id, params) before the model is
 asked; a failure ends it with a coded error and one log line. The turn runs as one in flight
-(so a stopping agent can end it) and its result names the conversation it was kept in.
+(so a stopping agent can drain it, and interrupt it when its drain runs out) and its result
+names the conversation it was kept in.
 """
 
 from __future__ import annotations
@@ -157,7 +158,9 @@ class SendMessage:
             raise self._failed(exc, ErrorCode.INVALID_ARGUMENTS) from None
         except ConversationBusy as exc:
             raise self._failed(exc, ErrorCode.TIMEOUT) from None
-        except (ShuttingDown, TurnLost) as exc:
+        except ShuttingDown as exc:
+            raise self._failed(exc, ErrorCode.AGENT_SHUTTING_DOWN) from None
+        except TurnLost as exc:
             raise self._failed(exc, ErrorCode.SERVER_UNAVAILABLE) from None
         except StoreUnavailable as exc:
             raise self._failed(

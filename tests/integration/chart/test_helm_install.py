@@ -33,7 +33,7 @@ import pytest
 import yaml
 
 from pallas_api import names
-from pallas_operator.rbac import CLUSTER_RULES
+from pallas_operator.operator_rbac import CLUSTER_RULES
 from tests.support.cluster import NO_NODE, REPO, LocalCluster
 from tests.support.operator import CRDS, install_crds
 from tests.support.ports import logged_port

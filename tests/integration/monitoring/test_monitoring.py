@@ -40,7 +40,7 @@ import pytest_asyncio
 import yaml
 from fastmcp import Client, FastMCP
 
-from pallas_runtime.registry.source import MemorySource
+from pallas_registry.source import MemorySource
 from tests.support.agents import agent_config, serve_agent
 from tests.support.fake_llm import Call, FakeOpenAI, HttpError, Text, ToolCalls
 from tests.support.mcp_servers import serve

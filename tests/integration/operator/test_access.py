@@ -20,7 +20,7 @@ from lightkube.resources.rbac_authorization_v1 import ClusterRoleBinding, Role, 
 from pallas_api.render import render_agent
 from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
 from pallas_io.kube import PallasAgent, PallasDeployment
-from pallas_operator.rbac import CLUSTER_RULES, LEASE_RULES
+from pallas_operator.operator_rbac import CLUSTER_RULES, LEASE_RULES
 from pallas_operator.runner import Runner
 from tests.support.access import KubeAccess
 from tests.support.agents import run_agent_process, serve_agent

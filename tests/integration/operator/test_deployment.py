@@ -16,7 +16,7 @@ from lightkube.resources.rbac_authorization_v1 import Role, RoleBinding
 
 from pallas_io.kube import PallasDeployment
 from pallas_operator.k8s.resources import ServiceMonitor
-from pallas_runtime.registry.kubernetes import KubernetesSource
+from pallas_registry.kubernetes import KubernetesSource
 from tests.support.cluster import LocalCluster
 from tests.support.fake_llm import FakeAnthropic, FakeOpenAI
 from tests.support.operator import (

@@ -17,7 +17,7 @@ from lightkube.resources.rbac_authorization_v1 import ClusterRoleBinding, Role
 from pallas_api import names
 from pallas_io.kube import PallasAgent
 from pallas_operator.builders import Owner, auth_delegation_binding
-from pallas_operator.rbac import CLUSTER_RULES, LEASE_RULES
+from pallas_operator.operator_rbac import CLUSTER_RULES, LEASE_RULES
 from pallas_operator.runner import Runner
 from tests.support.cluster import LocalCluster
 from tests.support.operator import (

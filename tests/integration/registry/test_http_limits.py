@@ -7,7 +7,7 @@ import asyncio
 import httpx2
 import pytest
 
-from pallas_runtime.registry import MemorySource
+from pallas_registry import MemorySource
 from tests.support.registry import running_registry, state
 
 

@@ -15,9 +15,9 @@ from lightkube import AsyncClient, KubeConfig
 from lightkube.config.kubeconfig import Cluster, User
 from lightkube.types import PatchType
 
-from pallas_runtime.registry.builder import VENDOR_META
-from pallas_runtime.registry.kubernetes import KubernetesSource, PallasAgent, PallasDeployment
-from pallas_runtime.registry.schema import OFFICIAL_META
+from pallas_registry.builder import VENDOR_META
+from pallas_registry.kubernetes import KubernetesSource, PallasAgent, PallasDeployment
+from pallas_registry.schema import OFFICIAL_META
 from tests.support.cluster import LocalCluster
 from tests.support.registry import (
     api_proxy,

@@ -17,8 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
 from pallas_api.status import ProviderStatus
-from pallas_runtime.registry.providers import ProviderChecks
-from pallas_runtime.registry.static import LocalAgent, StaticSource
+from pallas_registry.providers import ProviderChecks
+from pallas_registry.static import LocalAgent, StaticSource
 from tests.support.fake_llm import Delay, FakeAnthropic, FakeOpenAI
 from tests.support.operator import eventually
 from tests.support.registry import assert_valid_catalogue, running_registry

@@ -14,9 +14,9 @@ import pytest
 from fastmcp import Client, FastMCP
 
 from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
-from pallas_runtime.registry.builder import VENDOR_META
-from pallas_runtime.registry.schema import OFFICIAL_META
-from pallas_runtime.registry.static import LocalAgent, StaticSource
+from pallas_registry.builder import VENDOR_META
+from pallas_registry.schema import OFFICIAL_META
+from pallas_registry.static import LocalAgent, StaticSource
 from tests.support.mcp_servers import RunningServer, bound_socket, serve
 from tests.support.registry import assert_valid_catalogue, running_registry
 
@@ -183,7 +183,7 @@ async def _phase(base: str, phase: str) -> dict[str, Any] | None:
 
 
 def test_a_taken_port_is_an_os_error_before_any_server_starts() -> None:
-    from pallas_runtime.serving import listen
+    from pallas_io.serving import listen
 
     holder = bound_socket()
     holder.listen()

@@ -180,8 +180,9 @@ async def test_progress_only_with_a_token_and_relayed_from_a_sub_agent(fake_open
     assert messages[:3] == ["boss step 1 (llm)", "boss step 2 (tool)", "worker/send_message: started"]
     assert "worker/send_message: worker step 1 (llm)" in messages
     assert "worker/send_message: echo/echo_headers: completed" in messages
-    assert messages[-2:] == ["worker/send_message: completed", "boss step 3 (llm)"]
-    assert (seen[-2][0], seen[-2][1]) == (1, 1)
+    # The boss's final text streams to its caller, after its last step.
+    assert messages[-3:] == ["worker/send_message: completed", "boss step 3 (llm)", "boss text: final"]
+    assert (seen[-3][0], seen[-3][1]) == (1, 1)
     assert not silent.is_error
     assert len(seen) == len(messages)  # the second call (no token) added nothing
 

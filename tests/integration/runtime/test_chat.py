@@ -424,10 +424,12 @@ async def test_the_status_line_shows_progress_and_is_gone_when_the_answer_prints
     assert "step 3 (llm)" not in text, answered  # the status line was erased
     assert "waiting for the agent" not in text, answered
     lines = [line for line in answered if line]
+    # The answer streamed in as it was written (and is not printed twice); the turn's tool calls
+    # follow it.
     assert lines[-4:] == [
+        "The answer is 42.",
         '[tool echo__echo_headers {"delay": 0}]',
         '[result echo__echo_headers ok: {"authorization": null, "x_api_key": null}]',
-        "The answer is 42.",
         "you>",
     ], answered
     # The tool lines are dimmed (SGR 2), the answer is not.

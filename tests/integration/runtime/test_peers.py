@@ -123,6 +123,8 @@ CONFORMANCE_EXCLUDED = {
 STEP = re.compile(rf"^{re.escape(AGENT)} step (\d+) \((llm|tool)\)$")
 TOOL_STATE = re.compile(r"^tools/work: (started|completed|failed)$")
 RELAYED = re.compile(r"^tools/work: step [123]$")
+TEXT = f"{AGENT} text: "
+"""The model's text as it streams (docs/api.md §3): pieces that join into the answer."""
 
 
 # --- fixtures -----------------------------------------------------------------------------------
@@ -247,7 +249,9 @@ async def test_sdk_send_message_streams_progress_in_the_seed_formats(agent: Serv
         )
 
     assert _text(result) == "worked it out"
-    messages = [m for _, _, m in updates]
+    streamed = [m for _, _, m in updates if m and m.startswith(TEXT)]
+    assert "".join(m.removeprefix(TEXT) for m in streamed) == "worked it out"
+    messages = [m for _, _, m in updates if m not in streamed]
     for message in messages:
         assert message is not None
         assert STEP.match(message) or TOOL_STATE.match(message) or RELAYED.match(message), message

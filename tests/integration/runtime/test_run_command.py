@@ -21,7 +21,7 @@ from fastmcp import Client
 from fastmcp.client.transports import StreamableHttpTransport
 from prometheus_client.parser import text_string_to_metric_families
 
-from pallas_runtime.registry.schema import OFFICIAL_META
+from pallas_registry.schema import OFFICIAL_META
 from tests.support.fake_llm import Call, FakeOpenAI, Hold, Text, ToolCalls
 from tests.support.mcp_peers import free_ports
 from tests.support.oidc import AUDIENCE, oidc_issuer

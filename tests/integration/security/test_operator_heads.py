@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 import httpx2
 
 from pallas_api.config import HttpLimits
-from pallas_operator.endpoints import ProbeEndpoints
+from pallas_operator.probe_server import ProbeEndpoints
 from tests.integration.security.raw_http import MiB, closed_within, head, send, silent_connections
 
 LIMITS = HttpLimits(head_timeout_seconds=1, keep_alive_seconds=1)

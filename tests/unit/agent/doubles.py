@@ -19,7 +19,7 @@ from pallas_runtime.downstream.source import (
     ToolOutcome,
 )
 from pallas_runtime.llm.provider import LLMError, ProviderCheck
-from pallas_runtime.messages import Completion, Message, TextPart, ToolCall, ToolSpec, Usage
+from pallas_runtime.messages import Completion, Message, TextPart, TextSink, ToolCall, ToolSpec, Usage
 
 
 @dataclass
@@ -32,6 +32,9 @@ class ScriptedProvider:
     params: list[RequestParams | None] = field(default_factory=list)
     preflights: int = 0
     hang: asyncio.Event | None = None  # when set to an Event, preflight waits for it
+    streams: bool = True
+    """Whether a complete() with `on_text` streams its text, word by word (a provider that
+    streams); False: as a provider that does not."""
 
     @property
     def name(self) -> str:
@@ -48,12 +51,16 @@ class ScriptedProvider:
         messages: Sequence[Message],
         tools: Sequence[ToolSpec],
         params: RequestParams | None = None,
+        on_text: TextSink | None = None,
     ) -> Completion:
         self.calls.append((system, list(messages), list(tools)))
         self.params.append(params)
         step = self.script.pop(0) if self.script else Completion("(script exhausted)")
         if isinstance(step, LLMError):
             raise step
+        if on_text is not None and self.streams and step.text:
+            for i, word in enumerate(step.text.split(" ")):  # word by word, as a provider's stream
+                await on_text(word if i == 0 else f" {word}")
         return step
 
     def check_params(self, params: RequestParams) -> None:

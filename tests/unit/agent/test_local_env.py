@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pallas_runtime.commands.local_env import load_dotenv_file, manifest_files, with_openai_base_url
-from pallas_runtime.manifests import ManifestError, load_manifests, plan_local
+from pallas_runtime.commands.run.env_files import load_dotenv_file, manifest_files, with_openai_base_url
+from pallas_runtime.commands.run.manifests import ManifestError, load_manifests, plan_local
 from tests.unit.agent.test_manifests import DEPLOYMENT, agent, write
 
 

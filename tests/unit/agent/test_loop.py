@@ -21,6 +21,7 @@ from pallas_runtime.messages import (
     TextPart,
     ToolCall,
     ToolResultsMessage,
+    Usage,
     UserMessage,
 )
 from pallas_runtime.metrics import RuntimeMetrics
@@ -269,6 +270,7 @@ async def test_progress_covers_steps_tools_and_relayed_progress() -> None:
         (0.5, 1, "research/send_message: halfway"),
         (1, 1, "research/send_message: completed"),
         (3, None, "harper step 3 (llm)"),
+        (3, None, "harper text: done"),
     ]
 
 
@@ -351,3 +353,50 @@ async def test_the_agents_secrets_are_scrubbed_from_results_errors_and_progress_
     assert texts[1] == "argos: fail failed: HTTP 401: bad key [redacted]"
     assert "argos/echo: sent [redacted]" in sent
     assert not any(key[:8] in str(t) for t in [*texts, *sent, provider.calls])
+
+
+# --- streamed text --------------------------------------------------------------------------
+
+
+def recorder() -> tuple[list[str], ProgressReporter]:
+    sent: list[str] = []
+
+    async def send(progress: float, total: float | None, message: str) -> None:
+        sent.append(message)
+
+    return sent, ProgressReporter("harper", send)
+
+
+async def test_streamed_text_reaches_the_caller_joined_into_few_exact_pieces() -> None:
+    sent, reporter = recorder()
+    answer = " ".join(f"word{i}" for i in range(200))
+    loop, _, _ = make([text(answer)], [])
+    result = await run(loop, reporter=reporter)
+    pieces = [m.removeprefix("harper text: ") for m in sent if m.startswith("harper text: ")]
+    assert "".join(pieces) == answer == result.text  # exact, in order; the result unchanged
+    assert pieces[0] == "word0"  # the first piece goes out at once
+    assert 2 <= len(pieces) < 20  # 200 words in far fewer notifications
+
+
+async def test_text_beside_tool_calls_reaches_the_caller_when_the_provider_does_not_stream() -> None:
+    sent, reporter = recorder()
+    thinking = Completion("Let me look that up.", calls("argos__search").tool_calls, Usage(input=1, output=1))
+    loop, provider, _ = make([thinking, text("found it")], [FakeSource("argos", ["search"])])
+    provider.streams = False
+    result = await run(loop, reporter=reporter)
+    assert [m for m in sent if " text: " in m] == ["harper text: Let me look that up."]
+    assert result.text == "found it"  # a final answer is not sent twice when nothing streamed
+
+
+async def test_without_a_progress_token_nothing_is_streamed() -> None:
+    loop, provider, _ = make([text("quiet")], [])
+    seen: list[str] = []
+    original = provider.complete
+
+    async def spy(**kwargs: Any) -> Completion:
+        seen.append("on_text" if kwargs.get("on_text") else "none")
+        return await original(**kwargs)
+
+    provider.complete = spy  # type: ignore[method-assign]
+    await run(loop)
+    assert seen == ["none"]

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pallas_runtime.commands.run import with_log_level
+from pallas_runtime.commands.run.command import with_log_level
+from pallas_runtime.commands.run.manifests import ManifestError, load_manifests, plan_local
 from pallas_runtime.llm.provider import missing_key_message
-from pallas_runtime.manifests import ManifestError, load_manifests, plan_local
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pallas_runtime.commands.reload import ReloadRefused, checked_plan, plan_changes
-from pallas_runtime.manifests import load_manifests, plan_local
+from pallas_runtime.commands.run.manifests import load_manifests, plan_local
+from pallas_runtime.commands.run.reload import ReloadRefused, checked_plan, plan_changes
 from tests.unit.agent.test_manifests import DEPLOYMENT, agent
 
 BASE = 25000

@@ -18,7 +18,7 @@ import jsonschema
 import pytest
 import yaml
 
-from pallas_operator.rbac import CLUSTER_RULES, LEASE_RULES, USER_EDIT_RULES, USER_VIEW_RULES
+from pallas_operator.operator_rbac import CLUSTER_RULES, LEASE_RULES, USER_EDIT_RULES, USER_VIEW_RULES
 from tests.support.cluster import REPO
 
 CHART = REPO / "charts" / "pallas"
@@ -127,7 +127,7 @@ def container(docs: list[Doc]) -> Doc:
 
 
 def namespaced_rules() -> list[Doc]:
-    """The operator's rules from pallas_operator.rbac that a Role can grant."""
+    """The operator's rules from pallas_operator.operator_rbac that a Role can grant."""
     cluster_scoped = {"namespaces", "customresourcedefinitions", *AUTH_RESOURCES}
     return [r for r in CLUSTER_RULES if not cluster_scoped & set(r["resources"])]
 

@@ -17,6 +17,7 @@ from pallas_runtime.messages import (
     ToolCall,
     ToolResult,
     ToolResultsMessage,
+    TurnFailure,
     UserMessage,
 )
 from tests.support.conversations import turn
@@ -30,12 +31,15 @@ def test_every_message_kind_survives_the_codec_through_json() -> None:
         AssistantMessage("thinking", (call, bad_call)),
         ToolResultsMessage((ToolResult("c1", "argos__search", (TextPart("r"),), is_error=True),)),
         AssistantMessage("done"),
+        UserMessage((TextPart("and then?"),)),
+        TurnFailure("AGENT_SHUTTING_DOWN", "the agent stopped before this turn finished"),
     ]
     assert [codec.decode(json.loads(json.dumps(codec.encode(m)))) for m in messages] == messages
 
 
 @pytest.mark.parametrize(
-    "garbage", [{}, {"role": "system"}, {"role": "user"}, {"role": "tool", "results": 3}]
+    "garbage",
+    [{}, {"role": "system"}, {"role": "user"}, {"role": "tool", "results": 3}, {"role": "failure"}],
 )
 def test_a_foreign_row_is_a_clear_value_error(garbage: dict[str, object]) -> None:
     with pytest.raises(ValueError, match="not a stored message"):

@@ -23,7 +23,7 @@ from pallas_operator.builders import (
     auth_delegation_binding,
 )
 from pallas_operator.engine.prober import ProbeAccess, Prober, ProbeTarget
-from pallas_operator.services import ServiceResolver
+from pallas_operator.service_resolver import ServiceResolver
 from pallas_operator.status import HealthResult, Verification
 from tests.support.operator import agent, at, deployment
 

@@ -276,6 +276,52 @@ def test_single_replica_has_no_disruption_budget() -> None:
 
 
 @pytest.mark.parametrize(
+    "workload",
+    [
+        lambda: agent_deployment(_workload()),
+        lambda: agent_deployment(_workload(_agent_spec(spec(replicas=4)))),
+        lambda: registry_children(DEPLOYMENT_OWNER, _deployment_spec(), "pallas:test")[-1],
+    ],
+    ids=["agent", "agent-replicas", "registry"],
+)
+def test_rollouts_surge_before_they_take_a_pod_away(workload: Any) -> None:
+    # Left to Kubernetes' defaults (25 % each) four replicas would lose one before a new one is up.
+    assert workload()["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+
+
+def test_an_agent_pod_pauses_then_drains_within_its_grace_period() -> None:
+    def stopping(w: AgentWorkload) -> tuple[Any, int]:
+        pod = agent_deployment(w)["spec"]["template"]["spec"]
+        return pod["containers"][0]["lifecycle"], pod["terminationGracePeriodSeconds"]
+
+    pause = {"preStop": {"sleep": {"seconds": 5}}}  # the kubelet's sleep: nothing runs in the container
+    assert stopping(_workload()) == (pause, 5 + 120 + 25)  # pause + drainSeconds (default) + margin
+    dep = _deployment_spec(at("spec.runtime.drainSeconds", 600))
+    assert stopping(_workload(dep=dep)) == (pause, 5 + 600 + 25)
+    own = _agent_spec(at("spec.pod.drainSeconds", 0))
+    assert stopping(_workload(own, dep=dep)) == (pause, 5 + 0 + 25)  # the agent's own wins
+    rendered = render_agent("research", own, dep, {}).config
+    assert rendered.drain_seconds == 0  # and the process is told the same
+
+
+def test_the_registry_pauses_then_stops_quickly() -> None:
+    pod = registry_children(DEPLOYMENT_OWNER, _deployment_spec(), "pallas:test")[-1]["spec"]["template"][
+        "spec"
+    ]
+    assert pod["containers"][0]["lifecycle"] == {"preStop": {"sleep": {"seconds": 5}}}
+    assert pod["terminationGracePeriodSeconds"] == 15
+
+
+@pytest.mark.parametrize("seconds", [-1, 3601])
+def test_a_drain_outside_zero_to_an_hour_is_refused(seconds: int) -> None:
+    with pytest.raises(ValueError, match="drainSeconds"):
+        _agent_spec(at("spec.pod.drainSeconds", seconds))
+
+
+@pytest.mark.parametrize(
     "objects",
     [
         lambda: [agent_deployment(_workload()), agent_service(AGENT_OWNER, "ouranos", _agent_spec())],

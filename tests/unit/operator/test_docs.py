@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pallas_operator.rbac import CLUSTER_RULES, LEASE_RULES
+from pallas_operator.operator_rbac import CLUSTER_RULES, LEASE_RULES
 from tests.support.cluster import REPO
 
 DOC = (REPO / "docs" / "operator.md").read_text()

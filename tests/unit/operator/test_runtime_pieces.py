@@ -19,13 +19,13 @@ import pytest
 
 from pallas_io.logs import setup_logging
 from pallas_operator.cli import OperatorCommand
-from pallas_operator.endpoints import ProbeEndpoints
 from pallas_operator.engine.context import key_fields
 from pallas_operator.engine.prober import Prober, ProbeTarget
 from pallas_operator.engine.provider_reports import ProviderReports, ReportSource, _checks
 from pallas_operator.engine.queue import WorkQueue
 from pallas_operator.k8s.apply import fingerprint
-from pallas_operator.services import ServiceResolver, parse_pairs
+from pallas_operator.probe_server import ProbeEndpoints
+from pallas_operator.service_resolver import ServiceResolver, parse_pairs
 from pallas_operator.status import HealthResult, ProviderCheck, ProviderReport, Verification
 
 SVC = "http://research.agents.svc.cluster.local:8000/mcp"

@@ -13,13 +13,13 @@ from typing import Any
 import httpx2
 import pytest
 
-from pallas_runtime.registry import MemorySource, build_app
-from pallas_runtime.registry import app as app_module
-from pallas_runtime.registry.builder import VENDOR_META
-from pallas_runtime.registry.metrics import RegistryMetrics
-from pallas_runtime.registry.query import KNOWN
-from pallas_runtime.registry.schema import OFFICIAL_META
-from pallas_runtime.registry.source import CatalogueSource
+from pallas_registry import MemorySource, build_app
+from pallas_registry import app as app_module
+from pallas_registry.builder import VENDOR_META
+from pallas_registry.metrics import RegistryMetrics
+from pallas_registry.query import KNOWN
+from pallas_registry.schema import OFFICIAL_META
+from pallas_registry.source import CatalogueSource
 from tests.support.registry import assert_valid_catalogue, assert_valid_entry, state
 
 WELL_KNOWN = "/.well-known/mcp/server.json"

@@ -10,9 +10,9 @@ import pytest
 
 from pallas_api.config import ModelCapabilities
 from pallas_api.spec import CallerAuth, Icon, ProviderSpec
-from pallas_runtime.registry.builder import VENDOR_META, InvalidAgent, build_response, one_line
-from pallas_runtime.registry.schema import OFFICIAL_META, SCHEMA_URL
-from pallas_runtime.registry.state import HealthView, ProviderView
+from pallas_registry.builder import VENDOR_META, InvalidAgent, build_response, one_line
+from pallas_registry.schema import OFFICIAL_META, SCHEMA_URL
+from pallas_registry.state import HealthView, ProviderView
 from tests.support.registry import T0, assert_valid_entry, state
 
 

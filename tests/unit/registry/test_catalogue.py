@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from pallas_runtime.registry.catalogue import CatalogueStore
+from pallas_registry.catalogue import CatalogueStore
 from tests.support.registry import assert_valid_entry, state
 
 NOW = datetime(2026, 11, 22, 9, 0, 0, tzinfo=UTC)

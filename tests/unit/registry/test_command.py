@@ -10,8 +10,8 @@ from pallas_api.config import HttpLimits
 from pallas_api.spec import PallasDeploymentSpec
 from pallas_io.commands import http_limits
 from pallas_operator.builders.registry import http_limit_args
+from pallas_registry.command import DEFAULT_PORT, RegistryCommand
 from pallas_runtime import cli
-from pallas_runtime.registry.command import DEFAULT_PORT, RegistryCommand
 
 
 def parse(*argv: str) -> argparse.Namespace:

@@ -6,7 +6,7 @@ import random
 import re
 import string
 
-from pallas_runtime.registry.naming import (
+from pallas_registry.naming import (
     cluster_url,
     default_name_prefix,
     remote_url,

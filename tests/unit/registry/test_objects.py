@@ -10,14 +10,14 @@ import pytest
 
 from pallas_api.config import ModelCapabilities
 from pallas_api.spec import ProviderSpec
-from pallas_runtime.registry.builder import InvalidAgent, build_response
-from pallas_runtime.registry.objects import (
+from pallas_registry.builder import InvalidAgent, build_response
+from pallas_registry.objects import (
     DeploymentSettings,
     MissingStatus,
     agent_state,
     deployment_settings,
 )
-from pallas_runtime.registry.state import HealthView, ProviderView
+from pallas_registry.state import HealthView, ProviderView
 from tests.support.operator import agent, at, deployment, spec, without
 from tests.support.registry import assert_valid_entry, ready_status
 

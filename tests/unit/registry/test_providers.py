@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pallas_api.spec import PallasDeploymentSpec, ProviderSpec
 from pallas_io.llm_check import ProviderEndpoint
-from pallas_runtime.registry.providers import ProviderTarget, deployment_targets
+from pallas_registry.providers import ProviderTarget, deployment_targets
 
 SPEC = PallasDeploymentSpec.model_validate(
     {

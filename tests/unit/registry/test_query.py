@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from pallas_runtime.registry.catalogue import CatalogueStore
-from pallas_runtime.registry.query import (
+from pallas_registry.catalogue import CatalogueStore
+from pallas_registry.query import (
     DEFAULT_LIMIT,
     BadParameter,
     Query,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pallas_runtime.registry.schema import (
+from pallas_registry.schema import (
     OFFICIAL_META,
     SCHEMA_FILE,
     SchemaError,
@@ -38,7 +38,7 @@ def minimal(**changes: Any) -> dict[str, Any]:
 
 
 def test_packaged_schema_is_the_upstream_file_unchanged() -> None:
-    packaged = files("pallas_runtime.registry").joinpath("data", SCHEMA_FILE).read_bytes()
+    packaged = files("pallas_registry").joinpath("data", SCHEMA_FILE).read_bytes()
     assert (
         hashlib.sha256(packaged).hexdigest()
         == "d4c163f299ece68b7432f4e44c4108f2fdb663d99dc088c8344142e5b0a4b520"

@@ -9,9 +9,9 @@ import pytest
 from pallas_api.health import HealthReport
 from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
 from pallas_io.probe import ProbeOutcome
-from pallas_runtime.registry.builder import build_response
-from pallas_runtime.registry.state import HealthView
-from pallas_runtime.registry.static import LocalAgent, Observation, base_state, observation, observed_state
+from pallas_registry.builder import build_response
+from pallas_registry.state import HealthView
+from pallas_registry.static import LocalAgent, Observation, base_state, observation, observed_state
 from tests.support.registry import assert_valid_entry
 
 NOW = datetime(2026, 11, 21, 10, tzinfo=UTC)

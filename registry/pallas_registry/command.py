@@ -1,0 +1,121 @@
+"""`pallas registry`: what the registry pod runs (docs/api.md §2).
+
+    pallas registry [--namespace NS] [--deployment NAME] [--port N] [--host H]
+                    [--max-head-bytes N] [--max-headers N] [--head-timeout S] [--keep-alive S]
+
+Credentials come from the pod's ServiceAccount, else the kubeconfig (`$KUBECONFIG`,
+`~/.kube/config`). The namespace defaults to `$PALLAS_NAMESPACE`, else the credentials' own
+namespace; the deployment to `$PALLAS_DEPLOYMENT`, else every agent of the namespace. SIGTERM
+and SIGINT stop it gracefully.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import sys
+
+from lightkube import ConfigError, KubeConfig
+
+from pallas_api.spec import RegistrySpec
+from pallas_io.commands import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_USAGE,
+    add_http_limit_flags,
+    http_limits,
+    port_number,
+)
+from pallas_io.logs import setup_logging
+from pallas_io.serving import bound_port, listen, run_server_loop, serve, until_signalled
+from pallas_registry.app import build_app
+from pallas_registry.kubernetes import KubernetesSource
+
+PROVIDER_KEY = re.compile(r"^PALLAS_PROVIDER_[A-Z0-9_]+_API_KEY$")
+DEFAULT_PORT = RegistrySpec().port
+"""The deployment's default `registry.port`."""
+
+log = logging.getLogger("pallas.registry")
+
+
+class RegistryCommand:
+    """The `pallas registry` subcommand (a `pallas.commands` entry point)."""
+
+    help = "Serve the MCP registry of a deployment's agents, live from the Kubernetes API."
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        """Add the command's flags."""
+        parser.add_argument(
+            "--namespace",
+            default=os.environ.get("PALLAS_NAMESPACE"),
+            help="namespace of the agents (default: $PALLAS_NAMESPACE, else the credentials' namespace)",
+        )
+        parser.add_argument(
+            "--deployment",
+            default=os.environ.get("PALLAS_DEPLOYMENT"),
+            help="publish the agents of this PallasDeployment (default: $PALLAS_DEPLOYMENT, else all)",
+        )
+        parser.add_argument(
+            "--port",
+            type=port_number,
+            default=DEFAULT_PORT,
+            help=f"TCP port (default {DEFAULT_PORT}; 0: any free port)",
+        )
+        parser.add_argument(
+            "--host",
+            default=os.environ.get("PALLAS_BIND_HOST", "0.0.0.0"),
+            help="interface to bind (default $PALLAS_BIND_HOST, else 0.0.0.0)",
+        )
+        # The operator passes the deployment's `spec.http` (docs/api.md §3 "Request limits").
+        add_http_limit_flags(parser)
+
+    def run(self, args: argparse.Namespace) -> int:
+        """Serve until SIGTERM/SIGINT; 1 (with one line on stderr) when it cannot start."""
+        try:
+            limits = http_limits(args)
+        except ValueError as exc:
+            print(f"pallas registry: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        try:
+            # The provider keys the operator renders into the pod (for the provider checks).
+            setup_logging(
+                fields={"namespace": args.namespace or "", "deployment": args.deployment or ""},
+                secret_env=[name for name in os.environ if PROVIDER_KEY.match(name)],
+            )
+        except ValueError as exc:
+            print(f"pallas registry: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        try:
+            config = KubeConfig.from_env()
+        except ConfigError as exc:
+            print(f"pallas registry: no Kubernetes credentials: {exc}", file=sys.stderr)
+            return EXIT_FAILURE
+        current = config.get()
+        namespace = args.namespace or (current.namespace if current else "default")
+        source = KubernetesSource(namespace, args.deployment, config=config)
+        try:
+            sock = listen(args.host, args.port)
+        except OSError as exc:
+            print(
+                f"pallas registry: cannot listen on {args.host}:{args.port}: {exc.strerror}", file=sys.stderr
+            )
+            return EXIT_FAILURE
+        log.info(
+            "registry: serving %s agents of namespace %s on %s:%d",
+            args.deployment or "all",
+            namespace,
+            args.host,
+            bound_port(sock),
+        )
+        try:
+            with sock:
+                run_server_loop(
+                    until_signalled(serve(build_app(source), sock, graceful_timeout=2, limits=limits))
+                )
+        except OSError as exc:
+            print(f"pallas registry: {exc}", file=sys.stderr)
+            return EXIT_FAILURE
+        log.info("registry: stopped")
+        return EXIT_OK

@@ -1,0 +1,269 @@
+"""Reading PallasDeployment / PallasAgent / Secret manifests and planning a local run.
+
+`pallas run -f` uses this to run the same manifests users apply to Kubernetes: the specs are
+validated with the same models and rendered with the same `render_agent` as the operator's.
+Errors name the file, the object and the field, in one line.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from graphlib import TopologicalSorter
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from pallas_api import names
+from pallas_api.checks import reference_problem
+from pallas_api.render import RenderedAgent, RenderError, render_agent
+from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
+from pallas_api.validation import describe
+
+PALLAS_API = names.API_VERSION_STRING
+LOOPBACK = "127.0.0.1"
+
+
+class ManifestError(Exception):
+    """A manifest that cannot be run; the text names file, object and field."""
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """One document of a manifest file: where it came from and what it says."""
+
+    kind: str
+    namespace: str
+    name: str
+    source: str
+    """`FILE` or `FILE#N` (N = 1-based document index), for messages."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentManifest(Resource):
+    """A PallasDeployment manifest, validated."""
+
+    spec: PallasDeploymentSpec
+
+
+@dataclass(frozen=True, slots=True)
+class AgentManifest(Resource):
+    """A PallasAgent manifest, validated."""
+
+    spec: PallasAgentSpec
+
+
+@dataclass
+class Manifests:
+    """Everything the files hold: deployments, agents and Secrets."""
+
+    deployments: dict[tuple[str, str], DeploymentManifest] = field(default_factory=dict)
+    agents: list[AgentManifest] = field(default_factory=list)
+    secrets: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
+    ignored: list[str] = field(default_factory=list)
+    """Objects of other kinds, as `FILE: Kind/name`, so the command can say it skipped them."""
+
+
+def _where(source: str, kind: str, name: str) -> str:
+    return f"{source}: {kind}/{name}"
+
+
+def _validate(model: type[BaseModel], data: object, where: str) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ManifestError(f"{where}: {describe(exc, prefix='spec', limit=1)}") from None
+
+
+def _secret_data(doc: Mapping[str, Any], where: str) -> dict[str, str]:
+    data: dict[str, str] = {}
+    for key, value in (doc.get("data") or {}).items():
+        try:
+            data[key] = base64.b64decode(str(value), validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            raise ManifestError(f"{where}: data.{key}: not base64-encoded UTF-8 text") from None
+    data.update({k: str(v) for k, v in (doc.get("stringData") or {}).items()})
+    return data
+
+
+def _add(manifests: Manifests, doc: object, source: str) -> None:
+    if doc is None:
+        return
+    if not isinstance(doc, dict):
+        raise ManifestError(f"{source}: a manifest must be a mapping with apiVersion, kind and metadata")
+    kind, api = doc.get("kind"), doc.get("apiVersion")
+    raw_metadata = doc.get("metadata")
+    metadata: dict[str, Any] = raw_metadata if isinstance(raw_metadata, dict) else {}
+    name = metadata.get("name")
+    if not isinstance(kind, str) or not isinstance(name, str) or not name:
+        raise ManifestError(f"{source}: every object needs kind and metadata.name")
+    namespace = str(metadata.get("namespace") or "default")
+    where = _where(source, kind, name)
+    if kind in ("PallasDeployment", "PallasAgent") and api != PALLAS_API:
+        raise ManifestError(f"{where}: apiVersion must be {PALLAS_API} (got {api!r})")
+    if kind == "PallasDeployment":
+        spec = _validate(PallasDeploymentSpec, doc.get("spec"), where)
+        if (namespace, name) in manifests.deployments:
+            raise ManifestError(f"{where}: defined twice")
+        manifests.deployments[namespace, name] = DeploymentManifest(kind, namespace, name, source, spec)
+    elif kind == "PallasAgent":
+        spec = _validate(PallasAgentSpec, doc.get("spec"), where)
+        if any(a.namespace == namespace and a.name == name for a in manifests.agents):
+            raise ManifestError(f"{where}: defined twice")
+        manifests.agents.append(AgentManifest(kind, namespace, name, source, spec))
+    elif kind == "Secret" and api == "v1":
+        manifests.secrets[namespace, name] = _secret_data(doc, where)
+    else:
+        manifests.ignored.append(where)
+
+
+def load_manifests(paths: Sequence[str | Path]) -> Manifests:
+    """Read every YAML document of every file, in order."""
+    manifests = Manifests()
+    for path in map(Path, paths):
+        try:
+            docs = list(yaml.safe_load_all(path.read_text()))
+        except OSError as exc:
+            raise ManifestError(f"{path}: cannot read ({exc.strerror})") from None
+        except yaml.YAMLError as exc:
+            raise ManifestError(f"{path}: not valid YAML: {exc}".replace("\n", " ")) from None
+        for index, doc in enumerate(docs, start=1):
+            _add(manifests, doc, f"{path}#{index}" if len(docs) > 1 else str(path))
+    if not manifests.agents:
+        raise ManifestError(f"{', '.join(map(str, paths))}: no PallasAgent to run")
+    return manifests
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedAgent:
+    """One agent `pallas run` will serve: its manifests, port, config and environment."""
+
+    manifest: AgentManifest
+    deployment: DeploymentManifest
+    port: int
+    rendered: RenderedAgent
+    environ: dict[str, str]
+    """The process environment plus this agent's secret variables."""
+    unresolved: tuple[str, ...] = ()
+    """Secret references with no value (no Secret manifest key, no environment variable)."""
+
+    @property
+    def url(self) -> str:
+        """The agent's loopback MCP URL."""
+        return f"http://{LOOPBACK}:{self.port}/mcp"
+
+
+@dataclass(frozen=True, slots=True)
+class LocalPlan:
+    """What `pallas run` serves: the agents in start order and the registry's port."""
+
+    agents: list[PlannedAgent]
+    """In start order: every agent after the agents it depends on."""
+    registry_port: int | None
+    provider_keys: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    """(namespace, deployment, provider) → API key of every provider of the run's deployments
+    that has one (the registry checks them all, used by an agent or not)."""
+    openai_base_url: str | None = None
+    """`$OPENAI_BASE_URL` when it applies (see `commands.run.env_files.with_openai_base_url`)."""
+
+
+AgentKey = tuple[str, str]
+"""An agent's (namespace, name)."""
+
+
+def agent_ports(
+    agents: Sequence[AgentManifest], base_port: int, keep: Mapping[AgentKey, int] | None = None
+) -> dict[AgentKey, int]:
+    """Each agent's port: the one in `keep` (a running agent's), else the next free after base.
+
+    With nothing kept the agents get base+1, base+2… in manifest order.
+
+    Raises:
+        ManifestError: the ports would pass 65535.
+    """
+    keys = [(a.namespace, a.name) for a in agents]
+    ports = {key: (keep or {})[key] for key in keys if key in (keep or {})}
+    taken = set(ports.values())
+    candidate = base_port
+    for key in keys:
+        if key in ports:
+            continue
+        candidate += 1
+        while candidate in taken:
+            candidate += 1
+        ports[key] = candidate
+    if max(ports.values()) > 65535:
+        raise ManifestError(f"--base-port {base_port} leaves no room for {len(ports)} agents below 65536")
+    return ports
+
+
+def plan_local(
+    manifests: Manifests,
+    base_port: int,
+    only_agent: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    keep_ports: Mapping[AgentKey, int] | None = None,
+) -> LocalPlan:
+    """Ports (registry on base, agents on base+1… in manifest order), configs and start order.
+
+    `keep_ports` are the ports of agents already running (`pallas run --reload`): they keep
+    them, and agents new to the manifests take the free ports after the base.
+    """
+    env = dict(os.environ if environ is None else environ)
+    ports = agent_ports(manifests.agents, base_port, keep_ports)
+    by_key = {(a.namespace, a.name): a for a in manifests.agents}
+    graph = {}
+    for agent in manifests.agents:
+        where = _where(agent.source, agent.kind, agent.name)
+        deployment = manifests.deployments.get((agent.namespace, agent.spec.deployment))
+        peers = {a.name: a.spec.dependencies() for a in manifests.agents if a.namespace == agent.namespace}
+        problem = reference_problem(
+            agent.name, agent.spec, deployment.spec if deployment else None, peers, agent.namespace
+        )
+        if problem is not None:  # the operator's own checks, so both say the same
+            raise ManifestError(f"{where}: {': '.join(problem)}")
+        graph[agent.namespace, agent.name] = {(agent.namespace, d) for d in agent.spec.dependencies()}
+    order = list(TopologicalSorter(graph).static_order())  # acyclic: reference_problem said so
+
+    planned = []
+    for key in order:
+        agent = by_key[key]
+        if only_agent is not None and agent.name != only_agent:
+            continue
+        deployment = manifests.deployments[agent.namespace, agent.spec.deployment]
+        urls = {d: f"http://{LOOPBACK}:{ports[agent.namespace, d]}/mcp" for d in agent.spec.agents}
+        try:
+            url = f"http://{LOOPBACK}:{ports[key]}/mcp"
+            rendered = render_agent(
+                agent.name, agent.spec, deployment.spec, urls, local=True, namespace=agent.namespace, url=url
+            )
+        except RenderError as exc:
+            raise ManifestError(f"{_where(agent.source, agent.kind, agent.name)}: {exc}") from None
+        agent_env = dict(env)
+        unresolved = []
+        for binding in rendered.secrets:
+            secret = manifests.secrets.get((agent.namespace, binding.ref.name), {})
+            value = secret.get(binding.ref.key, env.get(binding.ref.key))
+            if value is not None:
+                agent_env[binding.env] = value
+            else:
+                unresolved.append(f"secretKeyRef {binding.ref.name}/{binding.ref.key}")
+        planned.append(PlannedAgent(agent, deployment, ports[key], rendered, agent_env, tuple(unresolved)))
+    if only_agent is not None and not planned:
+        names = ", ".join(a.name for a in manifests.agents)
+        raise ManifestError(f"--agent {only_agent}: no such PallasAgent (have: {names})")
+    keys = {}
+    for run in planned:
+        namespace, deployment = run.manifest.namespace, run.deployment
+        for provider, provider_spec in deployment.spec.providers.items():
+            if provider_spec.api_key is not None:
+                ref = provider_spec.api_key.secret_key_ref
+                value = manifests.secrets.get((namespace, ref.name), {}).get(ref.key, env.get(ref.key))
+                if value:
+                    keys[namespace, deployment.name, provider] = value
+    return LocalPlan(planned, None if only_agent is not None else base_port, keys)

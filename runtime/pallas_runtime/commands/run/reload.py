@@ -1,0 +1,205 @@
+"""`pallas run --reload`: apply edits of the manifests to the running agents.
+
+The manifest files are watched (watchfiles: their folders, so an editor's write-and-rename is
+seen; changes within 50 ms are taken together). An edit is checked with `pallas validate`'s checks
+and planned as at start-up; a bad edit prints its problems (`FILE:LINE: Kind/name: field:
+problem`) and changes nothing. A good one restarts only the agents whose rendered config or
+environment changed, on the ports they had, peers before the agents that call them; agents added
+to the files start (on the next free port after the base), agents removed stop, and the registry
+restarts when what it lists changed. Conversations kept in SQLite (`pallas run`'s default) or
+PostgreSQL outlive the restart. A restarted agent's new server takes over its port at once and
+the old one drains beside it (`LocalRun.restart_agent`): its turns in flight finish on the old
+config, new sessions get the new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from watchfiles import Change, awatch
+
+from pallas_api.checks import check_documents
+from pallas_io.logs import Redactor
+from pallas_runtime.commands.run.env_files import with_openai_base_url
+from pallas_runtime.commands.run.hosted import LocalRun, StartFailed
+from pallas_runtime.commands.run.manifests import (
+    AgentKey,
+    LocalPlan,
+    ManifestError,
+    PlannedAgent,
+    load_manifests,
+    plan_local,
+)
+from pallas_runtime.commands.validate import UnreadableError, read_documents
+
+log = logging.getLogger("pallas.run")
+
+
+class ReloadRefused(Exception):
+    """An edit that cannot run; `problems` are one line each, naming file, object and field."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = list(problems)
+
+
+@dataclass(frozen=True)
+class Reload:
+    """What `--reload` reads again: the files, and how they were planned at start-up."""
+
+    files: Sequence[str]
+    base_port: int
+    only_agent: str | None
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What a new plan changes in a running one."""
+
+    stopped: tuple[AgentKey, ...]
+    """Agents gone from the manifests."""
+    started: tuple[AgentKey, ...]
+    """Agents new or changed, in start order (every agent after the agents it calls)."""
+    unchanged: tuple[AgentKey, ...]
+    registry: bool
+    """Whether what the registry lists changed."""
+
+
+def agent_key(agent: PlannedAgent) -> AgentKey:
+    """The agent's (namespace, name)."""
+    return agent.manifest.namespace, agent.manifest.name
+
+
+def _runs_differently(old: PlannedAgent, new: PlannedAgent) -> bool:
+    return (old.rendered.config, old.environ, old.port) != (new.rendered.config, new.environ, new.port)
+
+
+def _listing(plan: LocalPlan) -> object:
+    listed = [
+        (agent_key(a), a.manifest.spec, a.deployment.name, a.deployment.spec, a.url) for a in plan.agents
+    ]
+    return listed, plan.registry_port
+
+
+def plan_changes(old: LocalPlan, new: LocalPlan) -> Changes:
+    """What moving from `old` to `new` stops, (re)starts and leaves alone."""
+    before = {agent_key(a): a for a in old.agents}
+    after = {agent_key(a) for a in new.agents}
+    started = [
+        key for a in new.agents if (key := agent_key(a)) not in before or _runs_differently(before[key], a)
+    ]
+    return Changes(
+        stopped=tuple(key for key in before if key not in after),
+        started=tuple(started),
+        unchanged=tuple(agent_key(a) for a in new.agents if agent_key(a) not in started),
+        registry=_listing(old) != _listing(new),
+    )
+
+
+def checked_plan(
+    files: Sequence[str], base_port: int, only_agent: str | None, keep_ports: dict[AgentKey, int]
+) -> LocalPlan:
+    """The plan of the files as they are now, checked as `pallas validate` checks them.
+
+    Raises:
+        ReloadRefused: a file cannot be read, or the manifests have problems.
+    """
+    try:
+        report = check_documents(read_documents(files))
+    except UnreadableError as exc:
+        raise ReloadRefused([str(exc)]) from None
+    if report.problems:
+        raise ReloadRefused([str(problem) for problem in report.problems])
+    try:
+        plan = plan_local(load_manifests(files), base_port, only_agent, keep_ports=keep_ports)
+        return with_openai_base_url(plan, os.environ)
+    except ManifestError as exc:
+        raise ReloadRefused([str(exc)]) from None
+
+
+def _names(keys: Sequence[AgentKey]) -> str:
+    return ", ".join(name for _, name in keys)
+
+
+async def apply(run: LocalRun, plan: LocalPlan) -> Changes:
+    """Move `run` to `plan`: stop the agents removed, (re)start the new and changed, in order."""
+    changes = plan_changes(run.plan, plan)
+    _redact_new_secrets(run.plan, plan)
+    for key in changes.stopped:
+        await run.stop_agent(key)
+    for agent in plan.agents:
+        if agent_key(agent) not in changes.started:
+            continue
+        try:
+            await run.restart_agent(agent)
+        except StartFailed as exc:
+            print(f"pallas run: reload: {exc}", file=sys.stderr, flush=True)
+    hosted = [a for a in plan.agents if agent_key(a) in run.agents]
+    if changes.registry and plan.registry_port is not None:
+        await run.stop_registry()
+        try:
+            await run.start_registry(hosted, plan.registry_port, plan)
+        except StartFailed as exc:
+            print(f"pallas run: reload: {exc}", file=sys.stderr, flush=True)
+    # What runs now: an agent that failed to start is new to the next reload, which retries it.
+    run.plan = dataclasses.replace(plan, agents=hosted)
+    return changes
+
+
+def _redact_new_secrets(old: LocalPlan, new: LocalPlan) -> None:
+    """Secret values an edit brings (a new Secret manifest key) are kept out of the logs too."""
+    known = {a.environ.get(b.env) for a in old.agents for b in a.rendered.secrets}
+    added = {v for a in new.agents for b in a.rendered.secrets if (v := a.environ.get(b.env)) not in known}
+    if added - {None}:
+        redactor = Redactor(v for v in added if v)
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(redactor)
+
+
+async def reload_once(run: LocalRun, reload: Reload) -> None:
+    """Apply the files as they are now, or say why not; one summary line on stdout."""
+    try:
+        plan = checked_plan(reload.files, reload.base_port, reload.only_agent, run.ports())
+    except ReloadRefused as exc:
+        for problem in exc.problems:
+            print(f"pallas run: reload: {problem}", file=sys.stderr)
+        print("pallas run: reload: the edit is not applied; the agents run as before", file=sys.stderr)
+        sys.stderr.flush()
+        return
+    before = {agent_key(a) for a in run.plan.agents}
+    changes = await apply(run, plan)
+    parts = [
+        f"{what} {_names(keys)}"
+        for what, keys in (
+            ("restarted", [k for k in changes.started if k in before]),
+            ("started", [k for k in changes.started if k not in before]),
+            ("stopped", changes.stopped),
+            ("unchanged", changes.unchanged),
+        )
+        if keys
+    ]
+    print(f"reloaded: {'; '.join(parts) or 'nothing changed'}", flush=True)
+
+
+def _resolved(files: Sequence[str]) -> set[Path]:
+    return {Path(f).resolve() for f in files}
+
+
+async def watch(run: LocalRun, reload: Reload, stop: asyncio.Event) -> None:
+    """Reload on every change of the files until `stop` is set."""
+    paths = _resolved(reload.files)
+
+    def ours(_: Change, path: str) -> bool:
+        return Path(path).resolve() in paths
+
+    folders = sorted({str(p.parent) for p in paths})
+    log.info("watching %s for changes", ", ".join(map(str, sorted(paths))))
+    async for _ in awatch(*folders, watch_filter=ours, stop_event=stop, step=50):
+        await reload_once(run, reload)

@@ -1,0 +1,130 @@
+"""`list_servers`, `get_server_tools` and `execute_tool` for the agent's own MCP clients.
+
+With `toolExposure.gateway` a client (Daedalus, another agent) can use the agent as a
+policy-enforcing gateway to its downstream servers, without a model in between: the same
+three tools the model gets on demand (`agent/gateway.py`), under the agent's inbound access
+control, its tool policy, audit lines, metrics and error codes. `execute_tool` answers with the
+downstream result's content (text and images as they came; other content types as the text the
+agent makes of them) and its `isError`; a refusal is a coded error result.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastmcp import Context, FastMCP
+from fastmcp.tools import Tool, ToolResult
+from mcp_types import ImageContent, TextContent, ToolAnnotations
+
+from pallas_api.config import AgentConfig
+from pallas_api.errors import ErrorCode
+from pallas_runtime.agent import gateway
+from pallas_runtime.agent.loop import AgentLoop
+from pallas_runtime.agent.progress import ProgressReporter
+from pallas_runtime.agent.toolbox import CallContext
+from pallas_runtime.auth.credential import forwarded_credential
+from pallas_runtime.downstream.call_path import CallPath, CallRefused
+from pallas_runtime.downstream.source import ToolOutcome
+from pallas_runtime.inflight import InFlight
+from pallas_runtime.messages import TextPart
+from pallas_runtime.server.request import progress_sender, request_meta
+from pallas_runtime.server.tool_errors import CodedToolError, error_result
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True)
+
+
+def _content(outcome: ToolOutcome) -> list[TextContent | ImageContent]:
+    return [
+        TextContent(type="text", text=p.text)
+        if isinstance(p, TextPart)
+        else ImageContent(type="image", data=p.data, mime_type=p.mime_type)
+        for p in outcome.content
+    ]
+
+
+class GatewayTools:
+    """The three gateway tools over the agent's `ToolBox`."""
+
+    def __init__(self, config: AgentConfig, loop: AgentLoop, inflight: InFlight, *, verified: bool) -> None:
+        self._config = config
+        self._loop = loop
+        self._inflight = inflight
+        self._verified = verified
+
+    def add_to(self, mcp: FastMCP) -> None:
+        """Offer the tools, with the descriptions the model gets (without the index of names)."""
+        described = {spec.name: spec.description.split("\n", 1)[0] for spec in gateway.gateway_specs({}, 1)}
+        mcp.add_tool(
+            Tool.from_function(
+                self.list_servers, name=gateway.LIST_SERVERS, description=described[gateway.LIST_SERVERS],
+                annotations=READ_ONLY,
+            )
+        )  # fmt: skip
+        mcp.add_tool(
+            Tool.from_function(
+                self.get_server_tools, name=gateway.GET_SERVER_TOOLS,
+                description=described[gateway.GET_SERVER_TOOLS], annotations=READ_ONLY,
+            )
+        )  # fmt: skip
+        mcp.add_tool(
+            Tool.from_function(
+                self.execute_tool, name=gateway.EXECUTE_TOOL, description=described[gateway.EXECUTE_TOOL],
+                output_schema=None,
+            )
+        )  # fmt: skip
+
+    async def list_servers(self) -> dict[str, Any]:
+        """The servers and the names of the tools this agent may use on each."""
+        offered = await self._loop.offered_tools(forwarded_credential(verified=self._verified))
+        return gateway.list_servers(offered, self._loop.tools.server_names)
+
+    async def get_server_tools(
+        self,
+        server: str,
+        names: list[str] | None = None,
+        pattern: str | None = None,
+        max_schema_tokens: int | None = None,
+    ) -> dict[str, Any]:
+        """Definitions of one server's tools, filtered, within the agent's schema budget."""
+        offered = await self._loop.offered_tools(forwarded_credential(verified=self._verified))
+        budget = self._loop.exposure(offered, self._config.request_params).budget
+        try:
+            return gateway.server_tools(
+                offered, self._loop.tools.server_names, server, names=names, pattern=pattern,
+                max_schema_tokens=max_schema_tokens if max_schema_tokens and max_schema_tokens > 0 else None,
+                budget=budget,
+            )  # fmt: skip
+        except gateway.GatewayError as exc:
+            raise CodedToolError(str(exc), exc.code) from None
+
+    async def execute_tool(
+        self,
+        server: str,
+        tool: str,
+        ctx: Context,
+        args: dict[str, Any] | None = None,
+        timeout_ms: int | None = None,
+    ) -> ToolResult:
+        """Call one tool of one server; its result comes back as the server gave it."""
+        try:
+            call_path = CallPath.inbound(request_meta(ctx), self._config.name, self._config.max_depth)
+        except CallRefused as exc:
+            raise CodedToolError(str(exc), exc.code) from None
+        if timeout_ms is not None and timeout_ms <= 0:
+            raise CodedToolError("`timeout_ms` must be a positive integer", ErrorCode.INVALID_ARGUMENTS)
+        inbound_auth = forwarded_credential(verified=self._verified)
+        offered = await self._loop.offered_tools(inbound_auth)
+        try:
+            entry = gateway.target(offered, self._loop.tools.server_names, server, tool)
+        except gateway.GatewayError as exc:
+            return error_result(exc.code, str(exc))
+        context = CallContext(
+            inbound_auth, ProgressReporter(self._config.name, progress_sender(ctx)), None, call_path
+        )
+        limit = timeout_ms / 1000 if timeout_ms else None
+        with self._inflight.track():
+            outcome = await self._loop.tools.call(entry, args or {}, context, time_limit=limit)
+        if outcome.is_error and outcome.code is not None and len(outcome.content) == 1:
+            first = outcome.content[0]
+            return error_result(outcome.code, first.text if isinstance(first, TextPart) else "")
+        return ToolResult(content=_content(outcome), is_error=outcome.is_error)
