@@ -175,6 +175,8 @@ async def verifier_alone(verifications: int) -> list[float]:
     """µs per verify_token on a warm cache, in batches of 1000."""
 
     class Judge:
+        access = AccessConfig()
+
         async def judge(self, token: str) -> Decision | None:
             return Decision(Caller("system:serviceaccount:bench:caller", ("system:serviceaccounts",)), True)
 

@@ -7,6 +7,8 @@ One package, imported by all three and importing none of them (as CloudNativePG'
 - `spec`: the PallasDeployment / PallasAgent spec models (the schema users write);
 - `status` / `conditions`: the status models, phases, health statuses, condition types and reasons;
 - `config`: one agent's runtime config (the ConfigMap contract between operator and pod);
+- `live`: which config edits a running agent takes in place and which need a new process, and
+  the config hashes the operator and the pods compare;
 - `render`: the pure mapping from specs to an agent config (operator and `pallas run` alike);
 - `budgets`: the memory an agent pod needs, from the budgets its spec sets;
 - `health`: the `get_health` report an agent returns and its readers parse;

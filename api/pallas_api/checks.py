@@ -70,6 +70,9 @@ CEL_OFFLINE: Mapping[str, str] = {
     "spec.providers keys": "PallasDeploymentSpec._names",
     "spec.mcpServers keys": "PallasDeploymentSpec._names",
     "a header needs exactly one": "HeaderSpec._exactly_one_source",
+    "an MCP server needs exactly one": "McpServerSpec._url_or_stdio",
+    "a stdio server takes no": "McpServerSpec._url_or_stdio",
+    "a stdio env variable needs": "StdioEnvVar._exactly_one_source",
     "spec.requestParams.responseFormat needs": "ResponseFormat._schema_with_its_type",
     "spec.conversations.store postgres": "ConversationsSpec._postgres_needs_a_dsn",
     "spec.auth.mode oidc needs": "AuthSpec._oidc_settings",
@@ -83,6 +86,7 @@ RENDER_FIELDS: Mapping[str, str] = {
     conditions.SERVER_NOT_FOUND: "spec.servers",
     conditions.AGENT_NOT_FOUND: "spec.agents",
     conditions.ACCESS_NOT_ENFORCEABLE: "spec.access",
+    conditions.STDIO_NOT_HOSTABLE: "spec.servers",
 }
 REFERENCE_FIELDS: Mapping[str, str] = {
     conditions.DEPLOYMENT_NOT_FOUND: "spec.deployment",
@@ -203,7 +207,7 @@ def _dependencies(spec: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(agent_dependencies(*(v if isinstance(v, list) else [] for v in lists)))
 
 
-def _check_agent(agent: _Object, objects: Sequence[_Object], report: Report) -> None:
+def _check_agent(agent: _Object, objects: Sequence[_Object], report: Report, *, local: bool) -> None:
     """The operator's reference checks and rendering, for an agent whose own checks passed."""
     spec: PallasAgentSpec = agent.spec
     what = f"{agent.kind}/{agent.name}"
@@ -221,13 +225,20 @@ def _check_agent(agent: _Object, objects: Sequence[_Object], report: Report) -> 
     urls = {peer: names.agent_url(peer, agent.namespace, 8000) for peer in spec.agents}
     url = names.agent_url(agent.name, agent.namespace, spec.service.port)
     try:
-        render_agent(agent.name, spec, deployment, urls, namespace=agent.namespace, url=url)
+        render_agent(
+            agent.name, spec, deployment, urls, namespace=agent.namespace, url=url,
+            local=local, stdio_urls={} if local else None,
+        )  # fmt: skip
     except RenderError as exc:
         report.problems.append(Finding(agent.source, what, RENDER_FIELDS.get(exc.reason, "spec"), str(exc)))
 
 
-def check_documents(documents: Sequence[Document]) -> Report:
-    """Check every PallasDeployment and PallasAgent of the documents, alone and together."""
+def check_documents(documents: Sequence[Document], *, local: bool = False) -> Report:
+    """Check every PallasDeployment and PallasAgent of the documents, alone and together.
+
+    `local`: as `pallas run` would run them rather than a cluster (it hosts what a cluster
+    cannot: a stateful stdio server's process per session).
+    """
     report = Report()
     objects: list[_Object] = []
     for doc in documents:
@@ -246,7 +257,7 @@ def check_documents(documents: Sequence[Document]) -> Report:
         objects.append(obj)
     for obj in objects:
         if obj.kind == names.AGENT_KIND and obj.spec is not None:
-            _check_agent(obj, objects, report)
+            _check_agent(obj, objects, report, local=local)
     order = {doc.source: index for index, doc in enumerate(documents)}
     report.problems.sort(key=lambda finding: order[finding.source])  # stable: in file order
     return report

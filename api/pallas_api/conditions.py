@@ -20,6 +20,8 @@ REGISTRY_AVAILABLE: Final = "RegistryAvailable"
 MONITORING_READY: Final = "MonitoringReady"
 AUTHENTICATED: Final = "Authenticated"
 PROVIDERS_HEALTHY: Final = "ProvidersHealthy"
+SERVERS_AVAILABLE: Final = "ServersAvailable"
+"""PallasDeployment: the stdio servers the operator hosts (only when the spec has some)."""
 
 # --- Accepted -----------------------------------------------------------------------------
 ACCEPTED_REASON: Final = "Accepted"
@@ -30,10 +32,10 @@ PROVIDER_NOT_FOUND: Final = "ProviderNotFound"
 SERVER_NOT_FOUND: Final = "ServerNotFound"
 DEPENDENCY_CYCLE: Final = "DependencyCycle"
 NAME_CONFLICT: Final = "NameConflict"
-SECRET_NOT_FOUND: Final = "SecretNotFound"
-SECRET_KEY_NOT_FOUND: Final = "SecretKeyNotFound"
 ACCESS_NOT_ENFORCEABLE: Final = "AccessNotEnforceable"
 """spec.access names callers but the deployment authenticates nobody (auth.mode none)."""
+STDIO_NOT_HOSTABLE: Final = "StdioServerNotHostable"
+"""A stateful stdio server in a cluster: one container cannot run a process per session."""
 
 # --- DependenciesReady --------------------------------------------------------------------
 DEPENDENCIES_READY_REASON: Final = "DependenciesReady"
@@ -66,6 +68,10 @@ HEALTH_DEGRADED: Final = "HealthDegraded"
 HEALTH_ERROR: Final = "HealthError"
 HEALTH_NOT_CHECKABLE: Final = "HealthNotCheckable"
 """oidc mode: get_health needs a token the operator does not hold."""
+SECRET_KEY_NOT_FOUND: Final = "SecretKeyNotFound"
+"""The agent's pod has no value for a Secret key its config names (no such Secret, or no such
+key in it): its `get_health` lists them in `missingSecrets`. The operator reads no Secret, so
+the pod, which mounts them, is the one to say; it blocks Ready when the key is the LLM's."""
 
 # --- Ready --------------------------------------------------------------------------------
 AGENT_READY: Final = "AgentReady"
@@ -83,6 +89,12 @@ UNAUTHENTICATED: Final = "Unauthenticated"
 """auth.mode none while the registry publishes a public URL: anyone reaching it may call agents."""
 AUTH_DISABLED: Final = "AuthDisabled"
 """auth.mode none, agents reachable only inside the cluster."""
+
+# --- ServersAvailable (PallasDeployment; advice, never a blocker of Ready) ------------------------
+SERVERS_AVAILABLE_REASON: Final = "ServersAvailable"
+SERVERS_UNAVAILABLE: Final = "ServersUnavailable"
+"""A hosted stdio server's Deployment does not exist yet or has no ready pod (its bridge is Ready
+only while the server has a session)."""
 
 # --- ProvidersHealthy (PallasDeployment; advice, never a blocker of Ready) --------------------
 PROVIDERS_OK: Final = "ProvidersOk"

@@ -1,8 +1,10 @@
 """One agent's runtime configuration: the contract between the operator and an agent pod.
 
 The operator renders this model into the agent's ConfigMap (`pallas agent --config FILE`);
-`pallas run -f` builds it from manifests. It never holds a secret value: API keys and secret
-header values are named environment variables, filled from Secrets by `secretKeyRef` in the pod.
+`pallas run -f` builds it from manifests. It never holds a secret value: API keys, secret
+header values and the PostgreSQL DSN are names the process looks up (`pallas_io.secrets`), files
+of the pod's Secret volume in a cluster, environment variables under `pallas run`. Most of it is
+applied by a running agent in place (`pallas_api.live`).
 Field names are camelCase in files (like the CRDs) and snake_case in Python.
 """
 
@@ -76,7 +78,8 @@ class ProviderConfig(_Model):
         str | None, Field(alias="baseURL", pattern=HTTP_URL), WithoutCredentials(SECRET_API_KEY)
     ] = None
     api_key_env: Annotated[str | None, Field(pattern=ENV_VAR_NAME)] = None
-    """Name of the environment variable holding the API key (never the key itself)."""
+    """The name the key is looked up by: a file of the pod's Secret volume, or an environment
+    variable under `pallas run` (never the key itself)."""
     api_key_source: Annotated[str | None, Field(max_length=600)] = None
     """Where the key comes from in the user's words, for messages (`apiKeyEnv` is a name the
     renderer chose): `Secret llm-keys key OPENAI_API_KEY` in a pod, `environment variable
@@ -121,8 +124,22 @@ class HeaderConfig(_Model):
         return env.get(self.value_from_env or "")
 
 
+class ServerSessionLimits(_Model):
+    """The sessions an agent process keeps to one stateful downstream server (one per conversation)."""
+
+    max_sessions: Annotated[int, Field(ge=1, le=10_000)] = 32
+    """Sessions open at once. When all are taken, the one unused longest with no call in flight
+    is closed to make room; a call finding every session busy fails (SERVER_UNAVAILABLE)."""
+    idle_timeout_seconds: Annotated[int, Field(ge=1, le=86_400)] = 1800
+    """A session no call has used for this long is closed (its conversation starts a new one)."""
+
+
 class DownstreamServer(_Model):
-    """A downstream MCP server the agent may call."""
+    """A downstream MCP server the agent may call.
+
+    A stdio server (`mcpServers.<name>.stdio`) is one too: the agent reaches it over Streamable
+    HTTP at the URL of the bridge that hosts it (`pallas run`'s, or its Service in a cluster).
+    """
 
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$", max_length=63)]
     url: Annotated[str, Field(pattern=HTTP_URL), WithoutCredentials(SECRET_HEADER)]
@@ -133,6 +150,11 @@ class DownstreamServer(_Model):
     timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 30.0
     max_result_bytes: MaxResultBytes = DEFAULT_MAX_RESULT_BYTES
     """The largest tool result read from this server (its text, UTF-8); larger is a tool error."""
+    stateful: bool = False
+    """Each caller conversation gets an MCP session of its own (`sessions` bounds them); else
+    calls without a forwarded bearer share one session."""
+    sessions: ServerSessionLimits = ServerSessionLimits()
+    """The per-conversation sessions of a stateful server."""
 
 
 class PeerAgent(_Model):
@@ -597,13 +619,14 @@ def parse_config(data: object, source: str = "config") -> AgentConfig:
         raise ConfigError(f"{source}: {describe(exc)}") from None
 
 
-def load_config(path: str | Path) -> AgentConfig:
-    """Load an agent config from a YAML or JSON file."""
+def load_config(path: str | Path, text: str | None = None) -> AgentConfig:
+    """Load an agent config from a YAML or JSON file (`text`: its content, already read)."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    if text is None:
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as exc:

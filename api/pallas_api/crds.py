@@ -117,8 +117,27 @@ DEPLOYMENT_RULES: dict[str, list[Rule]] = {
             "spec.mcpServers keys must be letters, digits, '_' or '-' (a letter or digit first), at most 63",
         )
     ],
+    "spec.mcpServers.*": [
+        _rule(
+            "has(self.url) != has(self.stdio)",
+            "an MCP server needs exactly one of url (an HTTP server) or stdio (a command)",
+        ),
+        _rule(
+            "!has(self.stdio) || ((!has(self.headers) || size(self.headers) == 0) && "
+            "!(has(self.forwardInboundAuth) && self.forwardInboundAuth) && "
+            "(!has(self.transport) || self.transport == 'streamable-http'))",
+            "a stdio server takes no headers, forwardInboundAuth or transport: agents reach it through "
+            "Pallas's bridge (give the command its credentials in stdio.env)",
+        ),
+    ],
     "spec.mcpServers.*.headers[]": [
         _rule("has(self.value) != has(self.valueFrom)", "a header needs exactly one of value or valueFrom")
+    ],
+    "spec.mcpServers.*.stdio.env[]": [
+        _rule(
+            "has(self.value) != has(self.valueFrom)",
+            "a stdio env variable needs exactly one of value or valueFrom",
+        )
     ],
     "spec.conversations": [
         _rule(

@@ -4,6 +4,10 @@
 `message` is required when not ok and names what is wrong. An agent with `busyAt` adds
 `"busy": bool` and `"inFlight": int` (its send_message calls running now); being busy is not a
 problem, so it leaves `status` alone (clients such as Daedalus know only the three values).
+`"configHash"` names the config the answering process serves (`pallas_api.live.config_digest`):
+the operator compares it with the ConfigMap's to report in status when a live edit has arrived.
+`"missingSecrets"` lists the secrets its config names that have no value (a Secret or key that
+does not exist): the operator reads no Secrets, so this is how it learns of them.
 One model writes it (the agent) and the same model reads it (the operator's health checks, the
 registry of `pallas run`), so the three never disagree on its shape.
 """
@@ -49,6 +53,11 @@ class HealthReport(BaseModel):
     """Whether the calls in flight reached the agent's `busyAt` (absent without one)."""
     in_flight: Annotated[int | None, Field(alias="inFlight", ge=0)] = None
     """send_message calls running in the answering process (absent without `busyAt`)."""
+    config_hash: Annotated[str | None, Field(alias="configHash", max_length=128)] = None
+    """sha256 of the config the answering process serves (absent from older agents)."""
+    missing_secrets: Annotated[list[str] | None, Field(alias="missingSecrets", max_length=100)] = None
+    """Where each secret the agent's config names but has no value comes from, in the user's
+    words (`Secret llm key OPENAI_API_KEY`); absent when none is missing."""
 
     @model_validator(mode="after")
     def _message_when_not_ok(self) -> Self:
@@ -64,12 +73,16 @@ class HealthReport(BaseModel):
         *,
         in_flight: int | None = None,
         busy_at: int | None = None,
+        config_hash: str | None = None,
+        missing_secrets: list[str] | None = None,
     ) -> HealthReport:
         """A report made at this moment; with `busy_at`, saying whether `in_flight` reached it."""
         report: dict[str, object] = {
             "status": status,
             "timestamp": utc_timestamp(),
             "message": message or None,
+            "configHash": config_hash,
+            "missingSecrets": missing_secrets or None,
         }
         if busy_at is not None and in_flight is not None:
             report.update(busy=in_flight >= busy_at, inFlight=in_flight)

@@ -8,6 +8,7 @@ Child names are derived, never stored, so any replica of the operator (and a hum
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Final
 from urllib.parse import urlsplit
@@ -55,12 +56,20 @@ INSTRUCTION_URI: Final = "pallas://instruction"
 """The MCP resource holding an agent's instruction (its model's system prompt)."""
 
 ANNOTATION_CONFIG_HASH: Final = "pallas.dev/config-hash"
-"""On the pod template: sha256 of the rendered config and the referenced Secret keys."""
+"""On an agent's pod template: sha256 of the part of its config a running process cannot take
+(`pallas_api.live.process_digest`), so only edits of that part roll the pods."""
+ANNOTATION_CONFIG_SYNC: Final = "pallas.dev/config-sync"
+"""On an agent's pods (not the template): the config hash the operator last asked the kubelet to
+deliver. Patching it makes the kubelet sync the pod, and so refresh its ConfigMap volume at once
+instead of at its next periodic sync (docs/operator.md "Live config")."""
 ANNOTATION_APPLIED_HASH: Final = "pallas.dev/applied-hash"
 """On every child: sha256 of the manifest last applied, so a restarted operator knows it is current."""
 
 CONFIG_FILE: Final = "agent.yaml"
 CONFIG_DIR: Final = "/etc/pallas"
+SECRETS_DIR: Final = "/etc/pallas-secrets"
+"""Where agent and registry pods mount their Secret volume: one file per secret variable
+(`pallas_api.render.SecretBinding.env`), read at each use (`pallas_io.secrets`)."""
 METRICS_PORT_NAME: Final = "http"
 
 
@@ -72,6 +81,33 @@ def config_map_name(agent: str) -> str:
 def registry_name(deployment: str) -> str:
     """The name of every registry child (Deployment, Service, ServiceAccount, Role, RoleBinding)."""
     return f"{deployment}-registry"
+
+
+STDIO_BRIDGE_PORT: Final = 8000
+"""The port of a hosted stdio server's bridge (container and Service)."""
+STDIO_COMPONENT: Final = "mcp-server"
+"""`app.kubernetes.io/component` of a hosted stdio server's children."""
+
+
+def stdio_server_name(deployment: str, server: str) -> str:
+    """The name of every child hosting stdio server `server` of `deployment` (Deployment, Service).
+
+    `<deployment>-mcp-<server>` in lower case with `_` as `-`; when that changes the server's
+    name (two keys such as `Fs` and `fs` would meet) or passes 63 characters, it is cut and a
+    digest of both names keeps it unique.
+    """
+    slug = server.lower().replace("_", "-")
+    name = f"{deployment}-mcp-{slug}"
+    if slug == server and len(name) <= 63:
+        return name
+    digest = hashlib.sha256(f"{deployment}/{server}".encode()).hexdigest()[:8]
+    return f"{name[: 63 - 9].rstrip('-')}-{digest}"
+
+
+def stdio_server_url(deployment: str, server: str, namespace: str) -> str:
+    """The in-cluster MCP URL of a hosted stdio server's bridge."""
+    service = stdio_server_name(deployment, server)
+    return f"http://{service}.{namespace}.svc.cluster.local:{STDIO_BRIDGE_PORT}/mcp"
 
 
 def service_monitor_name(deployment: str, component: str) -> str:

@@ -65,6 +65,14 @@ def check_references(
         return Problem(
             NAME_CONFLICT, f"the name {name!r} is taken by the registry of deployment {spec.deployment!r}"
         )
+    hosted = {
+        names.stdio_server_name(spec.deployment, key): key for key, server in deployment.mcp_servers.items()
+    }
+    if name in hosted and deployment.mcp_servers[hosted[name]].stdio is not None:
+        return Problem(
+            NAME_CONFLICT,
+            f"the name {name!r} is taken by stdio server {hosted[name]!r} of deployment {spec.deployment!r}",
+        )
     missing = [a for a in spec.dependencies() if a not in graph]
     if missing:
         return Problem(AGENT_NOT_FOUND, f"PallasAgents not found in this namespace: {listing(missing)}")

@@ -1,8 +1,9 @@
 """Specs → one agent's runtime config. Pure: shared by the operator and `pallas run`.
 
-Secret values never enter the config. Each secret is bound to an environment variable with a
-stable name (`SecretBinding`); the operator turns the bindings into `env.valueFrom.secretKeyRef`
-and `pallas run` fills them from Secret manifests or the environment.
+Secret values never enter the config. Each secret is bound to a stable name (`SecretBinding`)
+that the process looks its value up by (`pallas_io.secrets`): the operator projects each bound
+Secret key into the pod's Secret volume as a file of that name, and `pallas run` fills
+environment variables of that name from Secret manifests or the environment.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pallas_api.conditions import (
     AGENT_NOT_FOUND,
     PROVIDER_NOT_FOUND,
     SERVER_NOT_FOUND,
+    STDIO_NOT_HOSTABLE,
 )
 from pallas_api.config import (
     AccessConfig,
@@ -57,7 +59,10 @@ class RenderError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class SecretBinding:
-    """Environment variable `env` of the agent process holds the value of `ref`."""
+    """The agent process finds the value of `ref` under the name `env`.
+
+    In a pod, the file `env` of its Secret volume; under `pallas run`, the environment variable.
+    """
 
     env: str
     ref: SecretKeyRef
@@ -65,7 +70,7 @@ class SecretBinding:
 
 @dataclass(frozen=True, slots=True)
 class RenderedAgent:
-    """One agent's runtime config and the Secret keys its process needs as environment variables."""
+    """One agent's runtime config and the Secret keys its process reads, by the names it reads them."""
 
     config: AgentConfig
     secrets: tuple[SecretBinding, ...]
@@ -219,6 +224,7 @@ def render_agent(
     namespace: str = "default",
     url: str | None = None,
     uid: str | None = None,
+    stdio_urls: Mapping[str, str] | None = None,
 ) -> RenderedAgent:
     """Build the runtime config of agent `name`.
 
@@ -232,10 +238,12 @@ def render_agent(
         url: The agent's MCP URL as its callers use it (the protected resource); required when
             the deployment's auth mode is not `none`.
         uid: The PallasAgent's UID (in a cluster): a re-created agent keys new conversations.
+        stdio_urls: Where the bridges of the deployment's stdio servers listen, by server name
+            (`pallas run`'s); default: the Services the operator hosts them behind.
 
     Raises:
-        RenderError: a model provider, server or agent that does not exist, or access lists
-            that cannot be enforced.
+        RenderError: a model provider, server or agent that does not exist, access lists that
+            cannot be enforced, or a stateful stdio server in a cluster.
     """
     auth = render_auth(agent, deployment, namespace, url)
     secrets: list[SecretBinding] = []
@@ -274,6 +282,22 @@ def render_agent(
     servers = []
     for server_name in agent.servers:
         spec = deployment.mcp_servers[server_name]
+        if spec.stdio is None:
+            if spec.url is None:  # pragma: no cover - McpServerSpec._url_or_stdio refuses it
+                raise AssertionError(f"mcpServers {server_name} has neither url nor stdio")
+            server_url = spec.url
+        else:
+            if spec.stateful and stdio_urls is None:
+                raise RenderError(
+                    STDIO_NOT_HOSTABLE,
+                    f"mcpServers {server_name} is a stateful stdio server: that needs a process per "
+                    "session, which only `pallas run` hosts; in a cluster run it as an HTTP server "
+                    "(url) or drop stateful",
+                    (server_name,),
+                )
+            server_url = (stdio_urls or {}).get(server_name) or names.stdio_server_url(
+                agent.deployment, server_name, namespace
+            )
         headers = []
         for index, header in enumerate(spec.headers):
             if header.value_from is not None:
@@ -286,12 +310,14 @@ def render_agent(
         servers.append(
             DownstreamServer(
                 name=server_name,
-                url=spec.url,
+                url=server_url,
                 transport=spec.transport,
                 headers=headers,
                 forward_inbound_auth=spec.forward_inbound_auth,
                 timeout_seconds=spec.timeout_seconds,
                 max_result_bytes=spec.max_result_bytes,
+                stateful=spec.stateful,
+                sessions=spec.sessions,
             )
         )
 

@@ -21,6 +21,7 @@ from pallas_api.config import (
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_RESULT_BYTES,
+    ENV_VAR_NAME,
     HEADER_NAME,
     HTTP_URL,
     MAX_SCHEMA_BUDGET,
@@ -36,6 +37,7 @@ from pallas_api.config import (
     MaxResultBytes,
     ModelCapabilities,
     RequestParams,
+    ServerSessionLimits,
     SessionLimits,
     ToolExposureMode,
     ToolPolicy,
@@ -190,13 +192,66 @@ class HeaderSpec(_Spec):
         return self
 
 
-class McpServerSpec(_Spec):
-    """A downstream MCP server agents of the deployment may use."""
+class ResourceRequirements(_Spec):
+    """Compute resources of a container (as in a Pod spec)."""
 
-    url: Annotated[str, Field(pattern=HTTP_URL, max_length=2048), WithoutCredentials(SECRET_HEADER)]
+    limits: dict[str, str] = Field(default_factory=dict)
+    """Maximum resources, e.g. `{cpu: "1", memory: 512Mi}`."""
+    requests: dict[str, str] = Field(default_factory=dict)
+    """Guaranteed resources."""
+
+
+class StdioEnvVar(_Spec):
+    """An environment variable of a stdio server's process."""
+
+    name: Annotated[str, Field(pattern=ENV_VAR_NAME, max_length=256)]
+    """Variable name."""
+    value: Annotated[str | None, Field(max_length=32768)] = None
+    """Literal value (not for secrets)."""
+    value_from: SecretSource | None = None
+    """Value from a Secret."""
+
+    @model_validator(mode="after")
+    def _exactly_one_source(self) -> Self:
+        if (self.value is None) == (self.value_from is None):
+            raise ValueError(f"env {self.name!r} needs exactly one of value or valueFrom")
+        return self
+
+
+class StdioSpec(_Spec):
+    """A downstream MCP server that speaks MCP over its standard input and output: a command.
+
+    Agents never talk stdio themselves: Pallas hosts the command behind a bridge speaking
+    Streamable HTTP, and the agents reach the bridge like any other server (docs/api.md §1,
+    "stdio servers").
+    """
+
+    command: Annotated[str, Field(min_length=1, max_length=4096)]
+    """The program, e.g. `npx`, `uvx` or `/usr/local/bin/server`, looked up on `PATH`."""
+    args: Annotated[list[Annotated[str, Field(max_length=4096)]], Field(max_length=256)] = Field(
+        default_factory=list
+    )
+    """Its arguments, e.g. `[-y, "@modelcontextprotocol/server-everything", stdio]`."""
+    env: Annotated[list[StdioEnvVar], Field(max_length=64)] = Field(default_factory=list)
+    """Environment variables of the process (besides `PATH`, `HOME` and the few a process needs)."""
+    image: Annotated[str, Field(max_length=1024)] = ""
+    """In a cluster: the container image holding the command (it needs `/bin/sh`); `pallas run`
+    runs the command on the machine and ignores it. Default: the deployment's runtime image."""
+    resources: ResourceRequirements | None = None
+    """In a cluster: the resources of the server's container."""
+
+
+class McpServerSpec(_Spec):
+    """A downstream MCP server agents of the deployment may use: a `url`, or a `stdio` command."""
+
+    url: Annotated[
+        str | None, Field(pattern=HTTP_URL, max_length=2048), WithoutCredentials(SECRET_HEADER)
+    ] = None
     """MCP endpoint URL (credentials go in `headers`, never in the URL)."""
+    stdio: StdioSpec | None = None
+    """A command speaking MCP over stdio instead of a URL; Pallas hosts it behind a bridge."""
     transport: Literal["streamable-http", "sse"] = "streamable-http"
-    """MCP transport."""
+    """MCP transport of a `url` server."""
     timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 30.0
     """Timeout of one tool call."""
     forward_inbound_auth: bool = False
@@ -205,6 +260,26 @@ class McpServerSpec(_Spec):
     """Headers sent on every request."""
     max_result_bytes: MaxResultBytes = DEFAULT_MAX_RESULT_BYTES
     """The largest tool result read from this server (64 KiB to 64 MiB); larger is a tool error."""
+    stateful: bool = False
+    """The server keeps state per MCP session (a shell's working directory, a browser page): each
+    caller conversation gets a session of its own, never shared with another caller or another
+    conversation. Default false: calls without a forwarded bearer share one session."""
+    sessions: ServerSessionLimits = ServerSessionLimits()
+    """With `stateful`: sessions each agent pod keeps to this server, `maxSessions` (default 32,
+    the one unused longest is closed to make room) and `idleTimeoutSeconds` (default 1800)."""
+
+    @model_validator(mode="after")
+    def _url_or_stdio(self) -> Self:
+        if (self.url is None) == (self.stdio is None):
+            raise ValueError("an MCP server needs exactly one of url (an HTTP server) or stdio (a command)")
+        if self.stdio is not None and (
+            self.headers or self.forward_inbound_auth or self.transport != "streamable-http"
+        ):
+            raise ValueError(
+                "a stdio server takes no headers, forwardInboundAuth or transport: agents reach it "
+                "through Pallas's bridge (give the command its credentials in stdio.env)"
+            )
+        return self
 
 
 class RegistrySpec(_Spec):
@@ -228,15 +303,6 @@ class RegistrySpec(_Spec):
     ] = ""
     """The registry's URL as clients reach it, e.g. `https://agents.example.com/pallas/`; relative
     icon `src` values resolve against it. Default: its cluster URL."""
-
-
-class ResourceRequirements(_Spec):
-    """Compute resources of a container (as in a Pod spec)."""
-
-    limits: dict[str, str] = Field(default_factory=dict)
-    """Maximum resources, e.g. `{cpu: "1", memory: 512Mi}`."""
-    requests: dict[str, str] = Field(default_factory=dict)
-    """Guaranteed resources."""
 
 
 EnvVar = Annotated[dict[str, Any], Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})]

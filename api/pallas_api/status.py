@@ -99,6 +99,12 @@ class PallasAgentStatus(_Status):
         default_factory=list
     )
     """Tool names the agent lists over MCP."""
+    config_hash: str | None = None
+    """sha256 of the agent's config as the operator last wrote it into the agent's ConfigMap
+    (`pallas_api.live.config_digest`); most edits apply to running pods without a restart."""
+    served_config_hash: str | None = None
+    """The `configHash` the agent reported serving in its last `get_health`: equal to `configHash`
+    once a live edit has reached the pod that answered (absent before the first report)."""
     observed_generation: int | None = None
     """The metadata.generation the status was computed from."""
 

@@ -8,6 +8,8 @@ what the operator, the agent runtime and the registry do alike when they touch t
 - `logs`: one logging setup for every process (JSON or console lines, fields, redaction);
 - `console`: the console lines for a person at a terminal, by rich;
 - `paths`: where Pallas keeps state on a workstation (the XDG state directory);
+- `secrets`: where a process finds its secret values (the environment, or a Secret volume's
+  files read at each lookup);
 - `commands`: the command-line conventions of every `pallas` command (exit codes, ports,
   request-limit flags, the `pallas.commands` entry point);
 - `kube`: the two custom resources as lightkube resource classes, for every API-server client.

@@ -124,7 +124,15 @@ class Redactor(logging.Filter):
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         super().__init__()
-        self._secrets = SecretValues(secrets)
+        self._known: set[str] = set(secrets)
+        self._secrets = SecretValues(self._known)
+
+    def add(self, secrets: Iterable[str]) -> None:
+        """Redact these values too (a rotated key), keeping the ones known before."""
+        new = set(secrets) - self._known
+        if new:
+            self._known |= new
+            self._secrets = SecretValues(self._known)
 
     def redact(self, text: str) -> str:
         """The text with its credentials replaced.

@@ -76,7 +76,7 @@ NAMESPACED = {
     ("pallas.dev", "pallasdeployments"),
     ("pallas.dev", "pallasagents/status"),
     ("pallas.dev", "pallasdeployments/status"),
-    ("", "secrets"),
+    ("", "pods"),
     ("", "configmaps"),
     ("", "services"),
     ("", "serviceaccounts"),

@@ -14,9 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import kopf
-from lightkube import operators
 from lightkube.core.selector import build_selector
-from lightkube.resources.core_v1 import Secret
 
 from pallas_api import names
 from pallas_operator.engine.context import AGENT, DEPLOYMENT, Operator
@@ -41,19 +39,11 @@ class Watched:
     selector: tuple[str, str] | tuple[str, str, str]
     """kopf's resource selector: (group, version, plural), or (version, plural) for the core group."""
     labels: dict[str, Any] | None = None
-    fields: dict[str, Any] | None = None
 
-
-SECRET_FIELDS: dict[str, Any] = {
-    "type": operators.not_in(["helm.sh/release.v1", "kubernetes.io/service-account-token"])
-}
-"""Secrets nobody references for an LLM key or a header, and that are many and large on real
-clusters (one per Helm release revision; legacy token Secrets): the API server leaves them out."""
 
 WATCHED: dict[str, Watched] = {
     names.AGENT_KIND: Watched(PallasAgent, (G, V, AGENTS)),
     names.DEPLOYMENT_KIND: Watched(PallasDeployment, (G, V, DEPLOYMENTS)),
-    "Secret": Watched(Secret, ("v1", "secrets"), fields=SECRET_FIELDS),
     **{
         kind: Watched(CHILD_KINDS[kind], (group, version, plural) if group else (version, plural), MANAGED)
         for kind, (group, version, plural) in CHILD_RESOURCES.items()
@@ -76,9 +66,6 @@ def _configure(op: Operator, settings: kopf.OperatorSettings) -> None:
     for watched in WATCHED.values():
         if watched.labels:
             settings.watching.label_selectors[watched.selector] = build_selector(watched.labels)
-        if watched.fields:
-            fields = build_selector(watched.fields, for_fields=True)
-            settings.watching.field_selectors[watched.selector] = fields
 
 
 async def existing_objects(op: Operator) -> set[ObjectKey]:
@@ -86,7 +73,7 @@ async def existing_objects(op: Operator) -> set[ObjectKey]:
     namespaces = op.settings.namespaces or (ALL_NAMESPACES,)
     found: set[ObjectKey] = set()
     for kind, watched in WATCHED.items():
-        listed = await names_of(op.client, watched.resource, namespaces, watched.labels, watched.fields)
+        listed = await names_of(op.client, watched.resource, namespaces, watched.labels)
         found.update((kind, namespace, name) for namespace, name in listed)
     return found
 
@@ -151,15 +138,6 @@ def _register_deployments(reg: kopf.OperatorRegistry, op: Operator) -> None:
             op.enqueue(AGENT, namespace, agent.name)
 
 
-def _register_secrets(reg: kopf.OperatorRegistry, op: Operator) -> None:
-    @kopf.on.event("v1", "secrets", registry=reg, id="secret-events")
-    async def secret_event(**kw: Any) -> None:
-        _record(op, "Secret", kw)
-        namespace = kw["namespace"]
-        for kind, name in op.secret_users.users_of(namespace, kw["name"]):
-            op.enqueue(kind, namespace, name)
-
-
 def _register_children(reg: kopf.OperatorRegistry, op: Operator) -> None:
     def child_event(kind: str) -> Any:
         async def event(**kw: Any) -> None:
@@ -221,6 +199,5 @@ def build_kopf_registry(op: Operator) -> kopf.OperatorRegistry:
 
     _register_agents(reg, op)
     _register_deployments(reg, op)
-    _register_secrets(reg, op)
     _register_children(reg, op)
     return reg

@@ -1,12 +1,14 @@
 """`pallas registry`: what the registry pod runs (docs/api.md §2).
 
-    pallas registry [--namespace NS] [--deployment NAME] [--port N] [--host H]
+    pallas registry [--namespace NS] [--deployment NAME] [--port N] [--host H] [--secrets-dir DIR]
                     [--max-head-bytes N] [--max-headers N] [--head-timeout S] [--keep-alive S]
 
 Credentials come from the pod's ServiceAccount, else the kubeconfig (`$KUBECONFIG`,
 `~/.kube/config`). The namespace defaults to `$PALLAS_NAMESPACE`, else the credentials' own
-namespace; the deployment to `$PALLAS_DEPLOYMENT`, else every agent of the namespace. SIGTERM
-and SIGINT stop it gracefully.
+namespace; the deployment to `$PALLAS_DEPLOYMENT`, else every agent of the namespace. The
+deployment's provider keys (for its provider checks) are files of `--secrets-dir` (the pod's
+Secret volume, read at every check, so a rotated key is checked at once), then environment
+variables. SIGTERM and SIGINT stop it gracefully.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import logging
 import os
 import re
 import sys
+from collections import ChainMap
+from collections.abc import Mapping
 
 from lightkube import ConfigError, KubeConfig
 
@@ -29,6 +33,7 @@ from pallas_io.commands import (
     port_number,
 )
 from pallas_io.logs import setup_logging
+from pallas_io.secrets import SecretFiles
 from pallas_io.serving import bound_port, listen, run_server_loop, serve, until_signalled
 from pallas_registry.app import build_app
 from pallas_registry.kubernetes import KubernetesSource
@@ -68,6 +73,13 @@ class RegistryCommand:
             default=os.environ.get("PALLAS_BIND_HOST", "0.0.0.0"),
             help="interface to bind (default $PALLAS_BIND_HOST, else 0.0.0.0)",
         )
+        parser.add_argument(
+            "--secrets-dir",
+            default=os.environ.get("PALLAS_SECRETS_DIR"),
+            metavar="DIR",
+            help="read the provider keys as files of DIR first (a pod's Secret volume; default "
+            "$PALLAS_SECRETS_DIR), then from the environment",
+        )
         # The operator passes the deployment's `spec.http` (docs/api.md §3 "Request limits").
         add_http_limit_flags(parser)
 
@@ -79,14 +91,18 @@ class RegistryCommand:
             print(f"pallas registry: {exc}", file=sys.stderr)
             return EXIT_USAGE
         try:
-            # The provider keys the operator renders into the pod (for the provider checks).
-            setup_logging(
+            # Provider keys given as environment variables (`pallas run`, a hand-made pod).
+            redactor = setup_logging(
                 fields={"namespace": args.namespace or "", "deployment": args.deployment or ""},
                 secret_env=[name for name in os.environ if PROVIDER_KEY.match(name)],
             )
         except ValueError as exc:
             print(f"pallas registry: {exc}", file=sys.stderr)
             return EXIT_USAGE
+        keys: Mapping[str, str] = os.environ
+        if args.secrets_dir:
+            files = SecretFiles(args.secrets_dir, on_read=lambda value: redactor.add([value]))
+            keys = ChainMap(files, os.environ)  # type: ignore[arg-type]
         try:
             config = KubeConfig.from_env()
         except ConfigError as exc:
@@ -94,7 +110,7 @@ class RegistryCommand:
             return EXIT_FAILURE
         current = config.get()
         namespace = args.namespace or (current.namespace if current else "default")
-        source = KubernetesSource(namespace, args.deployment, config=config)
+        source = KubernetesSource(namespace, args.deployment, config=config, environ=keys)
         try:
             sock = listen(args.host, args.port)
         except OSError as exc:

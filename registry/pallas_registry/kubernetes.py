@@ -68,9 +68,10 @@ class KubernetesSource(CatalogueSource):
             config: Credentials; default `KubeConfig.from_env()` (in-cluster, else kubeconfig).
             watch_timeout: Seconds the API server keeps one watch open before it is renewed.
             store: The store to fill; default: a new one.
-            environ: Where the deployment's provider keys are (`PALLAS_PROVIDER_<NAME>_API_KEY`,
-                as the operator renders them into the registry pod); the process environment
-                by default. Providers are checked only with a `deployment`.
+            environ: Where the deployment's provider keys are, by the names the renderer gives
+                them (`PALLAS_PROVIDER_<NAME>_API_KEY`; in a pod the files of its Secret volume,
+                read at every look-up); the process environment by default. Providers are
+                checked only with a `deployment`.
         """
         super().__init__(store)
         self.namespace = namespace

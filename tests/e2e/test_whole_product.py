@@ -15,16 +15,17 @@ machine (never an address out there). Then the drills, each followed by status, 
 catalogue and pods within a bound: kubectl logs, exec and port-forward on the pods; a killed
 container (the kubelet restarts it); a deleted pod (the ReplicaSet replaces it, the registry
 follows); a rollout restart with a turn in flight (the turn finishes on the draining pod, new
-clients are never refused); a downstream server stopped; a rotated LLM key; a deleted agent.
+clients are never refused); a downstream server stopped; a rotated LLM key and an instruction
+patched during a turn (both taken by the running pods, none replaced); a deleted agent.
 
 No test depends on another having run, or not run, before it. The module's namespace, node,
 operator and servers are shared, and so is one team (`SHARED`: the PallasDeployment `e2e` with
 its Secret and three agents): tests only read it or drill it in ways that heal (a killed
 container, deleted pods), wait for it to be Ready first and compare counters before and after.
-A test that changes the world for good (a stopped downstream server, a rotated key, a deleted
-agent) gets a team of its own: a PallasDeployment, Secret and agents named for it, applied by a
-fixture and deleted after the test. The fake LLM (OpenAI wire format) decides by the system
-prompt who is asking.
+A test that changes the world for good (a stopped downstream server, a rotated key, a patched
+instruction, a deleted agent) gets a team of its own: a PallasDeployment, Secret and agents named
+for it, applied by a fixture and deleted after the test. The fake LLM (OpenAI wire format)
+decides by the system prompt who is asking.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ from tests.support.e2e import (
     scrape,
     until,
 )
-from tests.support.fake_llm import Call, Delay, FakeOpenAI, RecordedRequest, Text, ToolCalls
+from tests.support.fake_llm import Call, Delay, FakeOpenAI, Hold, RecordedRequest, Text, ToolCalls
 from tests.support.mcp_peers import EverythingServer, McpPeers, run_server_everything
 from tests.support.mcp_servers import RunningServer, header_echo_server
 from tests.support.operator import condition, kubectl_apply
@@ -85,6 +86,7 @@ RESEARCHER = "You are the researcher: use every tool you have, then report what 
 SUMMARIZER = "You are the summarizer."
 SLOW_TURN_SECONDS = 12
 """How long the summarizer's model takes to answer "slowly…" (longer than the preStop pause)."""
+EDITED = "You are the summarizer, second edition."
 
 RESEARCH_CALLS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("echo__echo_headers", {"delay": 0}),
@@ -98,6 +100,9 @@ RESEARCH_CALLS: tuple[tuple[str, dict[str, Any]], ...] = (
 # two cores); a restarted container waits out the kubelet's first back-off (10 s) too.
 READY_WITHIN = 90
 FOLLOW_WITHIN = 45
+ROTATION_WITHIN = 150
+"""A rotated Secret reaches a pod at the kubelet's next sync of it: up to 90 s (syncFrequency 1 min
+times 1 to 1.5), then a turn."""
 GC_WITHIN = 60
 REGISTRY_WITHIN = 15
 
@@ -514,6 +519,8 @@ ROTATING = Team("e2e-rotating", "rotating-credentials", "rotating-", ("researche
 """Its Secret's key is rotated by the test."""
 SHRINKING = Team("e2e-shrinking", "shrinking-credentials", "shrinking-", ("researcher", "summarizer"))
 """Its summarizer is deleted by the test."""
+LIVE = Team("e2e-live", "live-credentials", "live-", ("summarizer",))
+"""Its summarizer's instruction is patched by the test during a turn."""
 
 
 @dataclass
@@ -534,6 +541,12 @@ def degrading(world: World, mcp_peers: McpPeers) -> Iterator[Degrading]:
 @pytest.fixture
 def rotating(world: World) -> Iterator[Team]:
     with own_team(world, ROTATING) as team:
+        yield team
+
+
+@pytest.fixture
+def live(world: World) -> Iterator[Team]:
+    with own_team(world, LIVE) as team:
         yield team
 
 
@@ -1022,14 +1035,13 @@ async def test_a_stopped_downstream_server_shows_as_degraded_health(
     assert sample(scraped, "pallas_agent_health_status", agent=researcher) == 0.5
 
 
-async def test_a_rotated_llm_key_rolls_the_pods_and_reaches_the_llm(world: World, rotating: Team) -> None:
+@pytest.mark.timeout(420)  # team start-up, then up to ROTATION_WITHIN for the kubelet's sync
+async def test_a_rotated_llm_key_reaches_the_llm_without_a_new_pod(world: World, rotating: Team) -> None:
     team = rotating
     await until_team_ready(world, team)
     llm = world.servers.llm
-    rolled = team.agents  # all of them read the team's one key
-    hashes = {name: world.config_hash(name) for name in rolled}
-    old_pods = {name: {p.metadata.uid for p in world.all_pods(name)} for name in rolled}
-    llm_before = len(llm.requests)
+    hashes = {name: world.config_hash(name) for name in team.agents}
+    pods = {name: world.ready_pod(name) for name in team.agents}
     kubectl_apply(
         world.cluster,
         {
@@ -1039,38 +1051,84 @@ async def test_a_rotated_llm_key_rolls_the_pods_and_reaches_the_llm(world: World
             "stringData": {"OPENAI_API_KEY": SECOND_KEY},
         },
     )
-    for name in rolled:
-        await world.until(
-            f"{name}'s pod-template config-hash changing",
-            lambda n=name: world.config_hash(n) != hashes[n],
-            FOLLOW_WITHIN,
-        )
+    asked = 0
 
-        def new_pod_ready(n: str = name) -> Pod | None:
-            pod = world.ready_pod(n)  # the only pod of the agent: the old one is gone
-            return pod if pod is not None and pod.metadata.uid not in old_pods[n] else None
+    async def turn_with_the_new_key() -> list[RecordedRequest] | None:
+        # The kubelet writes each pod's Secret volume at its next sync of that pod (up to 90 s);
+        # each turn reads the key file again. Until both pods have it, a turn carries the old key.
+        nonlocal asked
+        asked += 1
+        before = len(llm.requests)
+        async with mcp_client(world.agent_url(team.agent("orchestrator"))) as client:
+            result = await client.call_tool("send_message", {"message": f"with the new key? ({asked})"})
+        assert "echo saw Bearer e2e-user-token" in result.content[0].text, result
+        turn = [r for r in llm.requests[before:] if r.path == llm.completion_path]
+        sent = {r.headers.get("authorization") for r in turn}
+        return turn if sent == {f"Bearer {SECOND_KEY}"} else None
 
-        await world.until(
-            f"a new {name} pod Running and Ready, the old one gone", new_pod_ready, FOLLOW_WITHIN
-        )
-
-    def new_key_seen() -> bool:
-        return any(
-            r.headers.get("authorization") == f"Bearer {SECOND_KEY}" for r in llm.requests[llm_before:]
-        )
-
-    await world.until("the fake LLM receiving the rotated key", new_key_seen, FOLLOW_WITHIN)
-    await world.until(
-        f"team {team.deployment} Ready after the rollout", lambda: world.team_ready(team), FOLLOW_WITHIN
+    turn = await world.until(
+        "a turn of the orchestrator and its researcher sending only the rotated key",
+        turn_with_the_new_key,
+        ROTATION_WITHIN,
+        interval=3,
     )
-    # A turn now goes out with the new key only.
-    before_turn = len(llm.requests)
-    async with mcp_client(world.agent_url(team.agent("orchestrator"))) as client:
-        result = await client.call_tool("send_message", {"message": "with the new key?"})
-    assert "echo saw Bearer e2e-user-token" in result.content[0].text, result
-    turn = [r for r in llm.requests[before_turn:] if r.path == llm.completion_path]
     assert {system_of(r) for r in turn} == {ORCHESTRATOR, RESEARCHER}
-    assert {r.headers.get("authorization") for r in turn} == {f"Bearer {SECOND_KEY}"}
+    for name in team.agents:
+        assert world.config_hash(name) == hashes[name], f"{name}'s pod template changed"
+        now = world.ready_pod(name)
+        assert now is not None
+        assert now.metadata.uid == pods[name].metadata.uid, f"{name} got a new pod"  # type: ignore[union-attr]
+        assert all(c.restartCount == 0 for c in now.status.containerStatuses or [])  # type: ignore[union-attr]
+    assert world.team_ready(team)
+
+
+async def test_an_instruction_patched_during_a_turn_is_served_next_by_the_same_pod(
+    world: World, live: Team
+) -> None:
+    team = live
+    await until_team_ready(world, team)
+    agent = team.agent("summarizer")
+    pod = world.ready_pod(agent)
+    assert pod is not None
+    template = world.config_hash(agent)
+    first = (world.agent(agent) or {})["status"]
+    llm = world.servers.llm
+    release = world.servers.loop.run(_new_event())
+    llm.script(Hold(release, then=Text("the held answer")))
+    before = len(llm.requests)
+    async with mcp_client(world.agent_url(agent)) as client:
+        turn = asyncio.create_task(client.call_tool("send_message", {"message": "take your time"}))
+        await world.until("the turn's LLM call held at the fake LLM", lambda: llm.holding >= 1, FOLLOW_WITHIN)
+        patched_at = asyncio.get_running_loop().time()
+        world.kubectl(
+            "patch", "pallasagent", agent, "--type=merge", "-p", json.dumps({"spec": {"instruction": EDITED}})
+        )
+
+        def serving_the_edit() -> dict[str, Any] | None:
+            status = (world.agent(agent) or {}).get("status") or {}
+            edited = status.get("configHash") not in (None, first["configHash"])
+            return status if edited and status.get("servedConfigHash") == status["configHash"] else None
+
+        await world.until("status: the pod serves the patched config", serving_the_edit, FOLLOW_WITHIN)
+        took = asyncio.get_running_loop().time() - patched_at
+        print(f"kubectl patch -> servedConfigHash of the new config: {took:.1f} s")
+        world.servers.loop.loop.call_soon_threadsafe(release.set)
+        held = await turn
+        assert held.content[0].text == "the held answer", held  # finished, not "shutting down"
+        after = await client.call_tool("send_message", {"message": "and now?"})
+        assert after.content[0].text == "A summary.", after
+    turns = [r for r in llm.requests[before:] if r.path == llm.completion_path]
+    assert [system_of(r) for r in turns] == [SUMMARIZER, EDITED]
+    now = world.ready_pod(agent)
+    assert now is not None
+    assert now.metadata.uid == pod.metadata.uid, "the pod was replaced"  # type: ignore[union-attr]
+    assert all(c.restartCount == 0 for c in now.status.containerStatuses or [])  # type: ignore[union-attr]
+    assert world.config_hash(agent) == template, "the pod template changed"
+    assert (world.agent(agent) or {})["status"]["phase"] == "Ready"
+
+
+async def _new_event() -> asyncio.Event:
+    return asyncio.Event()
 
 
 async def test_a_deleted_agent_is_garbage_collected_and_leaves_the_catalogue(

@@ -18,7 +18,7 @@ import pytest
 
 from pallas_api.config import AgentConfig, DownstreamServer, HeaderConfig, PeerAgent
 from pallas_io.probe import NOT_MCP
-from pallas_runtime.downstream.factory import build_sources
+from pallas_runtime.agent.live import default_parts
 from pallas_runtime.downstream.mcp_server import McpServerSource
 from pallas_runtime.downstream.peer_agent import PeerAgentSource
 from pallas_runtime.downstream.remote import RemoteMcpSource
@@ -693,7 +693,7 @@ async def test_server_everything_progress(everything):
     assert got == [(1, 3), (2, 3), (3, 3)]
 
 
-# --- build_sources ----------------------------------------------------------------------------
+# --- the agent's sources (agent.live.default_parts) ------------------------------------------
 
 
 def test_build_sources_keeps_config_order_and_kinds():
@@ -715,7 +715,7 @@ def test_build_sources_keeps_config_order_and_kinds():
             "health": {"probeTimeoutSeconds": 1.5},
         }
     )
-    sources = build_sources(config, environ={"FILES_KEY": "k"})
+    sources = [part.build() for part in default_parts(config, {"FILES_KEY": "k"}).sources]
     assert [s.name for s in sources] == ["weather", "files", "researcher"]
     assert [type(s) for s in sources] == [McpServerSource, McpServerSource, PeerAgentSource]
     assert all(isinstance(s, RemoteMcpSource) for s in sources)

@@ -158,6 +158,8 @@ class LocalNode:
     containerd_address: str
     image: str
     """The project's image (`localhost/pallas:<hash>`), imported into the node's containerd."""
+    pod_cidr: str = ""
+    """The node's pod range: where connections from pods come from."""
 
     def container_pid(self, container_id: str) -> int:
         """The host pid of a container's main process (`containerd://<id>` from a pod status)."""
@@ -187,7 +189,9 @@ def local_node() -> LocalNode:
     image = subprocess.run([str(HACK_IMAGE), "load"], capture_output=True, text=True, timeout=1800)
     if image.returncode != 0:
         pytest.fail(f"hack/build/image load failed:\n{image.stderr[-3000:]}", pytrace=False)
-    return LocalNode(node["node_name"], node["node_ip"], node["containerd_address"], image.stdout.strip())
+    return LocalNode(
+        node["node_name"], node["node_ip"], node["containerd_address"], image.stdout.strip(), node["pod_cidr"]
+    )
 
 
 # --- the operator, installed with the chart ----------------------------------------------------

@@ -250,6 +250,38 @@ INVALID = [
         reported_as=["spec.mcpServers.argos.headers.0: ", "exactly one of value or valueFrom"],
     ),
     Case(
+        "server-url-and-stdio",
+        deployment("d1", at("spec.mcpServers.argos.stdio", {"command": "npx"})),
+        refused_with=["an MCP server needs exactly one of url (an HTTP server) or stdio (a command)"],
+        reported_as=["spec.mcpServers.argos: ", "exactly one of url (an HTTP server) or stdio"],
+    ),
+    Case(
+        "server-neither-url-nor-stdio",
+        deployment("d1", at("spec.mcpServers.argos", {"timeoutSeconds": 5})),
+        refused_with=["an MCP server needs exactly one of url (an HTTP server) or stdio (a command)"],
+        reported_as=["spec.mcpServers.argos: ", "exactly one of url (an HTTP server) or stdio"],
+    ),
+    Case(
+        "stdio-server-with-headers",
+        deployment(
+            "d1",
+            at(
+                "spec.mcpServers.shell",
+                {"stdio": {"command": "npx"}, "headers": [{"name": "X-Key", "value": "v"}]},
+            ),
+        ),
+        refused_with=["a stdio server takes no headers, forwardInboundAuth or transport"],
+        reported_as=["spec.mcpServers.shell: ", "a stdio server takes no headers"],
+    ),
+    Case(
+        "stdio-env-without-value",
+        deployment(
+            "d1", at("spec.mcpServers.shell", {"stdio": {"command": "npx", "env": [{"name": "TOKEN"}]}})
+        ),
+        refused_with=["a stdio env variable needs exactly one of value or valueFrom"],
+        reported_as=["spec.mcpServers.shell.stdio.env.0: ", "exactly one of value or valueFrom"],
+    ),
+    Case(
         "server-url-not-http",
         deployment("d1", at("spec.mcpServers.argos.url", "ftp://argos")),
         refused_with=["spec.mcpServers.argos.url", "should match"],

@@ -319,6 +319,22 @@ def wide_mcp(count: int = 500) -> FastMCP:
     return mcp
 
 
+def session_counter_mcp() -> FastMCP:
+    """A stateful server: `count()` adds one to a counter of the calling MCP session and returns
+    `{"count": N, "authorization": ...}` (the header the call carried); each session starts at 0."""
+    mcp = FastMCP("counter")
+    counts: dict[str, int] = {}
+
+    @mcp.tool(output_schema=None)
+    def count(ctx: Context) -> str:
+        """Count the calls of this session."""
+        counts[ctx.session_id] = counts.get(ctx.session_id, 0) + 1
+        auth = get_http_headers(include={"authorization"}).get("authorization")
+        return json.dumps({"count": counts[ctx.session_id], "authorization": auth})
+
+    return mcp
+
+
 def _served(factory: Any) -> Any:
     @contextlib.asynccontextmanager
     async def run(**kwargs: Any) -> AsyncIterator[RunningServer]:
@@ -338,6 +354,7 @@ list_changed_server = _served(list_changed_mcp)
 error_server = _served(error_mcp)
 peer_agent_server = _served(peer_agent_mcp)
 wide_server = _served(wide_mcp)
+session_counter_server = _served(session_counter_mcp)
 
 
 @contextlib.asynccontextmanager

@@ -1,11 +1,12 @@
-"""A real OpenID Connect issuer on 127.0.0.1 for tests: discovery document, JWKS, signed tokens.
+"""A real OpenID Connect issuer for tests: discovery document, JWKS, signed tokens.
 
     async with oidc_issuer() as issuer:
         token = issuer.token(sub="alice", groups=["research"])
         issuer.rotate()                      # publish a new key and sign with it from now on
 
-The keys are generated here (joserfc, the library fastmcp's verifier uses); nothing reaches
-the internet. `issuer.requests` counts the JWKS fetches, so a test can see a rotation refetch.
+It listens on 127.0.0.1, or where pods reach it (`oidc_issuer(host=<the node's bridge address>)`).
+The keys are generated here (joserfc, the library fastmcp's verifier uses); nothing reaches the
+internet. `issuer.requests` counts the JWKS fetches, so a test can see a rotation refetch.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from tests.support.mcp_servers import serve_app
+from tests.support.mcp_servers import LOOPBACK, serve_app
 
 AUDIENCE = "pallas-agents"
 REALM = "/realms/pallas"
@@ -83,8 +84,9 @@ class Issuer:
 
 
 @contextlib.asynccontextmanager
-async def oidc_issuer() -> AsyncIterator[Issuer]:
-    """Serve an issuer on a free loopback port until the block ends."""
+async def oidc_issuer(host: str = LOOPBACK) -> AsyncIterator[Issuer]:
+    """Serve an issuer on a free port of `host` (loopback; for pods the node's bridge address)
+    until the block ends."""
     issuer = Issuer()
     issuer.rotate()
 
@@ -107,6 +109,6 @@ async def oidc_issuer() -> AsyncIterator[Issuer]:
             Route(f"{REALM}/jwks", jwks),
         ]
     )
-    async with serve_app(app, path=REALM) as running:
+    async with serve_app(app, path=REALM, host=host) as running:
         issuer.url = running.url
         yield issuer

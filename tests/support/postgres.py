@@ -4,7 +4,9 @@ Debian's `postgresql` package (installed by hack/build/system-deps.sh) gives `in
 the fixture makes a cluster in a temporary directory with password (SCRAM) authentication,
 starts it on 127.0.0.1 and a free port, and removes it at the end. PostgreSQL refuses to run as
 root, so as root the server runs as the `postgres` user the package creates. `stop()` and
-`start()` let a test take the database away and bring it back.
+`start()` let a test take the database away and bring it back. For pods of the local node,
+`running_postgres(host=<the node's bridge address>, clients=<the pod range>)` listens there too
+and admits password logins from that range (never a wildcard address).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.mcp_peers import free_port
+from tests.support.mcp_peers import LOOPBACK, free_port
 
 USER, PASSWORD, DATABASE = "pallas", "s3cret-Passw0rd-for-tests", "pallas"
 
@@ -48,6 +50,9 @@ class Postgres:
     log: Path
     settings: Mapping[str, str] = field(default_factory=dict)
     """More server settings (`-c name=value`), e.g. `{"max_connections": "16"}`."""
+    host: str = LOOPBACK
+    """Where clients reach it: loopback, or the local node's bridge address for pods (it then
+    listens on both)."""
 
     @property
     def dsn(self) -> str:
@@ -56,10 +61,11 @@ class Postgres:
 
     def dsn_of(self, user: str, password: str) -> str:
         """The DSN of another role (see `create_role`)."""
-        return f"postgresql://{user}:{password}@127.0.0.1:{self.port}/{DATABASE}"
+        return f"postgresql://{user}:{password}@{self.host}:{self.port}/{DATABASE}"
 
     def start(self) -> None:
-        options = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.data} -c fsync=off"
+        listen = ",".join(dict.fromkeys([LOOPBACK, self.host]))
+        options = f"-c listen_addresses={listen} -p {self.port} -k {self.data} -c fsync=off"
         options += "".join(f" -c {name}={value}" for name, value in self.settings.items())
         subprocess.run(
             _as_postgres([
@@ -95,8 +101,14 @@ class Postgres:
 
 
 @contextlib.contextmanager
-def running_postgres(settings: Mapping[str, str] | None = None) -> Iterator[Postgres]:
-    """A new cluster with one database and one password superuser, until the block ends."""
+def running_postgres(
+    settings: Mapping[str, str] | None = None, *, host: str = LOOPBACK, clients: str | None = None
+) -> Iterator[Postgres]:
+    """A new cluster with one database and one password superuser, until the block ends.
+
+    `host` is an address to listen on beside loopback (the node's bridge address), `clients` a
+    range (CIDR) whose password logins it admits there (the node's pods).
+    """
     tmp = Path(tempfile.mkdtemp(prefix="pallas-pg-"))
     data, pwfile, log = tmp / "data", tmp / "pw", tmp / "pg.log"
     pwfile.write_text(PASSWORD)
@@ -111,7 +123,10 @@ def running_postgres(settings: Mapping[str, str] | None = None) -> Iterator[Post
             ]),
             check=True, capture_output=True, timeout=120,
         )  # fmt: skip
-        server = Postgres(data, free_port(), log, dict(settings or {}))
+        if clients is not None:
+            with (data / "pg_hba.conf").open("a") as hba:
+                hba.write(f"host all all {clients} scram-sha-256\n")
+        server = Postgres(data, free_port(), log, dict(settings or {}), host)
         server.start()
         subprocess.run(
             [_bin("createdb"), "-h", "127.0.0.1", "-p", str(server.port), "-U", USER, DATABASE],

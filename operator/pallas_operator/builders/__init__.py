@@ -12,17 +12,16 @@ from pallas_operator.builders.agent import (
     agent_service,
 )
 from pallas_operator.builders.configmap import agent_config_map
-from pallas_operator.builders.hashing import SecretDigests, config_hash, value_digest
 from pallas_operator.builders.meta import Manifest, Owner, agent_labels, registry_labels
 from pallas_operator.builders.monitoring import service_monitors
 from pallas_operator.builders.network import agents_network_policy
 from pallas_operator.builders.registry import registry_children
+from pallas_operator.builders.stdio import hosted_servers, stdio_children, stdio_secret_bindings
 
 __all__ = [
     "AgentWorkload",
     "Manifest",
     "Owner",
-    "SecretDigests",
     "access_children",
     "agent_config_map",
     "agent_deployment",
@@ -31,9 +30,10 @@ __all__ = [
     "agent_service",
     "agents_network_policy",
     "auth_delegation_binding",
-    "config_hash",
+    "hosted_servers",
     "registry_children",
     "registry_labels",
     "service_monitors",
-    "value_digest",
+    "stdio_children",
+    "stdio_secret_bindings",
 ]

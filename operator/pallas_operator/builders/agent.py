@@ -21,6 +21,8 @@ from pallas_operator.builders.pod import (
     probes,
     resources,
     rolling_update,
+    secret_mount,
+    secret_volume,
 )
 
 
@@ -34,6 +36,8 @@ class AgentWorkload:
     deployment: PallasDeploymentSpec
     secrets: tuple[SecretBinding, ...]
     config_hash: str
+    """sha256 of the part of the config a running process cannot take
+    (`pallas_api.live.process_digest`): the pods roll only when it changes."""
     default_image: str
 
 
@@ -58,7 +62,10 @@ def agent_log_env(w: AgentWorkload) -> list[dict[str, object]]:
 
 
 def agent_deployment(w: AgentWorkload) -> Manifest:
-    """The Deployment running `pallas agent` with the ConfigMap mounted and secrets as env refs.
+    """The Deployment running `pallas agent` with its ConfigMap and its Secret volume mounted.
+
+    Both volumes are mounted whole (never by subPath), so the kubelet updates them in place and
+    the agent takes a changed config or a rotated secret without a new pod (`agent.live`).
 
     A stopping pod drains (docs/runtime.md): after the preStop pause (kube-proxy forgets it) the
     agent gets SIGTERM, lets its turns in flight finish for `drainSeconds`, and the grace period
@@ -66,6 +73,17 @@ def agent_deployment(w: AgentWorkload) -> Manifest:
     """
     labels = agent_labels(w.owner.name, w.deployment_name)
     port = w.agent.service.port
+    mounts: list[dict[str, object]] = [
+        {"name": "config", "mountPath": names.CONFIG_DIR, "readOnly": True},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
+    volumes: list[dict[str, object]] = [
+        {"name": "config", "configMap": {"name": names.config_map_name(w.owner.name)}},
+        {"name": "tmp", "emptyDir": {}},
+    ]
+    if (secrets := secret_volume(w.secrets)) is not None:
+        mounts.append(secret_mount())
+        volumes.append(secrets)
     container = {
         "name": "agent",
         "image": w.deployment.runtime.image or w.default_image,
@@ -76,20 +94,19 @@ def agent_deployment(w: AgentWorkload) -> Manifest:
             f"{names.CONFIG_DIR}/{names.CONFIG_FILE}",
             "--port",
             str(port),
+            "--secrets-dir",
+            names.SECRETS_DIR,
             *allowed_host_args(w),
         ],
         "ports": [{"name": names.METRICS_PORT_NAME, "containerPort": port, "protocol": "TCP"}],
-        "env": environment([agent_log_env(w), w.deployment.runtime.env, w.agent.pod.env], w.secrets),
+        "env": environment([agent_log_env(w), w.deployment.runtime.env, w.agent.pod.env]),
         "resources": resources(
             w.agent.pod.resources,
             w.deployment.runtime.resources,
             default=agent_resources(agent_memory_bytes(w.agent)),
         ),
         "securityContext": container_security(),
-        "volumeMounts": [
-            {"name": "config", "mountPath": names.CONFIG_DIR, "readOnly": True},
-            {"name": "tmp", "mountPath": "/tmp"},
-        ],
+        "volumeMounts": mounts,
         "lifecycle": pre_stop(),
         **probes(),
     }
@@ -108,10 +125,7 @@ def agent_deployment(w: AgentWorkload) -> Manifest:
             drain_seconds(w.deployment, w.agent) + AFTER_DRAIN_SECONDS
         ),
         "containers": [container],
-        "volumes": [
-            {"name": "config", "configMap": {"name": names.config_map_name(w.owner.name)}},
-            {"name": "tmp", "emptyDir": {}},
-        ],
+        "volumes": volumes,
     }
     if w.agent.pod.node_selector:
         pod_spec["nodeSelector"] = dict(w.agent.pod.node_selector)

@@ -116,22 +116,49 @@ def log_env(level: LogLevel, *, namespace: str, deployment: str) -> list[dict[st
     return [{"name": name, "value": value} for name, value in values.items()]
 
 
-def environment(
-    user: Iterable[Sequence[Mapping[str, Any]]], secrets: Iterable[SecretBinding], *, optional: bool = False
-) -> list[dict[str, Any]]:
-    """Env lists (later ones override earlier by name: ours, then the user's), then the secrets.
+def environment(user: Iterable[Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """Env lists, later ones overriding earlier by name (ours, then the user's).
 
-    Names are unique in the result: the API server treats `env` as a map keyed by name, and
-    the secret bindings always win so a user entry cannot shadow an API key reference.
-    `optional` bindings let the pod start without their Secret (the variable is then unset).
+    Names are unique in the result: the API server treats `env` as a map keyed by name. No
+    secret is an env var: secrets are files of the pod's Secret volume (`secret_volume`).
     """
     merged: dict[str, dict[str, Any]] = {}
     for env_list in user:
         for entry in env_list:
             merged[str(entry["name"])] = dict(entry)
-    for binding in secrets:
-        ref: dict[str, Any] = {"name": binding.ref.name, "key": binding.ref.key}
-        if optional:
-            ref["optional"] = True
-        merged[binding.env] = {"name": binding.env, "valueFrom": {"secretKeyRef": ref}}
     return list(merged.values())
+
+
+SECRET_FILE_MODE = 0o440
+"""Readable by the owner (root) and the pod's group (`fsGroup`, the uid the process runs as)."""
+SECRET_VOLUME = "secrets"
+
+
+def secret_volume(bindings: Iterable[SecretBinding], mode: int = 0) -> dict[str, Any] | None:
+    """The pod's Secret volume: one file per binding, named `binding.env`, holding `binding.ref`.
+
+    A projected volume with one source per Secret and only the keys the process reads, so a
+    pod sees no other key of those Secrets. Every source is `optional`: a Secret or key that
+    does not exist leaves its file out, the pod starts, and the process reports what is missing
+    (`get_health`'s `missingSecrets`) instead of the pod hanging in ContainerCreating. The
+    kubelet refreshes the files when a Secret changes (it would not under a subPath mount), and
+    the process reads them at each use (`pallas_io.secrets`): a rotation needs no new pod.
+    None when the process reads no secret. `mode` replaces the files' mode (`SECRET_FILE_MODE`).
+    """
+    items: dict[str, list[dict[str, str]]] = {}
+    for binding in bindings:
+        entry = {"key": binding.ref.key, "path": binding.env}
+        if entry not in items.setdefault(binding.ref.name, []):
+            items[binding.ref.name].append(entry)
+    if not items:
+        return None
+    sources = [
+        {"secret": {"name": name, "items": entries, "optional": True}}
+        for name, entries in sorted(items.items())
+    ]
+    return {"name": SECRET_VOLUME, "projected": {"defaultMode": mode or SECRET_FILE_MODE, "sources": sources}}
+
+
+def secret_mount() -> dict[str, Any]:
+    """Where the Secret volume is mounted: `--secrets-dir` of `pallas agent` and `pallas registry`."""
+    return {"name": SECRET_VOLUME, "mountPath": names.SECRETS_DIR, "readOnly": True}

@@ -6,7 +6,6 @@ from pallas_api import names
 from pallas_api.config import HTTP_LIMIT_FLAGS
 from pallas_api.render import log_level, provider_key_bindings
 from pallas_api.spec import PallasDeploymentSpec
-from pallas_operator.builders.hashing import SecretDigests, config_hash
 from pallas_operator.builders.meta import Manifest, Owner, metadata, registry_labels, registry_selector
 from pallas_operator.builders.pod import (
     REGISTRY_RESOURCES,
@@ -20,23 +19,29 @@ from pallas_operator.builders.pod import (
     probes,
     resources,
     rolling_update,
+    secret_mount,
+    secret_volume,
 )
 
 
-def registry_deployment(
-    owner: Owner, spec: PallasDeploymentSpec, default_image: str, secrets: SecretDigests
-) -> Manifest:
+def registry_deployment(owner: Owner, spec: PallasDeploymentSpec, default_image: str) -> Manifest:
     """The Deployment running `pallas registry` for this PallasDeployment's namespace.
 
     It rolls out surging first and stops after the preStop pause, like an agent. Its pod gets
-    every provider key (optional references: a missing Secret must not keep the
-    catalogue down; the provider check says the key is not set), for the registry's provider
-    checks; the keys' digests are hashed into the pod template, so a rotation restarts it.
+    every provider key as a file of its Secret volume, for the registry's provider checks
+    (optional sources: a missing Secret must not keep the catalogue down; the check then says
+    the key is not set). The registry reads the files at every check, so a rotated key is
+    checked without a restart.
     """
     keys = provider_key_bindings(spec)
     name = names.registry_name(owner.name)
     labels = registry_labels(owner.name)
     port = spec.registry.port
+    mounts: list[dict[str, object]] = [{"name": "tmp", "mountPath": "/tmp"}]
+    volumes: list[dict[str, object]] = [{"name": "tmp", "emptyDir": {}}]
+    if (secrets := secret_volume(keys)) is not None:
+        mounts.append(secret_mount())
+        volumes.append(secrets)
     container = {
         "name": "registry",
         "image": spec.runtime.image or default_image,
@@ -49,15 +54,15 @@ def registry_deployment(
             owner.name,
             "--port",
             str(port),
+            "--secrets-dir",
+            names.SECRETS_DIR,
             *http_limit_args(spec),
         ],
         "ports": [{"name": names.METRICS_PORT_NAME, "containerPort": port, "protocol": "TCP"}],
-        "env": environment(
-            [log_env(log_level(spec), namespace=owner.namespace, deployment=owner.name)], keys, optional=True
-        ),
+        "env": environment([log_env(log_level(spec), namespace=owner.namespace, deployment=owner.name)]),
         "resources": resources(default=REGISTRY_RESOURCES),
         "securityContext": container_security(),
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+        "volumeMounts": mounts,
         "lifecycle": pre_stop(),
         **probes(),
     }
@@ -71,16 +76,13 @@ def registry_deployment(
             "strategy": rolling_update(),
             "selector": {"matchLabels": registry_selector(owner.name)},
             "template": {
-                "metadata": {
-                    "labels": labels,
-                    "annotations": {names.ANNOTATION_CONFIG_HASH: config_hash("", keys, secrets)},
-                },
+                "metadata": {"labels": labels},
                 "spec": {
                     "serviceAccountName": name,
                     "securityContext": pod_security(),
                     "terminationGracePeriodSeconds": grace_seconds(REGISTRY_STOP_SECONDS),
                     "containers": [container],
-                    "volumes": [{"name": "tmp", "emptyDir": {}}],
+                    "volumes": volumes,
                 },
             },
         },
@@ -155,17 +157,12 @@ def registry_role_binding(owner: Owner) -> Manifest:
     }
 
 
-def registry_children(
-    owner: Owner, spec: PallasDeploymentSpec, default_image: str, secrets: SecretDigests | None = None
-) -> list[Manifest]:
-    """Every registry object, in an order that lets each find what it needs already there.
-
-    `secrets` are the digests of the namespace's Secrets (for the provider keys' hash).
-    """
+def registry_children(owner: Owner, spec: PallasDeploymentSpec, default_image: str) -> list[Manifest]:
+    """Every registry object, in an order that lets each find what it needs already there."""
     return [
         registry_service_account(owner),
         registry_role(owner),
         registry_role_binding(owner),
         registry_service(owner, spec),
-        registry_deployment(owner, spec, default_image, secrets or {}),
+        registry_deployment(owner, spec, default_image),
     ]

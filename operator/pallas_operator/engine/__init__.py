@@ -8,8 +8,7 @@
 - `loops`, `prober`, `verification`, `provider_reports`: one task per available agent verifying it
   and calling its `get_health` (through the one MCP probe, `pallas_io.probe`), one per registry
   reading its provider checks;
-- `secret_users`, `delegations`, `monitoring_checks`: what reconciles remember between runs
-  (who reads which Secret, both ways round; whether each auth-delegator binding exists; when
-  each deployment's ServiceMonitors were last listed);
+- `delegations`, `monitoring_checks`: what reconciles remember between runs (whether each
+  auth-delegator binding exists; when each deployment's ServiceMonitors were last listed);
 - `context`: the `Operator` tying them together for one run.
 """

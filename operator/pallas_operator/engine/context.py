@@ -15,7 +15,6 @@ from pallas_operator.engine.monitoring_checks import MonitoringChecks
 from pallas_operator.engine.prober import ProbeAccess, Prober
 from pallas_operator.engine.provider_reports import ProviderReports
 from pallas_operator.engine.queue import WorkQueue
-from pallas_operator.engine.secret_users import SecretUsers
 from pallas_operator.engine.startup import StartupTracker
 from pallas_operator.engine.world import World
 from pallas_operator.k8s.apply import Applier
@@ -69,7 +68,6 @@ class Operator:
             metrics, ready or threading.Event(), settings.stall_after, on_ready=self.queue.start
         )
         # What the reconciles remember between runs, each in a tracker of its own.
-        self.secret_users = SecretUsers()
         self.monitoring_checks = MonitoringChecks(settings.monitoring_recheck)
         self.delegations = Delegations()
         self.unauthenticated_warned: dict[tuple[str, str], str] = {}

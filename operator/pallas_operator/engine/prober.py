@@ -23,6 +23,10 @@ from pallas_operator.service_resolver import ServiceResolver
 from pallas_operator.status import HealthResult, Verification
 
 log = logging.getLogger(__name__)
+FOLLOW_CONFIG = 2.0
+"""Seconds between health checks while the agent does not serve the config in its ConfigMap yet:
+a live edit shows in `status.servedConfigHash` within seconds of the pod taking it, and the
+checks go back to the deployment's interval once it has."""
 RETRY_UNVERIFIED = (1.0, 2.0, 4.0, 10.0)
 """Seconds before each new verification attempt of an agent that failed it (the last repeats;
 never longer than its interval). A new pod is often probed before its Service name resolves,
@@ -57,6 +61,9 @@ class ProbeTarget:
     verify_budget: float
     rollout: str
     access: ProbeAccess = OPEN
+    config_hash: str | None = None
+    """The config the agent should serve (its ConfigMap's): health is checked every
+    `FOLLOW_CONFIG` seconds until the agent says it serves it."""
 
 
 @dataclass
@@ -162,8 +169,19 @@ class Prober:
             if ok:
                 agent.failed_verifications = 0
                 wait = agent.target.interval
+                if _follows_config(agent):
+                    wait = min(wait, FOLLOW_CONFIG)
             else:
                 backoff = RETRY_UNVERIFIED[min(agent.failed_verifications, len(RETRY_UNVERIFIED) - 1)]
                 agent.failed_verifications += 1
                 wait = min(agent.target.interval, backoff)
             await agent.pause(wait)
+
+
+def _follows_config(agent: _Agent) -> bool:
+    """Whether the agent answered health checks but not yet with the config it should serve."""
+    wanted, health = agent.target.config_hash, agent.health
+    if wanted is None or health is None or health.status is None:
+        return False
+    # An older agent reports no hash: nothing to follow.
+    return health.config_hash is not None and health.config_hash != wanted

@@ -4,7 +4,7 @@ Every trigger of a resource collapses into one pending reconcile, one reconcile 
 a time, failures retry with backoff.
 
 kopf handles each object's own events in order, but a PallasAgent is also reconciled when its
-deployment, a dependency, a Secret or a child changes; those triggers arrive from other objects'
+deployment, a dependency, a child or a probe result changes; those triggers arrive from other objects'
 handlers. The queue is where they meet, so they never race and a burst of them costs one reconcile.
 """
 

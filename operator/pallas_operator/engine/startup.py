@@ -5,7 +5,7 @@ keeps its own indexes and its own barrier: it lists every watched kind once (wit
 selectors) and holds the work queue until each listed object has come through the watches and
 been recorded. Then the start-up steps that need the whole world run (the orphan sweep), the
 queue starts and `/readyz` says ready: reconciles never decide on half a world (an agent whose
-Secret was not seen yet would be marked SecretNotFound and written).
+deployment was not seen yet would be marked DeploymentNotFound and written).
 
 Objects deleted between the listing and the watch would never come: while not ready the kinds are
 listed again every `RELIST_EVERY` seconds and only what still exists is waited for. A start-up that

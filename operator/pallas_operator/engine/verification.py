@@ -48,7 +48,13 @@ async def check_health(url: str, budget: float, headers: Mapping[str, str] | Non
     if outcome.health is None:
         return HealthResult(None, outcome.health_problem[:MAX_MESSAGE])
     report = outcome.health
-    return HealthResult(report.status, (report.message or "")[:MAX_MESSAGE], busy=report.busy)
+    return HealthResult(
+        report.status,
+        (report.message or "")[:MAX_MESSAGE],
+        busy=report.busy,
+        config_hash=report.config_hash,
+        missing_secrets=tuple(s[:MAX_MESSAGE] for s in (report.missing_secrets or ())[:20]),
+    )
 
 
 def _same_issuer(a: str, b: str) -> bool:

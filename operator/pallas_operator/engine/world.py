@@ -1,21 +1,19 @@
 """What the operator knows of the cluster: records kept in indexes, and typed reads of them.
 
-The event handlers turn each watched object into a small frozen record (Secrets into key
-digests only, never values) and `World.record` files it; `World` answers the questions a
-reconcile asks. Reconciles read
-only from here, so an idle reconcile costs no API request.
+The event handlers turn each watched object into a small frozen record and `World.record` files
+it; `World` answers the questions a reconcile asks. Reconciles read only from here, so an idle
+reconcile costs no API request. Secrets are not among the watched objects: the operator reads
+none (docs/operator.md "What the operator reads").
 """
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pallas_api import names
 from pallas_api.spec import ServiceSpec, agent_dependencies
-from pallas_operator.builders import value_digest
 from pallas_operator.engine.indexes import Index, ObjectKey
 from pallas_operator.k8s.apply import Seen, seen
 from pallas_operator.status import AgentFacts, Workload, workload
@@ -102,13 +100,6 @@ def child_record(body: Mapping[str, Any]) -> ChildRecord | None:
     )
 
 
-def secret_digests(body: Mapping[str, Any]) -> dict[str, str]:
-    """Key → digest of each value of a Secret; the values themselves are dropped here."""
-    return {
-        key: value_digest(base64.b64decode(value or "")) for key, value in (body.get("data") or {}).items()
-    }
-
-
 def dependencies(spec: Mapping[str, Any]) -> tuple[str, ...]:
     """The dependencies of an agent spec as stored (read before, and whatever, validation)."""
     return tuple(agent_dependencies(spec.get("agents") or [], spec.get("dependsOn") or []))
@@ -154,33 +145,12 @@ class _AgentFacts(Mapping[str, AgentFacts]):
         return len({r.name for r in self._world.records_in(self._namespace)})
 
 
-class _Secrets(Mapping[str, Mapping[str, str]]):
-    """The Secrets of one namespace by name (key digests only), each read only when looked up."""
-
-    def __init__(self, index: Mapping[Any, Iterable[Any]], namespace: str) -> None:
-        self._index = index
-        self._namespace = namespace
-
-    def __getitem__(self, name: str) -> Mapping[str, str]:
-        digests: Mapping[str, str] | None = _one(self._index, (self._namespace, name))
-        if digests is None:
-            raise KeyError(name)
-        return digests
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(sorted(name for ns, name in self._index if ns == self._namespace))
-
-    def __len__(self) -> int:
-        return sum(1 for ns, _ in self._index if ns == self._namespace)
-
-
 INDEXES = (
     "agents",
     "agents_by_namespace",
     "agents_by_dependency",
     "agents_by_deployment",
     "deployments",
-    "secrets",
     *(f"children-{kind}" for kind in CHILD_RESOURCES),
 )
 
@@ -199,8 +169,6 @@ def contributions(kind: str, body: Mapping[str, Any]) -> dict[str, dict[Any, Any
         }
     if kind == names.DEPLOYMENT_KIND:
         return {"deployments": {(namespace, name): owner_record(body)}}
-    if kind == "Secret":
-        return {"secrets": {(namespace, name): secret_digests(body)}}
     child, owner = child_record(body), controller_of(body)
     filed = {(namespace, owner[2]): child} if child is not None and owner is not None else None
     return {f"children-{kind}": filed}
@@ -250,10 +218,6 @@ class World:
     def dependents_of(self, namespace: str, agent: str) -> set[str]:
         """Agents that list `agent` in `agents` or `dependsOn`."""
         return set(self._indexes["agents_by_dependency"].get((namespace, agent), ()))
-
-    def secrets(self, namespace: str) -> Mapping[str, Mapping[str, str]]:
-        """Secret name → key digests, for the namespace (looked up lazily)."""
-        return _Secrets(self._indexes["secrets"], namespace)
 
     def children(self, namespace: str, owner_uid: str) -> dict[tuple[str, str], ChildRecord]:
         """(kind, name) → record of every watched child of the owner."""

@@ -15,7 +15,6 @@ async def names_of(
     resource: Any,
     namespaces: Iterable[str],
     labels: Mapping[str, str] | None = None,
-    fields: Mapping[str, Any] | None = None,
 ) -> list[tuple[str, str]]:
     """(namespace, name) of every object of `resource` that matches, in pages of 500."""
     found: list[tuple[str, str]] = []
@@ -25,7 +24,6 @@ async def names_of(
             namespace=namespace,
             chunk_size=500,
             labels=dict(labels) if labels else None,
-            fields=dict(fields) if fields else None,
         )
         async for obj in listing:
             meta = obj.metadata

@@ -5,10 +5,12 @@ from __future__ import annotations
 from pallas_api import conditions, names
 from pallas_api.spec import CallerAuth
 from pallas_api.status import PallasAgentStatus
+from pallas_operator.builders.meta import agent_selector
 from pallas_operator.engine.context import AGENT, Operator, now
 from pallas_operator.engine.prober import OPEN, ProbeAccess, ProbeTarget
 from pallas_operator.engine.world import OwnerRecord
 from pallas_operator.k8s.events import post_event
+from pallas_operator.k8s.pods import sync_pods
 from pallas_operator.reconcile.children import apply_children, stored_status
 from pallas_operator.reconcile.plan import AgentPlan, plan_agent
 from pallas_operator.status import AgentObservation, Workload, agent_status
@@ -22,9 +24,13 @@ async def reconcile_agent(op: Operator, namespace: str, name: str) -> float | No
         return None
     children = op.world.children(namespace, record.uid)
     plan = plan_agent(op.world, record, children, op.settings.runtime_image)
-    op.secret_users.use(AGENT, namespace, name, plan.secrets)
     if plan.problem is None:
-        current = await apply_children(op, namespace, plan.desired, children, plan.unwanted, name)
+        applied = await apply_children(op, namespace, plan.desired, children, plan.unwanted, name)
+        current = applied.workload
+        # Only pods that ran before this reconcile have an old config to replace.
+        running = ("Deployment", name) in children
+        if running and ("ConfigMap", names.config_map_name(name)) in applied.written:
+            await _deliver_config(op, namespace, name, plan)
     else:  # nothing is applied; a Deployment from before keeps running and is reported
         seen = children.get(("Deployment", name))
         current = seen.workload if seen is not None else None
@@ -39,10 +45,22 @@ async def reconcile_agent(op: Operator, namespace: str, name: str) -> float | No
     return None
 
 
+async def _deliver_config(op: Operator, namespace: str, name: str, plan: AgentPlan) -> None:
+    """A new config in the ConfigMap: have the kubelet write it into the running pods now.
+
+    Without this the pods get it at the kubelet's next sync of each (up to 90 s); a live edit
+    is then taken by the agent at its next turn or health check (docs/operator.md "Live config").
+    """
+    if plan.config_hash is None or plan.spec is None:
+        return
+    patched = await sync_pods(op.client, namespace, agent_selector(name), plan.config_hash)
+    for _ in range(patched):
+        op.metrics.count_write("Pod", "patch")
+
+
 def _forget(op: Operator, namespace: str, name: str) -> None:
     op.prober.track((AGENT, namespace, name), None)
     op.applier.forget_owner(namespace, names.AGENT_KIND, name)
-    op.secret_users.forget(AGENT, namespace, name)
     op.metrics.set_phase(names.AGENT_KIND, namespace, name, None)
 
 
@@ -62,6 +80,7 @@ def _observation(
         model=plan.model,
         replicas=spec.replicas if spec else 0,
         dependencies=tuple(spec.dependencies()) if spec else (),
+        config_hash=plan.config_hash,
     )
 
 
@@ -82,10 +101,11 @@ async def _report(op: Operator, record: OwnerRecord, old: PallasAgentStatus, new
 def _probe_target(
     op: Operator, plan: AgentPlan, record: OwnerRecord, current: Workload | None
 ) -> ProbeTarget | None:
-    if plan.spec is None or current is None or not current.available or plan.config_hash is None:
+    if plan.spec is None or current is None or not current.available or plan.template_hash is None:
         return None
     # A rollout in progress is verified once it completes; until then the old result stands.
-    rollout = plan.config_hash if current.rolled_out else "rolling"
+    # A live edit rolls nothing and changes nothing verification sees (name, version, tools).
+    rollout = plan.template_hash if current.rolled_out else "rolling"
     return ProbeTarget(
         url=names.agent_url(record.name, record.namespace, plan.spec.service.port),
         interval=plan.health_interval,
@@ -93,6 +113,7 @@ def _probe_target(
         verify_budget=op.settings.verify_timeout,
         rollout=rollout,
         access=_probe_access(plan, record),
+        config_hash=plan.config_hash,
     )
 
 

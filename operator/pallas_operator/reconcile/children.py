@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -18,6 +18,15 @@ log = logging.getLogger(__name__)
 StatusModel = TypeVar("StatusModel", bound=BaseModel)
 
 
+class Applied(NamedTuple):
+    """What an apply loop leaves: the workload's state and the children it wrote."""
+
+    workload: Workload | None
+    """The Deployment named `workload_name`: as applied now, else as last seen, else None."""
+    written: frozenset[tuple[str, str]]
+    """(kind, name) of each child applied now (a no-op apply is skipped, so not here)."""
+
+
 async def apply_children(
     op: Operator,
     namespace: str,
@@ -25,26 +34,23 @@ async def apply_children(
     children: Mapping[tuple[str, str], ChildRecord],
     unwanted: Iterable[tuple[str, str]],
     workload_name: str,
-) -> Workload | None:
-    """Apply `desired` (skipping no-ops), delete `unwanted` (kind, name) children.
-
-    Returns the latest state of the Deployment named `workload_name`: as applied now, else as
-    last seen by the watch, else None.
-    """
+) -> Applied:
+    """Apply `desired` (skipping no-ops), delete `unwanted` (kind, name) children."""
     seen = children.get(("Deployment", workload_name))
     current = seen.workload if seen is not None else None
+    written = set()
     for manifest in desired:
-        observed = children.get((manifest["kind"], manifest["metadata"]["name"]))
+        key = (manifest["kind"], manifest["metadata"]["name"])
+        observed = children.get(key)
         applied = await op.applier.apply(manifest, observed.seen if observed else None)
-        if (
-            applied is not None
-            and manifest["kind"] == "Deployment"
-            and manifest["metadata"]["name"] == workload_name
-        ):
+        if applied is None:
+            continue
+        written.add(key)
+        if key == ("Deployment", workload_name):
             current = workload(applied)
     for kind, name in unwanted:
         await op.applier.delete(namespace, kind, name)
-    return current
+    return Applied(current, frozenset(written))
 
 
 def stored_status(model: type[StatusModel], record: OwnerRecord) -> StatusModel:

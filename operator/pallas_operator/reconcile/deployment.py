@@ -11,7 +11,6 @@ import logging
 from pydantic import ValidationError
 
 from pallas_api import conditions, names
-from pallas_api.render import provider_key_bindings
 from pallas_api.spec import PallasDeploymentSpec
 from pallas_api.status import PallasDeploymentStatus
 from pallas_api.validation import describe
@@ -21,8 +20,10 @@ from pallas_operator.builders import (
     access_children,
     agents_network_policy,
     auth_delegation_binding,
+    hosted_servers,
     registry_children,
     service_monitors,
+    stdio_children,
 )
 from pallas_operator.engine.context import DEPLOYMENT, Operator, now
 from pallas_operator.engine.provider_reports import ReportSource
@@ -33,6 +34,7 @@ from pallas_operator.reconcile.children import apply_children, stored_status
 from pallas_operator.status import (
     AgentSummary,
     DeploymentObservation,
+    HostedServer,
     ProviderReport,
     Workload,
     deployment_status,
@@ -89,7 +91,8 @@ async def reconcile_deployment(op: Operator, namespace: str, name: str) -> float
     await _delegation(op, owner, wanted=spec.auth.mode == "kubernetes")
     wanted = {(m["kind"], m["metadata"]["name"]) for m in desired}
     unwanted = [key for key in children if key not in wanted]
-    registry = await apply_children(op, namespace, desired, children, unwanted, names.registry_name(name))
+    applied = await apply_children(op, namespace, desired, children, unwanted, names.registry_name(name))
+    registry = applied.workload
     report = _provider_report(op, record, spec, registry)
     crd_present = await _monitoring(op, record, owner, spec)
     monitoring_enabled = spec.monitoring.service_monitor.enabled
@@ -105,11 +108,25 @@ async def reconcile_deployment(op: Operator, namespace: str, name: str) -> float
         public_url_template=spec.registry.public_url_template,
         providers=tuple(spec.providers),
         provider_report=report,
+        servers=_servers(op, record, spec),
     )
     status = deployment_status(observation, previous, now())
     await _write(op, record, status)
     await _report(op, record, previous, status)
     return op.settings.monitoring_recheck if monitoring_enabled and not crd_present else None
+
+
+def _servers(op: Operator, record: OwnerRecord, spec: PallasDeploymentSpec) -> tuple[HostedServer, ...]:
+    """The stdio servers and their Deployments as the watch last saw them."""
+    children = op.world.children(record.namespace, record.uid)
+    hosted = hosted_servers(spec)
+    out = []
+    for server, server_spec in sorted(spec.mcp_servers.items()):
+        if server_spec.stdio is None:
+            continue
+        seen = children.get(("Deployment", names.stdio_server_name(record.name, server)))
+        out.append(HostedServer(server, seen.workload if seen is not None else None, server in hosted))
+    return tuple(out)
 
 
 def _provider_report(
@@ -132,13 +149,9 @@ def _provider_report(
 
 
 def _desired(op: Operator, owner: Owner, spec: PallasDeploymentSpec) -> list[Manifest]:
-    """The namespaced children: registry, agents identity (kubernetes mode), NetworkPolicy."""
-    secrets = op.world.secrets(owner.namespace)
-    keys = {binding.ref.name for binding in provider_key_bindings(spec)} if spec.registry.enabled else set()
-    op.secret_users.use(DEPLOYMENT, owner.namespace, owner.name, keys)  # a rotation restarts the registry
-    desired = (
-        registry_children(owner, spec, op.settings.runtime_image, secrets) if spec.registry.enabled else []
-    )
+    """The namespaced children: registry, hosted stdio servers, agents identity, NetworkPolicy."""
+    desired = registry_children(owner, spec, op.settings.runtime_image) if spec.registry.enabled else []
+    desired += stdio_children(owner, spec, op.settings.runtime_image)
     if spec.auth.mode == "kubernetes":
         agents = [a.name for a in op.world.agents_of(owner.namespace, owner.name)]
         desired += access_children(owner, agents)
@@ -195,7 +208,6 @@ async def _report(
 
 async def _forget(op: Operator, namespace: str, name: str) -> None:
     op.provider_reports.track((DEPLOYMENT, namespace, name), None)
-    op.secret_users.forget(DEPLOYMENT, namespace, name)
     await _unbind(op, namespace, name)
     op.applier.forget_owner(namespace, names.DEPLOYMENT_KIND, name)
     op.monitoring_checks.forget(namespace, name)

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from pallas_api import names
 from pallas_api.conditions import INVALID_SPEC
 from pallas_api.config import render_config
+from pallas_api.live import config_digest, process_digest
 from pallas_api.render import RenderError, render_agent, split_model
 from pallas_api.spec import AuthSpec, PallasAgentSpec, PallasDeploymentSpec
 from pallas_api.validation import describe
@@ -23,10 +24,9 @@ from pallas_operator.builders import (
     agent_deployment,
     agent_disruption_budget,
     agent_service,
-    config_hash,
 )
 from pallas_operator.engine.world import ChildRecord, OwnerRecord, World
-from pallas_operator.status import Problem, check_agent, check_secrets, waiting_for
+from pallas_operator.status import Problem, check_agent, waiting_for
 
 
 @dataclass
@@ -40,8 +40,11 @@ class AgentPlan:
     unwanted: list[tuple[str, str]] = field(default_factory=list)
     """(kind, name) of children to delete."""
     config_hash: str | None = None
+    """sha256 of the rendered config in the ConfigMap (`pallas_api.live.config_digest`)."""
+    template_hash: str | None = None
+    """sha256 of the part of it only a new process takes (`pallas_api.live.process_digest`):
+    the pod template's `pallas.dev/config-hash`, so only edits of that part roll the pods."""
     model: str | None = None
-    secrets: set[str] = field(default_factory=set)
     health_interval: float = 60.0
     health_timeout: float = 3.0
     auth: AuthSpec = field(default_factory=AuthSpec)
@@ -87,14 +90,10 @@ def plan_agent(
     except RenderError as exc:
         plan.problem = Problem(exc.reason, str(exc))
         return plan
-    secrets = world.secrets(ns)
-    plan.secrets = {b.ref.name for b in rendered.secrets}
-    plan.problem = check_secrets(rendered.secrets, secrets)
-    if plan.problem is not None:
-        return plan
     plan.waiting = waiting_for(spec, peers)
     config_yaml = render_config(rendered.config)
-    plan.config_hash = config_hash(config_yaml, rendered.secrets, secrets)
+    plan.config_hash = config_digest(config_yaml)
+    plan.template_hash = process_digest(rendered.config)
     owner = Owner(names.AGENT_KIND, name, ns, record.uid)
     plan.desired = [
         agent_config_map(owner, spec.deployment, config_yaml),
@@ -103,7 +102,7 @@ def plan_agent(
     # Gate only the start: once pods run, a dependency turning unready does not stop them.
     if not plan.waiting or ("Deployment", name) in children:
         workload = AgentWorkload(
-            owner, spec.deployment, spec, deployment, rendered.secrets, plan.config_hash, default_image
+            owner, spec.deployment, spec, deployment, rendered.secrets, plan.template_hash, default_image
         )
         plan.desired.append(agent_deployment(workload))
         budget = agent_disruption_budget(owner, spec.deployment, spec)

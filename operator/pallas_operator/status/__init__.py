@@ -8,6 +8,7 @@ from pallas_operator.status.agent import AgentObservation, HealthResult, Verific
 from pallas_operator.status.deployment import (
     AgentSummary,
     DeploymentObservation,
+    HostedServer,
     ProviderCheck,
     ProviderReport,
     deployment_status,
@@ -16,7 +17,6 @@ from pallas_operator.status.references import (
     AgentFacts,
     Problem,
     check_agent,
-    check_secrets,
     waiting_for,
 )
 from pallas_operator.status.workload import Workload, workload
@@ -27,6 +27,7 @@ __all__ = [
     "AgentSummary",
     "DeploymentObservation",
     "HealthResult",
+    "HostedServer",
     "Problem",
     "ProviderCheck",
     "ProviderReport",
@@ -34,7 +35,6 @@ __all__ = [
     "Workload",
     "agent_status",
     "check_agent",
-    "check_secrets",
     "deployment_status",
     "waiting_for",
     "workload",

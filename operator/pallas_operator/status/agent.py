@@ -21,7 +21,7 @@ HEALTH_REASONS: Final[dict[HealthStatus, str]] = {
     "degraded": r.HEALTH_DEGRADED,
     "error": r.HEALTH_ERROR,
 }
-NOT_SERVING: Final = frozenset({r.HEALTH_ERROR, r.HEALTH_CHECK_FAILED})
+NOT_SERVING: Final = frozenset({r.HEALTH_ERROR, r.HEALTH_CHECK_FAILED, r.SECRET_KEY_NOT_FOUND})
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +46,10 @@ class HealthResult:
     """False when the operator cannot call get_health at all (oidc: it holds no token)."""
     busy: bool | None = None
     """What the report said about load (None: the agent has no `busyAt`)."""
+    config_hash: str | None = None
+    """The config the answering pod serves (None: an older agent, or the call failed)."""
+    missing_secrets: tuple[str, ...] = ()
+    """The Secret keys its config names that the pod has no value for, in the user's words."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +66,8 @@ class AgentObservation:
     model: str | None = None
     replicas: int = 1
     dependencies: tuple[str, ...] = ()
+    config_hash: str | None = None
+    """The config the operator wrote into the agent's ConfigMap (None: none written)."""
 
 
 def _previous(previous: PallasAgentStatus, type_: str) -> c.Verdict | None:
@@ -111,7 +117,13 @@ def _healthy(obs: AgentObservation, available: bool, previous: PallasAgentStatus
     if h.status is None:
         return c.false(c.HEALTHY, r.HEALTH_CHECK_FAILED, h.message)
     reason = HEALTH_REASONS[h.status]
-    return c.true(c.HEALTHY, reason) if h.status == "ok" else c.false(c.HEALTHY, reason, h.message)
+    if h.status == "ok":
+        return c.true(c.HEALTHY, reason)
+    if h.missing_secrets and h.status == "error":
+        # The agent cannot serve without its LLM key: Ready=False names the Secret key, as
+        # Accepted did when the operator still read Secrets (the message names each one).
+        reason = r.SECRET_KEY_NOT_FOUND
+    return c.false(c.HEALTHY, reason, h.message)
 
 
 def _ready(chain: list[c.Verdict]) -> c.Verdict:
@@ -181,5 +193,15 @@ def agent_status(obs: AgentObservation, previous: PallasAgentStatus, now: str) -
         health=_health(obs, previous, now),
         server_info=v.server_info if v is not None and v.ok else previous.server_info,
         tools=list(v.tools) if v is not None and v.ok else previous.tools,
+        config_hash=obs.config_hash or previous.config_hash,
+        served_config_hash=_served(obs, previous),
         observed_generation=obs.generation,
     )
+
+
+def _served(obs: AgentObservation, previous: PallasAgentStatus) -> str | None:
+    """The config the agent last said it serves; the previous answer stands without a new one."""
+    h = obs.health
+    if h is not None and h.config_hash is not None:
+        return h.config_hash
+    return previous.served_config_hash

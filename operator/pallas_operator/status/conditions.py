@@ -19,6 +19,7 @@ from pallas_api.conditions import (
     PROVIDERS_HEALTHY,
     READY,
     REGISTRY_AVAILABLE,
+    SERVERS_AVAILABLE,
     VERIFIED,
 )
 from pallas_api.status import Condition, ConditionStatus
@@ -33,6 +34,7 @@ __all__ = [
     "PROVIDERS_HEALTHY",
     "READY",
     "REGISTRY_AVAILABLE",
+    "SERVERS_AVAILABLE",
     "VERIFIED",
     "Verdict",
     "false",

@@ -41,6 +41,17 @@ class ProviderReport:
 
 
 @dataclass(frozen=True, slots=True)
+class HostedServer:
+    """One stdio server of the deployment, as the operator hosts it (or cannot)."""
+
+    name: str
+    workload: Workload | None
+    """Its Deployment as last seen; None before it exists."""
+    hostable: bool = True
+    """False for a stateful stdio server: a process per session needs `pallas run`."""
+
+
+@dataclass(frozen=True, slots=True)
 class DeploymentObservation:
     """Everything the status of one deployment is computed from."""
 
@@ -61,6 +72,8 @@ class DeploymentObservation:
     """The names of `spec.providers`."""
     provider_report: ProviderReport | None = None
     """The registry's last report (None: not read since this process started, or not due)."""
+    servers: tuple[HostedServer, ...] = ()
+    """The stdio servers of `spec.mcpServers`, in name order."""
 
 
 def _registry(obs: DeploymentObservation) -> c.Verdict:
@@ -86,6 +99,27 @@ def _monitoring(obs: DeploymentObservation) -> c.Verdict | None:
         "monitoring.serviceMonitor.enabled is true but the monitoring.coreos.com ServiceMonitor CRD is not "
         "installed: install the Prometheus Operator CRDs or disable it",
     )
+
+
+def servers_available(obs: DeploymentObservation) -> c.Verdict | None:
+    """Whether every hosted stdio server's bridge is Ready; advice, never a blocker of Ready.
+
+    Absent when the deployment has no stdio server. A stateful one is not hosted in a cluster
+    (its agents are not accepted, `StdioServerNotHostable`), and said so here too.
+    """
+    if not obs.servers:
+        return None
+    problems = []
+    for server in obs.servers:
+        if not server.hostable:
+            problems.append(f"{server.name}: stateful stdio servers run only under pallas run (not hosted)")
+        elif server.workload is None:
+            problems.append(f"{server.name}: its Deployment does not exist yet")
+        elif not server.workload.available:
+            problems.append(f"{server.name}: {server.workload.message}")
+    if problems:
+        return c.false(c.SERVERS_AVAILABLE, r.SERVERS_UNAVAILABLE, "; ".join(problems))
+    return c.true(c.SERVERS_AVAILABLE, r.SERVERS_AVAILABLE_REASON, f"{len(obs.servers)} stdio servers ready")
 
 
 def authenticated(obs: DeploymentObservation) -> c.Verdict:
@@ -199,6 +233,8 @@ def deployment_status(
     providers = _provider_statuses(obs, previous, now)
     verdicts = [ready, registry, authenticated(obs), providers_healthy(obs, providers)]
     verdicts += [monitoring] if monitoring is not None else []
+    servers = servers_available(obs)
+    verdicts += [servers] if servers is not None else []
     return PallasDeploymentStatus(
         observed_generation=obs.generation,
         conditions=c.stamp(verdicts, previous.conditions, obs.generation, now),

@@ -1,24 +1,23 @@
-"""Checks of what an agent refers to: its deployment, other agents, Secrets, and cycles.
+"""Checks of what an agent refers to: its deployment, other agents, and cycles.
 
 The checks of names (deployment, agents, cycles) live in `pallas_api.references`, shared with
-`pallas validate`; the Secret checks need the cluster's Secrets and stay here.
+`pallas validate`. Secrets are not checked here: the operator reads none, and an agent pod says
+which of its secrets have no value (`get_health`'s `missingSecrets`, a Healthy reason).
 
 A failed check is a `Problem`: the reason of `Accepted=False` and a message naming the missing
-thing. Only names ever appear in messages, never a Secret's content.
+thing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from pallas_api.conditions import SECRET_KEY_NOT_FOUND, SECRET_NOT_FOUND
-from pallas_api.references import Problem, check_references, listing
-from pallas_api.render import SecretBinding
+from pallas_api.references import Problem, check_references
 from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
 
 # render_agent's reasons (ProviderNotFound, ServerNotFound, AgentNotFound) pass through as they are.
-__all__ = ["AgentFacts", "Problem", "check_agent", "check_secrets", "waiting_for"]
+__all__ = ["AgentFacts", "Problem", "check_agent", "waiting_for"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,21 +59,6 @@ class _Dependencies(Mapping[str, tuple[str, ...]]):
 
     def __len__(self) -> int:
         return len(self._agents)
-
-
-def check_secrets(
-    bindings: Iterable[SecretBinding], secrets: Mapping[str, Mapping[str, str]]
-) -> Problem | None:
-    """Every Secret key the agent's pods will read must exist, or the pods could never start."""
-    missing_secrets = sorted({b.ref.name for b in bindings if b.ref.name not in secrets})
-    if missing_secrets:
-        return Problem(SECRET_NOT_FOUND, f"Secrets not found in this namespace: {listing(missing_secrets)}")
-    missing_keys = sorted(
-        {f"{b.ref.name}/{b.ref.key}" for b in bindings if b.ref.key not in secrets[b.ref.name]}
-    )
-    if missing_keys:
-        return Problem(SECRET_KEY_NOT_FOUND, f"Secret keys not found: {listing(missing_keys)}")
-    return None
 
 
 def waiting_for(spec: PallasAgentSpec, agents: Mapping[str, AgentFacts]) -> list[str]:

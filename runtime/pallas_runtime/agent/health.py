@@ -11,12 +11,17 @@ Semantics (docs/api.md §3, `get_health`):
   downstream that forwards the caller's bearer and refuses a probe without one: "Needs caller
   credentials: mnemosyne"); `degraded` when a downstream or the provider check failed, or
   when checking callers failed lately (the API server or the issuer did not answer: those
-  requests were refused with 503), or when the LLM or a downstream server has been slow lately
-  (`agent/latency.py`: "Slow: LLM avg 12.3s over 20 calls (over 10s)");
+  requests were refused with 503), when a header's secret has no value (it is not sent), or
+  when the LLM or a downstream server has been slow lately (`agent/latency.py`: "Slow: LLM avg
+  12.3s over 20 calls (over 10s)");
   `error` when the agent cannot serve any request: its provider's API key is not configured.
   `message` names each problem;
 - with `busyAt`, `busy` and `inFlight` say whether this process's send_message calls in flight
-  reached it (a load signal for clients and the registry, not a problem: `status` is unchanged).
+  reached it (a load signal for clients and the registry, not a problem: `status` is unchanged);
+- `configHash` names the config the agent serves now and `missingSecrets` the secrets its config
+  names that have no value (the operator reads neither Secrets nor their keys, so this is how
+  a missing Secret or key reaches the PallasAgent's status). Each report first takes a changed
+  config or secret (`agent.live`), so an idle agent reports an edit at the next health check.
 """
 
 from __future__ import annotations
@@ -24,13 +29,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 
-from pallas_api.config import AgentConfig
 from pallas_api.health import HealthReport, HealthStatus
-from pallas_runtime.agent.latency import Latencies
+from pallas_runtime.agent.live import Generation, LiveAgent
 from pallas_runtime.conversations.model import ConversationStore
-from pallas_runtime.downstream.source import ProbeResult, ToolSource
+from pallas_runtime.downstream.source import ProbeResult
 from pallas_runtime.llm.factory import resolve_api_key
 from pallas_runtime.llm.provider import LLMProvider, ProviderCheck, missing_key_message
 from pallas_runtime.metrics import HEALTH_VALUES, RuntimeMetrics
@@ -41,49 +45,47 @@ class HealthChecker:
 
     def __init__(
         self,
-        config: AgentConfig,
-        provider: LLMProvider,
-        sources: Sequence[ToolSource],
+        live: LiveAgent,
         metrics: RuntimeMetrics,
-        environ: Mapping[str, str] | None = None,
         store: ConversationStore | None = None,
         access_problem: Callable[[], str | None] | None = None,
         in_flight: Callable[[], int] | None = None,
-        latencies: Latencies | None = None,
     ) -> None:
-        self._config = config
-        self._latencies = latencies
+        self._live = live
         self._in_flight = in_flight
         self._store = store
         self._access_problem = access_problem
-        self._provider = provider
-        self._sources = list(sources)
         self._metrics = metrics
-        self._key_problem: str | None = None
-        if resolve_api_key(config.provider, environ) is None:
-            self._key_problem = f"LLM: {missing_key_message(config.provider)}"
         self._provider_check: ProviderCheck | None = None
+        self._checked: LLMProvider | None = None
+        """The provider `_provider_check` is about: a new one (a new key, model or endpoint) is
+        checked afresh, and its predecessor's result no longer counts."""
         self._provider_probe: asyncio.Task[ProviderCheck] | None = None
+        self._probed: LLMProvider | None = None
         self._refresh: asyncio.Task[None] | None = None
 
     @property
     def provider_check(self) -> ProviderCheck | None:
-        """The provider's last check, if any."""
-        return self._provider_check
+        """The current provider's last check, if any."""
+        return self._provider_check if self._checked is self._live.generation.provider else None
 
     async def check_provider(self) -> ProviderCheck:
-        """Probe the provider's models endpoint; concurrent callers share one probe."""
-        if self._provider_probe is None or self._provider_probe.done():
-            self._provider_probe = asyncio.create_task(self._provider.preflight())
-        check = await asyncio.shield(self._provider_probe)
-        self._provider_check = check
-        self._metrics.llm_provider_up.labels(self._config.provider.name).set(1 if check.ok else 0)
-        return check
+        """Probe the current provider's models endpoint; concurrent callers share one probe."""
+        with self._live.hold() as generation:
+            provider = generation.provider
+            if self._provider_probe is None or self._provider_probe.done() or self._probed is not provider:
+                self._provider_probe = asyncio.create_task(provider.preflight())
+                self._probed = provider
+            check = await asyncio.shield(self._provider_probe)
+            if provider is self._live.generation.provider:
+                self._provider_check, self._checked = check, provider
+            self._metrics.llm_provider_up.labels(generation.config.provider.name).set(1 if check.ok else 0)
+            return check
 
-    def _current_provider_check(self) -> ProviderCheck | None:
+    def _current_provider_check(self, generation: Generation) -> ProviderCheck | None:
         """The last check, never waited for: a missing or stale one is refreshed in the background."""
-        check = self._provider_check
-        max_age = self._config.health.provider_recheck_seconds
+        check = self._provider_check if self._checked is generation.provider else None
+        max_age = generation.config.health.provider_recheck_seconds
         stale = check is None or time.monotonic() - check.checked_at > max_age
         if stale and (self._provider_probe is None or self._provider_probe.done()):
             self._refresh = asyncio.create_task(self._refresh_quietly())
@@ -94,26 +96,36 @@ class HealthChecker:
             await self.check_provider()
 
     async def report(self) -> HealthReport:
-        """The `get_health` document: status, timestamp and, when not ok, a message."""
-        provider = self._current_provider_check()
-        probes, store = await asyncio.gather(
-            asyncio.gather(*(s.probe() for s in self._sources)),
-            self._store.check() if self._store is not None else _nothing(),
-        )
-        return self._summarize(list(probes), provider, store)
+        """The `get_health` document: status, timestamp, the config served and, when not ok, a message."""
+        with self._live.hold() as generation:
+            provider = self._current_provider_check(generation)
+            probes, store = await asyncio.gather(
+                asyncio.gather(*(s.probe() for s in generation.sources)),
+                self._store.check() if self._store is not None else _nothing(),
+            )
+            return self._summarize(generation, list(probes), provider, store)
 
     def _summarize(
-        self, probes: list[ProbeResult], provider: ProviderCheck | None, store: str | None
+        self,
+        generation: Generation,
+        probes: list[ProbeResult],
+        provider: ProviderCheck | None,
+        store: str | None,
     ) -> HealthReport:
-        agent = self._config.name
+        config = generation.config
+        agent = config.name
         for probe in probes:
             self._metrics.downstream_up.labels(agent, probe.source).set(1 if probe.ok else 0)
         problems = []
         unreachable = [f"{p.source} ({p.message})" if p.message else p.source for p in probes if not p.ok]
         if unreachable:
             problems.append("Unreachable: " + ", ".join(unreachable))
-        if self._key_problem is not None:  # known without asking the provider
-            problems.append(self._key_problem)
+        key_problem = None
+        if resolve_api_key(config.provider, generation.secrets) is None:
+            key_problem = f"LLM: {missing_key_message(config.provider)}"
+        missing = generation.missing_secrets
+        if key_problem is not None:  # known without asking the provider
+            problems.append(key_problem)
         elif provider is not None and not provider.ok:
             age = time.monotonic() - provider.checked_at
             problems.append(f"LLM: {provider.message} (checked {age:.0f}s ago)")
@@ -122,13 +134,14 @@ class HealthChecker:
         access = self._access_problem() if self._access_problem is not None else None
         if access:
             problems.append(f"Access: {access}")
-        if self._latencies is not None:
-            health = self._config.health
-            slow = self._latencies.slow(health.slow_llm_seconds, health.slow_tool_seconds)
-            if slow:
-                problems.append("Slow: " + ", ".join(s.describe() for s in slow))
+        headers = [m for m in missing if key_problem is None or m != config.provider.api_key_origin()]
+        if headers:
+            problems.append("Headers not sent, no value: " + ", ".join(headers))
+        slow = self._live.latencies.slow(config.health.slow_llm_seconds, config.health.slow_tool_seconds)
+        if slow:
+            problems.append("Slow: " + ", ".join(s.describe() for s in slow))
         status: HealthStatus
-        if self._key_problem is not None:
+        if key_problem is not None:
             status = "error"
         elif problems:
             status = "degraded"
@@ -140,7 +153,9 @@ class HealthChecker:
             status,
             "; ".join([*problems, *_notes(probes)]),
             in_flight=in_flight,
-            busy_at=self._config.busy_at,
+            busy_at=config.busy_at,
+            config_hash=generation.config_hash,
+            missing_secrets=missing,
         )
 
 

@@ -155,6 +155,10 @@ class ToolBox:
                 offered[name] = OfferedTool(source, tool, allowed, peer, self._weigh(tool))
         return offered
 
+    async def release(self, conversation: ConversationKey) -> None:
+        """The conversation ended: every source drops what it holds for it (stateful sessions)."""
+        await asyncio.gather(*(s.release(conversation) for s in self._sources), return_exceptions=True)
+
     def deny(self, source: str, tool: str, shown: str) -> ToolOutcome:
         """Refuse a call the policy does not permit: counted, audited, coded.
 

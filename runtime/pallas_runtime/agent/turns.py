@@ -11,7 +11,7 @@ interrupts (`inflight`) is kept as its user message and a `TurnFailure`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from pallas_api.config import ConversationScope, RequestParams
@@ -64,16 +64,16 @@ class Conversations:
         identity: str,
         scope: ConversationScope,
         store: ConversationStore,
-        loop: AgentLoop,
         *,
         sessions: int = SESSIONS_REMEMBERED,
         inflight: InFlight | None = None,
+        forget: Callable[[ConversationKey], Awaitable[None]] | None = None,
     ) -> None:
         self._identity = identity
         self._scope = scope
         self.store = store
-        self._loop = loop
         self._inflight = inflight
+        self._forget = forget
         # As many sessions as the agent keeps open: a closed one's entry is the oldest to go.
         self._ledger = SessionLedger(sessions=sessions)
 
@@ -87,6 +87,7 @@ class Conversations:
 
     async def send(
         self,
+        loop: AgentLoop,
         caller: Caller,
         user: UserMessage,
         *,
@@ -97,7 +98,7 @@ class Conversations:
         call_path: CallPath | None = None,
         params: RequestParams | None = None,
     ) -> Reply:
-        """Run one turn; store it when the scope keeps a conversation for the request.
+        """Run one turn on `loop`; store it when the scope keeps a conversation for the request.
 
         Raises:
             ConversationBusy, StoreUnavailable, TurnLost: from the store (nothing stored).
@@ -107,14 +108,17 @@ class Conversations:
         key = self._key(caller, conversation_id, session_id)
         if key is None:
             key = one_turn_key(self._identity, caller.owner)
-            turn = await self._loop.run(
-                [], user, inbound_auth=inbound_auth, progress=progress, conversation=key,
-                call_path=call_path, params=params,
-            )  # fmt: skip
+            try:
+                turn = await loop.run(
+                    [], user, inbound_auth=inbound_auth, progress=progress, conversation=key,
+                    call_path=call_path, params=params,
+                )  # fmt: skip
+            finally:
+                await loop.tools.release(key)  # a conversation of one turn ends with it
             return Reply(turn.text, None, turn.messages, history_left_out=turn.history_left_out)
         async with self.store.turn(key) as held:
             try:
-                turn = await self._loop.run(
+                turn = await loop.run(
                     held.history, user, inbound_auth=inbound_auth, progress=progress, conversation=key,
                     call_path=call_path, params=params,
                 )  # fmt: skip
@@ -180,10 +184,13 @@ class Conversations:
         missing = NoConversation(f"no stored conversation for conversation_id {conversation_id!r}")
         if sees_only_its_session(self._scope, caller) and not self._ledger.knows(session_id, conversation_id):
             raise missing
-        if not await self.store.delete(ConversationKey(self._identity, caller.owner, conversation_id)):
+        key = ConversationKey(self._identity, caller.owner, conversation_id)
+        if not await self.store.delete(key):
             raise missing
         if session_id:
             self._ledger.forget(session_id, conversation_id)
+        if self._forget is not None:
+            await self._forget(key)  # a stateful server's session of it ends too
 
 
 def _default_name(scope: ConversationScope) -> str:

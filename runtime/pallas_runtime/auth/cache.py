@@ -42,9 +42,16 @@ class DecisionCache:
         self._clock = clock
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._inflight: dict[str, asyncio.Future[Decision | None]] = {}
+        self._epoch = 0
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def clear(self) -> None:
+        """Forget every decision, and keep none of the lookups under way (the rules changed)."""
+        self._entries.clear()
+        self._inflight.clear()
+        self._epoch += 1
 
     def get(self, key: str) -> tuple[bool, Decision | None]:
         """(hit, decision): a live entry moves to the most recently used end."""
@@ -86,6 +93,7 @@ class DecisionCache:
             return await asyncio.shield(pending), False
         future: asyncio.Future[Decision | None] = asyncio.get_running_loop().create_future()
         self._inflight[key] = future
+        epoch = self._epoch
         try:
             decision = await lookup()
         except asyncio.CancelledError:
@@ -96,8 +104,10 @@ class DecisionCache:
             future.exception()  # retrieved here, so a burst with no other waiter logs nothing
             raise
         else:
-            self.put(key, decision)
+            if epoch == self._epoch:
+                self.put(key, decision)
             future.set_result(decision)
             return decision, False
         finally:
-            del self._inflight[key]
+            if self._inflight.get(key) is future:
+                del self._inflight[key]

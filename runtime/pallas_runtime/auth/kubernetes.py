@@ -103,7 +103,7 @@ class KubernetesJudge:
         self._agent = agent
         self._namespace = namespace
         self._audiences = list(settings.audiences)
-        self._access = access
+        self.access = access
         self._config = config
         self._client: AsyncClient | None = None
 
@@ -127,7 +127,7 @@ class KubernetesJudge:
         caller, extra, uid = await self._authenticate(token)
         if caller is None:
             return None
-        allowed = admits(self._access, caller) and await self._authorize(caller, uid, extra)
+        allowed = admits(self.access, caller) and await self._authorize(caller, uid, extra)
         return Decision(caller, allowed, token_expiry(token))
 
     async def _authenticate(

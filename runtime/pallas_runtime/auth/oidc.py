@@ -35,7 +35,7 @@ class OidcJudge:
     def __init__(self, settings: OidcConfig, access: AccessConfig) -> None:
         """Set up; nothing is fetched until the first token arrives."""
         self._settings = settings
-        self._access = access
+        self.access = access
         self._jwks_url = settings.jwks_url
         self._verifiers: dict[str, JWTVerifier] = {}
         self._discovery_failed: tuple[float, str] | None = None
@@ -110,7 +110,7 @@ class OidcJudge:
             groups=string_list(claims.get(self._settings.groups_claim)),
             issuer=self._settings.issuer,
         )
-        return Decision(caller, admits(self._access, caller), int(exp))
+        return Decision(caller, admits(self.access, caller), int(exp))
 
     async def aclose(self) -> None:
         """Nothing to close: each JWKS fetch uses a client of its own."""

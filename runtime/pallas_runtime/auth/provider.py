@@ -32,6 +32,7 @@ from starlette.requests import HTTPConnection
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from pallas_api.config import AccessConfig
 from pallas_runtime.auth.cache import DecisionCache, token_key
 from pallas_runtime.auth.identity import INVOKE_SCOPE, AuthUnavailable, Decision, access_token
 from pallas_runtime.auth.judge import Judge
@@ -56,6 +57,11 @@ class PallasVerifier(TokenVerifier):
         self._cache = cache
         self._requests = metrics.auth_requests_total
         self._outage: tuple[float, str] | None = None
+
+    def admit(self, access: AccessConfig) -> None:
+        """Decide by these access lists from now on; decisions made by the old ones are dropped."""
+        self._judge.access = access
+        self._cache.clear()
 
     def problem(self) -> str | None:
         """Why access checks failed lately (for `get_health`), or None."""

@@ -1,4 +1,8 @@
-"""`pallas agent --config FILE [--port N]`: run one agent, as an agent pod does.
+"""`pallas agent --config FILE [--port N] [--secrets-dir DIR]`: run one agent, as an agent pod does.
+
+The config file is read again when it changes and applied in place (`agent.config_file`,
+`agent.live`); secrets are looked up at each turn in `--secrets-dir` (a pod's Secret volume,
+one file per name) and then the environment.
 
 SIGTERM (or Ctrl-C) drains it: not ready, new sessions refused, turns in flight finishing for up
 to its `drainSeconds`, the rest interrupted and kept as failed (`AgentServer.drain`); a second
@@ -11,12 +15,16 @@ import argparse
 import logging
 import os
 import sys
+from collections import ChainMap
+from collections.abc import Mapping
 
-from pallas_api.config import ConfigError, load_config
+from pallas_api.config import ConfigError
 from pallas_io.commands import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, port_number
 from pallas_io.logs import setup_logging
+from pallas_io.secrets import SecretFiles
 from pallas_io.serving import bound_port, listen, run_server_loop, serve, until_signalled
-from pallas_runtime.server import agent_app, build_server, secret_env_names
+from pallas_runtime.agent.config_file import ConfigFile
+from pallas_runtime.server import agent_app, build_server
 
 log = logging.getLogger("pallas.agent")
 AFTER_DRAIN_GRACE = 5
@@ -40,6 +48,13 @@ class AgentCommand:
             help="bind address (default $PALLAS_BIND_HOST, else 0.0.0.0)",
         )
         parser.add_argument(
+            "--secrets-dir",
+            default=os.environ.get("PALLAS_SECRETS_DIR"),
+            metavar="DIR",
+            help="look secrets up as files of DIR first, read at each use (a pod's Secret volume; "
+            "default $PALLAS_SECRETS_DIR), then in the environment",
+        )
+        parser.add_argument(
             "--allowed-host",
             action="append",
             default=[],
@@ -49,29 +64,36 @@ class AgentCommand:
 
     def run(self, args: argparse.Namespace) -> int:
         """Serve until SIGTERM/SIGINT."""
+        config_file = ConfigFile(args.config)
         try:
-            config = load_config(args.config)
+            config, digest = config_file.load()
         except ConfigError as exc:
             print(f"pallas agent: {exc}", file=sys.stderr)
             return EXIT_USAGE
         try:
-            setup_logging(secret_env=secret_env_names(config), fields={"agent": config.name})
+            redactor = setup_logging(fields={"agent": config.name})
         except ValueError as exc:
             print(f"pallas agent: {exc}", file=sys.stderr)
             return EXIT_USAGE
+        secrets: Mapping[str, str] = os.environ
+        if args.secrets_dir:
+            secrets = ChainMap(SecretFiles(args.secrets_dir), os.environ)  # type: ignore[arg-type]
         try:
             sock = listen(args.host, args.port)
         except OSError as exc:
             print(f"pallas agent: cannot listen on {args.host}:{args.port}: {exc.strerror}", file=sys.stderr)
             return EXIT_FAILURE
-        server = build_server(config)
+        server = build_server(
+            config, environ=secrets, config_file=config_file, config_hash=digest, on_secrets=redactor.add
+        )
         app = agent_app(server, args.allowed_host)
         log.info(
-            "agent %s serving on http://%s:%d/mcp (model %s)",
+            "agent %s serving on http://%s:%d/mcp (model %s, config %s)",
             config.name,
             args.host,
             bound_port(sock),
             config.model,
+            digest[:12],
         )
         try:
             with sock:

@@ -53,6 +53,8 @@ statements hold a connection for a round trip or a few, never across an LLM call
 RECYCLE = 1800
 """Seconds after which a PostgreSQL connection is replaced at its next checkout (proxies and
 firewalls drop long-lived idle connections without a word)."""
+UNKNOWN_URL = "postgresql+asyncpg://"
+"""The engine's URL while the DSN is not known: never connected to (`_connect` refuses first)."""
 SQLITE_THREADS = 4
 """Threads for SQLite work: a turn waiting on another process's write lock blocks one of them,
 never the event loop nor the default executor (DNS lookups of the LLM client)."""
@@ -173,12 +175,32 @@ class PostgresDatabase:
     seconds, then fails with `StoreUnavailable`.
     """
 
-    def __init__(self, url: str, describe: Callable[[BaseException], str], *, max_connections: int) -> None:
+    def __init__(
+        self,
+        url: str | None,
+        describe: Callable[[BaseException], str],
+        *,
+        max_connections: int,
+        dsn: Callable[[], str | None] | None = None,
+        missing: str = "no postgres DSN",
+    ) -> None:
+        """Configure the pool; nothing connects yet.
+
+        `dsn` gives the DSN as it is now (a pod's Secret file, read at each new connection), so
+        a rotated password reaches the connections made after the rotation; `url`'s is used when
+        it gives none. Connections already open keep theirs (PostgreSQL does not end a session
+        when its password changes), at most `RECYCLE` seconds. With neither (the Secret is not
+        there yet) a connection fails as unavailable, saying `missing`.
+        """
         self._describe = describe
         self._max_connections = max_connections
-        self._dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+        self._dsn = (
+            make_url(url).set(drivername="postgresql").render_as_string(hide_password=False) if url else None
+        )
+        self._dsn_now = dsn
+        self._missing = missing
         self._engine = create_async_engine(
-            url,
+            url or UNKNOWN_URL,
             async_creator=self._connect,
             pool_size=max_connections,
             max_overflow=0,
@@ -236,7 +258,10 @@ class PostgresDatabase:
         """
         if not in_greenlet():
             raise MissingGreenlet("a new connection is made in SQLAlchemy's greenlet only")
-        return asyncpg.connect(self._dsn)
+        dsn = (self._dsn_now() if self._dsn_now is not None else None) or self._dsn
+        if dsn is None:
+            raise ConnectionRefusedError(self._missing)  # an OSError: unavailable, as a down server
+        return asyncpg.connect(dsn)
 
     async def _checkout(self) -> PoolProxiedConnection:
         pool = self._engine.sync_engine.pool

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,8 +22,9 @@ def build_store(config: AgentConfig, environ: Mapping[str, str] | None = None) -
     """The store of `config.conversations`; nothing connects until `start()`.
 
     Raises:
-        ValueError: a postgres store whose DSN variable is unset or not a postgresql:// URL, or
-            a SQLite directory that cannot be created; the message names the setting.
+        ValueError: a postgres store whose DSN is not a postgresql:// URL, or a SQLite directory
+            that cannot be created; the message names the setting. An unset DSN is not an
+            error here: the store reports it as unavailable until the value appears.
     """
     settings, history = config.conversations, config.history
     env = os.environ if environ is None else environ
@@ -48,16 +50,20 @@ def build_store(config: AgentConfig, environ: Mapping[str, str] | None = None) -
             raise ValueError(
                 f"conversations: cannot create {path.parent} for the SQLite store: {exc.strerror}"
             ) from None
-        url, secret = engine_url("sqlite", str(path)), None
+        url: str | None = engine_url("sqlite", str(path))
+        secret, current_dsn, missing = None, None, None
     else:
         dsn = env.get(settings.dsn_env or "")
-        if not dsn:
-            raise ValueError(
-                f"conversations: no postgres DSN: {settings.dsn_origin()} is not set "
-                "(spec.conversations.postgres.dsn)"
-            )
-        url = engine_url("postgres", dsn)
-        secret = make_url(dsn).password
+        # A pod's Secret file, read again for each new connection: a rotated password reaches
+        # the connections made after the kubelet wrote it. A DSN not there yet (its Secret is
+        # missing) does not stop the agent: it serves, `get_health` names what is missing, turns
+        # that need the store answer STORE_UNAVAILABLE, and the first connection after the file
+        # appears uses it (a pod that crash-looped instead would say less, and later).
+        current_dsn = functools.partial(env.get, settings.dsn_env or "")
+        missing = f"no postgres DSN: {settings.dsn_origin()} is not set (spec.conversations.postgres.dsn)"
+        url = engine_url("postgres", dsn) if dsn else None
+        secret = make_url(dsn).password if dsn else None
+
     return SqlStore(
         settings.type,
         url,
@@ -70,4 +76,6 @@ def build_store(config: AgentConfig, environ: Mapping[str, str] | None = None) -
         legacy_name=config.name,
         abandoned_after=settings.abandoned_after_seconds,
         max_connections=settings.max_connections,
+        dsn=current_dsn,
+        missing_dsn=missing,
     )

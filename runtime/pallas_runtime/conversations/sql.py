@@ -32,7 +32,7 @@ from sqlalchemy import Connection, and_, bindparam, case, delete, func, or_, sel
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.sql.elements import BindParameter
 
 from pallas_api.config import DEFAULT_HISTORY_BYTES, DEFAULT_MAX_CONNECTIONS
@@ -246,7 +246,7 @@ class SqlStore:
     def __init__(
         self,
         kind: str,
-        url: str,
+        url: str | None,
         *,
         max_messages: int,
         cache_bytes: int = DEFAULT_HISTORY_BYTES,
@@ -257,12 +257,15 @@ class SqlStore:
         legacy_name: str | None = None,
         abandoned_after: float | None = None,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        dsn: Callable[[], str | None] | None = None,
+        missing_dsn: str | None = None,
     ) -> None:
         """Build the store; nothing connects until `start`.
 
         Args:
             kind: `sqlite` or `postgres`.
-            url: From `engine_url`.
+            url: From `engine_url`; None for PostgreSQL whose DSN is not known yet (`dsn` gives it
+                later; until then every use is `StoreUnavailable` saying `missing_dsn`).
             max_messages: Messages kept per conversation.
             cache_bytes: The most the transcripts kept in process may weigh (`budget.footprint`).
             ttl_seconds: Delete conversations untouched this long; None keeps them.
@@ -275,12 +278,16 @@ class SqlStore:
             abandoned_after: Seconds after which an identity that stopped running loses its
                 conversations (`tenancy.purge_abandoned`); None keeps them.
             max_connections: PostgreSQL: the one pool's size, for every piece of work.
+            dsn: PostgreSQL: the DSN as it is now, read for each new connection (a rotated
+                password is used from then on; its password is scrubbed too).
+            missing_dsn: PostgreSQL: what to say while there is no DSN at all.
         """
         self.kind = kind
         self._max_messages = max_messages
         self._ttl = timedelta(seconds=ttl_seconds) if ttl_seconds else None
         self._turn_wait = turn_wait
-        self._secret = secret
+        self._secrets = {secret} if secret else set()
+        self._dsn_source = dsn
         self._locks = KeyedLocks()
         self._cache: SizedLru[ConversationKey, _Transcript] = SizedLru(
             max_items=CACHED_CONVERSATIONS, max_bytes=cache_bytes
@@ -289,11 +296,15 @@ class SqlStore:
         self._holder_prefix = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._migrated = False
         self._migrating: asyncio.Lock | None = None
-        self._db: Database = (
-            SqliteDatabase(url, self.describe)
-            if kind == "sqlite"
-            else PostgresDatabase(url, self.describe, max_connections=max_connections)
-        )
+        self._db: Database
+        if kind == "sqlite":
+            assert url is not None, "a SQLite store has a path"
+            self._db = SqliteDatabase(url, self.describe)
+        else:
+            self._db = PostgresDatabase(
+                url, self.describe, max_connections=max_connections,
+                dsn=self._current_dsn if dsn else None, missing=missing_dsn or "no postgres DSN",
+            )  # fmt: skip
         self._turns = self._statements.writer(self._db)
         self._sweeper: asyncio.Task[None] | None = None
         self._identity = identity
@@ -326,9 +337,22 @@ class SqlStore:
         text = " ".join(str(exc).split()) or type(exc).__name__
         if isinstance(exc, SQLAlchemyError) and exc.__cause__ is not None:
             text = " ".join(str(exc.__cause__).split()) or type(exc.__cause__).__name__
-        if self._secret:
-            text = text.replace(self._secret, "[redacted]")
+        for secret in self._secrets:
+            text = text.replace(secret, "[redacted]")
         return f"{self.kind} conversation store unavailable: {text[:300]}"
+
+    def _current_dsn(self) -> str | None:
+        """The DSN now, for asyncpg (None: there is none usable; the one at start is used)."""
+        value = self._dsn_source() if self._dsn_source is not None else None
+        if not value:
+            return None
+        try:
+            url = make_url(engine_url("postgres", value))
+        except (ArgumentError, ValueError):
+            return None
+        if url.password:
+            self._secrets.add(url.password)
+        return url.set(drivername="postgresql").render_as_string(hide_password=False)
 
     def lost_message(self, key: ConversationKey) -> str:
         """What a caller is told when a turn lost its hold on the conversation."""

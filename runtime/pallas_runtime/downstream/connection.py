@@ -13,7 +13,8 @@ import contextvars
 import functools
 import logging
 import ssl
-from collections.abc import AsyncIterator, Callable, Mapping
+import weakref
+from collections.abc import AsyncIterator, Callable, Generator, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -67,8 +68,12 @@ async def open_session(
     recorder: HttpErrorRecorder,
     max_event_bytes: int | None = None,
     pool: aiohttp.ClientSession | None = None,
+    auth: httpx2.Auth | None = None,
 ) -> AsyncIterator[ClientSession]:
     """An initialized MCP session (handshake protocol) whose every HTTP request carries `headers`.
+
+    `auth` adds what changes between requests (a conversation's latest forwarded bearer,
+    `BearerSlot`).
 
     Must be entered and exited by the same task (the SDK's transports run anyio task groups).
     On exit a Streamable HTTP session is ended with a DELETE. `max_event_bytes` bounds one SSE
@@ -77,6 +82,7 @@ async def open_session(
     (see `http_transport.connection_pool`), else over connections of its own.
     """
     hooks: dict[str, list[Any]] = {"response": [recorder]}
+    own_auth = auth
     async with contextlib.AsyncExitStack() as stack:
         if transport == "sse":
 
@@ -88,7 +94,7 @@ async def open_session(
                 return httpx2.AsyncClient(
                     headers=headers,
                     timeout=_http_timeout(),
-                    auth=auth,
+                    auth=auth or own_auth,
                     event_hooks=hooks,
                     verify=tls_context(),
                 )
@@ -101,6 +107,7 @@ async def open_session(
                 httpx2.AsyncClient(
                     headers=dict(headers),
                     timeout=_http_timeout(),
+                    auth=auth,
                     event_hooks=hooks,
                     transport=AiohttpTransport(verify=tls_context(), pool=pool),
                 )
@@ -116,11 +123,35 @@ async def open_session(
         yield session
 
 
+class BearerSlot(httpx2.Auth):
+    """The `Authorization` of a kept session's requests: its conversation's latest forwarded bearer.
+
+    A session kept for one caller conversation of a stateful server outlives the call that opened
+    it, and the caller's token may be renewed meanwhile. Each call of the conversation puts its
+    own bearer here before it sends; the session is keyed by the caller, so a bearer only ever
+    travels on its own caller's session, and it is forgotten with the session.
+    """
+
+    def __init__(self) -> None:
+        self.value: str | None = None
+
+    def auth_flow(self, request: httpx2.Request) -> Generator[httpx2.Request, httpx2.Response, None]:
+        """Send the request with the slot's bearer, if any."""
+        if self.value is not None:
+            request.headers["Authorization"] = self.value
+        yield request
+
+
+Opener = Callable[[HttpErrorRecorder], AbstractAsyncContextManager[ClientSession]]
+"""Opens one session whose HTTP errors go to the given recorder."""
+
+
 @dataclass(eq=False)
 class _Holder:
     """One shared session and the task that owns it."""
 
     ready: asyncio.Future[ClientSession]
+    recorder: HttpErrorRecorder
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     session: ClientSession | None = None
     ended: bool = False
@@ -136,22 +167,30 @@ class SharedSession:
     anyio task groups must be exited by the task that entered them, so the session lives in a task
     of its own rather than in whichever call happened to open it. That task starts from an empty
     contextvars context, so nothing a caller set (a request's bearer, say) can reach it; the
-    session's headers are fixed when it opens and never carry a forwarded bearer.
+    session's headers are fixed when it opens and never carry a forwarded bearer (a kept
+    conversation session's `BearerSlot` is its own caller's).
+
+    `label` names it in the log: one line when it connects, one when it is lost.
     """
 
-    def __init__(
-        self,
-        label: str,
-        opener: Callable[[], AbstractAsyncContextManager[ClientSession]],
-        on_lost: Callable[[], None],
-    ) -> None:
+    def __init__(self, label: str, opener: Opener, on_lost: Callable[[], None], **log_fields: str) -> None:
         self._label = label
+        self._fields = log_fields
         self._opener = opener
         self._on_lost = on_lost
         self._holder: _Holder | None = None
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
+        self.connect_recorder = HttpErrorRecorder()
+        """The HTTP evidence of the latest attempt to connect."""
+        self._recorders: weakref.WeakKeyDictionary[ClientSession, HttpErrorRecorder] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def recorder_of(self, session: ClientSession) -> HttpErrorRecorder:
+        """The HTTP evidence of one session this holder opened (a 404 is pinned on its session)."""
+        return self._recorders.get(session) or HttpErrorRecorder()
 
     async def get(self) -> ClientSession:
         """The open session, connecting first if there is none; connection errors propagate."""
@@ -161,7 +200,8 @@ class SharedSession:
             holder = self._holder
             if holder is not None and holder.usable and holder.session is not None:
                 return holder.session
-            holder = _Holder(ready=asyncio.get_running_loop().create_future())
+            recorder = self.connect_recorder = HttpErrorRecorder()
+            holder = _Holder(ready=asyncio.get_running_loop().create_future(), recorder=recorder)
             self._holder = holder
             task = asyncio.create_task(self._own(holder), context=contextvars.Context())
             self._tasks.add(task)
@@ -185,8 +225,10 @@ class SharedSession:
     async def _own(self, holder: _Holder) -> None:
         try:
             with anyio.CancelScope() as scope:
-                async with self._opener() as session:
+                async with self._opener(holder.recorder) as session:
                     holder.session = session
+                    self._recorders[session] = holder.recorder
+                    log.info("%s: connected", self._label, extra=self._fields)
                     if not holder.ready.done():
                         holder.ready.set_result(session)
                     await holder.stop.wait()
@@ -199,7 +241,9 @@ class SharedSession:
                 if not holder.ready.done() and isinstance(exc, Exception):
                     holder.ready.set_exception(exc)
             elif not holder.stop.is_set():
-                log.warning("%s: connection lost (%s)", self._label, describe_failure(exc))
+                log.warning(
+                    "%s: connection lost (%s)", self._label, describe_failure(exc), extra=self._fields
+                )
             else:
                 log.debug("%s: closing the session failed (%s)", self._label, describe_failure(exc))
         finally:

@@ -37,9 +37,11 @@ def resolve_headers(
 class McpServerSource(RemoteMcpSource):
     """Tools of one downstream MCP server, reached over Streamable HTTP or SSE.
 
-    Configured headers are resolved once, when the source is built (env vars come from Secrets
-    and do not change while the pod runs). The caller's `Authorization` is sent on only when the
-    server sets `forwardInboundAuth` and configures no `Authorization` header of its own.
+    Configured headers are resolved once, when the source is built; a rotated value (a Secret's
+    file rewritten by the kubelet) makes a new source for the next turns (`agent.live`), while
+    calls in flight finish on this one. The caller's `Authorization` is sent on only when the
+    server sets `forwardInboundAuth` and configures no `Authorization` header of its own. A
+    `stateful` server gets a session per caller conversation (`conversation_sessions`).
     """
 
     def __init__(
@@ -61,4 +63,5 @@ class McpServerSource(RemoteMcpSource):
             headers=resolve_headers(server.name, server.headers, environ),
             forward_inbound_auth=server.forward_inbound_auth,
             max_result_bytes=server.max_result_bytes,
+            stateful=server.sessions if server.stateful else None,
         )

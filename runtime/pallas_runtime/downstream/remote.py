@@ -9,6 +9,10 @@ Sessions and credentials:
   users, and the bearer lives only in that call's HTTP client: it is never cached, never set on
   shared state, never read from a contextvar (the fast-agent incident: a bearer cached on a
   persistent connection reached the next user).
+- A server marked `stateful` keeps one session per caller conversation instead
+  (`ConversationSessions`): whatever state the server keeps per session belongs to one
+  conversation of one caller. A call outside any conversation (a gateway client's call without
+  an MCP session) gets a session of its own, closed with the call.
 - An explicitly configured `Authorization` header always wins over forwarding.
 - A source that forwards the caller's bearer and refuses the shared session with 401 (an agent
   checking callers) is listed with the caller's bearer, on a session of the call's own; the
@@ -28,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
@@ -38,13 +41,20 @@ import mcp_types
 from mcp import ClientSession
 from mcp.client.session import IncomingMessage
 
-from pallas_api.config import DEFAULT_MAX_RESULT_BYTES
+from pallas_api.config import DEFAULT_MAX_RESULT_BYTES, ServerSessionLimits
 from pallas_api.errors import error_code_of
 from pallas_io import probe as mcp_probe
 from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.downstream.call_path import CallPath, CallRefused
-from pallas_runtime.downstream.connection import SharedSession, Transport, open_session, tls_context
+from pallas_runtime.downstream.connection import (
+    BearerSlot,
+    SharedSession,
+    Transport,
+    open_session,
+    tls_context,
+)
 from pallas_runtime.downstream.content import parts_from_result
+from pallas_runtime.downstream.conversation_sessions import ConversationSessions
 from pallas_runtime.downstream.failures import (
     HttpErrorRecorder,
     classify,
@@ -118,7 +128,13 @@ class RemoteMcpSource:
         headers: Mapping[str, str],
         forward_inbound_auth: bool,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        stateful: ServerSessionLimits | None = None,
     ) -> None:
+        """Build the source; nothing connects until first use.
+
+        `stateful` (the server's `sessions` limits) gives each caller conversation a session of
+        its own; None shares one session among calls without a forwarded bearer.
+        """
         self._name = name
         self._max_result_bytes = max_result_bytes
         # What one SSE event may hold: the result, JSON-escaped, and (fastmcp servers) sent twice,
@@ -131,12 +147,17 @@ class RemoteMcpSource:
         self._headers = dict(headers)
         explicit_auth = any(key.lower() == "authorization" for key in self._headers)
         self._forwards_bearer = forward_inbound_auth and not explicit_auth
-        # Per shared session, so a 404 is pinned on the session that got it (see HttpErrorRecorder).
-        self._recorders: weakref.WeakKeyDictionary[ClientSession, HttpErrorRecorder] = (
-            weakref.WeakKeyDictionary()
+        self._shared = SharedSession(name, self._open_kept, on_lost=self._tools_changed, server=name)
+        self._conversations = (
+            ConversationSessions(
+                name,
+                stateful,
+                lambda bearer, recorder: self._open_kept(recorder, bearer),
+                on_lost=self._tools_changed,
+            )
+            if stateful is not None
+            else None
         )
-        self._connect_recorder = HttpErrorRecorder()
-        self._shared = SharedSession(name, self._open_shared, on_lost=self._tools_changed)
         # One pool of keep-alive connections for the shared session and every call's own session:
         # a call that forwards a bearer opens a session, not a TCP (and TLS) connection.
         self._pool: aiohttp.ClientSession | None = None
@@ -170,9 +191,10 @@ class RemoteMcpSource:
         return self._pool
 
     @contextlib.asynccontextmanager
-    async def _open_shared(self) -> AsyncIterator[ClientSession]:
-        recorder = HttpErrorRecorder()
-        self._connect_recorder = recorder  # SharedSession opens one at a time
+    async def _open_kept(
+        self, recorder: HttpErrorRecorder, bearer: BearerSlot | None = None
+    ) -> AsyncIterator[ClientSession]:
+        """A session kept for many calls: the shared one, or a conversation's (with its bearer slot)."""
         async with open_session(
             self._url,
             self._transport,
@@ -181,8 +203,8 @@ class RemoteMcpSource:
             recorder=recorder,
             max_event_bytes=self._max_event_bytes,
             pool=self._connections(),
+            auth=bearer,
         ) as session:
-            self._recorders[session] = recorder
             yield session
 
     async def _on_message(self, message: IncomingMessage) -> None:
@@ -198,22 +220,25 @@ class RemoteMcpSource:
         self._generation += 1
 
     async def _with_shared(self, op: Callable[[ClientSession], Awaitable[T]]) -> T:
-        """Run `op` on the shared session; reconnect and retry once if the server forgot it.
+        return await self._with_kept(self._shared, op)
+
+    async def _with_kept(self, kept: SharedSession, op: Callable[[ClientSession], Awaitable[T]]) -> T:
+        """Run `op` on a kept session; reconnect and retry once if the server forgot it.
 
         Raises:
             _Failure: Connecting or the request failed.
         """
         for attempt in (1, 2):
             try:
-                session = await self._shared.get()
+                session = await kept.get()
             except Exception as exc:
-                raise _Failure(exc, self._connect_recorder) from exc
+                raise _Failure(exc, kept.connect_recorder) from exc
             try:
                 return await op(session)
             except Exception as exc:
-                failure = _Failure(exc, self._recorders.get(session) or HttpErrorRecorder())
+                failure = _Failure(exc, kept.recorder_of(session))
                 if failure.kind in ("transport", "session_gone"):
-                    self._shared.discard(session)
+                    kept.discard(session)
                 # The server rejected the session id without running the request: safe to retry.
                 if failure.kind == "session_gone" and attempt == 1:
                     log.info("%s: the server ended our session; reconnecting", self._name)
@@ -336,12 +361,9 @@ class RemoteMcpSource:
         result: mcp_types.CallToolResult | None = None
         try:
             with anyio.move_on_after(self._timeout):
-                if bearer is None:
-                    result = await self._with_shared(lambda s: self._call(s, tool, arguments, relay, meta))
-                else:
-                    result = await self._with_bearer(
-                        bearer, lambda s: self._call(s, tool, arguments, relay, meta)
-                    )
+                result = await self._on_its_session(
+                    bearer, conversation, lambda s: self._call(s, tool, arguments, relay, meta)
+                )
         except _Failure as failure:
             self._tools_changed()
             trace_failure(self._name, f"calling {tool}", failure.cause)
@@ -392,9 +414,28 @@ class RemoteMcpSource:
     ) -> mcp_types.CallToolResult:
         return await session.call_tool(tool, arguments, progress_callback=relay, meta=meta)  # type: ignore[arg-type]
 
+    async def _on_its_session(
+        self,
+        bearer: str | None,
+        conversation: ConversationKey | None,
+        op: Callable[[ClientSession], Awaitable[T]],
+    ) -> T:
+        """Run a call on the session it belongs on (see the module notes)."""
+        if self._conversations is not None:
+            if conversation is None:
+                return await self._with_own(bearer, op)
+            async with self._conversations.use(conversation, bearer) as kept:
+                return await self._with_kept(kept, op)
+        if bearer is None:
+            return await self._with_shared(op)
+        return await self._with_own(bearer, op)
+
     async def _with_bearer(self, bearer: str, op: Callable[[ClientSession], Awaitable[T]]) -> T:
+        return await self._with_own(bearer, op)
+
+    async def _with_own(self, bearer: str | None, op: Callable[[ClientSession], Awaitable[T]]) -> T:
         # A session (and HTTP client) of this call's own: the bearer goes nowhere else.
-        headers = {**self._headers, "Authorization": bearer}
+        headers = {**self._headers, "Authorization": bearer} if bearer is not None else self._headers
         recorder = HttpErrorRecorder()
         try:
             async with open_session(
@@ -434,8 +475,13 @@ class RemoteMcpSource:
             return ProbeResult(source=self._name, ok=True, note=NEEDS_CALLER_CREDENTIALS)
         return ProbeResult(source=self._name, ok=outcome.ok, message=outcome.message)
 
+    async def release(self, conversation: ConversationKey) -> None:
+        """The conversation ended: close its session, if the server is stateful and it has one."""
+        if self._conversations is not None:
+            await self._conversations.release(conversation)
+
     async def aclose(self) -> None:
-        """Stop a listing in flight and close the shared session.
+        """Stop a listing in flight and close the shared session and the conversations' sessions.
 
         Calls that forward a bearer close their own sessions.
         """
@@ -443,6 +489,8 @@ class RemoteMcpSource:
             self._listing.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._listing
+        if self._conversations is not None:
+            await self._conversations.aclose()
         await self._shared.aclose()
         if self._pool is not None:
             await self._pool.close()

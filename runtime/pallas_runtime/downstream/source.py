@@ -104,6 +104,12 @@ class ToolSource(Protocol):
         transport failures and timeouts.
         """
 
+    async def release(self, conversation: ConversationKey) -> None:
+        """The conversation ended (deleted, or a turn that keeps none): drop what it holds here.
+
+        A stateful server's session of that conversation is closed; other sources hold nothing.
+        """
+
     async def probe(self) -> ProbeResult:
         """MCP initialize (then DELETE of the session) within the probe timeout; never raises.
 

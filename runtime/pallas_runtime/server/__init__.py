@@ -11,7 +11,7 @@
   `request` (what a call reads from its request), `conversation_gauge`.
 - `edge`: `agent_app`, the HTTP app with its guards (body limit, one credential, one request
   per id, the session table).
-- `secret_env` (which variables hold secrets), `warm_up` (imports done before ready).
+- `warm_up` (imports done before ready).
 
 Unit tests drive it in memory with `fastmcp.Client(server.mcp)`; the HTTP tier tests what needs
 the network.
@@ -19,6 +19,5 @@ the network.
 
 from pallas_runtime.server.agent_server import AgentServer, build_server
 from pallas_runtime.server.edge import agent_app
-from pallas_runtime.server.secret_env import secret_env_names, secret_values
 
-__all__ = ["AgentServer", "agent_app", "build_server", "secret_env_names", "secret_values"]
+__all__ = ["AgentServer", "agent_app", "build_server"]

@@ -2,7 +2,10 @@
 
 The server owns the FastMCP instance and the state its edges need: the metrics, the
 send_message calls in flight (drained by `drain`), the session limits, the refusal counter
-and whether it is ready or draining. Its surface is added by one part each (`send_message`, `get_health`,
+and whether it is ready or draining. The agent's config and what is built from it (provider, tools, loop)
+are its `LiveAgent`'s, which swaps them between turns when the config or a secret changes
+(`agent.live`); the server follows a change in what its surface says (title, description) and
+in who may call (`auth.access`). Its surface is added by one part each (`send_message`, `get_health`,
 `conversation_tools`, `history_prompt`, `instruction_resource`, `probe_routes`). Building it
 does no I/O; the lifespan (run by the HTTP app or an in-memory `Client(server.mcp)`) starts the
 provider preflight and closes the provider, store and downstream connections on exit.
@@ -11,8 +14,10 @@ provider preflight and closes the provider, store and downstream connections on 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+import os
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -20,16 +25,15 @@ from fastmcp import FastMCP
 
 from pallas_api.config import AgentConfig, SessionLimits
 from pallas_api.errors import ErrorCode
+from pallas_runtime.agent.config_file import ConfigFile
 from pallas_runtime.agent.health import HealthChecker
-from pallas_runtime.agent.loop import AgentLoop
+from pallas_runtime.agent.live import Generation, LiveAgent, default_parts, given_parts
 from pallas_runtime.agent.turns import Conversations
 from pallas_runtime.auth import build_auth
 from pallas_runtime.conversations.factory import build_store
 from pallas_runtime.conversations.model import ConversationStore
-from pallas_runtime.downstream.factory import build_sources
 from pallas_runtime.downstream.source import ToolSource
 from pallas_runtime.inflight import DrainOutcome, InFlight
-from pallas_runtime.llm.factory import create_provider
 from pallas_runtime.llm.provider import LLMProvider
 from pallas_runtime.metrics import AUTH_OUTCOMES, RuntimeMetrics
 from pallas_runtime.server.conversation_gauge import ConversationGauge
@@ -39,7 +43,6 @@ from pallas_runtime.server.get_health import HealthTool
 from pallas_runtime.server.history_prompt import HistoryPrompt
 from pallas_runtime.server.instruction_resource import InstructionResource
 from pallas_runtime.server.probe_routes import ProbeRoutes
-from pallas_runtime.server.secret_env import secret_values
 from pallas_runtime.server.send_message import SendMessage, SendMessageMetrics
 from pallas_runtime.server.tool_errors import CodedErrors
 from pallas_runtime.server.warm_up import import_what_fastmcp_defers
@@ -57,26 +60,21 @@ class AgentServer:
 
     def __init__(
         self,
-        config: AgentConfig,
+        live: LiveAgent,
         *,
         metrics: RuntimeMetrics,
-        provider: LLMProvider,
-        sources: Sequence[ToolSource],
         store: ConversationStore,
-        environ: Mapping[str, str] | None = None,
     ) -> None:
         """Compose the server from its parts.
 
         Args:
-            config: The agent's configuration.
+            live: The agent's config and what is built from it, as it changes (`agent.live`).
             metrics: Where its series go (process-wide under `pallas run`).
-            provider: The LLM provider.
-            sources: Downstream servers and peer agents.
             store: Where conversations are kept.
-            environ: Environment of the secret env vars (API key, headers); the process's if None.
         """
+        config = live.config
         agent = config.name
-        self.config = config
+        self.live = live
         self.metrics = metrics
         self.sessions: SessionLimits = config.sessions
         """How many MCP sessions it keeps, for how long (`sessions.SessionTable`)."""
@@ -86,12 +84,13 @@ class AgentServer:
         """The lifespan has run and not ended (`/readyz`)."""
         self.session_table: SessionTable | None = None
         """The MCP sessions of its HTTP app while it serves (`agent_app` sets it)."""
-        self._provider, self._sources, self._store = provider, list(sources), store
-        loop = AgentLoop(config, provider, self._sources, metrics, secret_values(config, environ))
+        self._store = store
+        self._tasks: set[asyncio.Task[None]] = set()
         scope = config.conversation_scope
         conversations = Conversations(
-            config.identity, scope, store, loop, sessions=config.sessions.max_sessions, inflight=self.inflight
-        )
+            config.identity, scope, store, sessions=config.sessions.max_sessions, inflight=self.inflight,
+            forget=lambda key: self.live.generation.loop.tools.release(key),
+        )  # fmt: skip
         if scope == "caller" and config.auth.mode == "none":
             log.warning(
                 "agent %s: conversation scope caller without inbound auth: every client continues one "
@@ -100,19 +99,15 @@ class AgentServer:
             )
         self._auth = build_auth(config, metrics)
         self._health = HealthChecker(
-            config,
-            provider,
-            self._sources,
+            live,
             metrics,
-            environ,
             store=store,
             access_problem=self._auth.verifier.problem if self._auth else None,
             in_flight=lambda: self.inflight.count,
-            latencies=loop.latencies,
         )
         self._gauge = ConversationGauge(agent, store, metrics)
-        send = SendMessage(
-            config, provider, conversations, self.inflight, self._gauge, verified=self._auth is not None
+        self._send = SendMessage(
+            live, conversations, self.inflight, self._gauge, verified=self._auth is not None
         )
         self._declare_series()
         self.mcp = FastMCP(
@@ -120,18 +115,46 @@ class AgentServer:
             instructions=config.description or None,
             version=config.version,
             lifespan=self._lifespan,
-            middleware=[SendMessageMetrics(agent, metrics, send.names), CodedErrors()],
+            middleware=[SendMessageMetrics(agent, metrics, self._send.names), CodedErrors()],
             mask_error_details=True,
             auth=self._auth,
         )
-        send.add_to(self.mcp)
+        self._conversations = conversations
+        self._instruction = InstructionResource(lambda: self.live.config)
+        self._send.add_to(self.mcp)
         HealthTool(self._health).add_to(self.mcp)
         HistoryPrompt(config, conversations).add_to(self.mcp)
         ConversationTools(config, conversations, self._gauge).add_to(self.mcp)
-        InstructionResource(config).add_to(self.mcp)
+        self._instruction.add_to(self.mcp)
         ProbeRoutes(lambda: self.ready, lambda: self.draining, metrics).add_to(self.mcp)
         if config.tool_exposure.gateway:
-            GatewayTools(config, loop, self.inflight, verified=self._auth is not None).add_to(self.mcp)
+            # Offered or not is fixed at start, like the rest of the surface (`needs_new_process`).
+            GatewayTools(live, self.inflight, verified=self._auth is not None).add_to(self.mcp)
+        live.listen(self._changed)
+
+    @property
+    def config(self) -> AgentConfig:
+        """The config new turns run with."""
+        return self.live.config
+
+    def _changed(self, old: Generation, new: Generation) -> None:
+        """A new generation: what the MCP surface says about the agent, and who may call it."""
+        before, after = old.config, new.config
+        if (before.title, before.description) != (after.title, after.description):
+            self.mcp.instructions = after.description or None
+            self._send.add_to(self.mcp)
+            HistoryPrompt(after, self._conversations).add_to(self.mcp)
+            self._instruction.add_to(self.mcp)
+        if self._auth is not None and before.auth.access != after.auth.access:
+            self._auth.verifier.admit(after.auth.access)
+        if before.model != after.model:
+            self.metrics.agent_info.labels(after.name, after.model).set(1)
+            with contextlib.suppress(KeyError):
+                self.metrics.agent_info.remove(before.name, before.model)
+        if before.provider != after.provider or before.model != after.model:
+            task = asyncio.create_task(self._preflight())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     def _declare_series(self) -> None:
         agent, metrics, inflight = self.config.name, self.metrics, self.inflight
@@ -209,10 +232,11 @@ class AgentServer:
             yield {}
         finally:
             self.ready = False
+            tasks.extend(self._tasks)
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            closing = [self._provider.aclose(), self._store.aclose(), *(s.aclose() for s in self._sources)]
+            closing = [self.live.aclose(), self._store.aclose()]
             if self._auth is not None:
                 closing.append(self._auth.verifier.aclose())
             await asyncio.gather(*closing, return_exceptions=True)
@@ -226,28 +250,42 @@ def build_server(
     sources: Sequence[ToolSource] | None = None,
     environ: Mapping[str, str] | None = None,
     store: ConversationStore | None = None,
+    config_file: ConfigFile | None = None,
+    config_hash: str | None = None,
+    on_secrets: Callable[[Iterable[str]], None] | None = None,
 ) -> AgentServer:
     """The agent's server, with the parts not given built from `config` and the environment.
 
     Parts can be passed in, which is how `pallas run` shares one metrics registry among its
-    agents and how tests and benchmarks put fakes in place.
+    agents and how tests and benchmarks put fakes in place (a part given stays, whatever the
+    config says later).
 
     Args:
-        config: The agent's configuration.
+        config: The agent's configuration at start.
         metrics: Process-wide metrics; a new registry by default.
-        provider: The LLM provider; built from config and environment by default.
+        provider: The LLM provider; built from config and secrets by default (and again when
+            they change).
         sources: Downstream servers and peer agents; built from config by default.
-        environ: Environment for secret env vars (API key, headers); the process's by default.
+        environ: Where secret values are looked up, at start and at every turn (the process
+            environment by default; a pod's Secret volume, `pallas_io.secrets.SecretFiles`).
         store: Where conversations are kept; built from `config.conversations` by default.
+        config_file: The file `config` was read from, read again when it changes (a pod).
+        config_hash: The hash of `config`'s text as read; computed from `config` if None.
+        on_secrets: Told each secret value seen, at start and after a rotation (log redaction).
 
     Raises:
         ValueError: the conversation store cannot be built (the message names the setting).
     """
-    return AgentServer(
+    metrics = metrics or RuntimeMetrics()
+    secrets = os.environ if environ is None else environ
+    parts = default_parts if provider is None and sources is None else given_parts(provider, sources)
+    live = LiveAgent(
         config,
-        metrics=metrics or RuntimeMetrics(),
-        provider=provider or create_provider(config, environ),
-        sources=list(sources) if sources is not None else build_sources(config, environ),
-        store=store or build_store(config, environ),
-        environ=environ,
+        metrics=metrics,
+        secrets=secrets,
+        parts=parts,
+        config_hash=config_hash,
+        source=config_file,
+        on_secrets=on_secrets,
     )
+    return AgentServer(live, metrics=metrics, store=store or build_store(config, environ))

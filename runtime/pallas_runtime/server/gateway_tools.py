@@ -16,18 +16,19 @@ from fastmcp import Context, FastMCP
 from fastmcp.tools import Tool, ToolResult
 from mcp_types import ImageContent, TextContent, ToolAnnotations
 
-from pallas_api.config import AgentConfig
 from pallas_api.errors import ErrorCode
 from pallas_runtime.agent import gateway
-from pallas_runtime.agent.loop import AgentLoop
+from pallas_runtime.agent.live import LiveAgent
 from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.agent.toolbox import CallContext
 from pallas_runtime.auth.credential import forwarded_credential
+from pallas_runtime.conversations.caller import current_caller
+from pallas_runtime.conversations.scope import conversation_key
 from pallas_runtime.downstream.call_path import CallPath, CallRefused
 from pallas_runtime.downstream.source import ToolOutcome
 from pallas_runtime.inflight import InFlight
 from pallas_runtime.messages import TextPart
-from pallas_runtime.server.request import progress_sender, request_meta
+from pallas_runtime.server.request import progress_sender, request_meta, session_id
 from pallas_runtime.server.tool_errors import CodedToolError, error_result
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True)
@@ -43,11 +44,14 @@ def _content(outcome: ToolOutcome) -> list[TextContent | ImageContent]:
 
 
 class GatewayTools:
-    """The three gateway tools over the agent's `ToolBox`."""
+    """The three gateway tools over the `ToolBox` of the agent's current generation.
 
-    def __init__(self, config: AgentConfig, loop: AgentLoop, inflight: InFlight, *, verified: bool) -> None:
-        self._config = config
-        self._loop = loop
+    Each call holds the generation it started with (`LiveAgent.hold`), as a turn does: a config
+    edit applied meanwhile takes effect from the next call.
+    """
+
+    def __init__(self, live: LiveAgent, inflight: InFlight, *, verified: bool) -> None:
+        self._live = live
         self._inflight = inflight
         self._verified = verified
 
@@ -75,8 +79,10 @@ class GatewayTools:
 
     async def list_servers(self) -> dict[str, Any]:
         """The servers and the names of the tools this agent may use on each."""
-        offered = await self._loop.offered_tools(forwarded_credential(verified=self._verified))
-        return gateway.list_servers(offered, self._loop.tools.server_names)
+        with self._live.hold() as generation:
+            loop = generation.loop
+            offered = await loop.offered_tools(forwarded_credential(verified=self._verified))
+            return gateway.list_servers(offered, loop.tools.server_names)
 
     async def get_server_tools(
         self,
@@ -86,16 +92,19 @@ class GatewayTools:
         max_schema_tokens: int | None = None,
     ) -> dict[str, Any]:
         """Definitions of one server's tools, filtered, within the agent's schema budget."""
-        offered = await self._loop.offered_tools(forwarded_credential(verified=self._verified))
-        budget = self._loop.exposure(offered, self._config.request_params).budget
-        try:
-            return gateway.server_tools(
-                offered, self._loop.tools.server_names, server, names=names, pattern=pattern,
-                max_schema_tokens=max_schema_tokens if max_schema_tokens and max_schema_tokens > 0 else None,
-                budget=budget,
-            )  # fmt: skip
-        except gateway.GatewayError as exc:
-            raise CodedToolError(str(exc), exc.code) from None
+        limit = max_schema_tokens if max_schema_tokens and max_schema_tokens > 0 else None
+        with self._live.hold() as generation:
+            loop = generation.loop
+            offered = await loop.offered_tools(forwarded_credential(verified=self._verified))
+            budget = loop.exposure(offered, generation.config.request_params).budget
+            try:
+                return gateway.server_tools(
+                    offered, loop.tools.server_names, server, names=names, pattern=pattern,
+                    max_schema_tokens=limit,
+                    budget=budget,
+                )  # fmt: skip
+            except gateway.GatewayError as exc:
+                raise CodedToolError(str(exc), exc.code) from None
 
     async def execute_tool(
         self,
@@ -106,24 +115,29 @@ class GatewayTools:
         timeout_ms: int | None = None,
     ) -> ToolResult:
         """Call one tool of one server; its result comes back as the server gave it."""
-        try:
-            call_path = CallPath.inbound(request_meta(ctx), self._config.name, self._config.max_depth)
-        except CallRefused as exc:
-            raise CodedToolError(str(exc), exc.code) from None
-        if timeout_ms is not None and timeout_ms <= 0:
-            raise CodedToolError("`timeout_ms` must be a positive integer", ErrorCode.INVALID_ARGUMENTS)
-        inbound_auth = forwarded_credential(verified=self._verified)
-        offered = await self._loop.offered_tools(inbound_auth)
-        try:
-            entry = gateway.target(offered, self._loop.tools.server_names, server, tool)
-        except gateway.GatewayError as exc:
-            return error_result(exc.code, str(exc))
-        context = CallContext(
-            inbound_auth, ProgressReporter(self._config.name, progress_sender(ctx)), None, call_path
-        )
-        limit = timeout_ms / 1000 if timeout_ms else None
-        with self._inflight.track():
-            outcome = await self._loop.tools.call(entry, args or {}, context, time_limit=limit)
+        with self._live.hold() as generation:
+            config, loop = generation.config, generation.loop
+            try:
+                call_path = CallPath.inbound(request_meta(ctx), config.name, config.max_depth)
+            except CallRefused as exc:
+                raise CodedToolError(str(exc), exc.code) from None
+            if timeout_ms is not None and timeout_ms <= 0:
+                raise CodedToolError("`timeout_ms` must be a positive integer", ErrorCode.INVALID_ARGUMENTS)
+            inbound_auth = forwarded_credential(verified=self._verified)
+            offered = await loop.offered_tools(inbound_auth)
+            try:
+                entry = gateway.target(offered, loop.tools.server_names, server, tool)
+            except gateway.GatewayError as exc:
+                return error_result(exc.code, str(exc))
+            # A stateful server keeps one session per conversation; a gateway client's conversation
+            # is its MCP session, so its calls of one session share the server's state.
+            conversation = conversation_key(config.identity, "session", current_caller(), None, session_id())
+            context = CallContext(
+                inbound_auth, ProgressReporter(config.name, progress_sender(ctx)), conversation, call_path
+            )
+            limit = timeout_ms / 1000 if timeout_ms else None
+            with self._inflight.track():
+                outcome = await loop.tools.call(entry, args or {}, context, time_limit=limit)
         if outcome.is_error and outcome.code is not None and len(outcome.content) == 1:
             first = outcome.content[0]
             return error_result(outcome.code, first.text if isinstance(first, TextPart) else "")

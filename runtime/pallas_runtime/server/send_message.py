@@ -18,10 +18,11 @@ from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from fastmcp.tools import Tool, ToolResult
 from mcp_types import CallToolRequestParams
 
-from pallas_api.config import AgentConfig, RequestParams
+from pallas_api.config import RequestParams
 from pallas_api.errors import ErrorCode
 from pallas_api.names import HISTORY_TRIMMED_META, TOOL_CALLS_META
 from pallas_runtime.agent.inputs import ImageInput, InvalidInput, user_message
+from pallas_runtime.agent.live import Generation, LiveAgent
 from pallas_runtime.agent.loop import MaxIterationsExceeded, ToolChoiceUnavailable
 from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.agent.trace import tool_trace
@@ -31,7 +32,7 @@ from pallas_runtime.conversations.caller import checked_id, current_caller
 from pallas_runtime.conversations.model import ConversationBusy, StoreUnavailable, TurnLost
 from pallas_runtime.downstream.call_path import CallPath, CallRefused
 from pallas_runtime.inflight import InFlight, ShuttingDown
-from pallas_runtime.llm.provider import LLMError, LLMProvider
+from pallas_runtime.llm.provider import LLMError
 from pallas_runtime.metrics import RuntimeMetrics
 from pallas_runtime.server.conversation_gauge import ConversationGauge
 from pallas_runtime.server.descriptions import send_message_description, send_message_names
@@ -77,27 +78,29 @@ class SendMessage:
 
     def __init__(
         self,
-        config: AgentConfig,
-        provider: LLMProvider,
+        live: LiveAgent,
         conversations: Conversations,
         inflight: InFlight,
         gauge: ConversationGauge,
         *,
         verified: bool,
     ) -> None:
-        self._config = config
-        self._agent = config.name
-        self._provider = provider
+        self._live = live
+        self._agent = live.config.name
         self._conversations = conversations
         self._inflight = inflight
         self._gauge = gauge
         self._verified = verified
-        self.names = send_message_names(config)
+        self.names = send_message_names(live.config)
         """The names it is offered under: `send_message` and, unless taken, the agent's."""
 
     def add_to(self, mcp: FastMCP) -> None:
-        """Offer the tool under each of its names, one schema and description for all."""
-        description = send_message_description(self._config)
+        """Offer the tool under each of its names, one schema and description for all.
+
+        Called again when the agent's title or description changes: a tool of the same name
+        replaces the one before.
+        """
+        description = send_message_description(self._live.config)
         for name in self.names:
             mcp.add_tool(
                 Tool.from_function(self.send_message, name=name, description=description, output_schema=None)
@@ -122,18 +125,35 @@ class SendMessage:
         conversation_id: str | None = None,
         params: RequestParams | None = None,
     ) -> ToolResult:
-        """One turn: the checks, the model and the tools, then the answer."""
+        """One turn: the checks, the model and the tools, then the answer.
+
+        The turn runs on the agent's config, provider and tools as they are when the call
+        arrives (`LiveAgent.hold`): an edit applied meanwhile takes effect from the next call.
+        """
+        with self._live.hold() as generation:
+            return await self._turn(generation, message, ctx, images, conversation_id, params)
+
+    async def _turn(
+        self,
+        generation: Generation,
+        message: str,
+        ctx: Context,
+        images: list[ImageInput] | None,
+        conversation_id: str | None,
+        params: RequestParams | None,
+    ) -> ToolResult:
+        config = generation.config
         try:
-            call_path = CallPath.inbound(request_meta(ctx), self._agent, self._config.max_depth)
+            call_path = CallPath.inbound(request_meta(ctx), self._agent, config.max_depth)
         except CallRefused as exc:
             raise self._failed(exc, exc.code) from None
         try:
-            user = user_message(self._config, message, images)
+            user = user_message(config, message, images)
             checked = checked_id(conversation_id) if conversation_id else None
             if params is not None:
-                if refusal := self._config.call_params.refusal(params):
+                if refusal := config.call_params.refusal(params):
                     raise InvalidInput(refusal)
-                self._provider.check_params(params)
+                generation.provider.check_params(params)
         except (InvalidInput, ValueError) as exc:
             raise self._failed(exc, ErrorCode.INVALID_ARGUMENTS) from None
         inbound_auth = forwarded_credential(verified=self._verified)
@@ -141,6 +161,7 @@ class SendMessage:
         try:
             with self._inflight.track():
                 reply = await self._conversations.send(
+                    generation.loop,
                     current_caller(),
                     user,
                     conversation_id=checked,

@@ -7,16 +7,20 @@ import contextlib
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import asyncpg
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from pallas_io.secrets import SecretFiles
 from pallas_runtime.conversations import database as database_module
 from pallas_runtime.conversations import sql as sql_module
+from pallas_runtime.conversations.factory import build_store
 from pallas_runtime.conversations.model import ConversationStore, StoreUnavailable, TurnLost
 from pallas_runtime.conversations.sql import SqlStore, engine_url
+from tests.support.agents import agent_config
 from tests.support.conversations import (
     CONTRACT,
     StoreFactory,
@@ -27,6 +31,7 @@ from tests.support.conversations import (
     turn,
 )
 from tests.support.postgres import PASSWORD, Postgres
+from tests.support.volumes import KubeletVolume
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -285,3 +290,73 @@ async def test_connections_are_replaced_after_their_lifetime_without_a_failed_tu
     finally:
         await store.aclose()
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+
+
+async def test_a_rotated_dsn_password_is_used_by_the_connections_made_after_it(
+    postgres: Postgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a pod the DSN is a file of the Secret volume, read again for each new connection."""
+    monkeypatch.setattr(database_module, "RECYCLE", RECYCLE)
+    user = f"rot_{secrets.token_hex(3)}"
+    postgres.create_role(user, "first-password-1")
+    admin = await asyncpg.connect(postgres.dsn)
+    try:  # tables an earlier test made as the superuser
+        await admin.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA public TO {user}")
+    finally:
+        await admin.close()
+    volume = {"DSN": postgres.dsn_of(user, "first-password-1")}
+    store = SqlStore(
+        "postgres",
+        engine_url("postgres", volume["DSN"]),
+        max_messages=100,
+        max_connections=1,
+        secret="first-password-1",
+        dsn=lambda: volume.get("DSN"),
+    )
+    await store.start()
+    conversation = key(f"rotation-{secrets.token_hex(4)}")
+    try:
+        await commit(store, conversation, turn(1))
+        admin = await asyncpg.connect(postgres.dsn)
+        try:
+            await admin.execute(f"ALTER ROLE {user} PASSWORD 'second-password-2'")
+        finally:
+            await admin.close()
+        volume["DSN"] = postgres.dsn_of(user, "second-password-2")  # the kubelet rewrote the file
+        await asyncio.sleep(PAST_RECYCLE)  # the pooled connection is replaced at its next use
+        await commit(store, conversation, turn(2))
+        assert await store.history(conversation) == turn(1) + turn(2)
+        # Both passwords are kept out of what the store reports.
+        failure = store.describe(RuntimeError("first-password-1 second-password-2"))
+        assert "password-" not in failure
+    finally:
+        await store.aclose()
+
+
+async def test_a_dsn_whose_secret_is_not_there_yet_is_unavailable_until_its_file_appears(
+    postgres: Postgres, tmp_path: Path
+) -> None:
+    """The agent's store (`build_store`) from a Secret volume without the DSN's file: no crash.
+
+    It says what is missing, names no value, and connects once the kubelet writes the file.
+    """
+    config = agent_config(
+        "http://127.0.0.1:9/v1",
+        conversations={"type": "postgres", "dsnEnv": "PALLAS_DSN", "dsnSource": "Secret db key dsn"},
+    )
+    volume = KubeletVolume(tmp_path / "secrets", {})
+    store = build_store(config, SecretFiles(volume.folder))
+    await store.start()
+    conversation = key(f"late-dsn-{secrets.token_hex(4)}")
+    try:
+        problem = await store.check()
+        assert problem is not None
+        assert "no postgres DSN: Secret db key dsn is not set" in problem
+        with pytest.raises(StoreUnavailable, match="no postgres DSN"):
+            await commit(store, conversation, turn(1))
+        volume.write({"PALLAS_DSN": postgres.dsn})  # the Secret was created; the kubelet wrote it
+        assert await store.check() is None
+        await commit(store, conversation, turn(1))
+        assert await store.history(conversation) == turn(1)
+    finally:
+        await store.aclose()

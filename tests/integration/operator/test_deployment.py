@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -15,6 +13,7 @@ from lightkube.resources.core_v1 import Service, ServiceAccount
 from lightkube.resources.rbac_authorization_v1 import Role, RoleBinding
 
 from pallas_io.kube import PallasDeployment
+from pallas_io.secrets import SecretFiles
 from pallas_operator.k8s.resources import ServiceMonitor
 from pallas_registry.kubernetes import KubernetesSource
 from tests.support.cluster import LocalCluster
@@ -63,6 +62,7 @@ async def test_a_deployment_gets_a_registry_with_read_only_rbac(
     assert pod["serviceAccountName"] == "ouranos-registry"
     assert pod["containers"][0]["command"] == [
         "pallas", "registry", "--namespace", namespace, "--deployment", "ouranos", "--port", "9090",
+        "--secrets-dir", "/etc/pallas-secrets",  # its Secret volume (the provider keys)
         # spec.http's request bounds, defaults (docs/api.md §1)
         "--max-head-bytes=16384", "--max-headers=100", "--head-timeout=10", "--keep-alive=5",
     ]  # fmt: skip
@@ -159,16 +159,23 @@ async def test_service_monitors_follow_the_crd_and_the_setting(
 REGISTRY_PODS = {"pallas.dev/deployment": "ouranos", "app.kubernetes.io/component": "registry"}
 
 
-def _registry_environment(dep: dict[str, Any], secrets: dict[str, str]) -> dict[str, str]:
-    """What kubelet would give the registry container: its env, Secret references filled in."""
-    env = dep["spec"]["template"]["spec"]["containers"][0]["env"]
-    return {
-        e["name"]: e["value"] if "value" in e else secrets[e["valueFrom"]["secretKeyRef"]["key"]] for e in env
-    }
+def _write_secret_volume(dep: dict[str, Any], secrets: dict[str, str], folder: Path) -> None:
+    """What the kubelet writes into the registry pod's Secret volume: one file per item."""
+    (volume,) = [v for v in dep["spec"]["template"]["spec"]["volumes"] if v["name"] == "secrets"]
+    for source in volume["projected"]["sources"]:
+        for item in source["secret"]["items"]:
+            # As the kubelet does: the new version complete first, then swapped in by a rename.
+            staged = folder / f"..{item['path']}.tmp"
+            staged.write_text(secrets[item["key"]])
+            staged.rename(folder / item["path"])
 
 
 async def test_every_provider_is_checked_by_the_registry_and_shown_on_the_deployment(
-    pallas_crds: LocalCluster, pallas_operator: RunningOperator, kube_client: AsyncClient, namespace: str
+    pallas_crds: LocalCluster,
+    pallas_operator: RunningOperator,
+    kube_client: AsyncClient,
+    namespace: str,
+    tmp_path: Path,
 ) -> None:
     """The operator holds no key: the registry pod gets them all, checks, and the operator reads it."""
     keys = {"VLLM_KEY": "sk-test-1", "SPARE_KEY": "sk-ant-old-4711"}
@@ -200,28 +207,22 @@ async def test_every_provider_is_checked_by_the_registry_and_shown_on_the_deploy
             return await get_object(kube_client, Deployment, namespace, "ouranos-registry")
 
         dep = await eventually(registry_deployment, 30, "the registry Deployment")
-        refs = [
-            e["valueFrom"]["secretKeyRef"]
-            for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]
-            if "valueFrom" in e  # the log settings are plain values
+        assert not any("valueFrom" in e for e in dep["spec"]["template"]["spec"]["containers"][0]["env"])
+        volume = tmp_path / "secrets"
+        volume.mkdir()
+        _write_secret_volume(dep, keys, volume)
+        assert sorted(p.name for p in volume.iterdir()) == [
+            "PALLAS_PROVIDER_SPARE_API_KEY",
+            "PALLAS_PROVIDER_VLLM_API_KEY",
         ]
-        assert refs == [
-            {"name": "llm", "key": "SPARE_KEY", "optional": True},
-            {"name": "llm", "key": "VLLM_KEY", "optional": True},
-        ]
-        old_hash = dep["spec"]["template"]["metadata"]["annotations"]["pallas.dev/config-hash"]
-
-        @contextlib.asynccontextmanager
-        async def registry_pod(dep: dict[str, Any]) -> AsyncIterator[None]:
-            """The registry pod as kubelet would run it: `pallas registry`'s source with its env."""
-            environ = _registry_environment(dep, keys)
-            source = KubernetesSource(namespace, "ouranos", config=pallas_crds.config(), environ=environ)
-            async with running_registry(source) as base:
-                pallas_operator.route("ouranos-registry", urlsplit(base).port or 0, 8080)
-                await pods_ready(kube_client, namespace, REGISTRY_PODS)
-                yield
-
-        async with registry_pod(dep):
+        # The registry pod as the kubelet would run it: `pallas registry`'s source reading the
+        # keys from its Secret volume (`--secrets-dir`), at every check.
+        source = KubernetesSource(
+            namespace, "ouranos", config=pallas_crds.config(), environ=SecretFiles(volume)
+        )
+        async with running_registry(source) as base:
+            pallas_operator.route("ouranos-registry", urlsplit(base).port or 0, 8080)
+            await pods_ready(kube_client, namespace, REGISTRY_PODS)
             obj = await _deployment_condition(
                 kube_client, namespace, "ProvidersHealthy", ("False", "ProviderCheckFailed")
             )
@@ -232,18 +233,15 @@ async def test_every_provider_is_checked_by_the_registry_and_shown_on_the_deploy
             assert condition(obj, "Ready") == ("True", "AllAgentsReady")  # warn-only
             assert "sk-ant-old-4711" not in json.dumps(obj)
 
-            # Rotating the key restarts the registry (its pods read keys at start).
+            # A rotation: the Secret changes and the kubelet rewrites the file; the same registry
+            # process checks the new key, and nothing is rolled.
             keys["SPARE_KEY"] = "sk-ant-new-0815"
             kubectl_apply(pallas_crds, secret("llm", keys, in_namespace(namespace)))
-
-            async def rolled() -> Any:
-                new = await registry_deployment()
-                annotations = new["spec"]["template"]["metadata"]["annotations"]
-                return new if annotations["pallas.dev/config-hash"] != old_hash else None
-
-            dep = await eventually(rolled, 30, "the registry's pod template to change with the key")
-        async with registry_pod(dep):
+            _write_secret_volume(dep, keys, volume)
             obj = await _deployment_condition(
                 kube_client, namespace, "ProvidersHealthy", ("True", "ProvidersOk")
             )
+            now = await registry_deployment()
+            assert now["spec"]["template"] == dep["spec"]["template"]
+            assert now["metadata"]["generation"] == dep["metadata"]["generation"]
     assert {p["name"]: p["status"] for p in obj["status"]["providers"]} == {"spare": "ok", "vllm": "ok"}

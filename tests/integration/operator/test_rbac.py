@@ -12,6 +12,7 @@ import pytest
 import yaml
 from lightkube import AsyncClient, KubeConfig
 from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import Pod
 from lightkube.resources.rbac_authorization_v1 import ClusterRoleBinding, Role
 
 from pallas_api import names
@@ -30,7 +31,10 @@ from tests.support.operator import (
     kubectl_apply,
     operator_settings,
     secret,
+    spec,
 )
+
+AGENT_PODS = {"pallas.dev/agent": "research"}
 
 
 def _service_account_kubeconfig(cluster: LocalCluster, namespace: str, path: Path) -> Path:
@@ -101,6 +105,21 @@ async def test_the_operator_works_with_the_documented_least_privilege_rbac(
             swept = await get_object(kube_client, ClusterRoleBinding, "", orphan["metadata"]["name"])
             assert swept is None, "the orphan sweep ran under least privilege"
             assert task.done() is False
+            # A live edit reaches the agent's pods (the config-sync annotation) under these rules.
+            kubectl_apply(pallas_crds, agent("research", mod, spec(instruction="Be brief.")))
+
+            async def nudged() -> Any:
+                pods = [p async for p in kube_client.list(Pod, namespace=namespace, labels=AGENT_PODS)]
+                marked = [p for p in pods if "pallas.dev/config-sync" in (p.metadata.annotations or {})]
+                return marked if pods and len(marked) == len(pods) else None
+
+            await eventually(nudged, 30, "the agent's pods annotated after a live edit")
+            # It did all that holding no right on Secrets, not even to list their names: RBAC
+            # has no metadata-only verb, so list/watch would read every value.
+            who = f"--as=system:serviceaccount:{namespace}:pallas-operator"
+            for verb in ("get", "list", "watch"):
+                can = pallas_crds.kubectl("auth", "can-i", who, verb, "secrets", "-A", check=False)
+                assert can.stdout.strip() == "no", verb
         finally:
             runner.stop.set()
             assert await asyncio.wait_for(task, 30) == 0

@@ -1,4 +1,4 @@
-"""Self-healing and lifecycle: drift repair, garbage collection, Secret rotation, restarts, idling."""
+"""Self-healing and lifecycle: drift repair, garbage collection, live edits, restarts, idling."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from tests.support.cluster import LocalCluster
 from tests.support.operator import (
     RunningOperator,
     agent,
+    at,
     condition,
     deployment,
     eventually,
@@ -49,11 +50,6 @@ async def _exists(client: AsyncClient, resource: Any, ns: str, name: str) -> dic
 
     found: dict[str, Any] = await eventually(check, 30, f"{resource.__name__} {name}")
     return found
-
-
-async def _pod_hash(client: AsyncClient, ns: str) -> str:
-    dep = await _exists(client, Deployment, ns, "research")
-    return str(dep["spec"]["template"]["metadata"]["annotations"]["pallas.dev/config-hash"])
 
 
 async def test_children_deleted_or_edited_by_hand_are_restored(
@@ -105,27 +101,46 @@ async def test_deleting_an_agent_garbage_collects_its_children(
     await eventually(gone, 90, "garbage collection of the agent's children")
 
 
-async def test_secret_rotation_and_spec_edits_roll_the_pods(
+async def test_a_secret_rotation_and_a_live_edit_update_the_config_map_and_leave_the_pods(
     pallas_crds: LocalCluster, pallas_operator: RunningOperator, kube_client: AsyncClient, namespace: str
 ) -> None:
     _setup(pallas_crds, namespace, "research")
-    first = await _pod_hash(kube_client, namespace)
-    generation = ((await get_object(kube_client, PallasAgent, namespace, "research")) or {})["metadata"][
-        "generation"
-    ]
+    first = await _exists(kube_client, Deployment, namespace, "research")
 
+    async def config_text() -> str:
+        config_map = await _exists(kube_client, ConfigMap, namespace, "research-config")
+        return str(config_map["data"]["agent.yaml"])
+
+    before = await config_text()
+    # A rotation: the pods read the key from their Secret volume at each turn, so nothing of the
+    # operator's changes (it does not even see the Secret).
     kubectl_apply(pallas_crds, secret("llm", {"VLLM_KEY": "sk-rotated"}, in_namespace(namespace)))
-
-    async def rolled(than: str) -> Any:
-        now = await _pod_hash(kube_client, namespace)
-        return now if now != than else None
-
-    second = await eventually(lambda: rolled(first), 15, "a new pod-template hash after the key rotation")
-    agent_now = (await get_object(kube_client, PallasAgent, namespace, "research")) or {}
-    assert agent_now["metadata"]["generation"] == generation, "the agent itself was not touched"
-
+    # A live edit: the ConfigMap changes, the pod template does not.
     kubectl_apply(pallas_crds, agent("research", in_namespace(namespace), spec(instruction="Be brief.")))
-    await eventually(lambda: rolled(second), 15, "a new pod-template hash after the spec edit")
+
+    async def edited() -> Any:
+        text = await config_text()
+        return text if "Be brief." in text else None
+
+    after = await eventually(edited, 15, "the instruction edit in the ConfigMap")
+    assert after != before
+    assert "sk-rotated" not in after
+    now = await _exists(kube_client, Deployment, namespace, "research")
+    assert now["spec"]["template"] == first["spec"]["template"], "no pod rolls for a live edit"
+    assert now["metadata"]["generation"] == first["metadata"]["generation"], "the Deployment was not written"
+
+    # What needs a new process rolls the pods: here the image.
+    edit = deployment(
+        "ouranos", in_namespace(namespace), at("spec.runtime.image", "registry.example/pallas:9")
+    )
+    kubectl_apply(pallas_crds, edit)
+
+    async def rolled() -> Any:
+        dep = await _exists(kube_client, Deployment, namespace, "research")
+        image = dep["spec"]["template"]["spec"]["containers"][0]["image"]
+        return dep if image == "registry.example/pallas:9" else None
+
+    await eventually(rolled, 15, "a new pod template for the image edit")
 
 
 async def test_a_restart_mid_reconcile_converges_without_duplicates(

@@ -279,7 +279,7 @@ async def test_sdk_get_health_returns_its_json_document(agent: ServedAgent):
 
     report = json.loads(_text(result))
     assert report["status"] == "ok", report
-    assert set(report) == {"status", "timestamp"}
+    assert set(report) == {"status", "timestamp", "configHash"}
     assert datetime.fromisoformat(report["timestamp"]).tzinfo is not None
 
 

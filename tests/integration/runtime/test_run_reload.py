@@ -1,11 +1,12 @@
-"""`pallas run --reload`: an edit of the manifests restarts only the agents it changed.
+"""`pallas run --reload`: an edit is applied in place where it can be, else by a restart.
 
 `pallas run` runs as a process with two agents (boss calls worker) on the SQLite conversation
 store (its default); the test edits the manifest file as a person would and watches the
-program's output. The worker is proven untouched by an MCP session opened before the edits and
-used after them: a restarted server would not know the session. The boss is proven restarted by
-its next LLM request, which carries the new instruction, and the conversation had before the edit
-goes on after it.
+program's output. An agent is proven not restarted by an MCP session opened before the edits and
+used after them: a restarted server would not know the session. An edit a running agent takes
+(an instruction) is applied in place, a turn in flight finishing on the old one; an edit it
+cannot take (its conversation history limit) restarts it, and the conversation had before goes
+on after it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +27,7 @@ from fastmcp.client.transports import StreamableHttpTransport
 
 from tests.integration.runtime.test_run_command import PALLAS, manifests
 from tests.support.agents import QUIET_FASTMCP_ENV
-from tests.support.fake_llm import FakeOpenAI, Text
+from tests.support.fake_llm import FakeOpenAI, Hold, Text
 from tests.support.mcp_peers import free_ports
 
 
@@ -122,8 +124,9 @@ async def test_an_edit_restarts_only_the_changed_agent_and_its_conversations_go_
         await kept.call_tool("get_health", {})
         assert await send(boss, "first", "c-1") == "boss answers"
 
-        # The boss's instruction changes: only the boss restarts, on its port.
-        path.write_text(yaml.safe_dump_all(edited(docs, "boss", instruction="boss v2")))
+        # What the boss's process cannot take (its history limit): only the boss restarts, on its port.
+        v2 = edited(docs, "boss", instruction="boss v2", history={"maxMessages": 50})
+        path.write_text(yaml.safe_dump_all(v2))
         assert await run.line("out", "reloaded:") == "reloaded: restarted boss; unchanged worker"
         assert await send(boss, "second", "c-1") == "boss v2 answers"
         request = fake_openai.completions[-1].json
@@ -132,7 +135,7 @@ async def test_an_edit_restarts_only_the_changed_agent_and_its_conversations_go_
         await kept.call_tool("get_health", {})  # the worker's server still knows this session
 
         # An agent added starts on the next port; removed, it stops.
-        added = [*edited(docs, "boss", instruction="boss v2"), {**docs[-1], "metadata": {"name": "helper"}}]
+        added = [*v2, {**docs[-1], "metadata": {"name": "helper"}}]
         mark = len(run.out)
         path.write_text(yaml.safe_dump_all(added))
         assert await run.line("out", "reloaded:", after=mark) == (
@@ -140,7 +143,7 @@ async def test_an_edit_restarts_only_the_changed_agent_and_its_conversations_go_
         )
         assert await send(helper, "hi", "c-2") == "worker answers"
         mark = len(run.out)
-        path.write_text(yaml.safe_dump_all(edited(docs, "boss", instruction="boss v2")))
+        path.write_text(yaml.safe_dump_all(v2))
         assert (
             await run.line("out", "reloaded:", after=mark)
             == "reloaded: stopped helper; unchanged worker, boss"
@@ -152,7 +155,7 @@ async def test_an_edit_restarts_only_the_changed_agent_and_its_conversations_go_
 
         # A bad edit is reported, naming file, object and field; everything runs as before.
         mark = len(run.err)
-        path.write_text(yaml.safe_dump_all(edited(docs, "boss", instruction="boss v3", maxIterations=0)))
+        path.write_text(yaml.safe_dump_all(edited(v2, "boss", instruction="boss v3", maxIterations=0)))
         problem = await run.line("err", "pallas run: reload: ", after=mark)
         assert problem.startswith(f"pallas run: reload: {path}:"), problem
         assert "PallasAgent/boss: spec.maxIterations: " in problem, problem
@@ -165,3 +168,38 @@ async def test_an_edit_restarts_only_the_changed_agent_and_its_conversations_go_
             "reloaded: started helper; unchanged worker, boss",
             "reloaded: stopped helper; unchanged worker, boss",
         ]
+
+
+async def test_an_instruction_edit_during_a_turn_is_applied_in_place_and_the_turn_finishes(
+    fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    release = asyncio.Event()
+    fake_openai.script(Hold(release, then=Text("slow answer")))
+    fake_openai.default = lambda request: Text(f"{request['messages'][0]['content']} answers")
+    docs = manifests(fake_openai)
+    path = tmp_path / "agents.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    base = free_ports(3)
+    boss = f"http://127.0.0.1:{base + 1}/mcp"
+
+    async with (
+        pallas_run_reload(path, base) as run,
+        Client(StreamableHttpTransport(boss), mode="legacy") as session,
+    ):
+        conversation = f"c-{uuid.uuid4()}"  # pallas run's SQLite store outlives the test
+        arguments = {"message": "take your time", "conversation_id": conversation}
+        turn = asyncio.create_task(session.call_tool("send_message", arguments))
+        await fake_openai.held.wait()  # the boss's turn is waiting for its model
+        path.write_text(yaml.safe_dump_all(edited(docs, "boss", instruction="boss v2")))
+        assert await run.line("out", "reloaded:") == "reloaded: applied in place boss; unchanged worker"
+        release.set()
+        assert (await turn).content[0].text == "slow answer"  # not "shutting down"
+        # The same MCP session (a new process would not know it), the same conversation.
+        again = await session.call_tool(
+            "send_message", {"message": "and now?", "conversation_id": conversation}
+        )
+        assert again.content[0].text == "boss v2 answers"
+    first, second = (request.json["messages"] for request in fake_openai.completions)
+    assert first[0] == {"role": "system", "content": "boss"}
+    assert second[0] == {"role": "system", "content": "boss v2"}
+    assert [m["content"] for m in second[1:]] == ["take your time", "slow answer", "and now?"]

@@ -257,3 +257,22 @@ def test_the_deployment_says_who_may_talk_to_its_agents(
     status = deployment_status(obs, PallasDeploymentStatus(), "2026-11-21T10:00:00Z")
     assert _cond(status, "Authenticated") == expected
     assert _cond(status, "Ready")[0] == "True"  # advice, never a blocker
+
+
+async def test_new_access_lists_drop_every_decision_and_one_being_made_is_not_kept() -> None:
+    cache = DecisionCache(60)
+    cache.put("old", Decision(ALICE, True))
+    started, finish = asyncio.Event(), asyncio.Event()
+
+    async def slow() -> Decision | None:
+        started.set()
+        await finish.wait()
+        return Decision(ALICE, True)
+
+    lookup = asyncio.create_task(cache.decide("new", slow))
+    await started.wait()
+    cache.clear()  # the agent's spec.access changed (applied in place)
+    finish.set()
+    assert (await lookup)[0] == Decision(ALICE, True)  # its caller gets it, decided before the change
+    assert cache.get("old") == (False, None)
+    assert cache.get("new") == (False, None)  # but it is not kept for the next request

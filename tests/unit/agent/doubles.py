@@ -96,6 +96,7 @@ class FakeSource:
     list_error: Exception | None = None
     calls: list[tuple[str, dict[str, Any], str | None]] = field(default_factory=list)
     conversations: list[ConversationKey | None] = field(default_factory=list)
+    released: list[ConversationKey] = field(default_factory=list)
 
     async def list_tools(self, *, inbound_auth: str | None = None) -> list[RemoteTool]:
         if self.list_error is not None:
@@ -115,6 +116,9 @@ class FakeSource:
         self.calls.append((tool, arguments, inbound_auth))
         self.conversations.append(conversation)
         return await self.handler(tool, arguments, inbound_auth, on_progress)
+
+    async def release(self, conversation: ConversationKey) -> None:
+        self.released.append(conversation)
 
     async def probe(self) -> ProbeResult:
         await asyncio.sleep(0)

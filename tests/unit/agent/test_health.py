@@ -11,6 +11,7 @@ import pytest
 
 from pallas_api.config import parse_config
 from pallas_runtime.agent.health import HealthChecker
+from pallas_runtime.agent.live import LiveAgent, given_parts
 from pallas_runtime.downstream.source import ProbeResult
 from pallas_runtime.llm.provider import ProviderCheck
 from pallas_runtime.metrics import RuntimeMetrics
@@ -44,7 +45,8 @@ def checker(
     provider = ScriptedProvider([], check or ProviderCheck(True, "", time.monotonic()))
     metrics = RuntimeMetrics(process_collectors=False)
     running = in_flight if in_flight is not None else [0]
-    health = HealthChecker(cfg, provider, sources, metrics, environ or {}, in_flight=lambda: running[0])
+    live = LiveAgent(cfg, metrics=metrics, secrets=environ or {}, parts=given_parts(provider, sources))
+    health = HealthChecker(live, metrics, in_flight=lambda: running[0])
     return health, provider, metrics
 
 
@@ -73,7 +75,7 @@ async def test_busy_when_the_calls_in_flight_reach_busy_at() -> None:
     report = json.loads((await health.report()).to_json())
     assert (report["status"], report["busy"], report["inFlight"]) == ("ok", True, 2)
     never, _, _ = checker([], in_flight=[50])
-    assert set(json.loads((await never.report()).to_json())) == {"status", "timestamp"}
+    assert set(json.loads((await never.report()).to_json())) == {"status", "timestamp", "configHash"}
 
 
 async def test_an_unreachable_downstream_degrades_naming_it() -> None:

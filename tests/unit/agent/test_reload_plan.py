@@ -36,8 +36,8 @@ def test_changes_restart_changed_agents_in_dependency_order(tmp_path: Path) -> N
     new = plan_of(
         tmp_path,
         DEPLOYMENT,
-        agent("boss", agents=["worker"], instruction="new"),
-        agent("worker", instruction="new too"),
+        agent("boss", agents=["worker"], history={"maxMessages": 10}),
+        agent("worker", history={"maxMessages": 20}),
         agent("added"),
         keep=keep,
     )
@@ -46,8 +46,25 @@ def test_changes_restart_changed_agents_in_dependency_order(tmp_path: Path) -> N
     started = [name for _, name in changes.started]
     assert started.index("worker") < started.index("boss")  # peers first
     assert set(started) == {"boss", "worker", "added"}
-    assert changes.unchanged == ()
+    assert changes.applied == changes.unchanged == ()
     assert changes.registry
+
+
+def test_what_a_running_agent_takes_in_place_is_applied_not_restarted(tmp_path: Path) -> None:
+    old = plan_of(tmp_path, DEPLOYMENT, agent("boss", agents=["worker"]), agent("worker"), agent("calm"))
+    keep = {("default", a.manifest.name): a.port for a in old.agents}
+    new = plan_of(
+        tmp_path,
+        DEPLOYMENT,
+        agent("boss", agents=["worker"], instruction="new", tools={"deny": ["x__*"]}),
+        agent("worker", requestParams={"temperature": 0.1}, maxIterations=3),
+        agent("calm"),
+        keep=keep,
+    )
+    changes = plan_changes(old, new)
+    assert changes.started == changes.stopped == ()
+    assert {name for _, name in changes.applied} == {"boss", "worker"}
+    assert changes.unchanged == (("default", "calm"),)
 
 
 def test_an_edit_outside_the_config_leaves_agents_running(tmp_path: Path) -> None:

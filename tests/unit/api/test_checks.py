@@ -109,3 +109,15 @@ def test_broken_documents_a_wrong_api_version_and_twins_are_reported() -> None:
 def test_an_agent_of_a_broken_deployment_is_not_blamed_for_it() -> None:
     report = _check(deployment("ouranos", at("spec.providers.vllm.type", "gemini")), agent())
     assert [p.object for p in report.problems] == ["PallasDeployment/ouranos"]
+
+
+def test_a_stateful_stdio_server_is_a_cluster_problem_but_not_pallas_runs() -> None:
+    shell = {"stdio": {"command": "sh-mcp"}, "stateful": True}
+    docs = [
+        Document("m.yaml:1", deployment("ouranos", at("spec.mcpServers.shell", shell))),
+        Document("m.yaml:20", agent("research", spec(servers=["shell"]))),
+    ]
+    (problem,) = check_documents(docs).problems
+    assert (problem.field, problem.object) == ("spec.servers", "PallasAgent/research")
+    assert "only `pallas run` hosts" in problem.message
+    assert check_documents(docs, local=True).problems == []

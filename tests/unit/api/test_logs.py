@@ -269,3 +269,9 @@ def test_credentials_are_redacted_in_any_position() -> None:
     ]
     for text, redacted in cases:
         assert redact(text) == redacted
+
+
+def test_a_redactor_told_a_rotated_value_redacts_the_new_and_the_old() -> None:
+    redactor = Redactor(["sk-first-value"])
+    redactor.add(["sk-second-value", "sk-first-value"])
+    assert redactor.redact("sk-first-value then sk-second-value") == "[redacted] then [redacted]"

@@ -78,3 +78,18 @@ def test_the_dns_label_is_spelled_out_once() -> None:
         if spelled in path.read_text()
     ]
     assert found == ["api/pallas_api/names.py"]
+
+
+def test_a_hosted_stdio_server_is_named_by_its_deployment_and_key() -> None:
+    assert names.stdio_server_name("ouranos", "fs") == "ouranos-mcp-fs"
+    assert names.stdio_server_url("ouranos", "fs", "agents") == (
+        "http://ouranos-mcp-fs.agents.svc.cluster.local:8000/mcp"
+    )
+    # Keys a DNS label cannot carry as they are get a digest, so Fs and fs never meet.
+    upper, lower = names.stdio_server_name("ouranos", "Fs"), names.stdio_server_name("ouranos", "fs")
+    assert upper != lower
+    assert upper.startswith("ouranos-mcp-fs-")
+    long = names.stdio_server_name("d" * 54, "s" * 63)
+    assert len(long) <= 63
+    for name in (upper, long, names.stdio_server_name("ouranos", "my_server")):
+        assert re.fullmatch(names.DNS_LABEL, name), name

@@ -1,43 +1,9 @@
-"""What reconciles remember between runs: Secret users, auth-delegator bindings, ServiceMonitor checks."""
+"""What reconciles remember between runs: auth-delegator bindings, ServiceMonitor checks."""
 
 from __future__ import annotations
 
 from pallas_operator.engine.delegations import Delegations
 from pallas_operator.engine.monitoring_checks import MonitoringChecks
-from pallas_operator.engine.secret_users import SecretUsers
-
-
-def test_secret_users_are_found_from_the_secret_and_replaced_per_user() -> None:
-    users = SecretUsers()
-    users.use("agent", "ns", "research", {"llm", "search"})
-    users.use("agent", "ns", "writer", ["llm"])
-    users.use("deployment", "ns", "ouranos", {"llm"})
-    users.use("agent", "other", "research", {"llm"})  # the same names elsewhere are someone else
-    assert users.users_of("ns", "llm") == [
-        ("agent", "research"),
-        ("agent", "writer"),
-        ("deployment", "ouranos"),
-    ]
-    assert users.users_of("ns", "search") == [("agent", "research")]
-
-    users.use("agent", "ns", "research", {"search", "tools"})  # replaces what it read before
-    assert users.users_of("ns", "llm") == [("agent", "writer"), ("deployment", "ouranos")]
-    assert users.users_of("ns", "tools") == [("agent", "research")]
-    assert users.users_of("other", "llm") == [("agent", "research")]
-
-    users.forget("agent", "ns", "research")
-    users.forget("agent", "ns", "never-seen")
-    assert users.users_of("ns", "search") == []
-    assert users.users_of("ns", "tools") == []
-    assert users.users_of("ns", "llm") == [("agent", "writer"), ("deployment", "ouranos")]
-
-
-def test_a_secret_nobody_reads_any_more_leaves_nothing_behind() -> None:
-    users = SecretUsers()
-    users.use("agent", "ns", "research", {"llm"})
-    users.use("agent", "ns", "research", set())
-    assert users._users == {}
-    assert users._reads == {}
 
 
 def test_delegations_say_unknown_until_recorded_and_forget_returns_what_was_known() -> None:

@@ -16,6 +16,7 @@ import yaml
 
 from pallas_api import names
 from pallas_api.config import parse_config, render_config
+from pallas_api.live import process_digest
 from pallas_api.render import render_agent
 from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
 from pallas_operator.builders import (
@@ -25,14 +26,12 @@ from pallas_operator.builders import (
     agent_deployment,
     agent_disruption_budget,
     agent_service,
-    config_hash,
     registry_children,
     service_monitors,
 )
 from tests.support.operator import agent, at, deployment, spec
 
 GOLDEN = Path(__file__).parent / "golden"
-SECRETS = {"llm": {"VLLM_KEY": "d1"}, "mn": {"key": "d2"}}
 AGENT_OWNER = Owner(names.AGENT_KIND, "research", "agents", "uid-agent")
 DEPLOYMENT_OWNER = Owner(names.DEPLOYMENT_KIND, "ouranos", "agents", "uid-deployment")
 
@@ -55,12 +54,12 @@ def _agent_spec(*mods: Any) -> PallasAgentSpec:
 
 
 def _workload(
-    agent_spec: PallasAgentSpec | None = None, secrets: Any = None, dep: PallasDeploymentSpec | None = None
+    agent_spec: PallasAgentSpec | None = None, dep: PallasDeploymentSpec | None = None
 ) -> AgentWorkload:
     agent_spec = agent_spec or _agent_spec()
     dep = dep or _deployment_spec()
     rendered = render_agent("research", agent_spec, dep, {})
-    digest = config_hash(render_config(rendered.config), rendered.secrets, secrets or SECRETS)
+    digest = process_digest(rendered.config)
     return AgentWorkload(AGENT_OWNER, "ouranos", agent_spec, dep, rendered.secrets, digest, "pallas:test")
 
 
@@ -98,29 +97,50 @@ def test_agent_with_replicas_and_no_affinity_golden() -> None:
 
 
 def test_registry_children_golden() -> None:
-    _golden("registry", registry_children(DEPLOYMENT_OWNER, _deployment_spec(), "pallas:test", SECRETS))
+    _golden("registry", registry_children(DEPLOYMENT_OWNER, _deployment_spec(), "pallas:test"))
 
 
-def test_the_registry_gets_every_provider_key_optionally_and_rolls_on_rotation() -> None:
+def _pod(manifest: dict[str, Any]) -> dict[str, Any]:
+    pod: dict[str, Any] = manifest["spec"]["template"]["spec"]
+    return pod
+
+
+def _secret_sources(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Secret sources of a pod's Secret volume, after checking how it is mounted."""
+    pod = _pod(manifest)
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "secrets"]
+    (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "secrets"]
+    # Mounted whole (a subPath mount is never updated by the kubelet), read-only, where the
+    # process looks (--secrets-dir); files readable by the pod's group only.
+    assert mount == {"name": "secrets", "mountPath": names.SECRETS_DIR, "readOnly": True}
+    command = pod["containers"][0]["command"]
+    assert command[command.index("--secrets-dir") + 1] == names.SECRETS_DIR
+    assert volume["projected"]["defaultMode"] == 0o440
+    assert pod["securityContext"]["fsGroup"] == 65532
+    return [source["secret"] for source in volume["projected"]["sources"]]
+
+
+def test_the_registry_gets_every_provider_key_as_an_optional_file_and_no_restart_hash() -> None:
     spare = {"type": "anthropic", "apiKey": {"secretKeyRef": {"name": "spare", "key": "KEY"}}}
     dep = _deployment_spec(at("spec.providers.spare", spare), at("spec.providers.local", {"type": "openai"}))
-    registry = registry_children(DEPLOYMENT_OWNER, dep, "pallas:test", SECRETS)[-1]
-    env = registry["spec"]["template"]["spec"]["containers"][0]["env"]
+    registry = registry_children(DEPLOYMENT_OWNER, dep, "pallas:test")[-1]
     # Every provider with a key, used by an agent or not; optional: a missing Secret never keeps
     # the catalogue down (the registry's check says the key is not set).
-    assert [(e["name"], e["valueFrom"]["secretKeyRef"]) for e in env if "valueFrom" in e] == [
-        ("PALLAS_PROVIDER_SPARE_API_KEY", {"name": "spare", "key": "KEY", "optional": True}),
-        ("PALLAS_PROVIDER_VLLM_API_KEY", {"name": "llm", "key": "VLLM_KEY", "optional": True}),
+    assert _secret_sources(registry) == [
+        {
+            "name": "llm",
+            "items": [{"key": "VLLM_KEY", "path": "PALLAS_PROVIDER_VLLM_API_KEY"}],
+            "optional": True,
+        },
+        {
+            "name": "spare",
+            "items": [{"key": "KEY", "path": "PALLAS_PROVIDER_SPARE_API_KEY"}],
+            "optional": True,
+        },
     ]
-
-    def template_hash(secrets: Any) -> str:
-        dep_manifest = registry_children(DEPLOYMENT_OWNER, dep, "pallas:test", secrets)[-1]
-        return str(dep_manifest["spec"]["template"]["metadata"]["annotations"]["pallas.dev/config-hash"])
-
-    rotated = {**SECRETS, "llm": {**SECRETS["llm"], "VLLM_KEY": "another-digest"}}
-    unrelated = {**SECRETS, "llm": {**SECRETS["llm"], "OTHER": "x"}}
-    assert template_hash(rotated) != template_hash(SECRETS)
-    assert template_hash(unrelated) == template_hash(SECRETS)
+    assert not any("valueFrom" in e for e in _pod(registry)["containers"][0]["env"])
+    # Nothing to roll on: a rotated key is read from the file at the next check.
+    assert "annotations" not in registry["spec"]["template"]["metadata"]
 
 
 def test_service_monitors_golden() -> None:
@@ -142,17 +162,30 @@ def test_config_map_holds_a_loadable_config_and_no_secret_values() -> None:
     assert "secretKeyRef" not in text
 
 
-def test_secrets_reach_the_pod_only_as_secret_key_refs() -> None:
-    container = agent_deployment(_workload())["spec"]["template"]["spec"]["containers"][0]
-    by_name = {e["name"]: e for e in container["env"]}
-    assert by_name["PALLAS_PROVIDER_VLLM_API_KEY"] == {
-        "name": "PALLAS_PROVIDER_VLLM_API_KEY",
-        "valueFrom": {"secretKeyRef": {"name": "llm", "key": "VLLM_KEY"}},
-    }
-    prefixes = ("PALLAS_PROVIDER_", "PALLAS_SERVER_")
-    bound = {e["name"] for e in container["env"] if e["name"].startswith(prefixes)}
-    assert bound == {"PALLAS_PROVIDER_VLLM_API_KEY", "PALLAS_SERVER_MNEMOSYNE_HEADER_0"}
-    assert all("value" not in e for e in container["env"] if e["name"] in bound)
+def test_secrets_reach_the_pod_only_as_files_of_its_secret_volume() -> None:
+    manifest = agent_deployment(_workload())
+    assert _secret_sources(manifest) == [
+        {
+            "name": "llm",
+            "items": [{"key": "VLLM_KEY", "path": "PALLAS_PROVIDER_VLLM_API_KEY"}],
+            "optional": True,
+        },
+        {
+            "name": "mn",
+            "items": [{"key": "key", "path": "PALLAS_SERVER_MNEMOSYNE_HEADER_0"}],
+            "optional": True,
+        },
+    ]
+    env = _pod(manifest)["containers"][0]["env"]
+    assert not any(
+        "valueFrom" in e or e["name"].startswith(("PALLAS_PROVIDER_", "PALLAS_SERVER_")) for e in env
+    )
+
+
+def test_an_agent_reading_no_secret_has_no_secret_volume() -> None:
+    dep = _deployment_spec(at("spec.providers.vllm.apiKey", None))
+    pod = _pod(agent_deployment(_workload(_agent_spec(spec(servers=["argos"])), dep=dep)))
+    assert [v["name"] for v in pod["volumes"]] == ["config", "tmp"]
 
 
 def _env(manifest: dict[str, Any]) -> dict[str, str]:
@@ -190,14 +223,16 @@ def test_a_log_level_outside_the_enum_is_refused() -> None:
         _agent_spec(at("spec.logLevel", "loud"))
 
 
-def test_user_env_cannot_shadow_a_secret_binding() -> None:
+def test_user_env_of_a_secrets_name_stays_an_env_var_beside_the_secret_file() -> None:
     agent_spec = _agent_spec(at("spec.pod.env", [{"name": "PALLAS_PROVIDER_VLLM_API_KEY", "value": "x"},
                                                    {"name": "LOG_LEVEL", "value": "debug"}]))  # fmt: skip
-    env = agent_deployment(_workload(agent_spec))["spec"]["template"]["spec"]["containers"][0]["env"]
+    manifest = agent_deployment(_workload(agent_spec))
+    env = _pod(manifest)["containers"][0]["env"]
     names_ = [e["name"] for e in env]
     assert len(names_) == len(set(names_))
     assert {"name": "LOG_LEVEL", "value": "debug"} in env
-    assert next(e for e in env if e["name"] == "PALLAS_PROVIDER_VLLM_API_KEY")["valueFrom"]
+    # The agent looks in its Secret volume first (`--secrets-dir`), so the file still wins.
+    assert _secret_sources(manifest)[0]["items"][0]["path"] == "PALLAS_PROVIDER_VLLM_API_KEY"
 
 
 def test_pods_are_hardened() -> None:
@@ -226,8 +261,8 @@ def test_pods_are_hardened() -> None:
 
 def test_agents_accept_only_their_service_names_and_public_host() -> None:
     command = agent_deployment(_workload())["spec"]["template"]["spec"]["containers"][0]["command"]
-    allowed = command[7::2]
-    assert command[6::2] == ["--allowed-host"] * 4
+    allowed = command[9::2]
+    assert command[8::2] == ["--allowed-host"] * 4
     assert allowed == [
         "research",
         "research.agents",
@@ -240,7 +275,7 @@ def test_agents_accept_the_public_host_with_the_deployment_filled_in() -> None:
     template = "https://{deployment}-{agent}.{namespace}.example.com/mcp"
     dep = _deployment_spec(at("spec.registry.publicURLTemplate", template))
     command = agent_deployment(_workload(dep=dep))["spec"]["template"]["spec"]["containers"][0]["command"]
-    assert command[6::2] == ["--allowed-host"] * 5
+    assert command[8::2] == ["--allowed-host"] * 5
     assert command[-1] == "ouranos-research.agents.example.com"
 
 
@@ -248,17 +283,33 @@ def test_an_unusable_public_template_adds_no_host() -> None:
     dep = _deployment_spec(at("spec.registry.publicURLTemplate", "https://{tenant}.example.com/mcp"))
     command = agent_deployment(_workload(dep=dep))["spec"]["template"]["spec"]["containers"][0]["command"]
     assert "{" not in " ".join(command)
-    assert command[6::2] == ["--allowed-host"] * 4
+    assert command[8::2] == ["--allowed-host"] * 4
 
 
-def test_config_hash_moves_with_the_config_and_with_a_rotated_secret_only() -> None:
-    base = _workload().config_hash
-    assert _workload().config_hash == base
-    assert _workload(secrets={**SECRETS, "llm": {"VLLM_KEY": "rotated"}}).config_hash != base
-    assert _workload(secrets={**SECRETS, "unrelated": {"x": "y"}}).config_hash == base
-    assert _workload(_agent_spec(spec(instruction="Something else."))).config_hash != base
-    template = agent_deployment(_workload())["spec"]["template"]
-    assert template["metadata"]["annotations"][names.ANNOTATION_CONFIG_HASH] == base
+def test_an_instruction_edit_leaves_the_pod_template_alone_and_an_image_change_rolls_it() -> None:
+    def template(agent_spec: PallasAgentSpec | None = None, dep: PallasDeploymentSpec | None = None) -> Any:
+        return agent_deployment(_workload(agent_spec, dep))["spec"]["template"]
+
+    base = template()
+    assert base["metadata"]["annotations"][names.ANNOTATION_CONFIG_HASH] == _workload().config_hash
+    # Applied live by the running pods: the template does not move, so nothing rolls.
+    live_edits = [
+        _agent_spec(spec(instruction="Something else.")),
+        _agent_spec(spec(requestParams={"temperature": 0.1}, maxIterations=3)),
+        _agent_spec(spec(tools={"deny": ["argos__delete_*"]})),
+        _agent_spec(spec(title="Researcher", description="Finds things")),
+    ]
+    for edited in live_edits:
+        assert template(edited) == base
+    assert template(dep=_deployment_spec(at("spec.model.default", "vllm.other-model"))) == base
+    # What needs a new process: the image (the template itself), and the config's process part.
+    image = _deployment_spec(at("spec.runtime.image", "registry.example/pallas:9"))
+    assert template(dep=image) != base
+    history = template(_agent_spec(spec(history={"maxMessages": 10})))
+    assert history["metadata"]["annotations"][names.ANNOTATION_CONFIG_HASH] != _workload().config_hash
+    # A Secret key the pods read is a volume item: naming another one is a new pod.
+    other_key = _deployment_spec(at("spec.providers.vllm.apiKey.secretKeyRef.key", "OTHER"))
+    assert template(dep=other_key)["spec"]["volumes"] != base["spec"]["volumes"]
 
 
 def test_image_comes_from_the_deployment_else_the_operator_default() -> None:
@@ -339,7 +390,7 @@ def test_every_child_carries_the_contract_labels_and_an_owner(objects: Any) -> N
         assert obj["metadata"]["ownerReferences"][0]["controller"] is True
 
 
-def test_a_postgres_conversation_store_reaches_the_pod_as_a_secret_reference() -> None:
+def test_a_postgres_conversation_store_reaches_the_pod_as_a_secret_file() -> None:
     dep = _deployment_spec(
         at("spec.conversations", {
             "store": "postgres",
@@ -353,13 +404,12 @@ def test_a_postgres_conversation_store_reaches_the_pod_as_a_secret_reference() -
     assert store.max_connections == 3  # the one pool of each agent pod
     assert "maxConnections: 3" in render_config(rendered.config)
     assert rendered.config.history.max_messages == 50
-    digest = config_hash(render_config(rendered.config), rendered.secrets, {**SECRETS, "pg": {"dsn": "d"}})
+    digest = process_digest(rendered.config)
     workload = AgentWorkload(
         AGENT_OWNER, "ouranos", _agent_spec(), dep, rendered.secrets, digest, "pallas:test"
     )
-    env = agent_deployment(workload)["spec"]["template"]["spec"]["containers"][0]["env"]
-    dsn = next(e for e in env if e["name"] == "PALLAS_CONVERSATIONS_DSN")
-    assert dsn["valueFrom"] == {"secretKeyRef": {"name": "pg", "key": "dsn"}}
+    pg = next(s for s in _secret_sources(agent_deployment(workload)) if s["name"] == "pg")
+    assert pg["items"] == [{"key": "dsn", "path": "PALLAS_CONVERSATIONS_DSN"}]
     default = _deployment_spec(
         at("spec.conversations.postgres", {"dsn": {"secretKeyRef": {"name": "pg", "key": "dsn"}}})
     )

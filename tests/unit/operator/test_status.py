@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from pallas_api.references import find_cycle
-from pallas_api.render import SecretBinding
-from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec, SecretKeyRef
+from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
 from pallas_api.status import PallasAgentStatus, PallasDeploymentStatus, ServerInfo
 from pallas_operator.status import (
     AgentFacts,
@@ -24,7 +24,6 @@ from pallas_operator.status import (
     Workload,
     agent_status,
     check_agent,
-    check_secrets,
     deployment_status,
     waiting_for,
     workload,
@@ -193,15 +192,31 @@ def test_waiting_for_lists_dependencies_not_ready() -> None:
     assert waiting_for(spec_, {"b": _facts("b"), "c": _facts("c", ready=False)}) == ["c"]
 
 
-def test_check_secrets_names_secrets_and_keys_never_values() -> None:
-    binding = SecretBinding("E", SecretKeyRef(name="llm", key="VLLM_KEY"))
-    assert check_secrets([binding], {}) == Problem(
-        "SecretNotFound", "Secrets not found in this namespace: llm"
+def test_a_secret_key_the_pods_lack_is_the_reason_ready_is_false_and_names_it() -> None:
+    # The operator reads no Secret: the agent's get_health says which of its keys have no value.
+    message = "LLM: openai provider 'vllm': no API key: Secret llm key VLLM_KEY is not set"
+    lacking = HealthResult("error", message, missing_secrets=("Secret llm key VLLM_KEY",))
+    status = agent_status(AgentObservation(1, workload=UP, verification=VERIFIED, health=lacking), EMPTY, T0)
+    assert _cond(status, "Healthy") == _cond(status, "Ready") == ("False", "SecretKeyNotFound")
+    assert {c.message for c in status.conditions if c.type in ("Healthy", "Ready")} == {message}
+    assert status.phase == "Degraded"
+    # A header's Secret only degrades the agent: it serves, without that header.
+    header = HealthResult("degraded", "Headers not sent, no value: Secret mn key key", missing_secrets=("x",))
+    status = agent_status(AgentObservation(1, workload=UP, verification=VERIFIED, health=header), EMPTY, T0)
+    assert _cond(status, "Healthy") == ("False", "HealthDegraded")
+    assert _cond(status, "Ready") == ("True", "AgentReady")
+
+
+def test_status_says_which_config_the_agent_serves_and_keeps_it_between_reports() -> None:
+    wanted = AgentObservation(1, workload=UP, verification=VERIFIED, config_hash="new")
+    old = agent_status(dataclasses.replace(wanted, health=HealthResult("ok", config_hash="old")), EMPTY, T0)
+    assert (old.config_hash, old.served_config_hash) == ("new", "old")
+    assert agent_status(wanted, old, T1).served_config_hash == "old"  # no fresh report: it stands
+    caught_up = agent_status(
+        dataclasses.replace(wanted, health=HealthResult("ok", config_hash="new")), old, T1
     )
-    assert check_secrets([binding], {"llm": {"OTHER": "digest"}}) == Problem(
-        "SecretKeyNotFound", "Secret keys not found: llm/VLLM_KEY"
-    )
-    assert check_secrets([binding], {"llm": {"VLLM_KEY": "digest"}}) is None
+    assert (caught_up.config_hash, caught_up.served_config_hash) == ("new", "new")
+    assert caught_up.to_wire()["servedConfigHash"] == "new"
 
 
 def test_workload_reads_a_deployment_object() -> None:

@@ -30,7 +30,7 @@ class Served:
     """One server `pallas run` started."""
 
     kind: str
-    """`agent` or `registry`."""
+    """`agent`, `registry` or `stdio server`."""
     name: str
     url: str
 
@@ -60,7 +60,8 @@ class StartupReport:
             return
         label = f"{kind} {name}" if name else kind
         print(f"{label:<30} {url}", file=self._stream, flush=True)
-        log.info("%s serving on %s", label, url, extra={"url": url, **({"agent": name} if name else {})})
+        about = {"agent": name} if kind == "agent" else {"server": name} if name else {}
+        log.info("%s serving on %s", label, url, extra={"url": url, **about})
 
     async def ready(self, headers: Mapping[str, str]) -> None:
         """Everything listens: on a terminal, show the table with each agent's health."""

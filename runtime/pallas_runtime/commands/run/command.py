@@ -98,11 +98,23 @@ class RunCommand:
             return EXIT_USAGE
         secrets = {b.env for a in plan.agents for b in a.rendered.secrets}
         merged_env = {k: v for a in plan.agents for k, v in a.environ.items()}
+        for bridge in plan.bridges:  # the stdio servers' Secret values stay out of the logs too
+            secrets.update(bridge.secrets)
+            merged_env.update(bridge.secrets)
         try:
             setup_logging(with_log_level(plan, merged_env), secret_env=secrets)
         except ValueError as exc:
             print(f"pallas run: {exc}", file=sys.stderr)
             return EXIT_USAGE
+        for bridge in plan.bridges:
+            for ref in bridge.unresolved:
+                key = ref.rsplit("/", 1)[1]
+                log.warning(
+                    "stdio server %s: %s has no value (no such Secret manifest key and $%s is unset)",
+                    bridge.name,
+                    ref,
+                    key,
+                )
         for agent in plan.agents:
             for ref in agent.unresolved:
                 key = ref.rsplit("/", 1)[1]
@@ -149,6 +161,13 @@ async def serve_plan(
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     try:
+        for bridge in plan.bridges:
+            try:
+                await run.start_bridge(bridge)
+            except StartFailed as exc:
+                print(f"pallas run: {exc}", file=sys.stderr)
+                return EXIT_FAILURE
+            report.started("stdio server", bridge.name, bridge.url)
         for agent in plan.agents:
             config = agent.rendered.config
             try:

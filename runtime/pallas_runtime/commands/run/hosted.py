@@ -19,13 +19,22 @@ from typing import TYPE_CHECKING
 
 from pallas_api.config import HttpLimits
 from pallas_io.logs import fields_context
-from pallas_runtime.commands.run.manifests import LOOPBACK, AgentKey, LocalPlan, PlannedAgent
+from pallas_runtime.commands.run.manifests import (
+    LOOPBACK,
+    AgentKey,
+    BridgeKey,
+    LocalPlan,
+    PlannedAgent,
+    PlannedBridge,
+)
 from pallas_runtime.metrics import RuntimeMetrics
 
 if TYPE_CHECKING:  # imported where used: `--agent` runs never load the registry
     from pallas_registry import RegistryMetrics
 from pallas_io.serving import listen, serve
 from pallas_runtime.server import AgentServer, agent_app, build_server
+from pallas_runtime.stdio.bridge import Bridge
+from pallas_runtime.stdio.links import ChildProcess, child_environment
 
 GRACE_SECONDS = 2
 """How long a stopping server waits for requests still open once it is drained: answers being
@@ -189,6 +198,39 @@ async def start_registry(
     return hosted
 
 
+async def start_bridge(planned: PlannedBridge) -> Hosted:
+    """Serve the bridge of a stdio server on its port until stopped; its server starts with it.
+
+    The server runs as a child process of `pallas run` (its stderr in the log under its name),
+    started again with back-off when it ends; a stateful server runs a process per session.
+
+    Raises:
+        StartFailed: the port is taken or the bridge did not start.
+    """
+    name = planned.name
+    sock = _listen(f"stdio server {name}", planned.port)
+    stdio = planned.stdio
+    environment = child_environment(planned.env)
+    bridge = Bridge(
+        name,
+        lambda: ChildProcess(name, stdio.command, stdio.args, environment),
+        stateful=planned.stateful,
+        limits=planned.limits,
+    )
+    started = asyncio.Event()
+    fields = fields_context(server=name, deployment=planned.key[1])
+    task = asyncio.create_task(
+        serve(bridge.app(), sock, started=started, graceful_timeout=GRACE_SECONDS), context=fields
+    )
+    hosted = Hosted(task, sock)
+    try:
+        await _started(task, started, f"stdio server {name}", planned.port)
+    except StartFailed:
+        await hosted.stop()
+        raise
+    return hosted
+
+
 def strictest(limits: Iterable[HttpLimits]) -> HttpLimits:
     """The smallest of each limit: the registry of `pallas run` may list several deployments."""
     chosen = list(limits)
@@ -210,6 +252,7 @@ class LocalRun:
         self.metrics = metrics
         self.probe_headers = probe_headers
         self.agents: dict[AgentKey, HostedAgent] = {}
+        self.bridges: dict[BridgeKey, tuple[PlannedBridge, Hosted]] = {}
         self.registry: Hosted | None = None
         self.ended = asyncio.Event()
         self._stopping: set[asyncio.Task[None]] = set()
@@ -272,11 +315,39 @@ class LocalRun:
         """send_message calls running in every hosted agent."""
         return sum(hosted.server.inflight.count for hosted in self.agents.values())
 
+    def apply_agent(self, agent: PlannedAgent) -> bool:
+        """Hand a running agent its new config and environment, applied from its next turn.
+
+        Returns:
+            False, with nothing changed, when the agent is not hosted or needs a restart for it.
+        """
+        hosted = self.agents.get((agent.manifest.namespace, agent.manifest.name))
+        if hosted is None or not hosted.server.live.apply(agent.rendered.config, secrets=agent.environ):
+            return False
+        hosted.planned = agent
+        return True
+
     async def stop_agent(self, key: AgentKey) -> None:
         """Stop the agent `key`, if hosted."""
         hosted = self.agents.pop(key, None)
         if hosted is not None:
             await self._stop(hosted)
+
+    def bridge_ports(self) -> dict[BridgeKey, int]:
+        """The port of every hosted bridge."""
+        return {key: planned.port for key, (planned, _) in self.bridges.items()}
+
+    async def start_bridge(self, bridge: PlannedBridge) -> None:
+        """Host the bridge of a stdio server (see `start_bridge`)."""
+        hosted = await start_bridge(bridge)
+        self.bridges[bridge.key] = (bridge, hosted)
+        self._watch(hosted)
+
+    async def stop_bridge(self, key: BridgeKey) -> None:
+        """Stop a bridge and its server(s), if hosted."""
+        entry = self.bridges.pop(key, None)
+        if entry is not None:
+            await self._stop(entry[1])
 
     async def start_registry(self, agents: Sequence[PlannedAgent], port: int, plan: LocalPlan) -> None:
         """Host the registry of `agents` (see `start_registry`)."""
@@ -290,10 +361,12 @@ class LocalRun:
             await self._stop(registry)
 
     async def close(self) -> None:
-        """Stop everything: the registry, then every agent at once (each drains).
+        """Stop everything: the registry, then every agent at once (each drains), then the stdio servers.
 
         The agents a restart left draining are waited for too.
         """
         await self.stop_registry()
         agents, self.agents = list(self.agents.values()), {}
         await asyncio.gather(*(self._stop(hosted) for hosted in agents), *self._draining)
+        bridges, self.bridges = [hosted for _, hosted in self.bridges.values()], {}
+        await asyncio.gather(*(self._stop(hosted) for hosted in bridges))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from graphlib import TopologicalSorter
 from pathlib import Path
@@ -21,8 +21,9 @@ from pydantic import BaseModel, ValidationError
 
 from pallas_api import names
 from pallas_api.checks import reference_problem
-from pallas_api.render import RenderedAgent, RenderError, render_agent
-from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
+from pallas_api.config import SessionLimits
+from pallas_api.render import RenderedAgent, RenderError, env_name, render_agent
+from pallas_api.spec import McpServerSpec, PallasAgentSpec, PallasDeploymentSpec, StdioSpec
 from pallas_api.validation import describe
 
 PALLAS_API = names.API_VERSION_STRING
@@ -158,6 +159,42 @@ class PlannedAgent:
         return f"http://{LOOPBACK}:{self.port}/mcp"
 
 
+MAX_BRIDGE_SESSIONS = 100_000
+"""The most HTTP sessions a bridge keeps (`sessions.maxSessions`' own bound)."""
+
+BridgeKey = tuple[str, str, str]
+"""A stdio server's (namespace, deployment, server name)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedBridge:
+    """A stdio server `pallas run` hosts: the command, and the loopback port of its bridge."""
+
+    key: BridgeKey
+    port: int
+    stdio: StdioSpec
+    env: dict[str, str]
+    """Its `stdio.env`, Secret values resolved (the child also gets PATH, HOME and the like)."""
+    stateful: bool
+    limits: SessionLimits
+    """The bridge's HTTP sessions: each agent using it keeps up to `sessions.maxSessions`
+    conversation sessions and one shared session, so the bridge keeps that many per agent."""
+    secrets: dict[str, str] = field(default_factory=dict)
+    """The values from Secrets, by a variable name of the run's own (kept out of the logs)."""
+    unresolved: tuple[str, ...] = ()
+    """Secret references with no value (no Secret manifest key, no environment variable)."""
+
+    @property
+    def name(self) -> str:
+        """The server's name (its `mcpServers` key)."""
+        return self.key[2]
+
+    @property
+    def url(self) -> str:
+        """The bridge's loopback MCP URL."""
+        return f"http://{LOOPBACK}:{self.port}/mcp"
+
+
 @dataclass(frozen=True, slots=True)
 class LocalPlan:
     """What `pallas run` serves: the agents in start order and the registry's port."""
@@ -170,6 +207,8 @@ class LocalPlan:
     that has one (the registry checks them all, used by an agent or not)."""
     openai_base_url: str | None = None
     """`$OPENAI_BASE_URL` when it applies (see `commands.run.env_files.with_openai_base_url`)."""
+    bridges: list[PlannedBridge] = field(default_factory=list)
+    """The stdio servers the agents use, each behind a bridge (started before the agents)."""
 
 
 AgentKey = tuple[str, str]
@@ -177,7 +216,10 @@ AgentKey = tuple[str, str]
 
 
 def agent_ports(
-    agents: Sequence[AgentManifest], base_port: int, keep: Mapping[AgentKey, int] | None = None
+    agents: Sequence[AgentManifest],
+    base_port: int,
+    keep: Mapping[AgentKey, int] | None = None,
+    avoid: Collection[int] = (),
 ) -> dict[AgentKey, int]:
     """Each agent's port: the one in `keep` (a running agent's), else the next free after base.
 
@@ -188,7 +230,7 @@ def agent_ports(
     """
     keys = [(a.namespace, a.name) for a in agents]
     ports = {key: (keep or {})[key] for key in keys if key in (keep or {})}
-    taken = set(ports.values())
+    taken = set(ports.values()) | set(avoid)
     candidate = base_port
     for key in keys:
         if key in ports:
@@ -208,14 +250,20 @@ def plan_local(
     only_agent: str | None = None,
     environ: Mapping[str, str] | None = None,
     keep_ports: Mapping[AgentKey, int] | None = None,
+    keep_bridge_ports: Mapping[BridgeKey, int] | None = None,
 ) -> LocalPlan:
-    """Ports (registry on base, agents on base+1… in manifest order), configs and start order.
+    """Ports (registry on base, agents on base+1…, then stdio servers' bridges), configs, start order.
 
-    `keep_ports` are the ports of agents already running (`pallas run --reload`): they keep
-    them, and agents new to the manifests take the free ports after the base.
+    Agents get their ports in manifest order, the bridges of the stdio servers they use the
+    ports after them.
+
+    `keep_ports` and `keep_bridge_ports` are the ports of agents and bridges already running
+    (`pallas run --reload`): they keep them, and new ones take the free ports after the base.
     """
     env = dict(os.environ if environ is None else environ)
-    ports = agent_ports(manifests.agents, base_port, keep_ports)
+    ports = agent_ports(
+        manifests.agents, base_port, keep_ports, avoid=set((keep_bridge_ports or {}).values())
+    )
     by_key = {(a.namespace, a.name): a for a in manifests.agents}
     graph = {}
     for agent in manifests.agents:
@@ -230,18 +278,25 @@ def plan_local(
         graph[agent.namespace, agent.name] = {(agent.namespace, d) for d in agent.spec.dependencies()}
     order = list(TopologicalSorter(graph).static_order())  # acyclic: reference_problem said so
 
+    run_agents = [by_key[key] for key in order if only_agent is None or by_key[key].name == only_agent]
+    bridges = plan_bridges(manifests, run_agents, ports, env, keep_bridge_ports)
+    bridge_urls = {bridge.key: bridge.url for bridge in bridges}
     planned = []
-    for key in order:
-        agent = by_key[key]
-        if only_agent is not None and agent.name != only_agent:
-            continue
+    for agent in run_agents:
+        key = (agent.namespace, agent.name)
         deployment = manifests.deployments[agent.namespace, agent.spec.deployment]
         urls = {d: f"http://{LOOPBACK}:{ports[agent.namespace, d]}/mcp" for d in agent.spec.agents}
+        stdio_urls = {
+            server: bridge_urls[agent.namespace, deployment.name, server]
+            for server in agent.spec.servers
+            if (agent.namespace, deployment.name, server) in bridge_urls
+        }
         try:
             url = f"http://{LOOPBACK}:{ports[key]}/mcp"
             rendered = render_agent(
-                agent.name, agent.spec, deployment.spec, urls, local=True, namespace=agent.namespace, url=url
-            )
+                agent.name, agent.spec, deployment.spec, urls, local=True, namespace=agent.namespace, url=url,
+                stdio_urls=stdio_urls,
+            )  # fmt: skip
         except RenderError as exc:
             raise ManifestError(f"{_where(agent.source, agent.kind, agent.name)}: {exc}") from None
         agent_env = dict(env)
@@ -266,4 +321,70 @@ def plan_local(
                 value = manifests.secrets.get((namespace, ref.name), {}).get(ref.key, env.get(ref.key))
                 if value:
                     keys[namespace, deployment.name, provider] = value
-    return LocalPlan(planned, None if only_agent is not None else base_port, keys)
+    return LocalPlan(planned, None if only_agent is not None else base_port, keys, bridges=bridges)
+
+
+def _secret_value(
+    manifests: Manifests, namespace: str, ref_name: str, key: str, env: Mapping[str, str]
+) -> str | None:
+    return manifests.secrets.get((namespace, ref_name), {}).get(key, env.get(key))
+
+
+def plan_bridges(
+    manifests: Manifests,
+    agents: Sequence[AgentManifest],
+    agent_ports_: Mapping[AgentKey, int],
+    env: Mapping[str, str],
+    keep: Mapping[BridgeKey, int] | None = None,
+) -> list[PlannedBridge]:
+    """A bridge for each stdio server the agents use, on the first free ports after the agents'.
+
+    Raises:
+        ManifestError: the ports would pass 65535.
+    """
+    users: dict[BridgeKey, int] = {}
+    for agent in agents:
+        deployment = manifests.deployments[agent.namespace, agent.spec.deployment]
+        for server in agent.spec.servers:
+            used = deployment.spec.mcp_servers.get(server)
+            if used is not None and used.stdio is not None:
+                key = (agent.namespace, deployment.name, server)
+                users[key] = users.get(key, 0) + 1
+    taken = set(agent_ports_.values()) | set((keep or {}).values())
+    candidate = max([*agent_ports_.values(), *(keep or {}).values()], default=0)
+    bridges = []
+    for key in sorted(users):
+        namespace, deployment_name, server = key
+        port = (keep or {}).get(key)
+        if port is None:
+            candidate += 1
+            while candidate in taken:
+                candidate += 1
+            port = candidate
+            taken.add(port)
+        if port > 65535:
+            raise ManifestError(f"no port below 65536 is left for the bridge of stdio server {server}")
+        spec: McpServerSpec = manifests.deployments[namespace, deployment_name].spec.mcp_servers[server]
+        assert spec.stdio is not None  # chosen above
+        values: dict[str, str] = {}
+        secrets: dict[str, str] = {}
+        unresolved = []
+        for index, variable in enumerate(spec.stdio.env):
+            if variable.value_from is None:
+                values[variable.name] = variable.value or ""
+                continue
+            ref = variable.value_from.secret_key_ref
+            value = _secret_value(manifests, namespace, ref.name, ref.key, env)
+            if value is None:
+                unresolved.append(f"secretKeyRef {ref.name}/{ref.key}")
+                continue
+            values[variable.name] = value
+            secrets[env_name("SERVER", server, "ENV", str(index))] = value
+        limits = SessionLimits(
+            max_sessions=min((spec.sessions.max_sessions + 1) * users[key], MAX_BRIDGE_SESSIONS),
+            idle_timeout_seconds=spec.sessions.idle_timeout_seconds,
+        )
+        bridges.append(
+            PlannedBridge(key, port, spec.stdio, values, spec.stateful, limits, secrets, tuple(unresolved))
+        )
+    return bridges

@@ -3,13 +3,16 @@
 The manifest files are watched (watchfiles: their folders, so an editor's write-and-rename is
 seen; changes within 50 ms are taken together). An edit is checked with `pallas validate`'s checks
 and planned as at start-up; a bad edit prints its problems (`FILE:LINE: Kind/name: field:
-problem`) and changes nothing. A good one restarts only the agents whose rendered config or
-environment changed, on the ports they had, peers before the agents that call them; agents added
-to the files start (on the next free port after the base), agents removed stop, and the registry
-restarts when what it lists changed. Conversations kept in SQLite (`pallas run`'s default) or
-PostgreSQL outlive the restart. A restarted agent's new server takes over its port at once and
-the old one drains beside it (`LocalRun.restart_agent`): its turns in flight finish on the old
-config, new sessions get the new one.
+problem`) and changes nothing. A good one is applied to each agent whose rendered config or
+environment changed: in place when the running process can take it (the instruction, model,
+parameters, tools, servers, peers, a secret's value: `pallas_api.live`), so its turns in flight
+finish on the old config and the next ones use the new; otherwise (its port, the conversation
+store, sessions, HTTP limits, how callers are checked) by a restart on the port it had, peers
+before the agents that call them: the new server takes over the port at once and the old one
+drains beside it (`LocalRun.restart_agent`), its turns in flight finishing on the old config.
+Agents added to the files start (on the next free port after the base), agents removed stop,
+and the registry restarts when what it lists changed. Conversations kept in SQLite (`pallas
+run`'s default) or PostgreSQL outlive a restart.
 """
 
 from __future__ import annotations
@@ -26,11 +29,13 @@ from pathlib import Path
 from watchfiles import Change, awatch
 
 from pallas_api.checks import check_documents
+from pallas_api.live import needs_new_process
 from pallas_io.logs import Redactor
 from pallas_runtime.commands.run.env_files import with_openai_base_url
 from pallas_runtime.commands.run.hosted import LocalRun, StartFailed
 from pallas_runtime.commands.run.manifests import (
     AgentKey,
+    BridgeKey,
     LocalPlan,
     ManifestError,
     PlannedAgent,
@@ -66,10 +71,15 @@ class Changes:
     stopped: tuple[AgentKey, ...]
     """Agents gone from the manifests."""
     started: tuple[AgentKey, ...]
-    """Agents new or changed, in start order (every agent after the agents it calls)."""
+    """Agents new or changed so that they restart, in start order (every agent after the agents
+    it calls)."""
+    applied: tuple[AgentKey, ...]
+    """Agents changed in what a running process takes in place."""
     unchanged: tuple[AgentKey, ...]
     registry: bool
     """Whether what the registry lists changed."""
+    servers: tuple[str, ...] = ()
+    """What happened to the stdio servers' bridges, in words (`restarted stdio server fs`)."""
 
 
 def agent_key(agent: PlannedAgent) -> AgentKey:
@@ -79,6 +89,15 @@ def agent_key(agent: PlannedAgent) -> AgentKey:
 
 def _runs_differently(old: PlannedAgent, new: PlannedAgent) -> bool:
     return (old.rendered.config, old.environ, old.port) != (new.rendered.config, new.environ, new.port)
+
+
+def _needs_restart(old: PlannedAgent, new: PlannedAgent) -> bool:
+    """Whether the running agent cannot take `new` in place (`pallas_api.live`)."""
+    return (
+        old.port != new.port
+        or old.deployment.name != new.deployment.name
+        or needs_new_process(old.rendered.config, new.rendered.config)
+    )
 
 
 def _listing(plan: LocalPlan) -> object:
@@ -92,19 +111,28 @@ def plan_changes(old: LocalPlan, new: LocalPlan) -> Changes:
     """What moving from `old` to `new` stops, (re)starts and leaves alone."""
     before = {agent_key(a): a for a in old.agents}
     after = {agent_key(a) for a in new.agents}
-    started = [
-        key for a in new.agents if (key := agent_key(a)) not in before or _runs_differently(before[key], a)
+    changed = [
+        (key, a)
+        for a in new.agents
+        if (key := agent_key(a)) not in before or _runs_differently(before[key], a)
     ]
+    started = [key for key, a in changed if key not in before or _needs_restart(before[key], a)]
+    applied = [key for key, _ in changed if key not in started]
     return Changes(
         stopped=tuple(key for key in before if key not in after),
         started=tuple(started),
-        unchanged=tuple(agent_key(a) for a in new.agents if agent_key(a) not in started),
+        applied=tuple(applied),
+        unchanged=tuple(k for a in new.agents if (k := agent_key(a)) not in started and k not in applied),
         registry=_listing(old) != _listing(new),
     )
 
 
 def checked_plan(
-    files: Sequence[str], base_port: int, only_agent: str | None, keep_ports: dict[AgentKey, int]
+    files: Sequence[str],
+    base_port: int,
+    only_agent: str | None,
+    keep_ports: dict[AgentKey, int],
+    keep_bridge_ports: dict[BridgeKey, int] | None = None,
 ) -> LocalPlan:
     """The plan of the files as they are now, checked as `pallas validate` checks them.
 
@@ -112,13 +140,19 @@ def checked_plan(
         ReloadRefused: a file cannot be read, or the manifests have problems.
     """
     try:
-        report = check_documents(read_documents(files))
+        report = check_documents(read_documents(files), local=True)
     except UnreadableError as exc:
         raise ReloadRefused([str(exc)]) from None
     if report.problems:
         raise ReloadRefused([str(problem) for problem in report.problems])
     try:
-        plan = plan_local(load_manifests(files), base_port, only_agent, keep_ports=keep_ports)
+        plan = plan_local(
+            load_manifests(files),
+            base_port,
+            only_agent,
+            keep_ports=keep_ports,
+            keep_bridge_ports=keep_bridge_ports,
+        )
         return with_openai_base_url(plan, os.environ)
     except ManifestError as exc:
         raise ReloadRefused([str(exc)]) from None
@@ -132,9 +166,12 @@ async def apply(run: LocalRun, plan: LocalPlan) -> Changes:
     """Move `run` to `plan`: stop the agents removed, (re)start the new and changed, in order."""
     changes = plan_changes(run.plan, plan)
     _redact_new_secrets(run.plan, plan)
+    changes = dataclasses.replace(changes, servers=await _apply_bridges(run, plan))
     for key in changes.stopped:
         await run.stop_agent(key)
     for agent in plan.agents:
+        if agent_key(agent) in changes.applied and not run.apply_agent(agent):
+            changes = _restarting(changes, agent_key(agent))
         if agent_key(agent) not in changes.started:
             continue
         try:
@@ -153,6 +190,41 @@ async def apply(run: LocalRun, plan: LocalPlan) -> Changes:
     return changes
 
 
+async def _apply_bridges(run: LocalRun, plan: LocalPlan) -> tuple[str, ...]:
+    """Stop the stdio servers gone or changed; start the new and changed ones (before the agents).
+
+    Returns what happened, in words, for the summary line.
+    """
+    wanted = {bridge.key: bridge for bridge in plan.bridges}
+    before = set(run.bridges)
+    changed: list[str] = []
+    for key, (running, _) in list(run.bridges.items()):
+        if wanted.get(key) != running:
+            await run.stop_bridge(key)
+            if key not in wanted:
+                changed.append(f"stopped stdio server {key[2]}")
+    for bridge in plan.bridges:
+        if bridge.key in run.bridges:
+            continue
+        try:
+            await run.start_bridge(bridge)
+        except StartFailed as exc:
+            print(f"pallas run: reload: {exc}", file=sys.stderr, flush=True)
+            continue
+        changed.append(f"{'restarted' if bridge.key in before else 'started'} stdio server {bridge.name}")
+    if wanted:
+        redactor = Redactor(v for bridge in plan.bridges for v in bridge.secrets.values() if v)
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(redactor)
+    return tuple(changed)
+
+
+def _restarting(changes: Changes, key: AgentKey) -> Changes:
+    """`changes` with `key` restarted after all (its process refused the edit)."""
+    applied = tuple(k for k in changes.applied if k != key)
+    return dataclasses.replace(changes, applied=applied, started=(*changes.started, key))
+
+
 def _redact_new_secrets(old: LocalPlan, new: LocalPlan) -> None:
     """Secret values an edit brings (a new Secret manifest key) are kept out of the logs too."""
     known = {a.environ.get(b.env) for a in old.agents for b in a.rendered.secrets}
@@ -166,7 +238,9 @@ def _redact_new_secrets(old: LocalPlan, new: LocalPlan) -> None:
 async def reload_once(run: LocalRun, reload: Reload) -> None:
     """Apply the files as they are now, or say why not; one summary line on stdout."""
     try:
-        plan = checked_plan(reload.files, reload.base_port, reload.only_agent, run.ports())
+        plan = checked_plan(
+            reload.files, reload.base_port, reload.only_agent, run.ports(), run.bridge_ports()
+        )
     except ReloadRefused as exc:
         for problem in exc.problems:
             print(f"pallas run: reload: {problem}", file=sys.stderr)
@@ -175,9 +249,10 @@ async def reload_once(run: LocalRun, reload: Reload) -> None:
         return
     before = {agent_key(a) for a in run.plan.agents}
     changes = await apply(run, plan)
-    parts = [
+    parts = [*changes.servers] + [
         f"{what} {_names(keys)}"
         for what, keys in (
+            ("applied in place", changes.applied),
             ("restarted", [k for k in changes.started if k in before]),
             ("started", [k for k in changes.started if k not in before]),
             ("stopped", changes.stopped),
