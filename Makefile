@@ -10,8 +10,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml requirements/build.lock requirements/dev.lock \
   requirements/install | sha256sum | cut -c1-16)
 UV_VERSION := 0.13.9
+MONITORING ?= 0
+NETWORK_POLICY ?= 0
 
-.PHONY: help venv lock k8s-bins jaeger mcp-peers system-deps image lint verify test test-unit test-integration \
+.PHONY: help venv lock k8s-bins cluster-addons jaeger mcp-peers system-deps image lint verify test test-unit test-integration \
         test-e2e cluster-up cluster-down cluster-status demo demo-down clean
 
 help: ## list the targets
@@ -38,6 +40,9 @@ lock: venv ## re-resolve requirements/*.lock from pyproject.toml and requirement
 k8s-bins: ## build (or reuse) etcd, the Kubernetes control plane and node binaries, CoreDNS, kubectl, helm
 	hack/build/k8s-bins.sh
 
+cluster-addons: ## build (or reuse) the cluster add-ons: kube-network-policies, the Prometheus Operator and its CRDs
+	hack/build/cluster-addons.sh
+
 jaeger: ## build (or reuse) Jaeger, the trace backend the tests read traces back from
 	hack/build/jaeger.sh
 
@@ -57,6 +62,7 @@ lint: venv ## ruff, mypy (strict: packages, bench, hack scripts) and the import-
 	$(BIN)/mypy bench hack/generate/chartgen.py hack/generate/chartvalues.py hack/local/localnode
 	MYPYPATH=hack/local $(BIN)/mypy --strict hack/local/cluster
 	MYPYPATH=hack/local $(BIN)/mypy --strict hack/build/image
+	MYPYPATH=hack/local $(BIN)/mypy --strict hack/local/monitoring
 	$(BIN)/lint-imports
 
 verify: venv ## regenerate crds/ from the models and fail if the committed files differ
@@ -72,16 +78,16 @@ verify: venv ## regenerate crds/ from the models and fail if the committed files
 test-unit: venv k8s-bins ## pure tests (the chart tests run helm template)
 	$(BIN)/pytest tests/unit
 
-test-integration: venv k8s-bins mcp-peers jaeger system-deps ## tests against the real local control plane
+test-integration: venv k8s-bins cluster-addons mcp-peers jaeger system-deps ## tests against the real local control plane
 	$(BIN)/pytest tests/integration
 
-test-e2e: venv k8s-bins mcp-peers jaeger system-deps image ## the whole product as containers on the local node
+test-e2e: venv k8s-bins cluster-addons mcp-peers jaeger system-deps image ## the whole product as containers on the local node
 	$(BIN)/pytest tests/e2e
 
-test: lint verify k8s-bins mcp-peers jaeger system-deps image ## lint and every test tier (what CI runs)
+test: lint verify k8s-bins cluster-addons mcp-peers jaeger system-deps image ## lint and every test tier (what CI runs)
 	$(BIN)/pytest tests
 
-cluster-up: k8s-bins system-deps ## start (or reuse) the local cluster: control plane and node
+cluster-up: k8s-bins cluster-addons system-deps ## start (or reuse) the local cluster: control plane and node
 	hack/local/cluster up
 
 cluster-down: ## stop the local cluster (every node component too) and undo its network
@@ -90,8 +96,8 @@ cluster-down: ## stop the local cluster (every node component too) and undo its 
 cluster-status: ## say what runs
 	hack/local/cluster status
 
-demo: venv k8s-bins system-deps cluster-up ## the whole product locally: operator, agents and registry as containers
-	hack/local/demo up
+demo: venv k8s-bins system-deps cluster-up ## the whole product as containers (MONITORING=1: with Prometheus; NETWORK_POLICY=1)
+	MONITORING=$(MONITORING) NETWORK_POLICY=$(NETWORK_POLICY) hack/local/demo up
 
 demo-down: ## remove the demo (the cluster keeps running)
 	hack/local/demo down

@@ -122,6 +122,18 @@ class Metrics(Values):
     request body: one that announces a body gets 413."""
 
 
+AlertName = Literal[
+    "PallasProcessDown",
+    "PallasLLMProviderUnreachable",
+    "PallasDownstreamUnreachable",
+    "PallasAgentErrorRateHigh",
+    "PallasAgentLatencyHigh",
+    "PallasTokenBurnHigh",
+]
+"""The alerts of `files/rules/pallas-alerts.yaml` (a unit test keeps the two equal)."""
+PROMETHEUS_DURATION = r"^([0-9]+(ms|s|m|h|d|w|y))+$"
+
+
 class PrometheusRule(Values):
     enabled: bool = False
     """Create a PrometheusRule with Pallas's recording and alerting rules
@@ -133,6 +145,10 @@ class PrometheusRule(Values):
     """Extra labels, e.g. the `release` label your Prometheus selects rules by."""
     annotations: dict[str, str] = {}
     """Annotations on the PrometheusRule."""
+    alert_for: dict[AlertName, Annotated[str, Field(pattern=PROMETHEUS_DURATION)]] = {}
+    """How long an alert's condition must hold before it fires, by alert name, in place of the
+    rule file's `for` (e.g. `{PallasAgentErrorRateHigh: 15m}`); `0s` fires on the first
+    evaluation. Alerts not named keep the file's."""
 
 
 class Dashboards(Values):

@@ -231,9 +231,11 @@ class OperatorRelease:
             raise AssertionError(f"helm uninstall failed: {res.stderr}")
 
 
-def install_operator(cluster: LocalCluster, namespace: str, image: str) -> OperatorRelease:
+def install_operator(
+    cluster: LocalCluster, namespace: str, image: str, extra: dict[str, str] | None = None
+) -> OperatorRelease:
     """The chart with the node's image (never pulled), namespace-scoped RBAC, CRDs left to the
-    caller; waits until the operator pod is ready."""
+    caller, and `extra` values (`--set` paths); waits until the operator pod is ready."""
     release = OperatorRelease(cluster, namespace)
     repository, tag = image.rsplit(":", 1)
     values = {
@@ -244,6 +246,7 @@ def install_operator(cluster: LocalCluster, namespace: str, image: str) -> Opera
         "image.repository": repository,
         "image.tag": tag,
         "image.pullPolicy": "Never",
+        **(extra or {}),
     }
     sets = [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]
     chart = str(REPO / "charts" / "pallas")

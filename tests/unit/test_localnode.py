@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from localnode import NodeError, configs, dns, images, network, settings
+from localnode import NodeError, configs, dns, images, monitoring, netpol, network, settings
 from localnode.configs import NodePaths
 from localnode.settings import NodeSettings
 
@@ -135,6 +136,59 @@ def test_coredns_answers_only_the_cluster_and_never_forwards() -> None:
     service = dns.manifests(DEFAULTS, "img")[-1]
     assert service["spec"]["clusterIP"] == "10.96.0.10"
     assert {p["port"] for p in service["spec"]["ports"]} == {53, 9153}
+
+
+def test_network_policies_run_on_the_host_network_with_metrics_on_loopback() -> None:
+    account, role, binding, daemonset = netpol.manifests(DEFAULTS, "localhost/knp:1")
+    assert (account["kind"], role["kind"], binding["kind"]) == (
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+    )
+    # Read-only rights: it watches pods, namespaces and policies, and writes only nftables.
+    assert {verb for rule in role["rules"] for verb in rule["verbs"]} == {"list", "watch"}
+    pod = daemonset["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] is True
+    (container,) = pod["containers"]
+    assert (container["image"], container["imagePullPolicy"]) == ("localhost/knp:1", "Never")
+    args = container["args"]
+    assert "--metrics-bind-address=127.0.0.1:9080" in args, "never on every interface"
+    assert f"--hostname-override={DEFAULTS.name}" in args
+    assert "--fail-open" not in " ".join(args), "a policy holds even while the controller restarts"
+
+
+def test_the_monitoring_stack_pulls_nothing_and_selects_by_its_label() -> None:
+    refs = monitoring.Images("localhost/op:1", "localhost/reloader:1", "localhost/prom:1")
+    objects = monitoring.manifests(refs, "v3.5.0")
+    text = json.dumps(objects)
+    images_named = re.findall(r'"image": "([^"]+)"', text)
+    assert images_named, "the operator and Prometheus name their images"
+    assert all(name.startswith("localhost/") for name in images_named), images_named
+    operator = next(o for o in objects if o["kind"] == "Deployment")
+    (container,) = operator["spec"]["template"]["spec"]["containers"]
+    assert container["imagePullPolicy"] == "Never"
+    assert "--prometheus-config-reloader=localhost/reloader:1" in container["args"]
+    prometheus = next(o for o in objects if o["kind"] == "Prometheus")["spec"]
+    assert prometheus["imagePullPolicy"] == "Never"
+    assert (prometheus["image"], prometheus["version"]) == ("localhost/prom:1", "v3.5.0")
+    for kind in ("serviceMonitor", "rule"):
+        assert prometheus[f"{kind}Selector"] == {"matchLabels": monitoring.SELECTOR}
+        assert prometheus[f"{kind}NamespaceSelector"] == {}, "every namespace"
+
+
+def test_older_project_archives_go_but_the_other_images_stay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PALLAS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(images, "buildah", lambda *args, **kwargs: "")
+    folder = images.archives()
+    names = [f"pallas-{i:016x}.tar" for i in range(5)]
+    others = ["pallas-coredns-1.12.4-abc.tar", "pallas-prometheus-3.5.0-abc.tar", "pallas-pause-c-abc.tar"]
+    for age, name in enumerate([*others, *names]):
+        (folder / name).write_text(name)
+        os.utime(folder / name, (age, age))
+    images.forget_older(f"localhost/pallas:{4:016x}")
+    assert sorted(p.name for p in folder.iterdir()) == sorted([*others, *names[-images.KEEP :]])
 
 
 def test_the_host_resolver_block_goes_in_first_and_comes_out_whole(

@@ -7,7 +7,9 @@
   everything the build reads, so it is rebuilt exactly when the project changed.
 - `variant_image(image, suffix)`: that image with one file more, under a tag of its own (upgrade
   drills: an image of a changed tree without a rebuild).
-- `pause_image()` and `coredns_image(bins)`: one static binary each on `scratch`.
+- `pause_image()`, `coredns_image(bins)`, `network_policies_image(addons)` and the monitoring
+  add-on's Prometheus Operator, config-reloader and Prometheus: one static binary each on
+  `scratch`.
 
 Archives are pushed as `docker-archive:` (an `oci-archive:` imports into containerd as nothing).
 Everything lives under ~/.cache/pallas (PALLAS_CACHE_DIR): buildah's storage and the archives.
@@ -118,17 +120,20 @@ def sha256_file(path: Path) -> str:
 # --- single-binary images --------------------------------------------------------------------
 
 
-def scratch_image(name: str, binary: Path, version: str, entrypoint: list[str]) -> Image:
-    """`binary` as /<its name> on an empty image; the tag names the version and the binary's hash."""
+def scratch_image(name: str, binary: Path, version: str, entrypoint: list[str], folder: str = "/") -> Image:
+    """`binary` as <folder>/<its name> on an empty image; the tag names the version and a hash
+    of the binary and the layout."""
     if not os.access(binary, os.X_OK):
         raise NodeError(f"{binary} is missing; it is needed for the {name} image")
-    ref = f"localhost/{name}:{version}-{sha256_file(binary)[:12]}"
+    # The layout is part of the tag: the same binary elsewhere is another image.
+    layout = hashlib.sha256(f"{sha256_file(binary)} {folder} {entrypoint}".encode()).hexdigest()
+    ref = f"localhost/{name}:{version}-{layout[:12]}"
     archive = archives() / f"{name}-{ref.rsplit(':', 1)[1]}.tar"
     if archive.exists():
         return Image(ref, archive)
     container = buildah("from", "scratch")
     try:
-        buildah("copy", "--chmod", "0755", container, str(binary), f"/{binary.name}")
+        buildah("copy", "--chmod", "0755", container, str(binary), f"{folder.rstrip('/')}/{binary.name}")
         entry = "[" + ", ".join(f'"{part}"' for part in entrypoint) + "]"
         # The sandbox and CoreDNS images need an absolute entrypoint and a PATH (the kubelet and
         # containerd refuse an image config without one).
@@ -153,6 +158,35 @@ def pause_image() -> Image:
 
 def coredns_image(bins: Path) -> Image:
     return scratch_image("pallas-coredns", bins / "coredns", "1.12.4", ["/coredns"])
+
+
+def prometheus_images(addons: Path, operator_version: str, version: str) -> tuple[Image, Image, Image]:
+    """The Prometheus Operator, its config-reloader and Prometheus (hack/build/cluster-addons.sh)."""
+    # In /bin as upstream's images have them: the operator runs the reloader by that path.
+    operator = scratch_image(
+        "pallas-prometheus-operator",
+        addons / "prometheus-operator",
+        operator_version,
+        ["/bin/prometheus-operator"],
+        "/bin",
+    )
+    reloader = scratch_image(
+        "pallas-prometheus-config-reloader",
+        addons / "prometheus-config-reloader",
+        operator_version,
+        ["/bin/prometheus-config-reloader"],
+        "/bin",
+    )
+    prometheus = scratch_image(
+        "pallas-prometheus", addons / "prometheus", version, ["/bin/prometheus"], "/bin"
+    )
+    return operator, reloader, prometheus
+
+
+def network_policies_image(addons: Path) -> Image:
+    """kube-network-policies (hack/build/cluster-addons.sh); its args name no command."""
+    binary = addons / "kube-network-policies"
+    return scratch_image("pallas-kube-network-policies", binary, "0.8.0", [f"/{binary.name}"])
 
 
 # --- the Debian base --------------------------------------------------------------------------
@@ -399,10 +433,16 @@ KEEP = 3
 (a worktree beside the main one) do not rebuild each other's images over and over."""
 
 
+PROJECT_ARCHIVE = re.compile(r"pallas-[0-9a-f]{16}\.tar")
+
+
 def forget_older(current: str) -> None:
     """Drop all but the newest few project images and archives; build layers stay cached."""
     repo = current.rsplit(":", 1)[0]
-    newest = sorted(archives().glob("pallas-*.tar"), key=lambda p: p.stat().st_mtime, reverse=True)
+    # Only the project's own archives (`pallas-<16 hex>.tar`): the pause, CoreDNS and add-on
+    # images share the prefix and are kept by the hashes of their binaries instead.
+    project = [p for p in archives().glob("pallas-*.tar") if PROJECT_ARCHIVE.fullmatch(p.name)]
+    newest = sorted(project, key=lambda p: p.stat().st_mtime, reverse=True)
     keep = set(newest[:KEEP])
     tags = {p.name.removeprefix("pallas-").removesuffix(".tar") for p in keep} | {current.rsplit(":", 1)[1]}
     for old in set(newest) - keep:

@@ -3,7 +3,8 @@
 `claim` checks the prerequisites and claims the machine's one node; `prepare` (before the API
 server: it binds the node's bridge address) lays the network with its guard. `start` runs
 containerd, the kubelet and kube-proxy, waits for a Ready node without the not-ready taint,
-deploys CoreDNS and points the host's resolver at it. `stop_workloads` (before the control plane
+deploys CoreDNS and kube-network-policies (NetworkPolicy enforcement, `netpol`) and points the
+host's resolver at CoreDNS. `stop_workloads` (before the control plane
 stops) and `stop_network` (after) undo all of it, the guard last; they work from what `up`
 recorded, so a half-started node is cleaned up as well as a whole one.
 """
@@ -18,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from localnode import NodeError, configs, dns, images, network, runtime
+from localnode import NodeError, configs, dns, images, netpol, network, runtime
 from localnode.configs import NodePaths
 from localnode.settings import NodeSettings, check_ranges_are_free
 
@@ -113,13 +114,16 @@ def start(
     state_dir: Path,
     pki: Path,
     bins: Path,
+    addons: Path,
     kubeconfig: Path,
     launcher: Launcher,
 ) -> dict[str, str]:
-    """containerd, kubelet, kube-proxy, CoreDNS and the host resolver; returns the images used.
-    The launcher records each process as it starts, so a failure here is cleaned up by `stop`."""
+    """containerd, kubelet, kube-proxy, CoreDNS, kube-network-policies and the host resolver;
+    returns the images used. `addons` holds the binaries of hack/build/cluster-addons.sh. The
+    launcher records each process as it starts, so a failure here is cleaned up by `stop`."""
     paths = NodePaths(state_dir / "node")
     pause, coredns = images.pause_image(), images.coredns_image(bins)
+    policies = images.network_policies_image(addons)
     configs.write_all(s, paths, pki, pause.ref)
 
     containerd = launcher.start(
@@ -133,7 +137,7 @@ def start(
         containerd,
         30,
     )
-    for image in (pause, coredns):
+    for image in (pause, coredns, policies):
         runtime.import_image(paths, image.archive, image.ref)
 
     kubelet = launcher.start(
@@ -180,6 +184,15 @@ def start(
         proxy,
         120,
     )
+    res = kubectl(bins, kubeconfig, "apply", "-f", "-", stdin=netpol.manifest_text(s, policies.ref))
+    if res.returncode != 0:
+        raise NodeError(f"applying the kube-network-policies objects failed: {res.stderr.strip()[:300]}")
+    launcher.wait_until(
+        f"kube-network-policies enforcing (its nftables table inet {netpol.TABLE} written)",
+        netpol.table_present,
+        proxy,
+        120,
+    )
     dns.host_resolver_on(s, state_dir)
     name = f"kubernetes.default.svc.{configs.CLUSTER_DOMAIN}"
     launcher.wait_until(
@@ -188,7 +201,7 @@ def start(
         proxy,
         30,
     )
-    return {"pause": pause.ref, "coredns": coredns.ref}
+    return {"pause": pause.ref, "coredns": coredns.ref, "kube-network-policies": policies.ref}
 
 
 def stop_workloads(
@@ -227,6 +240,7 @@ def stop_network(s: NodeSettings, state_dir: Path, sysctls: dict[str, str], bins
         # kube-proxy's KUBE-* chains; with the proxy stopped nothing re-adds them.
         subprocess.run([str(bins / "kube-proxy"), "--cleanup"], capture_output=True, timeout=60)
     network.remove_kubelet_chains()
+    netpol.remove_table()  # its pod was killed with the others, before it could remove it
     network.teardown(s, sysctls)
     network.remove_guard(s)  # last: the ranges are unreachable and unrouted by now
     network.release_lock(state_dir)
@@ -236,6 +250,7 @@ def status(s: NodeSettings, bins: Path, kubeconfig: Path) -> dict[str, bool]:
     """What of the node works (for `hack/local/cluster status`)."""
     found = {f"network {what}": ok for what, ok in network.status(s).items()}
     found[f"node {s.name} Ready"] = node_ready(bins, kubeconfig, s)
+    found["NetworkPolicy enforcement"] = netpol.table_present()
     found["host resolver"] = dns.host_resolver_is_on() and resolves(
         f"kubernetes.default.svc.{configs.CLUSTER_DOMAIN}", s.api_service_ip
     )

@@ -37,6 +37,9 @@ class NodeSettings:
     kubelet_healthz_port: int
     proxy_healthz_port: int
     proxy_metrics_port: int
+    netpol_metrics_port: int = 9080
+    """kube-network-policies' metrics, on loopback (`netpol`). A default: state written before
+    the node enforced NetworkPolicy has no such field."""
 
     @property
     def node_ip(self) -> str:
@@ -67,6 +70,7 @@ class NodeSettings:
             "kubelet healthz": self.kubelet_healthz_port,
             "kube-proxy healthz": self.proxy_healthz_port,
             "kube-proxy metrics": self.proxy_metrics_port,
+            "kube-network-policies metrics": self.netpol_metrics_port,
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -82,6 +86,7 @@ PORT_VARS = {
     "kubelet_healthz_port": ("PALLAS_KUBELET_HEALTHZ_PORT", 10248),
     "proxy_healthz_port": ("PALLAS_KUBE_PROXY_HEALTHZ_PORT", 10256),
     "proxy_metrics_port": ("PALLAS_KUBE_PROXY_METRICS_PORT", 10249),
+    "netpol_metrics_port": ("PALLAS_NETWORK_POLICIES_METRICS_PORT", 9080),
 }
 
 

@@ -529,6 +529,28 @@ def test_prometheus_rule_carries_the_rule_file_untouched(render: Render) -> None
     assert any("{{ $labels.agent }}" in s for s in summaries)
 
 
+def test_alert_for_replaces_the_for_of_the_named_alerts_only(render: Render) -> None:
+    alert_for = {"PallasAgentErrorRateHigh": "0s", "PallasProcessDown": "2m30s"}
+    rule = one(render({"prometheusRule": {"enabled": True, "alertFor": alert_for}}), "PrometheusRule")
+    source = yaml.safe_load((CHART / "files" / "rules" / "pallas-alerts.yaml").read_text())
+    rendered = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r}
+    original = {r["alert"]: r for g in source["groups"] for r in g["rules"] if "alert" in r}
+    assert rendered.keys() == original.keys()
+    for name, alert in rendered.items():
+        assert alert["for"] == alert_for.get(name, original[name]["for"]), name
+        assert {k: v for k, v in alert.items() if k != "for"} == {
+            k: v for k, v in original[name].items() if k != "for"
+        }
+
+
+def test_alert_for_names_exactly_the_alerts_of_the_rule_file() -> None:
+    source = yaml.safe_load((CHART / "files" / "rules" / "pallas-alerts.yaml").read_text())
+    alerts = {r["alert"] for g in source["groups"] for r in g["rules"] if "alert" in r}
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    rule = schema["$defs"]["PrometheusRule"]["properties"]["alertFor"]
+    assert set(rule["propertyNames"]["enum"]) == alerts
+
+
 def test_dashboards_config_map_is_labelled_for_the_grafana_sidecar(render: Render) -> None:
     docs = render({"dashboards": {"enabled": True}})
     config_map = one(docs, "ConfigMap")
@@ -584,9 +606,12 @@ def test_pod_disruption_budget_on_request_with_max_unavailable(render: Render) -
         ({"rbac": {"scope": "namespace"}}, "at '/watchNamespaces': minItems: got 0, want 1"),
         ({"watchNamespaces": ["Agents"]}, "at '/watchNamespaces/0'"),
         ({"replicaCount": -1}, "at '/replicaCount'"),
+        ({"prometheusRule": {"alertFor": {"PallasDown": "1m"}}}, "invalid propertyName 'PallasDown'"),
+        ({"prometheusRule": {"alertFor": {"PallasProcessDown": "soon"}}},
+         "at '/prometheusRule/alertFor/PallasProcessDown'"),
     ],
     ids=["unknown-key", "nested-typo", "bad-scope", "bad-pull-policy", "bad-digest", "namespace-scope-no-ns",
-         "bad-namespace", "negative-replicas"],
+         "bad-namespace", "negative-replicas", "unknown-alert", "bad-duration"],
 )  # fmt: skip
 def test_the_schema_refuses_bad_values_with_a_clear_message(
     render_error: Callable[[dict[str, Any]], str], values: dict[str, Any], message: str
