@@ -1,10 +1,10 @@
 """How long the kubelet takes to bring a ConfigMap or Secret edit into a running pod's volume.
 
-    flock /work/node.lock sh -c 'hack/cluster up && .venv/bin/python bench/kubelet_propagation.py \
-        --rounds 6; hack/cluster down'
+    flock /work/node.lock sh -c 'hack/local/cluster up && .venv/bin/python bench/kubelet_propagation.py \
+        --rounds 6; hack/local/cluster down'
 
-Needs the local cluster with its node (`hack/cluster up`); builds (if the tree changed) and loads
-the project's image with `hack/image load`, as the e2e tests do. One pod mounts a ConfigMap and a
+Needs the local cluster with its node (`hack/local/cluster up`); builds (if the tree changed) and loads
+the project's image with `hack/build/image load`, as the e2e tests do. One pod mounts a ConfigMap and a
 projected Secret volume, both whole (as agent pods do), and prints each file's content the moment
 it changes (it reads both every 20 ms). Each round edits the ConfigMap and the Secret at once and
 times until the pod has printed both new values; the pod and this script share the machine's
@@ -56,17 +56,23 @@ while True:
 
 
 def cluster_env() -> dict[str, Any]:
-    out = subprocess.run([str(REPO / "hack" / "cluster"), "env", "--json"], capture_output=True, text=True)
+    out = subprocess.run(
+        [str(REPO / "hack" / "local" / "cluster"), "env", "--json"], capture_output=True, text=True
+    )
     env: dict[str, Any] = json.loads(out.stdout or "{}")
     if not env.get("running") or not env.get("node"):
-        sys.exit("kubelet_propagation: needs the local node: hack/cluster up (under flock /work/node.lock)")
+        sys.exit(
+            "kubelet_propagation: needs the local node: hack/local/cluster up (under flock /work/node.lock)"
+        )
     return env
 
 
 def load_image() -> str:
-    out = subprocess.run([str(REPO / "hack" / "image"), "load"], capture_output=True, text=True, timeout=1800)
+    out = subprocess.run(
+        [str(REPO / "hack" / "build" / "image"), "load"], capture_output=True, text=True, timeout=1800
+    )
     if out.returncode != 0:
-        sys.exit(f"hack/image load failed:\n{out.stderr[-2000:]}")
+        sys.exit(f"hack/build/image load failed:\n{out.stderr[-2000:]}")
     return out.stdout.strip()
 
 
