@@ -134,9 +134,16 @@ def test_a_second_node_on_the_machine_is_refused_and_the_first_untouched(
     env = json.loads(run([str(HACK_LOCAL / "cluster"), "env", "--json"], {}).stdout)
     if not env.get("node"):
         pytest.skip("the session cluster runs without a node")
-    ports = {"PALLAS_KUBELET_PORT", "PALLAS_KUBELET_HEALTHZ_PORT", "PALLAS_KUBE_PROXY_HEALTHZ_PORT"}
+    # Every port a node listens on is free for the second one (`localnode.settings.PORT_VARS`),
+    # so what refuses it is the first node itself.
+    ports = {
+        "PALLAS_KUBELET_PORT",
+        "PALLAS_KUBELET_HEALTHZ_PORT",
+        "PALLAS_KUBE_PROXY_HEALTHZ_PORT",
+        "PALLAS_KUBE_PROXY_METRICS_PORT",
+        "PALLAS_NETWORK_POLICIES_METRICS_PORT",
+    }
     second = {**isolated, "PALLAS_NODE": "1", **{p: str(free_port()) for p in ports}}
-    second["PALLAS_KUBE_PROXY_METRICS_PORT"] = str(free_port())
     res = run([str(HACK_LOCAL / "cluster"), "up"], second)
     assert res.returncode == 1
     [line] = error_lines(res.stderr)
