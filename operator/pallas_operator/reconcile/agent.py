@@ -27,9 +27,10 @@ async def reconcile_agent(op: Operator, namespace: str, name: str) -> float | No
     if plan.problem is None:
         applied = await apply_children(op, namespace, plan.desired, children, plan.unwanted, name)
         current = applied.workload
-        # Only pods that ran before this reconcile have an old config to replace.
-        running = ("Deployment", name) in children
-        if running and ("ConfigMap", names.config_map_name(name)) in applied.written:
+        # Whenever the config changed, not only when the watch has seen the Deployment: an edit
+        # right after the agent's creation may come before its own Deployment's watch event,
+        # while its pods already run. Pods not created yet get the new config anyway.
+        if ("ConfigMap", names.config_map_name(name)) in applied.written:
             await _deliver_config(op, namespace, name, plan)
     else:  # nothing is applied; a Deployment from before keeps running and is reported
         seen = children.get(("Deployment", name))

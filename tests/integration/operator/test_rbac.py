@@ -105,7 +105,13 @@ async def test_the_operator_works_with_the_documented_least_privilege_rbac(
             swept = await get_object(kube_client, ClusterRoleBinding, "", orphan["metadata"]["name"])
             assert swept is None, "the orphan sweep ran under least privilege"
             assert task.done() is False
-            # A live edit reaches the agent's pods (the config-sync annotation) under these rules.
+
+            # A live edit reaches the agent's pods (the config-sync annotation) under these rules:
+            # the pods the ReplicaSet made before the edit (a pod made after it needs no nudge).
+            async def pods_made() -> Any:
+                return [p async for p in kube_client.list(Pod, namespace=namespace, labels=AGENT_PODS)]
+
+            await eventually(pods_made, 60, "the agent's pod created")
             kubectl_apply(pallas_crds, agent("research", mod, spec(instruction="Be brief.")))
 
             async def nudged() -> Any:
