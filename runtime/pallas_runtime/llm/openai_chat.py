@@ -30,6 +30,7 @@ from pallas_runtime.messages import (
     Message,
     TextPart,
     ToolCall,
+    ToolResult,
     ToolResultsMessage,
     ToolSpec,
     Usage,
@@ -73,22 +74,32 @@ def _assistant_message(message: AssistantMessage) -> dict[str, Any]:
     return wire
 
 
+def text_only_result(result: ToolResult) -> tuple[str, list[ImagePart], str]:
+    """A tool result for an API whose tool results are text only (both OpenAI APIs).
+
+    Returns:
+        The text the model reads (an error marked, images announced), the images, and the
+        line that introduces them in the user message that carries them after the results.
+    """
+    text = "\n".join(part.text for part in result.content if isinstance(part, TextPart))
+    images = [part for part in result.content if isinstance(part, ImagePart)]
+    if result.is_error:
+        # The wire has no error flag for tool results; the model must read it from the text.
+        text = f"Error: {text}" if text else "Error"
+    if images:
+        note = f"[{len(images)} image(s) attached in the next message]"
+        text = f"{text}\n{note}" if text else note
+    return text, images, f"Images returned by tool {result.name} (call {result.call_id}):"
+
+
 def _tool_results(message: ToolResultsMessage) -> list[dict[str, Any]]:
     """Tool messages are text-only in Chat Completions, so images follow in one user message."""
     wire: list[dict[str, Any]] = []
     image_content: list[dict[str, Any]] = []
     for result in message.results:
-        text = "\n".join(part.text for part in result.content if isinstance(part, TextPart))
-        images = [part for part in result.content if isinstance(part, ImagePart)]
-        if result.is_error:
-            # The wire has no error flag for tool results; the model must read it from the text.
-            text = f"Error: {text}" if text else "Error"
+        text, images, heading = text_only_result(result)
         if images:
-            note = f"[{len(images)} image(s) attached in the next message]"
-            text = f"{text}\n{note}" if text else note
-            image_content.append(
-                {"type": "text", "text": f"Images returned by tool {result.name} (call {result.call_id}):"}
-            )
+            image_content.append({"type": "text", "text": heading})
             image_content.extend(_image_part(image) for image in images)
         wire.append({"role": "tool", "tool_call_id": result.call_id, "content": text})
     if image_content:

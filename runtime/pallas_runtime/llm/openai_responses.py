@@ -19,13 +19,12 @@ from typing import Any
 
 from pallas_api.config import RequestParams
 from pallas_runtime.llm.adapter import StreamReader, wire_count
-from pallas_runtime.llm.openai_chat import OpenAIChatProvider, parse_arguments
+from pallas_runtime.llm.openai_chat import OpenAIChatProvider, parse_arguments, text_only_result
 from pallas_runtime.llm.params import ParamPlan, is_native_openai, responses_plan
 from pallas_runtime.messages import (
     AssistantMessage,
     Completion,
     ContentPart,
-    ImagePart,
     Message,
     TextPart,
     ToolCall,
@@ -73,19 +72,9 @@ def _tool_output_items(message: ToolResultsMessage) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     images: list[dict[str, Any]] = []
     for result in message.results:
-        text = "\n".join(part.text for part in result.content if isinstance(part, TextPart))
-        pictures = [part for part in result.content if isinstance(part, ImagePart)]
-        if result.is_error:
-            text = f"Error: {text}" if text else "Error"
+        text, pictures, heading = text_only_result(result)
         if pictures:
-            note = f"[{len(pictures)} image(s) attached in the next message]"
-            text = f"{text}\n{note}" if text else note
-            images.append(
-                {
-                    "type": "input_text",
-                    "text": f"Images returned by tool {result.name} (call {result.call_id}):",
-                }
-            )
+            images.append({"type": "input_text", "text": heading})
             images.extend(_input_content(pictures))
         items.append({"type": "function_call_output", "call_id": result.call_id, "output": text})
     if images:
