@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from localnode import NodeError, configs, dns, images, monitoring, netpol, network, settings
+from localnode import NodeError, configs, dns, images, monitoring, netpol, network, settings, workers
 from localnode.configs import NodePaths
 from localnode.settings import NodeSettings
 
@@ -37,6 +37,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
         "PALLAS_NODE_BRIDGE",
         "PALLAS_POD_CIDR",
         "PALLAS_SERVICE_CIDR",
+        "PALLAS_NODES",
     ):
         monkeypatch.delenv(var, raising=False)
     for var, _ in settings.PORT_VARS.values():
@@ -61,6 +62,7 @@ def test_defaults_and_derived_addresses(clean_env: pytest.MonkeyPatch) -> None:
         ("PALLAS_POD_CIDR", "10.244.0.0/30", "is too small"),
         ("PALLAS_SERVICE_CIDR", "fd00::/64", "must be an IPv4 range"),
         ("PALLAS_SERVICE_CIDR", "10.244.0.0/16", "overlap"),
+        ("PALLAS_SERVICE_CIDR", "10.244.8.0/24", "the cluster's pod range 10.244.0.0/20 .* overlaps"),
         ("PALLAS_NODE_BRIDGE", "a-very-long-bridge-name", "is not an interface name"),
         ("PALLAS_NODE_NAME", "Node_1", "is not a DNS label"),
         ("PALLAS_KUBE_PROXY_METRICS_PORT", "10250", "the node's ports must differ"),
@@ -73,21 +75,80 @@ def test_bad_settings_are_refused(clean_env: pytest.MonkeyPatch, var: str, value
 
 
 def test_the_guard_keeps_the_ranges_on_lo_and_the_bridge() -> None:
-    rules = network.guard_rules(DEFAULTS)
+    rules = network.guard_rules(DEFAULTS, workers.all_host_links(DEFAULTS))
     # Replaces an older copy atomically, and runs before kube-proxy's chains (priority 0/-100).
     assert rules.index("delete table inet pallas_guard_pallas0") < rules.index(
         "table inet pallas_guard_pallas0 {"
     )
     assert rules.count("priority -300") == 3
+    # The cluster's segments: the bridge and the links to every node it may add (2…16).
+    inside = '"pallas0", ' + ", ".join(f'"pallas0-n{i}"' for i in range(2, 17))
     forward = rules.split("chain forward")[1].split("chain postrouting")[0]
-    assert 'iifname "pallas0" oifname "pallas0" accept' in forward
-    assert 'iifname "pallas0" drop' in forward
-    assert 'oifname "pallas0" drop' in forward
+    assert f"iifname {{ {inside} }} oifname {{ {inside} }} accept" in forward
+    assert f"iifname {{ {inside} }} drop" in forward
+    assert f"oifname {{ {inside} }} drop" in forward
     postrouting = rules.split("chain postrouting")[1].split("chain input")[0]
-    assert 'oifname { "lo", "pallas0" } accept' in postrouting
-    assert "ip daddr { 10.244.0.0/24, 10.96.0.0/16 } drop" in postrouting
+    assert f'oifname {{ "lo", {inside} }} accept' in postrouting
+    # The pod range is every node's: 16 subnets of the first node's size.
+    assert "ip daddr { 10.244.0.0/20, 10.96.0.0/16 } drop" in postrouting
     assert "ct original ip daddr 10.96.0.0/16 drop" in postrouting
-    assert "ct original ip saddr 10.244.0.0/24 drop" in postrouting
+    assert "ct original ip saddr 10.244.0.0/20 drop" in postrouting
+    assert f'iifname {{ "lo", {inside} }} accept' in rules.split("chain input")[1]
+
+
+def test_a_second_node_takes_the_next_subnet_a_namespace_and_a_link_of_its_own() -> None:
+    w = workers.worker(DEFAULTS, 2)
+    assert (w.name, w.node.pod_cidr, w.node.node_ip, w.host_ip) == (
+        "pallas-node-2", "10.244.1.0/24", "10.244.1.1", "10.244.0.1",
+    )  # fmt: skip
+    assert (w.netns, w.host_link, w.cgroup_root) == ("pallas0-n2", "pallas0-n2", "/pallas-node-2")
+    assert w.node.cluster_cidr == DEFAULTS.cluster_cidr == "10.244.0.0/20"
+    assert (w.node.service_cidr, w.node.dns_ip) == (DEFAULTS.service_cidr, DEFAULTS.dns_ip)
+    assert workers.Worker.from_json(json.loads(json.dumps(w.to_json()))) == w
+    # Sixteen nodes fill the cluster's range, each subnet once, the first node's never again.
+    subnets = {workers.worker(DEFAULTS, i).node.pod_cidr for i in range(2, 17)}
+    assert len(subnets) == 15
+    assert DEFAULTS.pod_cidr not in subnets
+    # A first node in the middle of its range: the others take the subnets around it.
+    middle = NodeSettings(**{**DEFAULTS.to_json(), "pod_cidr": "10.244.5.0/24"})
+    assert workers.worker(middle, 2).node.pod_cidr == "10.244.0.0/24"
+    assert workers.worker(middle, 7).node.pod_cidr == "10.244.6.0/24"
+    with pytest.raises(NodeError, match="a cluster here has 1 to 16 nodes"):
+        workers.worker(DEFAULTS, 17)
+    # Interface names stay within 15 characters with the longest bridge name.
+    long_bridge = NodeSettings(**{**DEFAULTS.to_json(), "bridge": "a" * 15})
+    assert max(len(name) for name in workers.all_host_links(long_bridge)) <= 15
+
+
+@pytest.mark.parametrize(
+    ("raw", "env", "expected"),
+    [(None, None, 1), (None, "2", 2), ("3", "2", 3), ("16", None, 16)],
+)
+def test_the_node_count_comes_from_the_option_or_the_environment(
+    clean_env: pytest.MonkeyPatch, raw: str | None, env: str | None, expected: int
+) -> None:
+    if env is not None:
+        clean_env.setenv("PALLAS_NODES", env)
+    assert settings.node_count(raw) == expected
+
+
+@pytest.mark.parametrize(("raw", "says"), [("0", "--nodes='0'"), ("17", "from 1 to 16"), ("two", "'two'")])
+def test_a_bad_node_count_is_refused_in_one_line(clean_env: pytest.MonkeyPatch, raw: str, says: str) -> None:
+    with pytest.raises(NodeError, match=says):
+        settings.node_count(raw)
+
+
+def test_a_second_kubelet_keeps_its_pods_under_a_cgroup_root_of_its_own(tmp_path: Path) -> None:
+    w = workers.worker(DEFAULTS, 2)
+    conf = json.loads(
+        configs.kubelet_config(w.node, NodePaths(tmp_path), tmp_path, w.serving_cert, w.cgroup_root)
+    )
+    assert conf["cgroupRoot"] == "/pallas-node-2"
+    assert conf["address"] == "10.244.1.1"
+    assert conf["tlsCertFile"] == str(tmp_path / "kubelet-pallas-node-2.crt")
+    first = json.loads(configs.kubelet_config(DEFAULTS, NodePaths(tmp_path), tmp_path))
+    assert "cgroupRoot" not in first
+    assert first["tlsCertFile"] == str(tmp_path / "kubelet.crt")
 
 
 def test_pods_get_no_default_route_no_gateway_and_no_masquerade(tmp_path: Path) -> None:
@@ -95,7 +156,11 @@ def test_pods_get_no_default_route_no_gateway_and_no_masquerade(tmp_path: Path) 
     (bridge,) = conf["plugins"]
     # A CNI gateway would switch on machine-wide forwarding; masquerading would let pods out.
     assert (bridge["isGateway"], bridge["isDefaultGateway"], bridge["ipMasq"]) == (False, False, False)
-    assert bridge["ipam"]["routes"] == [{"dst": "10.96.0.0/16", "gw": "10.244.0.1"}]
+    # The other nodes' pods (the cluster's range) and the Services, through the node; nothing else.
+    assert bridge["ipam"]["routes"] == [
+        {"dst": "10.244.0.0/20", "gw": "10.244.0.1"},
+        {"dst": "10.96.0.0/16", "gw": "10.244.0.1"},
+    ]
     assert bridge["ipam"]["dataDir"].startswith(str(tmp_path))
 
 
@@ -153,7 +218,11 @@ def test_network_policies_run_on_the_host_network_with_metrics_on_loopback() -> 
     assert (container["image"], container["imagePullPolicy"]) == ("localhost/knp:1", "Never")
     args = container["args"]
     assert "--metrics-bind-address=127.0.0.1:9080" in args, "never on every interface"
-    assert f"--hostname-override={DEFAULTS.name}" in args
+    # Each node's pod names its own node (a DaemonSet's pods run on every node).
+    assert "--hostname-override=$(NODE_NAME)" in args
+    assert container["env"] == [
+        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+    ]
     assert "--fail-open" not in " ".join(args), "a policy holds even while the controller restarts"
 
 

@@ -151,8 +151,8 @@ def containerd_env() -> dict[str, str]:
 
 
 def cni_config(s: NodeSettings, paths: NodePaths) -> str:
-    """The bridge plugin on the node's bridge; pods get their subnet and the Service range, no
-    default route (see `network`)."""
+    """The bridge plugin on the node's bridge; pods get their subnet, the cluster's pod range (the
+    other nodes' pods, through this node) and the Service range, no default route (`network`)."""
     conf = {
         "cniVersion": "1.0.0",
         "name": "pallas",
@@ -170,7 +170,10 @@ def cni_config(s: NodeSettings, paths: NodePaths) -> str:
                 "ipam": {
                     "type": "host-local",
                     "ranges": [[{"subnet": s.pod_cidr, "gateway": s.node_ip}]],
-                    "routes": [{"dst": s.service_cidr, "gw": s.node_ip}],
+                    "routes": [
+                        {"dst": s.cluster_cidr, "gw": s.node_ip},
+                        {"dst": s.service_cidr, "gw": s.node_ip},
+                    ],
                     "dataDir": str(paths.cni_ipam_dir),
                 },
             }
@@ -179,10 +182,14 @@ def cni_config(s: NodeSettings, paths: NodePaths) -> str:
     return json.dumps(conf, indent=2) + "\n"
 
 
-def kubelet_config(s: NodeSettings, paths: NodePaths, pki: Path) -> str:
+def kubelet_config(
+    s: NodeSettings, paths: NodePaths, pki: Path, cert: str = "kubelet", cgroup_root: str = ""
+) -> str:
     """KubeletConfiguration (JSON is YAML): cgroupfs on the hybrid hierarchy, TLS from the local
-    CA, webhook authn/authz (the API server's exec/logs/port-forward calls), cluster DNS."""
-    conf = {
+    CA (`cert`.crt/.key), webhook authn/authz (the API server's exec/logs/port-forward calls),
+    cluster DNS. A second node on the machine puts its pods under a `cgroup_root` of its own:
+    two kubelets must not share the `kubepods` hierarchy."""
+    conf: dict[str, object] = {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
         "address": s.node_ip,
@@ -190,8 +197,8 @@ def kubelet_config(s: NodeSettings, paths: NodePaths, pki: Path) -> str:
         "readOnlyPort": 0,
         "healthzBindAddress": "127.0.0.1",
         "healthzPort": s.kubelet_healthz_port,
-        "tlsCertFile": str(pki / "kubelet.crt"),
-        "tlsPrivateKeyFile": str(pki / "kubelet.key"),
+        "tlsCertFile": str(pki / f"{cert}.crt"),
+        "tlsPrivateKeyFile": str(pki / f"{cert}.key"),
         "authentication": {
             "anonymous": {"enabled": False},
             "webhook": {"enabled": True},
@@ -227,6 +234,8 @@ def kubelet_config(s: NodeSettings, paths: NodePaths, pki: Path) -> str:
         # seconds on a node with a handful of pods.
         "syncFrequency": "10s",
     }
+    if cgroup_root:
+        conf["cgroupRoot"] = cgroup_root
     return json.dumps(conf, indent=2) + "\n"
 
 
@@ -255,7 +264,14 @@ def proxy_config(s: NodeSettings, paths: NodePaths) -> str:
     return json.dumps(conf, indent=2) + "\n"
 
 
-def write_all(s: NodeSettings, paths: NodePaths, pki: Path, sandbox_image: str) -> None:
+def write_all(
+    s: NodeSettings,
+    paths: NodePaths,
+    pki: Path,
+    sandbox_image: str,
+    cert: str = "kubelet",
+    cgroup_root: str = "",
+) -> None:
     """Write every file above (directories included)."""
     for folder in (
         paths.containerd_dir,
@@ -267,5 +283,5 @@ def write_all(s: NodeSettings, paths: NodePaths, pki: Path, sandbox_image: str) 
     paths.containerd_config.write_text(containerd_config(paths, sandbox_image))
     (paths.registry_hosts / "_default" / "hosts.toml").write_text(registry_hosts())
     (paths.cni_conf_dir / "10-pallas.conflist").write_text(cni_config(s, paths))
-    paths.kubelet_config.write_text(kubelet_config(s, paths, pki))
+    paths.kubelet_config.write_text(kubelet_config(s, paths, pki, cert, cgroup_root))
     paths.proxy_config.write_text(proxy_config(s, paths))

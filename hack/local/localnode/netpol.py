@@ -79,8 +79,15 @@ def manifests(s: NodeSettings, image: str) -> list[dict[str, Any]]:
                                 "name": NAME,
                                 "image": image,
                                 "imagePullPolicy": "Never",
+                                # The node it runs on, whichever of the cluster's nodes that is.
+                                "env": [
+                                    {
+                                        "name": "NODE_NAME",
+                                        "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}},
+                                    }
+                                ],
                                 "args": [
-                                    f"--hostname-override={s.name}",
+                                    "--hostname-override=$(NODE_NAME)",
                                     f"--nfqueue-id={QUEUE_ID}",
                                     # Its metrics on loopback, not on every interface (the default).
                                     f"--metrics-bind-address=127.0.0.1:{s.netpol_metrics_port}",
@@ -107,9 +114,13 @@ def manifest_text(s: NodeSettings, image: str) -> str:
     return json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests(s, image)}, indent=1) + "\n"
 
 
-def table_present() -> bool:
-    """The controller has synced its rules (it writes the table once it runs)."""
-    res = subprocess.run(["nft", "list", "table", "inet", TABLE], capture_output=True, text=True, timeout=30)
+def table_present(netns: str | None = None) -> bool:
+    """The controller has synced its rules (it writes the table once it runs), on the first node
+    or in the network namespace of another (`workers`)."""
+    inside = ["ip", "netns", "exec", netns] if netns else []
+    res = subprocess.run(
+        [*inside, "nft", "list", "table", "inet", TABLE], capture_output=True, text=True, timeout=30
+    )
     return res.returncode == 0
 
 

@@ -5,7 +5,8 @@ Layers, each enough on its own for the traffic it covers (docs/local-kubernetes.
 1. **Guard** — an nftables table of our own (`inet pallas_guard_<bridge>`), installed before the
    bridge exists and removed last. Its chains run before kube-proxy's iptables-nft chains and a
    drop in any table is final, so kube-proxy's ACCEPT rules cannot reopen what it closes:
-   forwarding only from the pod bridge to the pod bridge; nothing to or from the pod or Service
+   forwarding only between the cluster's own segments (the pod bridge and the links to the
+   other nodes' network namespaces, `workers`); nothing to or from the pod or Service
    ranges, and no connection first addressed to a Service or opened by a pod, leaves by any
    interface but `lo` and the bridge (whatever DNAT or masquerading made of it); the node's
    addresses answer only on `lo` and the bridge.
@@ -49,9 +50,14 @@ def run(*argv: str, stdin: str | None = None, check: bool = True) -> subprocess.
 # --- the guard ---------------------------------------------------------------------------------
 
 
-def guard_rules(s: NodeSettings) -> str:
-    """The guard table as an nft script (replaces an older copy in one transaction)."""
-    pods, services, br = s.pod_cidr, s.service_cidr, s.bridge
+def guard_rules(s: NodeSettings, uplinks: tuple[str, ...] = ()) -> str:
+    """The guard table as an nft script (replaces an older copy in one transaction).
+
+    `uplinks` are the host's ends of the links to the other nodes (`workers`): the cluster's
+    segments are the bridge and those links, and traffic between them is the only traffic
+    forwarded. The pod range is the whole cluster's (every node's subnet)."""
+    pods, services = s.cluster_cidr, s.service_cidr
+    inside = ", ".join(f'"{name}"' for name in (s.bridge, *uplinks))
     table = f"inet {s.guard_table}"
     return f"""
 table {table}
@@ -59,15 +65,15 @@ delete table {table}
 table {table} {{
     chain forward {{
         type filter hook forward priority -300; policy accept;
-        iifname "{br}" oifname "{br}" accept
-        iifname "{br}" drop
-        oifname "{br}" drop
+        iifname {{ {inside} }} oifname {{ {inside} }} accept
+        iifname {{ {inside} }} drop
+        oifname {{ {inside} }} drop
         ip daddr {{ {pods}, {services} }} drop
         ip saddr {{ {pods}, {services} }} drop
     }}
     chain postrouting {{
         type filter hook postrouting priority -300; policy accept;
-        oifname {{ "lo", "{br}" }} accept
+        oifname {{ "lo", {inside} }} accept
         ip daddr {{ {pods}, {services} }} drop
         ip saddr {{ {pods}, {services} }} drop
         ct original ip daddr {services} drop
@@ -75,7 +81,7 @@ table {table} {{
     }}
     chain input {{
         type filter hook input priority -300; policy accept;
-        iifname {{ "lo", "{br}" }} accept
+        iifname {{ "lo", {inside} }} accept
         ip daddr {{ {pods}, {services} }} drop
         ip saddr {{ {pods}, {services} }} drop
     }}
@@ -83,8 +89,8 @@ table {table} {{
 """
 
 
-def install_guard(s: NodeSettings) -> None:
-    run("nft", "-f", "-", stdin=guard_rules(s))
+def install_guard(s: NodeSettings, uplinks: tuple[str, ...] = ()) -> None:
+    run("nft", "-f", "-", stdin=guard_rules(s, uplinks))
 
 
 def guard_installed(s: NodeSettings) -> bool:
@@ -168,8 +174,14 @@ def setup_routes(s: NodeSettings) -> None:
     # The Service range lives on the bridge: the host's connections to a Service IP need a route
     # before kube-proxy's DNAT rewrites them, and it must not be the default route.
     run("ip", "route", "replace", s.service_cidr, "dev", s.bridge, "src", s.node_ip)
-    for cidr in (s.pod_cidr, s.service_cidr):
+    for cidr in fallback_ranges(s):
         run("ip", "route", "replace", "unreachable", cidr, "metric", str(UNREACHABLE_METRIC))
+
+
+def fallback_ranges(s: NodeSettings) -> tuple[str, ...]:
+    """The ranges with an `unreachable` route underneath: the whole cluster's pod range (every
+    node's subnet, those of nodes not started too) and the Service range."""
+    return (s.cluster_cidr, s.service_cidr)
 
 
 KUBELET_CHAINS = {
@@ -195,7 +207,8 @@ def teardown(s: NodeSettings, changed_sysctls: dict[str, str]) -> None:
     """Undo `setup_bridge` and `setup_routes` (the guard is removed separately, last)."""
     if bridge_exists(s):
         run("ip", "link", "del", s.bridge)
-    for cidr in (s.pod_cidr, s.service_cidr):
+    # Both the cluster's range and (state from before there were several nodes) the node's own.
+    for cidr in {*fallback_ranges(s), s.pod_cidr}:
         run("ip", "route", "del", "unreachable", cidr, "metric", str(UNREACHABLE_METRIC), check=False)
     for name, value in changed_sysctls.items():
         path = sysctl_path(name)
@@ -218,7 +231,7 @@ def status(s: NodeSettings) -> dict[str, bool]:
     """What of the network is in place (for `hack/local/cluster status`)."""
     routes = run("ip", "-j", "route", "show", "type", "unreachable", check=False).stdout or "[]"
     fallbacks = {r.get("dst") for r in json.loads(routes)}
-    want = {str(ipaddress.ip_network(c)) for c in (s.pod_cidr, s.service_cidr)}
+    want = {str(ipaddress.ip_network(c)) for c in fallback_ranges(s)}
     return {
         "guard": guard_installed(s),
         "bridge": bridge_exists(s),

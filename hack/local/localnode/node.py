@@ -11,17 +11,20 @@ recorded, so a half-started node is cleaned up as well as a whole one.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from localnode import NodeError, configs, dns, images, netpol, network, runtime
+from localnode import NodeError, configs, dns, images, netpol, network, runtime, workers
 from localnode.configs import NodePaths
 from localnode.settings import NodeSettings, check_ranges_are_free
+from localnode.workers import Worker
 
 Proc = dict[str, Any]
 COMMANDS = {
@@ -43,7 +46,9 @@ COMMANDS = {
 class Launcher(Protocol):
     """hack/local/cluster's way of starting a component and waiting for it."""
 
-    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Proc: ...
+    def start(
+        self, name: str, argv: list[str], env: dict[str, str] | None = None, netns: str | None = None
+    ) -> Proc: ...
 
     def wait_until(self, what: str, check: Callable[[], bool], proc: Proc, timeout: float) -> None: ...
 
@@ -68,8 +73,10 @@ def claim(s: NodeSettings, state_dir: Path) -> None:
 
 def prepare(s: NodeSettings, state_dir: Path) -> dict[str, str]:
     """The guard, the bridge and the routes; returns the machine-wide sysctls it changed."""
-    check_ranges_are_free(s)
-    network.install_guard(s)  # first: nothing of the node exists without it
+    check_ranges_are_free(s, frozenset(workers.all_host_links(s)))
+    # First: nothing of the node exists without it. It counts the links of every node the
+    # cluster may add later, so adding one never rewrites it.
+    network.install_guard(s, workers.all_host_links(s))
     changed = network.setup_bridge(s)
     network.setup_routes(s)
     network.check_forwarding_is_off_elsewhere()
@@ -125,43 +132,7 @@ def start(
     pause, coredns = images.pause_image(), images.coredns_image(bins)
     policies = images.network_policies_image(addons)
     configs.write_all(s, paths, pki, pause.ref)
-
-    containerd = launcher.start(
-        "containerd",
-        [shutil.which("containerd") or "containerd", "--config", str(paths.containerd_config)],
-        env={**os.environ, **configs.containerd_env()},
-    )
-    launcher.wait_until(
-        "containerd answering on its socket",
-        lambda: runtime.ctr(paths, "version", timeout=10).returncode == 0,
-        containerd,
-        30,
-    )
-    for image in (pause, coredns, policies):
-        runtime.import_image(paths, image.archive, image.ref)
-
-    kubelet = launcher.start(
-        "kubelet",
-        [
-            str(bins / "kubelet"),
-            f"--config={paths.kubelet_config}",
-            f"--kubeconfig={paths.kubeconfig('kubelet')}",
-            f"--root-dir={paths.kubelet_dir}",
-            f"--cert-dir={paths.kubelet_dir / 'pki'}",
-            f"--hostname-override={s.name}",
-            f"--node-ip={s.node_ip}",
-            "--v=1",
-        ],
-    )
-    proxy = launcher.start(
-        "kube-proxy", [str(bins / "kube-proxy"), f"--config={paths.proxy_config}", "--v=1"]
-    )
-    launcher.wait_until(
-        f"node {s.name} Ready without the not-ready taint",
-        lambda: node_ready(bins, kubeconfig, s),
-        kubelet,
-        90,
-    )
+    _, proxy = start_components(s, paths, bins, kubeconfig, launcher, (pause, coredns, policies))
 
     res = kubectl(bins, kubeconfig, "apply", "-f", "-", stdin=dns.manifest_text(s, coredns.ref))
     if res.returncode != 0:
@@ -204,6 +175,123 @@ def start(
     return {"pause": pause.ref, "coredns": coredns.ref, "kube-network-policies": policies.ref}
 
 
+def component(name: str, w: Worker | None) -> str:
+    """A process's name in the cluster's state: `kubelet` on the first node, `kubelet@<node>`
+    on the others."""
+    return name if w is None else f"{name}@{w.name}"
+
+
+def start_components(
+    s: NodeSettings,
+    paths: NodePaths,
+    bins: Path,
+    kubeconfig: Path,
+    launcher: Launcher,
+    node_images: tuple[images.Image, ...],
+    w: Worker | None = None,
+) -> tuple[Proc, Proc]:
+    """containerd (with the node's images imported), the kubelet and kube-proxy, until the node
+    is Ready without the not-ready taint; inside the node's namespace for a worker `w`. Returns
+    the kubelet and kube-proxy."""
+    netns = w.netns if w is not None else None
+    containerd = launcher.start(
+        component("containerd", w),
+        [shutil.which("containerd") or "containerd", "--config", str(paths.containerd_config)],
+        env={**os.environ, **configs.containerd_env()},
+        netns=netns,
+    )
+    launcher.wait_until(
+        f"containerd of {s.name} answering on its socket",
+        lambda: runtime.ctr(paths, "version", timeout=10).returncode == 0,
+        containerd,
+        30,
+    )
+    for image in node_images:
+        runtime.import_image(paths, image.archive, image.ref)
+
+    kubelet = launcher.start(
+        component("kubelet", w),
+        [
+            str(bins / "kubelet"),
+            f"--config={paths.kubelet_config}",
+            f"--kubeconfig={paths.kubeconfig('kubelet')}",
+            f"--root-dir={paths.kubelet_dir}",
+            f"--cert-dir={paths.kubelet_dir / 'pki'}",
+            f"--hostname-override={s.name}",
+            f"--node-ip={s.node_ip}",
+            "--v=1",
+        ],
+        netns=netns,
+    )
+    proxy = launcher.start(
+        component("kube-proxy", w),
+        [str(bins / "kube-proxy"), f"--config={paths.proxy_config}", "--v=1"],
+        netns=netns,
+    )
+    launcher.wait_until(
+        f"node {s.name} Ready without the not-ready taint",
+        lambda: node_ready(bins, kubeconfig, s),
+        kubelet,
+        90,
+    )
+    return kubelet, proxy
+
+
+def start_worker(
+    w: Worker, state_dir: Path, pki: Path, bins: Path, addons: Path, kubeconfig: Path, launcher: Launcher
+) -> None:
+    """Another node: its namespace and link, cgroup root, containerd, kubelet and kube-proxy,
+    until it is Ready and kube-network-policies (a DaemonSet, so it comes by itself) enforces in
+    its namespace. Its kubeconfigs are written by the caller, as for the first node."""
+    paths = w.paths(state_dir)
+    pause, coredns = images.pause_image(), images.coredns_image(bins)
+    policies = images.network_policies_image(addons)
+    configs.write_all(w.node, paths, pki, pause.ref, cert=w.serving_cert, cgroup_root=w.cgroup_root)
+    workers.lay_network(w)
+    workers.make_cgroup_root(w)
+    _, proxy = start_components(w.node, paths, bins, kubeconfig, launcher, (pause, coredns, policies), w)
+    launcher.wait_until(
+        f"kube-network-policies enforcing on {w.name} (its table in namespace {w.netns})",
+        lambda: netpol.table_present(w.netns),
+        proxy,
+        120,
+    )
+
+
+def stop_worker(
+    w: Worker, state_dir: Path, procs: list[Proc], stop_processes: Callable[[list[Proc]], None]
+) -> None:
+    """Everything of a worker, in the order `stop_workloads` uses, then its namespace and cgroups."""
+    paths = w.paths(state_dir)
+    by_name = {str(p["name"]): p for p in procs}
+    stop_processes(
+        [by_name[n] for n in (component("kubelet", w), component("kube-proxy", w)) if n in by_name]
+    )
+    runtime.kill_containers(paths)
+    stop_processes([by_name[n] for n in (component("containerd", w),) if n in by_name])
+    runtime.kill_leftovers(paths)
+    workers.kill_cgroup(w)
+    runtime.remove_container_log_links(paths)
+    if paths.root.exists():
+        runtime.unmount_below(paths.root)
+        shutil.rmtree(paths.root, ignore_errors=True)
+    workers.remove_network(w)
+    workers.remove_cgroup_root(w)
+
+
+def crash_worker(w: Worker, state_dir: Path, procs: list[Proc]) -> None:
+    """The node as a machine losing power: its kubelet, kube-proxy, containerd, shims and every
+    container process SIGKILLed at once, and its link down; nothing is cleaned up or told."""
+    names = {component(n, w) for n in ("kubelet", "kube-proxy", "containerd")}
+    for proc in procs:
+        if proc["name"] in names:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(str(proc["pid"])), signal.SIGKILL)
+    workers.link_up(w, False)
+    runtime.kill_leftovers(w.paths(state_dir))
+    workers.kill_cgroup(w)
+
+
 def stop_workloads(
     s: NodeSettings, state_dir: Path, procs: list[Proc], stop_processes: Callable[[list[Proc]], None]
 ) -> None:
@@ -244,6 +332,15 @@ def stop_network(s: NodeSettings, state_dir: Path, sysctls: dict[str, str], bins
     network.teardown(s, sysctls)
     network.remove_guard(s)  # last: the ranges are unreachable and unrouted by now
     network.release_lock(state_dir)
+
+
+def worker_status(w: Worker, bins: Path, kubeconfig: Path) -> dict[str, bool]:
+    """What of a worker works (for `hack/local/cluster status`)."""
+    return {
+        f"node {w.name} network": workers.netns_exists(w),
+        f"node {w.name} Ready": node_ready(bins, kubeconfig, w.node),
+        f"node {w.name} NetworkPolicy": netpol.table_present(w.netns),
+    }
 
 
 def status(s: NodeSettings, bins: Path, kubeconfig: Path) -> dict[str, bool]:

@@ -52,6 +52,20 @@ def import_image(paths: NodePaths, archive: Path, ref: str) -> bool:
     return True
 
 
+def every_node(cluster_env: dict[str, object]) -> list[NodePaths]:
+    """Each node's folder, from `hack/local/cluster env --json` (the first node alone for a
+    state from before there were several)."""
+    nodes = cluster_env.get("nodes")
+    if isinstance(nodes, list) and nodes:
+        return [NodePaths(Path(str(n["node_dir"]))) for n in nodes if isinstance(n, dict)]
+    return [NodePaths(Path(str(cluster_env["state_dir"])) / "node")]
+
+
+def import_everywhere(nodes: list[NodePaths], archive: Path, ref: str) -> int:
+    """Import an image into every node that lacks it (a pod may land on any); how many did."""
+    return sum(import_image(paths, archive, ref) for paths in nodes)
+
+
 def kill_containers(paths: NodePaths) -> None:
     """SIGKILL every task containerd runs for the node and delete them (best effort)."""
     if not paths.containerd_socket.exists():

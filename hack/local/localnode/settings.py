@@ -18,6 +18,9 @@ from localnode import NodeError
 
 # Ranges that exist only inside a machine (RFC 1918). Python's is_private also accepts the
 # documentation ranges (192.0.2.0/24 is this machine's uplink), so the list is explicit.
+CLUSTER_PREFIX_DIFF = 4
+MAX_NODES = 2**CLUSTER_PREFIX_DIFF
+"""Nodes of one cluster: its pod range holds this many node subnets (see `cluster_cidr`)."""
 RFC1918_V4 = tuple(ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
 BRIDGE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,14}$")
 NODE_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -48,6 +51,14 @@ class NodeSettings:
     @property
     def prefix(self) -> int:
         return ipaddress.ip_network(self.pod_cidr).prefixlen
+
+    @property
+    def cluster_cidr(self) -> str:
+        """The pod range of the whole cluster: room for MAX_NODES pod subnets of this size, the
+        first node's subnet first (a second node takes the next block, and so on). Pods are routed
+        the whole range through their node, so one added later is reached without new routes."""
+        net = ipaddress.ip_network(self.pod_cidr)
+        return str(net.supernet(prefixlen_diff=CLUSTER_PREFIX_DIFF))
 
     @property
     def api_service_ip(self) -> str:
@@ -128,8 +139,17 @@ def from_env() -> NodeSettings:
         )
     pods = _private_range("PALLAS_POD_CIDR", "10.244.0.0/24", 28)
     services = _private_range("PALLAS_SERVICE_CIDR", "10.96.0.0/16", 24)
-    if pods.overlaps(services):
-        raise NodeError(f"PALLAS_POD_CIDR {pods} and PALLAS_SERVICE_CIDR {services} overlap")
+    cluster = pods.supernet(prefixlen_diff=CLUSTER_PREFIX_DIFF)
+    if cluster.overlaps(services):
+        raise NodeError(
+            f"the cluster's pod range {cluster} (PALLAS_POD_CIDR {pods} and the {MAX_NODES - 1} "
+            f"subnets after it, one per node) overlaps PALLAS_SERVICE_CIDR {services}"
+        )
+    if not any(cluster.subnet_of(r) for r in RFC1918_V4):
+        raise NodeError(
+            f"the cluster's pod range {cluster} (PALLAS_POD_CIDR {pods} and the subnets after it, "
+            "one per node) leaves the private ranges; choose another PALLAS_POD_CIDR"
+        )
     ports = {field: _port(var, default) for field, (var, default) in PORT_VARS.items()}
     if len(set(ports.values())) != len(ports):
         raise NodeError(f"the node's ports must differ: {', '.join(v for v, _ in PORT_VARS.values())}")
@@ -143,15 +163,25 @@ def from_env() -> NodeSettings:
     )
 
 
-def check_ranges_are_free(settings: NodeSettings) -> None:
-    """Refuse ranges that any interface or route of this machine already uses (other than ours):
-    a pod or Service address must never mean a host out there."""
-    ours = {settings.bridge}
+def node_count(raw: str | None = None) -> int:
+    """How many nodes the cluster runs (`--nodes`, else PALLAS_NODES; default 1)."""
+    source = "--nodes" if raw is not None else "PALLAS_NODES"
+    value = raw if raw is not None else os.environ.get("PALLAS_NODES", "1")
+    if not value.isdigit() or not 1 <= int(value) <= MAX_NODES:
+        raise NodeError(f"{source}={value!r} must be a number of nodes from 1 to {MAX_NODES}")
+    return int(value)
+
+
+def check_ranges_are_free(settings: NodeSettings, ours: frozenset[str] = frozenset()) -> None:
+    """Refuse ranges that any interface or route of this machine already uses (other than ours:
+    the bridge and the links to the other nodes, `ours`): a pod or Service address must never
+    mean a host out there."""
+    ours = ours | {settings.bridge}
     res = subprocess.run(["ip", "-j", "route", "show", "table", "all"], capture_output=True, text=True)
     if res.returncode != 0:
         raise NodeError(f"`ip route` failed: {res.stderr.strip()}")
     wanted = {
-        "PALLAS_POD_CIDR": ipaddress.ip_network(settings.pod_cidr),
+        "PALLAS_POD_CIDR": ipaddress.ip_network(settings.cluster_cidr),
         "PALLAS_SERVICE_CIDR": ipaddress.ip_network(settings.service_cidr),
     }
     for route in json.loads(res.stdout or "[]"):
