@@ -95,7 +95,7 @@ def test_the_network_keeps_pod_and_service_traffic_on_the_machine(node: dict[str
             ["ip", "-j", "route", "show", "type", "unreachable"], capture_output=True, text=True
         ).stdout
     )
-    assert {node["pod_cidr"], node["service_cidr"]} <= {r["dst"] for r in fallbacks}
+    assert {node["cluster_cidr"], node["service_cidr"]} <= {r["dst"] for r in fallbacks}
 
 
 def recorded(name: str) -> dict[str, Any]:

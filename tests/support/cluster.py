@@ -1,7 +1,9 @@
 """The real local cluster for integration and e2e tests.
 
 `kube_cluster` starts the control plane with hack/local/cluster (or reuses one that runs already) and
-stops it at the end of the session only if it started it. `PALLAS_KUBECONFIG=/path` points the
+stops it at the end of the session only if it started it. It runs two nodes (`PALLAS_TEST_NODES`,
+default 2; none with PALLAS_NODE=0): the e2e tests see replicas spread and traffic cross nodes, and
+a running one-node cluster (`make demo`'s) gets its second node added. `PALLAS_KUBECONFIG=/path` points the
 tests at an existing cluster instead; `PALLAS_KEEP_CLUSTER=1` leaves a started one running.
 """
 
@@ -73,7 +75,10 @@ def kube_cluster() -> Iterator[LocalCluster]:
         return
 
     was_running = _hack_cluster("status").returncode == 0
-    up = _hack_cluster("up")
+    nodes = (
+        [] if os.environ.get("PALLAS_NODE") == "0" else ["--nodes", os.environ.get("PALLAS_TEST_NODES", "2")]
+    )
+    up = _hack_cluster("up", *nodes)
     if up.returncode != 0:
         pytest.fail(f"hack/local/cluster up failed:\n{up.stderr}", pytrace=False)
     env = json.loads(_hack_cluster("env", "--json").stdout)

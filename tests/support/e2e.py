@@ -160,28 +160,38 @@ class LocalNode:
     """The project's image (`localhost/pallas:<hash>`), imported into the node's containerd."""
     pod_cidr: str = ""
     """The node's pod range: where connections from pods come from."""
+    cluster_cidr: str = ""
+    """The pod range of every node: where connections from any pod come from."""
+    nodes: tuple[dict[str, str], ...] = ()
+    """Every node of the cluster (`hack/local/cluster env --json`): name, address, containerd,
+    network namespace (empty for the first)."""
 
     def container_pid(self, container_id: str) -> int:
-        """The host pid of a container's main process (`containerd://<id>` from a pod status)."""
+        """The host pid of a container's main process (`containerd://<id>` from a pod status),
+        whichever node's containerd runs it."""
         task = container_id.removeprefix("containerd://")
-        res = subprocess.run(
-            ["ctr", "--address", self.containerd_address, "--namespace", "k8s.io", "tasks", "list"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        )
-        for line in res.stdout.splitlines()[1:]:
-            parts = line.split()
-            if parts and parts[0] == task:
-                return int(parts[1])
-        raise AssertionError(f"containerd runs no task {task}:\n{res.stdout}")
+        seen = []
+        for address in [n["containerd_address"] for n in self.nodes] or [self.containerd_address]:
+            res = subprocess.run(
+                ["ctr", "--address", address, "--namespace", "k8s.io", "tasks", "list"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=True,
+            )
+            for line in res.stdout.splitlines()[1:]:
+                parts = line.split()
+                if parts and parts[0] == task:
+                    return int(parts[1])
+            seen.append(res.stdout)
+        raise AssertionError(f"no node's containerd runs task {task}:\n" + "\n".join(seen))
 
 
 def local_node() -> LocalNode:
     """The session cluster's node, and the project's image built (if the tree changed) and loaded."""
     res = subprocess.run([str(HACK_CLUSTER), "env", "--json"], capture_output=True, text=True, timeout=60)
-    node = json.loads(res.stdout or "{}").get("node")
+    env = json.loads(res.stdout or "{}")
+    node = env.get("node")
     if not node:
         pytest.fail(
             "the e2e tests need the local node (hack/local/cluster up without PALLAS_NODE=0)", pytrace=False
@@ -190,7 +200,13 @@ def local_node() -> LocalNode:
     if image.returncode != 0:
         pytest.fail(f"hack/build/image load failed:\n{image.stderr[-3000:]}", pytrace=False)
     return LocalNode(
-        node["node_name"], node["node_ip"], node["containerd_address"], image.stdout.strip(), node["pod_cidr"]
+        node["node_name"],
+        node["node_ip"],
+        node["containerd_address"],
+        image.stdout.strip(),
+        node["pod_cidr"],
+        node.get("cluster_cidr", node["pod_cidr"]),
+        tuple(env.get("nodes") or ()),
     )
 
 

@@ -16,8 +16,10 @@ import datetime
 import json
 import secrets
 import subprocess
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from tests.support.cluster import HACK_CLUSTER, REPO
 from tests.support.e2e import install_operator
@@ -242,6 +244,108 @@ def _restart_node_component(component: str) -> Callable[[SoakWorld, float], Awai
     return act
 
 
+def _second_node(world: SoakWorld) -> str:
+    names = [n["node_name"] for n in world.node.nodes[1:]]
+    if not names:
+        raise RuntimeError("this event needs a second node (hack/local/cluster up --nodes 2)")
+    return names[0]
+
+
+async def _agent_pods_by_node(world: SoakWorld) -> dict[str, set[str]]:
+    """Which node runs each agent pod that is not being deleted (node name → pod names)."""
+    found: dict[str, set[str]] = {}
+    for agent in AGENTS:
+        for pod in await world.pods({"pallas.dev/agent": agent}):
+            if pod.metadata and pod.metadata.deletionTimestamp is None and pod.spec and pod.spec.nodeName:
+                found.setdefault(pod.spec.nodeName, set()).add(str(pod.metadata.name))
+    return found
+
+
+async def _spread_again(world: SoakWorld, within: float) -> None:
+    """A rollout restart, so the agents' replicas spread over every node again (after a drain
+    or a failover left them all on one), and a wait until they settled."""
+    await world.kubectl("rollout", "restart", *(f"deployment/{agent}" for agent in AGENTS))
+    await _settled_after(world, within)
+
+
+async def drain(world: SoakWorld, within: float) -> None:
+    """`kubectl drain` of the second node (PodDisruptionBudgets respected: one agent pod at a time
+    goes, and only once its successor elsewhere is Ready), then uncordon and a rollout restart
+    that spreads the replicas over both nodes again."""
+    node = _second_node(world)
+    deadline = asyncio.get_running_loop().time() + within
+    before = (await _agent_pods_by_node(world)).get(node, set())
+    world.notes.append(f"drain: {len(before)} agent pod(s) on {node} before")
+    await world.kubectl(
+        "drain", node, "--ignore-daemonsets", "--delete-emptydir-data", f"--timeout={int(within)}s",
+        namespaced=False,
+    )  # fmt: skip
+
+    async def moved() -> bool:
+        return not (await _agent_pods_by_node(world)).get(node)
+
+    await _settled_after(
+        world, deadline - asyncio.get_running_loop().time(), (f"no agent pod on {node}", moved)
+    )
+    await world.kubectl("uncordon", node, namespaced=False)
+    await _spread_again(world, max(1.0, deadline - asyncio.get_running_loop().time()))
+
+
+FAILOVER_WITHIN = 150.0
+"""A dead node's pods replaced on the others: the node monitor's grace (30 s), the agents'
+`node.kubernetes.io/unreachable` toleration (30 s by default), then a new pod's start (seconds)."""
+
+
+async def crash_node(world: SoakWorld, within: float) -> None:
+    """The second node killed as a power cut would (`hack/local/cluster kill-node`); its agent
+    pods must be replaced on the first node, the conversations go on from PostgreSQL. Then the
+    node is started again (`up`, the image imported into its new containerd) and the replicas
+    spread again."""
+    node = _second_node(world)
+    deadline = asyncio.get_running_loop().time() + within
+    victims = (await _agent_pods_by_node(world)).get(node, set())
+    world.notes.append(f"node-crash: {len(victims)} agent pod(s) on {node}: {sorted(victims)}")
+    started = time.monotonic()
+    await _hack(HACK_CLUSTER, "kill-node", node, within=60)
+
+    async def replaced() -> bool:
+        by_node = await _agent_pods_by_node(world)
+        for agent in AGENTS:
+            dep = await world.deployment(agent)
+            wanted = dep.spec.replicas if dep.spec and dep.spec.replicas is not None else 1
+            ready = [
+                p
+                for p in await world.pods({"pallas.dev/agent": agent})
+                if p.metadata and p.spec and p.spec.nodeName != node and p.metadata.deletionTimestamp is None
+                and _ready(p)
+            ]  # fmt: skip
+            if len(ready) < wanted:
+                return False
+        return not by_node.get(node) or not victims
+
+    await world.until(f"every agent's replicas Ready off {node}", replaced, FAILOVER_WITHIN)
+    world.failover_seconds = time.monotonic() - started
+    world.notes.append(f"node-crash: replicas Ready off {node} {world.failover_seconds:.1f}s after the kill")
+    await _hack(HACK_CLUSTER, "up", "--nodes", str(len(world.node.nodes)), within=300)
+    await _hack(HACK_IMAGE, "load", within=600)
+    await _spread_again(world, max(1.0, deadline - asyncio.get_running_loop().time()))
+
+
+def _ready(pod: Any) -> bool:
+    return bool(
+        pod.status and any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+    )
+
+
+async def _hack(script: object, *args: str, within: float) -> str:
+    res = await asyncio.to_thread(
+        subprocess.run, [str(script), *args], capture_output=True, text=True, timeout=within
+    )
+    if res.returncode != 0:
+        raise RuntimeError(f"{script} {' '.join(args)} failed: {res.stderr.strip()[-2000:]}")
+    return res.stdout
+
+
 EVENTS: dict[str, Event] = {
     event.name: event
     for event in (
@@ -255,6 +359,10 @@ EVENTS: dict[str, Event] = {
         Event("postgres", CRASH, "PostgreSQL stopped (immediate) and started 5 s later", restart_postgres),
         Event("containerd", CRASH, "the node's containerd restarted", _restart_node_component("containerd")),
         Event("kubelet", CRASH, "the node's kubelet restarted", _restart_node_component("kubelet")),
+        Event(
+            "drain", GRACEFUL, "kubectl drain of the second node, uncordoned, replicas spread again", drain
+        ),
+        Event("node-crash", CRASH, "the second node killed (power cut), then started again", crash_node),
     )
 }
 """Every event, in the order the soak performs them."""

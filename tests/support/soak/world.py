@@ -114,6 +114,10 @@ class SoakWorld:
     """The image the operator (and so every pod) runs now."""
     upgrade_image: str = ""
     """The image of a changed tree the `upgrade` event moves to (made before the traffic starts)."""
+    notes: list[str] = field(default_factory=list)
+    """What the events saw on the way (pods per node, failover time), for the report."""
+    failover_seconds: float | None = None
+    """How long the `node-crash` event's pods took to be Ready on the surviving node."""
 
     def agent_url(self, agent: str = ORCHESTRATOR) -> str:
         return f"http://{agent}.{self.namespace}.svc.cluster.local:8000/mcp"
@@ -151,9 +155,12 @@ class SoakWorld:
 
     async def settled(self) -> str | None:
         """What is not settled yet, or None."""
-        node = await self.kube.get(Node, self.node.name)
-        if not _condition_true(node.status.conditions if node.status else None, "Ready"):
-            return f"node {self.node.name} not Ready"
+        for name in [n["node_name"] for n in self.node.nodes] or [self.node.name]:
+            node = await self.kube.get(Node, name)
+            if not _condition_true(node.status.conditions if node.status else None, "Ready"):
+                return f"node {name} not Ready"
+            if node.spec and node.spec.unschedulable:
+                return f"node {name} cordoned"
         for agent in AGENTS:
             found = await self.kube.get(PallasAgent, agent, namespace=self.namespace)
             obj: dict[str, Any] = found.to_dict()  # type: ignore[no-untyped-call]
@@ -241,7 +248,7 @@ def rollout_problem(dep: dict[str, Any]) -> str | None:
 # --- set-up ---------------------------------------------------------------------------------------
 
 
-def manifests(world: SoakWorld, llm_timeout: float) -> list[dict[str, Any]]:
+def manifests(world: SoakWorld, llm_timeout: float, replicas: int = 1) -> list[dict[str, Any]]:
     """The Secrets, the PallasDeployment and the two agents."""
     meta = {"namespace": world.namespace}
 
@@ -254,6 +261,7 @@ def manifests(world: SoakWorld, llm_timeout: float) -> list[dict[str, Any]]:
                 "deployment": DEPLOYMENT,
                 "description": f"The soak's {name}",
                 "instruction": instruction(name, world.revisions[name]),
+                "replicas": replicas,
                 **spec,
             },
         }
@@ -295,7 +303,12 @@ def manifests(world: SoakWorld, llm_timeout: float) -> list[dict[str, Any]]:
 
 @contextlib.asynccontextmanager
 async def soak_world(
-    cluster: LocalCluster, node: LocalNode, *, llm_latency: float, ready_within: float = 180
+    cluster: LocalCluster,
+    node: LocalNode,
+    *,
+    llm_latency: float,
+    ready_within: float = 180,
+    replicas: int = 1,
 ) -> AsyncIterator[SoakWorld]:
     """Servers, namespace, operator and agents, torn down when the block ends (the namespace
     deleted and waited for); yields once every agent is Ready and the cluster settled."""
@@ -305,7 +318,7 @@ async def soak_world(
         stack.callback(loop.close)
         llm = loop.enter(FakeOpenAI(default=llm_script(llm_latency), models=[MODEL], host=node.ip))
         issuer = loop.enter(oidc_issuer(host=node.ip))
-        postgres = stack.enter_context(running_postgres(host=node.ip, clients=node.pod_cidr))
+        postgres = stack.enter_context(running_postgres(host=node.ip, clients=node.cluster_cidr))
         await asyncio.to_thread(create_namespace, cluster, namespace)
         stack.push_async_callback(asyncio.to_thread, delete_namespace, cluster, namespace, 180)
         operator = await asyncio.to_thread(install_operator, cluster, namespace, node.image)
@@ -317,7 +330,7 @@ async def soak_world(
             key=f"sk-soak-{secrets.token_hex(4)}", image=node.image,
         )  # fmt: skip
         await asyncio.to_thread(
-            kubectl_apply, cluster, *manifests(world, llm_timeout=max(30, 4 * llm_latency))
+            kubectl_apply, cluster, *manifests(world, llm_timeout=max(30, 4 * llm_latency), replicas=replicas)
         )
         try:
             await world.until_settled(ready_within)
