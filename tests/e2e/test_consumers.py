@@ -269,9 +269,15 @@ class World:
         return float(result[0]["value"][1]) if result else None
 
 
-def manifests(namespace: str, clients: str, servers: Servers) -> list[dict[str, Any]]:
-    """The team: a PallasDeployment with ServiceMonitors and the NetworkPolicy on, and two agents."""
+def manifests(namespace: str, clients: str, servers: Servers, first_node: str) -> list[dict[str, Any]]:
+    """The team: a PallasDeployment with ServiceMonitors and the NetworkPolicy on, and two agents.
+
+    The agents run on the first node, where this machine's own connections (the tests, `pallas
+    chat`) are the node's and so never subject to a policy, as upstream designed it; on another
+    node they would come from outside it, as from another machine. The client pods, Prometheus and
+    the operator land on either node, so allowed and refused traffic crosses nodes too."""
     meta = {"namespace": namespace}
+    pinned = {"nodeSelector": {"kubernetes.io/hostname": first_node}}
     by_name = {"matchLabels": {"kubernetes.io/metadata.name": PROMETHEUS_NAMESPACE}}
     return [
         {
@@ -327,6 +333,7 @@ def manifests(namespace: str, clients: str, servers: Servers) -> list[dict[str, 
                 "servers": ["tools", "secret", "errors"],
                 "tools": {"deny": ["secret__*"]},
                 "capabilities": ["research"],
+                "pod": pinned,
             },
         },
         {
@@ -338,6 +345,7 @@ def manifests(namespace: str, clients: str, servers: Servers) -> list[dict[str, 
                 "description": "Asks the researcher",
                 "instruction": ORCHESTRATOR,
                 "agents": ["researcher"],
+                "pod": pinned,
             },
         },
     ]
@@ -430,7 +438,7 @@ def world(
             },
         )
         stack.callback(operator.uninstall)
-        kubectl_apply(pallas_crds, *manifests(namespace, clients, consumers_servers))
+        kubectl_apply(pallas_crds, *manifests(namespace, clients, consumers_servers, consumers_node.name))
         image = consumers_node.image
         kubectl_apply(
             pallas_crds,

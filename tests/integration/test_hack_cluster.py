@@ -117,6 +117,13 @@ def test_up_with_a_half_built_cache_says_so_in_one_line(isolated: dict[str, str]
             "PALLAS_NODE_BRIDGE='eth0;rm' is not an interface name (a letter, then up to 14 of a-z 0-9 -)",
         ),
         ("PALLAS_KUBELET_PORT", "0", "PALLAS_KUBELET_PORT='0' is not a TCP port number (1-65535)"),
+        ("PALLAS_NODES", "0", "PALLAS_NODES='0' must be a number of nodes from 1 to 16"),
+        (
+            "PALLAS_SERVICE_CIDR",
+            "10.244.12.0/24",
+            "the cluster's pod range 10.244.0.0/20 (PALLAS_POD_CIDR 10.244.0.0/24 and the 15 subnets after "
+            "it, one per node) overlaps PALLAS_SERVICE_CIDR 10.244.12.0/24",
+        ),
     ],
 )
 def test_bad_node_settings_are_one_line_each(

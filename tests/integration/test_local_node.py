@@ -8,6 +8,7 @@ routes are looked up (`ip route get` sends nothing), rules and sysctls are read.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import socket
 import struct
@@ -157,3 +158,71 @@ def test_restarting_containerd_and_the_kubelet_keeps_the_node_and_its_pods(
     unknown = subprocess.run([str(HACK_CLUSTER), "restart", "nginx"], capture_output=True, text=True)
     assert unknown.returncode == 1
     assert "'nginx' is not a component of this cluster (it runs: etcd, kube-apiserver" in unknown.stderr
+
+
+# --- the second node ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def second(kube_cluster: LocalCluster) -> dict[str, Any]:
+    env = json.loads(
+        subprocess.run([str(HACK_CLUSTER), "env", "--json"], capture_output=True, text=True).stdout
+    )
+    nodes = env.get("nodes") or []
+    if len(nodes) < 2:
+        pytest.skip("the session cluster runs one node (PALLAS_TEST_NODES=1)")
+    return dict(nodes[1])
+
+
+def inside(netns: str, *argv: str) -> str:
+    res = subprocess.run(["ip", "netns", "exec", netns, *argv], capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+def test_the_second_node_is_ready_in_a_network_namespace_of_its_own(
+    kube_cluster: LocalCluster, node: dict[str, Any], second: dict[str, Any]
+) -> None:
+    obj = json.loads(kube_cluster.kubectl("get", "node", second["node_name"], "-o", "json").stdout)
+    assert {c["type"]: c["status"] for c in obj["status"]["conditions"]}["Ready"] == "True"
+    assert {"type": "InternalIP", "address": second["node_ip"]} in obj["status"]["addresses"]
+    assert not [t for t in obj["spec"].get("taints", []) if t["key"] == "node.kubernetes.io/not-ready"]
+    # The next subnet of the cluster's range, on a bridge inside its own namespace.
+    assert second["pod_cidr"] != node["pod_cidr"]
+    assert second["cluster_cidr"] == node["cluster_cidr"]
+    netns = second["netns"]
+    routes = json.loads(inside(netns, "ip", "-j", "route", "show"))
+    assert "default" not in {r["dst"] for r in routes}, "nothing is routed out of the node's namespace"
+    via_host = {r["dst"]: r for r in routes if r.get("gateway")}
+    assert via_host[node["cluster_cidr"]]["gateway"] == node["node_ip"]
+    assert set(via_host) == {node["cluster_cidr"]}
+    # Its kubelet, kube-proxy and containerd are in that namespace; its pods' cgroups under its root.
+    for name in ("kubelet", "kube-proxy", "containerd"):
+        pid = recorded(f"{name}@{second['node_name']}")["pid"]
+        assert os.stat(f"/proc/{pid}/ns/net").st_ino == os.stat(f"/run/netns/{netns}").st_ino
+        assert os.stat(f"/proc/{pid}/ns/mnt").st_ino == os.stat("/proc/self/ns/mnt").st_ino
+    assert Path("/sys/fs/cgroup/pids" + second["cgroup_root"] + "/kubepods").is_dir()
+    # The host forwards for the link alone; the machine-wide switch stays off.
+    assert Path(f"/proc/sys/net/ipv4/conf/{second['host_link']}/forwarding").read_text().strip() == "1"
+    assert Path("/proc/sys/net/ipv4/ip_forward").read_text().strip() == "0"
+    [route] = json.loads(
+        subprocess.run(
+            ["ip", "-j", "route", "get", second["pod_cidr"].rsplit(".", 1)[0] + ".250"],
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
+    assert route["dev"] == second["host_link"], route
+    # kube-network-policies enforces there, in its own table.
+    assert "table inet kube-network-policies" in inside(netns, "nft", "list", "tables")
+
+
+def test_only_a_node_after_the_first_can_be_killed(node: dict[str, Any], second: dict[str, Any]) -> None:
+    res = subprocess.run(
+        [str(HACK_CLUSTER), "kill-node", node["node_name"]], capture_output=True, text=True, timeout=30
+    )
+    assert res.returncode == 1
+    assert (
+        f"'{node['node_name']}' is not a node after the first (those can be killed: {second['node_name']}); "
+        "the first node holds the control plane's address"
+    ) in res.stderr

@@ -139,6 +139,8 @@ def from_env() -> NodeSettings:
         )
     pods = _private_range("PALLAS_POD_CIDR", "10.244.0.0/24", 28)
     services = _private_range("PALLAS_SERVICE_CIDR", "10.96.0.0/16", 24)
+    if pods.overlaps(services):
+        raise NodeError(f"PALLAS_POD_CIDR {pods} and PALLAS_SERVICE_CIDR {services} overlap")
     cluster = pods.supernet(prefixlen_diff=CLUSTER_PREFIX_DIFF)
     if cluster.overlaps(services):
         raise NodeError(
