@@ -269,7 +269,7 @@ def stop_worker(
     )
     runtime.kill_containers(paths)
     stop_processes([by_name[n] for n in (component("containerd", w),) if n in by_name])
-    runtime.kill_leftovers(paths)
+    runtime.kill_leftovers(paths, None)  # not the first node's pod cgroups
     workers.kill_cgroup(w)
     runtime.remove_container_log_links(paths)
     if paths.root.exists():
@@ -288,7 +288,7 @@ def crash_worker(w: Worker, state_dir: Path, procs: list[Proc]) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(str(proc["pid"])), signal.SIGKILL)
     workers.link_up(w, False)
-    runtime.kill_leftovers(w.paths(state_dir))
+    runtime.kill_leftovers(w.paths(state_dir), None)  # its own cgroups only, below
     workers.kill_cgroup(w)
 
 

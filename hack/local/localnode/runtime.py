@@ -92,13 +92,14 @@ def _pids_with(marker: str) -> list[int]:
     return found
 
 
-def kill_leftovers(paths: NodePaths) -> None:
-    """Kill runtime shims of this node's containerd and any process left in a pod cgroup."""
+def kill_leftovers(paths: NodePaths, pod_cgroups: Path | None = POD_CGROUPS) -> None:
+    """Kill runtime shims of this node's containerd and any process left in its pod cgroups
+    (`pod_cgroups`: the first node's `/kubepods`; another node passes its own, or None)."""
     for pid in _pids_with(f"-address {paths.containerd_socket}"):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    if POD_CGROUPS.is_dir():
-        for procs in POD_CGROUPS.rglob("cgroup.procs"):
+    if pod_cgroups is not None and pod_cgroups.is_dir():
+        for procs in pod_cgroups.rglob("cgroup.procs"):
             with contextlib.suppress(OSError):
                 for line in procs.read_text().split():
                     with contextlib.suppress(ProcessLookupError, ValueError):
