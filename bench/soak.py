@@ -2,7 +2,7 @@
 
     flock /work/node.lock .venv/bin/python bench/soak.py [--clients 8] [--rate 1] [--llm-latency 2]
         [--turns 4] [--warmup 20] [--settle 20] [--events edit,rotate,...] [--max-sends 5000]
-        [--event-timeout 240] [--json FILE] [--keep-cluster]
+        [--event-timeout 240] [--nodes 1] [--replicas 1] [--json FILE] [--keep-cluster]
 
 Needs root (the node). Starts the local cluster with its node if none runs (and stops it at the
 end; `--keep-cluster` leaves it), builds and loads the project's image (`hack/build/image load`),
@@ -23,6 +23,12 @@ these events happen one after another, each followed by `--settle` seconds of st
   postgres    PostgreSQL stopped (immediate) and started 5 s later
   containerd  the node's containerd restarted (hack/local/cluster restart containerd)
   kubelet     the node's kubelet restarted
+  drain       kubectl drain of the second node, uncordon, replicas spread again   (--nodes 2)
+  node-crash  the second node killed as a power cut would (hack/local/cluster kill-node), its
+              pods replaced on the first node; then started again                 (--nodes 2)
+
+The default is every event the cluster's nodes allow. For the two-node events give both agents
+two replicas (`--replicas 2`): the operator spreads them over the nodes.
 
 Per event: sends attempted and failed (by code), acknowledged turns missing from the history,
 context losses (a model not sent an earlier turn), cross-caller leaks, P50/P99 latency before
@@ -73,8 +79,9 @@ async def soak(cluster: LocalCluster, args: argparse.Namespace, plan: Plan) -> i
     node = await asyncio.to_thread(local_node)
     install_crds(cluster, *sorted((REPO / "crds").glob("*.yaml")))
     events = [EVENTS[name] for name in args.events]
-    async with soak_world(cluster, node, llm_latency=plan.llm_latency) as world:
+    async with soak_world(cluster, node, llm_latency=plan.llm_latency, replicas=args.replicas) as world:
         result = await run_soak(world, plan, events)
+        notes = world.notes
     total = result.total
     print(
         f"\n{plan.clients} callers, {plan.rate:g} messages/s, model calls {plan.llm_latency:g} s, "
@@ -82,7 +89,7 @@ async def soak(cluster: LocalCluster, args: argparse.Namespace, plan: Plan) -> i
         f"{total.sends} sends in {result.elapsed:.0f} s, {result.sessions_opened} MCP sessions opened\n"
     )
     print(result.table())
-    for note in result.notes:
+    for note in [*result.notes, *notes]:
         print(f"- {note}")
     if args.json is not None:
         args.json.write_text(json.dumps(result.raw(), indent=1) + "\n")
@@ -106,8 +113,12 @@ def main() -> int:
         "--warmup", type=float, default=20.0, help="seconds of traffic before the first event"
     )
     parser.add_argument(
-        "--events", type=event_list, default=list(EVENTS), help="a comma-separated subset, in order"
+        "--events", type=event_list, help="a comma-separated subset, in order (default: all the nodes allow)"
     )
+    parser.add_argument(
+        "--nodes", type=int, default=1, help="nodes of the cluster (hack/local/cluster --nodes)"
+    )
+    parser.add_argument("--replicas", type=int, default=1, help="replicas of each agent")
     parser.add_argument(
         "--max-sends", type=int, default=5000, help="stop the traffic after this many messages"
     )
@@ -135,9 +146,16 @@ def main() -> int:
         plan.check()
     except ValueError as exc:
         parser.error(str(exc))
+    if args.events is None:
+        args.events = [name for name, event in EVENTS.items() if event.nodes <= args.nodes]
+    wanting = [name for name in args.events if EVENTS[name].nodes > args.nodes]
+    if wanting:
+        parser.error(f"{', '.join(wanting)} need(s) --nodes 2 or more")
+    if args.replicas < 1:
+        parser.error("--replicas must be at least 1")
     was_running = hack_cluster("status").returncode == 0
     t0 = time.monotonic()
-    up = hack_cluster("up")
+    up = hack_cluster("up", "--nodes", str(args.nodes))
     if up.returncode != 0:
         sys.exit(f"hack/local/cluster up failed: {up.stderr.strip()}")
     try:

@@ -42,6 +42,8 @@ class Event:
     """Make the change and wait (at most the given seconds) until it took effect and settled."""
     prepare: Callable[[SoakWorld], Awaitable[None]] | None = None
     """Work done before the traffic starts (building an image), so the event itself is quick."""
+    nodes: int = 1
+    """Nodes the cluster needs for it (a drain or a lost node needs a second one)."""
 
 
 def _merge_patch(value: object) -> str:
@@ -360,9 +362,15 @@ EVENTS: dict[str, Event] = {
         Event("containerd", CRASH, "the node's containerd restarted", _restart_node_component("containerd")),
         Event("kubelet", CRASH, "the node's kubelet restarted", _restart_node_component("kubelet")),
         Event(
-            "drain", GRACEFUL, "kubectl drain of the second node, uncordoned, replicas spread again", drain
+            "drain",
+            GRACEFUL,
+            "kubectl drain of the second node, uncordoned, replicas spread again",
+            drain,
+            nodes=2,
         ),
-        Event("node-crash", CRASH, "the second node killed (power cut), then started again", crash_node),
+        Event(
+            "node-crash", CRASH, "the second node killed (power cut), then started again", crash_node, nodes=2
+        ),
     )
 }
 """Every event, in the order the soak performs them."""
