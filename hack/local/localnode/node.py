@@ -106,7 +106,9 @@ def node_ready(bins: Path, kubeconfig: Path, s: NodeSettings) -> bool:
         'jsonpath={.status.conditions[?(@.type=="Ready")].status} {.spec.taints[*].key}',
     )
     ready, _, taints = res.stdout.partition(" ")
-    return res.returncode == 0 and ready == "True" and "node.kubernetes.io/not-ready" not in taints
+    # A node back from the dead keeps its unreachable taint until the node monitor sees it Ready.
+    gone = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+    return res.returncode == 0 and ready == "True" and not any(t in taints for t in gone)
 
 
 def resolves(name: str, address: str) -> bool:
