@@ -78,6 +78,8 @@ CEL_OFFLINE: Mapping[str, str] = {
     "spec.auth.mode oidc needs": "AuthSpec._oidc_settings",
     "spec.auth.oidc is only used": "AuthSpec._oidc_settings",
     "an allowFrom entry needs": "NetworkPeer._one_selector",
+    "minDomains needs whenUnsatisfiable": "TopologySpreadConstraint._as_kubernetes_accepts",
+    "a matchLabelKeys key must not be": "TopologySpreadConstraint._as_kubernetes_accepts",
 }
 """How each CEL rule that is not in `OBJECT_RULES` is checked offline, by the start of its message."""
 

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from pallas_api import names
 from pallas_api.schema import structural_schema
-from pallas_api.spec import MODEL_REF, SERVER_NAME, PallasAgentSpec, PallasDeploymentSpec
+from pallas_api.spec import AGENT_SELECTOR_KEYS, MODEL_REF, SERVER_NAME, PallasAgentSpec, PallasDeploymentSpec
 from pallas_api.status import PallasAgentStatus, PallasDeploymentStatus
 
 AGENT_NAME = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
@@ -64,6 +64,23 @@ AGENT_RULES: dict[str, list[Rule]] = {
     ],
     "spec.model": [
         _rule(f"self.matches(r'{MODEL_REF}')", f"spec.model {_MODEL_MESSAGE}, e.g. vllm.qwen3-8b"),
+    ],
+    "spec.pod.topologySpreadConstraints[]": [
+        _rule(
+            "!has(self.minDomains) || self.whenUnsatisfiable == 'DoNotSchedule'",
+            "minDomains needs whenUnsatisfiable DoNotSchedule",
+            fieldPath=".minDomains",
+        ),
+        _rule(
+            "!has(self.matchLabelKeys) || self.matchLabelKeys.all(k, has(self.labelSelector) ? "
+            "!((has(self.labelSelector.matchLabels) && k in self.labelSelector.matchLabels) || "
+            "(has(self.labelSelector.matchExpressions) && "
+            "self.labelSelector.matchExpressions.exists(e, e.key == k))) : "
+            f"!(k in {sorted(AGENT_SELECTOR_KEYS)}))",
+            "a matchLabelKeys key must not be a key of the label selector (without labelSelector: "
+            f"{', '.join(sorted(AGENT_SELECTOR_KEYS))})",
+            fieldPath=".matchLabelKeys",
+        ),
     ],
     "spec.requestParams.responseFormat": [
         _rule(

@@ -47,7 +47,7 @@ from pallas_api.config import (
     ToolExposureMode,
     ToolPolicy,
 )
-from pallas_api.names import DNS_LABEL, DNS_LABEL_FORM
+from pallas_api.names import DNS_LABEL, DNS_LABEL_FORM, LABEL_AGENT, LABEL_COMPONENT
 from pallas_api.urls import (
     COLLECTOR,
     PUBLIC_KEYS,
@@ -426,6 +426,15 @@ class ConversationsSpec(_Spec):
         return self
 
 
+NODE_FAILURE_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
+"""The NoExecute taints the node lifecycle controller puts on a node that stops reporting."""
+DEFAULT_NODE_FAILURE_SECONDS = 30
+"""How long a pod tolerates `NODE_FAILURE_TAINTS` by default (the operator's
+`--node-failure-toleration-seconds`): Kubernetes' default of 300 s would leave a failed node's
+agents unreplaced for five minutes after the node is noticed as gone."""
+NodeFailureSeconds = Annotated[int, Field(ge=0, le=3600)]
+
+
 class RuntimeSpec(_Spec):
     """Pod defaults for every agent of the deployment."""
 
@@ -441,6 +450,12 @@ class RuntimeSpec(_Spec):
     sessions (503, retryable); turns still running after it are interrupted and kept in their
     conversations as failed (AGENT_SHUTTING_DOWN). The pods' terminationGracePeriodSeconds is
     this plus the preStop pause and a margin (docs/operator.md)."""
+    node_failure_toleration_seconds: NodeFailureSeconds | None = None
+    """Seconds the agent and registry pods stay bound to a node that stopped reporting
+    (`node.kubernetes.io/unreachable` or `not-ready`, NoExecute) before they are evicted and
+    replaced elsewhere, 0 to 3600. Default: the operator's `--node-failure-toleration-seconds`
+    (30); Kubernetes' own default would be 300. A pod toleration of your own for either taint
+    (`pod.tolerations`) replaces this one for that taint."""
 
 
 class HealthCheckSpec(_Spec):
@@ -638,6 +653,76 @@ class LabelSelector(_Spec):
     """Expressions that must all hold."""
 
 
+LABEL_KEY = rf"^({DNS_LABEL_FORM}(\.{DNS_LABEL_FORM})*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+"""A Kubernetes label key: an optional DNS-subdomain prefix and `/`, then a name."""
+LabelKey = Annotated[str, Field(pattern=LABEL_KEY, min_length=1, max_length=317)]
+AGENT_SELECTOR_KEYS = frozenset({LABEL_AGENT, LABEL_COMPONENT})
+"""The label keys of an agent's pod selector, which a constraint without `labelSelector` gets."""
+
+
+class TopologySpreadConstraint(_Spec):
+    """How an agent's pods spread over a topology (a Kubernetes TopologySpreadConstraint)."""
+
+    max_skew: Annotated[int, Field(ge=1, le=1000)]
+    """The most by which the number of matching pods in one domain may exceed the fewest in any."""
+    topology_key: LabelKey
+    """Node label whose values are the domains, e.g. `kubernetes.io/hostname` or
+    `topology.kubernetes.io/zone`."""
+    when_unsatisfiable: Literal["DoNotSchedule", "ScheduleAnyway"]
+    """`DoNotSchedule` leaves a pod Pending rather than break the skew; `ScheduleAnyway` only
+    prefers the nodes that keep it."""
+    label_selector: LabelSelector | None = None
+    """The pods counted; default: this agent's own pods."""
+    match_label_keys: Annotated[list[LabelKey], Field(max_length=16), SET, ONCE] = Field(default_factory=list)
+    """Labels of the incoming pod whose values narrow the pods counted, e.g. `pod-template-hash`
+    so the new ReplicaSet of a rollout spreads on its own. Not a key of the selector."""
+    min_domains: Annotated[int | None, Field(ge=1, le=1000)] = None
+    """The fewest eligible domains (with `DoNotSchedule` only)."""
+    node_affinity_policy: Literal["Honor", "Ignore"] | None = None
+    """Whether the pod's nodeSelector and node affinity limit the domains counted (Kubernetes
+    default: Honor)."""
+    node_taints_policy: Literal["Honor", "Ignore"] | None = None
+    """Whether nodes whose taints the pod does not tolerate are left out (Kubernetes default:
+    Ignore)."""
+
+    @model_validator(mode="after")
+    def _as_kubernetes_accepts(self) -> Self:
+        if self.min_domains is not None and self.when_unsatisfiable != "DoNotSchedule":
+            raise ValueError("minDomains needs whenUnsatisfiable DoNotSchedule")
+        selector = self.label_selector
+        if selector is None:
+            selected = set(AGENT_SELECTOR_KEYS)
+        else:
+            selected = {*selector.match_labels, *(e.key for e in selector.match_expressions)}
+        if both := sorted(selected.intersection(self.match_label_keys)):
+            raise ValueError(f"matchLabelKeys {both[0]!r} is also a key of the label selector")
+        return self
+
+
+def _one_per_topology(constraints: list[TopologySpreadConstraint]) -> list[TopologySpreadConstraint]:
+    seen: set[tuple[str, str]] = set()
+    for c in constraints:
+        if (key := (c.topology_key, c.when_unsatisfiable)) in seen:
+            raise ValueError(f"two constraints with topologyKey {key[0]!r} and whenUnsatisfiable {key[1]}")
+        seen.add(key)
+    return constraints
+
+
+TopologySpreadConstraints = Annotated[
+    list[TopologySpreadConstraint],
+    Field(
+        max_length=8,
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["topologyKey", "whenUnsatisfiable"],
+        },
+    ),
+    AfterValidator(_one_per_topology),
+]
+"""Keyed as a pod's list is, by topologyKey and whenUnsatisfiable: server-side apply refuses a
+repeated key there, and the API server refuses it here."""
+
+
 class NetworkPeer(_Spec):
     """Who else may reach the agents (a NetworkPolicy `from` entry)."""
 
@@ -780,7 +865,14 @@ class AgentPodSpec(_Spec):
     node_selector: dict[str, str] = Field(default_factory=dict)
     """Node selector."""
     tolerations: Annotated[list[Toleration], Field(max_length=32)] = Field(default_factory=list)
-    """Tolerations (Kubernetes Toleration objects)."""
+    """Tolerations (Kubernetes Toleration objects). One for `node.kubernetes.io/unreachable` or
+    `node.kubernetes.io/not-ready` replaces the operator's for that taint (the deployment's
+    `runtime.nodeFailureTolerationSeconds`)."""
+    topology_spread_constraints: TopologySpreadConstraints | None = None
+    """How the pods spread over nodes or zones (Kubernetes TopologySpreadConstraints; without a
+    `labelSelector` one counts this agent's pods). Unset: with more than one replica, at most one
+    pod more on one node than on another, preferred, not required (`kubernetes.io/hostname`,
+    `ScheduleAnyway`, each rollout's pods counted on their own); `[]`: no constraint."""
     annotations: dict[str, str] = Field(default_factory=dict)
     """Pod annotations."""
     drain_seconds: DrainSeconds | None = None
