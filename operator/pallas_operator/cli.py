@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from pallas_api.spec import TelemetrySpec
+from pallas_api.spec import DEFAULT_NODE_FAILURE_SECONDS, TelemetrySpec
 from pallas_api.validation import describe
 from pallas_io.commands import EXIT_USAGE, add_http_limit_flags, http_limits, port_number
 from pallas_io.logs import setup_logging
@@ -39,6 +39,17 @@ def default_telemetry(text: str) -> TelemetrySpec:
         raise argparse.ArgumentTypeError(describe(exc, prefix="telemetry", limit=1)) from None
 
 
+def toleration_seconds(text: str) -> int:
+    """`--node-failure-toleration-seconds`: whole seconds, 0 to 3600 (what the CRD field takes)."""
+    try:
+        seconds = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds") from None
+    if not 0 <= seconds <= 3600:
+        raise argparse.ArgumentTypeError(f"{seconds} is outside 0 to 3600")
+    return seconds
+
+
 class OperatorCommand:
     """Run the operator against the current kubeconfig or in-cluster credentials."""
 
@@ -65,6 +76,15 @@ class OperatorCommand:
             metavar="JSON",
             help="spec.telemetry of the PallasDeployments that name no endpoint, as JSON "
             '(e.g. \'{"endpoint": "http://collector:4318"}\'; the chart\'s telemetry values)',
+        )
+        parser.add_argument(
+            "--node-failure-toleration-seconds",
+            type=toleration_seconds,
+            default=DEFAULT_NODE_FAILURE_SECONDS,
+            metavar="S",
+            help="seconds agent and registry pods stay on a node that stopped reporting before "
+            "they are evicted, unless a PallasDeployment's spec.runtime.nodeFailureTolerationSeconds "
+            "says (default %(default)s; Kubernetes' own is 300)",
         )
         parser.add_argument(
             "--http-port",
@@ -126,5 +146,6 @@ class OperatorCommand:
             pod_namespace=args.pod_namespace or None,
             pod_labels=args.pod_labels,
             default_telemetry=args.default_telemetry,
+            node_failure_toleration_seconds=args.node_failure_toleration_seconds,
         )
         return asyncio.run(run_operator(settings))

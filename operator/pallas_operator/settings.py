@@ -7,7 +7,7 @@ import socket
 from dataclasses import dataclass, field
 
 from pallas_api.config import HttpLimits
-from pallas_api.spec import TelemetrySpec
+from pallas_api.spec import DEFAULT_NODE_FAILURE_SECONDS, TelemetrySpec
 from pallas_operator import DEFAULT_RUNTIME_IMAGE
 from pallas_operator.service_resolver import ServiceResolver
 
@@ -54,3 +54,7 @@ class OperatorSettings:
     default_telemetry: TelemetrySpec = field(default_factory=TelemetrySpec)
     """`spec.telemetry` of the deployments that name no endpoint (`--default-telemetry`, the
     chart's `telemetry` values): one collector for everything unless a deployment says."""
+    node_failure_toleration_seconds: int = DEFAULT_NODE_FAILURE_SECONDS
+    """How long agent and registry pods stay on a node that stopped reporting before they are
+    evicted, unless a deployment's `runtime.nodeFailureTolerationSeconds` says
+    (`--node-failure-toleration-seconds`, the chart's `nodeFailureTolerationSeconds`)."""

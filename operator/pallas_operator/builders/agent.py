@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pallas_api import names
 from pallas_api.budgets import agent_memory_bytes
 from pallas_api.render import SecretBinding, drain_seconds, log_level
-from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
+from pallas_api.spec import DEFAULT_NODE_FAILURE_SECONDS, PallasAgentSpec, PallasDeploymentSpec
 from pallas_operator.builders.meta import Manifest, Owner, agent_labels, agent_selector, metadata
 from pallas_operator.builders.pod import (
     AFTER_DRAIN_SECONDS,
@@ -25,6 +25,7 @@ from pallas_operator.builders.pod import (
     secret_volume,
     telemetry_env,
 )
+from pallas_operator.builders.scheduling import spread_constraints, tolerations
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +41,9 @@ class AgentWorkload:
     """sha256 of the part of the config a running process cannot take
     (`pallas_api.live.process_digest`): the pods roll only when it changes."""
     default_image: str
+    node_failure_seconds: int = DEFAULT_NODE_FAILURE_SECONDS
+    """The operator's `--node-failure-toleration-seconds`, unless the deployment's
+    `runtime.nodeFailureTolerationSeconds` says otherwise."""
 
 
 def allowed_host_args(w: AgentWorkload) -> list[str]:
@@ -62,6 +66,12 @@ def agent_log_env(w: AgentWorkload) -> list[dict[str, object]]:
     return log_env(level, namespace=w.owner.namespace, deployment=w.deployment_name)
 
 
+def toleration_seconds(w: AgentWorkload) -> int:
+    """How long the agent's pods stay on a node that stopped reporting: the deployment's, else ours."""
+    chosen = w.deployment.runtime.node_failure_toleration_seconds
+    return w.node_failure_seconds if chosen is None else chosen
+
+
 def agent_deployment(w: AgentWorkload) -> Manifest:
     """The Deployment running `pallas agent` with its ConfigMap and its Secret volume mounted.
 
@@ -71,6 +81,9 @@ def agent_deployment(w: AgentWorkload) -> Manifest:
     A stopping pod drains (docs/runtime.md): after the preStop pause (kube-proxy forgets it) the
     agent gets SIGTERM, lets its turns in flight finish for `drainSeconds`, and the grace period
     covers both plus what an interrupted turn needs. Rollouts surge first.
+
+    Losing a node (`builders.scheduling`): replicas spread over nodes unless the spec says how,
+    and a failed node's pods are evicted after `toleration_seconds`.
     """
     labels = agent_labels(w.owner.name, w.deployment_name)
     port = w.agent.service.port
@@ -142,8 +155,11 @@ def agent_deployment(w: AgentWorkload) -> Manifest:
     }
     if w.agent.pod.node_selector:
         pod_spec["nodeSelector"] = dict(w.agent.pod.node_selector)
-    if w.agent.pod.tolerations:
-        pod_spec["tolerations"] = [dict(t) for t in w.agent.pod.tolerations]
+    pod_spec["tolerations"] = tolerations(w.agent.pod.tolerations, toleration_seconds(w))
+    if spread := spread_constraints(
+        w.agent.pod.topology_spread_constraints, w.agent.replicas, agent_selector(w.owner.name)
+    ):
+        pod_spec["topologySpreadConstraints"] = spread
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pallas_api import names
+from pallas_api.spec import LabelSelector
 
 Manifest = dict[str, Any]
 
@@ -76,3 +77,16 @@ def metadata(
     if annotations:
         meta["annotations"] = dict(annotations)
     return meta
+
+
+def label_selector(selector: LabelSelector) -> dict[str, Any]:
+    """A Kubernetes LabelSelector from the model, leaving out what is empty."""
+    out: dict[str, Any] = {}
+    if selector.match_labels:
+        out["matchLabels"] = dict(selector.match_labels)
+    if selector.match_expressions:
+        out["matchExpressions"] = [
+            {"key": e.key, "operator": e.operator, **({"values": list(e.values)} if e.values else {})}
+            for e in selector.match_expressions
+        ]
+    return out

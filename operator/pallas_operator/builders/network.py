@@ -11,28 +11,23 @@ from collections.abc import Mapping
 from typing import Any
 
 from pallas_api import names
-from pallas_api.spec import LabelSelector, NetworkPeer, PallasDeploymentSpec
-from pallas_operator.builders.meta import Manifest, Owner, component_labels, metadata, registry_selector
-
-
-def _selector(selector: LabelSelector) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if selector.match_labels:
-        out["matchLabels"] = dict(selector.match_labels)
-    if selector.match_expressions:
-        out["matchExpressions"] = [
-            {"key": e.key, "operator": e.operator, **({"values": list(e.values)} if e.values else {})}
-            for e in selector.match_expressions
-        ]
-    return out
+from pallas_api.spec import NetworkPeer, PallasDeploymentSpec
+from pallas_operator.builders.meta import (
+    Manifest,
+    Owner,
+    component_labels,
+    label_selector,
+    metadata,
+    registry_selector,
+)
 
 
 def _peer(peer: NetworkPeer) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if peer.namespace_selector is not None:
-        out["namespaceSelector"] = _selector(peer.namespace_selector)
+        out["namespaceSelector"] = label_selector(peer.namespace_selector)
     if peer.pod_selector is not None:
-        out["podSelector"] = _selector(peer.pod_selector)
+        out["podSelector"] = label_selector(peer.pod_selector)
     return out
 
 

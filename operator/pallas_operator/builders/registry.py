@@ -5,7 +5,7 @@ from __future__ import annotations
 from pallas_api import names
 from pallas_api.config import HTTP_LIMIT_FLAGS
 from pallas_api.render import log_level, provider_key_bindings
-from pallas_api.spec import PallasDeploymentSpec
+from pallas_api.spec import DEFAULT_NODE_FAILURE_SECONDS, PallasDeploymentSpec
 from pallas_operator.builders.meta import Manifest, Owner, metadata, registry_labels, registry_selector
 from pallas_operator.builders.pod import (
     REGISTRY_RESOURCES,
@@ -23,9 +23,20 @@ from pallas_operator.builders.pod import (
     secret_volume,
     telemetry_env,
 )
+from pallas_operator.builders.scheduling import spread_constraints, tolerations
+
+REGISTRY_REPLICAS = 1
+"""The registry runs one pod, which its Deployment replaces (after
+`runtime.nodeFailureTolerationSeconds` when its node fails); with more, `spread_constraints`
+would spread them over nodes as an agent's."""
 
 
-def registry_deployment(owner: Owner, spec: PallasDeploymentSpec, default_image: str) -> Manifest:
+def registry_deployment(
+    owner: Owner,
+    spec: PallasDeploymentSpec,
+    default_image: str,
+    node_failure_seconds: int = DEFAULT_NODE_FAILURE_SECONDS,
+) -> Manifest:
     """The Deployment running `pallas registry` for this PallasDeployment's namespace.
 
     It rolls out surging first and stops after the preStop pause, like an agent. Its pod gets
@@ -33,6 +44,9 @@ def registry_deployment(owner: Owner, spec: PallasDeploymentSpec, default_image:
     (optional sources: a missing Secret must not keep the catalogue down; the check then says
     the key is not set). The registry reads the files at every check, so a rotated key is
     checked without a restart.
+
+    It tolerates a failed node as long as the agents do (the deployment's
+    `runtime.nodeFailureTolerationSeconds`, else `node_failure_seconds`).
     """
     keys = provider_key_bindings(spec)
     name = names.registry_name(owner.name)
@@ -72,25 +86,27 @@ def registry_deployment(owner: Owner, spec: PallasDeploymentSpec, default_image:
         "lifecycle": pre_stop(),
         **probes(),
     }
+    chosen = spec.runtime.node_failure_toleration_seconds
+    pod_spec: dict[str, object] = {
+        "serviceAccountName": name,
+        "securityContext": pod_security(),
+        "terminationGracePeriodSeconds": grace_seconds(REGISTRY_STOP_SECONDS),
+        "containers": [container],
+        "volumes": volumes,
+        "tolerations": tolerations([], node_failure_seconds if chosen is None else chosen),
+    }
+    if spread := spread_constraints(None, REGISTRY_REPLICAS, registry_selector(owner.name)):
+        pod_spec["topologySpreadConstraints"] = spread
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": metadata(name, owner, labels),
         "spec": {
-            "replicas": 1,
+            "replicas": REGISTRY_REPLICAS,
             "revisionHistoryLimit": 3,
             "strategy": rolling_update(),
             "selector": {"matchLabels": registry_selector(owner.name)},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "serviceAccountName": name,
-                    "securityContext": pod_security(),
-                    "terminationGracePeriodSeconds": grace_seconds(REGISTRY_STOP_SECONDS),
-                    "containers": [container],
-                    "volumes": volumes,
-                },
-            },
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
         },
     }
 
@@ -163,12 +179,17 @@ def registry_role_binding(owner: Owner) -> Manifest:
     }
 
 
-def registry_children(owner: Owner, spec: PallasDeploymentSpec, default_image: str) -> list[Manifest]:
+def registry_children(
+    owner: Owner,
+    spec: PallasDeploymentSpec,
+    default_image: str,
+    node_failure_seconds: int = DEFAULT_NODE_FAILURE_SECONDS,
+) -> list[Manifest]:
     """Every registry object, in an order that lets each find what it needs already there."""
     return [
         registry_service_account(owner),
         registry_role(owner),
         registry_role_binding(owner),
         registry_service(owner, spec),
-        registry_deployment(owner, spec, default_image),
+        registry_deployment(owner, spec, default_image, node_failure_seconds),
     ]

@@ -23,7 +23,15 @@ async def reconcile_agent(op: Operator, namespace: str, name: str) -> float | No
         _forget(op, namespace, name)
         return None
     children = op.world.children(namespace, record.uid)
-    plan = plan_agent(op.world, record, children, op.settings.runtime_image, op.settings.default_telemetry)
+    settings = op.settings
+    plan = plan_agent(
+        op.world,
+        record,
+        children,
+        settings.runtime_image,
+        settings.default_telemetry,
+        settings.node_failure_toleration_seconds,
+    )
     if plan.problem is None:
         applied = await apply_children(op, namespace, plan.desired, children, plan.unwanted, name)
         current = applied.workload

@@ -153,13 +153,17 @@ def _provider_report(
 
 def _desired(op: Operator, owner: Owner, spec: PallasDeploymentSpec) -> list[Manifest]:
     """The namespaced children: registry, hosted stdio servers, agents identity, NetworkPolicy."""
-    desired = registry_children(owner, spec, op.settings.runtime_image) if spec.registry.enabled else []
-    desired += stdio_children(owner, spec, op.settings.runtime_image)
+    settings = op.settings
+    desired = (
+        registry_children(owner, spec, settings.runtime_image, settings.node_failure_toleration_seconds)
+        if spec.registry.enabled
+        else []
+    )
+    desired += stdio_children(owner, spec, settings.runtime_image)
     if spec.auth.mode == "kubernetes":
         agents = [a.name for a in op.world.agents_of(owner.namespace, owner.name)]
         desired += access_children(owner, agents)
     if spec.network.policy:
-        settings = op.settings
         desired.append(agents_network_policy(owner, spec, settings.pod_namespace, settings.pod_labels))
     return desired
 

@@ -14,7 +14,13 @@ from pallas_api.conditions import INVALID_SPEC
 from pallas_api.config import render_config
 from pallas_api.live import config_digest, process_digest
 from pallas_api.render import RenderError, render_agent, split_model, with_default_telemetry
-from pallas_api.spec import AuthSpec, PallasAgentSpec, PallasDeploymentSpec, TelemetrySpec
+from pallas_api.spec import (
+    DEFAULT_NODE_FAILURE_SECONDS,
+    AuthSpec,
+    PallasAgentSpec,
+    PallasDeploymentSpec,
+    TelemetrySpec,
+)
 from pallas_api.validation import describe
 from pallas_operator.builders import (
     AgentWorkload,
@@ -61,6 +67,7 @@ def plan_agent(
     children: dict[tuple[str, str], ChildRecord],
     default_image: str,
     default_telemetry: TelemetrySpec | None = None,
+    node_failure_seconds: int = DEFAULT_NODE_FAILURE_SECONDS,
 ) -> AgentPlan:
     """Decide what the agent `record` should have, given what the world holds."""
     try:
@@ -108,7 +115,14 @@ def plan_agent(
     # Gate only the start: once pods run, a dependency turning unready does not stop them.
     if not plan.waiting or ("Deployment", name) in children:
         workload = AgentWorkload(
-            owner, spec.deployment, spec, deployment, rendered.secrets, plan.template_hash, default_image
+            owner,
+            spec.deployment,
+            spec,
+            deployment,
+            rendered.secrets,
+            plan.template_hash,
+            default_image,
+            node_failure_seconds,
         )
         plan.desired.append(agent_deployment(workload))
         budget = agent_disruption_budget(owner, spec.deployment, spec)
