@@ -104,6 +104,68 @@ The namespace of the leader-election Lease.
 {{- end }}
 
 {{/*
+Seconds a pod stays on a node that stopped reporting before it is evicted (Kubernetes' default is
+300): the operator's own pods, and by `--node-failure-toleration-seconds` every agent and registry
+pod whose PallasDeployment sets no `spec.runtime.nodeFailureTolerationSeconds`.
+*/}}
+{{- define "pallas.nodeFailureTolerationSeconds" -}}
+{{- if hasKey .Values "nodeFailureTolerationSeconds" }}
+{{- int .Values.nodeFailureTolerationSeconds }}
+{{- else }}
+{{- 30 }}
+{{- end }}
+{{- end }}
+
+{{/*
+The operator pods' tolerations: the `tolerations` value, then one for each node-failure taint
+(NoExecute) that none of those matches, so a failed node's leader is replaced within
+nodeFailureTolerationSeconds. A toleration of the user's matching the taint (its key, or an
+empty key with Exists) wins: Kubernetes evicts after the shortest matching tolerationSeconds.
+*/}}
+{{- define "pallas.tolerations" -}}
+{{- $tolerations := list }}
+{{- range .Values.tolerations }}
+{{- $tolerations = append $tolerations . }}
+{{- end }}
+{{- $seconds := include "pallas.nodeFailureTolerationSeconds" . | int }}
+{{- range $taint := list "node.kubernetes.io/unreachable" "node.kubernetes.io/not-ready" }}
+{{- $covered := false }}
+{{- range $.Values.tolerations }}
+{{- $key := get . "key" | default "" }}
+{{- if has (get . "effect" | default "") (list "" "NoExecute") }}
+{{- if or (eq $key $taint) (and (eq $key "") (eq (get . "operator") "Exists")) }}
+{{- $covered = true }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if not $covered }}
+{{- $tolerations = append $tolerations (dict "key" $taint "operator" "Exists" "effect" "NoExecute" "tolerationSeconds" $seconds) }}
+{{- end }}
+{{- end }}
+{{- toYaml $tolerations }}
+{{- end }}
+
+{{/*
+The operator pods' topology spread: the `topologySpreadConstraints` value, else with more than
+one replica at most one pod more on one node than on another, preferred (ScheduleAnyway: a
+one-node cluster still runs every replica), each rollout's pods counted on their own.
+*/}}
+{{- define "pallas.topologySpreadConstraints" -}}
+{{- if .Values.topologySpreadConstraints }}
+{{- toYaml .Values.topologySpreadConstraints }}
+{{- else if gt (int .Values.replicaCount) 1 }}
+- maxSkew: 1
+  topologyKey: kubernetes.io/hostname
+  whenUnsatisfiable: ScheduleAnyway
+  labelSelector:
+    matchLabels:
+      {{- include "pallas.selectorLabels" . | nindent 6 }}
+  matchLabelKeys:
+    - pod-template-hash
+{{- end }}
+{{- end }}
+
+{{/*
 Fails the render on combinations the schema cannot express with a clear message.
 */}}
 {{- define "pallas.validate" -}}

@@ -37,6 +37,15 @@ POD_ARGS = [
     "app.kubernetes.io/name=pallas",
 ]
 Doc = dict[str, Any]
+NODE_FAILURE = [
+    {"key": taint, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}
+    for taint in ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
+]
+OPERATOR_SELECTOR = {
+    "app.kubernetes.io/name": "pallas",
+    "app.kubernetes.io/instance": RELEASE,
+    "app.kubernetes.io/component": "operator",
+}
 
 
 @pytest.fixture(scope="module")
@@ -176,6 +185,7 @@ def test_the_operator_runs_the_charts_image_on_all_namespaces_with_its_lease_her
         "--head-timeout=10",
         "--keep-alive=5",
         f"--lease-namespace={NAMESPACE}",
+        "--node-failure-toleration-seconds=30",
         *POD_ARGS,
     ]
     assert c["ports"] == [{"name": "http-metrics", "containerPort": 8080, "protocol": "TCP"}]
@@ -209,6 +219,7 @@ def test_operator_flags_follow_the_values(render: Render) -> None:
         "--head-timeout=2.5",
         "--keep-alive=5",
         "--lease-namespace=elections",
+        "--node-failure-toleration-seconds=30",
         *POD_ARGS,
         "--verbose",
         "--service-host-map=/etc/hosts-map",
@@ -323,7 +334,7 @@ def test_scheduling_values_reach_the_pod(render: Render) -> None:
     )["spec"]["template"]["spec"]
     # Helm merges maps with the defaults (a key set to null removes a default).
     assert pod["nodeSelector"] == {"kubernetes.io/os": "linux", "pool": "ops"}
-    assert pod["tolerations"] == [toleration]
+    assert pod["tolerations"] == [toleration, *NODE_FAILURE]
     assert pod["affinity"] == affinity
     assert pod["containers"][0]["resources"] == {"requests": {"cpu": "1", "memory": "256Mi"},
                                                  "limits": {"memory": "512Mi"}}  # fmt: skip
@@ -581,6 +592,59 @@ def test_more_than_one_replica_gets_a_pod_disruption_budget(render: Render) -> N
     pdb = one(docs, "PodDisruptionBudget", OPERATOR)
     assert pdb["spec"]["minAvailable"] == 1
     assert "maxUnavailable" not in pdb["spec"]
+
+
+def operator_pod(docs: list[Doc]) -> Doc:
+    pod: Doc = one(docs, "Deployment", OPERATOR)["spec"]["template"]["spec"]
+    return pod
+
+
+def test_the_operator_leaves_a_failed_node_after_30_seconds(render: Render) -> None:
+    # Kubernetes' DefaultTolerationSeconds would give 300 s; a standby takes the Lease within 30 s.
+    assert operator_pod(render())["tolerations"] == NODE_FAILURE
+
+
+@pytest.mark.parametrize(
+    ("tolerations", "added"),
+    [
+        ([{"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+           "tolerationSeconds": 600}], NODE_FAILURE[1:]),
+        ([{"key": "node.kubernetes.io/not-ready", "operator": "Exists"}], NODE_FAILURE[:1]),
+        ([{"operator": "Exists"}], []),  # every taint, for ever: ours would cut it short
+        ([{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoSchedule"}],
+         NODE_FAILURE),
+    ],
+    ids=["unreachable", "not-ready-any-effect", "everything", "another-effect"],
+)  # fmt: skip
+def test_a_users_toleration_of_a_node_failure_taint_replaces_the_charts(
+    render: Render, tolerations: list[Doc], added: list[Doc]
+) -> None:
+    assert operator_pod(render({"tolerations": tolerations}))["tolerations"] == [*tolerations, *added]
+
+
+def test_replicas_spread_over_nodes_preferred_unless_the_values_say_how(render: Render) -> None:
+    assert "topologySpreadConstraints" not in operator_pod(render())
+    # ScheduleAnyway: a one-node cluster still runs every replica.
+    assert operator_pod(render({"replicaCount": 2}))["topologySpreadConstraints"] == [
+        {
+            "maxSkew": 1,
+            "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": OPERATOR_SELECTOR},
+            "matchLabelKeys": ["pod-template-hash"],
+        }
+    ]
+    zones = [
+        {
+            "maxSkew": 1,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": OPERATOR_SELECTOR},
+        }
+    ]
+    for replicas in (1, 3):
+        pod = operator_pod(render({"replicaCount": replicas, "topologySpreadConstraints": zones}))
+        assert pod["topologySpreadConstraints"] == zones
 
 
 def test_pod_disruption_budget_on_request_with_max_unavailable(render: Render) -> None:
