@@ -316,8 +316,17 @@ class ChartValues(Values):
     node_selector: dict[str, str] = {"kubernetes.io/os": "linux"}
     """Node labels the operator pods must match."""
     tolerations: list[dict[str, Any]] = []
-    """Tolerations of the operator pods."""
+    """Tolerations of the operator pods. Beside them the pods tolerate the node-failure taints
+    for `nodeFailureTolerationSeconds`, unless one of these matches the taint."""
+    node_failure_toleration_seconds: int = Field(default=30, ge=0, le=3600)
+    """Seconds a pod stays on a node that stopped reporting (the NoExecute taints
+    `node.kubernetes.io/unreachable` and `not-ready`) before it is evicted and replaced
+    elsewhere; Kubernetes' default is 300. The operator pods' own, and (as
+    `--node-failure-toleration-seconds`) every agent and registry pod whose PallasDeployment
+    sets no `spec.runtime.nodeFailureTolerationSeconds`."""
     affinity: dict[str, Any] = {}
     """Affinity of the operator pods, e.g. pod anti-affinity to spread replicas over nodes."""
     topology_spread_constraints: list[dict[str, Any]] = []
-    """Topology spread constraints of the operator pods."""
+    """Topology spread constraints of the operator pods. Empty with `replicaCount` > 1: at most
+    one pod more on one node than on another, preferred (`kubernetes.io/hostname`,
+    `ScheduleAnyway`: a one-node cluster still runs every replica)."""

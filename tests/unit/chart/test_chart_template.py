@@ -6,6 +6,7 @@ builds (`make k8s-bins`).
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import re
@@ -18,7 +19,7 @@ import jsonschema
 import pytest
 import yaml
 
-from pallas_operator.cli import default_telemetry
+from pallas_operator.cli import OperatorCommand, default_telemetry
 from pallas_operator.operator_rbac import CLUSTER_RULES, LEASE_RULES, USER_EDIT_RULES, USER_VIEW_RULES
 from tests.support.cluster import REPO
 
@@ -622,6 +623,16 @@ def test_a_users_toleration_of_a_node_failure_taint_replaces_the_charts(
     assert operator_pod(render({"tolerations": tolerations}))["tolerations"] == [*tolerations, *added]
 
 
+def test_node_failure_toleration_seconds_reach_the_operator_pods_and_its_flag(render: Render) -> None:
+    pod = operator_pod(render({"nodeFailureTolerationSeconds": 90}))
+    assert [t["tolerationSeconds"] for t in pod["tolerations"]] == [90, 90]
+    [flag] = [a for a in pod["containers"][0]["args"] if a.startswith("--node-failure-toleration-seconds=")]
+    assert flag == "--node-failure-toleration-seconds=90"
+    parser = argparse.ArgumentParser()
+    OperatorCommand().configure(parser)  # the flag is one the operator takes
+    assert parser.parse_args([flag]).node_failure_toleration_seconds == 90
+
+
 def test_replicas_spread_over_nodes_preferred_unless_the_values_say_how(render: Render) -> None:
     assert "topologySpreadConstraints" not in operator_pod(render())
     # ScheduleAnyway: a one-node cluster still runs every replica.
@@ -670,12 +681,13 @@ def test_pod_disruption_budget_on_request_with_max_unavailable(render: Render) -
         ({"rbac": {"scope": "namespace"}}, "at '/watchNamespaces': minItems: got 0, want 1"),
         ({"watchNamespaces": ["Agents"]}, "at '/watchNamespaces/0'"),
         ({"replicaCount": -1}, "at '/replicaCount'"),
+        ({"nodeFailureTolerationSeconds": 3601}, "at '/nodeFailureTolerationSeconds'"),
         ({"prometheusRule": {"alertFor": {"PallasDown": "1m"}}}, "invalid propertyName 'PallasDown'"),
         ({"prometheusRule": {"alertFor": {"PallasProcessDown": "soon"}}},
          "at '/prometheusRule/alertFor/PallasProcessDown'"),
     ],
     ids=["unknown-key", "nested-typo", "bad-scope", "bad-pull-policy", "bad-digest", "namespace-scope-no-ns",
-         "bad-namespace", "negative-replicas", "unknown-alert", "bad-duration"],
+         "bad-namespace", "negative-replicas", "long-node-failure", "unknown-alert", "bad-duration"],
 )  # fmt: skip
 def test_the_schema_refuses_bad_values_with_a_clear_message(
     render_error: Callable[[dict[str, Any]], str], values: dict[str, Any], message: str
