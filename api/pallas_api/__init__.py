@@ -15,6 +15,7 @@ One package, imported by all three and importing none of them (as CloudNativePG'
 - `budgets`: the memory an agent pod needs, from the budgets its spec sets;
 - `health`: the `get_health` report an agent returns and its readers parse;
 - `errors`: the machine-readable codes of an agent's tool errors;
+- `approval`: which tool calls wait for the caller's approval (a server's `requireApproval`);
 - `references` / `checks` / `validation` / `urls`: the checks of manifests the operator,
   `pallas validate` and `pallas run` share, and validation errors in a user's words;
 - `crds` / `schema`: the CRDs generated from the models (`hack/generate/crds`).

@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
+from pallas_api.approval import ApprovalPolicy
 from pallas_api.names import DNS_LABEL
 from pallas_api.urls import (
     PEER_BEARER,
@@ -192,6 +193,8 @@ class DownstreamServer(_Model):
     calls without a forwarded bearer share one session."""
     sessions: ServerSessionLimits = ServerSessionLimits()
     """The per-conversation sessions of a stateful server."""
+    require_approval: ApprovalPolicy | None = None
+    """The tools whose calls wait for the caller's approval (`pallas_api.approval`)."""
 
 
 class PeerAgent(_Model):

@@ -388,6 +388,7 @@ def render_agent(
                 max_result_bytes=spec.max_result_bytes,
                 stateful=spec.stateful,
                 sessions=spec.sessions,
+                require_approval=spec.require_approval,
             )
         )
 

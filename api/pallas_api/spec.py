@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import AfterValidator, BaseModel, Field, model_validator
 
+from pallas_api.approval import ApprovalPolicy
 from pallas_api.config import (
     CLOUD_REGION,
     DEFAULT_DRAIN_SECONDS,
@@ -320,6 +321,10 @@ class McpServerSpec(_Spec):
     sessions: ServerSessionLimits = ServerSessionLimits()
     """With `stateful`: sessions each agent pod keeps to this server, `maxSessions` (default 32,
     the one unused longest is closed to make room) and `idleTimeoutSeconds` (default 1800)."""
+    require_approval: ApprovalPolicy | None = None
+    """Calls of these tools wait for the caller's yes, asked through MCP elicitation: `tools` (globs
+    over tool names), `destructiveHint` (default true: also the tools the server annotates as
+    destructive) and `timeoutSeconds` (default 120). Absent: no call waits."""
 
     @model_validator(mode="after")
     def _url_or_stdio(self) -> Self:

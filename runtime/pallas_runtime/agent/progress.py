@@ -65,6 +65,10 @@ class ProgressReporter:
         """Report that a tool call started."""
         await self._emit(0, None, f"{source}/{tool}: started")
 
+    async def awaiting_approval(self, source: str, tool: str) -> None:
+        """Report that a tool call waits for the caller's approval (`agent.approvals`)."""
+        await self._emit(0, None, f"{source}/{tool}: awaiting approval")
+
     async def tool_finished(self, source: str, tool: str, *, ok: bool) -> None:
         """Report that a tool call completed or failed."""
         await self._emit(1, 1, f"{source}/{tool}: {'completed' if ok else 'failed'}")

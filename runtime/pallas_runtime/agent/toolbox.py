@@ -3,7 +3,8 @@
 Every call to a downstream tool goes through `ToolBox.call`, whether the model named the tool
 directly (`<server>__<tool>`), through the gateway's `execute_tool`, or a client of the agent
 called `execute_tool` on the agent's MCP surface: the tool policy is enforced again at the
-call (a denied tool gets an error result and counts in `pallas_tool_denied_total`), one audit
+call (a denied tool gets an error result and counts in `pallas_tool_denied_total`), a tool its
+server's `requireApproval` marks waits for the caller's yes (`agent.approvals`), one audit
 line is written, the call is timed and counted, and the result is scrubbed of the agent's own
 secret values and cut to `limits.maxToolResultBytes` before anyone sees it. A server that echoes
 the headers it received would otherwise hand the model, its provider and the conversation the
@@ -26,6 +27,7 @@ from pallas_api.config import AgentConfig
 from pallas_api.errors import ErrorCode
 from pallas_io.logs import SecretValues
 from pallas_io.tracing import exemplar
+from pallas_runtime.agent.approvals import ApprovalGate
 from pallas_runtime.agent.audit import Outcome, audit_tool_call
 from pallas_runtime.agent.latency import Latencies
 from pallas_runtime.agent.progress import ProgressReporter
@@ -105,6 +107,7 @@ class ToolBox:
         self._peers = frozenset(a.name for a in config.agents)
         self._metrics = metrics
         self._secrets = secrets or SecretValues()
+        self._approvals = ApprovalGate(config)
         self._tokens: dict[int, tuple[RemoteTool, int]] = {}
         """id of a listed tool → (the tool, its schema's tokens): a source keeps its tool objects
         until its list changes, and `auto` weighs every schema on every turn."""
@@ -198,6 +201,8 @@ class ToolBox:
         if not (entry.allowed and self._config.tools.permits(tool.qualified_name)):
             return self.deny(source, tool.name, shown or tool.qualified_name)
         progress = context.progress
+        if (refused := await self._approvals.check(tool, arguments, progress)) is not None:
+            return refused  # the caller rejected it, or nobody could be asked in time (audited)
         if progress is not None:
             await progress.tool_started(source, tool.name)
         with tool_span(

@@ -24,7 +24,7 @@ import anyio
 import httpx2
 import mcp_types
 from mcp import ClientSession
-from mcp.client.session import MessageHandlerFnT
+from mcp.client.session import ElicitationFnT, MessageHandlerFnT
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import DEFAULT_MAX_SSE_EVENT_SIZE, streamable_http_client
 
@@ -69,11 +69,13 @@ async def open_session(
     max_event_bytes: int | None = None,
     pool: aiohttp.ClientSession | None = None,
     auth: httpx2.Auth | None = None,
+    elicitation: ElicitationFnT | None = None,
 ) -> AsyncIterator[ClientSession]:
     """An initialized MCP session (handshake protocol) whose every HTTP request carries `headers`.
 
     `auth` adds what changes between requests (a conversation's latest forwarded bearer,
-    `BearerSlot`).
+    `BearerSlot`). `elicitation` answers the endpoint's `elicitation/create` requests (and makes
+    the session declare the capability); None declares none.
 
     Must be entered and exited by the same task (the SDK's transports run anyio task groups).
     On exit a Streamable HTTP session is ended with a DELETE. `max_event_bytes` bounds one SSE
@@ -117,7 +119,13 @@ async def open_session(
                 streamable_http_client(url, http_client=http, max_sse_event_size=limit)
             )
         session = await stack.enter_async_context(
-            ClientSession(read, write, message_handler=on_message, client_info=CLIENT_INFO)
+            ClientSession(
+                read,
+                write,
+                message_handler=on_message,
+                client_info=CLIENT_INFO,
+                elicitation_callback=elicitation,
+            )
         )
         await session.initialize()
         yield session

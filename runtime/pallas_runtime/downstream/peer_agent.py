@@ -8,11 +8,13 @@ from typing import Any
 import mcp_types
 
 from pallas_api.config import PeerAgent
+from pallas_runtime.approval.elicit import RELAY_META, Relays, relay_token
+from pallas_runtime.approval.question import current_approver
 from pallas_runtime.conversations.caller import peer_conversation_id
 from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.downstream.call_path import CallPath
 from pallas_runtime.downstream.remote import RemoteMcpSource
-from pallas_runtime.downstream.source import RemoteTool
+from pallas_runtime.downstream.source import ProgressHandler, RemoteTool, ToolOutcome
 
 log = logging.getLogger("pallas.downstream")
 
@@ -30,7 +32,8 @@ class PeerAgentSource(RemoteMcpSource):
     not the model's to choose: `conversation_id` is left out of the schema it sees and set on
     every call, derived from the calling turn's conversation (see `conversations.caller`), and
     so are the peer's per-call `params`. Each call carries the calling turn's path of agents
-    (`downstream.call_path`).
+    (`downstream.call_path`) and a relay token: the peer's approval questions come back with it
+    and go on to the calling turn's own caller (`approval.elicit`).
     """
 
     def __init__(self, peer: PeerAgent, *, probe_timeout: float) -> None:
@@ -51,6 +54,29 @@ class PeerAgentSource(RemoteMcpSource):
             max_result_bytes=peer.max_result_bytes,
         )
         self._warned_missing = False
+        self._relays = Relays(peer.name)
+        self._elicitation = self._relays.callback
+
+    async def call_tool(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        *,
+        inbound_auth: str | None,
+        on_progress: ProgressHandler | None,
+        conversation: ConversationKey | None = None,
+        call_path: CallPath | None = None,
+    ) -> ToolOutcome:
+        """The call, with the peer's approval questions relayed to this turn's approver meanwhile."""
+        with self._relays.open(current_approver()):
+            return await super().call_tool(
+                tool,
+                arguments,
+                inbound_auth=inbound_auth,
+                on_progress=on_progress,
+                conversation=conversation,
+                call_path=call_path,
+            )
 
     def _keep(self, tool: mcp_types.Tool) -> bool:
         return tool.name == SEND_MESSAGE
@@ -72,6 +98,8 @@ class PeerAgentSource(RemoteMcpSource):
         (CallRefused), unsent; the caller gets it as an error result with its code.
         """
         meta = call_path.onward(self.name) if call_path is not None else None
+        if (token := relay_token()) is not None:
+            meta = {**(meta or {}), RELAY_META: token}
         arguments = {k: v for k, v in arguments.items() if k not in LEFT_TO_THE_CALLER}
         if conversation is not None:
             arguments["conversation_id"] = peer_conversation_id(conversation, self.name)

@@ -39,7 +39,7 @@ import aiohttp
 import anyio
 import mcp_types
 from mcp import ClientSession
-from mcp.client.session import IncomingMessage
+from mcp.client.session import ElicitationFnT, IncomingMessage
 
 from pallas_api.config import DEFAULT_MAX_RESULT_BYTES, ServerSessionLimits
 from pallas_api.errors import error_code_of
@@ -81,6 +81,12 @@ NEEDS_CALLER_CREDENTIALS = "needs caller credentials"
 """The note of a source that refuses a probe without a bearer and is called with the caller's."""
 
 
+def _destructive(tool: mcp_types.Tool) -> bool:
+    """The tool says it may destroy (`destructiveHint: true`, not read-only); unannotated is not."""
+    hints = tool.annotations
+    return hints is not None and hints.destructive_hint is True and hints.read_only_hint is not True
+
+
 class _ProgressRelay:
     """Passes progress on to the caller's handler until the call is over; never fails the call."""
 
@@ -116,6 +122,9 @@ class _Failure(Exception):
 
 class RemoteMcpSource:
     """A ToolSource backed by an MCP endpoint reached over Streamable HTTP or SSE."""
+
+    _elicitation: ElicitationFnT | None = None
+    """What answers the endpoint's elicitations (a peer's approvals); None declares no support."""
 
     def __init__(
         self,
@@ -204,6 +213,7 @@ class RemoteMcpSource:
             max_event_bytes=self._max_event_bytes,
             pool=self._connections(),
             auth=bearer,
+            elicitation=self._elicitation,
         ) as session:
             yield session
 
@@ -331,6 +341,7 @@ class RemoteMcpSource:
             name=tool.name,
             description=tool.description or tool.title or "",
             input_schema=dict(tool.input_schema),
+            destructive=_destructive(tool),
         )
 
     async def call_tool(
@@ -446,6 +457,7 @@ class RemoteMcpSource:
                 recorder=recorder,
                 max_event_bytes=self._max_event_bytes,
                 pool=self._connections(),
+                elicitation=self._elicitation,
             ) as session:
                 return await op(session)
         except Exception as exc:

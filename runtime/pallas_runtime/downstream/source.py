@@ -26,6 +26,8 @@ class RemoteTool:
     name: str
     description: str
     input_schema: dict[str, Any]
+    destructive: bool = False
+    """The server annotates it `destructiveHint: true` (and not `readOnlyHint`): it may approval-gate it."""
 
     @property
     def qualified_name(self) -> str:

@@ -21,6 +21,8 @@ from pallas_runtime.agent import gateway
 from pallas_runtime.agent.live import LiveAgent
 from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.agent.toolbox import CallContext
+from pallas_runtime.approval.elicit import caller_approver
+from pallas_runtime.approval.question import NO_CHANNEL, approving
 from pallas_runtime.auth.credential import forwarded_credential
 from pallas_runtime.conversations.caller import current_caller
 from pallas_runtime.conversations.scope import conversation_key
@@ -136,7 +138,7 @@ class GatewayTools:
                 inbound_auth, ProgressReporter(config.name, progress_sender(ctx)), conversation, call_path
             )
             limit = timeout_ms / 1000 if timeout_ms else None
-            with self._inflight.track():
+            with self._inflight.track(), approving(caller_approver(ctx) or NO_CHANNEL):
                 outcome = await loop.tools.call(entry, args or {}, context, time_limit=limit)
         if outcome.is_error and outcome.code is not None and len(outcome.content) == 1:
             first = outcome.content[0]

@@ -24,6 +24,8 @@ from pallas_runtime.agent.inputs import ImageInput
 from pallas_runtime.agent.live import LiveAgent
 from pallas_runtime.agent.trace import tool_trace
 from pallas_runtime.agent.turns import Reply
+from pallas_runtime.approval.elicit import caller_approver
+from pallas_runtime.approval.question import NO_CHANNEL, approving
 from pallas_runtime.auth.credential import forwarded_credential
 from pallas_runtime.conversations.caller import current_caller
 from pallas_runtime.metrics import RuntimeMetrics
@@ -109,7 +111,8 @@ class SendMessage:
             progress=progress_sender(ctx),
         )
         try:
-            reply = await self._entry.run(request)
+            with approving(caller_approver(ctx) or NO_CHANNEL):  # tool calls ask this request's client
+                reply = await self._entry.run(request)
         except TurnFailed as exc:
             # fastmcp's generic "Error calling tool" line (no agent, no reason) is silenced.
             raise CodedToolError(str(exc), exc.code) from None

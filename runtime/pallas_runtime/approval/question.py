@@ -1,0 +1,148 @@
+"""What an approval asks, how an answer reads, and whom the turn asks (its `Approver`).
+
+The question is an MCP elicitation form (`elicitation/create`, mode `form`) with two fields,
+`approve` (boolean, required) and `reason` (text), so that any client that renders forms can
+answer it and a relaying agent can pass it on unchanged. The answer is one of:
+
+- `APPROVED`: the client accepted with `approve: true`;
+- `REJECTED`: it accepted with `approve: false`, declined or cancelled;
+- `TIMEOUT`: no answer within the server's `requireApproval.timeoutSeconds`;
+- `UNAVAILABLE`: there is nobody to ask (the caller's client does not support elicitation, or
+  the turn came over A2A); the reason says which.
+
+The turn's approver travels in a context variable set by the protocol edge that serves the
+turn (the MCP `send_message` tool): it is the request's own channel back to its client, set and
+reset within that request's task, so it reaches the tool calls the turn makes (their tasks copy
+the context) and nothing else. A turn without one gets `UNAVAILABLE`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, cast
+
+import mcp_types
+
+Verdict = Literal["APPROVED", "REJECTED", "TIMEOUT", "UNAVAILABLE"]
+
+APPROVE_FIELD = "approve"
+REASON_FIELD = "reason"
+SCHEMA: mcp_types.ElicitRequestedSchema = {
+    "type": "object",
+    "properties": {
+        APPROVE_FIELD: {"type": "boolean", "title": "Approve", "description": "Run the tool call?"},
+        REASON_FIELD: {"type": "string", "title": "Reason", "description": "Why (optional)."},
+    },
+    "required": [APPROVE_FIELD],
+}
+QUESTION_META = "pallas.dev/approval"
+"""`_meta` key of the elicitation: the question's parts as data (agent, server, tool, reason), for
+clients that show more than the message."""
+ARGUMENTS_SHOWN = 400
+"""Characters of the arguments' JSON the question's message shows at most."""
+
+
+class ApprovalUnavailable(Exception):
+    """Nobody can be asked; the text says why (it becomes the DENIED_BY_POLICY reason)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    """One tool call waiting for the caller's approval."""
+
+    agent: str
+    """The agent that would make the call."""
+    server: str
+    tool: str
+    arguments: Mapping[str, Any]
+    why: str
+    """What makes the call need approval: `requireApproval.tools <glob>` or `destructiveHint`."""
+
+    def summary(self) -> str:
+        """The arguments as compact JSON, cut to `ARGUMENTS_SHOWN` characters."""
+        text = json.dumps(dict(self.arguments), ensure_ascii=False, separators=(", ", ": "), default=str)
+        return text if len(text) <= ARGUMENTS_SHOWN else text[: ARGUMENTS_SHOWN - 1] + "…"
+
+    def form(self) -> mcp_types.ElicitRequestFormParams:
+        """The elicitation that asks it."""
+        message = (
+            f"Agent {self.agent} wants to call {self.server}/{self.tool} with {self.summary()} "
+            f"({self.why}). Approve?"
+        )
+        meta = cast(
+            mcp_types.RequestParamsMeta,
+            {QUESTION_META: {"agent": self.agent, "server": self.server, "tool": self.tool, "why": self.why}},
+        )
+        return mcp_types.ElicitRequestFormParams(message=message, requested_schema=SCHEMA, _meta=meta)
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What became of one question."""
+
+    verdict: Verdict
+    reason: str = ""
+
+
+def answer_of(result: mcp_types.ElicitResult) -> Answer:
+    """The caller's answer read from its elicitation result."""
+    content = result.content or {}
+    reason = content.get(REASON_FIELD)
+    said = reason.strip() if isinstance(reason, str) else ""
+    if result.action == "accept":
+        if content.get(APPROVE_FIELD) is True:
+            return Answer("APPROVED", said)
+        return Answer("REJECTED", said or "not approved")
+    if result.action == "decline":
+        return Answer("REJECTED", said or "declined")
+    return Answer("REJECTED", said or "cancelled")
+
+
+class Approver(Protocol):
+    """The turn's channel to whoever approves its tool calls."""
+
+    async def elicit(self, params: mcp_types.ElicitRequestFormParams) -> mcp_types.ElicitResult:
+        """Ask; the client's result as it came.
+
+        Raises:
+            ApprovalUnavailable: nobody can be asked (the text says why).
+        """
+        ...
+
+
+class Nobody:
+    """The approver of a turn whose caller cannot be asked; `reason` says why."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    async def elicit(self, params: mcp_types.ElicitRequestFormParams) -> mcp_types.ElicitResult:
+        """Never asks.
+
+        Raises:
+            ApprovalUnavailable: always, with the reason.
+        """
+        raise ApprovalUnavailable(self.reason)
+
+
+NO_CHANNEL = Nobody("this turn has no channel to its caller (only MCP clients can be asked)")
+_APPROVER: contextvars.ContextVar[Approver] = contextvars.ContextVar("pallas_approver", default=NO_CHANNEL)
+
+
+def current_approver() -> Approver:
+    """Whom this turn asks for approval (`NO_CHANNEL` outside an MCP turn)."""
+    return _APPROVER.get()
+
+
+@contextlib.contextmanager
+def approving(approver: Approver) -> Iterator[None]:
+    """Run the block (a turn) with `approver` as its approver."""
+    token = _APPROVER.set(approver)
+    try:
+        yield
+    finally:
+        _APPROVER.reset(token)
