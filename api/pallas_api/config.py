@@ -22,6 +22,7 @@ from pydantic.alias_generators import to_camel
 
 from pallas_api.approval import ApprovalPolicy
 from pallas_api.names import DNS_LABEL
+from pallas_api.spending import BudgetConfig, ModelPrice
 from pallas_api.urls import (
     PEER_BEARER,
     PUBLIC_KEYS,
@@ -68,6 +69,9 @@ class ModelCapabilities(_Model):
     """Context window in tokens (published in the registry)."""
     max_output_tokens: Annotated[int, Field(gt=0)] = 16384
     """Largest completion in tokens; the default max_tokens for Anthropic models."""
+    price: ModelPrice | None = None
+    """What the model costs per million tokens (`input`, `output`, `cachedInput`), for cost
+    metrics and cost budgets; absent: its calls cost nothing."""
 
 
 ProviderApi = Literal["chat", "responses"]
@@ -666,6 +670,8 @@ class AgentConfig(_Model):
     """Bounds on the requests the agent's HTTP listener reads (the deployment's `http`)."""
     a2a: Annotated[A2AConfig, Field(alias="a2a")] = A2AConfig()
     """The A2A surface: on unless `spec.a2a.enabled` is false."""
+    budgets: BudgetConfig = BudgetConfig()
+    """Budgets of spend: the deployment's `budgets`, each field overridden by the agent's."""
     drain_seconds: DrainSeconds = DEFAULT_DRAIN_SECONDS
     """On SIGTERM: how long turns in flight may run on before they are interrupted (and kept in
     their conversations as failed); new sessions are refused meanwhile."""

@@ -46,6 +46,10 @@ class ErrorCode(StrEnum):
     """An agent-to-agent call would reach an agent already in the call's path."""
     MAX_DEPTH = "MAX_DEPTH"
     """An agent-to-agent call would make the chain of agents longer than `maxDepth`."""
+    BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
+    """A budget of the agent, of the caller, or of the root caller of a delegated call is spent
+    for its window (`spec.budgets`): the message says what was spent, the limit, and when it
+    resets. Not retryable before then."""
     AGENT_SHUTTING_DOWN = "AGENT_SHUTTING_DOWN"
     """The agent is stopping (a rollout, a scale-down, a restart): its drain ran out while the
     turn was running (the turn is kept in its conversation as failed, with this code), or the

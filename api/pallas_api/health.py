@@ -19,6 +19,7 @@ from typing import Annotated, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from pallas_api.spending import SpendReport
 from pallas_api.status import HEALTH_STATUSES, HealthStatus
 from pallas_api.validation import describe
 
@@ -59,6 +60,9 @@ class HealthReport(BaseModel):
     """Where each secret the agent's config names but has no value comes from, in the user's
     words (`Secret llm key OPENAI_API_KEY`); absent when none is missing."""
 
+    spend: SpendReport | None = None
+    """What the agent spent in its agent budget's current window (absent without one)."""
+
     @model_validator(mode="after")
     def _message_when_not_ok(self) -> Self:
         if self.status != "ok" and not (self.message or "").strip():
@@ -75,6 +79,7 @@ class HealthReport(BaseModel):
         busy_at: int | None = None,
         config_hash: str | None = None,
         missing_secrets: list[str] | None = None,
+        spend: SpendReport | None = None,
     ) -> HealthReport:
         """A report made at this moment; with `busy_at`, saying whether `in_flight` reached it."""
         report: dict[str, object] = {
@@ -83,6 +88,7 @@ class HealthReport(BaseModel):
             "message": message or None,
             "configHash": config_hash,
             "missingSecrets": missing_secrets or None,
+            "spend": spend,
         }
         if busy_at is not None and in_flight is not None:
             report.update(busy=in_flight >= busy_at, inFlight=in_flight)

@@ -51,6 +51,7 @@ from pallas_api.spec import (
     TelemetrySpec,
     ToolExposureSpec,
 )
+from pallas_api.spending import BudgetConfig
 
 
 class RenderError(Exception):
@@ -463,6 +464,7 @@ def render_agent(
         busy_at=agent.busy_at,
         http=deployment.http,
         drain_seconds=drain_seconds(deployment, agent),
+        budgets=BudgetConfig.merged(deployment.budgets, agent.budgets),
         a2a=A2AConfig(
             enabled=agent.a2a.enabled,
             url=names.a2a_url(url) if url else None,

@@ -49,6 +49,7 @@ from pallas_api.config import (
     ToolPolicy,
 )
 from pallas_api.names import DNS_LABEL, DNS_LABEL_FORM, LABEL_AGENT, LABEL_COMPONENT
+from pallas_api.spending import BudgetsSpec
 from pallas_api.urls import (
     COLLECTOR,
     PUBLIC_KEYS,
@@ -810,6 +811,9 @@ class PallasDeploymentSpec(_Spec):
     """How downstream tools reach the agents' models, unless an agent says otherwise."""
     telemetry: TelemetrySpec = TelemetrySpec()
     """Traces of the agents and the registry: where they go, how many, whether with content."""
+    budgets: BudgetsSpec = BudgetsSpec()
+    """Budgets of spend per window for each agent as a whole and for each caller (an agent's
+    `budgets` override them field by field; docs/api.md §3, "Prices and budgets")."""
     log_level: LogLevel | None = None
     """Log level of the Pallas loggers in the agents' and the registry's pods
     (`PALLAS_LOG_LEVEL`); an agent's `logLevel` overrides it; default info."""
@@ -1005,6 +1009,9 @@ class PallasAgentSpec(_Spec):
     access: AccessSpec = AccessSpec()
     """Callers allowed beyond the deployment's auth mode: with `oidc`, the subjects and groups
     that may call; with `kubernetes`, a further restriction on top of RBAC `invoke`."""
+    budgets: BudgetsSpec = BudgetsSpec()
+    """Budgets of spend over the deployment's, field by field: `agent`, `perCaller`, `warnAt`,
+    `callerMetrics`."""
     log_level: LogLevel | None = None
     """Log level of the Pallas loggers in this agent's pods (`PALLAS_LOG_LEVEL`); default: the
     deployment's `logLevel`, else info."""

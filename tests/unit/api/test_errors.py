@@ -23,6 +23,7 @@ def test_error_content_round_trips_its_code() -> None:
         (ErrorCode.INVALID_ARGUMENTS, False),  # the same call fails the same way
         (ErrorCode.LLM_ERROR, False),  # the SDK already retried
         (ErrorCode.MAX_ITERATIONS, False),
+        (ErrorCode.BUDGET_EXCEEDED, False),  # not before the window resets
     ],
 )
 def test_errors_say_whether_the_same_call_may_succeed_again(code: ErrorCode, retryable: bool) -> None:

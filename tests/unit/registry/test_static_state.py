@@ -47,6 +47,7 @@ def test_base_state_from_the_manifests() -> None:
         "vision": False,
         "context_window": 200000,
         "max_output_tokens": 64000,
+        "price": None,
     }
     assert base_state(local()).model_capabilities.vision  # the default model's
     undeclared = base_state(local(model="vllm.llama-3-70b")).model_capabilities
