@@ -123,6 +123,21 @@ class RuntimeMetrics:
         self.active_conversations = gauge(
             "pallas_active_conversations", "Conversations held in memory.", ["agent"]
         )
+        self.llm_cost_total = counter(
+            "pallas_llm_cost_total",
+            "Cost of LLM calls in the prices' currency (spec.model price; unpriced models cost 0).",
+            ["agent", "model"],
+        )
+        self.llm_cost_by_caller_total = counter(
+            "pallas_llm_cost_by_caller_total",
+            "Cost of LLM calls by caller (only with budgets.callerMetrics; at most 100 callers, then other).",
+            ["agent", "caller"],
+        )
+        self.budget_exceeded_total = counter(
+            "pallas_budget_exceeded_total",
+            "Turns ended with BUDGET_EXCEEDED, by budget (agent, caller, chain).",
+            ["agent", "budget"],
+        )
 
     def exposition(self) -> bytes:
         """The registry in Prometheus text format."""

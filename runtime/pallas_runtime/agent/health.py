@@ -29,15 +29,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
-from pallas_api.health import HealthReport, HealthStatus
+from pallas_api.config import AgentConfig
+from pallas_api.health import HealthReport, HealthStatus, utc_timestamp
+from pallas_api.spending import MICROS, SpendReport
 from pallas_runtime.agent.live import Generation, LiveAgent
 from pallas_runtime.conversations.model import ConversationStore
 from pallas_runtime.downstream.source import ProbeResult
 from pallas_runtime.llm.factory import resolve_api_key
 from pallas_runtime.llm.provider import LLMProvider, ProviderCheck, missing_key_message
 from pallas_runtime.metrics import HEALTH_VALUES, RuntimeMetrics
+from pallas_runtime.spending.guard import AgentSpend
 
 
 class HealthChecker:
@@ -50,8 +53,10 @@ class HealthChecker:
         store: ConversationStore | None = None,
         access_problem: Callable[[], str | None] | None = None,
         in_flight: Callable[[], int] | None = None,
+        spend: Callable[[AgentConfig], Awaitable[AgentSpend | None]] | None = None,
     ) -> None:
         self._live = live
+        self._spend = spend
         self._in_flight = in_flight
         self._store = store
         self._access_problem = access_problem
@@ -99,11 +104,21 @@ class HealthChecker:
         """The `get_health` document: status, timestamp, the config served and, when not ok, a message."""
         with self._live.hold() as generation:
             provider = self._current_provider_check(generation)
-            probes, store = await asyncio.gather(
+            probes, store, spend = await asyncio.gather(
                 asyncio.gather(*(s.probe() for s in generation.sources)),
                 self._store.check() if self._store is not None else _nothing(),
+                self._spent(generation.config),
             )
-            return self._summarize(generation, list(probes), provider, store)
+            return self._summarize(generation, list(probes), provider, store, spend)
+
+    async def _spent(self, config: AgentConfig) -> AgentSpend | None:
+        """The agent budget's window as the ledger has it (None: no such budget, or unreadable)."""
+        if self._spend is None:
+            return None
+        try:
+            return await self._spend(config)
+        except Exception:  # noqa: BLE001 - the store's own check reports an unreachable store
+            return None
 
     def _summarize(
         self,
@@ -111,6 +126,7 @@ class HealthChecker:
         probes: list[ProbeResult],
         provider: ProviderCheck | None,
         store: str | None,
+        spend: AgentSpend | None = None,
     ) -> HealthReport:
         config = generation.config
         agent = config.name
@@ -137,6 +153,9 @@ class HealthChecker:
         headers = [m for m in missing if key_problem is None or m != config.provider.api_key_origin()]
         if headers:
             problems.append("Headers not sent, no value: " + ", ".join(headers))
+        budget_problem, budget_note, report = _budget(config, spend)
+        if budget_problem:
+            problems.append(budget_problem)
         slow = self._live.latencies.slow(config.health.slow_llm_seconds, config.health.slow_tool_seconds)
         if slow:
             problems.append("Slow: " + ", ".join(s.describe() for s in slow))
@@ -151,12 +170,38 @@ class HealthChecker:
         in_flight = self._in_flight() if self._in_flight is not None else None
         return HealthReport.now(
             status,
-            "; ".join([*problems, *_notes(probes)]),
+            "; ".join([*problems, *_notes(probes), *([budget_note] if budget_note else [])]),
             in_flight=in_flight,
             busy_at=config.busy_at,
             config_hash=generation.config_hash,
             missing_secrets=missing,
+            spend=report,
         )
+
+
+def _budget(
+    config: AgentConfig, spend: AgentSpend | None
+) -> tuple[str | None, str | None, SpendReport | None]:
+    """The agent budget's problem when spent (degraded), note past `warnAt`, and report."""
+    if spend is None:
+        return None, None, None
+    limit, spent, resets = spend
+    report = SpendReport(
+        window=limit.window, tokens=spent.tokens, cost=spent.micros / MICROS,
+        token_limit=limit.tokens, cost_limit=limit.cost, resets_at=utc_timestamp(resets),
+    )  # fmt: skip
+    shares = []
+    if limit.tokens:
+        shares.append(spent.tokens / limit.tokens)
+    if limit.cost_micros:
+        shares.append(spent.micros / limit.cost_micros)
+    share = max(shares, default=0.0)
+    when = f"resets at {report.resets_at}"
+    if share >= 1:
+        return f"Budget: the agent's {limit.window} budget is spent ({when})", None, report
+    if share >= config.budgets.warn_at:
+        return None, f"Budget: {share:.0%} of the agent's {limit.window} budget spent ({when})", report
+    return None, None, report
 
 
 def _notes(probes: list[ProbeResult]) -> list[str]:

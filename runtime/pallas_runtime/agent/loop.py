@@ -46,6 +46,7 @@ from pallas_runtime.messages import (
 )
 from pallas_runtime.metrics import RuntimeMetrics
 from pallas_runtime.sizes import cut_to
+from pallas_runtime.spending import guard as spending
 from pallas_runtime.tracing import completed, llm_span, provider_name, turn_span
 
 __all__ = [
@@ -293,6 +294,7 @@ class AgentLoop:
         params: RequestParams,
         conversation_id: str | None,
     ) -> Completion:
+        await spending.before_llm_call(progress)  # BudgetExceeded ends the turn
         await progress.step("llm")
         agent, model = self._config.name, choice.model
         stream = progress.text_stream()
@@ -329,6 +331,8 @@ class AgentLoop:
         for kind, count in completion.usage.by_kind().items():
             if count:
                 self._metrics.llm_tokens_total.labels(agent, model, kind).inc(count)
+        price = choice.capabilities.price
+        await spending.after_llm_call(self._metrics, agent, model, price, completion.usage, progress)
         return completion
 
     def _specs(

@@ -61,6 +61,10 @@ class ProgressReporter:
         self._step += 1
         await self._emit(self._step, None, f"{self._agent} step {self._step} ({kind})")
 
+    async def note(self, message: str) -> None:
+        """Something the caller should know while the turn goes on (a budget nearly spent)."""
+        await self._emit(self._step, None, f"{self._agent} {message}")
+
     async def tool_started(self, source: str, tool: str) -> None:
         """Report that a tool call started."""
         await self._emit(0, None, f"{source}/{tool}: started")

@@ -54,6 +54,8 @@ class Reply:
     """This turn started the conversation."""
     history_left_out: int = 0
     """Oldest stored messages the turn's model calls left out to fit the context window."""
+    spent: tuple[int, int] | None = None
+    """Tokens and cost (micros) the turn spent, for a calling agent (None: none asked)."""
 
 
 class Conversations:

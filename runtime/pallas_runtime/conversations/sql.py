@@ -366,6 +366,10 @@ class SqlStore:
         await self._ready()
         return await self._db.transaction(work)
 
+    async def run(self, work: Callable[[Connection], _T]) -> _T:
+        """Run `work` in one transaction on the store's database (the spend of budgets)."""
+        return await self._transaction(work)
+
     async def _single(self, work: Callable[[Connection], _T], *, retry: bool = True) -> _T:
         """Run `work` (one statement, or reads) without a transaction of its own."""
         await self._ready()

@@ -8,6 +8,7 @@ meet, and a re-created agent (a new UID) starts empty.
 from __future__ import annotations
 
 from sqlalchemy import (
+    BigInteger,
     Column,
     DateTime,
     ForeignKeyConstraint,
@@ -70,4 +71,18 @@ agents = Table(
     Column("identity", String(MAX_AGENT_IDENTITY), nullable=False),
     Column("last_seen", DateTime(timezone=True), nullable=False),
     PrimaryKeyConstraint("identity", name="pk_pallas_agents"),
+)
+
+spend = Table(
+    "pallas_spend",
+    metadata,
+    # What an agent's LLM calls spent per budget window: `subject` is `*` (the agent as a whole)
+    # or a caller's owner key; charges are atomic increments, so replicas never lose spend.
+    Column("agent", String(MAX_AGENT_IDENTITY), nullable=False),
+    Column("subject", String(512), nullable=False),
+    Column("window", String(8), nullable=False),
+    Column("window_start", DateTime(timezone=True), nullable=False),
+    Column("tokens", BigInteger, nullable=False, default=0),
+    Column("cost_micros", BigInteger, nullable=False, default=0),
+    PrimaryKeyConstraint("agent", "subject", "window", "window_start", name="pk_pallas_spend"),
 )

@@ -15,6 +15,7 @@ from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.downstream.call_path import CallPath
 from pallas_runtime.downstream.remote import RemoteMcpSource
 from pallas_runtime.downstream.source import ProgressHandler, RemoteTool, ToolOutcome
+from pallas_runtime.spending import guard as spending
 
 log = logging.getLogger("pallas.downstream")
 
@@ -78,6 +79,10 @@ class PeerAgentSource(RemoteMcpSource):
                 call_path=call_path,
             )
 
+    async def _answered(self, result: mcp_types.CallToolResult) -> None:
+        """Charge what the peer's turn says it spent to the calling turn's caller."""
+        await spending.peer_answered(result.meta)
+
     def _keep(self, tool: mcp_types.Tool) -> bool:
         return tool.name == SEND_MESSAGE
 
@@ -98,6 +103,8 @@ class PeerAgentSource(RemoteMcpSource):
         (CallRefused), unsent; the caller gets it as an error result with its code.
         """
         meta = call_path.onward(self.name) if call_path is not None else None
+        if budget := spending.onward_meta():  # what the root caller has left (`spending.chain`)
+            meta = {**(meta or {}), **budget}
         if (token := relay_token()) is not None:
             meta = {**(meta or {}), RELAY_META: token}
         arguments = {k: v for k, v in arguments.items() if k not in LEFT_TO_THE_CALLER}

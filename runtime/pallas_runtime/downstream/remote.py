@@ -403,8 +403,12 @@ class RemoteMcpSource:
                 f"the limit is {human_bytes(self._max_result_bytes)} (maxResultBytes)"
             )
             return ToolOutcome(content=(TextPart(text),), is_error=True)
+        await self._answered(result)
         code = error_code_of(result.structured_content) if result.is_error else None
         return ToolOutcome(content=parts, is_error=result.is_error, code=code)
+
+    async def _answered(self, result: mcp_types.CallToolResult) -> None:
+        """What a source learns from a result besides its content (a peer: what it spent)."""
 
     def _outgoing(
         self, arguments: dict[str, Any], conversation: ConversationKey | None, call_path: CallPath | None

@@ -48,6 +48,8 @@ from pallas_runtime.server.tool_errors import CodedErrors
 from pallas_runtime.server.turn_entry import TurnEntry
 from pallas_runtime.server.warm_up import import_what_fastmcp_defers
 from pallas_runtime.sessions import SessionTable
+from pallas_runtime.spending.guard import Budgets
+from pallas_runtime.spending.ledger import ledger_for
 
 if TYPE_CHECKING:
     from pallas_runtime.server.a2a import A2ASurface
@@ -101,6 +103,8 @@ class AgentServer:
                 "shared conversation (a single-user agent; docs/api.md §3)",
                 agent,
             )
+        self.budgets = Budgets(ledger_for(store), metrics)
+        """Its budgets, their spend kept beside the conversations (`spending`)."""
         self._auth = build_auth(config, metrics)
         self._health = HealthChecker(
             live,
@@ -108,9 +112,10 @@ class AgentServer:
             store=store,
             access_problem=self._auth.verifier.problem if self._auth else None,
             in_flight=lambda: self.inflight.count,
+            spend=lambda config: self.budgets.spent(config),
         )
         self._gauge = ConversationGauge(agent, store, metrics)
-        self.turns = TurnEntry(live, conversations, self.inflight, self._gauge, metrics)
+        self.turns = TurnEntry(live, conversations, self.inflight, self._gauge, metrics, self.budgets)
         """Where every turn starts, whichever protocol asked for it."""
         self._send = SendMessage(live, self.turns, verified=self._auth is not None)
         self.a2a: A2ASurface | None = None

@@ -33,6 +33,7 @@ from pallas_runtime.server.descriptions import send_message_description, send_me
 from pallas_runtime.server.request import progress_sender, request_meta, session_id, wants_tool_calls
 from pallas_runtime.server.tool_errors import CodedToolError
 from pallas_runtime.server.turn_entry import TurnEntry, TurnFailed, TurnRequest
+from pallas_runtime.spending.chain import spend_meta
 
 CONVERSATION_META = "pallas.dev/conversationId"
 """The `_meta` key of a send_message result naming the conversation the turn was stored in."""
@@ -115,7 +116,7 @@ class SendMessage:
                 reply = await self._entry.run(request)
         except TurnFailed as exc:
             # fastmcp's generic "Error calling tool" line (no agent, no reason) is silenced.
-            raise CodedToolError(str(exc), exc.code) from None
+            raise CodedToolError(str(exc), exc.code, spend_meta(*exc.spent) if exc.spent else None) from None
         return ToolResult(content=reply.text, meta=_result_meta(reply, wants_tool_calls(ctx)) or None)
 
 
@@ -128,4 +129,6 @@ def _result_meta(reply: Reply, with_tool_calls: bool) -> dict[str, Any]:
         meta[HISTORY_TRIMMED_META] = {"droppedMessages": reply.history_left_out}
     if with_tool_calls:
         meta[TOOL_CALLS_META] = tool_trace(reply.turn)
+    if reply.spent is not None:
+        meta.update(spend_meta(*reply.spent))
     return meta

@@ -8,6 +8,7 @@ fastmcp's argument errors and an unknown tool with an error result whose structu
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from fastmcp.exceptions import NotFoundError, ToolError
 from fastmcp.exceptions import ValidationError as ArgumentsInvalid
@@ -23,17 +24,18 @@ from pallas_api.validation import describe
 class CodedToolError(ToolError):
     """A tool error with its machine-readable code (see `pallas_api.errors`)."""
 
-    def __init__(self, message: str, code: ErrorCode) -> None:
+    def __init__(self, message: str, code: ErrorCode, meta: dict[str, Any] | None = None) -> None:
         super().__init__(message, log_level=logging.DEBUG)
         self.code = code
+        self.meta = meta
 
 
-def error_result(code: ErrorCode, text: str) -> ToolResult:
+def error_result(code: ErrorCode, text: str, meta: dict[str, Any] | None = None) -> ToolResult:
     """An error result: the text as content, `{"error": {"code", "message"}}` as structured content.
 
     A raised ToolError reaches the client as text alone; a returned result keeps the code.
     """
-    return ToolResult(content=text, structured_content=error_content(code, text), is_error=True)
+    return ToolResult(content=text, structured_content=error_content(code, text), is_error=True, meta=meta)
 
 
 class CodedErrors(Middleware):
@@ -59,6 +61,6 @@ class CodedErrors(Middleware):
             text = f"{context.message.name}: invalid arguments: {describe(cause, limit=5)}"
             return error_result(ErrorCode.INVALID_ARGUMENTS, text)
         except CodedToolError as exc:
-            return error_result(exc.code, str(exc))
+            return error_result(exc.code, str(exc), exc.meta)
         except NotFoundError:
             return error_result(ErrorCode.TOOL_NOT_FOUND, f"Unknown tool: {context.message.name!r}")

@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from pallas_api.config import RequestParams, SendParams
+from pallas_api.config import AgentConfig, RequestParams, SendParams
 from pallas_api.errors import ErrorCode
 from pallas_runtime.agent.audit import audit_turn
 from pallas_runtime.agent.choice import BearerMissing, turn_choice
@@ -31,6 +31,9 @@ from pallas_runtime.llm.provider import LLMError
 from pallas_runtime.messages import UserMessage
 from pallas_runtime.metrics import RuntimeMetrics
 from pallas_runtime.server.conversation_gauge import ConversationGauge
+from pallas_runtime.spending.chain import BadChainBudget
+from pallas_runtime.spending.guard import BudgetExceeded, Budgets, TurnBudget, turn_budget
+from pallas_runtime.spending.ledger import MemoryLedger
 
 log = logging.getLogger("pallas.server")
 
@@ -41,6 +44,8 @@ class TurnFailed(Exception):
     def __init__(self, message: str, code: ErrorCode) -> None:
         super().__init__(message)
         self.code = code
+        self.spent: tuple[int, int] | None = None
+        """Tokens and cost (micros) the turn spent before it failed, for a calling agent."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +73,7 @@ _FAILURES: tuple[tuple[type[Exception], ErrorCode], ...] = (
     (ConversationBusy, ErrorCode.TIMEOUT),
     (ShuttingDown, ErrorCode.AGENT_SHUTTING_DOWN),
     (TurnLost, ErrorCode.SERVER_UNAVAILABLE),
+    (BudgetExceeded, ErrorCode.BUDGET_EXCEEDED),
 )
 
 
@@ -81,8 +87,10 @@ class TurnEntry:
         inflight: InFlight,
         gauge: ConversationGauge,
         metrics: RuntimeMetrics,
+        budgets: Budgets | None = None,
     ) -> None:
         self._live = live
+        self._budgets = budgets or Budgets(MemoryLedger(), metrics)
         self._metrics = metrics
         self._agent = live.config.name
         self._conversations = conversations
@@ -137,12 +145,32 @@ class TurnEntry:
         except (InvalidInput, ValueError) as exc:
             raise self.failed(exc, ErrorCode.INVALID_ARGUMENTS, via=via) from None
         try:
-            return await self._turn(
-                generation, request, user, checked, call_path, request_params, choice, via
-            )
+            budget = await self._open_budget(config, request, via)
+            with turn_budget(budget):
+                try:
+                    reply = await self._turn(
+                        generation, request, user, checked, call_path, request_params, choice, via
+                    )
+                except TurnFailed as exc:
+                    exc.spent = budget.reported()
+                    raise
+            return replace(reply, spent=budget.reported())
         finally:
             if choice is not None and choice.provider is not generation.provider:
                 await choice.provider.aclose()  # a caller-keyed client is that call's alone
+
+    async def _open_budget(self, config: AgentConfig, request: TurnRequest, via: str) -> TurnBudget:
+        """The turn's budgets (`spending.guard`), or the failure of a spent or malformed one."""
+        try:
+            return await self._budgets.open(config, request.caller, request.call_meta)
+        except BadChainBudget as exc:
+            raise self.failed(exc, ErrorCode.INVALID_ARGUMENTS, via=via) from None
+        except BudgetExceeded as exc:
+            raise self.failed(exc, ErrorCode.BUDGET_EXCEEDED, via=via) from None
+        except StoreUnavailable as exc:
+            raise self.failed(
+                f"the budget's spend could not be read: {exc}", ErrorCode.SERVER_UNAVAILABLE, via=via
+            ) from None
 
     async def _turn(
         self,
