@@ -308,3 +308,32 @@ async def test_destructive_hint_is_honoured_by_default_and_can_be_turned_off(
         await client.call_tool_mcp("send_message", {"message": "start"})
     assert caller.asked == []
     assert sorted(ran) == ["delete_file a", "read c", "rename b"]
+
+
+async def test_a_turn_cancelled_while_it_waits_stops_waiting_and_runs_nothing(
+    fake_openai: FakeOpenAI, ops: tuple[RunningServer, list[str]], caplog: pytest.LogCaptureFixture
+) -> None:
+    server, ran = ops
+    fake_openai.default = script([Call("ops__delete_file", {"path": "/boot"})])
+    late = asyncio.Event()
+    caller = Caller(ElicitResult(action="accept", content={"approve": True}), hold=late)
+    caplog.set_level(logging.INFO, logger="pallas.audit")
+    async with (
+        chain(fake_openai, server.url, {"tools": ["delete_*"]}, worker_alone=True) as served,
+        Client(served["worker"].url, mode="legacy", elicitation_handler=caller) as client,
+    ):
+        call = asyncio.create_task(client.call_tool_mcp("send_message", {"message": "start"}))
+        for _ in range(200):
+            if caller.asked:
+                break
+            await asyncio.sleep(0.02)
+        assert len(caller.asked) == 1
+        call.cancel()  # the client sends notifications/cancelled
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        late.set()  # an answer after the turn ended changes nothing
+        fake_openai.default = Text("free again")
+        after = await asyncio.wait_for(client.call_tool_mcp("send_message", {"message": "next"}), 20)
+    assert after.content[0].text == "free again"
+    assert ran == []
+    assert approvals(caplog) == []  # no decision was made

@@ -98,6 +98,18 @@ class TurnDisplay:
             self._stop_status()
             self.console.file.flush()
 
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """The status line off while the block asks the person something, and back after."""
+        status = self._status
+        if status is not None:
+            status.stop()
+        try:
+            yield
+        finally:
+            if status is not None and self._status is status:
+                status.start()
+
     def _stop_status(self) -> None:
         if self._status is not None:
             self._status.stop()

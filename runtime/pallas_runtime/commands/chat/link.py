@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx2
 from fastmcp import Client
+from fastmcp.client.elicitation import ElicitationHandler
 from fastmcp.client.transports import StreamableHttpTransport
 from mcp import MCPError
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -54,8 +55,11 @@ def retry_after(exc: MCPError) -> float | None:
 class AgentLink:
     """One MCP session with the agent at `url`, reopened on request after it was lost."""
 
-    def __init__(self, url: str, headers: Mapping[str, str], wait: float) -> None:
+    def __init__(
+        self, url: str, headers: Mapping[str, str], wait: float, elicitation: ElicitationHandler | None = None
+    ) -> None:
         self.url = url
+        self._elicitation = elicitation
         self._headers = dict(headers)
         self._wait = wait
         self._client: Client[Any] | None = None
@@ -107,7 +111,11 @@ class AgentLink:
             self.url, headers=self._headers, httpx_client_factory=self._http_client
         )
         client: Client[Any] = Client(
-            transport, mode="legacy", timeout=self._wait, init_timeout=min(self._wait, 30)
+            transport,
+            mode="legacy",
+            timeout=self._wait,
+            init_timeout=min(self._wait, 30),
+            elicitation_handler=self._elicitation,
         )
         stack = contextlib.AsyncExitStack()
         self.session_lost = False

@@ -32,6 +32,7 @@ from mcp import MCPError
 from pallas_api.errors import ErrorCode, error_code_of
 from pallas_api.names import INSTRUCTION_URI, TOOL_CALLS_META
 from pallas_io.probe import probe
+from pallas_runtime.commands.chat.approve import TerminalApprover
 from pallas_runtime.commands.chat.display import TurnDisplay
 from pallas_runtime.commands.chat.link import TRANSPORT_ERRORS, AgentLink, LinkError, reason
 from pallas_runtime.commands.chat.params import PARAMS_ARGUMENT, accepted_params, checked, wire_params
@@ -326,7 +327,8 @@ async def open_session(
     Raises:
         ChatError: the URL is unreachable or does not speak MCP.
     """
-    link = AgentLink(url, headers, wait)
+    display = TurnDisplay(sys.stderr, answer=sys.stdout)
+    link = AgentLink(url, headers, wait, elicitation=TerminalApprover(display))
     try:
         await link.connect()
     except MCPError as exc:
@@ -341,7 +343,7 @@ async def open_session(
         yield ChatSession(
             link=link,
             agent=info.name if info else "agent",
-            display=TurnDisplay(sys.stderr, answer=sys.stdout),
+            display=display,
             timeout=wait,
             conversation_id=conversation_id or new_conversation_id(),
         )
