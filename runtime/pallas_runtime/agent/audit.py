@@ -10,6 +10,10 @@ Arguments and results are never logged: they carry users' data. Outcomes:
 - `DENY`: the agent may not call it (`spec.tools` policy) or it is no tool offered to the agent;
 - `ERROR`: the call failed, the tool answered with an error, or the model's arguments were unusable;
 - `TIMEOUT`: no answer within the server's `timeoutSeconds`.
+
+A call that waits for the caller's approval has one more line, the decision
+(`agent.approvals.audit_approval`: APPROVED, REJECTED, TIMEOUT or UNAVAILABLE); one that is not
+run then has its DENY or TIMEOUT line here with `reason: approval <verdict>`.
 """
 
 from __future__ import annotations
