@@ -11,6 +11,7 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, Field
 
+from pallas_api.spending import SpendReport
 from pallas_api.wire import camel_config
 
 Phase = Literal["Pending", "Waiting", "Progressing", "Ready", "Degraded", "Failed"]
@@ -58,6 +59,9 @@ class Health(_Status):
     busy: bool | None = None
     """Whether the pod that answered had `spec.busyAt` send_message calls in flight or more
     (absent without `busyAt`)."""
+    spend: SpendReport | None = None
+    """What the agent spent in its agent budget's current window: `window`, `tokens`, `cost`,
+    `tokenLimit`, `costLimit`, `resetsAt` (absent without `spec.budgets.agent`)."""
 
 
 class ServerInfo(_Status):

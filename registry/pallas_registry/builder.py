@@ -132,6 +132,8 @@ def _health(health: HealthView | None) -> dict[str, Any] | None:
         out["checkedAt"] = rfc3339(health.checked_at)
     if health.busy:
         out["busy"] = True
+    if health.spend:
+        out["spend"] = health.spend.model_dump(mode="json", by_alias=True, exclude_none=True)
     return out
 
 

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from pallas_api import names
 from pallas_api.config import ModelCapabilities
 from pallas_api.spec import UNDECLARED_MODEL, AuthSpec, CallerAuth, Icon, ProviderSpec, RegistrySpec
+from pallas_api.spending import SpendReport
 from pallas_api.status import HEALTH_STATUSES, PHASES
 from pallas_registry.state import AgentState, HealthView, ProviderView
 
@@ -155,8 +156,21 @@ def _health(raw: Any) -> HealthView | None:
     for known in HEALTH_STATUSES:
         if status == known:
             busy = health.get("busy") is True
-            return HealthView(known, _text(health.get("message")), _time(health.get("checkedAt")), busy)
+            spend = _spend(health.get("spend"))
+            return HealthView(
+                known, _text(health.get("message")), _time(health.get("checkedAt")), busy, spend
+            )
     return None
+
+
+def _spend(raw: Any) -> SpendReport | None:
+    """The agent budget's spend of a status, checked (None: none, or not one)."""
+    if raw is None:
+        return None
+    try:
+        return SpendReport.model_validate(raw)
+    except ValidationError:
+        return None
 
 
 def _latest(*moments: datetime | None) -> datetime | None:

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 
 from pallas_api.config import ModelCapabilities
 from pallas_api.spec import CallerAuth, Icon, ProviderSpec
+from pallas_api.spending import SpendReport
 from pallas_api.status import HealthStatus
 
 
@@ -30,6 +31,8 @@ class HealthView:
     checked_at: datetime | None = None
     busy: bool = False
     """The agent said it has `busyAt` calls in flight or more."""
+    spend: SpendReport | None = None
+    """What the agent spent in its agent budget's window (None: no such budget)."""
 
 
 VENDOR_NAMES = {"openai": "OpenAI", "anthropic": "Anthropic"}

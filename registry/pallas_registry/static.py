@@ -63,7 +63,9 @@ def observation(outcome: ProbeOutcome, now: datetime) -> Observation:
     if report is None:
         problem = outcome.health_problem or "get_health did not return a health report"
         return Observation(True, HealthView("error", problem[:300], now), outcome.tools)
-    health = HealthView(report.status, report.message or "", report.checked_at or now, bool(report.busy))
+    health = HealthView(
+        report.status, report.message or "", report.checked_at or now, bool(report.busy), report.spend
+    )
     return Observation(True, health, outcome.tools)
 
 

@@ -54,6 +54,7 @@ async def check_health(url: str, budget: float, headers: Mapping[str, str] | Non
         busy=report.busy,
         config_hash=report.config_hash,
         missing_secrets=tuple(s[:MAX_MESSAGE] for s in (report.missing_secrets or ())[:20]),
+        spend=report.spend,
     )
 
 

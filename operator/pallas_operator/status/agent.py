@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from pallas_api import conditions as r
+from pallas_api.spending import SpendReport
 from pallas_api.status import Health, HealthStatus, PallasAgentStatus, Phase, ServerInfo
 from pallas_operator.status import conditions as c
 from pallas_operator.status.references import Problem
@@ -50,6 +51,8 @@ class HealthResult:
     """The config the answering pod serves (None: an older agent, or the call failed)."""
     missing_secrets: tuple[str, ...] = ()
     """The Secret keys its config names that the pod has no value for, in the user's words."""
+    spend: SpendReport | None = None
+    """What the agent spent in its agent budget's window (None: no such budget)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,9 +159,10 @@ def _health(obs: AgentObservation, previous: PallasAgentStatus, now: str) -> Hea
     status: HealthStatus = h.status or "error"
     message = h.message if h.status is not None else f"get_health failed: {h.message}"
     old = previous.health
-    if old is not None and (old.status, old.message, old.busy) == (status, message, h.busy):
+    seen = (status, message, h.busy, h.spend)
+    if old is not None and (old.status, old.message, old.busy, old.spend) == seen:
         return old
-    return Health(status=status, message=message, checked_at=now, busy=h.busy)
+    return Health(status=status, message=message, checked_at=now, busy=h.busy, spend=h.spend)
 
 
 def agent_status(obs: AgentObservation, previous: PallasAgentStatus, now: str) -> PallasAgentStatus:

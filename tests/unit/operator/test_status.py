@@ -10,6 +10,7 @@ import pytest
 
 from pallas_api.references import find_cycle
 from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
+from pallas_api.spending import SpendReport
 from pallas_api.status import PallasAgentStatus, PallasDeploymentStatus, ServerInfo
 from pallas_operator.status import (
     AgentFacts,
@@ -321,3 +322,24 @@ def test_without_a_report_the_last_checks_stand_and_the_condition_says_why() -> 
     assert (never.providers, _cond(never, "ProvidersHealthy")) == ([], ("Unknown", "ProvidersNotChecked"))
     disabled = deployment_status(_with_report(None, enabled=False), first, T1)
     assert (disabled.providers, _cond(disabled, "ProvidersHealthy")) == ([], ("Unknown", "RegistryDisabled"))
+
+
+def test_the_agent_budgets_spend_is_carried_into_status_and_is_a_change_of_result() -> None:
+    spend = SpendReport(
+        window="day", tokens=120, cost=0.5, token_limit=1000, resets_at="2026-11-22T00:00:00Z"
+    )
+    first = agent_status(
+        AgentObservation(1, workload=UP, verification=VERIFIED, health=HealthResult("ok", spend=spend)),
+        EMPTY,
+        T0,
+    )
+    assert first.health is not None
+    assert first.to_wire()["health"]["spend"] == {
+        "window": "day", "tokens": 120, "cost": 0.5, "tokenLimit": 1000, "resetsAt": "2026-11-22T00:00:00Z",
+    }  # fmt: skip
+    more = spend.model_copy(update={"tokens": 130})
+    later = agent_status(AgentObservation(1, workload=UP, health=HealthResult("ok", spend=more)), first, T1)
+    assert later.health is not None
+    assert (later.health.spend, later.health.checked_at) == (more, T1)
+    same = agent_status(AgentObservation(1, workload=UP, health=HealthResult("ok", spend=more)), later, T2)
+    assert same.health == later.health

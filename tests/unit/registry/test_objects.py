@@ -258,3 +258,23 @@ def test_garbage_anywhere_never_crashes() -> None:
 def test_an_agent_serves_a2a_unless_its_spec_turns_it_off() -> None:
     assert agent_state(ready_agent(), SETTINGS).a2a
     assert not agent_state(ready_agent(at("spec.a2a", {"enabled": False})), SETTINGS).a2a
+
+
+def test_the_agent_budgets_spend_reaches_the_catalogues_meta() -> None:
+    spend = {
+        "window": "month",
+        "tokens": 7,
+        "cost": 0.25,
+        "costLimit": 10.0,
+        "resetsAt": "2026-12-01T00:00:00Z",
+    }
+    obj = ready_agent(at("status.health.spend", spend))
+    state = agent_state(obj, SETTINGS)
+    assert state.health is not None
+    assert state.health.spend is not None
+    entry = build_response(state)
+    assert_valid_entry(entry)
+    assert entry["_meta"]["dev.pallas/agent"]["health"]["spend"] == spend
+    broken = agent_state(ready_agent(at("status.health.spend", {"tokens": "lots"})), SETTINGS)
+    assert broken.health is not None
+    assert broken.health.spend is None  # a malformed spend is left out, the rest stays
