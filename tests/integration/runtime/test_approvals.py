@@ -51,14 +51,22 @@ def ops_mcp(ran: list[str]) -> FastMCP:
 
 @contextlib.asynccontextmanager
 async def chain(
-    llm: FakeOpenAI, ops_url: str, policy: dict[str, Any], *, worker_alone: bool = False
+    llm: FakeOpenAI,
+    ops_url: str,
+    policy: dict[str, Any],
+    *,
+    worker_alone: bool = False,
+    worker: dict[str, Any] | None = None,
 ) -> AsyncIterator[dict[str, RunningServer]]:
-    """`boss` → `worker` → `ops` (with `requireApproval: policy`); just `worker` when `worker_alone`."""
+    """`boss` → `worker` → `ops` (with `requireApproval: policy`); just `worker` when `worker_alone`.
+
+    `worker` adds fields to the worker's config.
+    """
     names = ["worker"] if worker_alone else ["worker", "boss"]
     sockets = {name: bound_socket() for name in names}
     urls = {name: f"http://127.0.0.1:{s.getsockname()[1]}/mcp" for name, s in sockets.items()}
     fields: dict[str, dict[str, Any]] = {
-        "worker": {"servers": [{"name": "ops", "url": ops_url, "requireApproval": policy}]},
+        "worker": {"servers": [{"name": "ops", "url": ops_url, "requireApproval": policy}], **(worker or {})},
         "boss": {"agents": [{"name": "worker", "url": urls["worker"]}]} if not worker_alone else {},
     }
     async with contextlib.AsyncExitStack() as stack:
@@ -337,3 +345,31 @@ async def test_a_turn_cancelled_while_it_waits_stops_waiting_and_runs_nothing(
     assert after.content[0].text == "free again"
     assert ran == []
     assert approvals(caplog) == []  # no decision was made
+
+
+async def test_a_gateway_client_calling_execute_tool_is_asked_too(
+    fake_openai: FakeOpenAI, ops: tuple[RunningServer, list[str]]
+) -> None:
+    """The policy holds however the tool is reached: here a client's `execute_tool` on the agent."""
+    server, ran = ops
+    approve = Caller(ElicitResult(action="accept", content={"approve": True}))
+    refuse = Caller(ElicitResult(action="accept", content={"approve": False, "reason": "no"}))
+    call = {"server": "ops", "tool": "delete_file", "args": {"path": "/mnt"}}
+    async with chain(
+        fake_openai,
+        server.url,
+        {"tools": ["delete_*"]},
+        worker_alone=True,
+        worker={"toolExposure": {"gateway": True}},
+    ) as served:
+        async with Client(served["worker"].url, mode="legacy", elicitation_handler=approve) as client:
+            approved = await client.call_tool_mcp("execute_tool", call)
+        async with Client(served["worker"].url, mode="legacy", elicitation_handler=refuse) as client:
+            refused = await client.call_tool_mcp("execute_tool", call)
+    assert not approved.is_error
+    assert approved.content[0].text == "deleted /mnt"
+    assert refused.is_error
+    assert refused.content[0].text == "the caller rejected calling ops__delete_file: no; the tool was not run"
+    assert refused.structured_content["error"]["code"] == "DENIED_BY_POLICY"
+    assert ran == ["delete_file /mnt"]
+    assert len(approve.asked) == len(refuse.asked) == 1
