@@ -154,6 +154,8 @@ class TurnEntry:
                 except TurnFailed as exc:
                     exc.spent = budget.reported()
                     raise
+                finally:
+                    await budget.settle()  # the turn's spend is stored before its caller hears back
             return replace(reply, spent=budget.reported())
         finally:
             if choice is not None and choice.provider is not generation.provider:

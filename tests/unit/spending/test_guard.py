@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,6 +14,7 @@ from pallas_api.health import utc_timestamp
 from pallas_api.spending import ModelPrice, window_end, window_start
 from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.conversations.caller import ANONYMOUS, Caller
+from pallas_runtime.conversations.model import StoreUnavailable
 from pallas_runtime.messages import Usage
 from pallas_runtime.metrics import RuntimeMetrics
 from pallas_runtime.spending import guard
@@ -23,7 +26,7 @@ from pallas_runtime.spending.chain import (
     spend_meta,
 )
 from pallas_runtime.spending.guard import BudgetExceeded, Budgets, micros_of, tokens_of, turn_budget
-from pallas_runtime.spending.ledger import MemoryLedger
+from pallas_runtime.spending.ledger import Bucket, MemoryLedger, Spent
 
 ALICE = Caller("sub:alice", "alice")
 BOB = Caller("sub:bob", "bob")
@@ -54,6 +57,7 @@ async def test_a_spent_caller_budget_refuses_the_next_call_with_spend_limit_and_
     assert str(refused.value) == (
         f"budget exceeded: caller sub:alice spent 120 tokens of its 100 per day; it resets at {tomorrow()}"
     )
+    await turn.settle()
     # The next turn of the same caller is refused before it starts; another caller is not.
     with pytest.raises(BudgetExceeded, match="caller sub:alice spent 120 tokens"):
         await b.open(cfg, ALICE, None)
@@ -64,11 +68,14 @@ async def test_the_agent_budget_counts_every_caller_and_cost_too() -> None:
     b, cfg = budgets(), config(agent={"window": "hour", "cost": 0.01})
     price = ModelPrice(input=2, output=10)
     usage = Usage(input=2000, output=500)  # 4000 + 5000 micros
-    await (await b.open(cfg, ALICE, None)).charge(tokens_of(usage), micros_of(price, usage))
+    first = await b.open(cfg, ALICE, None)
+    await first.charge(tokens_of(usage), micros_of(price, usage))
+    await first.settle()
     turn = await b.open(cfg, BOB, None)
     await turn.charge(0, 1000)
     with pytest.raises(BudgetExceeded, match=r"agent orch spent 0\.01 of its cost limit 0\.01 per hour"):
         turn.check()
+    await turn.settle()
     spent = await b.spent(cfg)
     assert spent is not None
     assert (spent[1].tokens, spent[1].micros) == (2500, 10_000)
@@ -92,6 +99,7 @@ async def test_the_chain_budget_only_restricts_and_the_least_of_all_travels_on()
     await turn.charge(1, 0)
     with pytest.raises(BudgetExceeded, match="caller sub:alice spent 1000 tokens of its 1000"):
         turn.check()
+    await turn.settle()
     # The charge went to the authenticated caller, never to the root the metadata names.
     with pytest.raises(BudgetExceeded):
         await b.open(cfg, ALICE, None)
@@ -194,3 +202,49 @@ async def test_callers_are_metric_labels_only_when_the_spec_says_so_and_bounded(
     assert "u0" in labels
     anonymous = await budgets().open(cfg, Caller(ANONYMOUS), None)
     assert anonymous.caller_label == ANONYMOUS
+
+
+class SlowLedger(MemoryLedger):
+    """A ledger whose writes wait for `release`, and that another replica has added 500 to."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+
+    async def add(self, buckets: Sequence[Bucket], tokens: int, micros: int) -> list[Spent]:
+        await self.release.wait()
+        return await super().add(buckets, tokens + 500, micros)
+
+
+async def test_a_charge_is_counted_at_once_and_stored_beside_the_turn() -> None:
+    ledger = SlowLedger()
+    b = Budgets(ledger, RuntimeMetrics(process_collectors=False))
+    turn = await b.open(config(perCaller={"window": "day", "tokens": 1000}), ALICE, None)
+    await turn.charge(100, 0)  # returns before the ledger has it
+    assert turn.limits[0].spent.tokens == 100
+    settling = asyncio.create_task(turn.settle())
+    await asyncio.sleep(0.01)
+    assert not settling.done()  # the turn's end waits for its writes
+    ledger.release.set()
+    await settling
+    assert turn.limits[0].spent.tokens == 600  # and takes in what others spent meanwhile
+    await turn.charge(400, 0)
+    with pytest.raises(BudgetExceeded):
+        turn.check()
+
+
+class BrokenLedger(MemoryLedger):
+    async def add(self, buckets: Sequence[Bucket], tokens: int, micros: int) -> list[Spent]:
+        raise StoreUnavailable("database down")
+
+
+async def test_a_charge_the_store_refuses_is_still_counted_by_the_turn(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    b = Budgets(BrokenLedger(), RuntimeMetrics(process_collectors=False))
+    turn = await b.open(config(perCaller={"window": "day", "tokens": 10}), ALICE, None)
+    await turn.charge(10, 0)
+    await turn.settle()
+    assert "budget spend not stored: database down" in caplog.text
+    with pytest.raises(BudgetExceeded):
+        turn.check()
