@@ -185,6 +185,9 @@ class AgentServer:
             metrics.send_message_total.labels(agent, outcome)
         for decision in AUTH_OUTCOMES:  # open agents too: 0 says nobody was refused
             metrics.auth_requests_total.labels(agent, decision)
+        metrics.llm_cost_total.labels(agent, self.config.model)
+        for budget in ("agent", "caller", "chain"):  # 0 says no turn was refused for its budget
+            metrics.budget_exceeded_total.labels(agent, budget)
 
     def refused(self, reason: str) -> None:
         """Count a request refused at the server's edge (`pallas_requests_refused_total`).

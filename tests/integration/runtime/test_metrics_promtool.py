@@ -94,6 +94,8 @@ async def traffic() -> AsyncIterator[Traffic]:
             name=AGENT,
             servers=[{"name": "calc", "url": calc.url}],
             tools={"deny": ["calc__secret"]},
+            capabilities={"price": {"input": 1, "output": 2}},  # so the cost families have series
+            budgets={"callerMetrics": True},
         )
         async with (
             serve_agent(config) as agent,
