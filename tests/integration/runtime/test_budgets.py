@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fastmcp import Client
+from fastmcp.client.transports import StreamableHttpTransport
 
 from pallas_api.config import parse_config
 from pallas_api.health import utc_timestamp
@@ -25,6 +26,7 @@ from pallas_runtime.spending.ledger import Bucket
 from tests.support.agents import agent_config, serve_agent
 from tests.support.fake_llm import Call, FakeOpenAI, FakeUsage, Text, ToolCalls
 from tests.support.mcp_servers import RunningServer, bound_socket, serve_app
+from tests.support.oidc import AUDIENCE, oidc_issuer
 
 
 @contextlib.asynccontextmanager
@@ -38,6 +40,8 @@ async def agents(
         served = {}
         for name, fields in specs.items():
             peers = [{"name": peer, "url": urls[peer]} for peer in fields.get("agents", [])]
+            if "auth" in fields:  # oidc names the agent's own URL as the resource callers ask for
+                fields = {**fields, "auth": {**fields["auth"], "resource": urls[name]}}
             config = parse_config(
                 {
                     "name": name,
@@ -148,3 +152,42 @@ async def test_the_memory_store_forgets_spend_on_restart(fake_openai: FakeOpenAI
             assert not (await client.call_tool_mcp("send_message", {"message": "one"})).is_error
             refused = await client.call_tool_mcp("send_message", {"message": "two"})
             assert refused.structured_content["error"]["code"] == "BUDGET_EXCEEDED"
+
+
+async def test_with_oidc_the_sub_agent_charges_the_root_caller_and_callers_stay_apart(
+    fake_openai: FakeOpenAI,
+) -> None:
+    """The peer call carries alice's own bearer: beta keys her spend by her, never by the metadata."""
+    fake_openai.default = delegation
+    async with oidc_issuer() as idp:
+        auth = {"mode": "oidc", "oidc": {"issuer": idp.url, "audience": AUDIENCE, "jwksRefreshSeconds": 0}}
+        specs: dict[str, dict[str, Any]] = {
+            "alpha": {
+                "agents": ["beta"],
+                "auth": auth,
+                "budgets": {"perCaller": {"window": "day", "tokens": 100}},
+            },
+            "beta": {"auth": auth, "budgets": {"perCaller": {"window": "day", "tokens": 10_000}}},
+        }
+        async with agents(fake_openai, specs) as served:
+            url, beta = served["alpha"][0].url, served["beta"][1]
+
+            def as_(subject: str) -> Client[StreamableHttpTransport]:
+                token = idp.token(sub=subject)
+                return Client(StreamableHttpTransport(url, headers={"Authorization": f"Bearer {token}"}))
+
+            async with as_("alice") as alice:
+                spent = await alice.call_tool_mcp("send_message", {"message": "start"})
+            fake_openai.default = Text("fine", usage=FakeUsage(10, 5))
+            async with as_("bob") as bob:
+                fine = await bob.call_tool_mcp("send_message", {"message": "hello"})
+            today = window_start("day", datetime.now(UTC))
+            alice_at_beta, bob_at_beta, anonymous_at_beta = await beta.budgets.ledger.read(
+                [Bucket("beta", owner, "day", today) for owner in ("sub:alice", "sub:bob", "anonymous")]
+            )
+    assert spent.structured_content["error"]["code"] == "BUDGET_EXCEEDED"
+    assert "caller sub:alice spent 140 tokens of its 100 per day" in spent.content[0].text
+    assert not fine.is_error  # bob's budget is his own
+    # beta, limited by what alpha passed on, charged its 100 tokens to alice, the caller her
+    # forwarded bearer names, and to nobody else.
+    assert (alice_at_beta.tokens, bob_at_beta.tokens, anonymous_at_beta.tokens) == (100, 0, 0)
