@@ -248,3 +248,25 @@ async def test_a_charge_the_store_refuses_is_still_counted_by_the_turn(
     assert "budget spend not stored: database down" in caplog.text
     with pytest.raises(BudgetExceeded):
         turn.check()
+
+
+async def test_a_turn_that_outlives_its_window_charges_the_new_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    b = budgets()
+    cfg = config(perCaller={"window": "hour", "tokens": 100})
+    turn = await b.open(cfg, ALICE, None)
+    await turn.charge(100, 0)
+    with pytest.raises(BudgetExceeded):
+        turn.check()
+    later = window_end("hour", window_start("hour", datetime.now(UTC)))
+
+    class NextHour(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> NextHour:
+            return cls.fromtimestamp(later.timestamp() + 1, tz)
+
+    monkeypatch.setattr(guard, "datetime", NextHour)
+    await turn.charge(10, 0)
+    await turn.settle()
+    turn.check()  # the new hour holds only the 10 charged in it
+    assert turn.limits[0].spent.tokens == 10
+    assert turn.limits[0].bucket.start == later
