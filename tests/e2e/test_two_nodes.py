@@ -254,7 +254,11 @@ async def test_an_agent_on_one_node_delegates_to_a_peer_on_the_other(
                 f"the {agent} Ready", functools.partial(ready, agent), READY_WITHIN, diagnose=diagnose
             )
         placed = json.loads(pallas_crds.kubectl("get", "pods", "-n", namespace, "-o", "json").stdout)["items"]
-        where = {p["metadata"]["labels"].get("pallas.dev/agent"): p["spec"]["nodeName"] for p in placed}
+        where = {
+            p["metadata"]["labels"]["pallas.dev/agent"]: p["spec"]["nodeName"]
+            for p in placed
+            if "pallas.dev/agent" in p["metadata"]["labels"]
+        }
         first, second = names(node)
         assert where == {"orchestrator": first, "researcher": second}, where
 
