@@ -286,10 +286,11 @@ async def drain(world: SoakWorld, within: float) -> None:
     async def moved() -> bool:
         return not (await _agent_pods_by_node(world)).get(node)
 
-    await _settled_after(
-        world, deadline - asyncio.get_running_loop().time(), (f"no agent pod on {node}", moved)
-    )
+    # `kubectl drain` returns once every pod it evicted is gone; their successors run elsewhere.
+    await world.until(f"no agent pod on {node}", moved, deadline - asyncio.get_running_loop().time())
+    # Maintenance done: the node takes pods again (a cordoned node never counts as settled).
     await world.kubectl("uncordon", node, namespaced=False)
+    await _settled_after(world, max(1.0, deadline - asyncio.get_running_loop().time()))
     await _spread_again(world, max(1.0, deadline - asyncio.get_running_loop().time()))
 
 
