@@ -114,9 +114,12 @@ print(json.dumps(out))
 """
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def web(pallas_crds: LocalCluster, node: LocalNode) -> Iterator[tuple[str, dict[str, str]]]:
-    """Pods `a` (first node) and `b` (second), Ready; yields the namespace and their addresses."""
+    """Pods `a` (first node) and `b` (second), Ready; yields the namespace and their addresses.
+
+    Gone with its test: a bare pod (no controller) on the second node would stop the drain below
+    (`kubectl drain` refuses such pods without `--force`)."""
     namespace = f"t-e2e-nodes-{secrets.token_hex(3)}"
     create_namespace(pallas_crds, namespace)
     first, second = names(node)
