@@ -278,10 +278,16 @@ async def drain(world: SoakWorld, within: float) -> None:
     deadline = asyncio.get_running_loop().time() + within
     before = (await _agent_pods_by_node(world)).get(node, set())
     world.notes.append(f"drain: {len(before)} agent pod(s) on {node} before")
-    await world.kubectl(
-        "drain", node, "--ignore-daemonsets", "--delete-emptydir-data", f"--timeout={int(within)}s",
-        namespaced=False,
-    )  # fmt: skip
+    try:
+        await world.kubectl(
+            "drain", node, "--ignore-daemonsets", "--delete-emptydir-data", f"--timeout={int(within)}s",
+            namespaced=False,
+        )  # fmt: skip
+    except RuntimeError:
+        # A drain that cannot finish leaves the node cordoned: take it back before failing, so
+        # the soak's next events run on the cluster they expect.
+        await world.kubectl("uncordon", node, namespaced=False)
+        raise
 
     async def moved() -> bool:
         return not (await _agent_pods_by_node(world)).get(node)
