@@ -282,10 +282,10 @@ PLAN = Plan(
     clients=4, rate=1.0, llm_latency=1.0, turns=4, settle=5.0, warmup=10.0, event_timeout=300.0, max_sends=900
 )
 NODE_EVENTS = ("drain", "node-crash")
-CRASH_RECOVERY_WITHIN = 45.0
+CRASH_RECOVERY_WITHIN = 60.0
 """Sends fail (retryably) for at most this long after the node dies: until the node monitor's
 grace (30 s) runs out and its pods leave their Services' endpoints, a connection may still be
-sent to a pod that is gone."""
+sent to a pod that is gone, and a turn delegated to a peer there fails (PEER_FAILED)."""
 
 
 def node_problems(result: SoakResult) -> list[str]:
