@@ -9,10 +9,10 @@ veth pair (docs/local-kubernetes.md, "More nodes").
   names from both nodes, and this machine reaches both.
 - An orchestrator pinned to the first node delegates to a researcher pinned to the second.
 - The day-2 soak (tests/support/soak) with both agents at two replicas, spread over the nodes by
-  the operator's default topology spread: `kubectl drain` of the second node fails no send and
-  loses nothing (the PodDisruptionBudget lets one pod go at a time); then the second node is
-  killed as a power cut would, its pods come back on the first node within `FAILOVER_WITHIN`,
-  only retryable sends fail, and every conversation goes on from PostgreSQL.
+  the operator's default topology spread: the second node is killed as a power cut would, its
+  pods come back on the first node within `FAILOVER_WITHIN`, only retryable sends fail, and every
+  conversation goes on from PostgreSQL. (The drain event is measured by bench/soak.py; see
+  NODE_EVENTS.)
 
 Run alone (it starts the real nodes): `flock /work/node.lock .venv/bin/pytest tests/e2e/test_two_nodes.py`.
 """
