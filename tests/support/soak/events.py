@@ -225,15 +225,7 @@ async def _reprobed_since(world: SoakWorld, since: datetime.datetime) -> bool:
 def _restart_node_component(component: str) -> Callable[[SoakWorld, float], Awaitable[None]]:
     async def act(world: SoakWorld, within: float) -> None:
         since = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
-        res = await asyncio.to_thread(
-            subprocess.run,
-            [str(HACK_CLUSTER), "restart", component],
-            capture_output=True,
-            text=True,
-            timeout=within,
-        )
-        if res.returncode != 0:
-            raise RuntimeError(f"hack/local/cluster restart {component} failed: {res.stderr.strip()}")
+        await _hack(HACK_CLUSTER, "restart", component, within=within)
         if component == "kubelet":
             with contextlib.suppress(NotSettled):
                 await world.until(
