@@ -309,7 +309,7 @@ async def test_a_session_the_server_forgot_is_replaced_and_the_call_retried(capl
             assert outcome.content == (TextPart("slept 0.0s"),)
             sessions = {r.headers.get("mcp-session-id") for r in srv.received("POST")}
             assert len(sessions - {None}) == 2, "one POST with the stale id, then a new session"
-    assert "the server ended our session; reconnecting" in caplog.text
+    assert "session ended by the server; trying again on a new session" in caplog.text
 
 
 async def test_closed_source_refuses_calls():

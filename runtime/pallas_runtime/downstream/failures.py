@@ -17,6 +17,7 @@ import httpx2
 import mcp_types
 from mcp import MCPError
 
+from pallas_api.errors import DRAINING_RPC_CODE
 from pallas_io.probe import describe_transport_failure, leaf_exceptions
 
 Failure = Literal["transport", "session_gone", "protocol", "other"]
@@ -78,6 +79,37 @@ def classify(exc: BaseException, recorder: HttpErrorRecorder | None = None) -> F
     return "other"
 
 
+MAX_RETRY_PAUSE = 1.0
+"""The longest a request waits, between attempts, for a server that asked it to come back later."""
+
+
+def retry_pause(exc: BaseException, recorder: HttpErrorRecorder | None = None) -> float | None:
+    """Seconds to wait before sending a failed request again on a new session, or None when it may not be.
+
+    Only failures that prove the server never ran the request qualify, so that nothing runs twice:
+
+    - the session is gone (404 to our session id): a replica that never had the session answered,
+      after the one that had it stopped or the Service sent the request to another pod;
+    - a draining agent refused to open the session (503, `AGENT_SHUTTING_DOWN`, see
+      `pallas_runtime.draining`): it closed that connection, so the next attempt reaches a ready
+      replica; the pause it asks for is honoured, up to `MAX_RETRY_PAUSE`.
+
+    A dropped connection or a timeout may come after the request ran, and is not retried.
+    """
+    root = _root(exc)
+    if not isinstance(root, MCPError):
+        return None
+    if _session_gone(root, recorder):
+        return 0.0
+    if root.error.code == DRAINING_RPC_CODE:
+        data = root.error.data if isinstance(root.error.data, dict) else {}
+        asked = data.get("retryAfterSeconds")
+        if isinstance(asked, int | float) and asked >= 0:
+            return min(float(asked), MAX_RETRY_PAUSE)
+        return MAX_RETRY_PAUSE
+    return None
+
+
 _OVERSIZED_EVENT = "Server-sent event exceeded"
 
 
@@ -105,6 +137,8 @@ def describe_failure(exc: BaseException, recorder: HttpErrorRecorder | None = No
             return "connection closed"
         if root.error.code == mcp_types.REQUEST_TIMEOUT:
             return "request timed out"
+        if root.error.code == DRAINING_RPC_CODE:
+            return "the server is shutting down and takes no new sessions"
         return f"MCP error {root.error.code}: {root.error.message[:200]}"
     if isinstance(root, anyio.BrokenResourceError | anyio.ClosedResourceError):
         return f"transport error ({type(root).__name__})"

@@ -60,6 +60,7 @@ from pallas_runtime.downstream.failures import (
     classify,
     describe_failure,
     oversized,
+    retry_pause,
     trace_failure,
 )
 from pallas_runtime.downstream.source import (
@@ -76,6 +77,10 @@ from pallas_runtime.sizes import MiB, human_bytes, utf8_size
 
 log = logging.getLogger("pallas.downstream")
 T = TypeVar("T")
+
+SESSION_ATTEMPTS = 4
+"""Sessions a request may be tried on while the server proves it never ran it: one that had gone,
+then up to two refused by a draining replica still reached over kept-alive connections."""
 
 NEEDS_CALLER_CREDENTIALS = "needs caller credentials"
 """The note of a source that refuses a probe without a bearer and is called with the caller's."""
@@ -233,12 +238,13 @@ class RemoteMcpSource:
         return await self._with_kept(self._shared, op)
 
     async def _with_kept(self, kept: SharedSession, op: Callable[[ClientSession], Awaitable[T]]) -> T:
-        """Run `op` on a kept session; reconnect and retry once if the server forgot it.
+        """Run `op` on a kept session; on a new one when the server never ran it (`_retried`).
 
         Raises:
             _Failure: Connecting or the request failed.
         """
-        for attempt in (1, 2):
+
+        async def attempt() -> T:
             try:
                 session = await kept.get()
             except Exception as exc:
@@ -249,11 +255,33 @@ class RemoteMcpSource:
                 failure = _Failure(exc, kept.recorder_of(session))
                 if failure.kind in ("transport", "session_gone"):
                     kept.discard(session)
-                # The server rejected the session id without running the request: safe to retry.
-                if failure.kind == "session_gone" and attempt == 1:
-                    log.info("%s: the server ended our session; reconnecting", self._name)
-                    continue
                 raise failure from exc
+
+        return await self._retried(attempt)
+
+    async def _retried(self, attempt: Callable[[], Awaitable[T]]) -> T:
+        """Run `attempt` again, on a new session, while its failure proves the server never ran it.
+
+        A rollout or a drain moves an agent's sessions: the replica that had ours stops and
+        another answers 404 for it, or a draining one refuses to open a session (`retry_pause`).
+        Each attempt opens a new session (a 404 session is discarded, a refused one never
+        opened), at most `SESSION_ATTEMPTS` times, within the caller's timeout.
+
+        Raises:
+            _Failure: The last attempt's failure, or the first one that may have run.
+        """
+        for number in range(1, SESSION_ATTEMPTS + 1):
+            try:
+                return await attempt()
+            except _Failure as failure:
+                pause = retry_pause(failure.cause, failure.recorder)
+                if pause is None or number == SESSION_ATTEMPTS:
+                    raise
+                log.info("%s: %s; trying again on a new session", self._name, failure.reason())
+                # The first retry goes at once: the refusing connection is closed, and a new one
+                # reaches a ready replica. A later one waits as long as the server asked.
+                if number > 1 and pause > 0:
+                    await asyncio.sleep(pause)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def list_tools(self, *, inbound_auth: str | None = None) -> list[RemoteTool]:
@@ -451,21 +479,25 @@ class RemoteMcpSource:
     async def _with_own(self, bearer: str | None, op: Callable[[ClientSession], Awaitable[T]]) -> T:
         # A session (and HTTP client) of this call's own: the bearer goes nowhere else.
         headers = {**self._headers, "Authorization": bearer} if bearer is not None else self._headers
-        recorder = HttpErrorRecorder()
-        try:
-            async with open_session(
-                self._url,
-                self._transport,
-                headers,
-                on_message=self._on_message,
-                recorder=recorder,
-                max_event_bytes=self._max_event_bytes,
-                pool=self._connections(),
-                elicitation=self._elicitation,
-            ) as session:
-                return await op(session)
-        except Exception as exc:
-            raise _Failure(exc, recorder) from exc
+
+        async def attempt() -> T:
+            recorder = HttpErrorRecorder()
+            try:
+                async with open_session(
+                    self._url,
+                    self._transport,
+                    headers,
+                    on_message=self._on_message,
+                    recorder=recorder,
+                    max_event_bytes=self._max_event_bytes,
+                    pool=self._connections(),
+                    elicitation=self._elicitation,
+                ) as session:
+                    return await op(session)
+            except Exception as exc:
+                raise _Failure(exc, recorder) from exc
+
+        return await self._retried(attempt)
 
     async def probe(self) -> ProbeResult:
         """MCP initialize (and DELETE of the session) within the probe timeout; never raises.
