@@ -9,10 +9,10 @@ veth pair (docs/local-kubernetes.md, "More nodes").
   names from both nodes, and this machine reaches both.
 - An orchestrator pinned to the first node delegates to a researcher pinned to the second.
 - The day-2 soak (tests/support/soak) with both agents at two replicas, spread over the nodes by
-  the operator's default topology spread: the second node is killed as a power cut would, its
-  pods come back on the first node within `FAILOVER_WITHIN`, only retryable sends fail, and every
-  conversation goes on from PostgreSQL. (The drain event is measured by bench/soak.py; see
-  NODE_EVENTS.)
+  the operator's default topology spread: the second node is drained under traffic and no send
+  fails (a delegated turn whose peer replica moved goes on a new session); then it is killed as
+  a power cut would, its pods come back on the first node within `FAILOVER_WITHIN`, only
+  retryable sends fail, and every conversation goes on from PostgreSQL.
 
 Run alone (it starts the real nodes): `flock /work/node.lock .venv/bin/pytest tests/e2e/test_two_nodes.py`.
 """
@@ -281,10 +281,7 @@ async def test_an_agent_on_one_node_delegates_to_a_peer_on_the_other(
 PLAN = Plan(
     clients=4, rate=1.0, llm_latency=1.0, turns=4, settle=5.0, warmup=10.0, event_timeout=300.0, max_sends=900
 )
-NODE_EVENTS = ("node-crash",)
-"""The drain event (bench/soak.py --events drain) is not asserted here yet: in one of four runs a
-turn delegated to a researcher replaced during the drain's spread-again rollout ended
-PEER_FAILED (docs/operations.md), which issue 29 leaves open."""
+NODE_EVENTS = ("drain", "node-crash")
 CRASH_RECOVERY_WITHIN = 60.0
 """Sends fail (retryably) for at most this long after the node dies: until the node monitor's
 grace (30 s) runs out and its pods leave their Services' endpoints, a connection may still be
@@ -292,9 +289,9 @@ sent to a pod that is gone, and a turn delegated to a peer there fails (PEER_FAI
 
 
 def node_problems(result: SoakResult) -> list[str]:
-    crash = result.rows[1]
+    drain, crash = result.rows[1], result.rows[2]
     found = []
-    for row in (crash,):
+    for row in (drain, crash):
         if row.settled_in is None:
             found.append(f"{row.event}: did not settle ({row.note})")
         if row.context_lost or row.leaks:
@@ -304,6 +301,8 @@ def node_problems(result: SoakResult) -> list[str]:
     # `lost` column and the report: a read that came too soon, not a lost turn.)
     if result.still_lost:
         found.append(f"{len(result.still_lost)} acknowledged turns missing from the final read-back")
+    if drain.failed:
+        found.append(f"drain: {drain.failed} failed sends: {dict(drain.codes)}")
     if crash.non_retryable:
         found.append(f"node-crash: {crash.non_retryable} sends failed with codes a client cannot retry")
     if crash.recovery > CRASH_RECOVERY_WITHIN:
@@ -313,7 +312,9 @@ def node_problems(result: SoakResult) -> list[str]:
     return found
 
 
-async def test_a_lost_node_costs_no_conversation(pallas_crds: LocalCluster, node: LocalNode) -> None:
+async def test_a_drain_fails_no_send_and_a_lost_node_costs_no_conversation(
+    pallas_crds: LocalCluster, node: LocalNode
+) -> None:
     async with soak_world(pallas_crds, node, llm_latency=PLAN.llm_latency, replicas=2) as world:
 
         async def on_both_nodes() -> bool:
