@@ -399,6 +399,32 @@ async def status_server(
         yield running
 
 
+async def read_body(receive: Receive) -> bytes:
+    """The whole body of an ASGI HTTP request (middleware that must look at it first)."""
+    body, more = b"", True
+    while more:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        body += message.get("body", b"")
+        more = message.get("more_body", False)
+    return body
+
+
+def replaying(body: bytes, receive: Receive) -> Receive:
+    """A receive that hands the app the body already read, then the connection's own messages."""
+    replayed = False
+
+    async def again() -> Any:
+        nonlocal replayed
+        if replayed:
+            return await receive()
+        replayed = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return again
+
+
 class _CallsFail:
     """ASGI middleware: an MCP server whose tools/call requests all get HTTP 500."""
 
@@ -409,24 +435,11 @@ class _CallsFail:
         if scope["type"] != "http" or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
-        body, more = b"", True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
+        body = await read_body(receive)
         if json.loads(body or b"{}").get("method") == "tools/call":
             await Response("the tool broke the server", status_code=500)(scope, receive, send)
             return
-        replayed = False
-
-        async def replay() -> Any:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(body, receive), send)
 
 
 @contextlib.asynccontextmanager

@@ -22,6 +22,7 @@ from typing import Any, Literal
 from starlette.types import Message, Receive, Scope, Send
 
 from pallas_runtime.draining import DrainGuard
+from tests.support.mcp_servers import read_body, replaying
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ class ReplicaSet:
         if scope["type"] != "http":
             return
         index = self._choose(scope)
-        body = await _read_body(receive)
+        body = await read_body(receive)
         status = 0
 
         async def recorded(message: Message) -> None:
@@ -81,7 +82,7 @@ class ReplicaSet:
                 status = message["status"]
             await send(message)
 
-        await self.replicas[index].edge(scope, _replay(body, receive), recorded)
+        await self.replicas[index].edge(scope, replaying(body, receive), recorded)
         routed = Routed(index, _method(scope, body), status)
         self.routed.append(routed)
         if self.on_routed is not None:
@@ -102,31 +103,6 @@ class ReplicaSet:
             while (await receive())["type"] != "lifespan.shutdown":
                 pass
         await send({"type": "lifespan.shutdown.complete"})
-
-
-async def _read_body(receive: Receive) -> bytes:
-    body, more = b"", True
-    while more:
-        message = await receive()
-        if message["type"] != "http.request":
-            break
-        body += message.get("body", b"")
-        more = message.get("more_body", False)
-    return body
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """A receive that hands the app the body already read, then the connection's own messages."""
-    replayed = False
-
-    async def again() -> Message:
-        nonlocal replayed
-        if replayed:
-            return await receive()
-        replayed = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    return again
 
 
 def _method(scope: Scope, body: bytes) -> str | None:
