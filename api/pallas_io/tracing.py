@@ -41,6 +41,7 @@ __all__ = [
     "http_server_spans",
     "inject_headers",
     "setup_tracing",
+    "shutdown",
     "span",
     "tracing_wanted",
     "use_provider",
@@ -52,7 +53,7 @@ _TRUE = frozenset({"1", "true", "yes", "on"})
 _SUPPORTED_PROTOCOLS = frozenset({"", "http/protobuf"})
 _NOOP: AbstractContextManager[None] = contextlib.nullcontext()
 
-_state: dict[str, Any] = {"enabled": False, "content": False, "tracer": None}
+_state: dict[str, Any] = {"enabled": False, "content": False, "tracer": None, "sdk": None}
 
 
 def tracing_wanted(environ: Mapping[str, str]) -> bool:
@@ -100,6 +101,7 @@ def setup_tracing(service_name: str, environ: Mapping[str, str] | None = None) -
     provider = TracerProvider(resource=Resource.create({} if named else {"service.name": service_name}))
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(provider)
+    _state["sdk"] = provider
     use_provider(provider, capture=env.get(CAPTURE_CONTENT_ENV, "").strip().lower() in _TRUE)
     for handler in logging.getLogger().handlers:
         handler.addFilter(TraceIds())
@@ -108,6 +110,18 @@ def setup_tracing(service_name: str, environ: Mapping[str, str] | None = None) -
         env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT"),
     )
     return True
+
+
+def shutdown() -> None:
+    """Export the spans still batched and stop the exporter (a process about to leave).
+
+    The SDK does this at interpreter exit; a process that skips the teardown
+    (`pallas_io.serving.leave`) calls it first. Without the SDK installed, nothing.
+    """
+    provider = _state["sdk"]
+    if provider is not None:
+        _state["sdk"] = None
+        provider.shutdown()
 
 
 def use_provider(provider: trace.TracerProvider | None, *, capture: bool = False) -> None:

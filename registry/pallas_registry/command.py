@@ -34,7 +34,7 @@ from pallas_io.commands import (
 )
 from pallas_io.logs import setup_logging
 from pallas_io.secrets import SecretFiles
-from pallas_io.serving import bound_port, listen, run_server_loop, serve, until_signalled
+from pallas_io.serving import bound_port, leave, listen, run_server_loop, serve, until_signalled
 from pallas_io.tracing import http_server_spans, setup_tracing
 from pallas_registry.app import build_app
 from pallas_registry.kubernetes import KubernetesSource
@@ -138,4 +138,4 @@ class RegistryCommand:
             print(f"pallas registry: {exc}", file=sys.stderr)
             return EXIT_FAILURE
         log.info("registry: stopped")
-        return EXIT_OK
+        return leave(EXIT_OK)

@@ -22,7 +22,7 @@ from pallas_api.config import ConfigError
 from pallas_io.commands import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, port_number
 from pallas_io.logs import setup_logging
 from pallas_io.secrets import SecretFiles
-from pallas_io.serving import bound_port, listen, run_server_loop, serve, until_signalled
+from pallas_io.serving import bound_port, leave, listen, run_server_loop, serve, until_signalled
 from pallas_io.tracing import setup_tracing
 from pallas_runtime.agent.config_file import ConfigFile
 from pallas_runtime.server import agent_app, build_server
@@ -115,4 +115,4 @@ class AgentCommand:
         except OSError as exc:
             print(f"pallas agent: {exc}", file=sys.stderr)
             return EXIT_FAILURE
-        return EXIT_OK
+        return leave(EXIT_OK)
