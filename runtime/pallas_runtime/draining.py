@@ -21,9 +21,10 @@ one (the MCP transport's rule). Sessionless requests (protocol 2026-07-28) are s
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
+from mcp_types import ErrorData
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -85,6 +86,15 @@ class DrainGuard:
         ]
         await send({"type": "http.response.start", "status": 503, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+
+def refusal_pause(error: ErrorData) -> float | None:
+    """The wait a draining agent's refusal of a new session asks for (`Retry-After`), else None."""
+    if error.code != DRAINING_RPC_CODE:
+        return None
+    data = error.data if isinstance(error.data, Mapping) else {}
+    wait = data.get("retryAfterSeconds")
+    return float(wait) if isinstance(wait, int | float) and wait >= 0 else float(RETRY_AFTER_SECONDS)
 
 
 def _opens_session(scope: Scope, path: str) -> bool:

@@ -19,6 +19,7 @@ from mcp import MCPError
 
 from pallas_api.errors import DRAINING_RPC_CODE
 from pallas_io.probe import describe_transport_failure, leaf_exceptions
+from pallas_runtime.draining import refusal_pause
 
 Failure = Literal["transport", "session_gone", "protocol", "other"]
 TRACE = logging.getLogger("pallas.forward.trace")
@@ -101,13 +102,8 @@ def retry_pause(exc: BaseException, recorder: HttpErrorRecorder | None = None) -
         return None
     if _session_gone(root, recorder):
         return 0.0
-    if root.error.code == DRAINING_RPC_CODE:
-        data = root.error.data if isinstance(root.error.data, dict) else {}
-        asked = data.get("retryAfterSeconds")
-        if isinstance(asked, int | float) and asked >= 0:
-            return min(float(asked), MAX_RETRY_PAUSE)
-        return MAX_RETRY_PAUSE
-    return None
+    asked = refusal_pause(root.error)
+    return None if asked is None else min(asked, MAX_RETRY_PAUSE)
 
 
 _OVERSIZED_EVENT = "Server-sent event exceeded"

@@ -23,7 +23,7 @@ from mcp import MCPError
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp_types import CONNECTION_CLOSED
 
-from pallas_api.errors import DRAINING_RPC_CODE
+from pallas_runtime.draining import refusal_pause
 
 RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0, 8.0, 8.0)
 """Waits between attempts to open a new session (about 24 s in all): long enough for a local
@@ -45,11 +45,7 @@ def reason(exc: BaseException) -> str:
 
 def retry_after(exc: MCPError) -> float | None:
     """The wait a draining agent asked for when it refused a new session, else None."""
-    if exc.error.code != DRAINING_RPC_CODE:
-        return None
-    data = exc.error.data if isinstance(exc.error.data, Mapping) else {}
-    wait = data.get("retryAfterSeconds", 1)
-    return float(wait) if isinstance(wait, int | float) else 1.0
+    return refusal_pause(exc.error)
 
 
 class AgentLink:
