@@ -34,7 +34,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from pallas_api.config import HttpLimits
-from pallas_io import tracing
+from pallas_io import heap, tracing
 from pallas_io.http_limits import Refused, bounded_protocol
 
 
@@ -163,7 +163,11 @@ def run_server_loop(main: Coroutine[Any, Any, object]) -> None:
     declares itself: otherwise every anyio call in the MCP SDK and httpx2 (hundreds per
     message) sniffs for the running library anew. (anyio.run sets sniffio's context variable
     instead, but uvicorn starts each connection's task from the loop's own context.)
+
+    The command has built its app: the heap it holds now lives as long as the process, and
+    is settled out of the garbage collector's way first (`heap.settle`).
     """
+    heap.settle()
     previous, sniffio.thread_local.name = sniffio.thread_local.name, "asyncio"
     try:
         try:
