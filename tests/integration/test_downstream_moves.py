@@ -19,7 +19,7 @@ import pytest
 
 from pallas_api.config import PeerAgent
 from pallas_runtime.downstream.peer_agent import PeerAgentSource
-from pallas_runtime.downstream.remote import SESSION_ATTEMPTS
+from pallas_runtime.downstream.remote import LEAST_RETRY_PAUSES, SESSION_ATTEMPTS
 from pallas_runtime.downstream.source import DownstreamError, ToolOutcome
 from tests.support import mcp_servers as ms
 from tests.support.replicas import Replica, ReplicaSet, Routed
@@ -74,6 +74,28 @@ async def test_a_call_landing_on_a_replica_that_never_had_its_session_runs_once_
     assert replicas.calls(1) == 1
     assert replicas.calls(0) == 1
     assert "session ended by the server; trying again on a new session" in caplog.text
+
+
+async def test_endpoints_still_moving_after_the_first_retry_are_waited_out() -> None:
+    async with two_replicas(route="request") as (replicas, source):
+        assert answered(await send(source, "before", BEARER)) == "before"
+        moves: list[int] = []
+
+        def endpoints_flap_twice(routed: Routed) -> None:
+            if routed.method == "initialize" and len(moves) < 2:  # a rollout's endpoints, mid-change
+                moves.append(routed.replica)
+                replicas.current = 1 - routed.replica
+
+        replicas.on_routed = endpoints_flap_twice
+        started = time.monotonic()
+        assert answered(await send(source, "during", BEARER)) == "during"
+        took = time.monotonic() - started
+
+    # Two sessions met the replica that never had them: the first retry went at once, the
+    # second waited; the third session ran the call, once.
+    assert replicas.calls(0, status=404) + replicas.calls(1, status=404) == 2
+    assert replicas.calls(0) + replicas.calls(1) == 2  # "before" and "during"
+    assert took >= LEAST_RETRY_PAUSES[1]
 
 
 async def test_a_draining_replica_reached_over_a_kept_alive_connection_hands_the_call_on(caplog) -> None:

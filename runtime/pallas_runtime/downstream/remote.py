@@ -82,6 +82,12 @@ SESSION_ATTEMPTS = 4
 """Sessions a request may be tried on while the server proves it never ran it: one that had gone,
 then up to two refused by a draining replica still reached over kept-alive connections."""
 
+LEAST_RETRY_PAUSES = (0.0, 0.25, 0.5)
+"""The least wait before the 2nd, 3rd and 4th attempt. The first retry goes at once (a new
+connection usually reaches the replica that now serves); when that session is gone too, the
+Service's endpoints are still moving (a rollout), and trying again at once would meet the same
+moment of it."""
+
 NEEDS_CALLER_CREDENTIALS = "needs caller credentials"
 """The note of a source that refuses a probe without a bearer and is called with the caller's."""
 
@@ -279,8 +285,10 @@ class RemoteMcpSource:
                     raise
                 log.info("%s: %s; trying again on a new session", self._name, failure.reason())
                 # The first retry goes at once: the refusing connection is closed, and a new one
-                # reaches a ready replica. A later one waits as long as the server asked.
-                if number > 1 and pause > 0:
+                # reaches a ready replica. A later one waits as long as the server asked, and at
+                # least a moment longer each time.
+                pause = 0.0 if number == 1 else max(pause, LEAST_RETRY_PAUSES[number - 1])
+                if pause > 0:
                     await asyncio.sleep(pause)
         raise AssertionError("unreachable")  # pragma: no cover
 
