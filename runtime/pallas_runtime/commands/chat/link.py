@@ -43,11 +43,6 @@ def reason(exc: BaseException) -> str:
     return str(cause) or type(cause).__name__
 
 
-def retry_after(exc: MCPError) -> float | None:
-    """The wait a draining agent asked for when it refused a new session, else None."""
-    return refusal_pause(exc.error)
-
-
 class AgentLink:
     """One MCP session with the agent at `url`, reopened on request after it was lost."""
 
@@ -139,7 +134,7 @@ class AgentLink:
                 await self.connect()
                 return
             except MCPError as exc:
-                wait = retry_after(exc)
+                wait = refusal_pause(exc.error)  # a draining agent's asked-for wait
                 if wait is None:
                     raise LinkError(f"{self.url} refused a new session: {exc.error.message}") from None
                 last, asked = exc.error.message, wait
