@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,19 @@ async def _condition(
         raise
 
 
+def _pod_account(
+    kube_client: AsyncClient, namespace: str, name: str, account: str
+) -> Callable[[], Awaitable[dict[str, Any] | None]]:
+    """A check for `eventually`: the agent's pod template once it names `account`."""
+
+    async def check() -> dict[str, Any] | None:
+        got = await get_object(kube_client, Deployment, namespace, name)
+        pod: dict[str, Any] = got["spec"]["template"]["spec"] if got else {}
+        return pod if pod.get("serviceAccountName") == account else None
+
+    return check
+
+
 def _can(cluster: LocalCluster, who: str, *args: str) -> str:
     return cluster.kubectl("auth", "can-i", f"--as={who}", *args, check=False).stdout.strip()
 
@@ -105,7 +118,11 @@ async def test_kubernetes_mode_gives_agents_an_identity_with_exactly_the_review_
         assert binding["metadata"]["labels"]["pallas.dev/namespace"] == namespace
         assert await get_object(kube_client, ServiceAccount, namespace, "ouranos-agents") is not None
         assert await get_object(kube_client, RoleBinding, namespace, "ouranos-agents") is not None
-        pod = (await get_object(kube_client, Deployment, namespace, "research"))["spec"]["template"]["spec"]  # type: ignore[index]
+        pod = await eventually(
+            _pod_account(kube_client, namespace, "research", "ouranos-agents"),
+            45,
+            "research's pods on the agents' ServiceAccount",
+        )
         assert (pod["serviceAccountName"], pod["automountServiceAccountToken"]) == ("ouranos-agents", True)
         await _condition(
             kube_client, PallasDeployment, namespace, "ouranos", "Authenticated", ("True", "KubernetesRBAC")
@@ -130,7 +147,14 @@ async def test_kubernetes_mode_gives_agents_an_identity_with_exactly_the_review_
             )
 
         await eventually(gone, 45, "the identity removed with auth.mode none")
-        pod = (await get_object(kube_client, Deployment, namespace, "research"))["spec"]["template"]["spec"]  # type: ignore[index]
+
+        # The agents' Deployments are applied by their own reconciles, which the deployment's
+        # change enqueues; they may land a moment after the identity is gone (CI saw that).
+        pod = await eventually(
+            _pod_account(kube_client, namespace, "research", "default"),
+            45,
+            "research's pods back on the default ServiceAccount",
+        )
         assert (pod["serviceAccountName"], pod["serviceAccount"]) == ("default", "default")
         assert pod["automountServiceAccountToken"] is False
         await _condition(
