@@ -21,6 +21,8 @@ Measured:
 - writes per agent: the operator's own writes (its `pallas_operator_api_writes_total`) plus
   kopf's patches of the custom resources (the API server's `apiserver_request_total`), over N;
 - the operator process's peak RSS (VmHWM);
+- the operator process's CPU time over N (`operator_cpu_ms_per_agent`, until converged; the
+  API server and etcd share the cores, so wall time per agent can grow while this stays flat);
 - idle writes per minute once converged (Lease renewals reported apart: they are the HA
   heartbeat, one every 10 s whatever the load).
 
@@ -61,6 +63,8 @@ from tests.support.operator import agent, deployment, in_namespace, secret  # no
 CRD_WRITES = ("pallasagents", "pallasdeployments")
 PROFILE_DIR: Path | None = None
 """`--profile DIR`: the operator runs under py-spy (on PATH), one flame graph per case."""
+PROFILE_FORMAT = "flamegraph"
+"""`--profile-format`: py-spy's `flamegraph` (SVG) or `raw` (collapsed stacks, text)."""
 
 
 # A control plane of its own (own state directory and ports), so that tests running against the
@@ -119,12 +123,23 @@ def operator_writes(metrics: str) -> dict[str, float]:
     return out
 
 
-def peak_rss_mb(pid: int) -> float:
-    """VmHWM of the operator: under `--profile` that is py-spy's child, not py-spy itself."""
+def operator_pid(pid: int) -> int:
+    """The operator's pid: under `--profile` that is py-spy's child, not py-spy itself."""
     if PROFILE_DIR is not None:
         children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        pid = int(children[0]) if children else pid
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        return int(children[0]) if children else pid
+    return pid
+
+
+def cpu_s(pid: int) -> float:
+    """The operator's CPU time so far (user + system), to tell its share from the API server's."""
+    fields = Path(f"/proc/{operator_pid(pid)}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_mb(pid: int) -> float:
+    """VmHWM of the operator."""
+    for line in Path(f"/proc/{operator_pid(pid)}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return 0.0
@@ -137,8 +152,10 @@ async def operator_process(
     command = [str(Path(sys.executable).parent / "pallas"), "operator", "-n", namespace,
                "--http-port", str(port), "--lease-namespace", namespace]  # fmt: skip
     if PROFILE_DIR is not None and profile is not None:  # py-spy samples the operator into a flame graph
-        svg = PROFILE_DIR / f"operator-{profile}.svg"
-        command = ["py-spy", "record", "--nonblocking", "--rate", "50", "-o", str(svg), "--", *command]
+        raw = PROFILE_FORMAT == "raw"  # collapsed stacks: one line per stack, readable as text
+        out = PROFILE_DIR / f"operator-{profile}.{'txt' if raw else 'svg'}"
+        command = ["py-spy", "record", "--nonblocking", "--rate", "50", "--format", PROFILE_FORMAT,
+                   "-o", str(out), "--", *command]  # fmt: skip
     proc = subprocess.Popen(
         command,
         env={**os.environ, "KUBECONFIG": env["kubeconfig"]},
@@ -272,6 +289,7 @@ async def run_existing(env: dict[str, Any], n: int, unrelated: int) -> list[dict
                 "case": "start", "agents": n, "unrelated_secrets": unrelated,
                 "converged_s": round(converge, 1), "writes_per_agent": round(sum(writes.values()) / n, 2),
                 "reconciles_per_agent": reconciles_per_agent(text, n),
+                "operator_cpu_ms_per_agent": round(cpu_s(proc.pid) * 1000 / n, 1),
                 "peak_rss_mb": round(peak_rss_mb(proc.pid), 1),
             })  # fmt: skip
         started = time.monotonic()
@@ -293,6 +311,7 @@ async def run_existing(env: dict[str, Any], n: int, unrelated: int) -> list[dict
             results.append({
                 "case": "restart", "agents": n, "unrelated_secrets": unrelated,
                 "converged_s": round(converge, 1), "writes": int(sum(writes.values())),
+                "operator_cpu_ms_per_agent": round(cpu_s(proc.pid) * 1000 / n, 1),
                 "peak_rss_mb": round(peak_rss_mb(proc.pid), 1),
             })  # fmt: skip
         return results
@@ -316,6 +335,7 @@ async def run_size(env: dict[str, Any], n: int, idle: float) -> dict[str, Any]:
             await create_all(client, objects)
             created = time.monotonic() - started
             converge = await until_converged(client, namespace, names, started)
+            cpu = cpu_s(proc.pid)  # the operator's start-up included: a few seconds at any N
             await asyncio.sleep(5)  # let the Deployment controller's status updates play out
             text = (await http.get(metrics_url)).text
             writes = operator_writes(text)
@@ -332,6 +352,7 @@ async def run_size(env: dict[str, Any], n: int, idle: float) -> dict[str, Any]:
                 "writes_per_agent": round((sum(writes.values()) + kopf) / n, 2),
                 "writes_by_verb": {**{k: int(v) for k, v in writes.items()}, "kopf-patch": int(kopf)},
                 "reconciles_per_agent": reconciles_per_agent(text, n),
+                "operator_cpu_ms_per_agent": round(cpu * 1000 / n, 1),
                 "peak_rss_mb": round(peak_rss_mb(proc.pid), 1),
                 "idle_writes_per_min": round(idle_writes * 60 / idle, 2),
                 "lease_renewals_per_min": 6.0,
@@ -348,10 +369,11 @@ async def main() -> None:
     parser.add_argument("--unrelated", type=int, default=500, help="Secrets no agent uses (start/restart)")
     parser.add_argument("--keep-cluster", action="store_true", help="leave the bench control plane running")
     parser.add_argument("--profile", type=Path, help="py-spy the operator into DIR/*.svg")
+    parser.add_argument("--profile-format", choices=["flamegraph", "raw"], default="flamegraph")
     parser.add_argument("--cases", nargs="+", default=["existing", "create"], choices=["existing", "create"])
     args = parser.parse_args()
-    global PROFILE_DIR
-    PROFILE_DIR = args.profile
+    global PROFILE_DIR, PROFILE_FORMAT
+    PROFILE_DIR, PROFILE_FORMAT = args.profile, args.profile_format
     was_running = hack_cluster("status").returncode == 0
     env = cluster_env()
     try:

@@ -77,9 +77,9 @@ class Operator:
         self.reconcilers = dict(reconcilers)
         """Kind → its reconcile (the reconciles live above the engine, so they are handed in)."""
 
-    def enqueue(self, kind: str, namespace: str, name: str) -> None:
-        """Ask for a reconcile of one resource; repeated asks collapse into one."""
-        self.queue.add((kind, namespace, name))
+    def enqueue(self, kind: str, namespace: str, name: str, delay: float = 0.0) -> None:
+        """Ask for a reconcile of one resource (after `delay` s); repeated asks collapse into one."""
+        self.queue.add((kind, namespace, name), delay)
 
     def _probed(self, key: Hashable) -> None:
         self.queue.add(key)

@@ -145,6 +145,10 @@ class Applier:
         self._applied[key] = _Applied(digest, fingerprint(applied))
         return applied
 
+    def applied(self, key: ChildKey) -> bool:
+        """Whether this process applied the object (the watch may not have shown it yet)."""
+        return key in self._applied
+
     def forget(self, key: ChildKey) -> None:
         """The object is gone (or changed by someone else): the next apply must not be skipped."""
         self._applied.pop(key, None)

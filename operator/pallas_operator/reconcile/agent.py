@@ -33,12 +33,16 @@ async def reconcile_agent(op: Operator, namespace: str, name: str) -> float | No
         settings.node_failure_toleration_seconds,
     )
     if plan.problem is None:
+        # Pods can run only once a Deployment exists: the watch has seen it, or this process
+        # applied it in an earlier reconcile (an edit right after the agent's creation may come
+        # before the Deployment's watch event, while its pods already run).
+        pods_may_run = ("Deployment", name) in children or op.applier.applied((namespace, "Deployment", name))
         applied = await apply_children(op, namespace, plan.desired, children, plan.unwanted, name)
         current = applied.workload
-        # Whenever the config changed, not only when the watch has seen the Deployment: an edit
-        # right after the agent's creation may come before its own Deployment's watch event,
-        # while its pods already run. Pods not created yet get the new config anyway.
-        if ("ConfigMap", names.config_map_name(name)) in applied.written:
+        # Pods created from now on mount the new config anyway. Asking for them when none can
+        # run cost every new agent a list of its namespace's pods, which the API server filters
+        # in full: O(N) per agent while N agents are created.
+        if ("ConfigMap", names.config_map_name(name)) in applied.written and pods_may_run:
             await _deliver_config(op, namespace, name, plan)
     else:  # nothing is applied; a Deployment from before keeps running and is reported
         seen = children.get(("Deployment", name))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import yaml
 from lightkube import AsyncClient
 from lightkube.resources.apps_v1 import Deployment
@@ -13,6 +14,8 @@ from pallas_api import names
 from pallas_api.config import parse_config
 from pallas_api.live import config_digest
 from pallas_io.kube import PallasAgent, PallasDeployment
+from pallas_operator.k8s.pods import sync_pods
+from pallas_operator.reconcile import agent as agent_reconcile
 from tests.support.cluster import LocalCluster
 from tests.support.operator import (
     RunningOperator,
@@ -127,8 +130,20 @@ async def test_an_agent_whose_secret_does_not_exist_starts_and_its_pod_names_the
 
 
 async def test_a_live_edit_rewrites_the_config_map_and_status_follows_what_the_pod_serves(
-    pallas_crds: LocalCluster, pallas_operator: RunningOperator, kube_client: AsyncClient, namespace: str
+    pallas_crds: LocalCluster,
+    pallas_operator: RunningOperator,
+    kube_client: AsyncClient,
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # Which agents' pods the operator looked for (each look is a list of the namespace's pods).
+    looked_for: list[str] = []
+
+    async def counted_sync_pods(client: Any, ns: str, labels: Any, config_hash: str) -> int:
+        looked_for.append(dict(labels)["pallas.dev/agent"])
+        return await sync_pods(client, ns, labels, config_hash)
+
+    monkeypatch.setattr(agent_reconcile, "sync_pods", counted_sync_pods)
     async with fake_agent("research") as (health, server):
         pallas_operator.route("research", server.port)
         # A long health interval: following a new config must not wait for it.
@@ -153,6 +168,7 @@ async def test_a_live_edit_rewrites_the_config_map_and_status_follows_what_the_p
             return status if status.get("servedConfigHash") == status.get("configHash") == digest else None
 
         await eventually(lambda: serving(first), 30, "status serving the first config")
+        assert looked_for == [], "a new agent has no pods with an older config to look for"
         template = ((await get_object(kube_client, Deployment, namespace, "research")) or {})["spec"][
             "template"
         ]
@@ -178,6 +194,7 @@ async def test_a_live_edit_rewrites_the_config_map_and_status_follows_what_the_p
             return pods if pods and hashes == {second} else None
 
         await eventually(nudged, 15, "the agent's pod annotated with the new config hash")
+        assert looked_for == ["research"]
         # The pod takes it (the kubelet wrote the file, the agent read it at its next turn or health
         # check): the operator, probing every 2 s while they differ, sees it long before 600 s.
         health.health = {"status": "ok", "configHash": second}
