@@ -62,8 +62,28 @@ WATCHED: dict[str, Watched] = {
 """Every kind kopf watches; only these selectors' objects travel over the watches."""
 
 
+class _NoDiffBase(kopf.DiffBaseStorage):
+    """No "last handled" essence: the operator registers event handlers only.
+
+    kopf builds the essence of every object at every event (a deep copy of the body, then the
+    progress fields cleared) to diff it for create/update handlers and daemons, of which there
+    are none here; that was 12 % of the operator's CPU while 2,500 agents converged and 18 % at
+    a restart over them. Nothing is ever stored, so nothing is fetched.
+    """
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
+        return kopf.BodyEssence()
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        return None
+
+
 def _configure(op: Operator, settings: kopf.OperatorSettings) -> None:
     settings.posting.enabled = False  # Events are posted by k8s.events, on transitions only
+    settings.persistence.diffbase_storage = _NoDiffBase()
     settings.watching.server_timeout = 600
     # The initial listing in pages, as `k8s.listing` does: kopf's default takes each kind in one
     # response, whose body and decoded objects all live at once (a restart over 2,500 agents and

@@ -7,8 +7,9 @@ been recorded. Then the start-up steps that need the whole world run (the orphan
 queue starts and `/readyz` says ready: reconciles never decide on half a world (an agent whose
 deployment was not seen yet would be marked DeploymentNotFound and written).
 
-Objects deleted between the listing and the watch would never come: while not ready the kinds are
-listed again every `RELIST_EVERY` seconds and only what still exists is waited for. A start-up that
+Objects deleted between the listing and the watch would never come: while not ready, and no object
+came in the last `RELIST_EVERY` seconds, the kinds are listed again and only what still exists
+is waited for. A start-up that
 takes long is logged every `stall_after` seconds with how far it got, and `/metrics` shows it.
 """
 
@@ -26,7 +27,7 @@ from pallas_operator.metrics import OperatorMetrics
 
 log = logging.getLogger(__name__)
 RELIST_EVERY = 5.0
-"""Seconds between listings while not ready."""
+"""Seconds between looks at the start-up's progress; one without progress lists again."""
 
 Listing = Callable[[], Awaitable[set[ObjectKey]]]
 """Every watched object that exists now (with the watches' selectors, in the watched namespaces)."""
@@ -94,21 +95,32 @@ class StartupTracker:
     async def watch(self, listing: Listing, before_ready: StartupStep | None = None) -> None:
         """Wait until every object that exists is recorded, then run `before_ready` and become ready.
 
-        Until then the watched kinds are listed again every `RELIST_EVERY` seconds and a slow
-        start-up is logged every `stall_after` seconds. Becoming ready starts the work queue.
+        Until then the watched kinds are listed again after every `RELIST_EVERY` seconds in which
+        no object came, and a slow start-up is logged every `stall_after` seconds. Becoming ready
+        starts the work queue.
         """
         started = self._clock()
         next_report = started + self._stall_after
+        left_at_listing: int | None = None
         while not self._recorded.is_set():
-            try:
-                existing = await listing()
-            except Exception as exc:  # noqa: BLE001 - the API server may not answer yet; look again
-                log.warning("could not list the watched kinds yet: %s", exc)
+            left = len(self._waiting) if self._waiting is not None else None
+            # Listed again only when nothing came since the last listing (an object deleted
+            # before the watch saw it is then what holds the start-up): while the watches
+            # deliver, each listing of every watched object would only cost the API server and
+            # this process (a fifth of the operator's CPU at a restart over 2,500 agents).
+            if left is None or left == left_at_listing:
+                try:
+                    existing = await listing()
+                except Exception as exc:  # noqa: BLE001 - the API server may not answer yet; look again
+                    log.warning("could not list the watched kinds yet: %s", exc)
+                else:
+                    if not self._recorded.is_set():
+                        self._waiting = existing - self._seen
+                        left_at_listing = len(self._waiting)
+                        if not self._waiting:
+                            self._recorded.set()
             else:
-                if not self._recorded.is_set():
-                    self._waiting = existing - self._seen
-                    if not self._waiting:
-                        self._recorded.set()
+                left_at_listing = left
             if self._recorded.is_set():
                 break
             if self._clock() >= next_report:

@@ -162,3 +162,26 @@ async def test_the_last_object_recorded_ends_the_wait_between_listings() -> None
     startup.indexed(secret(1))
     await asyncio.wait_for(watching, 5)
     assert ready.is_set()
+
+
+async def test_the_kinds_are_listed_again_only_when_no_object_came_since_the_last_listing() -> None:
+    startup, ready, _, time_, _ = tracker()
+    existing = [secret(n) for n in range(4)]
+    listings: list[float] = []
+
+    async def listing() -> set[ObjectKey]:
+        listings.append(time_.now)
+        return set(existing) - ({secret(3)} if len(listings) > 2 else set())  # s3 goes after two looks
+
+    arrivals = iter([[secret(0)], [secret(1)], [], [secret(2)], [], []])
+
+    def meanwhile() -> None:  # every pause: the watches deliver what comes next, or nothing
+        for key in next(arrivals, []):
+            startup.indexed(key)
+
+    time_.meanwhile = meanwhile
+    await startup.watch(listing)
+    assert ready.is_set()
+    # Listed at the start; not while s0 and s1 came; again after a pause with nothing new; not
+    # while s2 came; again after the next empty pause, which no longer lists s3.
+    assert listings == [0.0, 15.0, 25.0]
