@@ -57,6 +57,8 @@ from lightkube.resources.core_v1 import ConfigMap, Namespace, Service
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from agent_bench import cpu_seconds  # noqa: E402
+
 from pallas_io.kube import PallasAgent  # noqa: E402
 from tests.support.operator import agent, deployment, in_namespace, secret  # noqa: E402
 
@@ -133,8 +135,7 @@ def operator_pid(pid: int) -> int:
 
 def cpu_s(pid: int) -> float:
     """The operator's CPU time so far (user + system), to tell its share from the API server's."""
-    fields = Path(f"/proc/{operator_pid(pid)}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return cpu_seconds(operator_pid(pid))
 
 
 def peak_rss_mb(pid: int) -> float:
