@@ -66,9 +66,23 @@ DRAINING_RPC_CODE = -32050
 leaves to implementations, none that MCP uses."""
 
 
-def error_content(code: ErrorCode, message: str) -> dict[str, Any]:
-    """The structured part of an error result: `{"error": {"code": …, "message": …, "retryable": …}}`."""
-    return {"error": {"code": code.value, "message": message, "retryable": code in RETRYABLE}}
+def error_content(code: ErrorCode, message: str, *, processed: bool = True) -> dict[str, Any]:
+    """The structured part of an error result: `{"error": {"code": …, "message": …, "retryable": …}}`.
+
+    `processed=False` adds `"processed": false`: the agent refused the call before any of it ran
+    (a stopping agent's refusal), so a client may send it again, unchanged, without running
+    anything twice.
+    """
+    error: dict[str, Any] = {"code": code.value, "message": message, "retryable": code in RETRYABLE}
+    if not processed:
+        error["processed"] = False
+    return {"error": error}
+
+
+def unprocessed(structured: object) -> bool:
+    """Whether an error result's structured part says none of the call ran (`"processed": false`)."""
+    error = structured.get("error") if isinstance(structured, Mapping) else None
+    return isinstance(error, Mapping) and error.get("processed") is False
 
 
 def error_code_of(structured: object) -> ErrorCode | None:

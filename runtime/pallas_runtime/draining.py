@@ -12,10 +12,14 @@ retry, on a new connection, reaches a ready replica.
 Requests of open sessions are served, new turns included, whenever they reach the process (a
 client mid-conversation, an orchestrator calling its peer): refusing them would fail a call the
 process can still answer, and the drain bounds how long they can keep it. What reaches it: a
-request on a connection it already has, and one racing the endpoint update. The MCP SDK's client
-opens a new connection for most requests, which a Service sends to a ready replica once the
-update is through: that replica answers 404 for the unknown session and the client starts a new
-one (the MCP transport's rule). Sessionless requests (protocol 2026-07-28) are served too.
+request on a connection it already has, and one racing the endpoint update. Every answer it gives
+while draining closes its connection (`Connection: close`, as an HTTP server shutting down
+gracefully does), so a client's pool of kept-alive connections empties of it one request at a
+time: the next request goes over a new connection, which the Service sends to a ready replica;
+that replica answers 404 for a session it never had and the client starts a new one (the MCP
+transport's rule). Without it a pooled connection kept carrying requests here: a session the
+client had just opened on the new replica met this one, which answered 404 for it, attempt after
+attempt. Sessionless requests (protocol 2026-07-28) are served too.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from collections.abc import Callable, Mapping
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp_types import ErrorData
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pallas_api.errors import DRAINING_RPC_CODE, ErrorCode
 
@@ -54,12 +58,18 @@ class DrainGuard:
         self._path = path
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Pass the request on, or refuse it when it would open a session of a draining agent."""
-        if scope["type"] == "http" and self._draining() and _opens_session(scope, self._path):
+        """Pass the request on, or refuse it when it would open a session of a draining agent.
+
+        While draining, what is passed on is answered with `Connection: close`.
+        """
+        if scope["type"] != "http" or not self._draining():
+            await self._app(scope, receive, send)
+            return
+        if _opens_session(scope, self._path):
             self._on_refused()
             await self._refuse(send)
             return
-        await self._app(scope, receive, send)
+        await self._app(scope, receive, _closing_connection(send))
 
     async def _refuse(self, send: Send) -> None:
         text = (
@@ -86,6 +96,18 @@ class DrainGuard:
         ]
         await send({"type": "http.response.start", "status": 503, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+
+def _closing_connection(send: Send) -> Send:
+    """`send`, with `Connection: close` added to the response's head (the server then closes it)."""
+
+    async def closing(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = [(k, v) for k, v in message.get("headers", ()) if k.lower() != b"connection"]
+            message = {**message, "headers": [*headers, (b"connection", b"close")]}
+        await send(message)
+
+    return closing
 
 
 def refusal_pause(error: ErrorData) -> float | None:

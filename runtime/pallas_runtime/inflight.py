@@ -29,12 +29,14 @@ INTERRUPT_GRACE_SECONDS = 10.0
 class ShuttingDown(Exception):
     """The agent is stopping: the call was not processed, or its turn was interrupted.
 
-    `kept`: the interrupted turn is in its conversation, as failed.
+    `kept`: the interrupted turn is in its conversation, as failed. `refused`: the call came after
+    the drain and none of it ran.
     """
 
-    def __init__(self, message: str, *, kept: bool = False) -> None:
+    def __init__(self, message: str, *, kept: bool = False, refused: bool = False) -> None:
         super().__init__(message)
         self.kept = kept
+        self.refused = refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +99,7 @@ class InFlight:
             ShuttingDown: the agent stopped before the call, or interrupted it.
         """
         if self.stopping:
-            raise ShuttingDown(self.refusal())
+            raise ShuttingDown(self.refusal(), refused=True)
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from pallas_api.config import PeerAgent
+from pallas_api.errors import ErrorCode
 from pallas_runtime.downstream.peer_agent import PeerAgentSource
 from pallas_runtime.downstream.remote import LEAST_RETRY_PAUSES, SESSION_ATTEMPTS
 from pallas_runtime.downstream.source import DownstreamError, ToolOutcome
@@ -116,6 +117,70 @@ async def test_a_draining_replica_reached_over_a_kept_alive_connection_hands_the
     assert took < 2.0, f"the first retry goes at once over a new connection ({took:.2f}s)"
     refused = "helper: the server is shutting down and takes no new sessions; trying again on a new session"
     assert refused in caplog.text
+
+
+async def test_a_draining_replica_closes_each_connection_it_answers_so_calls_leave_it() -> None:
+    async with two_replicas(route="connection") as (replicas, source):
+        assert answered(await send(source, "before", None)) == "before"  # the shared session, on 0
+        kept_alive = sum(1 for replica in replicas._pinned.values() if replica == 0)
+        replicas.current = 1
+        replicas.replicas[0].draining = True
+        drain_began = len(replicas.routed)
+        for n in range(kept_alive + 2):
+            assert answered(await send(source, f"during {n}", None)) == f"during {n}"
+        after = replicas.routed[drain_began:]
+
+    # Replica 0 still serves its open session, but each answer closes its connection: once the
+    # connections the caller kept alive are used up, calls go over new ones, to replica 1, where
+    # the session is unknown (404) and a new one takes the call.
+    served_by_draining = [r for r in after if r.replica == 0 and r.method is not None]  # not the GET stream
+    assert 1 <= len(served_by_draining) <= kept_alive, (kept_alive, after)
+    assert replicas.calls(1, status=404) == 1
+    assert replicas.calls(1) >= 1
+    assert replicas.calls(0) + replicas.calls(1) == kept_alive + 3
+
+
+async def test_a_call_a_stopped_replica_ran_none_of_is_sent_again_on_a_new_session(caplog) -> None:
+    caplog.set_level(logging.INFO, logger=LOG)
+    stopped = [False, False]
+    replicas = ReplicaSet(
+        [
+            Replica(ms.peer_agent_mcp(f"r{i}", stopped=lambda i=i: stopped[i]).http_app(path="/mcp"))
+            for i in range(2)
+        ]
+    )
+    async with ms.serve_app(replicas) as srv:
+        source = PeerAgentSource(PeerAgent(name="helper", url=srv.url, timeout_seconds=10), probe_timeout=1.0)
+        try:
+            assert answered(await send(source, "before", None)) == "before"  # the shared session, on 0
+            # Replica 0's drain is over: it still has the session, and refuses its calls unrun.
+            replicas.current = 1
+            replicas.replicas[0].draining = True
+            stopped[0] = True
+            assert answered(await send(source, "during", None)) == "during"
+        finally:
+            await source.aclose()
+
+    assert replicas.calls(0) == 2, "before, and the refused call"
+    assert replicas.calls(1) == 1, "the refused call, once, on a new session"
+    assert "the agent is stopping and did not process the call; trying again on a new session" in caplog.text
+
+
+async def test_a_stopped_peer_everywhere_gives_the_caller_its_refusal() -> None:
+    replicas = ReplicaSet([Replica(ms.peer_agent_mcp("r0", stopped=lambda: True).http_app(path="/mcp"))])
+    async with ms.serve_app(replicas) as srv:
+        source = PeerAgentSource(PeerAgent(name="helper", url=srv.url, timeout_seconds=10), probe_timeout=1.0)
+        try:
+            outcome = await send(source, "nobody home", None)
+        finally:
+            await source.aclose()
+
+    assert outcome.is_error
+    assert outcome.code is ErrorCode.AGENT_SHUTTING_DOWN
+    assert (
+        outcome.content[0].text == "agent r0 is shutting down; the message was not processed: send it again"
+    )
+    assert replicas.calls(0) == SESSION_ATTEMPTS
 
 
 async def test_a_peer_draining_everywhere_fails_the_call_with_its_retryable_refusal_in_bounded_time() -> None:

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import json
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -32,6 +32,9 @@ from fastmcp.tools import Tool, ToolResult
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from pallas_api.errors import ErrorCode
+from pallas_runtime.server.tool_errors import error_result
 
 LOOPBACK = "127.0.0.1"
 # A 1x1 transparent PNG.
@@ -261,14 +264,21 @@ def error_mcp() -> FastMCP:
     return mcp
 
 
-def peer_agent_mcp(name: str = "peer") -> FastMCP:
+def peer_agent_mcp(name: str = "peer", stopped: Callable[[], bool] = lambda: False) -> FastMCP:
     """A stand-in Pallas agent: `send_message(message)` echoes it with the Authorization it saw;
-    `get_health` exists so tests can check that only `send_message` is offered."""
+    `get_health` exists so tests can check that only `send_message` is offered.
+
+    While `stopped()`, send_message answers as a stopping agent does a call after its drain: the
+    agent's own `AGENT_SHUTTING_DOWN` error result, marked `"processed": false`.
+    """
     mcp = FastMCP(name)
 
     @mcp.tool(output_schema=None)
-    async def send_message(message: str) -> str:
+    async def send_message(message: str) -> str | ToolResult:
         """Talk to the agent."""
+        if stopped():
+            refusal = f"agent {name} is shutting down; the message was not processed: send it again"
+            return error_result(ErrorCode.AGENT_SHUTTING_DOWN, refusal, processed=False)
         await asyncio.sleep(0.02)
         auth = get_http_headers(include={"authorization"}).get("authorization")
         return json.dumps({"message": message, "authorization": auth})

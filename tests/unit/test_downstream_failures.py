@@ -10,7 +10,9 @@ from mcp import MCPError
 from pallas_api.errors import DRAINING_RPC_CODE
 from pallas_runtime.downstream.failures import (
     MAX_RETRY_PAUSE,
+    CallNotProcessed,
     HttpErrorRecorder,
+    classify,
     describe_failure,
     retry_pause,
 )
@@ -48,6 +50,13 @@ def test_a_draining_agents_refusal_is_retried_after_the_pause_it_asks_for_capped
     refusal = error(DRAINING_RPC_CODE, "agent a is shutting down", data)
     assert retry_pause(refusal) == pause
     assert describe_failure(refusal) == "the server is shutting down and takes no new sessions"
+
+
+def test_a_call_a_stopping_agent_ran_none_of_is_retried_at_once_on_another_session():
+    refused = CallNotProcessed(mcp_types.CallToolResult(content=[], is_error=True))
+    assert retry_pause(refused) == 0.0
+    assert classify(refused) == "session_gone"  # its session is on a replica that is stopping
+    assert describe_failure(refused) == "the agent is stopping and did not process the call"
 
 
 @pytest.mark.parametrize(

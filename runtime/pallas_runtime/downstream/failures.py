@@ -35,6 +35,18 @@ class SourceClosedError(Exception):
     """The source was closed; it makes no new connections."""
 
 
+class CallNotProcessed(Exception):
+    """The server answered a call with an error result saying none of it ran (`"processed": false`).
+
+    A stopping Pallas agent answers so a call that reaches it after its drain (over a session it
+    still had): the call may go again, on a new session, which reaches a replica that serves.
+    """
+
+    def __init__(self, result: mcp_types.CallToolResult) -> None:
+        super().__init__("the call was refused before any of it ran")
+        self.result = result
+
+
 class HttpErrorRecorder:
     """Remembers the HTTP errors one session's client saw (an httpx2 response hook).
 
@@ -69,6 +81,8 @@ def _session_gone(error: MCPError, recorder: HttpErrorRecorder | None) -> bool:
 def classify(exc: BaseException, recorder: HttpErrorRecorder | None = None) -> Failure:
     """What a failure means for the session: `transport` and `session_gone` ones end it."""
     root = _root(exc)
+    if isinstance(root, CallNotProcessed):
+        return "session_gone"  # its session is on a replica that is stopping
     if isinstance(root, MCPError):
         if _session_gone(root, recorder):
             return "session_gone"
@@ -93,11 +107,15 @@ def retry_pause(exc: BaseException, recorder: HttpErrorRecorder | None = None) -
       after the one that had it stopped or the Service sent the request to another pod;
     - a draining agent refused to open the session (503, `AGENT_SHUTTING_DOWN`, see
       `pallas_runtime.draining`): it closed that connection, so the next attempt reaches a ready
-      replica; the pause it asks for is honoured, up to `MAX_RETRY_PAUSE`.
+      replica; the pause it asks for is honoured, up to `MAX_RETRY_PAUSE`;
+    - a stopping agent answered the call with an error result marked `"processed": false`
+      (`CallNotProcessed`).
 
     A dropped connection or a timeout may come after the request ran, and is not retried.
     """
     root = _root(exc)
+    if isinstance(root, CallNotProcessed):
+        return 0.0
     if not isinstance(root, MCPError):
         return None
     if _session_gone(root, recorder):
@@ -120,6 +138,8 @@ def describe_failure(exc: BaseException, recorder: HttpErrorRecorder | None = No
     root = _root(exc)
     if isinstance(root, SourceClosedError):
         return "the source is closed"
+    if isinstance(root, CallNotProcessed):
+        return "the agent is stopping and did not process the call"
     transport = describe_transport_failure(root)
     if transport is not None:
         return transport

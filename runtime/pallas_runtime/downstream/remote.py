@@ -42,7 +42,7 @@ from mcp import ClientSession
 from mcp.client.session import ElicitationFnT, IncomingMessage
 
 from pallas_api.config import DEFAULT_MAX_RESULT_BYTES, ServerSessionLimits
-from pallas_api.errors import error_code_of
+from pallas_api.errors import error_code_of, unprocessed
 from pallas_io import probe as mcp_probe
 from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.downstream.call_path import CallPath, CallRefused
@@ -56,6 +56,7 @@ from pallas_runtime.downstream.connection import (
 from pallas_runtime.downstream.content import parts_from_result
 from pallas_runtime.downstream.conversation_sessions import ConversationSessions
 from pallas_runtime.downstream.failures import (
+    CallNotProcessed,
     HttpErrorRecorder,
     classify,
     describe_failure,
@@ -78,12 +79,13 @@ from pallas_runtime.sizes import MiB, human_bytes, utf8_size
 log = logging.getLogger("pallas.downstream")
 T = TypeVar("T")
 
-SESSION_ATTEMPTS = 4
+SESSION_ATTEMPTS = 5
 """Sessions a request may be tried on while the server proves it never ran it: one that had gone,
-then up to two refused by a draining replica still reached over kept-alive connections."""
+then a few refused by a draining replica still reached over kept-alive connections, or met by an
+endpoint update still spreading (a few seconds at most, on a busy node)."""
 
-LEAST_RETRY_PAUSES = (0.0, 0.25, 0.5)
-"""The least wait before the 2nd, 3rd and 4th attempt. The first retry goes at once (a new
+LEAST_RETRY_PAUSES = (0.0, 0.25, 0.5, 1.0)
+"""The least wait before the 2nd, 3rd, 4th and 5th attempt. The first retry goes at once (a new
 connection usually reaches the replica that now serves); when that session is gone too, the
 Service's endpoints are still moving (a rollout), and trying again at once would meet the same
 moment of it."""
@@ -412,18 +414,10 @@ class RemoteMcpSource:
                     bearer, conversation, lambda s: self._call(s, tool, arguments, relay, meta)
                 )
         except _Failure as failure:
-            self._tools_changed()
-            trace_failure(self._name, f"calling {tool}", failure.cause)
-            if oversized(failure.cause):
-                raise DownstreamError(
-                    f"{self._name}: the result of {tool} is larger than "
-                    f"{human_bytes(self._max_event_bytes)}; the limit is "
-                    f"{human_bytes(self._max_result_bytes)} (maxResultBytes)"
-                ) from None
-            if failure.kind == "protocol":
-                text = f"{self._name}: {tool} failed: {failure.reason()}"
-                return ToolOutcome(content=(TextPart(text),), is_error=True)
-            raise DownstreamError(f"{self._name}: calling {tool} failed: {failure.reason()}") from None
+            if isinstance(failure.cause, CallNotProcessed):
+                result = failure.cause.result  # refused on every attempt: the caller gets the refusal
+            else:
+                return self._failed_call(tool, failure)
         finally:
             if relay is not None:
                 relay.close()
@@ -442,6 +436,21 @@ class RemoteMcpSource:
         await self._answered(result)
         code = error_code_of(result.structured_content) if result.is_error else None
         return ToolOutcome(content=parts, is_error=result.is_error, code=code)
+
+    def _failed_call(self, tool: str, failure: _Failure) -> ToolOutcome:
+        """The outcome of a call that got no answer: an error outcome, else DownstreamError raised."""
+        self._tools_changed()
+        trace_failure(self._name, f"calling {tool}", failure.cause)
+        if oversized(failure.cause):
+            raise DownstreamError(
+                f"{self._name}: the result of {tool} is larger than "
+                f"{human_bytes(self._max_event_bytes)}; the limit is "
+                f"{human_bytes(self._max_result_bytes)} (maxResultBytes)"
+            ) from None
+        if failure.kind == "protocol":
+            text = f"{self._name}: {tool} failed: {failure.reason()}"
+            return ToolOutcome(content=(TextPart(text),), is_error=True)
+        raise DownstreamError(f"{self._name}: calling {tool} failed: {failure.reason()}") from None
 
     async def _answered(self, result: mcp_types.CallToolResult) -> None:
         """What a source learns from a result besides its content (a peer: what it spent)."""
@@ -463,7 +472,10 @@ class RemoteMcpSource:
         relay: _ProgressRelay | None,
         meta: dict[str, Any] | None,
     ) -> mcp_types.CallToolResult:
-        return await session.call_tool(tool, arguments, progress_callback=relay, meta=meta)  # type: ignore[arg-type]
+        result = await session.call_tool(tool, arguments, progress_callback=relay, meta=meta)  # type: ignore[arg-type]
+        if result.is_error and unprocessed(result.structured_content):
+            raise CallNotProcessed(result)  # a stopping agent ran none of it: `_retried` sends it again
+        return result
 
     async def _on_its_session(
         self,

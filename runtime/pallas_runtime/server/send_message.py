@@ -116,7 +116,8 @@ class SendMessage:
                 reply = await self._entry.run(request)
         except TurnFailed as exc:
             # fastmcp's generic "Error calling tool" line (no agent, no reason) is silenced.
-            raise CodedToolError(str(exc), exc.code, spend_meta(*exc.spent) if exc.spent else None) from None
+            spent = spend_meta(*exc.spent) if exc.spent else None
+            raise CodedToolError(str(exc), exc.code, spent, processed=exc.processed) from None
         return ToolResult(content=reply.text, meta=_result_meta(reply, wants_tool_calls(ctx)) or None)
 
 

@@ -24,18 +24,24 @@ from pallas_api.validation import describe
 class CodedToolError(ToolError):
     """A tool error with its machine-readable code (see `pallas_api.errors`)."""
 
-    def __init__(self, message: str, code: ErrorCode, meta: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, message: str, code: ErrorCode, meta: dict[str, Any] | None = None, *, processed: bool = True
+    ) -> None:
         super().__init__(message, log_level=logging.DEBUG)
         self.code = code
         self.meta = meta
+        self.processed = processed
 
 
-def error_result(code: ErrorCode, text: str, meta: dict[str, Any] | None = None) -> ToolResult:
+def error_result(
+    code: ErrorCode, text: str, meta: dict[str, Any] | None = None, *, processed: bool = True
+) -> ToolResult:
     """An error result: the text as content, `{"error": {"code", "message"}}` as structured content.
 
     A raised ToolError reaches the client as text alone; a returned result keeps the code.
     """
-    return ToolResult(content=text, structured_content=error_content(code, text), is_error=True, meta=meta)
+    structured = error_content(code, text, processed=processed)
+    return ToolResult(content=text, structured_content=structured, is_error=True, meta=meta)
 
 
 class CodedErrors(Middleware):
@@ -61,6 +67,6 @@ class CodedErrors(Middleware):
             text = f"{context.message.name}: invalid arguments: {describe(cause, limit=5)}"
             return error_result(ErrorCode.INVALID_ARGUMENTS, text)
         except CodedToolError as exc:
-            return error_result(exc.code, str(exc), exc.meta)
+            return error_result(exc.code, str(exc), exc.meta, processed=exc.processed)
         except NotFoundError:
             return error_result(ErrorCode.TOOL_NOT_FOUND, f"Unknown tool: {context.message.name!r}")

@@ -41,9 +41,11 @@ log = logging.getLogger("pallas.server")
 class TurnFailed(Exception):
     """A turn refused or failed; `code` is its machine-readable reason (`pallas_api.errors`)."""
 
-    def __init__(self, message: str, code: ErrorCode) -> None:
+    def __init__(self, message: str, code: ErrorCode, *, processed: bool = True) -> None:
         super().__init__(message)
         self.code = code
+        self.processed = processed
+        """False: refused before any of it ran (`pallas_api.errors.error_content`)."""
         self.spent: tuple[int, int] | None = None
         """Tokens and cost (micros) the turn spent before it failed, for a calling agent."""
 
@@ -97,7 +99,9 @@ class TurnEntry:
         self._inflight = inflight
         self._gauge = gauge
 
-    def failed(self, exc: Exception | str, code: ErrorCode, *, via: str = "send_message") -> TurnFailed:
+    def failed(
+        self, exc: Exception | str, code: ErrorCode, *, via: str = "send_message", processed: bool = True
+    ) -> TurnFailed:
         """One log line with the agent, the code and the reason, and the error the caller gets.
 
         A caller's own bad input is INFO, anything else WARNING.
@@ -105,7 +109,7 @@ class TurnEntry:
         text = str(exc)
         level = logging.INFO if code is ErrorCode.INVALID_ARGUMENTS else logging.WARNING
         log.log(level, "%s failed: %s", via, text, extra={"agent": self._agent, "code": code.value})
-        return TurnFailed(text, code)
+        return TurnFailed(text, code, processed=processed)
 
     async def run(self, request: TurnRequest, *, via: str = "send_message") -> Reply:
         """One turn: the checks, the model and the tools, then the answer.
@@ -216,7 +220,8 @@ class TurnEntry:
             ) from None
         except tuple(kind for kind, _ in _FAILURES) as exc:
             code = next(code for kind, code in _FAILURES if isinstance(exc, kind))
-            raise self.failed(exc, code, via=via) from None
+            refused = isinstance(exc, ShuttingDown) and exc.refused
+            raise self.failed(exc, code, via=via, processed=not refused) from None
         finally:
             # A failed turn can change the count too (a store that expired or evicted on the
             # way); only a finished turn that kept no conversation cannot.

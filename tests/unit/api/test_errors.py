@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pallas_api.errors import ErrorCode, error_code_of, error_content
+from pallas_api.errors import ErrorCode, error_code_of, error_content, unprocessed
 
 
 def test_error_content_round_trips_its_code() -> None:
@@ -36,3 +36,19 @@ def test_errors_say_whether_the_same_call_may_succeed_again(code: ErrorCode, ret
 )
 def test_an_unknown_or_missing_code_reads_as_none(structured: object) -> None:
     assert error_code_of(structured) is None
+
+
+def test_a_refusal_before_anything_ran_says_so_and_only_then() -> None:
+    refused = error_content(ErrorCode.AGENT_SHUTTING_DOWN, "x", processed=False)
+    assert refused["error"]["processed"] is False
+    assert unprocessed(refused)
+    interrupted = error_content(ErrorCode.AGENT_SHUTTING_DOWN, "x")
+    assert "processed" not in interrupted["error"]
+    assert not unprocessed(interrupted)
+
+
+@pytest.mark.parametrize(
+    "structured", [None, {}, {"error": "x"}, {"error": {"processed": None}}, {"error": {"processed": 0}}]
+)
+def test_only_an_explicit_false_reads_as_unprocessed(structured: object) -> None:
+    assert not unprocessed(structured)

@@ -98,10 +98,12 @@ async def test_a_turn_the_drain_outlasts_is_interrupted_and_kept_as_failed_with_
         "the message is kept in the conversation as a failed turn: send it again",
     )
     assert ended.structured_content["error"]["retryable"] is True
+    assert "processed" not in ended.structured_content["error"], "part of it ran: a client must not resend it"
     assert error_of(later) == (
         SHUTTING_DOWN,
         "agent harper is shutting down; the message was not processed: send it again",
     )
+    assert later.structured_content["error"]["processed"] is False  # none of it ran: safe to resend
     assert stored == [
         UserMessage(stored[0].content),
         TurnFailure(SHUTTING_DOWN, "the agent stopped before this turn finished (its drain of 20s ran out)"),

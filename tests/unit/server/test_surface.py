@@ -95,7 +95,11 @@ def error_of(result: Any) -> tuple[str, str]:
     (content,) = result.content
     error = result.structured_content["error"]
     retryable = error["code"] in RETRYABLE
-    assert error == {"code": error["code"], "message": content.text, "retryable": retryable}
+    shape = {"code": error["code"], "message": content.text, "retryable": retryable}
+    if "processed" in error:  # only ever false, and only on a retryable refusal
+        assert retryable
+        shape["processed"] = False
+    assert error == shape
     return error["code"], content.text
 
 

@@ -171,9 +171,8 @@ class TurnExecutor(AgentExecutor):
         message = new_text_message(
             str(failure), context_id=updater.context_id, task_id=updater.task_id, role=Role.ROLE_AGENT
         )
-        await updater.update_status(
-            state, message=message, metadata={ERROR_META: error_content(failure.code, str(failure))["error"]}
-        )
+        error = error_content(failure.code, str(failure), processed=failure.processed)["error"]
+        await updater.update_status(state, message=message, metadata={ERROR_META: error})
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         """Mark the task canceled; the SDK then cancels the turn, which stores nothing."""
