@@ -10,7 +10,8 @@ import pytest
 from fastmcp import Client
 
 from pallas_runtime.conversations.sql import SqlStore, engine_url
-from pallas_runtime.spending.ledger import Bucket, SqlLedger
+from pallas_runtime.spending.ledger import Bucket
+from pallas_runtime.spending.sql_ledger import SqlLedger
 from tests.support.agents import agent_config, serve_agent
 from tests.support.fake_llm import FakeOpenAI, FakeUsage, Text
 from tests.support.postgres import PASSWORD, Postgres

@@ -6,7 +6,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from pallas_runtime.conversations.sql import SqlStore, engine_url
-from pallas_runtime.spending.ledger import Bucket, SqlLedger
+from pallas_runtime.spending.ledger import Bucket, ledger_for
+from pallas_runtime.spending.sql_ledger import SqlLedger
 
 START = datetime(2026, 11, 28, tzinfo=UTC)
 
@@ -17,7 +18,9 @@ async def test_a_re_created_agent_starts_without_its_predecessors_spend(tmp_path
     for identity in (old, other):
         store = SqlStore("sqlite", url, max_messages=200, identity=identity)
         await store.start()
-        await SqlLedger(store).add([Bucket(identity, "sub:alice", "day", START)], 40, 7)
+        ledger = ledger_for(store)
+        assert isinstance(ledger, SqlLedger)  # spend goes where the conversations go
+        await ledger.add([Bucket(identity, "sub:alice", "day", START)], 40, 7)
         await store.aclose()
     store = SqlStore("sqlite", url, max_messages=200, identity=new)  # the same agent, re-created
     await store.start()
