@@ -19,9 +19,9 @@ import anthropic
 from pallas_api.config import RequestParams
 from pallas_io.llm_check import PUBLIC_APIS
 from pallas_runtime.llm.adapter import SdkProvider, wire_count
+from pallas_runtime.llm.anthropic_sse import AnthropicEvents
 from pallas_runtime.llm.errors import SdkErrors
 from pallas_runtime.llm.params import ParamPlan, anthropic_plan
-from pallas_runtime.llm.sse import AnthropicEvents
 from pallas_runtime.messages import (
     AssistantMessage,
     Completion,

@@ -20,8 +20,8 @@ from pallas_api.config import RequestParams
 from pallas_io.llm_check import PUBLIC_APIS
 from pallas_runtime.llm.adapter import SdkProvider, StreamReader, wire_count
 from pallas_runtime.llm.errors import SdkErrors
+from pallas_runtime.llm.openai_sse import OpenAIEvents
 from pallas_runtime.llm.params import ParamPlan, is_native_openai, openai_plan
-from pallas_runtime.llm.sse import OpenAIEvents
 from pallas_runtime.messages import (
     AssistantMessage,
     Completion,

@@ -10,22 +10,23 @@ body's bytes are split into lines here (not through httpx's text and line decode
 decoded by pydantic-core (a third of `json.loads`'s time), and the events of one network read go
 out as one batch, so the generators between the socket and the adapter step once per read, not
 once per event (`bench/streaming_bench.py`; docs/runtime.md, Performance).
+
+The stream classes are in `openai_sse` and `anthropic_sse`: each agent imports only its own
+provider's SDK (the anthropic SDK alone is about 2 s of an OpenAI agent's start otherwise).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any, cast
+from typing import Any
 
-import anthropic
-import openai
 from pydantic_core import from_json
 
 Event = tuple[str, Any]
 """(event name, decoded data) of one event; the name is '' where the stream names none."""
 
 
-async def _batches(response: Any) -> AsyncIterator[list[Event]]:
+async def event_batches(response: Any) -> AsyncIterator[list[Event]]:
     """The events with data of each network read, in order; a stream's end closes the response.
 
     Raises:
@@ -54,63 +55,3 @@ async def _batches(response: Any) -> AsyncIterator[list[Event]]:
                 yield batch
     finally:
         await response.aclose()
-
-
-def _openai_error(name: str, data: object) -> object | None:
-    """The error an OpenAI stream event carries, else None.
-
-    Chat Completions puts `{"error": {…}}` in a data line; the Responses API sends an `error`
-    event (`{"type": "error", "message", "code"}`) or a `response.failed` one whose response
-    holds the error.
-    """
-    if not isinstance(data, dict):
-        return None
-    if data.get("error"):
-        return cast(object, data["error"])
-    kind = data.get("type")
-    if name == "error" or kind == "error":
-        return data
-    if kind == "response.failed":
-        response = data.get("response")
-        return (response.get("error") if isinstance(response, dict) else None) or {
-            "message": "response failed"
-        }
-    return None
-
-
-class OpenAIEvents(openai.AsyncStream[list[object]]):
-    """Chat Completions chunks or Responses API events as dicts, in batches (one per network read)."""
-
-    async def __stream__(self) -> AsyncIterator[list[object]]:
-        async for batch in _batches(self.response):
-            events: list[object] = []
-            for name, data in batch:
-                # Chat chunks are unnamed and carry no "error" key: one look each on a token stream.
-                if (name or "error" in data) and (error := _openai_error(name, data)) is not None:
-                    if events:  # what came before the error is the caller's all the same
-                        yield events
-                    message = error.get("message") if isinstance(error, dict) else None
-                    raise openai.APIError(
-                        str(message or "an error occurred during streaming"),
-                        self.response.request,
-                        body=error,
-                    )
-                events.append(data)
-            yield events
-
-
-class AnthropicEvents(anthropic.AsyncStream[list[object]]):
-    """Messages stream events as dicts (their `type` says which), in batches (one per network read)."""
-
-    async def __stream__(self) -> AsyncIterator[list[object]]:
-        async for batch in _batches(self.response):
-            events: list[object] = []
-            for name, data in batch:
-                if name == "ping":
-                    continue
-                if name == "error":
-                    if events:  # what came before the error is the caller's all the same
-                        yield events
-                    raise self._client._make_status_error(str(data), body=data, response=self.response)
-                events.append(data)
-            yield events
