@@ -1,0 +1,73 @@
+"""Cold start: how long `pallas agent` takes to be ready, its idle RSS, and where the time goes.
+
+    .venv/bin/python bench/cold_start.py [--starts 7] [--imports 14]
+
+Starts the bench agent of `bench/agent_bench.py` (OpenAI provider against the fake, one echo
+downstream, memory store, A2A on by default) `--starts` times, pinned to CPU 0 as there, and
+prints the median time from the process's start until `/readyz` answers 200 and its RSS a second
+later. Then one more start with `PYTHONPROFILEIMPORTTIME=1` prints the `--imports` top-level
+packages with the most import time of their own (what `python -X importtime` reports, summed per
+package; it inflates every figure a little).
+
+Targets (issue 35): start to ready <= 1.5 s; idle RSS <= 90 MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import os
+import re
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import agent_bench as ab
+
+_IMPORT_LINE = re.compile(r"import time:\s+(\d+) \|\s+\d+ \|\s*(\S+)")
+
+
+def import_profile(log: str, top: int) -> list[tuple[str, float]]:
+    """Seconds of import time of their own per top-level package, most first."""
+    own: collections.Counter[str] = collections.Counter()
+    for line in log.splitlines():
+        if match := _IMPORT_LINE.match(line):
+            own[match[2].split(".")[0]] += int(match[1]) / 1e6
+    return [("(all)", sum(own.values())), *own.most_common(top)]
+
+
+async def main(args: argparse.Namespace) -> None:
+    os.sched_setaffinity(0, {1})
+    starts: list[float] = []
+    rss: list[float] = []
+    async with contextlib.AsyncExitStack() as stack:
+        llm = await stack.enter_async_context(ab.BenchLLM())
+        echo = await stack.enter_async_context(ab.header_echo_server())
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="cold-start-")))
+        servers = {"echo0": echo.url}
+        for _ in range(args.starts):
+            async with ab.pallas(tmp, llm, servers) as target:
+                await asyncio.sleep(1)
+                starts.append(target.start)
+                rss.append(ab.rss_mb(target.pid))
+        async with ab.pallas(tmp, llm, servers, "profiled", env={"PYTHONPROFILEIMPORTTIME": "1"}):
+            log = (tmp / "profiled.log").read_text()
+    print(f"start to ready: {statistics.median(starts):.2f} s (median of {len(starts)}; target <= 1.5 s)")
+    print(f"  each: {', '.join(f'{s:.2f}' for s in starts)}")
+    print(f"idle RSS: {statistics.median(rss):.1f} MB (median; target <= 90 MB)")
+    print("import time of their own, per top-level package (python -X importtime):")
+    for package, seconds in import_profile(log, args.imports):
+        print(f"  {seconds:6.2f} s  {package}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--starts", type=int, default=7, help="timed starts")
+    parser.add_argument("--imports", type=int, default=14, help="packages in the import profile")
+    asyncio.run(main(parser.parse_args()))
