@@ -42,7 +42,8 @@ from pallas_runtime.conversations.sql import SqlStore, engine_url  # noqa: E402
 from pallas_runtime.messages import Usage  # noqa: E402
 from pallas_runtime.metrics import RuntimeMetrics  # noqa: E402
 from pallas_runtime.spending import guard  # noqa: E402
-from pallas_runtime.spending.ledger import Ledger, MemoryLedger, SqlLedger  # noqa: E402
+from pallas_runtime.spending.ledger import Ledger, MemoryLedger  # noqa: E402
+from pallas_runtime.spending.sql_ledger import SqlLedger  # noqa: E402
 from tests.support.postgres import running_postgres  # noqa: E402
 
 PRICE = ModelPrice(input=2.5, output=10, cached_input=1.25)

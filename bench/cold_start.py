@@ -30,16 +30,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import agent_bench as ab
 
+from tests.support.mcp_servers import header_echo_server
+
 _IMPORT_LINE = re.compile(r"import time:\s+(\d+) \|\s+\d+ \|\s*(\S+)")
 
 
 def import_profile(log: str, top: int) -> list[tuple[str, float]]:
     """Seconds of import time of their own per top-level package, most first."""
-    own: collections.Counter[str] = collections.Counter()
+    own: dict[str, float] = collections.defaultdict(float)
     for line in log.splitlines():
         if match := _IMPORT_LINE.match(line):
             own[match[2].split(".")[0]] += int(match[1]) / 1e6
-    return [("(all)", sum(own.values())), *own.most_common(top)]
+    most = sorted(own.items(), key=lambda item: item[1], reverse=True)[:top]
+    return [("(all)", sum(own.values())), *most]
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -48,7 +51,7 @@ async def main(args: argparse.Namespace) -> None:
     rss: list[float] = []
     async with contextlib.AsyncExitStack() as stack:
         llm = await stack.enter_async_context(ab.BenchLLM())
-        echo = await stack.enter_async_context(ab.header_echo_server())
+        echo = await stack.enter_async_context(header_echo_server())
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="cold-start-")))
         servers = {"echo0": echo.url}
         for _ in range(args.starts):
