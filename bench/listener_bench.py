@@ -22,6 +22,8 @@ import subprocess
 import sys
 import time
 
+from agent_bench import cpu_seconds
+
 BODY = b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"send_message",' + (
     b'"arguments":{"message":"what is the weather in Lyon tomorrow, and should I take a coat?"}}}'
 )
@@ -51,12 +53,6 @@ http = bounded_protocol(HttpLimits()) if sys.argv[2] == "bounded" else "httptool
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), http=http, loop="uvloop", lifespan="off",
             log_level="warning", access_log=False)
 """
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def free_port() -> int:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import sys
 import tempfile
 import time
@@ -38,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx2
 import yaml
-from agent_bench import pinned_process
+from agent_bench import cpu_seconds, pinned_process
 from mcp import ClientSession
 from tools_bench import percentiles, session
 
@@ -46,12 +45,6 @@ from tests.support.fake_llm import FakeOpenAI, Text
 from tests.support.mcp_peers import free_port
 
 AGENT = "streamer"
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def write_config(folder: Path, llm: FakeOpenAI, *, streaming: bool) -> Path:
