@@ -11,6 +11,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import os
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -31,7 +32,7 @@ from pallas_runtime.conversations.factory import build_store
 from pallas_runtime.conversations.model import ConversationKey, ConversationStore
 from pallas_runtime.metrics import RuntimeMetrics
 from pallas_runtime.server import agent_app, build_server
-from pallas_runtime.server.warm_up import LAZY_FASTMCP_IMPORTS
+from pallas_runtime.server.warm_up import KEY_VALUE_TYPE_CHECKS, LAZY_FASTMCP_IMPORTS
 from tests.support.conversations import turns_on, until
 from tests.support.fake_llm import Call, Delay, FakeAnthropic, FakeOpenAI, Hold, HttpError, Text, ToolCalls
 from tests.support.mcp_servers import (
@@ -397,6 +398,7 @@ async def main():
     assert imported() == [], imported()  # not by importing the server: by starting it
     async with serve_agent(agent_config("http://127.0.0.1:9/v1")):  # returns once ready
         print(imported())
+        print(sys.modules["key_value.aio"].disable_beartype)
 
 asyncio.run(main())
 """
@@ -410,7 +412,24 @@ async def test_what_fastmcp_imports_at_the_first_tool_call_is_imported_before_th
     )  # fmt: skip
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0, err.decode()[-2000:]
-    assert out.decode().strip() == repr(list(LAZY_FASTMCP_IMPORTS))
+    assert out.decode().split("\n")[0] == repr(list(LAZY_FASTMCP_IMPORTS))
+
+
+@pytest.mark.parametrize(("environment", "checks_off"), [(None, True), ("false", False)])
+async def test_the_state_store_runs_without_its_type_checks_unless_the_environment_asks(
+    environment: str | None, checks_off: bool
+) -> None:
+    """py-key-value's beartype hook cost ~0.3 s of every start; its documented switch stays the user's."""
+    env = {k: v for k, v in os.environ.items() if k != KEY_VALUE_TYPE_CHECKS}
+    if environment is not None:
+        env[KEY_VALUE_TYPE_CHECKS] = environment
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", WARM_UP_SCRIPT, cwd=REPO, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    assert out.decode().split("\n")[1] == str(checks_off)
 
 
 async def test_a_client_at_the_deployment_templated_public_host_is_accepted(fake_openai: FakeOpenAI) -> None:
