@@ -26,6 +26,8 @@ from pallas_operator.reconcile.agent import reconcile_agent
 from pallas_operator.reconcile.deployment import reconcile_deployment
 
 MANAGED: dict[str, Any] = {names.LABEL_MANAGED_BY: names.MANAGED_BY}
+LIST_PAGE = 500
+"""Objects per page of kopf's initial listing of each watched kind."""
 AGENT_COUNTS_DELAY = 1.0
 """Seconds an agent's event waits before it reconciles the agent's deployment.
 
@@ -83,6 +85,10 @@ def _configure(op: Operator, settings: kopf.OperatorSettings) -> None:
     settings.posting.enabled = False  # Events are posted by k8s.events, on transitions only
     settings.persistence.diffbase_storage = _NoDiffBase()
     settings.watching.server_timeout = 600
+    # The initial listing in pages, as `k8s.listing` does: kopf's default takes each kind in one
+    # response, whose body and decoded objects all live at once (a restart over 2,500 agents and
+    # their 7,500 children peaked at twice a start's RSS).
+    settings.watching.chunk_size = LIST_PAGE
     settings.watching.client_timeout = 660
     # No worker limit: with kopf indexes, a limit below the number of existing objects
     # deadlocked start-up (kopf docs, "Precautions for huge clusters"; kopf#1243). There are no

@@ -23,6 +23,7 @@ from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Service
 
 from pallas_io.kube import PallasAgent, PallasDeployment
+from pallas_operator import wiring
 from tests.support.cluster import NO_NODE, LocalCluster
 from tests.support.operator import (
     RunningOperator,
@@ -126,6 +127,9 @@ async def test_operator_converges_over_existing_objects_and_restarts_without_wri
     scope: str,
 ) -> None:
     monkeypatch.setenv("KUBECONFIG", str(pallas_crds.kubeconfig))
+    # kopf lists each kind in pages: small ones here, so that 75 agents per namespace (and 225
+    # children at the restart) take several, as thousands do with the real page size.
+    monkeypatch.setattr(wiring, "LIST_PAGE", 40)
     watched = populated if scope == "namespaced" else ()
     settings: dict[str, Any] = {"namespaces": watched, "lease_namespace": populated[0], "workers": 8}
 
