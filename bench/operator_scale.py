@@ -23,6 +23,11 @@ Measured:
 - the operator process's peak RSS (VmHWM);
 - the operator process's CPU time over N (`operator_cpu_ms_per_agent`, until converged; the
   API server and etcd share the cores, so wall time per agent can grow while this stays flat);
+- the control plane's CPU time over N, per process (`control_plane_cpu_ms_per_agent`: etcd,
+  kube-apiserver, kube-controller-manager, kube-scheduler; from /proc over the case), to see
+  which of them grows faster than N when the operator does not;
+- after each case the bench waits until the case's namespace is deleted, so that the next case
+  does not share the control plane with that deletion (minutes at 5,000 agents);
 - idle writes per minute once converged (Lease renewals reported apart: they are the HA
   heartbeat, one every 10 s whatever the load).
 
@@ -48,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
-from lightkube import AsyncClient, KubeConfig
+from lightkube import ApiError, AsyncClient, KubeConfig
 from lightkube.codecs import from_dict
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import Deployment
@@ -67,6 +72,8 @@ PROFILE_DIR: Path | None = None
 """`--profile DIR`: the operator runs under py-spy (on PATH), one flame graph per case."""
 PROFILE_FORMAT = "flamegraph"
 """`--profile-format`: py-spy's `flamegraph` (SVG) or `raw` (collapsed stacks, text)."""
+CONVERGE_TIMEOUT = 600.0
+"""`--timeout`: seconds a case may take to converge before the bench gives up on it."""
 
 
 # A control plane of its own (own state directory and ports), so that tests running against the
@@ -136,6 +143,22 @@ def operator_pid(pid: int) -> int:
 def cpu_s(pid: int) -> float:
     """The operator's CPU time so far (user + system), to tell its share from the API server's."""
     return cpu_seconds(operator_pid(pid))
+
+
+def control_plane_cpu(env: dict[str, Any]) -> dict[str, float]:
+    """CPU seconds so far of each control-plane process of the bench cluster (its state file)."""
+    state = json.loads((Path(env["state_dir"]) / "state.json").read_text())
+    out: dict[str, float] = {}
+    for proc in state.get("processes", []):
+        with contextlib.suppress(OSError):  # a process that is gone has no figure
+            out[str(proc["name"])] = cpu_seconds(int(proc["pid"]))
+    return out
+
+
+def cpu_per_agent_since(before: dict[str, float], env: dict[str, Any], n: int) -> dict[str, float]:
+    """Each control-plane process's CPU since `before`, in ms per agent."""
+    now = control_plane_cpu(env)
+    return {name: round((now[name] - before.get(name, 0.0)) * 1000 / n, 1) for name in sorted(now)}
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -221,12 +244,13 @@ async def until_converged(client: AsyncClient, namespace: str, names: list[str],
         asyncio.create_task(follow(PallasAgent, "status", None)),
     ]
     try:
-        remaining = 600 - (time.monotonic() - started)
+        remaining = CONVERGE_TIMEOUT - (time.monotonic() - started)
         async with asyncio.timeout(remaining):
             await done.wait()
     except TimeoutError:
         counts = {key: sum(key in have for have in present.values()) for key in keys}
-        raise SystemExit(f"{len(names)} agents: not converged after 600 s ({counts})") from None
+        seconds = f"{CONVERGE_TIMEOUT:.0f} s"
+        raise SystemExit(f"{len(names)} agents: not converged after {seconds} ({counts})") from None
     finally:
         for task in watches:
             task.cancel()
@@ -268,6 +292,26 @@ async def create_all(client: AsyncClient, objects: list[dict[str, Any]]) -> None
     await asyncio.gather(*(create(o) for o in objects))
 
 
+async def delete_namespace(client: AsyncClient, namespace: str) -> None:
+    """Delete the case's namespace and wait until it is gone.
+
+    Deleting N agents' objects (and the controller-manager's ReplicaSets and Pods) takes the
+    control plane minutes at 5,000; a next case started meanwhile shares the cores with it, and
+    its figures (the control plane's CPU per agent above all) would carry the deletion's load.
+    """
+    await client.delete(Namespace, namespace)
+    deadline = time.monotonic() + CONVERGE_TIMEOUT
+    while time.monotonic() < deadline:
+        try:
+            await client.get(Namespace, namespace)
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return
+            raise
+        await asyncio.sleep(2)
+    print(f"namespace {namespace} still terminating after {CONVERGE_TIMEOUT:.0f} s", file=sys.stderr)
+
+
 async def run_existing(env: dict[str, Any], n: int, unrelated: int) -> list[dict[str, Any]]:
     """The `start` and `restart` cases: the objects exist before the operator starts."""
     client = AsyncClient(config=KubeConfig.from_file(env["kubeconfig"]), field_manager="bench")
@@ -280,9 +324,11 @@ async def run_existing(env: dict[str, Any], n: int, unrelated: int) -> list[dict
         await create_all(client, objects_of(namespace, names, unrelated))
         metrics_url = f"http://127.0.0.1:{port}/metrics"
         started = time.monotonic()
+        control_plane = control_plane_cpu(env)
         operator = operator_process(env, namespace, port, f"start-{n}")
         async with operator as proc, httpx2.AsyncClient(timeout=5) as http:
             converge = await until_converged(client, namespace, names, started)
+            control_plane_ms = cpu_per_agent_since(control_plane, env, n)
             await asyncio.sleep(5)
             text = (await http.get(metrics_url)).text
             writes = operator_writes(text)
@@ -291,6 +337,7 @@ async def run_existing(env: dict[str, Any], n: int, unrelated: int) -> list[dict
                 "converged_s": round(converge, 1), "writes_per_agent": round(sum(writes.values()) / n, 2),
                 "reconciles_per_agent": reconciles_per_agent(text, n),
                 "operator_cpu_ms_per_agent": round(cpu_s(proc.pid) * 1000 / n, 1),
+                "control_plane_cpu_ms_per_agent": control_plane_ms,
                 "peak_rss_mb": round(peak_rss_mb(proc.pid), 1),
             })  # fmt: skip
         started = time.monotonic()
@@ -303,8 +350,8 @@ async def run_existing(env: dict[str, Any], n: int, unrelated: int) -> list[dict
                 depth = metric(text, "pallas_operator_queue_depth")
                 if metric(text, "pallas_operator_ready") == 1 and handled >= n and depth == 0:
                     break
-                if time.monotonic() - started > 600:
-                    raise SystemExit(f"restart with {n} agents: not converged after 600 s")
+                if time.monotonic() - started > CONVERGE_TIMEOUT:
+                    raise SystemExit(f"restart with {n} agents: not converged after {CONVERGE_TIMEOUT:.0f} s")
                 await asyncio.sleep(0.2)
             converge = time.monotonic() - started
             await asyncio.sleep(5)
@@ -317,7 +364,7 @@ async def run_existing(env: dict[str, Any], n: int, unrelated: int) -> list[dict
             })  # fmt: skip
         return results
     finally:
-        await client.delete(Namespace, namespace)
+        await delete_namespace(client, namespace)
         await client.close()
 
 
@@ -332,10 +379,12 @@ async def run_size(env: dict[str, Any], n: int, idle: float) -> dict[str, Any]:
             metrics_url = f"http://127.0.0.1:{port}/metrics"
             kopf_before = apiserver_kopf_patches(env)
             objects = objects_of(namespace, names, 0)
+            control_plane = control_plane_cpu(env)
             started = time.monotonic()
             await create_all(client, objects)
             created = time.monotonic() - started
             converge = await until_converged(client, namespace, names, started)
+            control_plane_ms = cpu_per_agent_since(control_plane, env, n)
             cpu = cpu_s(proc.pid)  # the operator's start-up included: a few seconds at any N
             await asyncio.sleep(5)  # let the Deployment controller's status updates play out
             text = (await http.get(metrics_url)).text
@@ -354,12 +403,13 @@ async def run_size(env: dict[str, Any], n: int, idle: float) -> dict[str, Any]:
                 "writes_by_verb": {**{k: int(v) for k, v in writes.items()}, "kopf-patch": int(kopf)},
                 "reconciles_per_agent": reconciles_per_agent(text, n),
                 "operator_cpu_ms_per_agent": round(cpu * 1000 / n, 1),
+                "control_plane_cpu_ms_per_agent": control_plane_ms,
                 "peak_rss_mb": round(peak_rss_mb(proc.pid), 1),
                 "idle_writes_per_min": round(idle_writes * 60 / idle, 2),
                 "lease_renewals_per_min": 6.0,
             }
     finally:
-        await client.delete(Namespace, namespace)
+        await delete_namespace(client, namespace)
         await client.close()
 
 
@@ -372,9 +422,10 @@ async def main() -> None:
     parser.add_argument("--profile", type=Path, help="py-spy the operator into DIR/*.svg")
     parser.add_argument("--profile-format", choices=["flamegraph", "raw"], default="flamegraph")
     parser.add_argument("--cases", nargs="+", default=["existing", "create"], choices=["existing", "create"])
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds a case may take to converge")
     args = parser.parse_args()
-    global PROFILE_DIR, PROFILE_FORMAT
-    PROFILE_DIR, PROFILE_FORMAT = args.profile, args.profile_format
+    global PROFILE_DIR, PROFILE_FORMAT, CONVERGE_TIMEOUT
+    PROFILE_DIR, PROFILE_FORMAT, CONVERGE_TIMEOUT = args.profile, args.profile_format, args.timeout
     was_running = hack_cluster("status").returncode == 0
     env = cluster_env()
     try:
