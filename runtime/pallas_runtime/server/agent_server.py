@@ -46,7 +46,7 @@ from pallas_runtime.server.probe_routes import ProbeRoutes
 from pallas_runtime.server.send_message import SendMessage, SendMessageMetrics
 from pallas_runtime.server.tool_errors import CodedErrors
 from pallas_runtime.server.turn_entry import TurnEntry
-from pallas_runtime.server.warm_up import import_what_fastmcp_defers
+from pallas_runtime.server.warm_up import import_what_fastmcp_defers, skip_key_value_type_checks
 from pallas_runtime.sessions import SessionTable
 from pallas_runtime.spending.guard import Budgets
 from pallas_runtime.spending.ledger import ledger_for
@@ -78,6 +78,7 @@ class AgentServer:
             metrics: Where its series go (process-wide under `pallas run`).
             store: Where conversations are kept.
         """
+        skip_key_value_type_checks()
         config = live.config
         agent = config.name
         self.live = live

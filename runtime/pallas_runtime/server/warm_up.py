@@ -20,14 +20,23 @@ def import_what_fastmcp_defers() -> None:
     then made its first caller wait. Now `/readyz` says ready that much later instead (in a
     thread, while the preflight check of the provider runs on the loop).
 
-    py-key-value installs beartype's import hook on its whole package, which type-checks every
-    function it defines and only warns on a mismatch (`violation_type=UserWarning`). Its
-    documented switch turns that off unless the environment says otherwise: the store is
-    fastmcp's, driven by fastmcp's typed code, and the hook cost ~0.3 s of every start (1.3 s
-    against 1.0 s for fastmcp and the store, wall time, 2026-11-29), with no measurable change
-    per message (-0.9 %, two agents loaded at once).
+    Without `skip_key_value_type_checks()` first, the store loads with its type checks.
     """
-    os.environ.setdefault(KEY_VALUE_TYPE_CHECKS, "true")
     for module in LAZY_FASTMCP_IMPORTS:
         with contextlib.suppress(ImportError):  # a later fastmcp may not use it
             importlib.import_module(module)
+
+
+def skip_key_value_type_checks() -> None:
+    """Load fastmcp's state store without py-key-value's runtime type checks, unless told otherwise.
+
+    py-key-value installs beartype's import hook on its whole package, which type-checks every
+    function it defines and only warns on a mismatch (`violation_type=UserWarning`). Its
+    documented switch turns that off unless the environment already sets it: the store is
+    fastmcp's, driven by fastmcp's typed code, and the hook cost ~0.3 s of every start (1.3 s
+    against 1.0 s for fastmcp and the store, wall time, 2026-11-29), with no measurable change
+    per message (-0.9 %, two agents loaded at once). Called when the server is built, before
+    the warm-up thread and the preflight check's threads run: the environment is written while
+    no other thread may be reading it.
+    """
+    os.environ.setdefault(KEY_VALUE_TYPE_CHECKS, "true")
