@@ -16,10 +16,10 @@ request on a connection it already has, and one racing the endpoint update. Ever
 while draining closes its connection (`Connection: close`, as an HTTP server shutting down
 gracefully does), so a client's pool of kept-alive connections empties of it one request at a
 time: the next request goes over a new connection, which the Service sends to a ready replica;
-that replica answers 404 for a session it never had and the client starts a new one (the MCP
-transport's rule). Without it a pooled connection kept carrying requests here: a session the
-client had just opened on the new replica met this one, which answered 404 for it, attempt after
-attempt. Sessionless requests (protocol 2026-07-28) are served too.
+that replica takes the session on (`session_adoption`; a server that does not answers 404 and
+the client starts a new session, the MCP transport's rule). Without it a pooled connection kept
+carrying requests here until the process was gone, each one failing then. Sessionless requests
+(protocol 2026-07-28) are served too.
 """
 
 from __future__ import annotations

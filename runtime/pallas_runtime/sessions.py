@@ -12,11 +12,15 @@ on its own sessions, so one caller cannot crowd out the others.
 A standing notification stream (GET) is not a request in flight; it counts as activity when it
 opens. A newcomer is refused (the SDK's 503) only when every session it could displace is busy.
 
+A request of a session another replica opened is served on a session taken on under the same id
+(`session_adoption`), admitted like a newcomer; ids this process closed stay closed (404).
+
 fastmcp 4.1.2 builds its session manager inside the HTTP app's lifespan and exposes neither the
 class nor `max_sessions`; `serve_sessions` gives the app an equivalent lifespan that builds a
 `SessionTable` (a subclass of fastmcp's manager) instead. What it overrides of the SDK's manager
 are its admission, request and discard steps (`_admit_session`, `_handle_stateful_request`,
-`_serve_opening_request`, `_discard_session`), kept small; the tests in
+`_serve_opening_request`, `_discard_session`) and the constructor arguments of its transport,
+kept small; the tests in
 tests/integration/security/test_sessions.py fail if an SDK upgrade changes them underneath.
 """
 
@@ -32,7 +36,11 @@ from typing import Any
 
 from fastmcp import FastMCP
 from fastmcp.server.http import FastMCPStreamableHTTPSessionManager, StreamableHTTPASGIApp
-from mcp.server.auth.middleware.bearer_auth import AuthorizationContext
+from mcp.server.auth.middleware.bearer_auth import (
+    AuthenticatedUser,
+    AuthorizationContext,
+    authorization_context,
+)
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
@@ -40,6 +48,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from pallas_api.config import SessionLimits
+from pallas_runtime.session_adoption import EndedSessions, adoptable_protocol, request_header, serve_taken_on
 
 log = logging.getLogger("pallas.sessions")
 
@@ -67,11 +76,22 @@ class SessionTable(FastMCPStreamableHTTPSessionManager):
         self._agent = agent
         self._activity: dict[str, _Activity] = {}
         self._by_caller: dict[Caller, set[str]] = {}
+        self._ended = EndedSessions()
+        self._taking_on = True
+        """Sessions of other replicas are taken on until the table closes its own (a drain's end)."""
 
     # --- admission (the SDK calls it under its session-creation lock) -----------------------
 
     def _admit_session(self, requestor: AuthorizationContext | None) -> StreamableHTTPServerTransport | None:
-        caller = _caller(requestor)
+        if not self._make_room(_caller(requestor)):
+            return None  # every session is busy: the SDK logs it and answers 503
+        transport = super()._admit_session(requestor)
+        if transport is not None and transport.mcp_session_id is not None:
+            self._admitted(transport.mcp_session_id, _caller(requestor))
+        return transport
+
+    def _make_room(self, caller: Caller | None) -> bool:
+        """Whether one more session fits, once the caller's and the table's idlest made room."""
         if caller is not None:
             own = self._by_caller.get(caller, set())
             if len(own) >= self._per_caller and not self._close_idlest(own, "sessions.maxPerCaller"):
@@ -79,17 +99,14 @@ class SessionTable(FastMCPStreamableHTTPSessionManager):
                     "refused a new MCP session: the caller's %d sessions are all busy",
                     len(own), extra={"agent": self._agent},
                 )  # fmt: skip
-                return None
+                return False
         full = len(self._server_instances) >= self._max_sessions
-        if full and not self._close_idlest(self._server_instances, "sessions.maxSessions"):
-            return None  # every session is busy: the SDK logs it and answers 503
-        transport = super()._admit_session(requestor)
-        if transport is not None and transport.mcp_session_id is not None:
-            session = transport.mcp_session_id
-            self._activity[session] = _Activity(caller)
-            if caller is not None:
-                self._by_caller.setdefault(caller, set()).add(session)
-        return transport
+        return not full or self._close_idlest(self._server_instances, "sessions.maxSessions")
+
+    def _admitted(self, session: str, caller: Caller | None) -> None:
+        self._activity[session] = _Activity(caller)
+        if caller is not None:
+            self._by_caller.setdefault(caller, set()).add(session)
 
     def _close_idlest(self, sessions: Iterable[str], limit: str) -> bool:
         """Close the session among `sessions` unused longest with nothing in flight; whether one was."""
@@ -114,6 +131,7 @@ class SessionTable(FastMCPStreamableHTTPSessionManager):
         return True
 
     def _forget(self, session: str) -> None:
+        self._ended.add(session)
         self._server_instances.pop(session, None)
         self._session_owners.pop(session, None)
         activity = self._activity.pop(session, None)
@@ -127,10 +145,14 @@ class SessionTable(FastMCPStreamableHTTPSessionManager):
     # --- activity ---------------------------------------------------------------------------
 
     async def _handle_stateful_request(self, scope: Scope, receive: Receive, send: Send) -> None:
-        session = _header(scope, MCP_SESSION_ID_HEADER)
+        session = request_header(scope, MCP_SESSION_ID_HEADER)
         activity = self._activity.get(session) if session is not None else None
         if activity is None:  # a new session (see `_serve_opening_request`) or an unknown one
-            await super()._handle_stateful_request(scope, receive, send)
+            protocol = self._takes_on(scope, session)
+            if session is not None and protocol is not None:
+                await self._take_on(session, protocol, scope, receive, send)
+            else:
+                await super()._handle_stateful_request(scope, receive, send)
             return
         activity.last_used = time.monotonic()
         if scope.get("method") == "GET":  # a standing notification stream: not work in flight
@@ -154,6 +176,56 @@ class SessionTable(FastMCPStreamableHTTPSessionManager):
                 activity.in_flight -= 1
                 activity.last_used = time.monotonic()
 
+    def _takes_on(self, scope: Scope, session: str | None) -> str | None:
+        """The protocol to take on `session` (another replica's) with, or None to leave it to the SDK."""
+        if session is None or not self._taking_on or session in self._server_instances:
+            return None
+        return adoptable_protocol(scope, session, self._ended)
+
+    async def _take_on(self, session: str, protocol: str, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve a request of a session another replica opened, on one taken on under its id."""
+        user = scope.get("user")
+        requestor = authorization_context(user) if isinstance(user, AuthenticatedUser) else None
+        async with self._session_creation_lock:
+            admitted = session not in self._server_instances and self._make_room(_caller(requestor))
+            if admitted:
+                transport = StreamableHTTPServerTransport(
+                    mcp_session_id=session,
+                    is_json_response_enabled=self.json_response,
+                    event_store=self.event_store,
+                    security_settings=self.security_settings,
+                    retry_interval=self.retry_interval,
+                    idle_timeout=self.session_idle_timeout,
+                )
+                self._server_instances[session] = transport
+                if requestor is not None:
+                    self._session_owners[session] = requestor
+                self._admitted(session, _caller(requestor))
+        if not admitted:  # taken on meanwhile by a concurrent request, or no room: as the SDK would
+            await super()._handle_stateful_request(scope, receive, send)
+            return
+        log.info(
+            "took on MCP session %s… opened by another replica of the agent", session[:8],
+            extra={"agent": self._agent},
+        )  # fmt: skip
+        try:
+            await serve_taken_on(
+                transport,
+                protocol,
+                server=self.app,
+                lifespan_state=self._lifespan_state,
+                task_group=self._task_group,
+                discard=lambda: self._discard_session(session, transport),
+                scope=scope,
+                receive=receive,
+                send=send,
+            )
+        finally:
+            activity = self._activity.get(session)
+            if activity is not None:
+                activity.in_flight -= 1
+                activity.last_used = time.monotonic()
+
     async def _discard_session(self, session_id: str, transport: StreamableHTTPServerTransport) -> None:
         self._forget(session_id)
         await super()._discard_session(session_id, transport)
@@ -168,6 +240,7 @@ class SessionTable(FastMCPStreamableHTTPSessionManager):
         end, so the server stops without waiting for them; their IDs answer 404 from now on, and
         their clients start new sessions elsewhere.
         """
+        self._taking_on = False
         loop = asyncio.get_running_loop()
         deadline = loop.time() + patience
         closed = 0
@@ -197,14 +270,6 @@ def _caller(requestor: AuthorizationContext | None) -> Caller | None:
     if requestor is None:
         return None
     return (requestor["client_id"], requestor["issuer"], requestor["subject"])
-
-
-def _header(scope: Scope, name: str) -> str | None:
-    wanted = name.lower().encode()
-    for key, value in scope.get("headers") or ():
-        if key == wanted:
-            return bytes(value).decode("latin-1")
-    return None
 
 
 def _mcp_endpoint(app: Starlette, path: str) -> StreamableHTTPASGIApp:

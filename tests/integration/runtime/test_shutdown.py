@@ -23,7 +23,7 @@ from fastmcp.client.transports import StreamableHttpTransport
 
 from pallas_api.config import AgentConfig
 from pallas_api.errors import DRAINING_RPC_CODE
-from tests.support.agents import agent_config, run_agent_process, serve_agent
+from tests.support.agents import agent_config, run_agent_process
 from tests.support.fake_llm import FakeOpenAI, Hold, Text
 
 SHUTTING_DOWN = "AGENT_SHUTTING_DOWN"
@@ -189,20 +189,3 @@ async def test_an_idle_agent_stops_at_once(fake_openai: FakeOpenAI, tmp_path: Pa
         os.killpg(proc.pid, signal.SIGTERM)
         exited_in = await exited(proc.pid, stopped_at)
     assert exited_in < 3, f"an idle agent took {exited_in:.1f}s to stop"
-
-
-async def test_a_session_the_agent_does_not_have_answers_404_so_clients_start_a_new_one(
-    fake_openai: FakeOpenAI,
-) -> None:
-    # What a replacement pod answers a client of its predecessor (the MCP transport's rule for
-    # an unknown or expired session: the client must initialize again).
-    body = {"jsonrpc": "2.0", "id": 7, "method": "tools/list"}
-    headers = {
-        "accept": "application/json, text/event-stream",
-        "mcp-session-id": "a0b1c2d3e4f5a0b1c2d3e4f5a0b1c2d3",
-        "mcp-protocol-version": "2025-11-25",
-    }
-    async with serve_agent(agent_config(fake_openai.base_url)) as agent, httpx2.AsyncClient() as http:
-        response = await http.post(agent.url, json=body, headers=headers)
-    assert response.status_code == 404
-    assert response.json()["error"]["message"] == "Session not found"

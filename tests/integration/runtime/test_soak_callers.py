@@ -13,6 +13,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx2
 import pytest
 
 from pallas_api.config import AgentConfig
@@ -47,6 +48,20 @@ async def agent(llm: FakeOpenAI, issuer: Issuer, database: Path, port: int) -> A
         yield proc
 
 
+async def end_session(url: str, talker: Caller, issuer: Issuer) -> None:
+    """Close the caller's MCP session on the agent (a DELETE with the caller's own credential)."""
+    assert talker._session is not None
+    session = talker._session.transport.get_session_id()  # type: ignore[attr-defined]
+    assert session is not None
+    headers = {"mcp-session-id": session, "Authorization": f"Bearer {issuer.token(sub='soak-c01')}"}
+    async with httpx2.AsyncClient(timeout=10) as http:
+        # The process never had it: the first request takes it on, the DELETE then ends it.
+        ping = {"jsonrpc": "2.0", "id": "end-session", "method": "ping"}
+        accept = {"Accept": "application/json, text/event-stream"}
+        assert (await http.post(url, json=ping, headers={**headers, **accept})).status_code == 200
+        assert (await http.delete(url, headers=headers)).status_code == 200
+
+
 def caller(url: str, issuer: Issuer, sends: list[Send]) -> Caller:
     return Caller(
         "c01",
@@ -76,20 +91,22 @@ async def test_callers_resume_lost_sessions_and_tell_a_continued_conversation_fr
             third = await talker.send_one()
             kept = await talker.check_histories(talker.conversations)
         # A new process on an empty store: every turn so far is lost.
-        async with agent(fake_openai, issuer, tmp_path / "empty.db", port):
+        async with agent(fake_openai, issuer, tmp_path / "empty.db", port) as proc:
+            await end_session(proc.url, talker, issuer)  # as an idle timeout would
             fourth = await talker.send_one()
             lost = await talker.check_histories(talker.conversations)
         await talker.disconnect()
 
     assert third.ok, third
-    assert third.resumed, "the old session is unknown to the new process: the caller started a new one"
+    assert not third.resumed, "the new process took the session on: the caller kept it"
     assert third.verdict is not None
     assert not third.verdict.context_lost, third.verdict
     assert (kept.lost, kept.leaks, kept.unverified) == ([], [], [])
 
     assert fourth.ok, fourth
+    assert fourth.resumed, "the session was closed (404): the caller started a new one and sent again"
     assert fourth.verdict is not None
     assert fourth.verdict.missing == (1, 2, 3)
     assert sorted(loss.turn for loss in lost.lost) == [1, 2, 3]
-    assert talker.sessions_opened == 3
+    assert talker.sessions_opened == 2
     assert [s.turn for s in sends] == [1, 2, 3, 4]

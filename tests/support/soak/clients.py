@@ -8,7 +8,8 @@ started and ended, and either the error code (the agent's `structuredContent.err
 the transport said) or the verdict of the fake LLM (`script.Verdict`).
 
 A caller reconnects as a real client does. When its session is unknown to the pod it reaches
-(HTTP 404: the pod that held it is gone, and the message was not taken), it starts a new session
+(HTTP 404: the session was closed, and the message was not taken; a pod that never had it takes
+it on instead, docs/runtime.md), it starts a new session
 and sends the message on it, as the MCP specification tells a client to (the send counts as
 `resumed`, not failed). After any other error that is not an answer (a dropped connection, a
 timeout) it drops its session and opens a new one for the next message. Its conversations
@@ -247,7 +248,7 @@ class Caller:
             except MCPError as exc:
                 if classify(exc) != "SESSION_LOST":
                     raise
-                # The session's pod is gone and the message was not taken (404): what an MCP
+                # The session was closed and the message was not taken (404): what an MCP
                 # client must do, start a new session, and send the message on it.
                 await self.disconnect()
                 resumed = True
