@@ -14,21 +14,18 @@ from __future__ import annotations
 import itertools
 import json
 import uuid
-from collections.abc import AsyncIterator
-from typing import Any
 
 import httpx2
-import pytest
 from fastmcp import Client
 from fastmcp.client.transports import StreamableHttpTransport
 
 from pallas_api.config import SessionLimits
 from pallas_runtime.sessions import SessionTable, serve_sessions
-from tests.integration.security.test_sessions import ACCEPT, PROTOCOL, RESOURCE, open_session
+from tests.integration.security.test_sessions import ACCEPT, PROTOCOL, oidc_auth, open_session
 from tests.support import mcp_servers as ms
 from tests.support.agents import agent_config, serve_agent
 from tests.support.fake_llm import FakeOpenAI, Text
-from tests.support.oidc import AUDIENCE, Issuer, oidc_issuer
+from tests.support.oidc import oidc_issuer
 from tests.support.replicas import Replica, ReplicaSet
 
 
@@ -120,31 +117,23 @@ async def test_ids_it_did_not_issue_or_has_closed_stay_unknown(fake_openai: Fake
         assert await ping(http, agent.url, headers["mcp-session-id"]) == 200  # then a POST takes it on
 
 
-@pytest.fixture
-async def issuer() -> AsyncIterator[Issuer]:
-    async with oidc_issuer() as running:
-        yield running
-
-
-async def test_a_taken_on_session_belongs_to_the_credential_that_brought_it(issuer: Issuer) -> None:
-    auth: dict[str, Any] = {
-        "mode": "oidc",
-        "namespace": "agents",
-        "resource": RESOURCE,
-        "oidc": {"issuer": issuer.url, "audience": AUDIENCE},
-    }
-    config = agent_config("http://127.0.0.1:9/v1", name="research", auth=auth, sessions={"maxPerCaller": 2})
-    alice, bob = issuer.token(sub="alice"), issuer.token(sub="bob")
+async def test_a_taken_on_session_belongs_to_the_credential_that_brought_it() -> None:
     session = another_replicas_session()
-    async with serve_agent(config) as agent, httpx2.AsyncClient(timeout=10) as http:
-        assert await ping(http, agent.url, session) == 401  # no credential: nothing is taken on
-        assert await ping(http, agent.url, session, alice) == 200
-        assert await ping(http, agent.url, session, bob) == 404  # as the SDK answers a stranger
-        assert await ping(http, agent.url, session, alice) == 200
-        # Taken-on sessions count against the caller's cap like those it opened.
-        more = [another_replicas_session() for _ in range(2)]
-        assert [await ping(http, agent.url, s, alice) for s in more] == [200, 200]
-        assert await ping(http, agent.url, session, alice) == 404  # its idlest made room
+    async with oidc_issuer() as issuer:
+        auth = oidc_auth(issuer)
+        config = agent_config(
+            "http://127.0.0.1:9/v1", name="research", auth=auth, sessions={"maxPerCaller": 2}
+        )
+        alice, bob = issuer.token(sub="alice"), issuer.token(sub="bob")
+        async with serve_agent(config) as agent, httpx2.AsyncClient(timeout=10) as http:
+            assert await ping(http, agent.url, session) == 401  # no credential: nothing is taken on
+            assert await ping(http, agent.url, session, alice) == 200
+            assert await ping(http, agent.url, session, bob) == 404  # as the SDK answers a stranger
+            assert await ping(http, agent.url, session, alice) == 200
+            # Taken-on sessions count against the caller's cap like those it opened.
+            more = [another_replicas_session() for _ in range(2)]
+            assert [await ping(http, agent.url, s, alice) for s in more] == [200, 200]
+            assert await ping(http, agent.url, session, alice) == 404  # its idlest made room
 
 
 async def test_a_table_closing_its_sessions_takes_none_on() -> None:

@@ -109,13 +109,18 @@ async def issuer() -> AsyncIterator[Issuer]:
         yield running
 
 
-async def test_one_caller_cannot_hold_more_than_its_cap_nor_displace_others(issuer: Issuer) -> None:
-    auth: dict[str, Any] = {
+def oidc_auth(issuer: Issuer) -> dict[str, Any]:
+    """The agent's `auth` checking callers' tokens from `issuer`."""
+    return {
         "mode": "oidc",
         "namespace": "agents",
         "resource": RESOURCE,
         "oidc": {"issuer": issuer.url, "audience": AUDIENCE},
     }
+
+
+async def test_one_caller_cannot_hold_more_than_its_cap_nor_displace_others(issuer: Issuer) -> None:
+    auth = oidc_auth(issuer)
     config = agent_config(
         "http://127.0.0.1:9/v1", name="research", auth=auth, sessions={"maxSessions": 100, "maxPerCaller": 3}
     )
