@@ -86,6 +86,7 @@ async def serve_taken_on(
     lifespan_state: Any,
     task_group: Any,
     discard: Callable[[], Awaitable[None]],
+    abandon: Callable[[], Awaitable[None]],
     scope: Scope,
     receive: Receive,
     send: Send,
@@ -94,7 +95,9 @@ async def serve_taken_on(
 
     The loop is the MCP SDK's (`serve_connection`) over a connection already initialized at
     `protocol`. A request answered with an error (or not at all) leaves nothing behind: the
-    session is discarded again, as the SDK does with an opening request that fails.
+    session is abandoned (`abandon`), as the SDK discards an opening request that fails, and
+    its id stays free to be taken on by the client's next request. `discard` ends it when its
+    loop ends (a DELETE, the idle timeout).
     """
     session = transport.mcp_session_id
 
@@ -134,7 +137,7 @@ async def serve_taken_on(
         established = 0 < status < 400
     finally:
         if not established:
-            await discard()
+            await abandon()
     return established
 
 

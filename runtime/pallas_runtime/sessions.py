@@ -130,9 +130,10 @@ class SessionTable(FastMCPStreamableHTTPSessionManager):
             task_group.start_soon(self._discard_session, session, transport)
         return True
 
-    def _forget(self, session: str) -> None:
-        self._ended.add(session)
-        self._server_instances.pop(session, None)
+    def _forget(self, session: str, *, ended: bool = True) -> None:
+        """Stop tracking `session`; an `ended` one (closed, not abandoned) is not taken on again."""
+        if self._server_instances.pop(session, None) is not None and ended:
+            self._ended.add(session)
         self._session_owners.pop(session, None)
         activity = self._activity.pop(session, None)
         if activity is not None and activity.caller is not None:
@@ -216,6 +217,7 @@ class SessionTable(FastMCPStreamableHTTPSessionManager):
                 lifespan_state=self._lifespan_state,
                 task_group=self._task_group,
                 discard=lambda: self._discard_session(session, transport),
+                abandon=lambda: self._abandon(session, transport),
                 scope=scope,
                 receive=receive,
                 send=send,
@@ -225,6 +227,11 @@ class SessionTable(FastMCPStreamableHTTPSessionManager):
             if activity is not None:
                 activity.in_flight -= 1
                 activity.last_used = time.monotonic()
+
+    async def _abandon(self, session: str, transport: StreamableHTTPServerTransport) -> None:
+        """Discard a session whose taking on failed (its request refused): its id stays free."""
+        self._forget(session, ended=False)
+        await super()._discard_session(session, transport)
 
     async def _discard_session(self, session_id: str, transport: StreamableHTTPServerTransport) -> None:
         self._forget(session_id)

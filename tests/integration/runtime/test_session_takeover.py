@@ -136,6 +136,18 @@ async def test_a_taken_on_session_belongs_to_the_credential_that_brought_it() ->
             assert await ping(http, agent.url, session, alice) == 404  # its idlest made room
 
 
+async def test_a_request_refused_before_the_session_began_leaves_its_id_free(fake_openai: FakeOpenAI) -> None:
+    session = another_replicas_session()
+    async with serve_agent(agent_config(fake_openai.base_url)) as agent, httpx2.AsyncClient() as http:
+        headers = {"Accept": "text/plain", "mcp-session-id": session, "mcp-protocol-version": PROTOCOL}
+        refused = await http.post(
+            agent.url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, headers=headers
+        )
+        assert refused.status_code == 406, refused.text  # the transport wants JSON and SSE accepted
+        # Nothing began: the client's next, well-formed request takes the session on.
+        assert await ping(http, agent.url, session) == 200
+
+
 async def test_a_table_closing_its_sessions_takes_none_on() -> None:
     tables: list[SessionTable] = []
     replica = tables_replica("r0", tables)
