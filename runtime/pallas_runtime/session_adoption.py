@@ -78,7 +78,7 @@ def adoptable_protocol(scope: Scope, session: str, ended: EndedSessions) -> str 
     return version if version in HANDSHAKE_PROTOCOL_VERSIONS else None
 
 
-async def serve_taken_on(
+async def start_taken_on(
     transport: StreamableHTTPServerTransport,
     protocol: str,
     *,
@@ -86,18 +86,13 @@ async def serve_taken_on(
     lifespan_state: Any,
     task_group: Any,
     discard: Callable[[], Awaitable[None]],
-    abandon: Callable[[], Awaitable[None]],
-    scope: Scope,
-    receive: Receive,
-    send: Send,
-) -> bool:
-    """Run the taken-on session's message loop and answer the request that brought it; established?
+) -> None:
+    """Start the taken-on session's message loop; return once its transport takes requests.
 
     The loop is the MCP SDK's (`serve_connection`) over a connection already initialized at
-    `protocol`. A request answered with an error (or not at all) leaves nothing behind: the
-    session is abandoned (`abandon`), as the SDK discards an opening request that fails, and
-    its id stays free to be taken on by the client's next request. `discard` ends it when its
-    loop ends (a DELETE, the idle timeout).
+    `protocol`. `discard` ends the session when its loop ends (a DELETE, the idle timeout). The
+    session is registered only after this returns: a request of it before that (the client's
+    notification stream and a call at once) would reach a transport not yet connected.
     """
     session = transport.mcp_session_id
 
@@ -122,6 +117,23 @@ async def serve_taken_on(
             finally:
                 await discard()
 
+    await task_group.start(run)
+
+
+async def answer_taking_on(
+    transport: StreamableHTTPServerTransport,
+    *,
+    abandon: Callable[[], Awaitable[None]],
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+) -> bool:
+    """Answer the request that brought a taken-on session; whether it established the session.
+
+    A request answered with an error (or not at all) leaves nothing behind: the session is
+    abandoned (`abandon`), as the SDK discards an opening request that fails, and its id stays
+    free to be taken on by the client's next request.
+    """
     status = 0
 
     async def noted(message: Message) -> None:
@@ -132,7 +144,6 @@ async def serve_taken_on(
 
     established = False
     try:
-        await task_group.start(run)
         await transport.handle_request(scope, receive, noted)
         established = 0 < status < 400
     finally:

@@ -48,7 +48,13 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from pallas_api.config import SessionLimits
-from pallas_runtime.session_adoption import EndedSessions, adoptable_protocol, request_header, serve_taken_on
+from pallas_runtime.session_adoption import (
+    EndedSessions,
+    adoptable_protocol,
+    answer_taking_on,
+    request_header,
+    start_taken_on,
+)
 
 log = logging.getLogger("pallas.sessions")
 
@@ -198,25 +204,32 @@ class SessionTable(FastMCPStreamableHTTPSessionManager):
                     retry_interval=self.retry_interval,
                     idle_timeout=self.session_idle_timeout,
                 )
+                # Connected before it is registered: the session's other requests find it ready.
+                await start_taken_on(
+                    transport,
+                    protocol,
+                    server=self.app,
+                    lifespan_state=self._lifespan_state,
+                    task_group=self._task_group,
+                    discard=lambda: self._discard_session(session, transport),
+                )
                 self._server_instances[session] = transport
                 if requestor is not None:
                     self._session_owners[session] = requestor
                 self._admitted(session, _caller(requestor))
-        if not admitted:  # taken on meanwhile by a concurrent request, or no room: as the SDK would
-            await super()._handle_stateful_request(scope, receive, send)
+        if not admitted:
+            if session in self._activity:  # a concurrent request of the session took it on
+                await self._handle_stateful_request(scope, receive, send)
+            else:  # no room: answered as the SDK answers a session it does not have
+                await super()._handle_stateful_request(scope, receive, send)
             return
         log.info(
             "took on MCP session %s… opened by another replica of the agent", session[:8],
             extra={"agent": self._agent},
         )  # fmt: skip
         try:
-            await serve_taken_on(
+            await answer_taking_on(
                 transport,
-                protocol,
-                server=self.app,
-                lifespan_state=self._lifespan_state,
-                task_group=self._task_group,
-                discard=lambda: self._discard_session(session, transport),
                 abandon=lambda: self._abandon(session, transport),
                 scope=scope,
                 receive=receive,

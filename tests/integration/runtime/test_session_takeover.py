@@ -11,11 +11,14 @@ belongs to the credential that brought it.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
+import logging
 import uuid
 
 import httpx2
+import pytest
 from fastmcp import Client
 from fastmcp.client.transports import StreamableHttpTransport
 
@@ -156,3 +159,32 @@ async def test_a_table_closing_its_sessions_takes_none_on() -> None:
         (table,) = tables
         assert await table.close_all(quiet=0, patience=1) == 1
         assert await ping(http, srv.url, another_replicas_session()) == 404
+
+
+async def test_requests_of_one_session_arriving_at_once_are_all_served_on_one_taken_on_session(
+    fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A client that moved pods sends its notification stream and its next calls at once. Before,
+    # the session was registered before its transport was connected, and a request of it in
+    # between was answered 500 ("No read stream writer available").
+    caplog.set_level(logging.INFO, logger="pallas.sessions")
+    session = another_replicas_session()
+    async with (
+        serve_agent(agent_config(fake_openai.base_url)) as agent,
+        httpx2.AsyncClient(timeout=10) as http,
+    ):
+
+        async def notification_stream() -> int:
+            headers = {
+                "Accept": "text/event-stream",
+                "mcp-session-id": session,
+                "mcp-protocol-version": PROTOCOL,
+            }
+            async with http.stream("GET", agent.url, headers=headers) as response:
+                return response.status_code
+
+        statuses = await asyncio.gather(
+            notification_stream(), *(ping(http, agent.url, session) for _ in range(8))
+        )
+    assert statuses == [200] * 9
+    assert len([r for r in caplog.records if r.getMessage().startswith("took on MCP session")]) == 1
