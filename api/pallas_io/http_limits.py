@@ -19,6 +19,11 @@ This subclass keeps httptools and adds, per connection (`HttpLimits`):
   nothing is just closed);
 - idle keep-alive is `keepAliveSeconds` (uvicorn's own timer).
 
+A stopping server (`serving.serve`) calls `stop_keeping_alive`: from then on every response ends
+its connection, the responses in progress too (a standing notification stream whose head went
+out long before), so no connection of a stopping server goes back to a client's pool to be
+closed later, under a request the client may be sending on it right then.
+
 Nothing of a refused request reaches the app. After the answer the connection reads and drops
 what the client still sends for at most `LINGER_SECONDS`, then closes: closing with unread
 bytes would make the kernel reset the connection, and a client still writing its huge header
@@ -32,7 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -70,6 +75,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """
 
     listener: ClassVar[Listener]
+    stopping: ClassVar[bool] = False
+    """The listener's server is stopping: every response ends its connection (`stop_keeping_alive`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -139,6 +146,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 self._refusal = self._oversized()
         if self._refusal is None:
             super().on_headers_complete()
+            if self.stopping:
+                self.cycle.keep_alive = False
 
     def on_body(self, body: bytes) -> None:
         """Body bytes go to the request, unless it was refused (then it has none)."""
@@ -152,6 +161,25 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().on_message_complete()
         self._awaiting_head = True
         self._head_received = 0
+
+    # --- stopping ------------------------------------------------------------------------------
+
+    @classmethod
+    def stop_keeping_alive(cls, connections: Iterable[object]) -> None:
+        """Make every response from now on the last of its connection, those in progress too.
+
+        uvicorn does the same once it stops listening (`HttpToolsProtocol.shutdown`), but closes
+        the idle connections then: a server that drains first would leave the connections whose
+        response ended during the drain (a notification stream its session's end closed) idle in
+        the client's pool until that close, and a request the client sends on one right then is
+        lost ("Server disconnected without sending a response"). Closed as its response ends, a
+        connection is known to be gone before the client could pick it again.
+        """
+        cls.stopping = True
+        for connection in connections:
+            cycle = getattr(connection, "cycle", None)
+            if cycle is not None and not cycle.response_complete:
+                cycle.keep_alive = False
 
     # --- limits ----------------------------------------------------------------------------------
 

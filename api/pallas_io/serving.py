@@ -9,10 +9,13 @@ install its own SIGINT/SIGTERM handlers over the others'; a server stops when it
 cancelled.
 
 Stopping is a drain: the app's `drain` runs while the server still listens and keeps its
-connections (an agent lets its turns in flight finish and refuses new sessions; a client's
-keep-alive connection is the one way its session's next request still reaches this process once
-a Service routes new connections elsewhere); only then does uvicorn stop listening, close idle
-connections and wait `graceful_timeout` for what is left. A server can also hand its socket over
+connections (an agent lets its turns in flight finish and refuses new sessions; a request on a
+client's keep-alive connection is still answered), but from its start every response is its
+connection's last, those in progress included (`Connection: close`,
+`BoundedHttpToolsProtocol.stop_keeping_alive`): a client's pool empties of this process one
+request at a time, its next request goes over a new connection, which a Service sends to a
+ready replica. Only then does uvicorn stop listening, close the connections left idle (idle
+since before the drain) and wait `graceful_timeout` for what is left. A server can also hand its socket over
 to another server of the same process (`hand_over`: `pallas run --reload`) and drain the
 connections it has.
 """
@@ -100,6 +103,7 @@ async def serve(
     Raises:
         OSError: the server stopped before it started.
     """
+    http = bounded_protocol(limits or HttpLimits(), refused)
     config = uvicorn.Config(
         app,
         # Our logging setup (pallas_io.logs): uvicorn's error and access lines go through it,
@@ -108,7 +112,7 @@ async def serve(
         log_config=None,
         access_log=logging.getLogger("uvicorn.access").isEnabledFor(logging.INFO),
         lifespan="on",
-        http=bounded_protocol(limits or HttpLimits(), refused),
+        http=http,
         timeout_graceful_shutdown=graceful_timeout,
         server_header=False,
     )
@@ -127,6 +131,8 @@ async def serve(
             handing_over = asyncio.create_task(_stop_listening(server, hand_over))
         await asyncio.shield(task)
     finally:
+        if server.started:
+            http.stop_keeping_alive(server.server_state.connections)
         if server.started and drain is not None:
             await _uncancellable(drain())
         if handing_over is not None:

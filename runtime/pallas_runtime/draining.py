@@ -14,7 +14,8 @@ client mid-conversation, an orchestrator calling its peer): refusing them would 
 process can still answer, and the drain bounds how long they can keep it. What reaches it: a
 request on a connection it already has, and one racing the endpoint update. Every answer it gives
 while draining closes its connection (`Connection: close`, as an HTTP server shutting down
-gracefully does), so a client's pool of kept-alive connections empties of it one request at a
+gracefully does; `pallas_io.serving` also ends the responses in progress when the drain began
+with their connections), so a client's pool of kept-alive connections empties of it one request at a
 time: the next request goes over a new connection, which the Service sends to a ready replica;
 that replica takes the session on (`session_adoption`; a server that does not answers 404 and
 the client starts a new session, the MCP transport's rule). Without it a pooled connection kept

@@ -67,7 +67,7 @@ class Send:
     """None: answered; else why not."""
     verdict: Verdict | None = None
     detail: str = ""
-    """What the error said (the first 200 characters)."""
+    """What the error said (the first 300 characters), with its transport's error if it had one."""
     resumed: bool = False
     """Its session was gone (HTTP 404): the caller opened a new one and sent the message again."""
 
@@ -203,17 +203,26 @@ class Caller:
             self.sessions_opened += 1
         return self._session
 
-    async def disconnect(self) -> None:
-        """Drop the MCP session (a new one is opened for the next message)."""
+    async def disconnect(self) -> str:
+        """Drop the MCP session (a new one is opened for the next message).
+
+        Returns what its transport had failed with, if anything ("" otherwise): the MCP client
+        says only "Connection closed" for a request whose HTTP exchange failed.
+        """
         stack, self._session, self._stack = self._stack, None, None
-        if stack is not None:
-            await self._close(stack)
+        return "" if stack is None else await self._close(stack)
 
     @staticmethod
-    async def _close(stack: contextlib.AsyncExitStack) -> None:
+    async def _close(stack: contextlib.AsyncExitStack) -> str:
         # Closing says goodbye to a server that may be gone: bounded, and never an error.
-        with contextlib.suppress(Exception, asyncio.CancelledError):
+        try:
             await asyncio.wait_for(stack.aclose(), 5)
+        except (Exception, asyncio.CancelledError) as exc:
+            cause: BaseException = exc
+            while isinstance(cause, BaseExceptionGroup) and cause.exceptions:
+                cause = cause.exceptions[0]
+            return f"{type(cause).__name__}: {cause}"
+        return ""
 
     # --- talking ------------------------------------------------------------------------------
 
@@ -254,8 +263,10 @@ class Caller:
                 resumed = True
                 result = await self._call(arguments)
         except Exception as exc:
-            code, detail = classify(exc), f"{type(exc).__name__}: {exc}"[:200]
-            await self.disconnect()
+            code, detail = classify(exc), f"{type(exc).__name__}: {exc}"
+            if cause := await self.disconnect():
+                detail += f" (the transport: {cause})"
+            detail = detail[:300]
         else:
             answer = text_of_result(result)
             if result.is_error:
