@@ -67,6 +67,7 @@ class _Body(httpx2.AsyncByteStream):
         with _connection_failures():
             async for chunk in self._stream:
                 yield chunk
+        self._drain = False  # read to its end: nothing is left to finish
 
     async def aclose(self) -> None:
         try:

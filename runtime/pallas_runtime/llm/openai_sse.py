@@ -35,11 +35,18 @@ def _openai_error(name: str, data: object) -> object | None:
 class OpenAIEvents(openai.AsyncStream[list[object]]):
     """Chat Completions chunks or Responses API events as dicts, in batches (one per network read)."""
 
+    def __aiter__(self) -> AsyncIterator[list[object]]:
+        # The batches themselves: the SDK's `__aiter__` is one more generator re-yielding each.
+        return self._iterator
+
     async def __stream__(self) -> AsyncIterator[list[object]]:
         async for batch in event_batches(self.response):
+            # Chat chunks are unnamed and carry no "error" key: one look each on a token stream.
+            if not any(name or "error" in data for name, data in batch):
+                yield [data for _, data in batch]
+                continue
             events: list[object] = []
             for name, data in batch:
-                # Chat chunks are unnamed and carry no "error" key: one look each on a token stream.
                 if (name or "error" in data) and (error := _openai_error(name, data)) is not None:
                     if events:  # what came before the error is the caller's all the same
                         yield events
