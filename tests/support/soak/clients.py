@@ -119,10 +119,16 @@ class HistoryCheck:
         self.unverified += other.unverified
 
 
-def classify(exc: BaseException) -> str:
-    """An error code for an exception a send raised (the transport's, not the agent's)."""
+def first_cause(exc: BaseException) -> BaseException:
+    """The first exception inside nested exception groups (a task group's), else `exc`."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
+    return exc
+
+
+def classify(exc: BaseException) -> str:
+    """An error code for an exception a send raised (the transport's, not the agent's)."""
+    exc = first_cause(exc)
     text = str(exc).lower()
     if isinstance(exc, TimeoutError) or "timed out" in text or "timeout" in text:
         return "CLIENT_TIMEOUT"
@@ -218,9 +224,7 @@ class Caller:
         try:
             await asyncio.wait_for(stack.aclose(), 5)
         except (Exception, asyncio.CancelledError) as exc:
-            cause: BaseException = exc
-            while isinstance(cause, BaseExceptionGroup) and cause.exceptions:
-                cause = cause.exceptions[0]
+            cause = first_cause(exc)
             return f"{type(cause).__name__}: {cause}"
         return ""
 
