@@ -31,14 +31,13 @@ from collections.abc import Callable, Mapping
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp_types import ErrorData
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pallas_api.errors import DRAINING_RPC_CODE, ErrorCode
 
 RETRY_AFTER_SECONDS = 1
 """What a refused client is told to wait: its retry goes over a new connection, to a ready replica."""
-_SESSION = MCP_SESSION_ID_HEADER.lower().encode()
-_VERSION = b"mcp-protocol-version"
 
 
 class DrainGuard:
@@ -124,10 +123,8 @@ def _opens_session(scope: Scope, path: str) -> bool:
     """A POST to the MCP endpoint without a session, in the protocol's handshake era."""
     if scope.get("method") != "POST" or scope.get("path", "").rstrip("/") != path:
         return False
-    session = version = None
-    for name, value in scope.get("headers") or ():
-        if name == _SESSION:
-            session = value
-        elif name == _VERSION:
-            version = value.decode("latin-1")
-    return session is None and (version is None or version in HANDSHAKE_PROTOCOL_VERSIONS)
+    headers = Headers(raw=list(scope.get("headers") or ()))
+    version = headers.get("mcp-protocol-version")
+    return MCP_SESSION_ID_HEADER not in headers and (
+        version is None or version in HANDSHAKE_PROTOCOL_VERSIONS
+    )

@@ -22,11 +22,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pallas_runtime.request_limit import send_invalid_request
 
-SESSION_HEADER = b"mcp-session-id"
+SESSION_HEADER = "mcp-session-id"
 RequestKey = tuple[str, str]
 """(session id, request id as the SDK keys it: `str(id)`, so 1 and "1" are one id)."""
 
@@ -67,10 +68,7 @@ class OneRequestPerId:
 def _session_id(scope: Scope) -> str | None:
     if scope["type"] != "http" or scope.get("method") != "POST":
         return None
-    for name, value in scope.get("headers") or ():
-        if name == SESSION_HEADER:
-            return bytes(value).decode("latin-1")
-    return None
+    return Headers(raw=list(scope.get("headers") or ())).get(SESSION_HEADER)
 
 
 async def _read_body(receive: Receive, limit: int) -> tuple[list[Message], bytes | None]:

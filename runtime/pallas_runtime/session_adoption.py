@@ -36,6 +36,7 @@ from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from mcp.shared.transport_context import TransportContext
 from mcp_types import DEFAULT_NEGOTIATED_VERSION
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from starlette.datastructures import Headers
 from starlette.types import Message, Receive, Scope, Send
 
 log = logging.getLogger("pallas.sessions")
@@ -154,8 +155,4 @@ async def answer_taking_on(
 
 def request_header(scope: Scope, name: str) -> str | None:
     """The value of the request's header `name` (its first), if it has one."""
-    wanted = name.lower().encode()
-    for key, value in scope.get("headers") or ():
-        if key == wanted:
-            return bytes(value).decode("latin-1")
-    return None
+    return Headers(raw=list(scope.get("headers") or ())).get(name)
