@@ -16,6 +16,7 @@ server_everything`); a test module can also import them itself.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import random
@@ -128,12 +129,16 @@ def free_ports(count: int, host: str = LOOPBACK) -> int:
     rng = random.Random()
     for _ in range(200):
         base = rng.randrange(27000, ceiling - count)
+        block = range(base, base + count)
+        if any(port in _HANDED_OUT for port in block):
+            continue
         sockets = []
         try:
-            for port in range(base, base + count):
+            for port in block:
                 sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
                 sockets.append(sock)
                 sock.bind((host, port))
+            _HANDED_OUT.extend(block)
             return base
         except OSError:
             continue
@@ -141,6 +146,12 @@ def free_ports(count: int, host: str = LOOPBACK) -> int:
             for sock in sockets:
                 sock.close()
     raise AssertionError("no block of free ports found")
+
+
+_HANDED_OUT: collections.deque[int] = collections.deque(maxlen=512)
+"""The ports handed out last, not handed out again. A port is only free until its taker binds it,
+and ports asked for together (a node's five, say) were independent picks from the same 3000:
+now and then two were one port (a failed CI run of 2026-11-30)."""
 
 
 def _ephemeral_range() -> tuple[int, int]:
