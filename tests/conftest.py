@@ -3,6 +3,11 @@
 Tiers are marked from their folder (tests/unit, tests/integration, tests/e2e), so `-m unit` or
 `pytest tests/unit` select the same tests. Only tests that ask for `kube_cluster` (directly or via
 `namespace` / `kube_client`) start the local control plane.
+
+Under pytest-xdist (`-n N --dist loadgroup`, as `make check` and `make test` run) the tests that
+share the local cluster's node or its machine-wide set-up run on one worker, one after another
+(`NODE_GROUP`), and so do the tests of the control plane (`CLUSTER_GROUP`); every other test goes
+to whichever worker is free.
 """
 
 from __future__ import annotations
@@ -14,14 +19,26 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cluster import kube_client, kube_cluster, namespace
+from tests.support.cluster import kube_client, kube_cluster, namespace, stop_started_cluster
 from tests.support.fake_llm import fake_anthropic, fake_openai
 from tests.support.mcp_peers import mcp_peers, server_everything
 from tests.support.operator import pallas_crds, pallas_operator  # noqa: F401
 from tests.support.postgres import postgres
+from tests.support.workers import start_run
 
 TESTS = Path(__file__).resolve().parent
 TIERS = ("unit", "integration", "e2e")
+# The e2e tier and the integration modules that run the node or the cluster script themselves: a
+# drill on the node (a drain, a power cut, a second node) must not meet another module's pods.
+NODE_GROUP = "node"
+NODE_MODULES = ("tests/integration/test_hack_cluster.py", "tests/integration/test_local_node.py")
+# Integration tests of the control plane (operators, CRDs, the chart, the registry's watch): one
+# after another, as each was written to run, but beside the node's lane and the cluster-free tests.
+CLUSTER_GROUP = "cluster"
+# A unit test that takes longer fails (pytest-timeout), so a slow one cannot creep into the tier
+# (kopf caps its unit tests at 2 s, fastmcp at 5 s). `make test` raises it: there the unit tests
+# share two cores with the cluster and the other lanes.
+UNIT_TIMEOUT = float(os.environ.get("PALLAS_UNIT_TIMEOUT", "5"))
 
 # Fixtures shared by every tier; each module in tests/support owns its own.
 __all__ = [
@@ -53,9 +70,54 @@ def _root_logging_restored() -> Iterator[None]:
     root.setLevel(level)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist)
+        start_run()
+
+
+_TIER_TIMES: dict[str, list[float]] = {}
+"""Per tier: the earliest start, the latest stop and the summed duration of its tests' phases."""
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    tier = report.nodeid.split("/", 2)[1] if report.nodeid.startswith("tests/") else "other"
+    first, last, busy = _TIER_TIMES.get(tier, [report.start, report.stop, 0.0])
+    _TIER_TIMES[tier] = [min(first, report.start), max(last, report.stop), busy + report.duration]
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Each tier's wall time (its first test's start to its last test's end) beside the time its
+    tests took one after another, so a run shows what running side by side saved."""
+    if hasattr(terminalreporter.config, "workerinput") or not _TIER_TIMES:
+        return
+    terminalreporter.section("time per tier")
+    for tier in sorted(_TIER_TIMES):
+        first, last, busy = _TIER_TIMES[tier]
+        terminalreporter.write_line(f"{tier:<12} wall {last - first:8.1f}s   tests one after another {busy:8.1f}s")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):  # every worker has finished by now
+        stop_started_cluster()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        tier = item.path.relative_to(TESTS).parts[0]
+        where = item.path.relative_to(TESTS)
+        tier = where.parts[0]
         if tier not in TIERS:
             raise pytest.UsageError(f"{item.nodeid}: tests live under one of tests/{{{','.join(TIERS)}}}/")
         item.add_marker(getattr(pytest.mark, tier))
+        if tier == "unit" and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(UNIT_TIMEOUT))
+        group = _xdist_group(item, tier, f"tests/{where.as_posix()}")
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _xdist_group(item: pytest.Item, tier: str, path: str) -> str | None:
+    if tier == "e2e" or path in NODE_MODULES:
+        return NODE_GROUP
+    if "kube_cluster" in getattr(item, "fixturenames", ()):
+        return CLUSTER_GROUP
+    return None

@@ -25,6 +25,8 @@ from lightkube import AsyncClient, Client, KubeConfig
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, ServiceAccount
 
+from tests.support.workers import run_dir, run_lock
+
 REPO = Path(__file__).resolve().parents[2]
 HACK_CLUSTER = REPO / "hack" / "local" / "cluster"
 # Pods of a namespace with this annotation are never scheduled onto the local node (the API server
@@ -64,6 +66,11 @@ def _hack_cluster(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(HACK_CLUSTER), *args], capture_output=True, text=True, timeout=600)
 
 
+# Written by the process that started the control plane; the run's controller (the process that
+# outlives every xdist worker) reads it in `stop_started_cluster` and stops the cluster then.
+STARTED_MARK = "cluster-started"
+
+
 @pytest.fixture(scope="session")
 def kube_cluster() -> Iterator[LocalCluster]:
     external = os.environ.get("PALLAS_KUBECONFIG")
@@ -74,19 +81,29 @@ def kube_cluster() -> Iterator[LocalCluster]:
         yield LocalCluster(Path(external), kubectl)
         return
 
-    was_running = _hack_cluster("status").returncode == 0
     nodes = (
         [] if os.environ.get("PALLAS_NODE") == "0" else ["--nodes", os.environ.get("PALLAS_TEST_NODES", "2")]
     )
-    up = _hack_cluster("up", *nodes)
-    if up.returncode != 0:
-        pytest.fail(f"hack/local/cluster up failed:\n{up.stderr}", pytrace=False)
+    # One worker starts the cluster; the others wait here and then reuse it (`up` of a running
+    # cluster returns at once). None of them stops it: a worker cannot know that the others are done.
+    with run_lock("cluster"):
+        was_running = _hack_cluster("status").returncode == 0
+        up = _hack_cluster("up", *nodes)
+        if up.returncode != 0:
+            pytest.fail(f"hack/local/cluster up failed:\n{up.stderr}", pytrace=False)
+        if not was_running:
+            (run_dir() / STARTED_MARK).touch()
     env = json.loads(_hack_cluster("env", "--json").stdout)
-    try:
-        yield LocalCluster(Path(env["kubeconfig"]), str(Path(env["bin_dir"]) / "kubectl"))
-    finally:
-        if not was_running and not os.environ.get("PALLAS_KEEP_CLUSTER"):
-            _hack_cluster("down")
+    yield LocalCluster(Path(env["kubeconfig"]), str(Path(env["bin_dir"]) / "kubectl"))
+
+
+def stop_started_cluster() -> None:
+    """At the end of the run: stop the control plane if this run started it (not with
+    PALLAS_KEEP_CLUSTER=1, nor one that ran before the run)."""
+    mark = run_dir() / STARTED_MARK
+    if mark.exists() and not os.environ.get("PALLAS_KEEP_CLUSTER"):
+        _hack_cluster("down")
+        mark.unlink()
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """Manifests the cluster refuses, each with what the API server and `pallas validate` say.
 
 One list for both: tests/integration/operator/test_crd_validation.py sends every case to a real
-API server (schema, CEL, strict field validation) and tests/unit/test_validate_command.py runs
+API server (schema, CEL, strict field validation) and tests/integration/runtime/test_validate_command.py runs
 `pallas validate` on it, so a rule added to the CRDs without its offline counterpart (or the
 reverse) fails one of them. The texts are what each must print: the API server's words and
 field paths differ from pydantic's (`spec.x[0]` against `spec.x.0`).

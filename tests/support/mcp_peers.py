@@ -32,6 +32,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.ports import logged_port
+from tests.support.workers import worker
 
 REPO = Path(__file__).resolve().parents[2]
 PEERS_SCRIPT = REPO / "hack" / "build" / "mcp-peers.sh"
@@ -125,10 +126,10 @@ def free_ports(count: int, host: str = LOOPBACK) -> int:
     defaults (etcd 23790/23800, kube-apiserver 26443) and below the NodePort range (30000-), which
     kube-proxy routes on loopback too.
     """
-    ceiling = min(30000, _ephemeral_range()[0])
+    floor, ceiling = _worker_slice(27000, min(30000, _ephemeral_range()[0]))
     rng = random.Random()
     for _ in range(200):
-        base = rng.randrange(27000, ceiling - count)
+        base = rng.randrange(floor, ceiling - count)
         block = range(base, base + count)
         if any(port in _HANDED_OUT for port in block):
             continue
@@ -152,6 +153,14 @@ _HANDED_OUT: collections.deque[int] = collections.deque(maxlen=512)
 """The ports handed out last, not handed out again. A port is only free until its taker binds it,
 and ports asked for together (a node's five, say) were independent picks from the same 3000:
 now and then two were one port (a failed CI run of 2026-11-30)."""
+
+
+def _worker_slice(low: int, high: int) -> tuple[int, int]:
+    """This xdist worker's own part of [low, high): two workers never guess the same port (each
+    remembers only what it handed out itself)."""
+    index, count = worker()
+    size = (high - low) // count
+    return low + index * size, low + (index + 1) * size
 
 
 def _ephemeral_range() -> tuple[int, int]:

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -15,18 +13,7 @@ import pytest
 from localnode import NodeError, configs, dns, images, monitoring, netpol, network, settings, workers
 from localnode.configs import NodePaths
 from localnode.settings import NodeSettings
-
-DEFAULTS = NodeSettings(
-    enabled=True,
-    name="pallas-node",
-    bridge="pallas0",
-    pod_cidr="10.244.0.0/24",
-    service_cidr="10.96.0.0/16",
-    kubelet_port=10250,
-    kubelet_healthz_port=10248,
-    proxy_healthz_port=10256,
-    proxy_metrics_port=10249,
-)
+from tests.support.node_settings import DEFAULTS
 
 
 @pytest.fixture
@@ -296,40 +283,3 @@ def test_the_image_context_follows_the_dockerignore_allow_list(tmp_path: Path) -
     (tmp_path / "runtime" / "a.py").write_text("changed")
     assert images.context_hash(tmp_path, "base:1") != before
     assert images.context_hash(tmp_path, "base:2") != images.context_hash(tmp_path, "base:1")
-
-
-def _state(folder: Path, pid: int, exe: str) -> Path:
-    folder.mkdir()
-    (folder / "state.json").write_text(json.dumps({"processes": [{"name": "etcd", "pid": pid, "exe": exe}]}))
-    return folder
-
-
-def test_the_node_lock_refuses_a_running_node_and_outlives_a_dead_one(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A machine restart leaves the lock and the other cluster's state.json; neither is a node."""
-    lock = tmp_path / "pallas-node.json"
-    monkeypatch.setattr(network, "LOCK", lock)
-    mine = tmp_path / "mine"
-    with subprocess.Popen(["/bin/sleep", "30"]) as sleeper:
-        try:
-            # Popen returns once forked, maybe before the child runs sleep: wait until it does.
-            cmdline = Path(f"/proc/{sleeper.pid}/cmdline")
-            deadline = time.monotonic() + 10
-            while not cmdline.read_bytes().startswith(b"/bin/sleep") and time.monotonic() < deadline:
-                time.sleep(0.01)
-            running = _state(tmp_path / "running", sleeper.pid, "/bin/sleep")
-            lock.write_text(json.dumps({"state_dir": str(running), "bridge": "pallas0"}))
-            with pytest.raises(
-                NodeError, match=f"another local node runs on this machine \\(state in {running}\\)"
-            ):
-                network.take_lock(DEFAULTS, mine)
-        finally:
-            sleeper.kill()
-    sleeper.wait()
-    dead = _state(tmp_path / "dead", sleeper.pid, "/bin/sleep")
-    recycled = _state(tmp_path / "recycled", os.getpid(), "/usr/local/bin/etcd")  # a pid now running pytest
-    for stale in (dead, recycled):
-        lock.write_text(json.dumps({"state_dir": str(stale), "bridge": "pallas0"}))
-        network.take_lock(DEFAULTS, mine)
-        assert json.loads(lock.read_text())["state_dir"] == str(mine)

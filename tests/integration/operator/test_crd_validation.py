@@ -30,7 +30,7 @@ def _create(cluster: LocalCluster, manifest: Manifest) -> Any:
 def test_invalid_manifest_is_refused_saying_what_to_fix(
     pallas_crds: LocalCluster, namespace: str, case: Case
 ) -> None:
-    """The same cases `pallas validate` must report (tests/unit/test_validate_command.py)."""
+    """The same cases `pallas validate` must report (tests/integration/runtime/test_validate_command.py)."""
     manifest = copy.deepcopy(case.manifest)
     in_namespace(namespace)(manifest)
     result = _create(pallas_crds, manifest)

@@ -14,7 +14,6 @@ import os
 from collections.abc import Hashable, Mapping
 from pathlib import Path
 
-import httpx2
 import pytest
 
 from pallas_io.logs import setup_logging
@@ -24,7 +23,6 @@ from pallas_operator.engine.prober import Prober, ProbeTarget
 from pallas_operator.engine.provider_reports import ProviderReports, ReportSource, _checks
 from pallas_operator.engine.queue import WorkQueue
 from pallas_operator.k8s.apply import fingerprint
-from pallas_operator.probe_server import ProbeEndpoints
 from pallas_operator.service_resolver import ServiceResolver, parse_pairs
 from pallas_operator.status import HealthResult, ProviderCheck, ProviderReport, Verification
 
@@ -205,22 +203,6 @@ def test_a_report_keeps_its_deployments_providers_and_refuses_what_is_not_one() 
     for bad in ({"status": "ok"}, [], {"providers": [{"name": "x", "status": "fine"}]}):
         with pytest.raises(ValueError, match=r"providers|status"):
             _checks(bad, "ouranos")
-
-
-async def test_probe_server_answers_probes_and_metrics() -> None:
-    ready = False
-    server = ProbeEndpoints(lambda: b"pallas_operator_reconcile_total 1\n", lambda: ready)
-    await server.start("127.0.0.1", 0)
-    try:
-        async with httpx2.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as http:
-            assert (await http.get("/healthz")).status_code == 200
-            assert (await http.get("/readyz")).status_code == 503
-            ready = True
-            assert (await http.get("/readyz")).status_code == 200
-            assert (await http.get("/metrics")).text == "pallas_operator_reconcile_total 1\n"
-            assert (await http.post("/metrics")).status_code == 405
-    finally:
-        await server.stop()
 
 
 def test_command_refuses_namespaces_with_all_namespaces() -> None:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import base64
-import subprocess
-import sys
 
 import pytest
 from a2a.helpers import new_task, new_text_part
@@ -95,15 +93,6 @@ async def test_the_task_store_keeps_the_newest_and_never_a_running_task() -> Non
     assert await store.get("t2", alice) is None
     assert await store.get("t3", alice) is not None
     assert await store.get("t3", bob) is None  # a caller reads its own tasks only
-
-
-def test_the_sdk_is_imported_only_by_an_agent_that_serves_or_calls_a2a() -> None:
-    code = (
-        "import sys, pallas_runtime.server, pallas_runtime.agent.live, pallas_runtime.commands.agent;"
-        "print(sorted(m for m in sys.modules if m == 'a2a' or m.startswith('a2a.')))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
 
 
 def test_turning_a2a_off_needs_a_new_process_and_new_tags_do_not() -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 PIN = re.compile(r"^([A-Za-z0-9_.-]+)(\[[^\]]*\])?==(\S+)$")
 
 

@@ -12,7 +12,7 @@ import yaml
 from tests.support.invalid_manifests import INVALID, PASSWORD
 from tests.support.operator import agent, at, deployment, spec
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _validate(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:

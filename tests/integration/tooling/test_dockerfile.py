@@ -30,7 +30,7 @@ import pytest
 from pallas_runtime import cli
 from tests.support.agents import pallas_argv
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 DOCKERFILE = REPO / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"
 VENV = "/opt/pallas"
