@@ -12,9 +12,15 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml requirements/build.lock r
 UV_VERSION := 0.13.9
 MONITORING ?= 0
 NETWORK_POLICY ?= 0
+# pytest-xdist workers for `make test`: one lane for the node's tests, one for the control plane's,
+# and two for everything else (tests/conftest.py); most of their time is waiting on processes.
+WORKERS ?= 4
+# The set-up steps of `make test` at once: the Go builds, the image and npm/apt downloads overlap.
+SETUP_JOBS ?= 4
+PYTEST_LANES := -n $(WORKERS) --dist loadgroup
 
-.PHONY: help venv lock k8s-bins cluster-addons jaeger mcp-peers system-deps image lint verify test test-unit test-integration \
-        test-e2e cluster-up cluster-down cluster-status demo demo-down clean
+.PHONY: help venv lock k8s-bins cluster-addons jaeger mcp-peers system-deps image lint verify check test test-setup \
+        test-unit test-integration test-e2e coverage cluster-up cluster-down cluster-status demo demo-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -75,17 +81,29 @@ verify: venv ## regenerate crds/ from the models and fail if the committed files
 	    echo "make verify: generated files are stale or untracked (run hack/generate/crds, hack/generate/chart and commit):" >&2; \
 	    echo "$$stale" | sed 's/^/  /' >&2; exit 1; fi
 
-test-unit: venv k8s-bins ## pure tests (the chart tests run helm template)
-	$(BIN)/pytest tests/unit
+check: lint ## the loop before every commit: lint, then the unit tier on every core (no process, socket or binary)
+	$(BIN)/pytest tests/unit -n auto
+
+test-unit: venv ## the unit tier on every core (each test bounded at 5 s; PALLAS_UNIT_TIMEOUT)
+	$(BIN)/pytest tests/unit -n auto
+
+test-setup: k8s-bins cluster-addons mcp-peers jaeger system-deps image ## everything the integration and e2e tiers run on
 
 test-integration: venv k8s-bins cluster-addons mcp-peers jaeger system-deps ## tests against the real local control plane
-	$(BIN)/pytest tests/integration
+	$(BIN)/pytest tests/integration $(PYTEST_LANES)
 
 test-e2e: venv k8s-bins cluster-addons mcp-peers jaeger system-deps image ## the whole product as containers on the local node
 	$(BIN)/pytest tests/e2e
 
-test: lint verify k8s-bins cluster-addons mcp-peers jaeger system-deps image ## lint and every test tier (what CI runs)
-	$(BIN)/pytest tests
+# Lint, the generated files' check and every set-up step run at once (their logs each in one
+# piece), then every tier in one pytest run on $(WORKERS) workers.
+test: venv ## lint and every test tier (what CI runs)
+	$(MAKE) --no-print-directory -j$(SETUP_JOBS) --output-sync=target lint verify test-setup
+	PALLAS_UNIT_TIMEOUT=15 $(BIN)/pytest tests $(PYTEST_LANES)
+
+coverage: venv test-setup ## `make test`'s tests with line coverage of the product packages (htmlcov/, coverage.json)
+	PALLAS_UNIT_TIMEOUT=30 $(BIN)/pytest tests $(PYTEST_LANES) --cov --cov-report=term:skip-covered \
+	  --cov-report=json --cov-report=html
 
 cluster-up: k8s-bins cluster-addons system-deps ## start (or reuse) the local cluster: control plane and node
 	hack/local/cluster up
