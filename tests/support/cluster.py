@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from lightkube import AsyncClient, Client, KubeConfig
+from lightkube import ApiError, AsyncClient, Client, KubeConfig
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, ServiceAccount
 
@@ -94,7 +94,35 @@ def kube_cluster() -> Iterator[LocalCluster]:
         if not was_running:
             (run_dir() / STARTED_MARK).touch()
     env = json.loads(_hack_cluster("env", "--json").stdout)
-    yield LocalCluster(Path(env["kubeconfig"]), str(Path(env["bin_dir"]) / "kubectl"))
+    cluster = LocalCluster(Path(env["kubeconfig"]), str(Path(env["bin_dir"]) / "kubectl"))
+    yield cluster
+    _await_deletions(cluster)
+
+
+# Namespaces this process deleted: their deletion is awaited once, when the process's session
+# ends, so no test waits for another's clean-up and the next run starts on an empty cluster (a
+# cluster-wide operator indexes whatever is left).
+_DELETING: list[str] = []
+DELETED_WITHIN = 180.0
+
+
+def _await_deletions(cluster: LocalCluster) -> None:
+    client = Client(config=cluster.config(), field_manager="pallas-tests")
+    deadline = time.monotonic() + DELETED_WITHIN
+    try:
+        while _DELETING:
+            try:
+                client.get(Namespace, _DELETING[-1])
+            except ApiError as exc:
+                if exc.status.code != 404:
+                    raise
+                _DELETING.pop()
+                continue
+            if time.monotonic() > deadline:
+                pytest.fail(f"namespaces not deleted within {DELETED_WITHIN:g}s: {', '.join(_DELETING)}")
+            time.sleep(0.5)
+    finally:
+        client.close()
 
 
 def stop_started_cluster() -> None:
@@ -129,6 +157,7 @@ def namespace(kube_cluster: LocalCluster, request: pytest.FixtureRequest) -> Ite
         yield name
     finally:
         client.delete(Namespace, name)
+        _DELETING.append(name)
         client.close()
 
 
