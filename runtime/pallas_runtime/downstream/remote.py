@@ -88,7 +88,8 @@ LEAST_RETRY_PAUSES = (0.0, 0.25, 0.5, 1.0)
 """The least wait before the 2nd, 3rd, 4th and 5th attempt. The first retry goes at once (a new
 connection usually reaches the replica that now serves); when that session is gone too, the
 Service's endpoints are still moving (a rollout), and trying again at once would meet the same
-moment of it."""
+moment of it. A table, not `pallas_io.backoff`: each step is only a floor under the pause the
+server asks for, and the first retry goes at once."""
 
 NEEDS_CALLER_CREDENTIALS = "needs caller credentials"
 """The note of a source that refuses a probe without a bearer and is called with the caller's."""
