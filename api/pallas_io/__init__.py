@@ -17,7 +17,8 @@ what the operator, the agent runtime and the registry do alike when they touch t
 - `kube`: the two custom resources as lightkube resource classes, for every API-server client;
 - `serving`, `http_limits`: serving an ASGI app with uvicorn, one way for the agents, the registry
   and `pallas run`, every request head bounded in size, field count and time before the app;
-- `heap`: the garbage collector's settings of a serving process (the start-up heap frozen).
+- `heap`: the garbage collector's settings of a serving process (the start-up heap frozen);
+- `backoff`: the one exponential backoff (the pause before a retry), pure arithmetic.
 
 It may import `pallas_api`, never the operator, the runtime or the registry; `pallas_api` never imports it
 (contracts in pyproject.toml).

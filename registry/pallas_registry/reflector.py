@@ -26,6 +26,8 @@ from lightkube import ApiError, AsyncClient
 from lightkube.core.client import FieldSelector
 from lightkube.generic_resource import GenericNamespacedResource
 
+from pallas_io.backoff import backoff
+
 log = logging.getLogger("pallas.registry")
 
 ListHandler = Callable[[list[Mapping[str, Any]]], None]
@@ -83,7 +85,7 @@ class Reflector:
         self._watch_timeout = watch_timeout
         self._max_backoff = max_backoff
         self._version: str | None = None
-        self._backoff = _MIN_BACKOFF
+        self._failures = 0  # API calls failed in a row: how long the next pause is
         self.synced = False
         """True once a first list has been handed over."""
         self.healthy = False
@@ -91,7 +93,7 @@ class Reflector:
 
     def _set_healthy(self, healthy: bool, problem: str = "") -> None:
         if healthy:
-            self._backoff = _MIN_BACKOFF
+            self._failures = 0
         if healthy != self.healthy:
             kind = self._resource.__name__
             if healthy:
@@ -137,8 +139,8 @@ class Reflector:
         await asyncio.sleep(_OPTIONAL_RETRY)
 
     async def _pause(self) -> None:
-        await asyncio.sleep(self._backoff)
-        self._backoff = min(self._backoff * 2, self._max_backoff)
+        await asyncio.sleep(backoff(self._failures, first=_MIN_BACKOFF, cap=self._max_backoff))
+        self._failures += 1
 
     async def run(self) -> None:
         """Reflect until cancelled."""

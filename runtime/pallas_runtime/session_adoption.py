@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import logging
 import re
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
 from anyio.abc import TaskStatus
+from cachetools import LRUCache
 from mcp.server.connection import Connection
 from mcp.server.runner import serve_connection
 from mcp.server.streamable_http import StreamableHTTPServerTransport
@@ -51,15 +51,12 @@ class EndedSessions:
     """The ids of sessions this process had and closed, newest last (bounded)."""
 
     def __init__(self, size: int = ENDED_REMEMBERED) -> None:
-        self._ids: OrderedDict[str, None] = OrderedDict()
-        self._size = size
+        # Adding moves an id to the newest end and evicts the oldest; `in` moves nothing.
+        self._ids: LRUCache[str, None] = LRUCache(maxsize=size)
 
     def add(self, session: str) -> None:
         """Remember `session` as ended (forgetting the oldest past the bound)."""
         self._ids[session] = None
-        self._ids.move_to_end(session)
-        while len(self._ids) > self._size:
-            self._ids.popitem(last=False)
 
     def __contains__(self, session: object) -> bool:
         return session in self._ids

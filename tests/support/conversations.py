@@ -32,6 +32,7 @@ from pallas_runtime.messages import (
     ToolResultsMessage,
     UserMessage,
 )
+from tests.support import waiting
 
 StoreFactory = Callable[..., AbstractAsyncContextManager[ConversationStore]]
 """`factory(max_messages=..., turn_wait=..., ttl_seconds=...)` → a started store, closed on exit."""
@@ -57,12 +58,7 @@ def turns_on(store: ConversationStore, k: ConversationKey) -> int:
 
 async def until(check: Callable[[], bool], what: str, within: float = WAIT) -> None:
     """Yield to the loop until `check()` holds; fail naming `what` after `within` loop seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while not check():
-        if loop.time() > deadline:
-            pytest.fail(f"{what} did not happen within {within:g}s")
-        await asyncio.sleep(0.001)
+    await waiting.until(what, check, within, interval=0.001, clock=asyncio.get_running_loop().time)
 
 
 async def wall_clock_moved() -> None:

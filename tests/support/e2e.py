@@ -11,8 +11,9 @@
   operator runs as a pod and reaches agents by their cluster DNS names.
 - `create_namespace` / `delete_namespace`: a namespace for a whole module; deleting waits until it
   is gone (the kubelet stops the pods).
-- `until(what, probe, within)`: poll a probe (sync or async) until it returns something truthy;
-  on timeout the failure names what did not happen, the last value seen and any diagnostics.
+- `until(what, probe, within)` (`tests.support.waiting`'s): poll a probe (sync or async) until it
+  returns something truthy; on timeout the failure names what did not happen, the last value seen
+  and any diagnostics.
 - `scrape(url)`: GET a Prometheus text endpoint and parse it (prometheus_client's parser).
 """
 
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import json
 import subprocess
 import sys
@@ -40,6 +40,7 @@ from lightkube.resources.core_v1 import Namespace, ServiceAccount
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.cluster import HACK_CLUSTER, REPO, LocalCluster
+from tests.support.waiting import until as until  # the e2e tests' waiting, re-exported
 
 T = TypeVar("T")
 HACK_IMAGE = REPO / "hack" / "build" / "image"
@@ -55,32 +56,6 @@ def tail(path: Path, lines: int = 40) -> str:
 
 
 # --- waiting --------------------------------------------------------------------------------
-
-
-async def until(
-    what: str,
-    probe: Callable[[], Any],
-    within: float,
-    *,
-    interval: float = 0.25,
-    diagnose: Callable[[], str] | None = None,
-) -> Any:
-    """Poll `probe` (sync or async) until it returns something truthy, and return that.
-
-    On timeout the test fails with `what` did not happen, the last value and `diagnose()`.
-    """
-    deadline = time.monotonic() + within
-    last: Any = None
-    while True:
-        last = probe()
-        if inspect.isawaitable(last):
-            last = await last
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            extra = f"\n{diagnose()}" if diagnose is not None else ""
-            pytest.fail(f"{what} did not happen within {within:g}s (last: {last!r}){extra}", pytrace=False)
-        await asyncio.sleep(interval)
 
 
 def wait_for(what: str, probe: Callable[[], T | None], timeout: float, interval: float = 0.25) -> T:

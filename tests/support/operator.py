@@ -14,7 +14,6 @@ import contextlib
 import copy
 import datetime
 import json
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +30,7 @@ from pallas_operator.runner import Runner
 from pallas_operator.settings import OperatorSettings
 from tests.support.cluster import REPO, LocalCluster
 from tests.support.mcp_servers import RunningServer, serve
+from tests.support.waiting import until
 
 Manifest = dict[str, Any]
 Mod = Callable[[Manifest], None]
@@ -234,15 +234,7 @@ async def pallas_operator(
 
 async def eventually(check: Callable[[], Awaitable[Any]], within: float, what: str) -> Any:
     """Poll an async check until it returns something truthy; fail naming what never happened."""
-    deadline = time.monotonic() + within
-    last: Any = None
-    while True:
-        last = await check()
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} did not happen within {within}s (last: {last!r})")
-        await asyncio.sleep(0.2)
+    return await until(what, check, within, interval=0.2)
 
 
 def total(metrics: OperatorMetrics, name: str) -> float:

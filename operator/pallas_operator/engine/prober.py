@@ -30,7 +30,8 @@ checks go back to the deployment's interval once it has."""
 RETRY_UNVERIFIED = (1.0, 2.0, 4.0, 10.0)
 """Seconds before each new verification attempt of an agent that failed it (the last repeats;
 never longer than its interval). A new pod is often probed before its Service name resolves,
-so the first retries come quickly."""
+so the first retries come quickly. A table, not `pallas_io.backoff`: the steps are a policy (quick
+while DNS catches up, then 10 s), not a doubling."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Hashable, Mapping
 
+from pallas_io.backoff import backoff
 from pallas_io.logs import log_fields
 
 log = logging.getLogger(__name__)
@@ -106,7 +107,7 @@ class WorkQueue:
                         self._failures.pop(key, None)
                     except Exception:
                         failures = self._failures[key] = self._failures.get(key, 0) + 1
-                        again = min(self._max_backoff, 0.5 * 2**failures)
+                        again = backoff(failures, first=0.5, cap=self._max_backoff)
                         log.exception(
                             "reconcile of %s failed (attempt %d); retrying in %.1fs", key, failures, again
                         )

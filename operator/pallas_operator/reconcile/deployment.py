@@ -176,19 +176,29 @@ async def _delegation(op: Operator, owner: Owner, *, wanted: bool) -> None:
     already is what it should be, or already absent.
     """
     namespace, deployment = owner.namespace, owner.name
-    name = names.auth_delegation_binding(namespace, deployment)
     known = op.delegations.known(namespace, deployment)
     if wanted:
+        name = names.auth_delegation_binding(namespace, deployment)
         observed = await op.applier.observe("ClusterRoleBinding", name) if known is None else None
         await op.applier.apply(auth_delegation_binding(owner), observed)
         op.delegations.record(namespace, deployment, exists=True)
         return
-    if known is None:
-        known = await op.applier.observe("ClusterRoleBinding", name) is not None
-    if known:
+    await _delete_binding(op, namespace, deployment, exists=known)
+    op.delegations.record(namespace, deployment, exists=False)
+
+
+async def _delete_binding(op: Operator, namespace: str, deployment: str, *, exists: bool | None) -> None:
+    """Delete the deployment's auth-delegator binding if it `exists` (read once when not known).
+
+    The probe tokens of the agents' ServiceAccount are dropped with it: the deployment has left
+    `auth.mode: kubernetes`, or is gone. Used by both a reconcile and a deletion.
+    """
+    name = names.auth_delegation_binding(namespace, deployment)
+    if exists is None:
+        exists = await op.applier.observe("ClusterRoleBinding", name) is not None
+    if exists:
         await op.applier.delete("", "ClusterRoleBinding", name)
         op.tokens.forget(namespace, names.agents_service_account(deployment))
-    op.delegations.record(namespace, deployment, exists=False)
 
 
 async def _report(
@@ -229,13 +239,7 @@ async def _unbind(op: Operator, namespace: str, name: str) -> None:
     not know it (the deployment went before its first reconcile here), it is read (a GET). One
     of a deployment deleted while no operator ran is the orphan sweep's (`reconcile.orphans`).
     """
-    binding = names.auth_delegation_binding(namespace, name)
-    known = op.delegations.forget(namespace, name)
-    if known is None:
-        known = await op.applier.observe("ClusterRoleBinding", binding) is not None
-    if known:
-        await op.applier.delete("", "ClusterRoleBinding", binding)
-        op.tokens.forget(namespace, names.agents_service_account(name))
+    await _delete_binding(op, namespace, name, exists=op.delegations.forget(namespace, name))
 
 
 def _invalid(op: Operator, record: OwnerRecord, exc: ValidationError) -> DeploymentObservation:

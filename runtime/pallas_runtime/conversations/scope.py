@@ -18,7 +18,8 @@ no caller identity: such an id is shared by every client that knows it (a bearer
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
+
+from cachetools import FIFOCache
 
 from pallas_api.config import ConversationScope
 from pallas_runtime.conversations.caller import ANONYMOUS, Caller
@@ -75,20 +76,17 @@ class SessionLedger:
     """
 
     def __init__(self, sessions: int = SESSIONS_REMEMBERED, ids: int = IDS_PER_SESSION) -> None:
-        self._sessions: OrderedDict[str, OrderedDict[str, None]] = OrderedDict()
-        self._max_sessions = sessions
+        # First in, first out: only `note` makes an entry the newest (taken out and put back,
+        # so iterating gives the ids oldest first); reading one moves nothing.
+        self._sessions: FIFOCache[str, FIFOCache[str, None]] = FIFOCache(maxsize=sessions)
         self._max_ids = ids
 
     def note(self, session_id: str, conversation_id: str) -> None:
         """Remember that the session started or named the conversation."""
-        ids = self._sessions.pop(session_id, None) or OrderedDict()
+        ids = self._sessions.pop(session_id, None) or FIFOCache(maxsize=self._max_ids)
         ids.pop(conversation_id, None)
         ids[conversation_id] = None
-        while len(ids) > self._max_ids:
-            ids.popitem(last=False)
         self._sessions[session_id] = ids
-        while len(self._sessions) > self._max_sessions:
-            self._sessions.popitem(last=False)
 
     def forget(self, session_id: str, conversation_id: str) -> None:
         """The conversation was deleted."""

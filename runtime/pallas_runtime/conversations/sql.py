@@ -36,6 +36,7 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.sql.elements import BindParameter
 
 from pallas_api.config import DEFAULT_HISTORY_BYTES, DEFAULT_MAX_CONNECTIONS
+from pallas_io.backoff import backoff
 from pallas_runtime.conversations import codec, tenancy
 from pallas_runtime.conversations.budget import SizedLru, footprint
 from pallas_runtime.conversations.database import Database, PostgresDatabase, SqliteDatabase
@@ -63,7 +64,8 @@ history from the database only when another process (a replica) wrote to the con
 this one did."""
 RENEW_EVERY = 10.0
 FIRST_RETRY = 0.01
-"""Seconds before asking again for a conversation another process holds (doubling up to 0.5)."""
+"""Seconds before asking again for a conversation another process holds (doubling up to `LAST_RETRY`)."""
+LAST_RETRY = 0.5
 HEARTBEAT_EVERY = 300.0
 """Seconds between two records that the agent runs (`abandonedAfterSeconds` is at least 3600)."""
 CHECK_TIMEOUT = 3.0
@@ -436,7 +438,7 @@ class SqlStore:
 
         Waits while another turn holds it.
         """
-        delay = FIRST_RETRY
+        waits = 0
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._turn_wait
         while True:
@@ -447,10 +449,10 @@ class SqlStore:
                 return version
             if loop.time() >= deadline:
                 raise TimeoutError
-            if delay == FIRST_RETRY:
+            if waits == 0:
                 log.debug("conversation %r is held by another process's turn; waiting for it", key.id)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.5)
+            await asyncio.sleep(backoff(waits, first=FIRST_RETRY, cap=LAST_RETRY))
+            waits += 1
 
     async def _take(self, params: dict[str, Any]) -> str | None:
         """One attempt at the lease: the conversation's version, or None while another turn holds it."""

@@ -42,6 +42,7 @@ from pallas_runtime.conversations.caller import peer_conversation_id
 from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.downstream.call_path import CallPath, CallRefused
 from pallas_runtime.downstream.connection import tls_context
+from pallas_runtime.downstream.inbound_auth import BearerForwarding
 from pallas_runtime.downstream.mcp_server import resolve_headers
 from pallas_runtime.downstream.source import (
     DownstreamError,
@@ -139,10 +140,10 @@ class A2APeerSource:
         """
         self._peer = peer
         self._probe_timeout = probe_timeout
-        self._headers = resolve_headers(peer.name, peer.headers, environ)
-        self._forwards_bearer = peer.forward_inbound_auth and not any(
-            h.lower() == "authorization" for h in self._headers
+        self._auth = BearerForwarding.of(
+            resolve_headers(peer.name, peer.headers, environ), forward_inbound_auth=peer.forward_inbound_auth
         )
+        self._headers = self._auth.configured
         self._base, self._card_path = card_location(peer.url)
         self._http: httpx.AsyncClient | None = None
         self._card: AgentCard | None = None
@@ -159,10 +160,7 @@ class A2APeerSource:
         return self._http
 
     def _call_headers(self, inbound_auth: str | None) -> dict[str, str]:
-        headers = dict(self._headers)
-        if self._forwards_bearer and inbound_auth:
-            headers["Authorization"] = inbound_auth
-        return headers
+        return self._auth.headers(self._auth.bearer(inbound_auth))
 
     async def _fetch_card(self, headers: Mapping[str, str], budget: float) -> AgentCard:
         resolver = A2ACardResolver(self._http_client(), self._base, self._card_path)

@@ -64,6 +64,7 @@ from pallas_runtime.downstream.failures import (
     retry_pause,
     trace_failure,
 )
+from pallas_runtime.downstream.inbound_auth import BearerForwarding
 from pallas_runtime.downstream.source import (
     DownstreamError,
     DownstreamTimeout,
@@ -88,7 +89,8 @@ LEAST_RETRY_PAUSES = (0.0, 0.25, 0.5, 1.0)
 """The least wait before the 2nd, 3rd, 4th and 5th attempt. The first retry goes at once (a new
 connection usually reaches the replica that now serves); when that session is gone too, the
 Service's endpoints are still moving (a rollout), and trying again at once would meet the same
-moment of it."""
+moment of it. A table, not `pallas_io.backoff`: each step is only a floor under the pause the
+server asks for, and the first retry goes at once."""
 
 NEEDS_CALLER_CREDENTIALS = "needs caller credentials"
 """The note of a source that refuses a probe without a bearer and is called with the caller's."""
@@ -166,9 +168,8 @@ class RemoteMcpSource:
         self._transport: Transport = transport
         self._timeout = timeout
         self._probe_timeout = probe_timeout
-        self._headers = dict(headers)
-        explicit_auth = any(key.lower() == "authorization" for key in self._headers)
-        self._forwards_bearer = forward_inbound_auth and not explicit_auth
+        self._auth = BearerForwarding.of(headers, forward_inbound_auth=forward_inbound_auth)
+        self._headers = self._auth.configured
         self._shared = SharedSession(name, self._open_kept, on_lost=self._tools_changed, server=name)
         self._conversations = (
             ConversationSessions(
@@ -198,7 +199,7 @@ class RemoteMcpSource:
     @property
     def forwards_inbound_auth(self) -> bool:
         """Whether a caller's `Authorization` is sent on (forwarding on, no explicit header)."""
-        return self._forwards_bearer
+        return self._auth.forwards
 
     def _keep(self, tool: mcp_types.Tool) -> bool:
         """Which of the endpoint's tools this source offers; subclasses narrow it."""
@@ -305,7 +306,7 @@ class RemoteMcpSource:
         """
         if self._tools is not None and self._cached_generation == self._generation:
             return list(self._tools)
-        bearer = inbound_auth if self._forwards_bearer and inbound_auth else None
+        bearer = self._auth.bearer(inbound_auth)
         listing = self._start_listing(bearer)
         if self._tools is None and self._list_failure is None:
             failure = await asyncio.shield(listing)  # nothing to go on yet: wait for the answer
@@ -405,7 +406,7 @@ class RemoteMcpSource:
             arguments, meta = self._outgoing(arguments, conversation, call_path)
         except CallRefused as exc:
             return ToolOutcome((TextPart(str(exc)),), is_error=True, code=exc.code)
-        bearer = inbound_auth if self._forwards_bearer and inbound_auth else None
+        bearer = self._auth.bearer(inbound_auth)
         relay = _ProgressRelay(f"{self._name}: {tool}", on_progress) if on_progress is not None else None
         result: mcp_types.CallToolResult | None = None
         try:
@@ -498,7 +499,7 @@ class RemoteMcpSource:
 
     async def _with_own(self, bearer: str | None, op: Callable[[ClientSession], Awaitable[T]]) -> T:
         # A session (and HTTP client) of this call's own: the bearer goes nowhere else.
-        headers = {**self._headers, "Authorization": bearer} if bearer is not None else self._headers
+        headers = self._auth.headers(bearer)
 
         async def attempt() -> T:
             recorder = HttpErrorRecorder()
@@ -539,7 +540,7 @@ class RemoteMcpSource:
             # of httpcore2's CPU per request (get_health probes every source on every call).
             connections=AiohttpTransport(verify=tls_context(), pool=pool) if pool is not None else None,
         )
-        if not outcome.ok and self._forwards_bearer and (outcome.unauthorized or outcome.status == 401):
+        if not outcome.ok and self._auth.forwards and (outcome.unauthorized or outcome.status == 401):
             return ProbeResult(source=self._name, ok=True, note=NEEDS_CALLER_CREDENTIALS)
         return ProbeResult(source=self._name, ok=outcome.ok, message=outcome.message)
 

@@ -48,8 +48,8 @@ from pallas_runtime.server.tool_errors import CodedErrors
 from pallas_runtime.server.turn_entry import TurnEntry
 from pallas_runtime.server.warm_up import import_what_fastmcp_defers, skip_key_value_type_checks
 from pallas_runtime.sessions import SessionTable
+from pallas_runtime.spending.factory import ledger_for
 from pallas_runtime.spending.guard import Budgets
-from pallas_runtime.spending.ledger import ledger_for
 
 if TYPE_CHECKING:
     from pallas_runtime.server.a2a import A2ASurface

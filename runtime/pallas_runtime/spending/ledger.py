@@ -16,8 +16,6 @@ from datetime import datetime
 from typing import Protocol
 
 from pallas_api.spending import Window
-from pallas_runtime.conversations.memory import MemoryStore
-from pallas_runtime.conversations.model import ConversationStore
 
 AGENT_SUBJECT = "*"
 """The subject of the agent as a whole (a caller's owner key is `sub:…` or `anonymous`)."""
@@ -77,16 +75,3 @@ class MemoryLedger:
             self._spent[bucket] = new = Spent(old.tokens + tokens, old.micros + micros)
             totals.append(new)
         return totals
-
-
-def ledger_for(store: ConversationStore) -> Ledger:
-    """Spend kept where the conversations are: a database store's tables, else in memory.
-
-    The SQL ledger (and sqlalchemy with it) is imported only for a database store.
-    """
-    if isinstance(store, MemoryStore):
-        return MemoryLedger()
-    from pallas_runtime.conversations.sql import SqlStore
-    from pallas_runtime.spending.sql_ledger import SqlLedger
-
-    return SqlLedger(store) if isinstance(store, SqlStore) else MemoryLedger()

@@ -20,6 +20,7 @@ import anyio
 import mcp_types
 from mcp import ClientSession
 
+from pallas_io.backoff import backoff
 from pallas_io.probe import leaf_exceptions
 from pallas_runtime import __version__
 from pallas_runtime.stdio.lines import framed
@@ -102,12 +103,14 @@ class StdioServer:
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        delay = FIRST_DELAY
+        failures = 0  # lives in a row that ended before `STEADY_SECONDS`
         while True:
             began = loop.time()
             ended = await self._live()
             if self._link.paced:
-                delay = FIRST_DELAY if loop.time() - began >= STEADY_SECONDS else delay
+                if loop.time() - began >= STEADY_SECONDS:
+                    failures = 0
+                delay = backoff(failures, first=FIRST_DELAY, cap=MAX_DELAY)
                 log.warning(
                     "%s: lost (%s); starting it again in %gs",
                     self.name,
@@ -116,7 +119,7 @@ class StdioServer:
                     extra={"server": self.name},
                 )
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, MAX_DELAY)
+                failures += 1
             else:
                 log.warning(
                     "%s: lost (%s); waiting for it again", self.name, ended, extra={"server": self.name}

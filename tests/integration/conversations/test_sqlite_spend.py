@@ -6,7 +6,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from pallas_runtime.conversations.sql import SqlStore, engine_url
-from pallas_runtime.spending.ledger import Bucket, ledger_for
+from pallas_runtime.spending.factory import ledger_for
+from pallas_runtime.spending.ledger import Bucket
 from pallas_runtime.spending.sql_ledger import SqlLedger
 
 START = datetime(2026, 11, 28, tzinfo=UTC)

@@ -17,18 +17,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from lightkube import ApiError, AsyncClient
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Node, Pod
 
 from pallas_io.kube import PallasAgent
+from tests.support import waiting
 from tests.support.cluster import LocalCluster
 from tests.support.e2e import (
     LocalNode,
@@ -53,6 +53,11 @@ OPERATOR_LABELS = {"app.kubernetes.io/component": "operator"}
 
 class NotSettled(Exception):
     """A wait ran out: what did not happen, and the last thing seen."""
+
+
+def _not_settled(message: str) -> NoReturn:
+    """How a soak's wait ends when time is up: an exception the soak reports, not a test failure."""
+    raise NotSettled(message)
 
 
 @dataclass
@@ -195,17 +200,8 @@ class SoakWorld:
             NotSettled: not within `within` seconds.
         """
         started = time.monotonic()
-        last: Any = None
-        while True:
-            with contextlib.suppress(ApiError):
-                last = probe()
-                if inspect.isawaitable(last):
-                    last = await last
-                if last:
-                    return time.monotonic() - started
-            if time.monotonic() - started > within:
-                raise NotSettled(f"{what} did not happen within {within:g}s (last: {last!r})")
-            await asyncio.sleep(interval)
+        await waiting.until(what, probe, within, interval=interval, ignore=(ApiError,), fail=_not_settled)
+        return time.monotonic() - started
 
     async def until_settled(self, within: float) -> float:
         last: list[str | None] = [None]

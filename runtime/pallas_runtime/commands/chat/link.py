@@ -23,11 +23,13 @@ from mcp import MCPError
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp_types import CONNECTION_CLOSED
 
+from pallas_io.backoff import backoff
 from pallas_runtime.draining import refusal_pause
 
-RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0, 8.0, 8.0)
-"""Waits between attempts to open a new session (about 24 s in all): long enough for a local
-agent to start again or a replacement pod to become ready, short enough that a person waits."""
+RETRY_DELAYS = tuple(backoff(attempt, first=0.5, cap=8.0) for attempt in range(6))
+"""Waits between attempts to open a new session (0.5, 1, 2, 4, 8 and 8 s: about 24 s in all):
+long enough for a local agent to start again or a replacement pod to become ready, short enough
+that a person waits."""
 SESSION_HEADER = "mcp-session-id"
 TRANSPORT_ERRORS = (RuntimeError, httpx2.HTTPError, OSError)
 """What fastmcp and httpx2 raise when a connection cannot be made or breaks."""
