@@ -8,7 +8,8 @@ CloudNativePG keeps `api/v1/*_types.go`); every public name is importable from h
 
 - `deployment`: `PallasDeploymentSpec` and its parts (providers, servers, auth, telemetry…);
 - `agent`: `PallasAgentSpec` and its parts (pods, access, topology spread…);
-- `common`: the patterns, Secret references, headers and selectors both kinds use.
+- `common`: the patterns, Secret references, headers and selectors both kinds use (and the list
+  validators `SET` and `ONCE` the kinds' modules build with, not re-exported).
 
 The field types the specs share with an agent's runtime config are `pallas_api.fields`, below
 both: neither the specs nor the config import each other.
@@ -35,10 +36,8 @@ from pallas_api.spec.common import (
     ICON_SRC,
     LABEL_KEY,
     MODEL_REF,
-    ONCE,
     OPTIONAL_HTTP_URL,
     REVERSE_DNS,
-    SET,
     EnvVar,
     HeaderSpec,
     LabelKey,
@@ -96,11 +95,9 @@ __all__ = [
     "LABEL_KEY",
     "MODEL_REF",
     "NODE_FAILURE_TAINTS",
-    "ONCE",
     "OPTIONAL_HTTP_URL",
     "RESOURCE_ATTRIBUTE_KEY",
     "REVERSE_DNS",
-    "SET",
     "UNDECLARED_MODEL",
     "A2AAgentSpec",
     "A2ASpec",
