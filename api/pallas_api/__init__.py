@@ -4,9 +4,12 @@ One package, imported by all three and importing none of them (as CloudNativePG'
 
 - `names`: the API group, kinds, labels, annotations, child names and in-cluster URLs;
 - `wire`: the one camelCase convention of the models;
-- `spec`: the PallasDeployment / PallasAgent spec models (the schema users write);
+- `spec`: the PallasDeployment / PallasAgent spec models (the schema users write), one module
+  per kind;
 - `status` / `conditions`: the status models, phases, health statuses, condition types and reasons;
 - `config`: one agent's runtime config (the ConfigMap contract between operator and pod);
+- `fields`: the patterns, bounds, defaults and settings models `spec` and `config` share, below
+  both, so neither imports the other;
 - `live`: which config edits a running agent takes in place and which need a new process, and
   the config hashes the operator and the pods compare;
 - `render`: the pure mapping from specs to an agent config (operator and `pallas run` alike);

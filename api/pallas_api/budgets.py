@@ -9,7 +9,7 @@ raises the limit with it and the pod is not OOM-killed for holding what its spec
 
 from __future__ import annotations
 
-from pallas_api.config import MiB
+from pallas_api.fields import MiB
 from pallas_api.spec import PallasAgentSpec
 
 PROCESS_BYTES = 768 * MiB

@@ -14,8 +14,9 @@ import yaml
 from pydantic import BaseModel
 
 from pallas_api import names
+from pallas_api.fields import SERVER_NAME
 from pallas_api.schema import structural_schema
-from pallas_api.spec import AGENT_SELECTOR_KEYS, MODEL_REF, SERVER_NAME, PallasAgentSpec, PallasDeploymentSpec
+from pallas_api.spec import AGENT_SELECTOR_KEYS, MODEL_REF, PallasAgentSpec, PallasDeploymentSpec
 from pallas_api.status import PallasAgentStatus, PallasDeploymentStatus
 
 AGENT_NAME = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"

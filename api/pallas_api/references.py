@@ -31,6 +31,15 @@ def listing(items: Iterable[str]) -> str:
     return ", ".join(sorted(items))
 
 
+def agents_not_found(missing: Iterable[str]) -> Problem:
+    """The problem of an agent whose `agents` or `dependsOn` name PallasAgents that do not exist.
+
+    The one wording of it: `check_references` reports it, and `render_agent` raises it for a peer
+    it has no URL of.
+    """
+    return Problem(AGENT_NOT_FOUND, f"PallasAgents not found in this namespace: {listing(missing)}")
+
+
 def find_cycle(name: str, dependencies: Sequence[str], graph: DependencyGraph) -> list[str] | None:
     """A dependency path from `name` back to itself (`[name, ..., name]`), if there is one."""
     stack: list[tuple[str, list[str]]] = [(dep, [name, dep]) for dep in reversed(dependencies)]
@@ -75,7 +84,7 @@ def check_references(
         )
     missing = [a for a in spec.dependencies() if a not in graph]
     if missing:
-        return Problem(AGENT_NOT_FOUND, f"PallasAgents not found in this namespace: {listing(missing)}")
+        return agents_not_found(missing)
     cycle = find_cycle(name, spec.dependencies(), graph)
     if cycle:
         return Problem(DEPENDENCY_CYCLE, "agents and dependsOn form a cycle: " + " -> ".join(cycle))

@@ -40,10 +40,12 @@ from pallas_api.config import (
     ToolExposure,
 )
 from pallas_api.model_rules import effort_refusal
+from pallas_api.references import agents_not_found
 from pallas_api.spec import (
     ConversationsSpec,
     HeaderSpec,
     LogLevel,
+    McpServerSpec,
     PallasAgentSpec,
     PallasDeploymentSpec,
     ProviderSpec,
@@ -75,6 +77,10 @@ class SecretBinding:
 
     env: str
     ref: SecretKeyRef
+
+
+Bindings = tuple[SecretBinding, ...]
+"""The Secret keys one part of an agent's config reads, by the names it reads them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,13 +193,9 @@ def _tool_exposure(deployment: ToolExposureSpec, agent: ToolExposureSpec) -> Too
 
 
 def _store(
-    spec: ConversationsSpec,
-    agent: PallasAgentSpec,
-    identity: str,
-    secrets: list[SecretBinding],
-    *,
-    local: bool,
-) -> ConversationStoreConfig:
+    spec: ConversationsSpec, agent: PallasAgentSpec, identity: str, *, local: bool
+) -> tuple[ConversationStoreConfig, Bindings]:
+    """The agent's conversation store, and the binding of a database store's DSN."""
     store = spec.store or ("sqlite" if local else "memory")
     common = {
         "type": store,
@@ -203,17 +205,18 @@ def _store(
         "abandoned_after_seconds": spec.abandoned_after_seconds,
     }
     if store != "postgres" or spec.postgres is None:
-        return ConversationStoreConfig.model_validate(common)
+        return ConversationStoreConfig.model_validate(common), ()
     dsn_env = env_name("CONVERSATIONS", "DSN")
-    secrets.append(SecretBinding(dsn_env, spec.postgres.dsn.secret_key_ref))
-    return ConversationStoreConfig.model_validate(
+    dsn = spec.postgres.dsn.secret_key_ref
+    config = ConversationStoreConfig.model_validate(
         {
             **common,
             "dsn_env": dsn_env,
-            "dsn_source": secret_source(spec.postgres.dsn.secret_key_ref, local=local),
+            "dsn_source": secret_source(dsn, local=local),
             "max_connections": spec.postgres.max_connections,
         }
     )
+    return config, (SecretBinding(dsn_env, dsn),)
 
 
 def render_auth(
@@ -267,10 +270,11 @@ def _check_effort(agent: PallasAgentSpec, provider_name: str, provider: Provider
 
 
 def _headers(
-    kind: str, source: str, specs: Sequence[HeaderSpec], secrets: list[SecretBinding], *, local: bool
-) -> list[HeaderConfig]:
+    kind: str, source: str, specs: Sequence[HeaderSpec], *, local: bool
+) -> tuple[list[HeaderConfig], Bindings]:
     """A source's headers for the runtime: literal values as given, Secret values by env var."""
     headers = []
+    secrets = []
     for index, header in enumerate(specs):
         if header.value_from is not None:
             var = env_name(kind, source, "HEADER", str(index))
@@ -279,7 +283,182 @@ def _headers(
             headers.append(HeaderConfig(name=header.name, value_from_env=var, value_source=origin))
         else:
             headers.append(HeaderConfig(name=header.name, value=header.value))
-    return headers
+    return headers, tuple(secrets)
+
+
+def _provider(
+    model_ref: str, deployment: PallasDeploymentSpec, *, local: bool
+) -> tuple[ProviderConfig, Bindings]:
+    """The provider serving `model_ref` (`<provider>.<model>`), and the binding of its API key.
+
+    Raises:
+        RenderError: the deployment defines no provider of that name.
+    """
+    name, _ = split_model(model_ref)
+    spec = deployment.providers.get(name)
+    if spec is None:
+        raise RenderError(
+            PROVIDER_NOT_FOUND,
+            f"model {model_ref!r} names provider {name!r}, which the deployment does not define",
+            (name,),
+        )
+    api_key_env = api_key_source = None
+    secrets: Bindings = ()
+    if spec.api_key is not None:
+        api_key_env = provider_key_env(name)
+        api_key_source = secret_source(spec.api_key.secret_key_ref, local=local)
+        secrets = (SecretBinding(api_key_env, spec.api_key.secret_key_ref),)
+    return ProviderConfig(
+        name=name,
+        type=spec.type,
+        base_url=spec.base_url,
+        api_key_env=api_key_env,
+        api_key_source=api_key_source,
+        timeout_seconds=spec.timeout_seconds,
+        max_retries=spec.max_retries,
+        streaming=spec.capabilities.streaming is not False,
+        api=spec.api,
+        credentials=spec.credentials,
+        platform=spec.platform,
+        region=spec.region,
+        project_id=spec.project_id,
+    ), secrets
+
+
+def _other_models(model_ref: str, deployment: PallasDeploymentSpec) -> list[ModelOption]:
+    """The models besides `model_ref` a call may choose: those the deployment declares for its provider."""
+    provider = split_model(model_ref)[0]
+    return [
+        ModelOption(model=split_model(ref)[1], capabilities=deployment.model.capabilities_of(ref))
+        for ref in [deployment.model.default, *deployment.model.models]
+        if split_model(ref)[0] == provider and ref != model_ref
+    ]
+
+
+def _server_url(
+    server: str, spec: McpServerSpec, deployment: str, namespace: str, stdio_urls: Mapping[str, str] | None
+) -> str:
+    """Where the agent reaches a server: its `url`, or for a stdio server the bridge hosting it.
+
+    The bridge is `pallas run`'s (`stdio_urls`), else the Service the operator hosts it behind.
+
+    Raises:
+        RenderError: a stateful stdio server in a cluster (only `pallas run` hosts a process per
+            session).
+    """
+    if spec.stdio is None:
+        if spec.url is None:  # pragma: no cover - McpServerSpec._url_or_stdio refuses it
+            raise AssertionError(f"mcpServers {server} has neither url nor stdio")
+        return spec.url
+    if spec.stateful and stdio_urls is None:
+        raise RenderError(
+            STDIO_NOT_HOSTABLE,
+            f"mcpServers {server} is a stateful stdio server: that needs a process per "
+            "session, which only `pallas run` hosts; in a cluster run it as an HTTP server "
+            "(url) or drop stateful",
+            (server,),
+        )
+    return (stdio_urls or {}).get(server) or names.stdio_server_url(deployment, server, namespace)
+
+
+def _servers(
+    agent: PallasAgentSpec,
+    deployment: PallasDeploymentSpec,
+    *,
+    namespace: str,
+    local: bool,
+    stdio_urls: Mapping[str, str] | None,
+) -> tuple[list[DownstreamServer], Bindings]:
+    """The deployment's MCP servers the agent uses, and the bindings of their secret headers.
+
+    Raises:
+        RenderError: a server the deployment does not define, or a stateful stdio server in a
+            cluster.
+    """
+    missing = [s for s in agent.servers if s not in deployment.mcp_servers]
+    if missing:
+        raise RenderError(
+            SERVER_NOT_FOUND, f"mcpServers {', '.join(missing)} not defined by the deployment", tuple(missing)
+        )
+    servers = []
+    secrets: Bindings = ()
+    for name in agent.servers:
+        spec = deployment.mcp_servers[name]
+        url = _server_url(name, spec, agent.deployment, namespace, stdio_urls)
+        headers, header_secrets = _headers("SERVER", name, spec.headers, local=local)
+        secrets += header_secrets
+        servers.append(
+            DownstreamServer(
+                name=name,
+                url=url,
+                transport=spec.transport,
+                headers=headers,
+                forward_inbound_auth=spec.forward_inbound_auth,
+                timeout_seconds=spec.timeout_seconds,
+                max_result_bytes=spec.max_result_bytes,
+                stateful=spec.stateful,
+                sessions=spec.sessions,
+                require_approval=spec.require_approval,
+            )
+        )
+    return servers, secrets
+
+
+def _peers(agent: PallasAgentSpec, agent_urls: Mapping[str, str]) -> list[PeerAgent]:
+    """The PallasAgents the agent calls, at their URLs.
+
+    Raises:
+        RenderError: an agent without a URL, i.e. not among the namespace's PallasAgents (the same
+            problem `check_references` reports).
+    """
+    missing = [peer for peer in agent.agents if peer not in agent_urls]
+    if missing:
+        problem = agents_not_found(missing)
+        raise RenderError(problem.reason, problem.message, tuple(missing))
+    return [PeerAgent(name=peer, url=agent_urls[peer]) for peer in agent.agents]
+
+
+def _a2a_peers(
+    agent: PallasAgentSpec, deployment: PallasDeploymentSpec, *, local: bool
+) -> tuple[list[A2APeer], Bindings]:
+    """The deployment's external A2A agents the agent calls, and the bindings of their secret headers.
+
+    Raises:
+        RenderError: an A2A agent the deployment does not define.
+    """
+    missing = [a for a in agent.a2a_agents if a not in deployment.a2a_agents]
+    if missing:
+        raise RenderError(
+            AGENT_NOT_FOUND, f"a2aAgents {', '.join(missing)} not defined by the deployment", tuple(missing)
+        )
+    peers = []
+    secrets: Bindings = ()
+    for name in agent.a2a_agents:
+        external = deployment.a2a_agents[name]
+        headers, header_secrets = _headers("A2A", name, external.headers, local=local)
+        secrets += header_secrets
+        peers.append(
+            A2APeer(
+                name=name,
+                url=external.url,
+                headers=headers,
+                forward_inbound_auth=external.forward_inbound_auth,
+                timeout_seconds=external.timeout_seconds,
+                max_result_bytes=external.max_result_bytes,
+            )
+        )
+    return peers, secrets
+
+
+def _history(agent: PallasAgentSpec, deployment: PallasDeploymentSpec) -> HistoryLimits:
+    """The agent's history limits; `maxMessages` falls back to the deployment's, then the default."""
+    return HistoryLimits(
+        max_messages=agent.history.max_messages
+        or deployment.conversations.max_messages
+        or HistoryLimits().max_messages,
+        max_conversations=agent.history.max_conversations,
+        max_bytes=agent.history.max_bytes,
+    )
 
 
 def render_agent(
@@ -313,113 +492,19 @@ def render_agent(
         RenderError: a model provider, server or agent that does not exist, access lists that
             cannot be enforced, or a stateful stdio server in a cluster.
     """
+    # The parts in the order a user fixes them: who may call, the model, then what it calls.
     auth = render_auth(agent, deployment, namespace, url)
-    secrets: list[SecretBinding] = []
     model_ref = agent.model or deployment.model.default
-    provider_name, model = split_model(model_ref)
-    provider_spec = deployment.providers.get(provider_name)
-    if provider_spec is None:
-        raise RenderError(
-            PROVIDER_NOT_FOUND,
-            f"model {model_ref!r} names provider {provider_name!r}, which the deployment does not define",
-            (provider_name,),
-        )
-    api_key_env = api_key_source = None
-    if provider_spec.api_key is not None:
-        api_key_env = provider_key_env(provider_name)
-        api_key_source = secret_source(provider_spec.api_key.secret_key_ref, local=local)
-        secrets.append(SecretBinding(api_key_env, provider_spec.api_key.secret_key_ref))
-    provider = ProviderConfig(
-        name=provider_name,
-        type=provider_spec.type,
-        base_url=provider_spec.base_url,
-        api_key_env=api_key_env,
-        api_key_source=api_key_source,
-        timeout_seconds=provider_spec.timeout_seconds,
-        max_retries=provider_spec.max_retries,
-        streaming=provider_spec.capabilities.streaming is not False,
-        api=provider_spec.api,
-        credentials=provider_spec.credentials,
-        platform=provider_spec.platform,
-        region=provider_spec.region,
-        project_id=provider_spec.project_id,
+    provider, provider_key = _provider(model_ref, deployment, local=local)
+    model = split_model(model_ref)[1]
+    _check_effort(agent, provider.name, deployment.providers[provider.name], model)
+    servers, server_headers = _servers(
+        agent, deployment, namespace=namespace, local=local, stdio_urls=stdio_urls
     )
-    _check_effort(agent, provider_name, provider_spec, model)
-    models = [
-        ModelOption(model=split_model(ref)[1], capabilities=deployment.model.capabilities_of(ref))
-        for ref in [deployment.model.default, *deployment.model.models]
-        if split_model(ref)[0] == provider_name and ref != model_ref
-    ]
-
-    missing_servers = [s for s in agent.servers if s not in deployment.mcp_servers]
-    if missing_servers:
-        raise RenderError(
-            SERVER_NOT_FOUND,
-            f"mcpServers {', '.join(missing_servers)} not defined by the deployment",
-            tuple(missing_servers),
-        )
-    servers = []
-    for server_name in agent.servers:
-        spec = deployment.mcp_servers[server_name]
-        if spec.stdio is None:
-            if spec.url is None:  # pragma: no cover - McpServerSpec._url_or_stdio refuses it
-                raise AssertionError(f"mcpServers {server_name} has neither url nor stdio")
-            server_url = spec.url
-        else:
-            if spec.stateful and stdio_urls is None:
-                raise RenderError(
-                    STDIO_NOT_HOSTABLE,
-                    f"mcpServers {server_name} is a stateful stdio server: that needs a process per "
-                    "session, which only `pallas run` hosts; in a cluster run it as an HTTP server "
-                    "(url) or drop stateful",
-                    (server_name,),
-                )
-            server_url = (stdio_urls or {}).get(server_name) or names.stdio_server_url(
-                agent.deployment, server_name, namespace
-            )
-        headers = _headers("SERVER", server_name, spec.headers, secrets, local=local)
-        servers.append(
-            DownstreamServer(
-                name=server_name,
-                url=server_url,
-                transport=spec.transport,
-                headers=headers,
-                forward_inbound_auth=spec.forward_inbound_auth,
-                timeout_seconds=spec.timeout_seconds,
-                max_result_bytes=spec.max_result_bytes,
-                stateful=spec.stateful,
-                sessions=spec.sessions,
-                require_approval=spec.require_approval,
-            )
-        )
-
-    missing_agents = [a for a in agent.agents if a not in agent_urls]
-    if missing_agents:
-        raise RenderError(
-            AGENT_NOT_FOUND, f"agents {', '.join(missing_agents)} not found", tuple(missing_agents)
-        )
-    peers = [PeerAgent(name=peer, url=agent_urls[peer]) for peer in agent.agents]
-    missing_a2a = [a for a in agent.a2a_agents if a not in deployment.a2a_agents]
-    if missing_a2a:
-        raise RenderError(
-            AGENT_NOT_FOUND,
-            f"a2aAgents {', '.join(missing_a2a)} not defined by the deployment",
-            tuple(missing_a2a),
-        )
-    a2a_peers = []
-    for peer_name in agent.a2a_agents:
-        external = deployment.a2a_agents[peer_name]
-        a2a_peers.append(
-            A2APeer(
-                name=peer_name,
-                url=external.url,
-                headers=_headers("A2A", peer_name, external.headers, secrets, local=local),
-                forward_inbound_auth=external.forward_inbound_auth,
-                timeout_seconds=external.timeout_seconds,
-                max_result_bytes=external.max_result_bytes,
-            )
-        )
-
+    peers = _peers(agent, agent_urls)
+    a2a_peers, a2a_headers = _a2a_peers(agent, deployment, local=local)
+    identity = names.agent_identity(namespace, agent.deployment, name, uid)
+    store, store_dsn = _store(deployment.conversations, agent, identity, local=local)
     config = AgentConfig(
         name=name,
         title=agent.title,
@@ -429,7 +514,7 @@ def render_agent(
         model=model,
         provider=provider,
         capabilities=deployment.model.capabilities_of(model_ref),
-        models=models,
+        models=_other_models(model_ref, deployment),
         servers=servers,
         agents=peers,
         a2a_agents=a2a_peers,
@@ -439,20 +524,8 @@ def render_agent(
         max_depth=agent.max_depth,
         tools=agent.tools,
         tool_exposure=_tool_exposure(deployment.tool_exposure, agent.tool_exposure),
-        history=HistoryLimits(
-            max_messages=agent.history.max_messages
-            or deployment.conversations.max_messages
-            or HistoryLimits().max_messages,
-            max_conversations=agent.history.max_conversations,
-            max_bytes=agent.history.max_bytes,
-        ),
-        conversations=_store(
-            deployment.conversations,
-            agent,
-            names.agent_identity(namespace, agent.deployment, name, uid),
-            secrets,
-            local=local,
-        ),
+        history=_history(agent, deployment),
+        conversations=store,
         limits=agent.limits,
         health=HealthSettings(
             probe_timeout_seconds=deployment.health_check.timeout_seconds,
@@ -466,9 +539,8 @@ def render_agent(
         drain_seconds=drain_seconds(deployment, agent),
         budgets=BudgetConfig.merged(deployment.budgets, agent.budgets),
         a2a=A2AConfig(
-            enabled=agent.a2a.enabled,
-            url=names.a2a_url(url) if url else None,
-            tags=list(agent.capabilities),
+            enabled=agent.a2a.enabled, url=names.a2a_url(url) if url else None, tags=list(agent.capabilities)
         ),
     )
+    secrets = (*provider_key, *server_headers, *a2a_headers, *store_dsn)
     return RenderedAgent(config, tuple(dict.fromkeys(secrets)))

@@ -1,54 +1,57 @@
-"""The PallasDeployment and PallasAgent specs: the single schema source for users' manifests.
+"""The PallasDeployment spec: models, providers, servers, A2A agents, and what its agents share.
 
-The operator generates the CRDs from these models (descriptions come from the attribute
-docstrings, so `kubectl explain` reads them); `pallas run -f` validates manifests with them.
-Rules the API server can only check with the whole object (immutability, self-reference) are
-added by the operator's CRD generator.
+A deployment holds what its agents have in common: the model and its providers, the downstream
+MCP servers and external A2A agents they may use, the registry, pod defaults, conversations,
+auth, network isolation, telemetry and budgets.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Literal, Self
 
-from pydantic import AfterValidator, BaseModel, Field, model_validator
+from pydantic import Field, model_validator
 
 from pallas_api.approval import ApprovalPolicy
-from pallas_api.config import (
+from pallas_api.fields import (
     CLOUD_REGION,
     DEFAULT_DRAIN_SECONDS,
-    DEFAULT_HISTORY_BYTES,
     DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_RESULT_BYTES,
     ENV_VAR_NAME,
     GCP_PROJECT,
-    HEADER_NAME,
     HTTP_URL,
-    MAX_SCHEMA_BUDGET,
-    MIN_SCHEMA_BUDGET,
-    CallParams,
+    SERVER_NAME,
     ConversationScope,
     DrainSeconds,
     HttpLimits,
-    InputLimits,
     MaxConnections,
-    MaxDepth,
-    MaxHistoryBytes,
     MaxResultBytes,
     ModelCapabilities,
     ProviderApi,
     ProviderCredentials,
     ProviderPlatform,
-    RequestParams,
     ServerSessionLimits,
-    SessionLimits,
-    ToolExposureMode,
-    ToolPolicy,
+    StoreType,
 )
-from pallas_api.names import DNS_LABEL, DNS_LABEL_FORM, LABEL_AGENT, LABEL_COMPONENT
+from pallas_api.names import DNS_LABEL
+from pallas_api.spec.common import (
+    DURATION,
+    MODEL_REF,
+    ONCE,
+    OPTIONAL_HTTP_URL,
+    REVERSE_DNS,
+    SET,
+    EnvVar,
+    HeaderSpec,
+    LabelSelector,
+    LogLevel,
+    ResourceRequirements,
+    SecretSource,
+    SpecModel,
+    ToolExposureSpec,
+)
 from pallas_api.spending import BudgetsSpec
 from pallas_api.urls import (
     COLLECTOR,
@@ -58,61 +61,12 @@ from pallas_api.urls import (
     SECRET_HEADER,
     WithoutCredentials,
 )
-from pallas_api.wire import camel_config
-
-DNS_SUBDOMAIN = rf"^{DNS_LABEL_FORM}(\.{DNS_LABEL_FORM})*$"
-MODEL_REF = rf"^{DNS_LABEL_FORM}\.[A-Za-z0-9][A-Za-z0-9._:/@+-]*$"
-"""`<provider>.<model>`: the provider is a key of spec.providers, the model its model id."""
-REVERSE_DNS = r"^[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?)+$"
-SERVER_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
-DURATION = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
-LogLevel = Literal["debug", "info", "warning", "error", "critical"]
-"""A level of the Pallas loggers, as `PALLAS_LOG_LEVEL` takes it (docs/api.md §2, environment)."""
-OPTIONAL_HTTP_URL = r"^(https?://[^\s]+)?$"
-ICON_SRC = r"^((https?|data):|[^:/?#\s]*([/?#]|$))"
-"""An http(s) or data: URI, or a relative reference (no scheme: its first segment has no colon)."""
-
-
-def _each_once(items: list[Any]) -> list[Any]:
-    repeated = [item for index, item in enumerate(items) if item in items[:index]]
-    if repeated:
-        raise ValueError(f"duplicate value {repeated[0]!r}: each value may appear once")
-    return items
-
-
-SET = Field(json_schema_extra={"x-kubernetes-list-type": "set"})
-"""A list the API server keeps as a set (it refuses a repeated value); `ONCE` checks the same."""
-ONCE = AfterValidator(_each_once)
 
 UNDECLARED_MODEL = ModelCapabilities()
 """What a model that neither `model.capabilities` nor `model.models` describes is taken to do."""
 
-NameList = Annotated[
-    list[Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]], Field(max_length=64), SET, ONCE
-]
 
-
-class _Spec(BaseModel):
-    model_config = camel_config(extra="forbid")
-
-
-class SecretKeyRef(_Spec):
-    """A key of a Secret in the resource's namespace."""
-
-    name: Annotated[str, Field(pattern=DNS_SUBDOMAIN, max_length=253)]
-    """Name of the Secret."""
-    key: Annotated[str, Field(pattern=r"^[-._a-zA-Z0-9]+$", max_length=253)]
-    """Key within the Secret. `pallas run` falls back to the environment variable of this name."""
-
-
-class SecretSource(_Spec):
-    """Where a secret value comes from: only by reference, never inline."""
-
-    secret_key_ref: SecretKeyRef
-    """The Secret key holding the value."""
-
-
-class ModelSpec(_Spec):
+class ModelSpec(SpecModel):
     """The deployment's default model, and what each model its agents use can do."""
 
     default: Annotated[str, Field(pattern=MODEL_REF, max_length=253)]
@@ -145,7 +99,7 @@ class ModelSpec(_Spec):
         return self
 
 
-class ProviderCapabilities(_Spec):
+class ProviderCapabilities(SpecModel):
     """What a provider offers, as clients discovering it read it (the registry's provider entries).
 
     Unset values are the wire protocol's: streaming and tools for both, JSON mode for `openai`
@@ -162,7 +116,7 @@ class ProviderCapabilities(_Spec):
     """Constrains output to JSON."""
 
 
-class ProviderSpec(_Spec):
+class ProviderSpec(SpecModel):
     """An LLM endpoint."""
 
     type: Literal["openai", "anthropic"]
@@ -230,33 +184,7 @@ class ProviderSpec(_Spec):
         return self
 
 
-class HeaderSpec(_Spec):
-    """An HTTP header sent to a downstream MCP server."""
-
-    name: Annotated[str, Field(pattern=HEADER_NAME, max_length=256)]
-    """Header name."""
-    value: str | None = None
-    """Literal value (not for secrets)."""
-    value_from: SecretSource | None = None
-    """Value from a Secret."""
-
-    @model_validator(mode="after")
-    def _exactly_one_source(self) -> Self:
-        if (self.value is None) == (self.value_from is None):
-            raise ValueError(f"header {self.name!r} needs exactly one of value or valueFrom")
-        return self
-
-
-class ResourceRequirements(_Spec):
-    """Compute resources of a container (as in a Pod spec)."""
-
-    limits: dict[str, str] = Field(default_factory=dict)
-    """Maximum resources, e.g. `{cpu: "1", memory: 512Mi}`."""
-    requests: dict[str, str] = Field(default_factory=dict)
-    """Guaranteed resources."""
-
-
-class StdioEnvVar(_Spec):
+class StdioEnvVar(SpecModel):
     """An environment variable of a stdio server's process."""
 
     name: Annotated[str, Field(pattern=ENV_VAR_NAME, max_length=256)]
@@ -273,7 +201,7 @@ class StdioEnvVar(_Spec):
         return self
 
 
-class StdioSpec(_Spec):
+class StdioSpec(SpecModel):
     """A downstream MCP server that speaks MCP over its standard input and output: a command.
 
     Agents never talk stdio themselves: Pallas hosts the command behind a bridge speaking
@@ -296,7 +224,7 @@ class StdioSpec(_Spec):
     """In a cluster: the resources of the server's container."""
 
 
-class McpServerSpec(_Spec):
+class McpServerSpec(SpecModel):
     """A downstream MCP server agents of the deployment may use: a `url`, or a `stdio` command."""
 
     url: Annotated[
@@ -341,7 +269,7 @@ class McpServerSpec(_Spec):
         return self
 
 
-class A2AAgentSpec(_Spec):
+class A2AAgentSpec(SpecModel):
     """An external A2A agent (kagent, Ark, ADK…) the deployment's agents may call by name."""
 
     url: Annotated[str, Field(pattern=HTTP_URL, max_length=2048), WithoutCredentials(SECRET_HEADER)]
@@ -358,7 +286,7 @@ class A2AAgentSpec(_Spec):
     """The largest answer read from it (64 KiB to 64 MiB); larger is a tool error."""
 
 
-class RegistrySpec(_Spec):
+class RegistrySpec(SpecModel):
     """The catalogue Service of the deployment."""
 
     enabled: bool = True
@@ -381,13 +309,7 @@ class RegistrySpec(_Spec):
     icon `src` values resolve against it. Default: its cluster URL."""
 
 
-EnvVar = Annotated[dict[str, Any], Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})]
-Toleration = Annotated[
-    dict[str, Any], Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
-]
-
-
-class PostgresSpec(_Spec):
+class PostgresSpec(SpecModel):
     """A PostgreSQL database for conversations."""
 
     dsn: SecretSource
@@ -399,10 +321,10 @@ class PostgresSpec(_Spec):
     fails with a clear error."""
 
 
-class ConversationsSpec(_Spec):
+class ConversationsSpec(SpecModel):
     """Where the deployment's agents keep conversations (docs/api.md §3)."""
 
-    store: Literal["memory", "sqlite", "postgres"] | None = None
+    store: StoreType | None = None
     """`memory` (lost when a pod restarts; not shared by replicas), `sqlite` (a file in the pod's
     writable /tmp, or `pallas run`'s state directory), `postgres` (shared by every replica and
     surviving restarts). Default: memory in a cluster, sqlite for `pallas run`."""
@@ -441,7 +363,7 @@ agents unreplaced for five minutes after the node is noticed as gone."""
 NodeFailureSeconds = Annotated[int, Field(ge=0, le=3600)]
 
 
-class RuntimeSpec(_Spec):
+class RuntimeSpec(SpecModel):
     """Pod defaults for every agent of the deployment."""
 
     image: str = ""
@@ -464,7 +386,7 @@ class RuntimeSpec(_Spec):
     (`pod.tolerations`) replaces this one for that taint."""
 
 
-class HealthCheckSpec(_Spec):
+class HealthCheckSpec(SpecModel):
     """How the operator checks agents."""
 
     interval_seconds: Annotated[int, Field(ge=5, le=86400)] = 60
@@ -478,7 +400,7 @@ class HealthCheckSpec(_Spec):
     """The same for each downstream server and peer agent, by its recent tool calls."""
 
 
-class ServiceMonitorSpec(_Spec):
+class ServiceMonitorSpec(SpecModel):
     """A Prometheus Operator ServiceMonitor for agents and registry."""
 
     enabled: bool = False
@@ -489,7 +411,7 @@ class ServiceMonitorSpec(_Spec):
     """Extra labels, e.g. the one your Prometheus selects ServiceMonitors by."""
 
 
-class MonitoringSpec(_Spec):
+class MonitoringSpec(SpecModel):
     """Monitoring integration."""
 
     service_monitor: ServiceMonitorSpec = ServiceMonitorSpec()
@@ -499,7 +421,7 @@ class MonitoringSpec(_Spec):
 RESOURCE_ATTRIBUTE_KEY = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 
 
-class TelemetrySpec(_Spec):
+class TelemetrySpec(SpecModel):
     """Traces of the agents and the registry (OpenTelemetry, docs/api.md §5, Traces).
 
     Rendered into each pod as the standard `OTEL_*` variables; a pod's own `env` entries of the
@@ -547,7 +469,7 @@ an agent holds no shared secret, and `alg: none` is not a signature."""
 CLAIM_NAME = r"^[A-Za-z0-9_:./-]+$"
 
 
-class KubernetesAuthSpec(_Spec):
+class KubernetesAuthSpec(SpecModel):
     """How agents check Kubernetes tokens (`mode: kubernetes`)."""
 
     audiences: Annotated[
@@ -564,7 +486,7 @@ class KubernetesAuthSpec(_Spec):
     """Seconds an allow or deny decision is reused for the same token (0: ask every time)."""
 
 
-class OidcSpec(_Spec):
+class OidcSpec(SpecModel):
     """The OpenID Connect issuer whose JWTs agents accept (`mode: oidc`)."""
 
     issuer: Annotated[str, Field(pattern=HTTP_URL, max_length=2048), WithoutCredentials(PUBLIC_KEYS)]
@@ -589,7 +511,7 @@ class OidcSpec(_Spec):
     """Signature algorithms accepted (asymmetric only)."""
 
 
-class AuthSpec(_Spec):
+class AuthSpec(SpecModel):
     """Who may talk to the deployment's agents."""
 
     mode: AuthMode = "none"
@@ -637,99 +559,7 @@ class CallerAuth:
         return cls()
 
 
-class LabelSelectorRequirement(_Spec):
-    """One label expression of a selector."""
-
-    key: Annotated[str, Field(min_length=1, max_length=317)]
-    """Label key."""
-    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
-    """How the key relates to the values."""
-    values: Annotated[list[str], Field(max_length=64)] = Field(default_factory=list)
-    """Values for In and NotIn; empty for Exists and DoesNotExist."""
-
-
-class LabelSelector(_Spec):
-    """A Kubernetes label selector."""
-
-    match_labels: dict[str, str] = Field(default_factory=dict)
-    """Labels that must all be present with these values."""
-    match_expressions: Annotated[list[LabelSelectorRequirement], Field(max_length=16)] = Field(
-        default_factory=list
-    )
-    """Expressions that must all hold."""
-
-
-LABEL_KEY = rf"^({DNS_LABEL_FORM}(\.{DNS_LABEL_FORM})*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
-"""A Kubernetes label key: an optional DNS-subdomain prefix and `/`, then a name."""
-LabelKey = Annotated[str, Field(pattern=LABEL_KEY, min_length=1, max_length=317)]
-AGENT_SELECTOR_KEYS = frozenset({LABEL_AGENT, LABEL_COMPONENT})
-"""The label keys of an agent's pod selector, which a constraint without `labelSelector` gets."""
-
-
-class TopologySpreadConstraint(_Spec):
-    """How an agent's pods spread over a topology (a Kubernetes TopologySpreadConstraint)."""
-
-    max_skew: Annotated[int, Field(ge=1, le=1000)]
-    """The most by which the number of matching pods in one domain may exceed the fewest in any."""
-    topology_key: LabelKey
-    """Node label whose values are the domains, e.g. `kubernetes.io/hostname` or
-    `topology.kubernetes.io/zone`."""
-    when_unsatisfiable: Literal["DoNotSchedule", "ScheduleAnyway"]
-    """`DoNotSchedule` leaves a pod Pending rather than break the skew; `ScheduleAnyway` only
-    prefers the nodes that keep it."""
-    label_selector: LabelSelector | None = None
-    """The pods counted; default: this agent's own pods."""
-    match_label_keys: Annotated[list[LabelKey], Field(max_length=16), SET, ONCE] = Field(default_factory=list)
-    """Labels of the incoming pod whose values narrow the pods counted, e.g. `pod-template-hash`
-    so the new ReplicaSet of a rollout spreads on its own. Not a key of the selector."""
-    min_domains: Annotated[int | None, Field(ge=1, le=1000)] = None
-    """The fewest eligible domains (with `DoNotSchedule` only)."""
-    node_affinity_policy: Literal["Honor", "Ignore"] | None = None
-    """Whether the pod's nodeSelector and node affinity limit the domains counted (Kubernetes
-    default: Honor)."""
-    node_taints_policy: Literal["Honor", "Ignore"] | None = None
-    """Whether nodes whose taints the pod does not tolerate are left out (Kubernetes default:
-    Ignore)."""
-
-    @model_validator(mode="after")
-    def _as_kubernetes_accepts(self) -> Self:
-        if self.min_domains is not None and self.when_unsatisfiable != "DoNotSchedule":
-            raise ValueError("minDomains needs whenUnsatisfiable DoNotSchedule")
-        selector = self.label_selector
-        if selector is None:
-            selected = set(AGENT_SELECTOR_KEYS)
-        else:
-            selected = {*selector.match_labels, *(e.key for e in selector.match_expressions)}
-        if both := sorted(selected.intersection(self.match_label_keys)):
-            raise ValueError(f"matchLabelKeys {both[0]!r} is also a key of the label selector")
-        return self
-
-
-def _one_per_topology(constraints: list[TopologySpreadConstraint]) -> list[TopologySpreadConstraint]:
-    seen: set[tuple[str, str]] = set()
-    for c in constraints:
-        if (key := (c.topology_key, c.when_unsatisfiable)) in seen:
-            raise ValueError(f"two constraints with topologyKey {key[0]!r} and whenUnsatisfiable {key[1]}")
-        seen.add(key)
-    return constraints
-
-
-TopologySpreadConstraints = Annotated[
-    list[TopologySpreadConstraint],
-    Field(
-        max_length=8,
-        json_schema_extra={
-            "x-kubernetes-list-type": "map",
-            "x-kubernetes-list-map-keys": ["topologyKey", "whenUnsatisfiable"],
-        },
-    ),
-    AfterValidator(_one_per_topology),
-]
-"""Keyed as a pod's list is, by topologyKey and whenUnsatisfiable: server-side apply refuses a
-repeated key there, and the API server refuses it here."""
-
-
-class NetworkPeer(_Spec):
+class NetworkPeer(SpecModel):
     """Who else may reach the agents (a NetworkPolicy `from` entry)."""
 
     namespace_selector: LabelSelector | None = None
@@ -744,7 +574,7 @@ class NetworkPeer(_Spec):
         return self
 
 
-class NetworkSpec(_Spec):
+class NetworkSpec(SpecModel):
     """Network isolation of the deployment's agents."""
 
     policy: bool = False
@@ -754,28 +584,7 @@ class NetworkSpec(_Spec):
     """More peers that may reach the agents (clients, an ingress controller, Prometheus)."""
 
 
-class ToolExposureSpec(_Spec):
-    """How downstream tools reach an agent's model (docs/api.md §1, "Tools at scale").
-
-    On a deployment the default; on an agent each field set overrides the deployment's.
-    """
-
-    mode: ToolExposureMode | None = None
-    """`all` (every allowed tool's schema on every LLM request), `onDemand` (the model gets
-    `list_servers`, `get_server_tools` and `execute_tool` with an index of server and tool names,
-    and loads the schemas it needs) or `auto` (`all` while the schemas fit `schemaBudgetTokens`,
-    else `onDemand`). Default `auto`. Peer agents are always offered directly."""
-    schema_budget_tokens: Annotated[int | None, Field(ge=MIN_SCHEMA_BUDGET, le=MAX_SCHEMA_BUDGET)] = None
-    """Tokens the tool schemas of one LLM request may take: `auto`'s threshold and the most one
-    `get_server_tools` answer holds. Default: a quarter of the model's input budget (its context
-    window less the room kept for the answer)."""
-    gateway: bool | None = None
-    """Also offer `list_servers`, `get_server_tools` and `execute_tool` to the agent's own MCP
-    clients, so a client can use the agent as a policy-enforcing gateway to its servers (same
-    tool policy, audit lines, metrics and error codes as the model's calls). Default false."""
-
-
-class PallasDeploymentSpec(_Spec):
+class PallasDeploymentSpec(SpecModel):
     """A group of agents sharing model, providers and tools."""
 
     version: Annotated[str, Field(min_length=1, max_length=255)] = "1.0.0"
@@ -837,192 +646,3 @@ class PallasDeploymentSpec(_Spec):
                     f"which is not in providers ({', '.join(sorted(self.providers))})"
                 )
         return self
-
-
-class Icon(_Spec):
-    """An icon shown by clients (MCP registry `icons`)."""
-
-    src: Annotated[str, Field(pattern=ICON_SRC, min_length=1, max_length=2048), WithoutCredentials(PUBLISHED)]
-    """Icon URL: https, a data: URI, or relative (`/icons/research.svg`, resolved against the
-    registry's public URL)."""
-    mime_type: Annotated[str | None, Field(pattern=r"^image/[A-Za-z0-9.+-]+$")] = None
-    """MIME type, e.g. image/svg+xml."""
-    sizes: Annotated[list[Annotated[str, Field(pattern=r"^(any|[0-9]+x[0-9]+)$")]], Field(max_length=16)] = (
-        Field(default_factory=list)
-    )
-    """Sizes, e.g. `["48x48"]` or `["any"]`."""
-    theme: Literal["light", "dark"] | None = None
-    """Background theme the icon is designed for."""
-
-
-class ServiceSpec(_Spec):
-    """The agent's Service."""
-
-    port: Annotated[int, Field(ge=1, le=65535)] = 8000
-    """Service and container port."""
-    session_affinity: Literal["ClientIP", "None"] = "ClientIP"
-    """ClientIP keeps a client on one pod (MCP sessions are stateful); None turns it off."""
-
-
-class AgentPodSpec(_Spec):
-    """Pod settings of one agent (over the deployment's runtime defaults)."""
-
-    resources: ResourceRequirements | None = None
-    """Container resources."""
-    env: Annotated[list[EnvVar], Field(max_length=64)] = Field(default_factory=list)
-    """Extra environment variables (Kubernetes EnvVar objects)."""
-    node_selector: dict[str, str] = Field(default_factory=dict)
-    """Node selector."""
-    tolerations: Annotated[list[Toleration], Field(max_length=32)] = Field(default_factory=list)
-    """Tolerations (Kubernetes Toleration objects). One for `node.kubernetes.io/unreachable` or
-    `node.kubernetes.io/not-ready` replaces the operator's for that taint (the deployment's
-    `runtime.nodeFailureTolerationSeconds`)."""
-    topology_spread_constraints: TopologySpreadConstraints | None = None
-    """How the pods spread over nodes or zones (Kubernetes TopologySpreadConstraints; without a
-    `labelSelector` one counts this agent's pods). Unset: with more than one replica, at most one
-    pod more on one node than on another, preferred, not required (`kubernetes.io/hostname`,
-    `ScheduleAnyway`, each rollout's pods counted on their own); `[]`: no constraint."""
-    annotations: dict[str, str] = Field(default_factory=dict)
-    """Pod annotations."""
-    drain_seconds: DrainSeconds | None = None
-    """Seconds a stopping pod lets its turns in flight finish (0 to 3600); default: the
-    deployment's `runtime.drainSeconds`."""
-
-
-class AgentConversationsSpec(_Spec):
-    """How this agent keeps conversations, over the deployment's `conversations`."""
-
-    scope: ConversationScope | None = None
-    """`caller`, `session` or `request`; default: the deployment's `conversations.scope`."""
-
-
-class AgentHistorySpec(_Spec):
-    """Conversation history kept by this agent."""
-
-    max_messages: Annotated[int | None, Field(gt=0, le=100_000)] = None
-    """Messages kept per conversation; default: the deployment's `conversations.maxMessages`."""
-    max_conversations: Annotated[int, Field(gt=0, le=1_000_000)] = 1000
-    """Conversations kept per pod by the memory store (least recently used dropped first)."""
-    max_bytes: MaxHistoryBytes = DEFAULT_HISTORY_BYTES
-    """Bytes of conversations one pod keeps in memory (1 MiB to 64 GiB; default 64 MiB): the
-    memory store's conversations, a database store's cached transcripts. Least recently used
-    ones go first (never one a turn is using), and a conversation that alone weighs more loses
-    its oldest turns. The pod's default memory limit grows with it (docs/api.md)."""
-
-
-CallerList = Annotated[
-    list[Annotated[str, Field(min_length=1, max_length=512)]], Field(max_length=256), SET, ONCE
-]
-"""Subjects or groups of callers, each named once."""
-
-
-class AccessSpec(_Spec):
-    """Which authenticated callers may talk to one agent (both lists empty or absent: everyone)."""
-
-    subjects: CallerList = Field(default_factory=list)
-    """Callers allowed by name: the OIDC subject claim, or the Kubernetes user name
-    (`system:serviceaccount:<ns>:<name>` for a ServiceAccount)."""
-    groups: CallerList = Field(default_factory=list)
-    """Callers allowed by group: the OIDC groups claim, or the Kubernetes groups."""
-
-    @property
-    def restricted(self) -> bool:
-        """Whether the lists name anyone (empty lists admit every authenticated caller)."""
-        return bool(self.subjects or self.groups)
-
-
-class A2ASpec(_Spec):
-    """The agent's A2A surface (docs/api.md §3 "A2A")."""
-
-    enabled: bool = True
-    """Serve the Agent Card at `/.well-known/agent-card.json` and A2A's JSON-RPC binding at
-    `/a2a` beside MCP; false turns both off."""
-
-
-class PallasAgentSpec(_Spec):
-    """One LLM agent, served as one MCP endpoint."""
-
-    deployment: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]
-    """The PallasDeployment in the same namespace this agent belongs to (immutable)."""
-    title: Annotated[str, Field(max_length=200)] = ""
-    """Display name; default: the name in title case."""
-    description: Annotated[str, Field(max_length=100)] = ""
-    """One line shown by clients (at most 100 characters, as in the MCP registry schema)."""
-    icons: Annotated[list[Icon], Field(max_length=8)] = Field(default_factory=list)
-    """Icons for clients."""
-    instruction: Annotated[str, Field(max_length=262144)] = ""
-    """The system prompt."""
-    model: Annotated[str | None, Field(pattern=MODEL_REF, max_length=253)] = None
-    """`<provider>.<model>` overriding the deployment's default."""
-    servers: NameList = Field(default_factory=list)
-    """Names from the deployment's mcpServers this agent may use."""
-    agents: NameList = Field(default_factory=list)
-    """Other PallasAgents usable as tools (they are also dependencies)."""
-    depends_on: NameList = Field(default_factory=list)
-    """Agents that must be Ready before this one starts."""
-    a2a_agents: Annotated[NameList, Field(alias="a2aAgents")] = Field(default_factory=list)
-    """Names from the deployment's `a2aAgents` (external A2A agents) usable as tools, like
-    `agents`; they are not dependencies (an external agent has no Ready condition)."""
-    request_params: RequestParams = RequestParams()
-    """Sampling parameters; those a provider does not support are dropped with a warning."""
-    call_params: CallParams = CallParams()
-    """What a `send_message` call's own `params` may set: `allow` (parameters; default all of
-    them) and `extra` (provider fields in `params.extra`; default none). Anything else is
-    refused with INVALID_ARGUMENTS; `requestParams` (including its `extra`) always applies."""
-    max_iterations: Annotated[int, Field(gt=0, le=1000)] = 12
-    """LLM/tool rounds per send_message."""
-    max_depth: MaxDepth = DEFAULT_MAX_DEPTH
-    """The most agents a chain of agent-to-agent calls through this agent may have (the first
-    caller counts as 1). A call that would go deeper, or reach an agent already in its path,
-    is refused with a clear error: models decide at run time whom they call, so dependency
-    cycle checks cannot see every loop."""
-    tools: ToolPolicy = ToolPolicy()
-    """Allow/deny globs over `<server>__<tool>`."""
-    tool_exposure: ToolExposureSpec = ToolExposureSpec()
-    """How downstream tools reach this agent's model; each field set overrides the deployment's."""
-    history: AgentHistorySpec = AgentHistorySpec()
-    """Conversation history limits."""
-    conversations: AgentConversationsSpec = AgentConversationsSpec()
-    """What a call without `conversation_id` continues (overrides the deployment's scope)."""
-    limits: InputLimits = InputLimits()
-    """Limits on what one send_message may carry."""
-    capabilities: Annotated[
-        list[Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]],
-        Field(max_length=32),
-        SET,
-        ONCE,
-    ] = Field(default_factory=list)
-    """Discovery tags (registry `?capability=`)."""
-    replicas: Annotated[int, Field(ge=0, le=100)] = 1
-    """Pods serving this agent."""
-    busy_at: Annotated[int | None, Field(ge=1, le=100_000)] = None
-    """A pod with at least this many send_message calls in flight reports itself busy (in
-    `get_health` and as the registry status `busy`); it still takes calls. Default: never busy."""
-    sessions: SessionLimits = SessionLimits()
-    """MCP sessions each pod keeps open: `maxSessions` (default 1000, about 40 MiB), and with
-    inbound auth `maxPerCaller` (default 32); when full, the session idle longest is closed to
-    make room. `idleTimeoutSeconds` (default 1800) closes sessions nobody uses."""
-    service: ServiceSpec = ServiceSpec()
-    """The agent's Service."""
-    pod: AgentPodSpec = AgentPodSpec()
-    """Pod settings."""
-    access: AccessSpec = AccessSpec()
-    """Callers allowed beyond the deployment's auth mode: with `oidc`, the subjects and groups
-    that may call; with `kubernetes`, a further restriction on top of RBAC `invoke`."""
-    budgets: BudgetsSpec = BudgetsSpec()
-    """Budgets of spend over the deployment's, field by field: `agent`, `perCaller`, `warnAt`,
-    `callerMetrics`."""
-    log_level: LogLevel | None = None
-    """Log level of the Pallas loggers in this agent's pods (`PALLAS_LOG_LEVEL`); default: the
-    deployment's `logLevel`, else info."""
-    a2a: Annotated[A2ASpec, Field(alias="a2a")] = A2ASpec()
-    """The A2A surface beside MCP: the Agent Card and the JSON-RPC endpoint (on by default)."""
-
-    def dependencies(self) -> list[str]:
-        """Agents that must be Ready first: `agents` and `dependsOn`, in order, without repeats."""
-        return agent_dependencies(self.agents, self.depends_on)
-
-
-def agent_dependencies(agents: Iterable[str], depends_on: Iterable[str]) -> list[str]:
-    """Agents that must be Ready first: `agents` and `dependsOn`, in order, without repeats."""
-    return list(dict.fromkeys([*agents, *depends_on]))
