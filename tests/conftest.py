@@ -93,7 +93,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.section("time per tier")
     for tier in sorted(_TIER_TIMES):
         first, last, busy = _TIER_TIMES[tier]
-        terminalreporter.write_line(f"{tier:<12} wall {last - first:8.1f}s   tests one after another {busy:8.1f}s")
+        terminalreporter.write_line(
+            f"{tier:<12} wall {last - first:8.1f}s   tests one after another {busy:8.1f}s"
+        )
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
