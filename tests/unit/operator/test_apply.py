@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
-
-from lightkube.resources.core_v1 import ConfigMap
 
 from pallas_api import names
 from pallas_operator.k8s.apply import Applier, Seen, seen
-
-ENTRY = {"manager": "pallas-operator", "operation": "Apply", "apiVersion": "v1", "fieldsV1": {"f:data": {}}}
+from tests.support.fake_cluster import FakeCluster
 
 
 def config_map(value: str = "1") -> dict[str, Any]:
@@ -22,24 +18,9 @@ def config_map(value: str = "1") -> dict[str, Any]:
     }
 
 
-class RecordingClient:
-    """Answers server-side applies like the API server: the object with our managedFields entry."""
-
-    def __init__(self, fields: dict[str, Any] | None = None) -> None:
-        self.applied: list[dict[str, Any]] = []
-        self.fields = fields or ENTRY["fieldsV1"]
-
-    async def patch(self, resource: Any, name: str, body: dict[str, Any], **kw: Any) -> ConfigMap:
-        self.applied.append(copy.deepcopy(body))
-        obj = copy.deepcopy(body)
-        obj["metadata"]["managedFields"] = [{**ENTRY, "fieldsV1": self.fields}]
-        obj["metadata"]["resourceVersion"] = str(len(self.applied))
-        return ConfigMap.from_dict(obj)
-
-
-def applier() -> tuple[Applier, RecordingClient]:
-    client = RecordingClient()
-    return Applier(client), client  # type: ignore[arg-type]
+def applier() -> tuple[Applier, FakeCluster]:
+    cluster = FakeCluster()  # answers applies as the API server does: with our managedFields entry
+    return Applier(cluster), cluster
 
 
 async def test_every_apply_carries_the_digest_of_its_manifest() -> None:
