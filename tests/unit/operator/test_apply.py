@@ -73,3 +73,30 @@ async def test_a_child_without_our_fields_is_applied_even_with_the_right_digest(
     assert applied is not None
     replaced = Seen(fingerprint="", applied_hash=seen(applied).applied_hash)  # kubectl replace
     assert await applier()[0].apply(config_map(), replaced) is not None
+
+
+async def test_a_status_is_written_only_when_it_differs_from_what_the_owner_has() -> None:
+    apply, cluster = applier()
+    ready, pending = {"phase": "Ready"}, {"phase": "Pending"}
+    key = ("PallasAgent", "agents", "research")
+
+    assert not await apply.write_status(*key, ready, ready, "5")  # the watch shows it already
+    assert await apply.write_status(*key, ready, pending, "5")
+    assert cluster.statuses == [(key, ready)]
+
+
+async def test_a_status_just_written_is_not_written_again_while_the_watch_lags() -> None:
+    apply, cluster = applier()
+    key = ("PallasAgent", "agents", "research")
+    cluster.load({"kind": key[0], "metadata": {"namespace": key[1], "name": key[2]}})
+    before = cluster.objects[key]["metadata"]["resourceVersion"]
+    assert await apply.write_status(*key, {"phase": "Ready"}, {"phase": "Pending"}, before)
+
+    # The watch still shows the version from before our write: what we wrote counts.
+    assert not await apply.write_status(*key, {"phase": "Ready"}, {"phase": "Pending"}, before)
+    # A newer version than ours: someone else wrote, and the watch is right.
+    assert await apply.write_status(*key, {"phase": "Ready"}, {"phase": "Pending"}, "999")
+    # An owner deleted and created again starts from nothing remembered.
+    apply.forget_owner("agents", "PallasAgent", "research")
+    assert await apply.write_status(*key, {"phase": "Ready"}, {"phase": "Pending"}, before)
+    assert len(cluster.statuses) == 3

@@ -10,7 +10,7 @@ from pallas_api import conditions, names
 from pallas_operator.builders.meta import agent_selector
 from pallas_operator.reconcile.agent import reconcile_agent
 from tests.support.fake_cluster import condition, operator_with
-from tests.support.operator import agent, at, deployment
+from tests.support.operator import agent, at, deployment, spec
 
 NS = "default"
 
@@ -123,3 +123,27 @@ async def test_a_deleted_agent_is_forgotten_without_a_request() -> None:
     assert await reconcile_agent(op, NS, "research") is None
 
     assert cluster.writes() == 0
+
+
+async def test_an_agent_waits_for_its_dependencies_before_its_pods_start() -> None:
+    op, cluster = operator_with(deployment(), agent("helper"), agent("research", spec(dependsOn=["helper"])))
+
+    await reconcile_agent(op, NS, "research")
+
+    assert {m["kind"] for m in cluster.applied} == {"ConfigMap", "Service"}  # no Deployment yet
+    ((_, status),) = cluster.statuses
+    waiting = condition(status, conditions.DEPENDENCIES_READY)
+    assert (waiting["status"], waiting["reason"]) == ("False", conditions.DEPENDENCIES_NOT_READY)
+    assert "helper" in waiting["message"]
+
+
+async def test_an_agent_spec_the_operator_cannot_read_is_refused_with_an_event() -> None:
+    # Only a CRD older than the operator lets such a spec through (the schema would prune it).
+    op, cluster = operator_with(deployment(), agent("research", at("spec.retired", True)))
+
+    await reconcile_agent(op, NS, "research")
+
+    assert cluster.applied == []
+    accepted = condition(cluster.statuses[-1][1], conditions.ACCEPTED)
+    assert (accepted["status"], accepted["reason"]) == ("False", conditions.INVALID_SPEC)
+    assert [e.reason for e in cluster.events] == [conditions.INVALID_SPEC]
