@@ -23,6 +23,7 @@ from pallas_io.commands import EXIT_FAILURE
 from pallas_operator.engine.context import Operator
 from pallas_operator.k8s.client import make_client
 from pallas_operator.k8s.lease import LeaderElector, LeaseConfig
+from pallas_operator.k8s.lightkube_cluster import LightkubeCluster
 from pallas_operator.metrics import OperatorMetrics
 from pallas_operator.probe_server import ProbeEndpoints
 from pallas_operator.reconcile.orphans import sweep_orphans
@@ -103,7 +104,8 @@ class Runner:
 
     async def _kopf_main(self) -> None:
         client = make_client(self.config)
-        operator = self.operator = Operator(self.settings, client, self.metrics, RECONCILERS, self.ready)
+        cluster = LightkubeCluster(client)
+        operator = self.operator = Operator(self.settings, cluster, self.metrics, RECONCILERS, self.ready)
         kopf_stop = asyncio.Event()
         kopf_started = asyncio.Event()
         task = asyncio.create_task(

@@ -20,8 +20,7 @@ from pallas_api import names
 from pallas_operator.engine.context import AGENT, DEPLOYMENT, Operator
 from pallas_operator.engine.indexes import ObjectKey
 from pallas_operator.engine.world import CHILD_RESOURCES, controller_of
-from pallas_operator.k8s.listing import ALL_NAMESPACES, names_of
-from pallas_operator.k8s.resources import CHILD_KINDS, PallasAgent, PallasDeployment
+from pallas_operator.k8s.listing import ALL_NAMESPACES
 from pallas_operator.reconcile.agent import reconcile_agent
 from pallas_operator.reconcile.deployment import reconcile_deployment
 
@@ -44,18 +43,16 @@ AGENTS, DEPLOYMENTS = names.AGENT_PLURAL, names.DEPLOYMENT_PLURAL
 class Watched:
     """One watched kind, with the server-side selectors its watch uses."""
 
-    resource: Any
-    """The lightkube resource class (for the start-up emptiness check)."""
     selector: tuple[str, str] | tuple[str, str, str]
     """kopf's resource selector: (group, version, plural), or (version, plural) for the core group."""
     labels: dict[str, Any] | None = None
 
 
 WATCHED: dict[str, Watched] = {
-    names.AGENT_KIND: Watched(PallasAgent, (G, V, AGENTS)),
-    names.DEPLOYMENT_KIND: Watched(PallasDeployment, (G, V, DEPLOYMENTS)),
+    names.AGENT_KIND: Watched((G, V, AGENTS)),
+    names.DEPLOYMENT_KIND: Watched((G, V, DEPLOYMENTS)),
     **{
-        kind: Watched(CHILD_KINDS[kind], (group, version, plural) if group else (version, plural), MANAGED)
+        kind: Watched((group, version, plural) if group else (version, plural), MANAGED)
         for kind, (group, version, plural) in CHILD_RESOURCES.items()
     },
 }
@@ -107,7 +104,7 @@ async def existing_objects(op: Operator) -> set[ObjectKey]:
     namespaces = op.settings.namespaces or (ALL_NAMESPACES,)
     found: set[ObjectKey] = set()
     for kind, watched in WATCHED.items():
-        listed = await names_of(op.client, watched.resource, namespaces, watched.labels)
+        listed = await op.cluster.names_of(kind, namespaces, watched.labels)
         found.update((kind, namespace, name) for namespace, name in listed)
     return found
 

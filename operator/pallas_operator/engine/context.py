@@ -1,4 +1,4 @@
-"""The running operator's shared state: the client, the world, the queue, the prober, metrics."""
+"""The running operator's shared state: the cluster, the world, the queue, the prober, metrics."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import threading
 import time
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, cast
-
-from lightkube import AsyncClient
 
 from pallas_io import tracing
 from pallas_operator.engine.delegations import Delegations
@@ -19,6 +17,7 @@ from pallas_operator.engine.queue import WorkQueue
 from pallas_operator.engine.startup import StartupTracker
 from pallas_operator.engine.world import World
 from pallas_operator.k8s.apply import Applier
+from pallas_operator.k8s.cluster import Cluster
 from pallas_operator.k8s.tokens import ProbeTokens
 from pallas_operator.metrics import OperatorMetrics
 from pallas_operator.settings import OperatorSettings
@@ -49,17 +48,18 @@ class Operator:
     def __init__(
         self,
         settings: OperatorSettings,
-        client: AsyncClient,
+        cluster: Cluster,
         metrics: OperatorMetrics,
         reconcilers: Mapping[str, Callable[[Operator, str, str], Awaitable[float | None]]],
         ready: threading.Event | None = None,
     ) -> None:
         self.settings = settings
-        self.client = client
+        self.cluster = cluster
+        """Every API request goes through it: the lightkube adapter when running, a fake in unit tests."""
         self.world = World()
         self.metrics = metrics
-        self.applier = Applier(client, on_write=self.metrics.count_write)
-        self.tokens = ProbeTokens(client)
+        self.applier = Applier(cluster, on_write=self.metrics.count_write)
+        self.tokens = ProbeTokens(cluster)
         self.prober = Prober(settings.resolver, notify=self._probed, credentials=self._probe_token)
         self.provider_reports = ProviderReports(settings.resolver, notify=self._probed)
         self.queue = WorkQueue(self._reconcile, workers=settings.workers, fields=key_fields)

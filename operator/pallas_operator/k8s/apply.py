@@ -1,4 +1,7 @@
-"""Writes to the API server: server-side apply of children, status, deletes. The only writer.
+"""The only writer of children and status: each apply, status write or delete, unless a no-op.
+
+The requests themselves go through the `Cluster` port (`k8s.cluster`); what is decided here is
+whether a write is needed at all.
 
 Every write uses one field manager, `pallas-operator`, and `force`: the operator owns the
 fields it sets and takes them back from whoever changed them (that is drift repair).
@@ -22,11 +25,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from lightkube import ApiError, AsyncClient
-from lightkube.types import PatchType
-
 from pallas_api import names
-from pallas_operator.k8s.resources import CHILD_KINDS, OWNER_KINDS
+from pallas_operator.k8s.cluster import Cluster
 
 log = logging.getLogger(__name__)
 ChildKey = tuple[str, str, str]
@@ -104,8 +104,8 @@ def _rv(value: str | None) -> int:
 class Applier:
     """Applies children and writes status, skipping what would be a no-op."""
 
-    def __init__(self, client: AsyncClient, on_write: WriteHook | None = None) -> None:
-        self._client = client
+    def __init__(self, cluster: Cluster, on_write: WriteHook | None = None) -> None:
+        self._cluster = cluster
         self._on_write = on_write or (lambda kind, verb: None)
         self._applied: dict[ChildKey, _Applied] = {}
         self._written: dict[tuple[str, str, str], _Written] = {}
@@ -135,13 +135,8 @@ class Applier:
         digest = _digest(manifest)
         if self._current(key, digest, observed):
             return None
-        resource = CHILD_KINDS[manifest["kind"]]
-        obj = await self._client.patch(
-            resource, key[2], _stamped(manifest, digest), namespace=key[0] or None,
-            patch_type=PatchType.APPLY, field_manager=names.FIELD_MANAGER, force=True,
-        )  # fmt: skip
+        applied = await self._cluster.apply(_stamped(manifest, digest))
         self._on_write(manifest["kind"], "apply")
-        applied: dict[str, Any] = obj.to_dict()
         self._applied[key] = _Applied(digest, fingerprint(applied))
         return applied
 
@@ -156,11 +151,7 @@ class Applier:
     async def delete(self, namespace: str, kind: str, name: str) -> None:
         """Delete a child that should no longer exist; already gone is fine."""
         self.forget((namespace, kind, name))
-        try:
-            await self._client.delete(CHILD_KINDS[kind], name, namespace=namespace or None)
-        except ApiError as exc:
-            if exc.status.code != 404:
-                raise
+        await self._cluster.delete(namespace, kind, name)
         self._on_write(kind, "delete")
 
     async def write_status(
@@ -183,30 +174,15 @@ class Applier:
         current = written.status if written is not None and fresh else observed
         if current is not None and dict(current) == status:
             return False
-        resource = OWNER_KINDS[kind]
-        body = {
-            "apiVersion": names.API_VERSION_STRING,
-            "kind": kind,
-            "metadata": {"name": name, "namespace": namespace},
-            "status": status,
-        }
-        obj = await self._client.patch(
-            resource.Status, name, body, namespace=namespace, patch_type=PatchType.APPLY,
-            field_manager=names.FIELD_MANAGER, force=True,
-        )  # fmt: skip
+        version = await self._cluster.write_status(kind, namespace, name, status)
         self._on_write(kind, "status")
-        self._written[key] = _Written(status, _rv(obj.metadata.resourceVersion if obj.metadata else None))
+        self._written[key] = _Written(status, _rv(version))
         return True
 
     async def observe(self, kind: str, name: str, namespace: str = "") -> Seen | None:
         """What the API server has of a child that is not watched (a read); None if it is absent."""
-        try:
-            obj = await self._client.get(CHILD_KINDS[kind], name, namespace=namespace or None)
-        except ApiError as exc:
-            if exc.status.code == 404:
-                return None
-            raise
-        return seen(obj.to_dict())
+        obj = await self._cluster.get(kind, namespace, name)
+        return seen(obj) if obj is not None else None
 
     def forget_owner(self, namespace: str, kind: str, name: str) -> None:
         """The owner is gone: drop what is remembered about its status."""

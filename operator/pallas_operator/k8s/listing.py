@@ -1,11 +1,11 @@
-"""Which objects of a kind exist (the start-up barrier lists them; the orphan sweep asks for one)."""
+"""Which objects of a kind exist (the start-up barrier lists them)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from lightkube import ApiError, AsyncClient
+from lightkube import AsyncClient
 
 ALL_NAMESPACES = "*"
 
@@ -30,14 +30,3 @@ async def names_of(
             if meta is not None and meta.name:
                 found.append((meta.namespace or "", meta.name))
     return found
-
-
-async def exists(client: AsyncClient, resource: Any, namespace: str, name: str) -> bool:
-    """Whether the API server has this object now (a GET; the watches may lag behind it)."""
-    try:
-        await client.get(resource, name, namespace=namespace)
-    except ApiError as exc:
-        if exc.status.code == 404:
-            return False
-        raise
-    return True

@@ -9,8 +9,7 @@ from pallas_operator.builders.meta import agent_selector
 from pallas_operator.engine.context import AGENT, Operator, now
 from pallas_operator.engine.prober import OPEN, ProbeAccess, ProbeTarget
 from pallas_operator.engine.world import OwnerRecord
-from pallas_operator.k8s.events import post_event
-from pallas_operator.k8s.pods import sync_pods
+from pallas_operator.k8s.cluster import OwnerEvent
 from pallas_operator.reconcile.children import apply_children, stored_status
 from pallas_operator.reconcile.plan import AgentPlan, plan_agent
 from pallas_operator.status import AgentObservation, Workload, agent_status
@@ -66,7 +65,7 @@ async def _deliver_config(op: Operator, namespace: str, name: str, plan: AgentPl
     """
     if plan.config_hash is None or plan.spec is None:
         return
-    patched = await sync_pods(op.client, namespace, agent_selector(name), plan.config_hash)
+    patched = await op.cluster.sync_pods(namespace, agent_selector(name), plan.config_hash)
     for _ in range(patched):
         op.metrics.count_write("Pod", "patch")
 
@@ -104,10 +103,11 @@ async def _report(op: Operator, record: OwnerRecord, old: PallasAgentStatus, new
     if after.status == "False" and (
         before is None or (before.status, before.reason) != ("False", after.reason)
     ):
-        await post_event(
-            op.client, kind=names.AGENT_KIND, namespace=record.namespace, name=record.name,
-            uid=record.uid, reason=after.reason, message=after.message,
-        )  # fmt: skip
+        await op.cluster.post_event(
+            OwnerEvent(
+                names.AGENT_KIND, record.namespace, record.name, record.uid, after.reason, after.message
+            )
+        )
         op.metrics.count_write(names.AGENT_KIND, "event")
 
 

@@ -29,8 +29,7 @@ from pallas_operator.builders import (
 from pallas_operator.engine.context import DEPLOYMENT, Operator, now
 from pallas_operator.engine.provider_reports import ReportSource
 from pallas_operator.engine.world import OwnerRecord
-from pallas_operator.k8s.events import post_event
-from pallas_operator.k8s.monitoring import owned_service_monitors
+from pallas_operator.k8s.cluster import OwnerEvent
 from pallas_operator.reconcile.children import apply_children, stored_status
 from pallas_operator.status import (
     AgentSummary,
@@ -64,7 +63,7 @@ async def _monitoring(op: Operator, record: OwnerRecord, owner: Owner, spec: Pal
         for manifest in wanted if present else []:
             await op.applier.apply(manifest, None)
         return present
-    existing = await owned_service_monitors(op.client, namespace, name)
+    existing = await op.cluster.owned_service_monitors(namespace, name)
     if existing is not None:
         for manifest in wanted:
             await op.applier.apply(manifest, existing.get(manifest["metadata"]["name"]))
@@ -216,10 +215,11 @@ async def _report(
     ) == record.uid:
         return
     op.unauthenticated_warned[key] = record.uid
-    await post_event(
-        op.client, kind=names.DEPLOYMENT_KIND, namespace=record.namespace, name=record.name,
-        uid=record.uid, reason=after.reason, message=after.message,
-    )  # fmt: skip
+    await op.cluster.post_event(
+        OwnerEvent(
+            names.DEPLOYMENT_KIND, record.namespace, record.name, record.uid, after.reason, after.message
+        )
+    )
     op.metrics.count_write(names.DEPLOYMENT_KIND, "event")
 
 

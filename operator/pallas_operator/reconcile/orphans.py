@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import logging
 
+from pallas_api import names
 from pallas_operator.engine.context import Operator
-from pallas_operator.k8s.delegations import delegation_bindings
-from pallas_operator.k8s.listing import exists
-from pallas_operator.k8s.resources import PallasDeployment
 
 log = logging.getLogger(__name__)
 
@@ -29,11 +27,11 @@ async def sweep_orphans(op: Operator) -> list[str]:
     """
     swept: list[str] = []
     try:
-        for binding in await delegation_bindings(op.client, op.settings.namespaces):
+        for binding in await op.cluster.delegation_bindings(op.settings.namespaces):
             namespace, deployment = binding.namespace, binding.deployment
             if op.world.deployment(namespace, deployment) is not None:
                 continue
-            if await exists(op.client, PallasDeployment, namespace, deployment):
+            if await op.cluster.get(names.DEPLOYMENT_KIND, namespace, deployment) is not None:
                 continue
             await op.applier.delete("", "ClusterRoleBinding", binding.name)
             log.info(

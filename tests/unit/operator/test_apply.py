@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
-
-from lightkube.resources.core_v1 import ConfigMap
 
 from pallas_api import names
 from pallas_operator.k8s.apply import Applier, Seen, seen
-
-ENTRY = {"manager": "pallas-operator", "operation": "Apply", "apiVersion": "v1", "fieldsV1": {"f:data": {}}}
+from tests.support.fake_cluster import FakeCluster
 
 
 def config_map(value: str = "1") -> dict[str, Any]:
@@ -22,24 +18,9 @@ def config_map(value: str = "1") -> dict[str, Any]:
     }
 
 
-class RecordingClient:
-    """Answers server-side applies like the API server: the object with our managedFields entry."""
-
-    def __init__(self, fields: dict[str, Any] | None = None) -> None:
-        self.applied: list[dict[str, Any]] = []
-        self.fields = fields or ENTRY["fieldsV1"]
-
-    async def patch(self, resource: Any, name: str, body: dict[str, Any], **kw: Any) -> ConfigMap:
-        self.applied.append(copy.deepcopy(body))
-        obj = copy.deepcopy(body)
-        obj["metadata"]["managedFields"] = [{**ENTRY, "fieldsV1": self.fields}]
-        obj["metadata"]["resourceVersion"] = str(len(self.applied))
-        return ConfigMap.from_dict(obj)
-
-
-def applier() -> tuple[Applier, RecordingClient]:
-    client = RecordingClient()
-    return Applier(client), client  # type: ignore[arg-type]
+def applier() -> tuple[Applier, FakeCluster]:
+    cluster = FakeCluster()  # answers applies as the API server does: with our managedFields entry
+    return Applier(cluster), cluster
 
 
 async def test_every_apply_carries_the_digest_of_its_manifest() -> None:
@@ -92,3 +73,30 @@ async def test_a_child_without_our_fields_is_applied_even_with_the_right_digest(
     assert applied is not None
     replaced = Seen(fingerprint="", applied_hash=seen(applied).applied_hash)  # kubectl replace
     assert await applier()[0].apply(config_map(), replaced) is not None
+
+
+async def test_a_status_is_written_only_when_it_differs_from_what_the_owner_has() -> None:
+    apply, cluster = applier()
+    ready, pending = {"phase": "Ready"}, {"phase": "Pending"}
+    key = ("PallasAgent", "agents", "research")
+
+    assert not await apply.write_status(*key, ready, ready, "5")  # the watch shows it already
+    assert await apply.write_status(*key, ready, pending, "5")
+    assert cluster.statuses == [(key, ready)]
+
+
+async def test_a_status_just_written_is_not_written_again_while_the_watch_lags() -> None:
+    apply, cluster = applier()
+    key = ("PallasAgent", "agents", "research")
+    cluster.load({"kind": key[0], "metadata": {"namespace": key[1], "name": key[2]}})
+    before = cluster.objects[key]["metadata"]["resourceVersion"]
+    assert await apply.write_status(*key, {"phase": "Ready"}, {"phase": "Pending"}, before)
+
+    # The watch still shows the version from before our write: what we wrote counts.
+    assert not await apply.write_status(*key, {"phase": "Ready"}, {"phase": "Pending"}, before)
+    # A newer version than ours: someone else wrote, and the watch is right.
+    assert await apply.write_status(*key, {"phase": "Ready"}, {"phase": "Pending"}, "999")
+    # An owner deleted and created again starts from nothing remembered.
+    apply.forget_owner("agents", "PallasAgent", "research")
+    assert await apply.write_status(*key, {"phase": "Ready"}, {"phase": "Pending"}, before)
+    assert len(cluster.statuses) == 3

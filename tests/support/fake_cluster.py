@@ -1,0 +1,220 @@
+"""An in-memory `Cluster` (the operator's port to the API server) for unit tests.
+
+It keeps objects by (kind, namespace, name) and records every write in order: applies,
+deletions, status writes, Events, pod syncs and minted tokens. An apply stores the applied body
+as it is (no merge: server-side apply's field ownership is the integration tier's subject) with
+a managedFields entry of the operator's field manager, as the API server answers, so the
+applier's no-op check works on it as on the real thing. `load` pre-loads objects; `watch`
+files what is stored into a `World` the way the operator's watches would.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pallas_api import names
+from pallas_operator.engine.context import AGENT, DEPLOYMENT, Operator
+from pallas_operator.engine.world import CHILD_RESOURCES, World
+from pallas_operator.k8s.apply import Seen, seen
+from pallas_operator.k8s.cluster import Cluster, OwnerEvent
+from pallas_operator.k8s.delegations import DelegationBinding
+from pallas_operator.k8s.listing import ALL_NAMESPACES
+from pallas_operator.metrics import OperatorMetrics
+from pallas_operator.reconcile.agent import reconcile_agent
+from pallas_operator.reconcile.deployment import reconcile_deployment
+from pallas_operator.settings import OperatorSettings
+
+ObjectKey = tuple[str, str, str]
+"""(kind, namespace, name); the namespace is "" for a cluster-scoped object."""
+WATCHED_KINDS = (names.AGENT_KIND, names.DEPLOYMENT_KIND, *CHILD_RESOURCES)
+
+
+def key_of(body: Mapping[str, Any]) -> ObjectKey:
+    """(kind, namespace, name) of an object body."""
+    meta = body["metadata"]
+    return (str(body["kind"]), str(meta.get("namespace", "")), str(meta["name"]))
+
+
+def _matches(body: Mapping[str, Any], labels: Mapping[str, str] | None) -> bool:
+    have = (body.get("metadata") or {}).get("labels") or {}
+    return all(have.get(k) == v for k, v in (labels or {}).items())
+
+
+@dataclass
+class FakeCluster:
+    """The API server in memory: what the operator wrote, and what a test put there."""
+
+    objects: dict[ObjectKey, dict[str, Any]] = field(default_factory=dict)
+    applied: list[dict[str, Any]] = field(default_factory=list)
+    """Every applied body, in order."""
+    deleted: list[ObjectKey] = field(default_factory=list)
+    statuses: list[tuple[ObjectKey, dict[str, Any]]] = field(default_factory=list)
+    """Every status written, with the owner it was written to."""
+    events: list[OwnerEvent] = field(default_factory=list)
+    synced: list[tuple[str, dict[str, str], str]] = field(default_factory=list)
+    """(namespace, labels, config hash) of every pod sync asked for."""
+    tokens: list[tuple[str, str]] = field(default_factory=list)
+    service_monitor_crd: bool = True
+    """Whether the ServiceMonitor kind is served (the Prometheus Operator installed)."""
+    _versions: Iterator[int] = field(default_factory=lambda: itertools.count(1), repr=False)
+
+    def load(self, *bodies: Mapping[str, Any]) -> None:
+        """Put objects there as if someone else had created them (with a uid and a generation)."""
+        for body in bodies:
+            obj = copy.deepcopy(dict(body))
+            meta = obj["metadata"]
+            meta.setdefault("uid", "uid-{}-{}".format(*key_of(obj)[::2]))
+            meta.setdefault("generation", 1)
+            meta["resourceVersion"] = self._version()
+            self.objects[key_of(obj)] = obj
+
+    def watch(self, world: World) -> None:
+        """File every stored object of a watched kind in `world`, as the watch events would."""
+        for (kind, _, _), body in self.objects.items():
+            if kind in WATCHED_KINDS:
+                world.record(kind, copy.deepcopy(body))
+
+    def writes(self) -> int:
+        """How many write requests were made (applies, deletes, status writes, Events)."""
+        return len(self.applied) + len(self.deleted) + len(self.statuses) + len(self.events)
+
+    def _version(self) -> str:
+        return str(next(self._versions))
+
+    async def apply(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        """Store the body with the operator's managedFields entry; the stored object."""
+        body = copy.deepcopy(dict(manifest))
+        self.applied.append(copy.deepcopy(body))
+        entry = {
+            "manager": names.FIELD_MANAGER,
+            "operation": "Apply",
+            "apiVersion": body.get("apiVersion"),
+            "fieldsV1": {f"f:{k}": {} for k in sorted(body) if k not in ("apiVersion", "kind")},
+        }
+        body["metadata"] = {**body["metadata"], "managedFields": [entry], "resourceVersion": self._version()}
+        key = key_of(body)
+        if "status" in self.objects.get(key, {}):  # an apply does not touch what others wrote
+            body["status"] = self.objects[key]["status"]
+        self.objects[key] = body
+        return copy.deepcopy(body)
+
+    async def delete(self, namespace: str, kind: str, name: str) -> None:
+        """Forget the object (one already gone is fine) and record the request."""
+        self.deleted.append((kind, namespace, name))
+        self.objects.pop((kind, namespace, name), None)
+
+    async def write_status(
+        self, kind: str, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> str | None:
+        """Record the status, and set it on the stored owner if there is one."""
+        key = (kind, namespace, name)
+        self.statuses.append((key, copy.deepcopy(dict(status))))
+        version = self._version()
+        if key in self.objects:
+            self.objects[key]["status"] = copy.deepcopy(dict(status))
+            self.objects[key]["metadata"]["resourceVersion"] = version
+        return version
+
+    async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """A copy of the stored object, or None."""
+        found = self.objects.get((kind, namespace, name))
+        return copy.deepcopy(found) if found is not None else None
+
+    async def owned_service_monitors(self, namespace: str, deployment: str) -> dict[str, Seen] | None:
+        """The stored ServiceMonitors labelled as the deployment's; None without their CRD."""
+        if not self.service_monitor_crd:
+            return None
+        labels = {names.LABEL_MANAGED_BY: names.MANAGED_BY, names.LABEL_DEPLOYMENT: deployment}
+        return {
+            name: seen(body)
+            for (kind, ns, name), body in self.objects.items()
+            if kind == "ServiceMonitor" and ns == namespace and _matches(body, labels)
+        }
+
+    async def delegation_bindings(self, namespaces: Sequence[str]) -> list[DelegationBinding]:
+        """The stored ClusterRoleBindings labelled as the operator's, for `namespaces` (empty: all)."""
+        found = []
+        for (kind, _, name), body in sorted(self.objects.items()):
+            labels = body["metadata"].get("labels") or {}
+            if kind != "ClusterRoleBinding" or labels.get(names.LABEL_MANAGED_BY) != names.MANAGED_BY:
+                continue
+            namespace, deployment = labels.get(names.LABEL_NAMESPACE), labels.get(names.LABEL_DEPLOYMENT)
+            if namespace is None or deployment is None or (namespaces and namespace not in namespaces):
+                continue
+            found.append(DelegationBinding(name, namespace, deployment))
+        return found
+
+    async def sync_pods(self, namespace: str, labels: Mapping[str, str], config_hash: str) -> int:
+        """Annotate the stored live Pods matching `labels` that lack `config_hash`; how many."""
+        self.synced.append((namespace, dict(labels), config_hash))
+        patched = 0
+        for (kind, ns, _), body in self.objects.items():
+            meta = body["metadata"]
+            if (
+                kind != "Pod"
+                or ns != namespace
+                or not _matches(body, labels)
+                or meta.get("deletionTimestamp")
+            ):
+                continue
+            annotations = meta.setdefault("annotations", {})
+            if annotations.get(names.ANNOTATION_CONFIG_SYNC) != config_hash:
+                annotations[names.ANNOTATION_CONFIG_SYNC] = config_hash
+                patched += 1
+        return patched
+
+    async def post_event(self, event: OwnerEvent) -> None:
+        """Record the Event."""
+        self.events.append(event)
+
+    async def names_of(
+        self, kind: str, namespaces: Sequence[str], labels: Mapping[str, str] | None = None
+    ) -> list[tuple[str, str]]:
+        """(namespace, name) of the stored objects of `kind` matching `labels`."""
+        return [
+            (ns, name)
+            for (k, ns, name), body in sorted(self.objects.items())
+            if k == kind and (ALL_NAMESPACES in namespaces or ns in namespaces) and _matches(body, labels)
+        ]
+
+    async def mint_token(
+        self, namespace: str, service_account: str, audiences: Sequence[str], seconds: int
+    ) -> str:
+        """A made-up token naming the ServiceAccount."""
+        self.tokens.append((namespace, service_account))
+        return f"token-of-{namespace}-{service_account}"
+
+
+def _conforms(cluster: FakeCluster) -> Cluster:
+    return cluster  # mypy checks here that the fake has every method of the port
+
+
+def operator_with(*bodies: Mapping[str, Any], **settings: Any) -> tuple[Operator, FakeCluster]:
+    """An operator whose watches have shown `bodies`, on a cluster holding them."""
+    cluster = FakeCluster()
+    cluster.load(*bodies)
+    op = in_memory_operator(cluster, **settings)
+    cluster.watch(op.world)
+    return op, cluster
+
+
+def condition(status: Mapping[str, Any], type_: str) -> dict[str, Any]:
+    """The condition of `type_` in a written status."""
+    found: dict[str, Any] = next(c for c in status["conditions"] if c["type"] == type_)
+    return found
+
+
+def in_memory_operator(cluster: FakeCluster, **settings: Any) -> Operator:
+    """An `Operator` on `cluster`, as the runner builds one, with nothing started.
+
+    Its queue, prober and provider reports start no task until asked to, so a reconcile called
+    directly runs in the test's event loop and touches nothing but the fake.
+    """
+    values: dict[str, Any] = {"namespaces": ("default",), "runtime_image": "pallas:test", "http_port": None}
+    values.update(settings)
+    reconcilers = {AGENT: reconcile_agent, DEPLOYMENT: reconcile_deployment}
+    return Operator(OperatorSettings(**values), cluster, OperatorMetrics(), reconcilers)

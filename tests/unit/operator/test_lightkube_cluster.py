@@ -1,0 +1,103 @@
+"""The lightkube adapter of the `Cluster` port: the requests it makes, on a client that records them.
+
+What the API server does with them is the integration tier's; here: the resource class, the
+namespace, server-side apply with the operator's field manager and force, and a 404 read as absent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from lightkube import ApiError
+from lightkube.models.meta_v1 import Status
+from lightkube.resources.core_v1 import ConfigMap
+from lightkube.resources.rbac_authorization_v1 import ClusterRoleBinding
+from lightkube.types import PatchType
+
+from pallas_api import names
+from pallas_operator.k8s.lightkube_cluster import LightkubeCluster
+from pallas_operator.k8s.resources import PallasAgent, PallasDeployment
+
+APPLY = {"patch_type": PatchType.APPLY, "field_manager": names.FIELD_MANAGER, "force": True}
+
+
+class RecordingClient:
+    """Records each call as (verb, resource, name, keyword arguments); answers with `answer`."""
+
+    def __init__(self, answer: Any = None, error: int | None = None) -> None:
+        self.calls: list[tuple[str, Any, str, dict[str, Any]]] = []
+        self.answer = answer
+        self.error = error
+
+    def _call(self, verb: str, resource: Any, name: str, **kw: Any) -> Any:
+        self.calls.append((verb, resource, name, kw))
+        if self.error is not None:
+            raise ApiError(status=Status(code=self.error, message="refused"))
+        return self.answer
+
+    async def patch(self, resource: Any, name: str, body: Any, **kw: Any) -> Any:
+        return self._call("patch", resource, name, body=body, **kw)
+
+    async def delete(self, resource: Any, name: str, **kw: Any) -> Any:
+        return self._call("delete", resource, name, **kw)
+
+    async def get(self, resource: Any, name: str, **kw: Any) -> Any:
+        return self._call("get", resource, name, **kw)
+
+
+def cluster(answer: Any = None, error: int | None = None) -> tuple[LightkubeCluster, RecordingClient]:
+    client = RecordingClient(answer, error)
+    return LightkubeCluster(client), client  # type: ignore[arg-type]
+
+
+CONFIG_MAP = {
+    "apiVersion": "v1",
+    "kind": "ConfigMap",
+    "metadata": {"name": "research-config", "namespace": "agents"},
+}
+
+
+async def test_a_child_is_server_side_applied_as_the_operator_forcing() -> None:
+    adapter, client = cluster(ConfigMap.from_dict(CONFIG_MAP))
+
+    assert await adapter.apply(CONFIG_MAP) == ConfigMap.from_dict(CONFIG_MAP).to_dict()
+
+    assert client.calls == [
+        ("patch", ConfigMap, "research-config", {"body": CONFIG_MAP, "namespace": "agents", **APPLY})
+    ]
+
+
+async def test_a_status_goes_to_the_status_subresource_and_its_version_comes_back() -> None:
+    answer = PallasAgent.from_dict({"metadata": {"name": "research", "resourceVersion": "42"}})
+    adapter, client = cluster(answer)
+
+    assert await adapter.write_status(names.AGENT_KIND, "agents", "research", {"phase": "Ready"}) == "42"
+
+    ((verb, resource, name, kw),) = client.calls
+    assert (verb, resource, name, kw["namespace"]) == ("patch", PallasAgent.Status, "research", "agents")
+    assert kw["body"]["status"] == {"phase": "Ready"}
+    assert {k: kw[k] for k in APPLY} == APPLY
+
+
+async def test_a_cluster_scoped_child_is_addressed_without_a_namespace() -> None:
+    adapter, client = cluster(error=404)
+
+    await adapter.delete("", "ClusterRoleBinding", "pallas:agents:ouranos:auth-delegator")  # gone is fine
+    assert await adapter.get("ClusterRoleBinding", "", "pallas:agents:ouranos:auth-delegator") is None
+    assert await adapter.get(names.DEPLOYMENT_KIND, "agents", "ouranos") is None
+
+    assert [(verb, resource, kw["namespace"]) for verb, resource, _, kw in client.calls] == [
+        ("delete", ClusterRoleBinding, None),
+        ("get", ClusterRoleBinding, None),
+        ("get", PallasDeployment, "agents"),
+    ]
+
+
+async def test_other_refusals_are_raised() -> None:
+    adapter, _ = cluster(error=403)
+
+    with pytest.raises(ApiError):
+        await adapter.delete("agents", "ConfigMap", "research-config")
+    with pytest.raises(ApiError):
+        await adapter.get("ConfigMap", "agents", "research-config")

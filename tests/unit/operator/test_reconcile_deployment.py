@@ -1,0 +1,125 @@
+"""`reconcile_deployment` on the in-memory world and cluster: registry, identity, monitoring, status."""
+
+from __future__ import annotations
+
+from pallas_api import conditions, names
+from pallas_operator.reconcile.deployment import reconcile_deployment
+from tests.support.fake_cluster import FakeCluster, condition, in_memory_operator, operator_with
+from tests.support.operator import agent, at, deployment
+
+NS = "default"
+REGISTRY = names.registry_name("ouranos")
+BINDING = names.auth_delegation_binding(NS, "ouranos")
+KUBERNETES_AUTH = at("spec.auth", {"mode": "kubernetes"})
+
+
+async def test_a_deployment_gets_its_registry_owned_and_a_status() -> None:
+    op, cluster = operator_with(deployment(), agent())
+
+    assert await reconcile_deployment(op, NS, "ouranos") is None
+
+    applied = {(m["kind"], m["metadata"]["name"]) for m in cluster.applied}
+    assert {("Deployment", REGISTRY), ("Service", REGISTRY)} <= applied
+    for manifest in cluster.applied:
+        (owner,) = manifest["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["name"]) == (names.DEPLOYMENT_KIND, "ouranos")
+        assert manifest["metadata"]["labels"][names.LABEL_DEPLOYMENT] == "ouranos"
+    ((key, status),) = cluster.statuses
+    assert key == (names.DEPLOYMENT_KIND, NS, "ouranos")
+    registry = condition(status, conditions.REGISTRY_AVAILABLE)
+    assert (registry["status"], registry["reason"]) == ("False", conditions.REGISTRY_UNAVAILABLE)
+    assert cluster.events == []
+
+
+async def test_a_second_reconcile_of_an_unchanged_deployment_writes_nothing() -> None:
+    op, cluster = operator_with(deployment("ouranos", KUBERNETES_AUTH), agent())
+    await reconcile_deployment(op, NS, "ouranos")
+    writes = cluster.writes()
+
+    cluster.watch(op.world)
+    await reconcile_deployment(op, NS, "ouranos")
+
+    assert cluster.writes() == writes
+
+
+async def test_kubernetes_auth_binds_the_agents_identity_and_unbinds_it_when_left() -> None:
+    op, cluster = operator_with(deployment("ouranos", KUBERNETES_AUTH), agent())
+    await reconcile_deployment(op, NS, "ouranos")
+    binding = cluster.objects[("ClusterRoleBinding", "", BINDING)]
+    assert binding["metadata"]["labels"][names.LABEL_NAMESPACE] == NS
+    assert ("ServiceAccount", NS, names.agents_service_account("ouranos")) in cluster.objects
+    authenticated = condition(cluster.statuses[-1][1], conditions.AUTHENTICATED)
+    assert authenticated["status"] == "True"
+
+    cluster.watch(op.world)
+    cluster.load(deployment())  # back to auth.mode none
+    cluster.watch(op.world)
+    await reconcile_deployment(op, NS, "ouranos")
+
+    assert ("ClusterRoleBinding", "", BINDING) in cluster.deleted
+    assert ("ServiceAccount", NS, names.agents_service_account("ouranos")) in cluster.deleted
+
+
+async def test_a_deleted_deployment_loses_its_binding_known_or_read() -> None:
+    op, cluster = operator_with(deployment("ouranos", KUBERNETES_AUTH))
+    await reconcile_deployment(op, NS, "ouranos")
+    op.world.record(
+        names.DEPLOYMENT_KIND, cluster.objects[(names.DEPLOYMENT_KIND, NS, "ouranos")], deleted=True
+    )
+
+    assert await reconcile_deployment(op, NS, "ouranos") is None
+    assert cluster.deleted == [("ClusterRoleBinding", "", BINDING)]
+
+    # A restarted operator does not know the binding: it reads it (here: gone) and deletes nothing.
+    restarted = in_memory_operator(cluster)
+    await reconcile_deployment(restarted, NS, "ouranos")
+    assert cluster.deleted == [("ClusterRoleBinding", "", BINDING)]
+
+
+async def test_agents_reachable_unauthenticated_at_a_public_url_are_warned_of_once() -> None:
+    public = at("spec.registry.publicURLTemplate", "https://{agent}.example.com/mcp")
+    op, cluster = operator_with(deployment("ouranos", public))
+
+    await reconcile_deployment(op, NS, "ouranos")
+    await reconcile_deployment(op, NS, "ouranos")  # the watch has not shown the status yet
+
+    (event,) = cluster.events
+    assert (event.kind, event.reason) == (names.DEPLOYMENT_KIND, conditions.UNAUTHENTICATED)
+
+
+async def test_service_monitors_without_their_crd_are_asked_for_again_later() -> None:
+    cluster = FakeCluster(service_monitor_crd=False)
+    cluster.load(deployment("ouranos", at("spec.monitoring", {"serviceMonitor": {"enabled": True}})))
+    op = in_memory_operator(cluster, monitoring_recheck=42.0)
+    cluster.watch(op.world)
+
+    assert await reconcile_deployment(op, NS, "ouranos") == 42.0
+
+    assert not any(m["kind"] == "ServiceMonitor" for m in cluster.applied)
+    monitoring = condition(cluster.statuses[-1][1], conditions.MONITORING_READY)
+    assert monitoring["status"] == "False"
+
+
+async def test_service_monitors_are_applied_once_their_crd_exists() -> None:
+    op, cluster = operator_with(
+        deployment("ouranos", at("spec.monitoring", {"serviceMonitor": {"enabled": True}}))
+    )
+
+    assert await reconcile_deployment(op, NS, "ouranos") is None
+
+    monitors = [m for m in cluster.applied if m["kind"] == "ServiceMonitor"]
+    assert monitors
+    assert all(m["metadata"]["labels"][names.LABEL_DEPLOYMENT] == "ouranos" for m in monitors)
+    assert condition(cluster.statuses[-1][1], conditions.MONITORING_READY)["status"] == "True"
+
+
+async def test_a_spec_the_operator_cannot_read_is_reported_and_nothing_is_applied() -> None:
+    # Only a CRD older than the operator lets such a spec through (the schema would prune it).
+    op, cluster = operator_with(deployment("ouranos", at("spec.registry.retired", True)))
+
+    assert await reconcile_deployment(op, NS, "ouranos") is None
+
+    assert (cluster.applied, cluster.deleted) == ([], [])
+    ready = condition(cluster.statuses[-1][1], conditions.READY)
+    assert (ready["status"], ready["reason"]) == ("False", conditions.INVALID_SPEC)
+    assert "upgrade the CRDs" in ready["message"]
