@@ -24,18 +24,21 @@ from tests.support.fake_llm import fake_anthropic, fake_openai
 from tests.support.mcp_peers import mcp_peers, server_everything
 from tests.support.operator import pallas_crds, pallas_operator  # noqa: F401
 from tests.support.postgres import postgres
-from tests.support.workers import start_run
+from tests.support.workers import finish_run, start_run
 
 TESTS = Path(__file__).resolve().parent
 TIERS = ("unit", "integration", "e2e")
-# The e2e tier and the integration modules that run the node or the cluster script themselves: a
-# drill on the node (a drain, a power cut, a second node) must not meet another module's pods.
-# test_existing_objects runs a cluster-wide operator, which would reconcile the e2e tier's agents
-# beside their own operator: it shares their lane.
+# The lane of what the whole cluster or machine shares: the e2e tier and the integration modules
+# that run the node or the cluster script themselves (a drill on the node, a drain or a power cut,
+# must not meet another module's pods), that install the chart (a release owns cluster-scoped
+# ClusterRoles, which a second release at the same time may not take over), or that run a
+# cluster-wide operator (test_existing_objects: it would reconcile the e2e agents beside their
+# own operator).
 NODE_GROUP = "node"
 NODE_MODULES = (
     "tests/integration/test_hack_cluster.py",
     "tests/integration/test_local_node.py",
+    "tests/integration/chart/test_helm_install.py",
     "tests/integration/operator/test_existing_objects.py",
 )
 # Integration tests of the control plane (operators, CRDs, the chart, the registry's watch): one
@@ -83,12 +86,17 @@ def pytest_configure(config: pytest.Config) -> None:
 
 _TIER_TIMES: dict[str, list[float]] = {}
 """Per tier: the earliest start, the latest stop and the summed duration of its tests' phases."""
+_WORKER_TIMES: dict[str, list[float]] = {}
+"""The same per xdist worker (its lane): how full each worker was."""
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     tier = report.nodeid.split("/", 2)[1] if report.nodeid.startswith("tests/") else "other"
-    first, last, busy = _TIER_TIMES.get(tier, [report.start, report.stop, 0.0])
-    _TIER_TIMES[tier] = [min(first, report.start), max(last, report.stop), busy + report.duration]
+    node = getattr(report, "node", None)
+    worker = str(getattr(getattr(node, "gateway", None), "id", "main"))
+    for times, key in ((_TIER_TIMES, tier), (_WORKER_TIMES, worker)):
+        first, last, busy = times.get(key, [report.start, report.stop, 0.0])
+        times[key] = [min(first, report.start), max(last, report.stop), busy + report.duration]
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -96,16 +104,18 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     tests took one after another, so a run shows what running side by side saved."""
     if hasattr(terminalreporter.config, "workerinput") or not _TIER_TIMES:
         return
-    terminalreporter.section("time per tier")
-    for tier in sorted(_TIER_TIMES):
-        first, last, busy = _TIER_TIMES[tier]
-        wall = last - first
-        terminalreporter.write_line(f"{tier:<12} wall {wall:8.1f}s   tests one after another {busy:8.1f}s")
+    terminalreporter.section("time per tier, and per worker")
+    for times in (_TIER_TIMES, _WORKER_TIMES):
+        for key in sorted(times):
+            first, last, busy = times[key]
+            wall = last - first
+            terminalreporter.write_line(f"{key:<12} wall {wall:8.1f}s   tests one after another {busy:8.1f}s")
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     if not hasattr(session.config, "workerinput"):  # every worker has finished by now
         stop_started_cluster()
+        finish_run()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -139,7 +139,7 @@ def free_ports(count: int, host: str = LOOPBACK) -> int:
                 sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
                 sockets.append(sock)
                 sock.bind((host, port))
-            _HANDED_OUT.extend(block)
+            _remember(block, ceiling - floor)
             return base
         except OSError:
             continue
@@ -152,7 +152,16 @@ def free_ports(count: int, host: str = LOOPBACK) -> int:
 _HANDED_OUT: collections.deque[int] = collections.deque(maxlen=512)
 """The ports handed out last, not handed out again. A port is only free until its taker binds it,
 and ports asked for together (a node's five, say) were independent picks from the same 3000:
-now and then two were one port (a failed CI run of 2026-11-30)."""
+now and then two were one port (a failed CI run of 2026-11-30). At most two fifths of this
+worker's slice is remembered (`_remember`), so a block of free ports is still easy to find."""
+
+
+def _remember(block: range, slice_size: int) -> None:
+    global _HANDED_OUT
+    limit = min(512, slice_size * 2 // 5)
+    if _HANDED_OUT.maxlen != limit:
+        _HANDED_OUT = collections.deque(_HANDED_OUT, maxlen=limit)
+    _HANDED_OUT.extend(block)
 
 
 def _worker_slice(low: int, high: int) -> tuple[int, int]:

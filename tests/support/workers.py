@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +32,13 @@ def start_run() -> Path:
     path = Path(tempfile.mkdtemp(prefix="pallas-tests-"))
     os.environ[RUN_DIR] = str(path)
     return path
+
+
+def finish_run() -> None:
+    """Remove the run's shared folder (the controller's job, after every worker has ended)."""
+    path = os.environ.pop(RUN_DIR, None)
+    if path:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def run_dir() -> Path:

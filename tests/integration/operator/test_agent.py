@@ -14,8 +14,7 @@ from pallas_api import names
 from pallas_api.config import parse_config
 from pallas_api.live import config_digest
 from pallas_io.kube import PallasAgent, PallasDeployment
-from pallas_operator.k8s.pods import sync_pods
-from pallas_operator.reconcile import agent as agent_reconcile
+from pallas_operator.k8s.lightkube_cluster import LightkubeCluster
 from tests.support.cluster import LocalCluster
 from tests.support.operator import (
     RunningOperator,
@@ -139,11 +138,12 @@ async def test_a_live_edit_rewrites_the_config_map_and_status_follows_what_the_p
     # Which agents' pods the operator looked for (each look is a list of the namespace's pods).
     looked_for: list[str] = []
 
-    async def counted_sync_pods(client: Any, ns: str, labels: Any, config_hash: str) -> int:
+    async def counted_sync_pods(cluster: LightkubeCluster, ns: str, labels: Any, config_hash: str) -> int:
         looked_for.append(dict(labels)["pallas.dev/agent"])
-        return await sync_pods(client, ns, labels, config_hash)
+        return await sync_pods(cluster, ns, labels, config_hash)
 
-    monkeypatch.setattr(agent_reconcile, "sync_pods", counted_sync_pods)
+    sync_pods = LightkubeCluster.sync_pods
+    monkeypatch.setattr(LightkubeCluster, "sync_pods", counted_sync_pods)
     async with fake_agent("research") as (health, server):
         pallas_operator.route("research", server.port)
         # A long health interval: following a new config must not wait for it.
