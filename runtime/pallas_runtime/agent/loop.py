@@ -25,11 +25,10 @@ from pallas_runtime.agent import gateway
 from pallas_runtime.agent.audit import audit_tool_call
 from pallas_runtime.agent.latency import LLM, Latencies
 from pallas_runtime.agent.progress import ProgressReporter
-from pallas_runtime.agent.toolbox import CallContext, OfferedTool, ToolBox, llm_tool_name
+from pallas_runtime.agent.toolbox import OfferedTool, ToolBox, llm_tool_name
+from pallas_runtime.agent.turn import Turn, TurnChoice
 from pallas_runtime.agent.window import input_budget, left_out, request_tokens
 from pallas_runtime.conversations.caller import kept_id
-from pallas_runtime.conversations.model import ConversationKey
-from pallas_runtime.downstream.call_path import CallPath
 from pallas_runtime.downstream.source import ToolOutcome, ToolSource
 from pallas_runtime.llm.params import merge_params
 from pallas_runtime.llm.provider import LLMError, LLMProvider
@@ -84,20 +83,6 @@ class TurnResult:
     history_left_out: int = 0
     """The most of the history's oldest messages any of the turn's LLM calls left out to fit the
     model's context window (`agent/window.py`)."""
-
-
-@dataclass(frozen=True, slots=True)
-class TurnChoice:
-    """What a call chose for its turn (`params.model`, `params.systemAppend`)."""
-
-    provider: LLMProvider
-    """The provider serving the chosen model (with the caller's key, for `callerBearer`)."""
-    model: str
-    """The chosen model's id (as metrics label it)."""
-    capabilities: ModelCapabilities
-    """The chosen model's."""
-    system_append: str = ""
-    """Added to the end of the system prompt for this turn."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,78 +148,54 @@ class AgentLoop:
             on_demand = settings.mode == "onDemand"
         return Exposure(on_demand, budget)
 
-    async def run(
-        self,
-        history: Sequence[Message],
-        user: UserMessage,
-        *,
-        inbound_auth: str | None,
-        progress: ProgressReporter,
-        conversation: ConversationKey | None = None,
-        call_path: CallPath | None = None,
-        params: RequestParams | None = None,
-        choice: TurnChoice | None = None,
-    ) -> TurnResult:
+    async def run(self, history: Sequence[Message], user: UserMessage, turn: Turn) -> TurnResult:
         """One `send_message`: loop until the model answers without tool calls.
 
-        `conversation` is the turn's conversation (for peer calls; the loop stores nothing);
-        `call_path` the agents this call passed through, this one last (for peer calls);
-        `params` the call's own request parameters, over the agent's; `choice` the call's model
-        and system prompt addition (default: the agent's model and instruction).
+        `turn` is what the call carries (`agent.turn`): its credential, progress, conversation
+        (for peer calls; the loop stores nothing), path of agents, parameters over the agent's,
+        and model and system prompt addition (default: the agent's model and instruction).
 
         Raises:
             LLMError: the provider failed after its retries.
             MaxIterationsExceeded: no final answer within `maxIterations` rounds.
             ToolChoiceUnavailable: `toolChoice` names a tool not offered this turn.
         """
+        choice = turn.choice
         if choice is None:
             choice = TurnChoice(self._provider, self._config.model, self._config.capabilities)
-        conversation_id = kept_id(conversation)
+        conversation_id = kept_id(turn.conversation)
         with turn_span(self._config.name, conversation_id):
-            return await self._run(
-                history,
-                user,
-                inbound_auth,
-                progress,
-                conversation,
-                conversation_id,
-                call_path,
-                params,
-                choice,
-            )
+            return await self._run(history, user, turn, choice, conversation_id)
 
     async def _run(
         self,
         history: Sequence[Message],
         user: UserMessage,
-        inbound_auth: str | None,
-        progress: ProgressReporter,
-        conversation: ConversationKey | None,
-        conversation_id: str | None,
-        call_path: CallPath | None,
-        params: RequestParams | None,
+        turn: Turn,
         choice: TurnChoice,
+        conversation_id: str | None,
     ) -> TurnResult:
         system = self._config.instruction
         if choice.system_append:
             system = f"{system}\n\n{choice.system_append}" if system else choice.system_append
-        offered = await self.offered_tools(inbound_auth)
-        merged = merge_params(self._config.request_params, params)
+        progress = turn.progress
+        offered = await self.offered_tools(turn.credential)
+        merged = merge_params(self._config.request_params, turn.params)
         exposure = self.exposure(offered, merged, choice.capabilities)
         first, later = self._round_params(merged, offered)
         specs = self._specs(offered, exposure, first.tool_choice)
         budget = input_budget(choice.capabilities, merged) - request_tokens(system, specs)
-        turn: list[Message] = [user]
+        messages: list[Message] = [user]
         left_out_most = 0
         for round_number in range(self._config.max_iterations):
-            cut = left_out(history, turn, budget)
+            cut = left_out(history, messages, budget)
             left_out_most = max(left_out_most, cut)
             completion = await self._complete(
-                choice, system, [*history[cut:], *turn], specs, progress,
+                choice, system, [*history[cut:], *messages], specs, progress,
                 first if round_number == 0 else later, conversation_id,
             )  # fmt: skip
             assistant = AssistantMessage(completion.text, completion.tool_calls)
-            turn.append(assistant)
+            messages.append(assistant)
             if not completion.tool_calls:
                 if not completion.text.strip():
                     raise LLMError(
@@ -243,19 +204,18 @@ class AgentLoop:
                     )
                 answer = cut_to(completion.text, self._config.limits.max_answer_bytes, "answer")
                 if answer != completion.text:
-                    turn[-1] = AssistantMessage(answer)
+                    messages[-1] = AssistantMessage(answer)
                 if left_out_most:
                     log.debug(
                         "left out the %d oldest of %d stored messages to fit the context window",
                         left_out_most, len(history), extra={"agent": self._config.name},
                     )  # fmt: skip
-                return TurnResult(answer, turn, left_out_most)
+                return TurnResult(answer, messages, left_out_most)
             await progress.step("tool")
-            context = CallContext(inbound_auth, progress, conversation, call_path)
             results = await asyncio.gather(
-                *(self._dispatch(call, offered, exposure, context) for call in completion.tool_calls)
+                *(self._dispatch(call, offered, exposure, turn) for call in completion.tool_calls)
             )
-            turn.append(ToolResultsMessage(tuple(results)))
+            messages.append(ToolResultsMessage(tuple(results)))
         raise MaxIterationsExceeded(
             f"agent {self._config.name} stopped after {self._config.max_iterations} LLM/tool rounds "
             "without a final answer (raise spec.maxIterations if the task needs more)"
@@ -351,17 +311,17 @@ class AgentLoop:
         return specs
 
     async def _dispatch(
-        self, call: ToolCall, offered: dict[str, OfferedTool], exposure: Exposure, context: CallContext
+        self, call: ToolCall, offered: dict[str, OfferedTool], exposure: Exposure, turn: Turn
     ) -> ToolResult:
         if exposure.on_demand and call.name in gateway.GATEWAY_TOOLS:
-            return await self._gateway_call(call, offered, exposure, context)
+            return await self._gateway_call(call, offered, exposure, turn)
         entry = offered.get(call.name)
         if entry is None:
             available = ", ".join(sorted(n for n, o in offered.items() if o.allowed))
             return _result(call, self.tools.unknown(call.name, available))
         if call.arguments_error is not None:
             return self._invalid(call, entry.source.name, entry.tool.name, call.arguments_error)
-        return _result(call, await self.tools.call(entry, call.arguments, context, shown=call.name))
+        return _result(call, await self.tools.call(entry, call.arguments, turn, shown=call.name))
 
     def _invalid(
         self,
@@ -376,7 +336,7 @@ class AgentLoop:
         return _error(call, f"arguments for {call.name!r} are invalid: {why}")
 
     async def _gateway_call(
-        self, call: ToolCall, offered: dict[str, OfferedTool], exposure: Exposure, context: CallContext
+        self, call: ToolCall, offered: dict[str, OfferedTool], exposure: Exposure, turn: Turn
     ) -> ToolResult:
         """A model's call of `list_servers`, `get_server_tools` or `execute_tool`."""
         if call.arguments_error is not None:
@@ -394,7 +354,7 @@ class AgentLoop:
             else:
                 entry = gateway.target(offered, servers, args.server, args.tool)
                 limit = args.timeout_ms / 1000 if args.timeout_ms else None
-                outcome = await self.tools.call(entry, dict(args.args or {}), context, time_limit=limit)
+                outcome = await self.tools.call(entry, dict(args.args or {}), turn, time_limit=limit)
                 return _result(call, outcome)
         except gateway.GatewayError as exc:
             if exc.code is ErrorCode.INVALID_ARGUMENTS:
