@@ -200,14 +200,7 @@ class ToolBox:
             timed_out = False
             relay = progress.relay(source, tool.name)
             try:
-                call = entry.source.call_tool(
-                    tool.name,
-                    arguments,
-                    inbound_auth=turn.credential,
-                    on_progress=self._scrubbed(relay),
-                    conversation=turn.conversation,
-                    call_path=turn.call_path,
-                )
+                call = entry.source.call_tool(tool.name, arguments, turn.onward(self._scrubbed(relay)))
                 outcome = await (asyncio.wait_for(call, time_limit) if time_limit is not None else call)
             except TimeoutError:
                 timed_out = True

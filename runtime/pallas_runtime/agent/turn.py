@@ -17,6 +17,7 @@ from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.conversations.caller import Caller
 from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.downstream.call_path import CallPath
+from pallas_runtime.downstream.source import Onward, ProgressHandler
 from pallas_runtime.llm.provider import LLMProvider
 
 
@@ -52,3 +53,11 @@ class Turn:
     """The call's own request parameters, over the agent's."""
     choice: TurnChoice | None = None
     """The call's model and system prompt addition (None: the agent's own)."""
+
+    def onward(self, on_progress: ProgressHandler | None = None) -> Onward:
+        """What this turn hands the source of one tool call, whose progress goes to `on_progress`.
+
+        A peer agent's request is built from it (`Onward.meta`): the one definition of what a
+        calling turn passes on, for Pallas and A2A peers alike.
+        """
+        return Onward(self.credential, on_progress, self.conversation, self.call_path)
