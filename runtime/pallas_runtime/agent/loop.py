@@ -24,7 +24,6 @@ from pallas_io.tracing import exemplar
 from pallas_runtime.agent import gateway
 from pallas_runtime.agent.audit import audit_tool_call
 from pallas_runtime.agent.latency import LLM, Latencies
-from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.agent.toolbox import OfferedTool, ToolBox, llm_tool_name
 from pallas_runtime.agent.turn import Turn, TurnChoice
 from pallas_runtime.agent.window import input_budget, left_out, request_tokens
@@ -191,7 +190,7 @@ class AgentLoop:
             cut = left_out(history, messages, budget)
             left_out_most = max(left_out_most, cut)
             completion = await self._complete(
-                choice, system, [*history[cut:], *messages], specs, progress,
+                turn, choice, system, [*history[cut:], *messages], specs,
                 first if round_number == 0 else later, conversation_id,
             )  # fmt: skip
             assistant = AssistantMessage(completion.text, completion.tool_calls)
@@ -246,15 +245,16 @@ class AgentLoop:
 
     async def _complete(
         self,
+        turn: Turn,
         choice: TurnChoice,
         system: str,
         messages: list[Message],
         specs: list[ToolSpec],
-        progress: ProgressReporter,
         params: RequestParams,
         conversation_id: str | None,
     ) -> Completion:
-        await spending.before_llm_call(progress)  # BudgetExceeded ends the turn
+        progress = turn.progress
+        await spending.before_llm_call(turn.budget, progress)  # BudgetExceeded ends the turn
         await progress.step("llm")
         agent, model = self._config.name, choice.model
         stream = progress.text_stream()
@@ -292,7 +292,9 @@ class AgentLoop:
             if count:
                 self._metrics.llm_tokens_total.labels(agent, model, kind).inc(count)
         price = choice.capabilities.price
-        await spending.after_llm_call(self._metrics, agent, model, price, completion.usage, progress)
+        await spending.after_llm_call(
+            turn.budget, self._metrics, agent, model, price, completion.usage, progress
+        )
         return completion
 
     def _specs(

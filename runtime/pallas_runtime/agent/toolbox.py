@@ -190,7 +190,7 @@ class ToolBox:
         if not (entry.allowed and self._config.tools.permits(tool.qualified_name)):
             return self.deny(source, tool.name, shown or tool.qualified_name)
         progress = turn.progress
-        if (refused := await self._approvals.check(tool, arguments, progress)) is not None:
+        if (refused := await self._approvals.check(tool, arguments, progress, turn.approver)) is not None:
             return refused  # the caller rejected it, or nobody could be asked in time (audited)
         await progress.tool_started(source, tool.name)
         with tool_span(

@@ -14,11 +14,13 @@ from dataclasses import dataclass
 
 from pallas_api.config import ModelCapabilities, RequestParams
 from pallas_runtime.agent.progress import ProgressReporter
+from pallas_runtime.approval.question import NO_CHANNEL, Approver
 from pallas_runtime.conversations.caller import Caller
 from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.downstream.call_path import CallPath
 from pallas_runtime.downstream.source import Onward, ProgressHandler
 from pallas_runtime.llm.provider import LLMProvider
+from pallas_runtime.spending.guard import TurnBudget
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +55,11 @@ class Turn:
     """The call's own request parameters, over the agent's."""
     choice: TurnChoice | None = None
     """The call's model and system prompt addition (None: the agent's own)."""
+    budget: TurnBudget | None = None
+    """The turn's budgets (`spending.guard`), checked before and charged after each LLM call and
+    passed on to peers (None: a call outside a send_message turn, e.g. the gateway's)."""
+    approver: Approver = NO_CHANNEL
+    """Whom the turn asks to approve its tool calls (`approval`): its MCP request's client."""
 
     def onward(self, on_progress: ProgressHandler | None = None) -> Onward:
         """What this turn hands the source of one tool call, whose progress goes to `on_progress`.
@@ -60,4 +67,6 @@ class Turn:
         A peer agent's request is built from it (`Onward.meta`): the one definition of what a
         calling turn passes on, for Pallas and A2A peers alike.
         """
-        return Onward(self.credential, on_progress, self.conversation, self.call_path)
+        return Onward(
+            self.credential, on_progress, self.conversation, self.call_path, self.budget, self.approver
+        )

@@ -10,7 +10,6 @@ import mcp_types
 
 from pallas_api.config import PeerAgent
 from pallas_runtime.approval.elicit import Relays
-from pallas_runtime.approval.question import current_approver
 from pallas_runtime.conversations.caller import peer_conversation_id
 from pallas_runtime.downstream.remote import RemoteMcpSource
 from pallas_runtime.downstream.source import Onward, RemoteTool, ToolOutcome
@@ -59,12 +58,12 @@ class PeerAgentSource(RemoteMcpSource):
 
     async def call_tool(self, tool: str, arguments: dict[str, Any], onward: Onward) -> ToolOutcome:
         """The call, with the peer's approval questions relayed to this turn's approver meanwhile."""
-        with self._relays.open(current_approver()) as relay:
+        with self._relays.open(onward.approver) as relay:
             return await super().call_tool(tool, arguments, replace(onward, relay=relay))
 
-    async def _answered(self, result: mcp_types.CallToolResult) -> None:
+    async def _answered(self, result: mcp_types.CallToolResult, onward: Onward) -> None:
         """Charge what the peer's turn says it spent to the calling turn's caller."""
-        await spending.peer_answered(result.meta)
+        await spending.peer_answered(onward.budget, result.meta)
 
     def _keep(self, tool: mcp_types.Tool) -> bool:
         return tool.name == SEND_MESSAGE

@@ -432,7 +432,7 @@ class RemoteMcpSource:
                 f"the limit is {human_bytes(self._max_result_bytes)} (maxResultBytes)"
             )
             return ToolOutcome(content=(TextPart(text),), is_error=True)
-        await self._answered(result)
+        await self._answered(result, onward)
         code = error_code_of(result.structured_content) if result.is_error else None
         return ToolOutcome(content=parts, is_error=result.is_error, code=code)
 
@@ -451,7 +451,7 @@ class RemoteMcpSource:
             return ToolOutcome(content=(TextPart(text),), is_error=True)
         raise DownstreamError(f"{self._name}: calling {tool} failed: {failure.reason()}") from None
 
-    async def _answered(self, result: mcp_types.CallToolResult) -> None:
+    async def _answered(self, result: mcp_types.CallToolResult, onward: Onward) -> None:
         """What a source learns from a result besides its content (a peer: what it spent)."""
 
     def _outgoing(

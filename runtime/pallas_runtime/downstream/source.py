@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 from pallas_api.errors import ErrorCode
 from pallas_runtime.approval.elicit import RELAY_META
+from pallas_runtime.approval.question import NO_CHANNEL, Approver
 from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.downstream.call_path import CallPath
 from pallas_runtime.messages import ContentPart
@@ -66,6 +67,11 @@ class Onward:
     call_path: CallPath | None = None
     """The calling turn's path of agents: a peer gets it, and a call that would loop or go too
     deep is refused."""
+    budget: spending.TurnBudget | None = None
+    """The calling turn's budgets: a peer is told what the root caller has left, and what it
+    reports it spent is charged here."""
+    approver: Approver = NO_CHANNEL
+    """Whom the calling turn asks for approvals: a peer's questions are relayed to it."""
     relay: str | None = None
     """The approval relay token of this call to a peer agent (`approval.elicit.Relays`): set by
     that source when it opens the call, so its questions find their way back to this turn."""
@@ -81,7 +87,7 @@ class Onward:
             CallRefused: the call would loop back or go deeper than `maxDepth` (it is not sent).
         """
         meta = self.call_path.onward(peer) if self.call_path is not None else None
-        if with_budget and (budget := spending.onward_meta()):
+        if with_budget and (budget := spending.onward_meta(self.budget)):
             meta = {**(meta or {}), **budget}
         if self.relay is not None:
             meta = {**(meta or {}), RELAY_META: self.relay}

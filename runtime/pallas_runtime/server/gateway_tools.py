@@ -22,7 +22,7 @@ from pallas_runtime.agent.live import LiveAgent
 from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.agent.turn import Turn
 from pallas_runtime.approval.elicit import caller_approver
-from pallas_runtime.approval.question import NO_CHANNEL, approving
+from pallas_runtime.approval.question import NO_CHANNEL
 from pallas_runtime.auth.credential import forwarded_credential
 from pallas_runtime.conversations.caller import current_caller
 from pallas_runtime.conversations.scope import conversation_key
@@ -140,9 +140,10 @@ class GatewayTools:
                 progress=ProgressReporter(config.name, progress_sender(ctx)),
                 conversation=conversation_key(config.identity, "session", caller, None, session_id()),
                 call_path=call_path,
+                approver=caller_approver(ctx) or NO_CHANNEL,
             )
             limit = timeout_ms / 1000 if timeout_ms else None
-            with self._inflight.track(), approving(caller_approver(ctx) or NO_CHANNEL):
+            with self._inflight.track():
                 outcome = await loop.tools.call(entry, args or {}, turn, time_limit=limit)
         if outcome.is_error and outcome.code is not None and len(outcome.content) == 1:
             first = outcome.content[0]

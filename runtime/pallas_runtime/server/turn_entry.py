@@ -24,6 +24,7 @@ from pallas_runtime.agent.loop import MaxIterationsExceeded, ToolChoiceUnavailab
 from pallas_runtime.agent.progress import ProgressReporter, Send
 from pallas_runtime.agent.turn import Turn
 from pallas_runtime.agent.turns import Conversations, Reply
+from pallas_runtime.approval.question import NO_CHANNEL, Approver
 from pallas_runtime.conversations.caller import Caller, checked_id
 from pallas_runtime.conversations.model import ConversationBusy, StoreUnavailable, TurnLost
 from pallas_runtime.downstream.call_path import CallPath, CallRefused
@@ -33,7 +34,7 @@ from pallas_runtime.messages import UserMessage
 from pallas_runtime.metrics import RuntimeMetrics
 from pallas_runtime.server.conversation_gauge import ConversationGauge
 from pallas_runtime.spending.chain import BadChainBudget
-from pallas_runtime.spending.guard import BudgetExceeded, Budgets, TurnBudget, turn_budget
+from pallas_runtime.spending.guard import BudgetExceeded, Budgets, TurnBudget
 from pallas_runtime.spending.ledger import MemoryLedger
 
 log = logging.getLogger("pallas.server")
@@ -68,6 +69,8 @@ class TurnRequest:
     """The call's own request parameters, model and system prompt addition."""
     progress: Send | None = None
     """Where the turn's progress goes (None: the caller follows none)."""
+    approver: Approver = NO_CHANNEL
+    """Whom the turn asks to approve tool calls: the MCP request's client (others: nobody)."""
 
 
 _FAILURES: tuple[tuple[type[Exception], ErrorCode], ...] = (
@@ -158,15 +161,16 @@ class TurnEntry:
                 call_path=call_path,
                 params=request_params,
                 choice=choice,
+                budget=budget,
+                approver=request.approver,
             )
-            with turn_budget(budget):
-                try:
-                    reply = await self._turn(generation, request, turn, user, checked, via)
-                except TurnFailed as exc:
-                    exc.spent = budget.reported()
-                    raise
-                finally:
-                    await budget.settle()  # the turn's spend is stored before its caller hears back
+            try:
+                reply = await self._turn(generation, request, turn, user, checked, via)
+            except TurnFailed as exc:
+                exc.spent = budget.reported()
+                raise
+            finally:
+                await budget.settle()  # the turn's spend is stored before its caller hears back
             return replace(reply, spent=budget.reported())
         finally:
             if choice is not None and choice.provider is not generation.provider:
