@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pallas_api.config import AgentConfig, ModelCapabilities, RequestParams
+from pallas_api.config import AgentConfig, RequestParams
 from pallas_api.errors import ErrorCode
 from pallas_io.logs import SecretValues
 from pallas_io.tracing import exemplar
@@ -84,15 +84,6 @@ class TurnResult:
     model's context window (`agent/window.py`)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Exposure:
-    """How one turn offers the downstream tools: every schema, or on demand through the gateway."""
-
-    on_demand: bool
-    budget: int
-    """Tokens the tool schemas of one request may take (`toolExposure.schemaBudgetTokens`)."""
-
-
 def _error(call: ToolCall, text: str) -> ToolResult:
     return ToolResult(call.id, call.name, (TextPart(text),), is_error=True)
 
@@ -125,27 +116,6 @@ class AgentLoop:
     async def offered_tools(self, inbound_auth: str | None = None) -> dict[str, OfferedTool]:
         """Every tool of every reachable source by its model-facing name, denied ones flagged."""
         return await self.tools.offered(inbound_auth)
-
-    def exposure(
-        self,
-        offered: dict[str, OfferedTool],
-        params: RequestParams,
-        capabilities: ModelCapabilities | None = None,
-    ) -> Exposure:
-        """Whether this turn offers the servers' tools on demand, and the schema budget.
-
-        `auto` offers every schema while they fit the budget (a quarter of the model's input
-        budget unless `schemaBudgetTokens` says), and goes on demand once they do not.
-        `capabilities` are the turn's model's (default: the agent's).
-        """
-        settings = self._config.tool_exposure
-        capabilities = capabilities or self._config.capabilities
-        budget = settings.schema_budget_tokens or max(1, input_budget(capabilities, params) // 4)
-        if settings.mode == "auto":
-            on_demand = gateway.schemas_of_servers(offered) > budget
-        else:
-            on_demand = settings.mode == "onDemand"
-        return Exposure(on_demand, budget)
 
     async def run(self, history: Sequence[Message], user: UserMessage, turn: Turn) -> TurnResult:
         """One `send_message`: loop until the model answers without tool calls.
@@ -180,17 +150,18 @@ class AgentLoop:
         progress = turn.progress
         offered = await self.offered_tools(turn.credential)
         merged = merge_params(self._config.request_params, turn.params)
-        exposure = self.exposure(offered, merged, choice.capabilities)
         first, later = self._round_params(merged, offered)
-        specs = self._specs(offered, exposure, first.tool_choice)
-        budget = input_budget(choice.capabilities, merged) - request_tokens(system, specs)
+        tools = gateway.menu(
+            offered, self._config.tool_exposure, choice.capabilities, merged, first.tool_choice
+        )
+        budget = input_budget(choice.capabilities, merged) - request_tokens(system, tools.specs)
         messages: list[Message] = [user]
         left_out_most = 0
         for round_number in range(self._config.max_iterations):
             cut = left_out(history, messages, budget)
             left_out_most = max(left_out_most, cut)
             completion = await self._complete(
-                turn, choice, system, [*history[cut:], *messages], specs,
+                turn, choice, system, [*history[cut:], *messages], tools.specs,
                 first if round_number == 0 else later, conversation_id,
             )  # fmt: skip
             assistant = AssistantMessage(completion.text, completion.tool_calls)
@@ -212,7 +183,7 @@ class AgentLoop:
                 return TurnResult(answer, messages, left_out_most)
             await progress.step("tool")
             results = await asyncio.gather(
-                *(self._dispatch(call, offered, exposure, turn) for call in completion.tool_calls)
+                *(self._dispatch(call, tools, turn) for call in completion.tool_calls)
             )
             messages.append(ToolResultsMessage(tuple(results)))
         raise MaxIterationsExceeded(
@@ -297,29 +268,12 @@ class AgentLoop:
         )
         return completion
 
-    def _specs(
-        self, offered: dict[str, OfferedTool], exposure: Exposure, choice: str | None
-    ) -> list[ToolSpec]:
-        """The tools one turn's requests carry: every allowed one, or peers and the gateway.
-
-        On demand, a tool the call's `toolChoice` names is offered directly too, so it can be forced.
-        """
-        allowed = [(name, o) for name, o in offered.items() if o.allowed]
-        if exposure.on_demand:
-            allowed = [(name, o) for name, o in allowed if o.peer or name == choice]
-        specs = [ToolSpec(name, o.tool.description, o.tool.input_schema) for name, o in allowed]
-        if exposure.on_demand:
-            specs.extend(gateway.gateway_specs(offered, exposure.budget))
-        return specs
-
-    async def _dispatch(
-        self, call: ToolCall, offered: dict[str, OfferedTool], exposure: Exposure, turn: Turn
-    ) -> ToolResult:
-        if exposure.on_demand and call.name in gateway.GATEWAY_TOOLS:
-            return await self._gateway_call(call, offered, exposure, turn)
-        entry = offered.get(call.name)
+    async def _dispatch(self, call: ToolCall, tools: gateway.ToolMenu, turn: Turn) -> ToolResult:
+        if tools.on_demand and call.name in gateway.GATEWAY_TOOLS:
+            return await self._gateway_call(call, tools, turn)
+        entry = tools.offered.get(call.name)
         if entry is None:
-            available = ", ".join(sorted(n for n, o in offered.items() if o.allowed))
+            available = ", ".join(sorted(n for n, o in tools.offered.items() if o.allowed))
             return _result(call, self.tools.unknown(call.name, available))
         if call.arguments_error is not None:
             return self._invalid(call, entry.source.name, entry.tool.name, call.arguments_error)
@@ -337,12 +291,11 @@ class AgentLoop:
         audit_tool_call(self._config.name, source, tool, "ERROR", 0.0, reason, invalid)
         return _error(call, f"arguments for {call.name!r} are invalid: {why}")
 
-    async def _gateway_call(
-        self, call: ToolCall, offered: dict[str, OfferedTool], exposure: Exposure, turn: Turn
-    ) -> ToolResult:
+    async def _gateway_call(self, call: ToolCall, tools: gateway.ToolMenu, turn: Turn) -> ToolResult:
         """A model's call of `list_servers`, `get_server_tools` or `execute_tool`."""
         if call.arguments_error is not None:
             return self._invalid(call, "", call.name, call.arguments_error)
+        offered = tools.offered
         servers = self.tools.server_names
         try:
             args = gateway.parse_arguments(call.name, call.arguments)
@@ -351,7 +304,7 @@ class AgentLoop:
             elif call.name == gateway.GET_SERVER_TOOLS:
                 answer = gateway.server_tools(
                     offered, servers, args.server, names=args.names, pattern=args.pattern,
-                    max_schema_tokens=args.max_schema_tokens, budget=exposure.budget,
+                    max_schema_tokens=args.max_schema_tokens, budget=tools.budget,
                 )  # fmt: skip
             else:
                 entry = gateway.target(offered, servers, args.server, args.tool)

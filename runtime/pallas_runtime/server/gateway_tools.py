@@ -98,7 +98,8 @@ class GatewayTools:
         with self._live.hold() as generation:
             loop = generation.loop
             offered = await loop.offered_tools(forwarded_credential(verified=self._verified))
-            budget = loop.exposure(offered, generation.config.request_params).budget
+            config = generation.config
+            budget = gateway.schema_budget(config.tool_exposure, config.capabilities, config.request_params)
             try:
                 return gateway.server_tools(
                     offered, loop.tools.server_names, server, names=names, pattern=pattern,
