@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -91,14 +92,13 @@ async def ledger_figures(ledger: Ledger, turns: int, calls: int, llm_seconds: fl
         started = time.perf_counter()
         turn = await budgets.open(cfg, caller, None)
         opened.append(time.perf_counter() - started)
-        with guard.turn_budget(turn):
-            for _ in range(calls):
-                a = await timed(lambda: guard.before_llm_call(quiet))
-                await asyncio.sleep(llm_seconds)  # the LLM call; the previous charge is stored meanwhile
-                b = await timed(lambda: guard.after_llm_call(metrics, "bench", "m", PRICE, USAGE, quiet))
-                check.append(a)
-                charge.append(b)
-                per_call.append(a + b)
+        for _ in range(calls):
+            a = await timed(partial(guard.before_llm_call, turn, quiet))
+            await asyncio.sleep(llm_seconds)  # the LLM call; the previous charge is stored meanwhile
+            b = await timed(partial(guard.after_llm_call, turn, metrics, "bench", "m", PRICE, USAGE, quiet))
+            check.append(a)
+            charge.append(b)
+            per_call.append(a + b)
         settled.append(await timed(turn.settle))
         spent = turn.limits[0].spent.tokens
     return {
@@ -115,8 +115,8 @@ async def baseline(calls: int) -> dict[str, Any]:
     metrics, quiet, samples = RuntimeMetrics(process_collectors=False), Quiet(), []
     for _ in range(calls):
         samples.append(
-            await timed(lambda: guard.before_llm_call(quiet))
-            + await timed(lambda: guard.after_llm_call(metrics, "bench", "m", PRICE, USAGE, quiet))
+            await timed(lambda: guard.before_llm_call(None, quiet))
+            + await timed(lambda: guard.after_llm_call(None, metrics, "bench", "m", PRICE, USAGE, quiet))
         )
     return {"per_call": quantiles_ms(samples)}
 

@@ -22,7 +22,7 @@ from pallas_runtime.agent.live import default_parts
 from pallas_runtime.downstream.mcp_server import McpServerSource
 from pallas_runtime.downstream.peer_agent import PeerAgentSource
 from pallas_runtime.downstream.remote import RemoteMcpSource
-from pallas_runtime.downstream.source import DownstreamError
+from pallas_runtime.downstream.source import DownstreamError, Onward
 from pallas_runtime.messages import ImagePart, TextPart
 from tests.support import mcp_peers as peers
 from tests.support import mcp_servers as ms
@@ -125,7 +125,7 @@ async def listed_eventually(source, names, within=5.0):
 async def test_list_changed_notification_refreshes_the_cache():
     async with ms.list_changed_server() as srv, server_source(srv.url) as source:
         assert [t.name for t in await source.list_tools()] == ["add_tool"]
-        outcome = await source.call_tool("add_tool", {"name": "fresh"}, inbound_auth=None, on_progress=None)
+        outcome = await source.call_tool("add_tool", {"name": "fresh"}, Onward())
         assert outcome.content == (TextPart("added fresh"),)
         tools = await listed_eventually(source, {"add_tool", "fresh"})
         assert set(tools) == {"add_tool", "fresh"}
@@ -138,7 +138,7 @@ async def test_list_changed_seen_on_a_forwarded_call_refreshes_too():
         server_source(srv.url, forward_inbound_auth=True) as source,
     ):
         await source.list_tools()
-        await source.call_tool("add_tool", {"name": "other"}, inbound_auth="Bearer a", on_progress=None)
+        await source.call_tool("add_tool", {"name": "other"}, Onward(credential="Bearer a", on_progress=None))
         assert set(await listed_eventually(source, {"add_tool", "other"})) == {"add_tool", "other"}
 
 
@@ -146,7 +146,7 @@ async def test_failed_call_refreshes_the_cache_in_the_background():
     async with ms.slow_server() as srv, server_source(srv.url, timeout_seconds=1.0) as source:
         listed = await source.list_tools()
         with pytest.raises(DownstreamError):
-            await source.call_tool("sleep", {"seconds": 5}, inbound_auth=None, on_progress=None)
+            await source.call_tool("sleep", {"seconds": 5}, Onward())
         seen = posts(srv)
         assert await source.list_tools() == listed  # the cached list, at once
         for _ in range(250):  # the refresh runs in the background: up to 5 s
@@ -173,7 +173,7 @@ async def test_a_server_that_hangs_after_listing_keeps_its_tools_without_waiting
     async with ms.slow_server() as srv, server_source(srv.url, timeout_seconds=1.0) as source:
         listed = await source.list_tools()
         with pytest.raises(DownstreamError):  # a failed call marks the list stale
-            await source.call_tool("sleep", {"seconds": 5}, inbound_auth=None, on_progress=None)
+            await source.call_tool("sleep", {"seconds": 5}, Onward())
         for _ in range(5):
             started = time.monotonic()
             assert await source.list_tools() == listed
@@ -182,20 +182,18 @@ async def test_a_server_that_hangs_after_listing_keeps_its_tools_without_waiting
 
 async def test_image_content_comes_back_as_image_part():
     async with ms.image_server() as srv, server_source(srv.url) as source:
-        outcome = await source.call_tool("picture", {}, inbound_auth=None, on_progress=None)
+        outcome = await source.call_tool("picture", {}, Onward())
         assert outcome.content == (TextPart("a pixel"), ImagePart(data=ms.TINY_PNG, mime_type="image/png"))
         assert not outcome.is_error
 
 
 async def test_tool_error_is_an_outcome_not_an_exception():
     async with ms.error_server() as srv, server_source(srv.url) as source:
-        outcome = await source.call_tool(
-            "fail", {"message": "no such city"}, inbound_auth=None, on_progress=None
-        )
+        outcome = await source.call_tool("fail", {"message": "no such city"}, Onward())
         assert outcome.is_error
         assert outcome.content == (TextPart("no such city"),)
         # The session survives a tool error.
-        again = await source.call_tool("fail", {"message": "still"}, inbound_auth=None, on_progress=None)
+        again = await source.call_tool("fail", {"message": "still"}, Onward())
         assert again.content == (TextPart("still"),)
 
 
@@ -207,7 +205,7 @@ async def test_progress_is_relayed_on_shared_and_forwarded_calls():
             async def on_progress(progress, total, message, got=got):
                 got.append((progress, total, message))
 
-            outcome = await source.call_tool("work", {}, inbound_auth=inbound, on_progress=on_progress)
+            outcome = await source.call_tool("work", {}, Onward(credential=inbound, on_progress=on_progress))
             assert outcome.content == (TextPart("worked"),)
             assert got == [(1, 3, "step 1"), (2, 3, "step 2"), (3, 3, "step 3")]
 
@@ -217,7 +215,7 @@ async def test_a_failing_progress_handler_does_not_fail_the_call(caplog):
         raise RuntimeError("handler bug")
 
     async with ms.progress_server() as srv, server_source(srv.url) as source:
-        outcome = await source.call_tool("work", {}, inbound_auth=None, on_progress=broken)
+        outcome = await source.call_tool("work", {}, Onward(on_progress=broken))
         assert outcome.content == (TextPart("worked"),)
     assert "progress handler failed (RuntimeError)" in caplog.text
 
@@ -233,11 +231,11 @@ async def test_call_times_out_after_the_configured_timeout(inbound):
     ):
         started = time.monotonic()
         with pytest.raises(DownstreamError) as err:
-            await source.call_tool("sleep", {"seconds": 5}, inbound_auth=inbound, on_progress=None)
+            await source.call_tool("sleep", {"seconds": 5}, Onward(credential=inbound))
         assert str(err.value) == "slow: sleep timed out after 0.3s"
         assert time.monotonic() - started < 1.5
         # The source stays usable.
-        outcome = await source.call_tool("sleep", {"seconds": 0}, inbound_auth=inbound, on_progress=None)
+        outcome = await source.call_tool("sleep", {"seconds": 0}, Onward(credential=inbound))
         assert outcome.content == (TextPart("slept 0.0s"),)
 
 
@@ -253,7 +251,7 @@ async def _refused_everywhere(url: str) -> None:
         assert str(err.value) == "gone: listing tools failed: connection refused"
         for inbound in (None, "Bearer secret-token"):
             with pytest.raises(DownstreamError) as err:
-                await source.call_tool("echo", {}, inbound_auth=inbound, on_progress=None)
+                await source.call_tool("echo", {}, Onward(credential=inbound))
             assert str(err.value) == "gone: calling echo failed: connection refused"
             assert err.value.__cause__ is None
             assert err.value.__suppress_context__
@@ -266,7 +264,7 @@ async def test_http_error_status_is_named(inbound):
         server_source(srv.url, name="locked", forward_inbound_auth=True) as source,
     ):
         with pytest.raises(DownstreamError) as err:
-            await source.call_tool("echo", {}, inbound_auth=inbound, on_progress=None)
+            await source.call_tool("echo", {}, Onward(credential=inbound))
         assert str(err.value) == "locked: calling echo failed: HTTP 401"
         assert "rejected" not in str(err.value)
 
@@ -278,15 +276,15 @@ async def test_reconnects_after_the_server_restarts():
     url = f"http://127.0.0.1:{port}/mcp"
     async with server_source(url, name="flaky", timeout_seconds=3) as source:
         try:
-            first = await source.call_tool("sleep", {"seconds": 0}, inbound_auth=None, on_progress=None)
+            first = await source.call_tool("sleep", {"seconds": 0}, Onward())
             assert first.content == (TextPart("slept 0.0s"),)
         finally:
             await first_server.aclose()
         with pytest.raises(DownstreamError, match=r"^flaky: calling sleep failed: "):
-            await source.call_tool("sleep", {"seconds": 0}, inbound_auth=None, on_progress=None)
+            await source.call_tool("sleep", {"seconds": 0}, Onward())
         async with ms.slow_server(port=port) as srv:
             # A new server process knows nothing of the old session: the source starts a new one.
-            again = await source.call_tool("sleep", {"seconds": 0}, inbound_auth=None, on_progress=None)
+            again = await source.call_tool("sleep", {"seconds": 0}, Onward())
             assert again.content == (TextPart("slept 0.0s"),)
             assert [t.name for t in await source.list_tools()] == ["sleep"]
             assert srv.received("POST")
@@ -299,13 +297,13 @@ async def test_a_session_the_server_forgot_is_replaced_and_the_call_retried(capl
     url = f"http://127.0.0.1:{port}/mcp"
     async with server_source(url, name="restarting") as source:
         try:
-            await source.call_tool("sleep", {"seconds": 0}, inbound_auth=None, on_progress=None)
+            await source.call_tool("sleep", {"seconds": 0}, Onward())
         finally:
             await first_server.aclose()
         async with ms.slow_server(port=port) as srv:
             # No call failed in between: the source still holds the old session id, the new
             # server answers 404 for it, and the source reconnects and retries transparently.
-            outcome = await source.call_tool("sleep", {"seconds": 0}, inbound_auth=None, on_progress=None)
+            outcome = await source.call_tool("sleep", {"seconds": 0}, Onward())
             assert outcome.content == (TextPart("slept 0.0s"),)
             sessions = {r.headers.get("mcp-session-id") for r in srv.received("POST")}
             assert len(sessions - {None}) == 2, "one POST with the stale id, then a new session"
@@ -318,7 +316,7 @@ async def test_closed_source_refuses_calls():
         await source.list_tools()
         await source.aclose()
         with pytest.raises(DownstreamError, match="the source is closed"):
-            await source.call_tool("sleep", {"seconds": 0}, inbound_auth=None, on_progress=None)
+            await source.call_tool("sleep", {"seconds": 0}, Onward())
         assert len(srv.received("DELETE")) == 1, "closing must end the shared session"
 
 
@@ -336,14 +334,8 @@ async def test_forwarded_bearers_never_cross_between_concurrent_calls():
         ) as source,
     ):
         await source.list_tools()  # the shared session is open while the forwarded calls run
-        forwarded = [
-            source.call_tool("echo_headers", {"delay": 0.05}, inbound_auth=t, on_progress=None)
-            for t in tokens
-        ]
-        anonymous = [
-            source.call_tool("echo_headers", {"delay": 0.05}, inbound_auth=None, on_progress=None)
-            for _ in range(8)
-        ]
+        forwarded = [source.call_tool("echo_headers", {"delay": 0.05}, Onward(credential=t)) for t in tokens]
+        anonymous = [source.call_tool("echo_headers", {"delay": 0.05}, Onward()) for _ in range(8)]
         results = await asyncio.gather(*forwarded, *anonymous)
 
     for token, outcome in zip(tokens, results[: len(tokens)], strict=True):
@@ -374,9 +366,7 @@ async def test_forwarded_calls_open_sessions_not_connections():
     ):
         await source.list_tools()
         for token in bearers(10):  # ten calls, each with a session of its own
-            outcome = await source.call_tool(
-                "echo_headers", {"delay": 0}, inbound_auth=token, on_progress=None
-            )
+            outcome = await source.call_tool("echo_headers", {"delay": 0}, Onward(credential=token))
             assert echoed(outcome)["authorization"] == token
     sessions = {r.headers["mcp-session-id"] for r in srv.requests if "mcp-session-id" in r.headers}
     connections = {r.client_port for r in srv.requests}
@@ -404,7 +394,7 @@ async def test_non_forwarding_source_never_sends_the_inbound_bearer():
         server_source(srv.url, headers=[HeaderConfig(name="X-Api-Key", value="k")]) as source,
     ):
         results = await asyncio.gather(
-            *(source.call_tool("echo_headers", {}, inbound_auth=t, on_progress=None) for t in tokens)
+            *(source.call_tool("echo_headers", {}, Onward(credential=t)) for t in tokens)
         )
     assert all(echoed(r) == {"authorization": None, "x_api_key": "k"} for r in results)
     assert not any("authorization" in r.headers for r in srv.requests)
@@ -422,7 +412,7 @@ async def test_explicit_authorization_header_wins_over_forwarding(header_name):
     ):
         assert not source.forwards_inbound_auth
         results = await asyncio.gather(
-            *(source.call_tool("echo_headers", {}, inbound_auth=t, on_progress=None) for t in bearers(5))
+            *(source.call_tool("echo_headers", {}, Onward(credential=t)) for t in bearers(5))
         )
     assert all(echoed(r)["authorization"] == "Bearer service-account" for r in results)
     assert {r.headers.get("authorization") for r in srv.requests} == {"Bearer service-account"}
@@ -441,7 +431,7 @@ async def test_env_headers_resolve_and_an_unset_variable_warns_once_without_valu
         ) as source,
     ):
         for _ in range(3):
-            outcome = await source.call_tool("echo_headers", {}, inbound_auth=None, on_progress=None)
+            outcome = await source.call_tool("echo_headers", {}, Onward())
             assert echoed(outcome) == {"authorization": None, "x_api_key": None}
         assert all(r.headers.get("x-team-token") == "team-secret" for r in srv.received("POST"))
     warnings = [r for r in caplog.records if r.name == LOG and r.levelno == logging.WARNING]
@@ -463,7 +453,7 @@ async def test_env_header_value_is_sent(monkeypatch):
             probe_timeout=1,
         )
         try:
-            outcome = await source.call_tool("echo_headers", {}, inbound_auth=None, on_progress=None)
+            outcome = await source.call_tool("echo_headers", {}, Onward())
         finally:
             await source.aclose()
     assert echoed(outcome)["x_api_key"] == "from-process-env"
@@ -483,14 +473,14 @@ async def test_bearers_and_header_values_never_reach_the_logs(caplog):
             headers=[HeaderConfig(name="X-Api-Key", value="literal-key-value")],
         ) as source,
     ):
-        calls = [source.call_tool("sleep", {"seconds": 0}, inbound_auth=t, on_progress=None) for t in tokens]
+        calls = [source.call_tool("sleep", {"seconds": 0}, Onward(credential=t)) for t in tokens]
         await asyncio.gather(*calls)
         with pytest.raises(DownstreamError):
-            await source.call_tool("sleep", {"seconds": 5}, inbound_auth=tokens[0], on_progress=None)
+            await source.call_tool("sleep", {"seconds": 5}, Onward(credential=tokens[0]))
         await source.probe()
     async with server_source(srv.url, forward_inbound_auth=True) as gone:  # the server has stopped
         with pytest.raises(DownstreamError):
-            await gone.call_tool("sleep", {}, inbound_auth=tokens[1], on_progress=None)
+            await gone.call_tool("sleep", {}, Onward(credential=tokens[1]))
     for secret in [*tokens, "literal-key-value"]:
         assert secret.split()[-1] not in caplog.text
 
@@ -503,9 +493,7 @@ async def test_peer_agent_offers_only_send_message():
         (tool,) = await source.list_tools()
         assert tool.qualified_name == "helper__send_message"
         assert tool.input_schema["required"] == ["message"]
-        outcome = await source.call_tool(
-            "send_message", {"message": "hi"}, inbound_auth=None, on_progress=None
-        )
+        outcome = await source.call_tool("send_message", {"message": "hi"}, Onward())
         assert echoed(outcome) == {"message": "hi", "authorization": None}
 
 
@@ -515,7 +503,7 @@ async def test_peer_agent_forwards_each_callers_bearer_by_default():
         assert source.forwards_inbound_auth
         results = await asyncio.gather(
             *(
-                source.call_tool("send_message", {"message": str(i)}, inbound_auth=t, on_progress=None)
+                source.call_tool("send_message", {"message": str(i)}, Onward(credential=t))
                 for i, t in enumerate(tokens)
             )
         )
@@ -526,10 +514,7 @@ async def test_peer_agent_forwards_each_callers_bearer_by_default():
 async def test_peer_agent_without_forwarding_sends_no_bearer():
     async with ms.peer_agent_server() as srv, peer_source(srv.url, forward_inbound_auth=False) as source:
         results = await asyncio.gather(
-            *(
-                source.call_tool("send_message", {"message": "x"}, inbound_auth=t, on_progress=None)
-                for t in bearers(10)
-            )
+            *(source.call_tool("send_message", {"message": "x"}, Onward(credential=t)) for t in bearers(10))
         )
     assert all(echoed(r)["authorization"] is None for r in results)
     assert not any("authorization" in r.headers for r in srv.requests)
@@ -628,7 +613,7 @@ async def test_sse_transport_lists_calls_and_forwards_bearers():
     ):
         assert [t.name for t in await source.list_tools()] == ["echo_headers"]
         results = await asyncio.gather(
-            *(source.call_tool("echo_headers", {}, inbound_auth=t, on_progress=None) for t in [*tokens, None])
+            *(source.call_tool("echo_headers", {}, Onward(credential=t)) for t in [*tokens, None])
         )
         probe = await source.probe()
     for token, outcome in zip([*tokens, None], results, strict=True):
@@ -643,7 +628,7 @@ async def test_sse_transport_relays_progress():
         got.append(progress)
 
     async with ms.progress_server(transport="sse") as srv, server_source(srv.url, transport="sse") as source:
-        outcome = await source.call_tool("work", {}, inbound_auth=None, on_progress=on_progress)
+        outcome = await source.call_tool("work", {}, Onward(on_progress=on_progress))
     assert outcome.content == (TextPart("worked"),)
     assert got == [1, 2, 3]
 
@@ -663,13 +648,11 @@ async def test_server_everything_tools_echo_and_probe(everything):
         names = {t.name for t in await source.list_tools()}
         assert {"echo", "get-sum", "trigger-long-running-operation"} <= names
         for inbound in (None, "Bearer ignored-by-everything"):
-            outcome = await source.call_tool(
-                "echo", {"message": "hello"}, inbound_auth=inbound, on_progress=None
-            )
+            outcome = await source.call_tool("echo", {"message": "hello"}, Onward(credential=inbound))
             assert outcome.content == (TextPart("Echo: hello"),)
-        image = await source.call_tool("get-tiny-image", {}, inbound_auth=None, on_progress=None)
+        image = await source.call_tool("get-tiny-image", {}, Onward())
         assert any(isinstance(p, ImagePart) and p.mime_type == "image/png" for p in image.content)
-        unknown = await source.call_tool("no-such-tool", {}, inbound_auth=None, on_progress=None)
+        unknown = await source.call_tool("no-such-tool", {}, Onward())
         assert unknown.is_error
         result = await source.probe()
     assert (result.source, result.ok, result.message) == ("everything", True, "")
@@ -683,10 +666,7 @@ async def test_server_everything_progress(everything):
 
     async with server_source(everything.url) as source:
         outcome = await source.call_tool(
-            "trigger-long-running-operation",
-            {"duration": 0.3, "steps": 3},
-            inbound_auth=None,
-            on_progress=on_progress,
+            "trigger-long-running-operation", {"duration": 0.3, "steps": 3}, Onward(on_progress=on_progress)
         )
     (part,) = outcome.content
     assert part.text.startswith("Long running operation completed.")

@@ -21,7 +21,7 @@ from pallas_api.config import PeerAgent
 from pallas_api.errors import ErrorCode
 from pallas_runtime.downstream.peer_agent import PeerAgentSource
 from pallas_runtime.downstream.remote import LEAST_RETRY_PAUSES, SESSION_ATTEMPTS
-from pallas_runtime.downstream.source import DownstreamError, ToolOutcome
+from pallas_runtime.downstream.source import DownstreamError, Onward, ToolOutcome
 from tests.support import mcp_servers as ms
 from tests.support.replicas import Replica, ReplicaSet, Routed
 
@@ -44,7 +44,7 @@ async def two_replicas(route: str = "connection") -> AsyncIterator[tuple[Replica
 
 
 async def send(source: PeerAgentSource, text: str, bearer: str | None) -> ToolOutcome:
-    return await source.call_tool("send_message", {"message": text}, inbound_auth=bearer, on_progress=None)
+    return await source.call_tool("send_message", {"message": text}, Onward(credential=bearer))
 
 
 def answered(outcome: ToolOutcome) -> str:
@@ -207,7 +207,7 @@ async def test_a_call_that_may_have_run_is_never_sent_twice() -> None:
         source = PeerAgentSource(PeerAgent(name="helper", url=srv.url), probe_timeout=1.0)
         try:
             with pytest.raises(DownstreamError, match=r"^helper: calling echo_headers failed: HTTP 500$"):
-                await source.call_tool("echo_headers", {}, inbound_auth=BEARER, on_progress=None)
+                await source.call_tool("echo_headers", {}, Onward(credential=BEARER))
         finally:
             await source.aclose()
     handshakes = [r for r in srv.received("POST") if "mcp-session-id" not in r.headers]

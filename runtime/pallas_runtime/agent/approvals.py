@@ -25,9 +25,9 @@ from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.approval.question import (
     Answer,
     ApprovalUnavailable,
+    Approver,
     Question,
     answer_of,
-    current_approver,
 )
 from pallas_runtime.downstream.source import RemoteTool, ToolOutcome
 from pallas_runtime.messages import TextPart
@@ -76,9 +76,13 @@ class ApprovalGate:
         return (policy, why) if why is not None else None
 
     async def check(
-        self, tool: RemoteTool, arguments: Mapping[str, Any], progress: ProgressReporter | None
+        self,
+        tool: RemoteTool,
+        arguments: Mapping[str, Any],
+        progress: ProgressReporter | None,
+        approver: Approver,
     ) -> ToolOutcome | None:
-        """None when the call may run (no approval needed, or approved); else its error result."""
+        """None when the call may run (no approval needed, or `approver` approved); else its error result."""
         needed = self.needs(tool)
         if needed is None:
             return None
@@ -89,7 +93,7 @@ class ApprovalGate:
         started = time.perf_counter()
         try:
             async with asyncio.timeout(policy.timeout_seconds):
-                answer = answer_of(await current_approver().elicit(question.form()))
+                answer = answer_of(await approver.elicit(question.form()))
         except TimeoutError:
             answer = Answer("TIMEOUT", f"no answer within {policy.timeout_seconds:g}s")
         except ApprovalUnavailable as exc:

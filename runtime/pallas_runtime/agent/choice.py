@@ -10,7 +10,7 @@ against the agent's config and says what the turn runs with, or why the call is 
 from __future__ import annotations
 
 from pallas_api.config import AgentConfig, SendParams
-from pallas_runtime.agent.loop import TurnChoice
+from pallas_runtime.agent.turn import TurnChoice
 from pallas_runtime.llm.provider import LLMProvider
 
 

@@ -23,9 +23,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pallas_api.config import ModelCapabilities, RequestParams, ToolExposure
 from pallas_api.errors import ErrorCode
 from pallas_runtime.agent.toolbox import OfferedTool
-from pallas_runtime.agent.window import text_tokens
+from pallas_runtime.agent.window import input_budget, text_tokens
 from pallas_runtime.messages import ToolSpec
 
 LIST_SERVERS = "list_servers"
@@ -36,6 +37,56 @@ GATEWAY_TOOLS = (LIST_SERVERS, GET_SERVER_TOOLS, EXECUTE_TOOL)
 INDEX_SHARE = 4
 """The index of tool names in the descriptions takes at most 1/INDEX_SHARE of the schema budget;
 past that it lists each server with its number of tools (and `list_servers` has the names)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolMenu:
+    """What one turn offers its model, computed once at the turn's start.
+
+    Every request of the turn carries the same tool list, so a provider's prompt cache is not
+    broken mid-turn, and the model's calls are resolved against the same tools it was shown.
+    """
+
+    offered: dict[str, OfferedTool]
+    """Every tool of every reachable source by its model-facing name, denied ones flagged."""
+    on_demand: bool
+    """The servers' tools go through the three gateway tools (peers are offered directly)."""
+    budget: int
+    """Tokens the tool schemas of one request may take (`toolExposure.schemaBudgetTokens`)."""
+    specs: list[ToolSpec]
+    """The tools the turn's requests carry."""
+
+
+def schema_budget(settings: ToolExposure, capabilities: ModelCapabilities, params: RequestParams) -> int:
+    """Tokens the tool schemas of one request may take (`schemaBudgetTokens`, else 1/4 of input)."""
+    return settings.schema_budget_tokens or max(1, input_budget(capabilities, params) // 4)
+
+
+def menu(
+    offered: dict[str, OfferedTool],
+    settings: ToolExposure,
+    capabilities: ModelCapabilities,
+    params: RequestParams,
+    forced: str | None,
+) -> ToolMenu:
+    """The turn's tools: every allowed one, or the peers and the gateway tools, and the budget.
+
+    `auto` offers every schema while they fit the budget and goes on demand once they do not.
+    On demand, the tool `forced` names (the call's `toolChoice`, model-facing) is offered
+    directly too, so it can be forced. `capabilities` and `params` are the turn's model's.
+    """
+    budget = schema_budget(settings, capabilities, params)
+    if settings.mode == "auto":
+        on_demand = schemas_of_servers(offered) > budget
+    else:
+        on_demand = settings.mode == "onDemand"
+    allowed = [(name, o) for name, o in offered.items() if o.allowed]
+    if on_demand:
+        allowed = [(name, o) for name, o in allowed if o.peer or name == forced]
+    specs = [ToolSpec(name, o.tool.description, o.tool.input_schema) for name, o in allowed]
+    if on_demand:
+        specs.extend(gateway_specs(offered, budget))
+    return ToolMenu(offered, on_demand, budget, specs)
 
 
 class GatewayError(Exception):

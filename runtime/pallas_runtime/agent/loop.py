@@ -17,19 +17,17 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pallas_api.config import AgentConfig, ModelCapabilities, RequestParams
+from pallas_api.config import AgentConfig, RequestParams
 from pallas_api.errors import ErrorCode
 from pallas_io.logs import SecretValues
 from pallas_io.tracing import exemplar
 from pallas_runtime.agent import gateway
 from pallas_runtime.agent.audit import audit_tool_call
 from pallas_runtime.agent.latency import LLM, Latencies
-from pallas_runtime.agent.progress import ProgressReporter
-from pallas_runtime.agent.toolbox import CallContext, OfferedTool, ToolBox, llm_tool_name
+from pallas_runtime.agent.toolbox import OfferedTool, ToolBox, llm_tool_name
+from pallas_runtime.agent.turn import Turn, TurnChoice
 from pallas_runtime.agent.window import input_budget, left_out, request_tokens
 from pallas_runtime.conversations.caller import kept_id
-from pallas_runtime.conversations.model import ConversationKey
-from pallas_runtime.downstream.call_path import CallPath
 from pallas_runtime.downstream.source import ToolOutcome, ToolSource
 from pallas_runtime.llm.params import merge_params
 from pallas_runtime.llm.provider import LLMError, LLMProvider
@@ -86,29 +84,6 @@ class TurnResult:
     model's context window (`agent/window.py`)."""
 
 
-@dataclass(frozen=True, slots=True)
-class TurnChoice:
-    """What a call chose for its turn (`params.model`, `params.systemAppend`)."""
-
-    provider: LLMProvider
-    """The provider serving the chosen model (with the caller's key, for `callerBearer`)."""
-    model: str
-    """The chosen model's id (as metrics label it)."""
-    capabilities: ModelCapabilities
-    """The chosen model's."""
-    system_append: str = ""
-    """Added to the end of the system prompt for this turn."""
-
-
-@dataclass(frozen=True, slots=True)
-class Exposure:
-    """How one turn offers the downstream tools: every schema, or on demand through the gateway."""
-
-    on_demand: bool
-    budget: int
-    """Tokens the tool schemas of one request may take (`toolExposure.schemaBudgetTokens`)."""
-
-
 def _error(call: ToolCall, text: str) -> ToolResult:
     return ToolResult(call.id, call.name, (TextPart(text),), is_error=True)
 
@@ -142,99 +117,55 @@ class AgentLoop:
         """Every tool of every reachable source by its model-facing name, denied ones flagged."""
         return await self.tools.offered(inbound_auth)
 
-    def exposure(
-        self,
-        offered: dict[str, OfferedTool],
-        params: RequestParams,
-        capabilities: ModelCapabilities | None = None,
-    ) -> Exposure:
-        """Whether this turn offers the servers' tools on demand, and the schema budget.
-
-        `auto` offers every schema while they fit the budget (a quarter of the model's input
-        budget unless `schemaBudgetTokens` says), and goes on demand once they do not.
-        `capabilities` are the turn's model's (default: the agent's).
-        """
-        settings = self._config.tool_exposure
-        capabilities = capabilities or self._config.capabilities
-        budget = settings.schema_budget_tokens or max(1, input_budget(capabilities, params) // 4)
-        if settings.mode == "auto":
-            on_demand = gateway.schemas_of_servers(offered) > budget
-        else:
-            on_demand = settings.mode == "onDemand"
-        return Exposure(on_demand, budget)
-
-    async def run(
-        self,
-        history: Sequence[Message],
-        user: UserMessage,
-        *,
-        inbound_auth: str | None,
-        progress: ProgressReporter,
-        conversation: ConversationKey | None = None,
-        call_path: CallPath | None = None,
-        params: RequestParams | None = None,
-        choice: TurnChoice | None = None,
-    ) -> TurnResult:
+    async def run(self, history: Sequence[Message], user: UserMessage, turn: Turn) -> TurnResult:
         """One `send_message`: loop until the model answers without tool calls.
 
-        `conversation` is the turn's conversation (for peer calls; the loop stores nothing);
-        `call_path` the agents this call passed through, this one last (for peer calls);
-        `params` the call's own request parameters, over the agent's; `choice` the call's model
-        and system prompt addition (default: the agent's model and instruction).
+        `turn` is what the call carries (`agent.turn`): its credential, progress, conversation
+        (for peer calls; the loop stores nothing), path of agents, parameters over the agent's,
+        and model and system prompt addition (default: the agent's model and instruction).
 
         Raises:
             LLMError: the provider failed after its retries.
             MaxIterationsExceeded: no final answer within `maxIterations` rounds.
             ToolChoiceUnavailable: `toolChoice` names a tool not offered this turn.
         """
+        choice = turn.choice
         if choice is None:
             choice = TurnChoice(self._provider, self._config.model, self._config.capabilities)
-        conversation_id = kept_id(conversation)
+        conversation_id = kept_id(turn.conversation)
         with turn_span(self._config.name, conversation_id):
-            return await self._run(
-                history,
-                user,
-                inbound_auth,
-                progress,
-                conversation,
-                conversation_id,
-                call_path,
-                params,
-                choice,
-            )
+            return await self._run(history, user, turn, choice, conversation_id)
 
     async def _run(
         self,
         history: Sequence[Message],
         user: UserMessage,
-        inbound_auth: str | None,
-        progress: ProgressReporter,
-        conversation: ConversationKey | None,
-        conversation_id: str | None,
-        call_path: CallPath | None,
-        params: RequestParams | None,
+        turn: Turn,
         choice: TurnChoice,
+        conversation_id: str | None,
     ) -> TurnResult:
         system = self._config.instruction
         if choice.system_append:
             system = f"{system}\n\n{choice.system_append}" if system else choice.system_append
-        offered = await self.offered_tools(inbound_auth)
-        merged = merge_params(self._config.request_params, params)
-        exposure = self.exposure(offered, merged, choice.capabilities)
+        progress = turn.progress
+        offered = await self.offered_tools(turn.credential)
+        merged = merge_params(self._config.request_params, turn.params)
         first, later = self._round_params(merged, offered)
-        specs = self._specs(offered, exposure, first.tool_choice)
-        budget = input_budget(choice.capabilities, merged) - request_tokens(system, specs)
-        turn: list[Message] = [user]
+        tools = gateway.menu(
+            offered, self._config.tool_exposure, choice.capabilities, merged, first.tool_choice
+        )
+        budget = input_budget(choice.capabilities, merged) - request_tokens(system, tools.specs)
+        messages: list[Message] = [user]
         left_out_most = 0
         for round_number in range(self._config.max_iterations):
-            cut = left_out(history, turn, budget)
+            cut = left_out(history, messages, budget)
             left_out_most = max(left_out_most, cut)
             completion = await self._complete(
-                choice, system, [*history[cut:], *turn], specs, progress,
+                turn, choice, system, [*history[cut:], *messages], tools.specs,
                 first if round_number == 0 else later, conversation_id,
             )  # fmt: skip
             assistant = AssistantMessage(completion.text, completion.tool_calls)
-            turn.append(assistant)
+            messages.append(assistant)
             if not completion.tool_calls:
                 if not completion.text.strip():
                     raise LLMError(
@@ -243,19 +174,18 @@ class AgentLoop:
                     )
                 answer = cut_to(completion.text, self._config.limits.max_answer_bytes, "answer")
                 if answer != completion.text:
-                    turn[-1] = AssistantMessage(answer)
+                    messages[-1] = AssistantMessage(answer)
                 if left_out_most:
                     log.debug(
                         "left out the %d oldest of %d stored messages to fit the context window",
                         left_out_most, len(history), extra={"agent": self._config.name},
                     )  # fmt: skip
-                return TurnResult(answer, turn, left_out_most)
+                return TurnResult(answer, messages, left_out_most)
             await progress.step("tool")
-            context = CallContext(inbound_auth, progress, conversation, call_path)
             results = await asyncio.gather(
-                *(self._dispatch(call, offered, exposure, context) for call in completion.tool_calls)
+                *(self._dispatch(call, tools, turn) for call in completion.tool_calls)
             )
-            turn.append(ToolResultsMessage(tuple(results)))
+            messages.append(ToolResultsMessage(tuple(results)))
         raise MaxIterationsExceeded(
             f"agent {self._config.name} stopped after {self._config.max_iterations} LLM/tool rounds "
             "without a final answer (raise spec.maxIterations if the task needs more)"
@@ -286,15 +216,16 @@ class AgentLoop:
 
     async def _complete(
         self,
+        turn: Turn,
         choice: TurnChoice,
         system: str,
         messages: list[Message],
         specs: list[ToolSpec],
-        progress: ProgressReporter,
         params: RequestParams,
         conversation_id: str | None,
     ) -> Completion:
-        await spending.before_llm_call(progress)  # BudgetExceeded ends the turn
+        progress = turn.progress
+        await spending.before_llm_call(turn.budget, progress)  # BudgetExceeded ends the turn
         await progress.step("llm")
         agent, model = self._config.name, choice.model
         stream = progress.text_stream()
@@ -332,36 +263,21 @@ class AgentLoop:
             if count:
                 self._metrics.llm_tokens_total.labels(agent, model, kind).inc(count)
         price = choice.capabilities.price
-        await spending.after_llm_call(self._metrics, agent, model, price, completion.usage, progress)
+        await spending.after_llm_call(
+            turn.budget, self._metrics, agent, model, price, completion.usage, progress
+        )
         return completion
 
-    def _specs(
-        self, offered: dict[str, OfferedTool], exposure: Exposure, choice: str | None
-    ) -> list[ToolSpec]:
-        """The tools one turn's requests carry: every allowed one, or peers and the gateway.
-
-        On demand, a tool the call's `toolChoice` names is offered directly too, so it can be forced.
-        """
-        allowed = [(name, o) for name, o in offered.items() if o.allowed]
-        if exposure.on_demand:
-            allowed = [(name, o) for name, o in allowed if o.peer or name == choice]
-        specs = [ToolSpec(name, o.tool.description, o.tool.input_schema) for name, o in allowed]
-        if exposure.on_demand:
-            specs.extend(gateway.gateway_specs(offered, exposure.budget))
-        return specs
-
-    async def _dispatch(
-        self, call: ToolCall, offered: dict[str, OfferedTool], exposure: Exposure, context: CallContext
-    ) -> ToolResult:
-        if exposure.on_demand and call.name in gateway.GATEWAY_TOOLS:
-            return await self._gateway_call(call, offered, exposure, context)
-        entry = offered.get(call.name)
+    async def _dispatch(self, call: ToolCall, tools: gateway.ToolMenu, turn: Turn) -> ToolResult:
+        if tools.on_demand and call.name in gateway.GATEWAY_TOOLS:
+            return await self._gateway_call(call, tools, turn)
+        entry = tools.offered.get(call.name)
         if entry is None:
-            available = ", ".join(sorted(n for n, o in offered.items() if o.allowed))
+            available = ", ".join(sorted(n for n, o in tools.offered.items() if o.allowed))
             return _result(call, self.tools.unknown(call.name, available))
         if call.arguments_error is not None:
             return self._invalid(call, entry.source.name, entry.tool.name, call.arguments_error)
-        return _result(call, await self.tools.call(entry, call.arguments, context, shown=call.name))
+        return _result(call, await self.tools.call(entry, call.arguments, turn, shown=call.name))
 
     def _invalid(
         self,
@@ -375,12 +291,11 @@ class AgentLoop:
         audit_tool_call(self._config.name, source, tool, "ERROR", 0.0, reason, invalid)
         return _error(call, f"arguments for {call.name!r} are invalid: {why}")
 
-    async def _gateway_call(
-        self, call: ToolCall, offered: dict[str, OfferedTool], exposure: Exposure, context: CallContext
-    ) -> ToolResult:
+    async def _gateway_call(self, call: ToolCall, tools: gateway.ToolMenu, turn: Turn) -> ToolResult:
         """A model's call of `list_servers`, `get_server_tools` or `execute_tool`."""
         if call.arguments_error is not None:
             return self._invalid(call, "", call.name, call.arguments_error)
+        offered = tools.offered
         servers = self.tools.server_names
         try:
             args = gateway.parse_arguments(call.name, call.arguments)
@@ -389,12 +304,12 @@ class AgentLoop:
             elif call.name == gateway.GET_SERVER_TOOLS:
                 answer = gateway.server_tools(
                     offered, servers, args.server, names=args.names, pattern=args.pattern,
-                    max_schema_tokens=args.max_schema_tokens, budget=exposure.budget,
+                    max_schema_tokens=args.max_schema_tokens, budget=tools.budget,
                 )  # fmt: skip
             else:
                 entry = gateway.target(offered, servers, args.server, args.tool)
                 limit = args.timeout_ms / 1000 if args.timeout_ms else None
-                outcome = await self.tools.call(entry, dict(args.args or {}), context, time_limit=limit)
+                outcome = await self.tools.call(entry, dict(args.args or {}), turn, time_limit=limit)
                 return _result(call, outcome)
         except gateway.GatewayError as exc:
             if exc.code is ErrorCode.INVALID_ARGUMENTS:

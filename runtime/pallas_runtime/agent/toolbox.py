@@ -30,10 +30,9 @@ from pallas_io.tracing import exemplar
 from pallas_runtime.agent.approvals import ApprovalGate
 from pallas_runtime.agent.audit import Outcome, audit_tool_call
 from pallas_runtime.agent.latency import Latencies
-from pallas_runtime.agent.progress import ProgressReporter
+from pallas_runtime.agent.turn import Turn
 from pallas_runtime.agent.window import OVERHEAD_TOKENS, text_tokens
 from pallas_runtime.conversations.model import ConversationKey
-from pallas_runtime.downstream.call_path import CallPath
 from pallas_runtime.downstream.source import (
     DownstreamError,
     DownstreamTimeout,
@@ -74,16 +73,6 @@ class OfferedTool:
     """Whether the source is a peer agent (offered directly in every exposure mode)."""
     schema_tokens: int = 0
     """The estimated tokens the tool's definition takes in a request (`agent/window.py`)."""
-
-
-@dataclass(frozen=True, slots=True)
-class CallContext:
-    """Who a tool call is made for: the caller's credentials, progress and conversation."""
-
-    inbound_auth: str | None
-    progress: ProgressReporter | None = None
-    conversation: ConversationKey | None = None
-    call_path: CallPath | None = None
 
 
 def _error(text: str, code: ErrorCode) -> ToolOutcome:
@@ -185,12 +174,12 @@ class ToolBox:
         self,
         entry: OfferedTool,
         arguments: dict[str, Any],
-        context: CallContext,
+        turn: Turn,
         *,
         time_limit: float | None = None,
         shown: str | None = None,
     ) -> ToolOutcome:
-        """Call one offered tool: policy, audit, metrics, progress; the result scrubbed and cut.
+        """Call one offered tool for `turn`: policy, audit, metrics, progress; the result scrubbed and cut.
 
         `shown` is the name the caller used for the tool (the model's, default `<server>__<tool>`).
 
@@ -200,26 +189,18 @@ class ToolBox:
         agent, source, tool = self._config.name, entry.source.name, entry.tool
         if not (entry.allowed and self._config.tools.permits(tool.qualified_name)):
             return self.deny(source, tool.name, shown or tool.qualified_name)
-        progress = context.progress
-        if (refused := await self._approvals.check(tool, arguments, progress)) is not None:
+        progress = turn.progress
+        if (refused := await self._approvals.check(tool, arguments, progress, turn.approver)) is not None:
             return refused  # the caller rejected it, or nobody could be asked in time (audited)
-        if progress is not None:
-            await progress.tool_started(source, tool.name)
+        await progress.tool_started(source, tool.name)
         with tool_span(
             agent, source, tool.name, peer=entry.peer, arguments=arguments, secrets=self._secrets
         ) as span:
             started = time.perf_counter()
             timed_out = False
-            relay = progress.relay(source, tool.name) if progress is not None else None
+            relay = progress.relay(source, tool.name)
             try:
-                call = entry.source.call_tool(
-                    tool.name,
-                    arguments,
-                    inbound_auth=context.inbound_auth,
-                    on_progress=self._scrubbed(relay),
-                    conversation=context.conversation,
-                    call_path=context.call_path,
-                )
+                call = entry.source.call_tool(tool.name, arguments, turn.onward(self._scrubbed(relay)))
                 outcome = await (asyncio.wait_for(call, time_limit) if time_limit is not None else call)
             except TimeoutError:
                 timed_out = True
@@ -247,8 +228,7 @@ class ToolBox:
         self._metrics.tool_calls_total.labels(
             agent, source, "tool", "error" if outcome.is_error else "ok"
         ).inc()
-        if progress is not None:
-            await progress.tool_finished(source, tool.name, ok=not outcome.is_error)
+        await progress.tool_finished(source, tool.name, ok=not outcome.is_error)
         return ToolOutcome(self._within_budget(outcome, tool.qualified_name), outcome.is_error, outcome.code)
 
     def _within_budget(self, outcome: ToolOutcome, qualified: str) -> tuple[ContentPart, ...]:

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from pallas_api.config import ConversationScope, RequestParams
-from pallas_runtime.agent.loop import AgentLoop, TurnChoice
-from pallas_runtime.agent.progress import ProgressReporter
+from pallas_api.config import ConversationScope
+from pallas_runtime.agent.loop import AgentLoop
+from pallas_runtime.agent.turn import Turn
 from pallas_runtime.conversations.caller import Caller, one_turn_key
 from pallas_runtime.conversations.history import title_of
 from pallas_runtime.conversations.model import (
@@ -24,16 +24,15 @@ from pallas_runtime.conversations.model import (
     ConversationStore,
     StoreUnavailable,
     ThreadInfo,
-    Turn,
     TurnLost,
 )
+from pallas_runtime.conversations.model import Turn as HeldTurn  # the store's hold of one turn
 from pallas_runtime.conversations.scope import (
     SESSIONS_REMEMBERED,
     SessionLedger,
     conversation_key,
     sees_only_its_session,
 )
-from pallas_runtime.downstream.call_path import CallPath
 from pallas_runtime.inflight import InFlight, ShuttingDown
 from pallas_runtime.messages import Message, TurnFailure, UserMessage
 
@@ -90,41 +89,33 @@ class Conversations:
     async def send(
         self,
         loop: AgentLoop,
-        caller: Caller,
+        turn: Turn,
         user: UserMessage,
         *,
         conversation_id: str | None,
         session_id: str | None,
-        inbound_auth: str | None,
-        progress: ProgressReporter,
-        call_path: CallPath | None = None,
-        params: RequestParams | None = None,
-        choice: TurnChoice | None = None,
     ) -> Reply:
         """Run one turn on `loop`; store it when the scope keeps a conversation for the request.
+
+        The turn runs in the conversation the scope picks for its caller (`turn.conversation`
+        is set here).
 
         Raises:
             ConversationBusy, StoreUnavailable, TurnLost: from the store (nothing stored).
             LLMError, MaxIterationsExceeded: from the loop (nothing stored).
             ShuttingDown: a stopping agent interrupted the turn (kept as failed when `kept`).
         """
-        key = self._key(caller, conversation_id, session_id)
+        key = self._key(turn.caller, conversation_id, session_id)
         if key is None:
-            key = one_turn_key(self._identity, caller.owner)
+            key = one_turn_key(self._identity, turn.caller.owner)
             try:
-                turn = await loop.run(
-                    [], user, inbound_auth=inbound_auth, progress=progress, conversation=key,
-                    call_path=call_path, params=params, choice=choice,
-                )  # fmt: skip
+                result = await loop.run([], user, replace(turn, conversation=key))
             finally:
                 await loop.tools.release(key)  # a conversation of one turn ends with it
-            return Reply(turn.text, None, turn.messages, history_left_out=turn.history_left_out)
+            return Reply(result.text, None, result.messages, history_left_out=result.history_left_out)
         async with self.store.turn(key) as held:
             try:
-                turn = await loop.run(
-                    held.history, user, inbound_auth=inbound_auth, progress=progress, conversation=key,
-                    call_path=call_path, params=params, choice=choice,
-                )  # fmt: skip
+                result = await loop.run(held.history, user, replace(turn, conversation=key))
             except asyncio.CancelledError:
                 failure = self._inflight.take_interruption() if self._inflight else None
                 if failure is None:
@@ -132,12 +123,13 @@ class Conversations:
                 raise await self._kept_as_failed(held, user, failure) from None
             if self._inflight is not None:
                 self._inflight.finishing()
-            await held.commit(turn.messages, title_of([user]))
+            await held.commit(result.messages, title_of([user]))
         return Reply(
-            turn.text, key.id, turn.messages, created=not held.history, history_left_out=turn.history_left_out
-        )
+            result.text, key.id, result.messages, created=not held.history,
+            history_left_out=result.history_left_out,
+        )  # fmt: skip
 
-    async def _kept_as_failed(self, held: Turn, user: UserMessage, failure: TurnFailure) -> ShuttingDown:
+    async def _kept_as_failed(self, held: HeldTurn, user: UserMessage, failure: TurnFailure) -> ShuttingDown:
         """Keep an interrupted turn as its user message and the failure; the error its caller gets."""
         assert self._inflight is not None
         try:

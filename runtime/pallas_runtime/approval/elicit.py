@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import logging
 import secrets
 from collections.abc import Iterator
@@ -50,8 +49,6 @@ NO_BACK_CHANNEL = (
     "the caller's MCP connection (protocol {version}) carries no requests from server to client, so "
     "nobody can approve the call (approvals need a session of the 2025-06-18 or 2025-11-25 protocol)"
 )
-
-_RELAY_TOKEN: contextvars.ContextVar[str | None] = contextvars.ContextVar("pallas_relay_token", default=None)
 
 
 class CallerApprover:
@@ -101,11 +98,6 @@ def caller_approver(ctx: Context) -> Approver | None:
     return CallerApprover(ctx.session, ctx.request_id, relay if isinstance(relay, str) and relay else None)
 
 
-def relay_token() -> str | None:
-    """The relay token of the peer call being sent from this task, if it opened one."""
-    return _RELAY_TOKEN.get()
-
-
 class Relays:
     """The calls to one peer agent in flight, each with the approver its questions go to."""
 
@@ -115,14 +107,15 @@ class Relays:
 
     @contextlib.contextmanager
     def open(self, approver: Approver) -> Iterator[str]:
-        """A token for one call: its questions go to `approver` until the block ends."""
+        """A token for one call: its questions go to `approver` until the block ends.
+
+        The call carries the token in its `_meta` (`downstream.source.Onward.relay`).
+        """
         token = secrets.token_urlsafe(18)
         self._open[token] = approver
-        reset = _RELAY_TOKEN.set(token)
         try:
             yield token
         finally:
-            _RELAY_TOKEN.reset(reset)
             self._open.pop(token, None)
 
     async def callback(

@@ -10,18 +10,16 @@ answer it and a relaying agent can pass it on unchanged. The answer is one of:
 - `UNAVAILABLE`: there is nobody to ask (the caller's client does not support elicitation, or
   the turn came over A2A); the reason says which.
 
-The turn's approver travels in a context variable set by the protocol edge that serves the
-turn (the MCP `send_message` tool): it is the request's own channel back to its client, set and
-reset within that request's task, so it reaches the tool calls the turn makes (their tasks copy
-the context) and nothing else. A turn without one gets `UNAVAILABLE`.
+The turn's approver is set by the protocol edge that serves the turn (the MCP `send_message`
+tool, the gateway's `execute_tool`): it is the request's own channel back to its client, and it
+travels in the turn (`agent.turn.Turn.approver`) to the tool calls the turn makes and to the
+peer calls that relay their own questions to it. A turn without one gets `UNAVAILABLE`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, cast
 
@@ -130,19 +128,4 @@ class Nobody:
 
 
 NO_CHANNEL = Nobody("this turn has no channel to its caller (only MCP clients can be asked)")
-_APPROVER: contextvars.ContextVar[Approver] = contextvars.ContextVar("pallas_approver", default=NO_CHANNEL)
-
-
-def current_approver() -> Approver:
-    """Whom this turn asks for approval (`NO_CHANNEL` outside an MCP turn)."""
-    return _APPROVER.get()
-
-
-@contextlib.contextmanager
-def approving(approver: Approver) -> Iterator[None]:
-    """Run the block (a turn) with `approver` as its approver."""
-    token = _APPROVER.set(approver)
-    try:
-        yield
-    finally:
-        _APPROVER.reset(token)
+"""The approver of a turn whose edge gave it none (an A2A turn)."""

@@ -40,13 +40,14 @@ from pallas_api.config import A2APeer
 from pallas_api.errors import ErrorCode
 from pallas_runtime.conversations.caller import peer_conversation_id
 from pallas_runtime.conversations.model import ConversationKey
-from pallas_runtime.downstream.call_path import CallPath, CallRefused
+from pallas_runtime.downstream.call_path import CallRefused
 from pallas_runtime.downstream.connection import tls_context
 from pallas_runtime.downstream.inbound_auth import BearerForwarding
 from pallas_runtime.downstream.mcp_server import resolve_headers
 from pallas_runtime.downstream.source import (
     DownstreamError,
     DownstreamTimeout,
+    Onward,
     ProbeResult,
     ProgressHandler,
     RemoteTool,
@@ -194,10 +195,10 @@ class A2APeerSource:
         )
         return [RemoteTool(self.name, SEND_MESSAGE, description, INPUT_SCHEMA)]
 
-    def _request(
-        self, arguments: Mapping[str, Any], conversation: ConversationKey | None, call_path: CallPath | None
-    ) -> SendMessageRequest:
-        meta = call_path.onward(self.name) if call_path is not None else {}
+    def _request(self, arguments: Mapping[str, Any], onward: Onward) -> SendMessageRequest:
+        # A peer of another kind: it reports no spend back, so no budget goes with the call.
+        meta = onward.meta(self.name, with_budget=False)
+        conversation = onward.conversation
         context_id = peer_conversation_id(conversation, self.name) if conversation is not None else None
         message = new_text_message(
             str(arguments.get("message", "")), context_id=context_id, role=Role.ROLE_USER
@@ -211,11 +212,7 @@ class A2APeerSource:
         self,
         tool: str,
         arguments: dict[str, Any],
-        *,
-        inbound_auth: str | None,
-        on_progress: ProgressHandler | None,
-        conversation: ConversationKey | None = None,
-        call_path: CallPath | None = None,
+        onward: Onward,
     ) -> ToolOutcome:
         """One A2A message; its task's answer, or an error result saying how it ended.
 
@@ -227,17 +224,17 @@ class A2APeerSource:
             text = f"{self.name}: no tool {tool!r}; the A2A agent offers {SEND_MESSAGE}"
             return ToolOutcome((TextPart(text),), is_error=True, code=ErrorCode.TOOL_NOT_FOUND)
         try:
-            request = self._request(arguments, conversation, call_path)
+            request = self._request(arguments, onward)
         except CallRefused as exc:
             return ToolOutcome((TextPart(str(exc)),), is_error=True, code=exc.code)
-        headers = self._call_headers(inbound_auth)
+        headers = self._call_headers(onward.credential)
         answer = _Answer()
         try:
             async with asyncio.timeout(self._peer.timeout_seconds):
                 client = await self._a2a_client(headers, self._peer.timeout_seconds)
                 context = ClientCallContext(service_parameters=headers)
                 async for event in client.send_message(request, context=context):
-                    await self._follow(event, answer, on_progress)
+                    await self._follow(event, answer, onward.on_progress)
         except TimeoutError:
             raise DownstreamTimeout(
                 f"{self.name}: {SEND_MESSAGE} timed out after {self._peer.timeout_seconds:g}s"

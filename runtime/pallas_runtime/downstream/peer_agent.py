@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any
 
 import mcp_types
 
 from pallas_api.config import PeerAgent
-from pallas_runtime.approval.elicit import RELAY_META, Relays, relay_token
-from pallas_runtime.approval.question import current_approver
+from pallas_runtime.approval.elicit import Relays
 from pallas_runtime.conversations.caller import peer_conversation_id
-from pallas_runtime.conversations.model import ConversationKey
-from pallas_runtime.downstream.call_path import CallPath
 from pallas_runtime.downstream.remote import RemoteMcpSource
-from pallas_runtime.downstream.source import ProgressHandler, RemoteTool, ToolOutcome
+from pallas_runtime.downstream.source import Onward, RemoteTool, ToolOutcome
 from pallas_runtime.spending import guard as spending
 
 log = logging.getLogger("pallas.downstream")
@@ -58,30 +56,14 @@ class PeerAgentSource(RemoteMcpSource):
         self._relays = Relays(peer.name)
         self._elicitation = self._relays.callback
 
-    async def call_tool(
-        self,
-        tool: str,
-        arguments: dict[str, Any],
-        *,
-        inbound_auth: str | None,
-        on_progress: ProgressHandler | None,
-        conversation: ConversationKey | None = None,
-        call_path: CallPath | None = None,
-    ) -> ToolOutcome:
+    async def call_tool(self, tool: str, arguments: dict[str, Any], onward: Onward) -> ToolOutcome:
         """The call, with the peer's approval questions relayed to this turn's approver meanwhile."""
-        with self._relays.open(current_approver()):
-            return await super().call_tool(
-                tool,
-                arguments,
-                inbound_auth=inbound_auth,
-                on_progress=on_progress,
-                conversation=conversation,
-                call_path=call_path,
-            )
+        with self._relays.open(onward.approver) as relay:
+            return await super().call_tool(tool, arguments, replace(onward, relay=relay))
 
-    async def _answered(self, result: mcp_types.CallToolResult) -> None:
+    async def _answered(self, result: mcp_types.CallToolResult, onward: Onward) -> None:
         """Charge what the peer's turn says it spent to the calling turn's caller."""
-        await spending.peer_answered(result.meta)
+        await spending.peer_answered(onward.budget, result.meta)
 
     def _keep(self, tool: mcp_types.Tool) -> bool:
         return tool.name == SEND_MESSAGE
@@ -95,22 +77,17 @@ class PeerAgentSource(RemoteMcpSource):
         return tools
 
     def _outgoing(
-        self, arguments: dict[str, Any], conversation: ConversationKey | None, call_path: CallPath | None
+        self, arguments: dict[str, Any], onward: Onward
     ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        """`send_message` in the peer conversation of the calling turn, with the turn's path of agents.
+        """`send_message` in the peer conversation of the calling turn, with what the turn hands on.
 
         A call that would loop back or make the chain longer than `maxDepth` is refused here
         (CallRefused), unsent; the caller gets it as an error result with its code.
         """
-        meta = call_path.onward(self.name) if call_path is not None else None
-        if budget := spending.onward_meta():  # what the root caller has left (`spending.chain`)
-            meta = {**(meta or {}), **budget}
-        if (token := relay_token()) is not None:
-            meta = {**(meta or {}), RELAY_META: token}
         arguments = {k: v for k, v in arguments.items() if k not in LEFT_TO_THE_CALLER}
-        if conversation is not None:
-            arguments["conversation_id"] = peer_conversation_id(conversation, self.name)
-        return arguments, meta
+        if onward.conversation is not None:
+            arguments["conversation_id"] = peer_conversation_id(onward.conversation, self.name)
+        return arguments, onward.meta(self.name)
 
 
 def _without_conversation_id(tool: RemoteTool) -> RemoteTool:

@@ -45,7 +45,7 @@ from pallas_api.config import DEFAULT_MAX_RESULT_BYTES, ServerSessionLimits
 from pallas_api.errors import error_code_of, unprocessed
 from pallas_io import probe as mcp_probe
 from pallas_runtime.conversations.model import ConversationKey
-from pallas_runtime.downstream.call_path import CallPath, CallRefused
+from pallas_runtime.downstream.call_path import CallRefused
 from pallas_runtime.downstream.connection import (
     BearerSlot,
     SharedSession,
@@ -68,6 +68,7 @@ from pallas_runtime.downstream.inbound_auth import BearerForwarding
 from pallas_runtime.downstream.source import (
     DownstreamError,
     DownstreamTimeout,
+    Onward,
     ProbeResult,
     ProgressHandler,
     RemoteTool,
@@ -387,15 +388,11 @@ class RemoteMcpSource:
         self,
         tool: str,
         arguments: dict[str, Any],
-        *,
-        inbound_auth: str | None,
-        on_progress: ProgressHandler | None,
-        conversation: ConversationKey | None = None,
-        call_path: CallPath | None = None,
+        onward: Onward,
     ) -> ToolOutcome:
         """Call one tool within the configured timeout.
 
-        `inbound_auth` is sent only when this source forwards inbound auth; such a call runs on a
+        `onward.credential` is sent only when this source forwards inbound auth; such a call runs on a
         session of its own. A tool error (`isError`) or a JSON-RPC error answer is an outcome with
         `is_error=True`, not an exception; so is a call `_outgoing` refuses, unsent.
 
@@ -403,16 +400,17 @@ class RemoteMcpSource:
             DownstreamError: Timeout, transport failure or an unusable answer.
         """
         try:
-            arguments, meta = self._outgoing(arguments, conversation, call_path)
+            arguments, meta = self._outgoing(arguments, onward)
         except CallRefused as exc:
             return ToolOutcome((TextPart(str(exc)),), is_error=True, code=exc.code)
-        bearer = self._auth.bearer(inbound_auth)
+        bearer = self._auth.bearer(onward.credential)
+        on_progress = onward.on_progress
         relay = _ProgressRelay(f"{self._name}: {tool}", on_progress) if on_progress is not None else None
         result: mcp_types.CallToolResult | None = None
         try:
             with anyio.move_on_after(self._timeout):
                 result = await self._on_its_session(
-                    bearer, conversation, lambda s: self._call(s, tool, arguments, relay, meta)
+                    bearer, onward.conversation, lambda s: self._call(s, tool, arguments, relay, meta)
                 )
         except _Failure as failure:
             if isinstance(failure.cause, CallNotProcessed):
@@ -434,7 +432,7 @@ class RemoteMcpSource:
                 f"the limit is {human_bytes(self._max_result_bytes)} (maxResultBytes)"
             )
             return ToolOutcome(content=(TextPart(text),), is_error=True)
-        await self._answered(result)
+        await self._answered(result, onward)
         code = error_code_of(result.structured_content) if result.is_error else None
         return ToolOutcome(content=parts, is_error=result.is_error, code=code)
 
@@ -453,11 +451,11 @@ class RemoteMcpSource:
             return ToolOutcome(content=(TextPart(text),), is_error=True)
         raise DownstreamError(f"{self._name}: calling {tool} failed: {failure.reason()}") from None
 
-    async def _answered(self, result: mcp_types.CallToolResult) -> None:
+    async def _answered(self, result: mcp_types.CallToolResult, onward: Onward) -> None:
         """What a source learns from a result besides its content (a peer: what it spent)."""
 
     def _outgoing(
-        self, arguments: dict[str, Any], conversation: ConversationKey | None, call_path: CallPath | None
+        self, arguments: dict[str, Any], onward: Onward
     ) -> tuple[dict[str, Any], dict[str, Any] | None]:
         """The arguments and `_meta` a tools/call sends (CallRefused: the call is not to be sent).
 

@@ -7,9 +7,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pallas_api.errors import ErrorCode
+from pallas_runtime.approval.elicit import RELAY_META
+from pallas_runtime.approval.question import NO_CHANNEL, Approver
 from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.downstream.call_path import CallPath
 from pallas_runtime.messages import ContentPart
+from pallas_runtime.spending import guard as spending
 
 ProgressHandler = Callable[[float, float | None, str | None], Awaitable[None]]
 """(progress, total, message) as received from the downstream server."""
@@ -43,6 +46,52 @@ class ToolOutcome:
     is_error: bool = False
     code: ErrorCode | None = None
     """Why an error result failed, when known (a peer agent's result says so)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Onward:
+    """What a calling turn hands the source of one tool call (`agent.turn.Turn.onward`).
+
+    Every source gets the same value and takes what it uses: a server the credential, the
+    progress handler and (a stateful one) the conversation; a peer agent all of it, and `meta`
+    for what travels in its request beside the message.
+    """
+
+    credential: str | None = None
+    """The caller's `Authorization` value; sent only when the source forwards inbound auth and
+    has no explicit Authorization header of its own."""
+    on_progress: ProgressHandler | None = None
+    """Where the call's own progress notifications go (None: nowhere)."""
+    conversation: ConversationKey | None = None
+    """The calling turn's conversation: a peer agent is given a conversation id derived from it."""
+    call_path: CallPath | None = None
+    """The calling turn's path of agents: a peer gets it, and a call that would loop or go too
+    deep is refused."""
+    budget: spending.TurnBudget | None = None
+    """The calling turn's budgets: a peer is told what the root caller has left, and what it
+    reports it spent is charged here."""
+    approver: Approver = NO_CHANNEL
+    """Whom the calling turn asks for approvals: a peer's questions are relayed to it."""
+    relay: str | None = None
+    """The approval relay token of this call to a peer agent (`approval.elicit.Relays`): set by
+    that source when it opens the call, so its questions find their way back to this turn."""
+
+    def meta(self, peer: str, *, with_budget: bool = True) -> dict[str, Any] | None:
+        """What a call to agent `peer` carries besides its message: the one definition of it.
+
+        The path of agents extended by `peer`, what the root caller has left to spend
+        (`spending.chain`), and the relay token. `with_budget=False` for a peer that reports no
+        spend back (an A2A agent): a budget it cannot charge against would only leak numbers.
+
+        Raises:
+            CallRefused: the call would loop back or go deeper than `maxDepth` (it is not sent).
+        """
+        meta = self.call_path.onward(peer) if self.call_path is not None else None
+        if with_budget and (budget := spending.onward_meta(self.budget)):
+            meta = {**(meta or {}), **budget}
+        if self.relay is not None:
+            meta = {**(meta or {}), RELAY_META: self.relay}
+        return meta
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,20 +139,11 @@ class ToolSource(Protocol):
         self,
         tool: str,
         arguments: dict[str, Any],
-        *,
-        inbound_auth: str | None,
-        on_progress: ProgressHandler | None,
-        conversation: ConversationKey | None = None,
-        call_path: CallPath | None = None,
+        onward: Onward,
     ) -> ToolOutcome:
-        """Call one tool.
+        """Call one tool with what the calling turn hands it (`onward`).
 
-        `inbound_auth` is this request's caller `Authorization` header value; it is sent only
-        when the source forwards inbound auth and has no explicit Authorization header.
-        `conversation` is the calling turn's conversation: a peer agent is given a conversation
-        id derived from it. `call_path` is the calling turn's path of agents: a peer agent gets
-        it (and a call that would loop or go too deep is refused). Raises DownstreamError on
-        transport failures and timeouts.
+        Raises DownstreamError on transport failures and timeouts.
         """
 
     async def release(self, conversation: ConversationKey) -> None:

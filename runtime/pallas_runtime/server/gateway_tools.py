@@ -20,9 +20,9 @@ from pallas_api.errors import ErrorCode
 from pallas_runtime.agent import gateway
 from pallas_runtime.agent.live import LiveAgent
 from pallas_runtime.agent.progress import ProgressReporter
-from pallas_runtime.agent.toolbox import CallContext
+from pallas_runtime.agent.turn import Turn
 from pallas_runtime.approval.elicit import caller_approver
-from pallas_runtime.approval.question import NO_CHANNEL, approving
+from pallas_runtime.approval.question import NO_CHANNEL
 from pallas_runtime.auth.credential import forwarded_credential
 from pallas_runtime.conversations.caller import current_caller
 from pallas_runtime.conversations.scope import conversation_key
@@ -98,7 +98,8 @@ class GatewayTools:
         with self._live.hold() as generation:
             loop = generation.loop
             offered = await loop.offered_tools(forwarded_credential(verified=self._verified))
-            budget = loop.exposure(offered, generation.config.request_params).budget
+            config = generation.config
+            budget = gateway.schema_budget(config.tool_exposure, config.capabilities, config.request_params)
             try:
                 return gateway.server_tools(
                     offered, loop.tools.server_names, server, names=names, pattern=pattern,
@@ -133,13 +134,18 @@ class GatewayTools:
                 return error_result(exc.code, str(exc))
             # A stateful server keeps one session per conversation; a gateway client's conversation
             # is its MCP session, so its calls of one session share the server's state.
-            conversation = conversation_key(config.identity, "session", current_caller(), None, session_id())
-            context = CallContext(
-                inbound_auth, ProgressReporter(config.name, progress_sender(ctx)), conversation, call_path
+            caller = current_caller()
+            turn = Turn(
+                caller=caller,
+                credential=inbound_auth,
+                progress=ProgressReporter(config.name, progress_sender(ctx)),
+                conversation=conversation_key(config.identity, "session", caller, None, session_id()),
+                call_path=call_path,
+                approver=caller_approver(ctx) or NO_CHANNEL,
             )
             limit = timeout_ms / 1000 if timeout_ms else None
-            with self._inflight.track(), approving(caller_approver(ctx) or NO_CHANNEL):
-                outcome = await loop.tools.call(entry, args or {}, context, time_limit=limit)
+            with self._inflight.track():
+                outcome = await loop.tools.call(entry, args or {}, turn, time_limit=limit)
         if outcome.is_error and outcome.code is not None and len(outcome.content) == 1:
             first = outcome.content[0]
             return error_result(outcome.code, first.text if isinstance(first, TextPart) else "")

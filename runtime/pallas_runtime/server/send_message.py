@@ -25,7 +25,7 @@ from pallas_runtime.agent.live import LiveAgent
 from pallas_runtime.agent.trace import tool_trace
 from pallas_runtime.agent.turns import Reply
 from pallas_runtime.approval.elicit import caller_approver
-from pallas_runtime.approval.question import NO_CHANNEL, approving
+from pallas_runtime.approval.question import NO_CHANNEL
 from pallas_runtime.auth.credential import forwarded_credential
 from pallas_runtime.conversations.caller import current_caller
 from pallas_runtime.metrics import RuntimeMetrics
@@ -110,10 +110,10 @@ class SendMessage:
             inbound_auth=forwarded_credential(verified=self._verified),
             params=params,
             progress=progress_sender(ctx),
+            approver=caller_approver(ctx) or NO_CHANNEL,  # tool calls ask this request's client
         )
         try:
-            with approving(caller_approver(ctx) or NO_CHANNEL):  # tool calls ask this request's client
-                reply = await self._entry.run(request)
+            reply = await self._entry.run(request)
         except TurnFailed as exc:
             # fastmcp's generic "Error calling tool" line (no agent, no reason) is silenced.
             spent = spend_meta(*exc.spent) if exc.spent else None

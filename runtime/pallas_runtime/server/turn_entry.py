@@ -20,9 +20,11 @@ from pallas_runtime.agent.audit import audit_turn
 from pallas_runtime.agent.choice import BearerMissing, turn_choice
 from pallas_runtime.agent.inputs import ImageInput, InvalidInput, user_message
 from pallas_runtime.agent.live import Generation, LiveAgent
-from pallas_runtime.agent.loop import MaxIterationsExceeded, ToolChoiceUnavailable, TurnChoice
+from pallas_runtime.agent.loop import MaxIterationsExceeded, ToolChoiceUnavailable
 from pallas_runtime.agent.progress import ProgressReporter, Send
+from pallas_runtime.agent.turn import Turn
 from pallas_runtime.agent.turns import Conversations, Reply
+from pallas_runtime.approval.question import NO_CHANNEL, Approver
 from pallas_runtime.conversations.caller import Caller, checked_id
 from pallas_runtime.conversations.model import ConversationBusy, StoreUnavailable, TurnLost
 from pallas_runtime.downstream.call_path import CallPath, CallRefused
@@ -32,7 +34,7 @@ from pallas_runtime.messages import UserMessage
 from pallas_runtime.metrics import RuntimeMetrics
 from pallas_runtime.server.conversation_gauge import ConversationGauge
 from pallas_runtime.spending.chain import BadChainBudget
-from pallas_runtime.spending.guard import BudgetExceeded, Budgets, TurnBudget, turn_budget
+from pallas_runtime.spending.guard import BudgetExceeded, Budgets, TurnBudget
 from pallas_runtime.spending.ledger import MemoryLedger
 
 log = logging.getLogger("pallas.server")
@@ -67,6 +69,8 @@ class TurnRequest:
     """The call's own request parameters, model and system prompt addition."""
     progress: Send | None = None
     """Where the turn's progress goes (None: the caller follows none)."""
+    approver: Approver = NO_CHANNEL
+    """Whom the turn asks to approve tool calls: the MCP request's client (others: nobody)."""
 
 
 _FAILURES: tuple[tuple[type[Exception], ErrorCode], ...] = (
@@ -150,16 +154,23 @@ class TurnEntry:
             raise self.failed(exc, ErrorCode.INVALID_ARGUMENTS, via=via) from None
         try:
             budget = await self._open_budget(config, request, via)
-            with turn_budget(budget):
-                try:
-                    reply = await self._turn(
-                        generation, request, user, checked, call_path, request_params, choice, via
-                    )
-                except TurnFailed as exc:
-                    exc.spent = budget.reported()
-                    raise
-                finally:
-                    await budget.settle()  # the turn's spend is stored before its caller hears back
+            turn = Turn(
+                caller=request.caller,
+                credential=request.inbound_auth,
+                progress=ProgressReporter(self._agent, request.progress),
+                call_path=call_path,
+                params=request_params,
+                choice=choice,
+                budget=budget,
+                approver=request.approver,
+            )
+            try:
+                reply = await self._turn(generation, request, turn, user, checked, via)
+            except TurnFailed as exc:
+                exc.spent = budget.reported()
+                raise
+            finally:
+                await budget.settle()  # the turn's spend is stored before its caller hears back
             return replace(reply, spent=budget.reported())
         finally:
             if choice is not None and choice.provider is not generation.provider:
@@ -182,13 +193,12 @@ class TurnEntry:
         self,
         generation: Generation,
         request: TurnRequest,
+        turn: Turn,
         user: UserMessage,
         checked: str | None,
-        call_path: CallPath,
-        params: RequestParams | None,
-        choice: TurnChoice | None,
         via: str,
     ) -> Reply:
+        choice = turn.choice
         model = choice.model if choice is not None else generation.config.model
         appended = bool(choice and choice.system_append)
         self._metrics.send_message_turns_total.labels(
@@ -200,16 +210,7 @@ class TurnEntry:
         try:
             with self._inflight.track():
                 reply = await self._conversations.send(
-                    generation.loop,
-                    request.caller,
-                    user,
-                    conversation_id=checked,
-                    session_id=request.session_id,
-                    inbound_auth=request.inbound_auth,
-                    progress=ProgressReporter(self._agent, request.progress),
-                    call_path=call_path,
-                    params=params,
-                    choice=choice,
+                    generation.loop, turn, user, conversation_id=checked, session_id=request.session_id
                 )
         except LLMError as exc:
             text = f"the language model call failed: {exc}"

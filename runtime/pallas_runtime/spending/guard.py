@@ -7,17 +7,16 @@ atomic increments and reads back the totals, so spend of other replicas and of t
 other turns is seen at the next check. A call that starts under a budget finishes: a budget can
 be overrun by the calls that were running when it ran out, never by a call started after.
 
-The turn's budget is the context's (`current`), so the loop, the peers and the MCP surface reach
-it without being handed it: asyncio copies the context into the tasks of a turn's tool calls.
+The turn's budget travels in the turn (`agent.turn.Turn.budget`) and in what its tool calls hand
+their sources (`downstream.source.Onward.budget`): the loop checks and charges it, a peer call
+passes on what is left and charges what the peer reports back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
@@ -51,9 +50,6 @@ AgentSpend = tuple[BudgetLimit, Spent, datetime]
 
 _WRITES: set[asyncio.Task[None]] = set()
 """Charges being stored (held here so that none is collected before it is done)."""
-
-current: ContextVar[TurnBudget | None] = ContextVar("pallas_turn_budget", default=None)
-"""The budget of the turn running in this context (None: outside a turn)."""
 
 
 class BudgetExceeded(Exception):
@@ -340,13 +336,12 @@ class Budgets:
         return limit, spent, window_end(limit.window, start)
 
 
-async def before_llm_call(progress: Notes) -> None:
-    """Refuse an LLM call beyond the turn's budgets; send the warnings due.
+async def before_llm_call(turn: TurnBudget | None, progress: Notes) -> None:
+    """Refuse an LLM call beyond the turn's budgets (None: a turn without any); send the warnings due.
 
     Raises:
         BudgetExceeded: a budget is spent.
     """
-    turn = current.get()
     if turn is None:
         return
     turn.check()
@@ -355,6 +350,7 @@ async def before_llm_call(progress: Notes) -> None:
 
 
 async def after_llm_call(
+    turn: TurnBudget | None,
     metrics: RuntimeMetrics,
     agent: str,
     model: str,
@@ -366,7 +362,6 @@ async def after_llm_call(
     micros = micros_of(price, usage)
     if micros:
         metrics.llm_cost_total.labels(agent, model).inc(micros / 1e6)
-    turn = current.get()
     if turn is None:
         return
     await turn.charge(tokens_of(usage), micros)
@@ -374,32 +369,20 @@ async def after_llm_call(
         await progress.note(note)
 
 
-async def peer_answered(meta: Mapping[str, Any] | None) -> None:
+async def peer_answered(turn: TurnBudget | None, meta: Mapping[str, Any] | None) -> None:
     """Charge what a peer agent's turn reports it spent to the calling turn's caller."""
-    turn = current.get()
     spent = reported_spend(meta)
     if turn is None or spent is None:
         return
     await turn.charge(*spent, own=False)
 
 
-def onward_meta() -> dict[str, Any]:
-    """The budget `_meta` of a call to a peer from the current turn.
+def onward_meta(turn: TurnBudget | None) -> dict[str, Any]:
+    """The budget `_meta` of a call to a peer from a turn with budget `turn`.
 
-    Empty outside a turn, and for a turn that nothing limits (no budget of its own, none from
-    the chain): then nothing travels and the peer reports no spend back.
+    Empty outside a turn (None), and for a turn that nothing limits (no budget of its own, none
+    from the chain): then nothing travels and the peer reports no spend back.
     """
-    turn = current.get()
     if turn is None or (not turn.limits and turn.chain is None):
         return {}
     return turn.onward().to_meta()
-
-
-@contextmanager
-def turn_budget(turn: TurnBudget) -> Iterator[TurnBudget]:
-    """Make `turn` the budget of the code run within (and of the tasks it starts)."""
-    token = current.set(turn)
-    try:
-        yield turn
-    finally:
-        current.reset(token)

@@ -10,9 +10,9 @@ from typing import Any
 
 from pallas_api.config import ModelOption, RequestParams
 from pallas_runtime.conversations.model import ConversationKey
-from pallas_runtime.downstream.call_path import CallPath
 from pallas_runtime.downstream.source import (
     DownstreamError,
+    Onward,
     ProbeResult,
     ProgressHandler,
     RemoteTool,
@@ -119,15 +119,11 @@ class FakeSource:
         self,
         tool: str,
         arguments: dict[str, Any],
-        *,
-        inbound_auth: str | None,
-        on_progress: ProgressHandler | None,
-        conversation: ConversationKey | None = None,
-        call_path: CallPath | None = None,
+        onward: Onward,
     ) -> ToolOutcome:
-        self.calls.append((tool, arguments, inbound_auth))
-        self.conversations.append(conversation)
-        return await self.handler(tool, arguments, inbound_auth, on_progress)
+        self.calls.append((tool, arguments, onward.credential))
+        self.conversations.append(onward.conversation)
+        return await self.handler(tool, arguments, onward.credential, onward.on_progress)
 
     async def release(self, conversation: ConversationKey) -> None:
         self.released.append(conversation)

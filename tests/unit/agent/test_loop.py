@@ -13,6 +13,8 @@ from pallas_api.errors import ErrorCode
 from pallas_io.logs import SecretValues
 from pallas_runtime.agent.loop import AgentLoop, MaxIterationsExceeded, ToolChoiceUnavailable, llm_tool_name
 from pallas_runtime.agent.progress import ProgressReporter
+from pallas_runtime.agent.turn import Turn
+from pallas_runtime.conversations.caller import Caller
 from pallas_runtime.downstream.source import DownstreamError, DownstreamTimeout, ProgressHandler, ToolOutcome
 from pallas_runtime.llm.provider import LLMError
 from pallas_runtime.messages import (
@@ -52,8 +54,12 @@ def value(metrics: RuntimeMetrics, name: str, **labels: str) -> float:
 USER = UserMessage((TextPart("hello"),))
 
 
+def turn(auth: str | None = None, reporter: ProgressReporter | None = None, **more: Any) -> Turn:
+    return Turn(Caller("anonymous"), auth, reporter or ProgressReporter("harper", None), **more)
+
+
 async def run(loop: AgentLoop, auth: str | None = None, reporter: ProgressReporter | None = None) -> Any:
-    return await loop.run([], USER, inbound_auth=auth, progress=reporter or ProgressReporter("harper", None))
+    return await loop.run([], USER, turn(auth, reporter))
 
 
 async def test_a_plain_answer_takes_one_llm_turn() -> None:
@@ -194,7 +200,7 @@ async def test_a_named_tool_choice_is_the_models_name_for_it_and_must_be_offered
     tools = FakeSource("tools", ["look.up"])
     loop, provider, _ = make([calls(llm_tool_name("tools__look.up")), text("ok")], [tools])
     call = RequestParams.model_validate({"toolChoice": "tools__look.up", "temperature": 0.3})
-    await loop.run([], USER, inbound_auth=None, progress=ProgressReporter("harper", None), params=call)
+    await loop.run([], USER, turn(params=call))
     assert [(p.tool_choice, p.temperature) for p in provider.params if p] == [
         (llm_tool_name("tools__look.up"), 0.3),
         (None, 0.3),
@@ -203,7 +209,7 @@ async def test_a_named_tool_choice_is_the_models_name_for_it_and_must_be_offered
     with pytest.raises(
         ToolChoiceUnavailable, match=r"toolChoice 'argos__search' is not a tool this agent offers"
     ):
-        await loop.run([], USER, inbound_auth=None, progress=ProgressReporter("harper", None), params=missing)
+        await loop.run([], USER, turn(params=missing))
 
 
 async def test_a_source_that_cannot_list_is_left_out_of_the_turn() -> None:

@@ -25,7 +25,7 @@ from pallas_runtime.spending.chain import (
     reported_spend,
     spend_meta,
 )
-from pallas_runtime.spending.guard import BudgetExceeded, Budgets, micros_of, tokens_of, turn_budget
+from pallas_runtime.spending.guard import BudgetExceeded, Budgets, micros_of, tokens_of
 from pallas_runtime.spending.ledger import Bucket, MemoryLedger, Spent
 
 ALICE = Caller("sub:alice", "alice")
@@ -164,11 +164,11 @@ async def test_warnings_go_once_when_the_share_passes_warn_at() -> None:
     cfg = config(perCaller={"window": "day", "tokens": 100}, warnAt=0.5)
     metrics = RuntimeMetrics(process_collectors=False)
     progress = ProgressReporter("orch", send)
-    with turn_budget(await b.open(cfg, ALICE, None)):
-        await guard.before_llm_call(progress)
-        await guard.after_llm_call(metrics, "orch", "m", None, Usage(input=40, output=20), progress)
-        await guard.before_llm_call(progress)
-        await guard.after_llm_call(metrics, "orch", "m", None, Usage(input=10), progress)
+    turn = await b.open(cfg, ALICE, None)
+    await guard.before_llm_call(turn, progress)
+    await guard.after_llm_call(turn, metrics, "orch", "m", None, Usage(input=40, output=20), progress)
+    await guard.before_llm_call(turn, progress)
+    await guard.after_llm_call(turn, metrics, "orch", "m", None, Usage(input=10), progress)
     assert sent == [
         f"orch budget warning: caller sub:alice has spent 60% of its day budget (resets at {tomorrow()})"
     ]
@@ -179,16 +179,15 @@ async def test_peer_spend_counts_for_the_caller_not_the_agent_and_cost_is_a_metr
     cfg = config(agent={"window": "day", "tokens": 100}, perCaller={"window": "day", "tokens": 100})
     metrics = RuntimeMetrics(process_collectors=False)
     turn = await b.open(cfg, ALICE, None)
-    with turn_budget(turn):
-        assert guard.onward_meta()[BUDGET_META]["tokens"] == 100
-        await guard.peer_answered(spend_meta(70, 0))
-        usage = Usage(input=1000, output=10)
-        await guard.after_llm_call(
-            metrics, "orch", "m", ModelPrice(input=1, output=100), usage, ProgressReporter("orch", None)
-        )
+    assert guard.onward_meta(turn)[BUDGET_META]["tokens"] == 100
+    await guard.peer_answered(turn, spend_meta(70, 0))
+    usage = Usage(input=1000, output=10)
+    await guard.after_llm_call(
+        turn, metrics, "orch", "m", ModelPrice(input=1, output=100), usage, ProgressReporter("orch", None)
+    )
     assert (turn.limits[0].spent.tokens, turn.limits[1].spent.tokens) == (1010, 1080)
     assert metrics.llm_cost_total.labels("orch", "m")._value.get() == pytest.approx(0.002)
-    assert guard.onward_meta() == {}  # outside a turn nothing travels
+    assert guard.onward_meta(None) == {}  # outside a turn nothing travels
 
 
 async def test_callers_are_metric_labels_only_when_the_spec_says_so_and_bounded() -> None:
