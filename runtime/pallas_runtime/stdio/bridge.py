@@ -43,6 +43,7 @@ from starlette.types import ASGIApp
 
 from pallas_api.config import SessionLimits
 from pallas_io.secrets import SecretFiles
+from pallas_runtime.request_limit import MAX_REQUEST_BYTES, RequestLimit
 from pallas_runtime.sessions import serve_sessions
 from pallas_runtime.stdio.links import Link
 from pallas_runtime.stdio.supervisor import ServerUnavailable, StdioServer
@@ -154,7 +155,11 @@ class Bridge:
         return self.shared is None or self.shared.ready
 
     def app(self) -> ASGIApp:
-        """The bridge's HTTP app: `/mcp`, `/healthz`, `/readyz`; its lifespan runs the server(s)."""
+        """The bridge's HTTP app: `/mcp`, `/healthz`, `/readyz`; its lifespan runs the server(s).
+
+        Request bodies are bounded as the agent's are (`RequestLimit`): the MCP SDK would read a
+        chunked body whole before refusing it.
+        """
         app = self.mcp.http_app(path="/mcp", host_origin_protection="auto")
 
         async def healthz(_: Request) -> PlainTextResponse:
@@ -187,7 +192,7 @@ class Bridge:
                 await self.aclose()
 
         app.router.lifespan_context = lifespan
-        return app
+        return RequestLimit(app, MAX_REQUEST_BYTES, lambda: None)  # the bridge keeps no metrics
 
     async def aclose(self) -> None:
         """Stop every server the bridge runs."""
