@@ -54,7 +54,7 @@ class A2ASurface:
         self._auth = auth
         self.handler = _Handler(
             agent_executor=TurnExecutor(config.name, entry, metrics),
-            task_store=BoundedTaskStore(config.history.max_conversations),
+            task_store=BoundedTaskStore(config.history.max_conversations, scope=config.conversation_scope),
             agent_card=self._card_now(None),
         )
         self._context = InboundContext(verified=auth is not None)
