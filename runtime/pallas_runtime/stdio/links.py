@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import errno
 import logging
 import os
 import signal
+import sys
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,6 +48,9 @@ INHERITED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER", "LOGN
 """What a child process inherits of `pallas run`'s environment: what programs need to start, and
 nothing else (the provider keys and Secret values of the run stay with the run)."""
 
+PR_SET_DUMPABLE = 4
+"""prctl(2): whether the process may be dumped, and whether its /proc files are its user's."""
+
 FIFO_IN = "in"
 FIFO_OUT = "out"
 
@@ -71,6 +76,22 @@ class Link(Protocol):
         Raises:
             OSError: the server cannot be started or reached.
         """
+
+
+def hide_from_children() -> None:
+    """Make this process non-dumpable, so a child running as the same user cannot read it.
+
+    A child gets only `child_environment`, but as the same user it could read ours whole (the
+    run's provider keys and Secret values) from `/proc/<our pid>/environ`, and our memory from
+    `/proc/<our pid>/mem`. A non-dumpable process's `/proc` files are root's, and reading them
+    needs `CAP_SYS_PTRACE` (so also no core dumps and no same-user debugger). The children
+    themselves are dumpable again: `execve` resets the flag. Linux only; idempotent.
+    """
+    if sys.platform != "linux":
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:  # pragma: no cover - only without prctl
+        log.warning("could not hide this process from its children: %s", os.strerror(ctypes.get_errno()))
 
 
 def child_environment(env: Mapping[str, str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -110,6 +131,7 @@ class ChildProcess:
     @contextlib.asynccontextmanager
     async def open(self) -> AsyncIterator[Pipes]:
         """Start the command; stop it (if it still runs) when the block ends."""
+        hide_from_children()
         process = await asyncio.create_subprocess_exec(
             self._command,
             *self._args,
