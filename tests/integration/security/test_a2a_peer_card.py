@@ -24,17 +24,9 @@ async def test_credentials_never_follow_a_card_to_another_origin(fake_openai: Fa
         # A Pallas agent whose card names the thief's endpoint instead of its own.
         front_config = agent_config(fake_openai.base_url, name="front", a2a={"url": f"{thief.url}/"})
         async with serve_agent(front_config) as front:
-            boss_config = agent_config(
-                fake_openai.base_url,
-                name="boss",
-                a2aAgents=[
-                    {
-                        "name": "front",
-                        "url": front.base_url,
-                        "headers": [{"name": "X-Api-Key", "valueFromEnv": "FRONT_KEY"}],
-                    }
-                ],
-            )
+            key = {"name": "X-Api-Key", "valueFromEnv": "FRONT_KEY"}  # sent to front's origin only
+            peer = {"name": "front", "url": front.base_url, "headers": [key]}
+            boss_config = agent_config(fake_openai.base_url, name="boss", a2aAgents=[peer])
             fake_openai.script(ToolCalls([Call("front__send_message", {"message": "ping"})]), Text("done"))
             async with (
                 serve_agent(boss_config, environ={"FRONT_KEY": KEY}) as boss,
