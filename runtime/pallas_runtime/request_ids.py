@@ -23,9 +23,9 @@ import json
 from collections.abc import Callable
 
 from starlette.datastructures import Headers
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from pallas_runtime.request_limit import send_invalid_request
+from pallas_runtime.request_limit import read_body, replaying, send_invalid_request
 
 SESSION_HEADER = "mcp-session-id"
 RequestKey = tuple[str, str]
@@ -47,8 +47,8 @@ class OneRequestPerId:
         if session is None:
             await self._app(scope, receive, send)
             return
-        buffered, body = await _read_body(receive, self._limit)
-        replay = _replaying(buffered, receive)
+        buffered, body = await read_body(receive, self._limit)
+        replay = replaying(buffered, receive)
         request_id = _request_id(body) if body is not None else None
         if request_id is None:
             await self._app(scope, replay, send)
@@ -69,32 +69,6 @@ def _session_id(scope: Scope) -> str | None:
     if scope["type"] != "http" or scope.get("method") != "POST":
         return None
     return Headers(raw=list(scope.get("headers") or ())).get(SESSION_HEADER)
-
-
-async def _read_body(receive: Receive, limit: int) -> tuple[list[Message], bytes | None]:
-    """The messages read, and the whole body (None when over `limit` or cut by a disconnect)."""
-    messages: list[Message] = []
-    size = 0
-    while True:
-        message = await receive()
-        messages.append(message)
-        if message["type"] != "http.request":
-            return messages, None
-        size += len(message.get("body", b""))
-        if size > limit:
-            return messages, None
-        if not message.get("more_body", False):
-            return messages, b"".join(m.get("body", b"") for m in messages)
-
-
-def _replaying(messages: list[Message], receive: Receive) -> Receive:
-    """A receive that hands out the messages already read, then reads on."""
-    pending = list(messages)
-
-    async def replay() -> Message:
-        return pending.pop(0) if pending else await receive()
-
-    return replay
 
 
 def _request_id(body: bytes) -> str | int | None:

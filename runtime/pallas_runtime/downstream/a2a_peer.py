@@ -14,6 +14,10 @@ card says it streams):
 - the caller's identity: the caller's bearer is sent only with `forwardInboundAuth` (off by
   default: an external agent is outside the deployment's trust boundary) and no configured
   `Authorization` header;
+- where credentials go: the card names the endpoint, but a peer that is sent credentials
+  (configured headers, or `forwardInboundAuth`) is called only at endpoints of its configured
+  URL's origin; the card's others are ignored, and a card naming none is an error, so whoever
+  controls the card cannot send the credentials elsewhere;
 - progress: the peer's status messages are relayed like a Pallas peer's progress;
 - the answer: the task's artifacts' text (or the message's); a task that ends failed, rejected
   or canceled is an error result, with the peer's code when it is a Pallas agent.
@@ -25,6 +29,7 @@ import asyncio
 import logging
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 from a2a.client import A2ACardResolver, ClientCallContext, ClientConfig, ClientFactory
@@ -81,6 +86,42 @@ def card_location(url: str) -> tuple[str, str]:
             return base.removesuffix("/.well-known"), f".well-known/{name}"
         return base, name
     return url.rstrip("/"), AGENT_CARD_WELL_KNOWN_PATH
+
+
+class CardElsewhere(ValueError):
+    """A card naming no endpoint on the origin of the agent's configured URL."""
+
+
+def origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) of `url`, the port made explicit for http and https."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    default = {"http": 80, "https": 443}.get(scheme)
+    try:
+        port = parts.port or default
+    except ValueError:  # a port out of range: an origin nothing else has
+        port = -1
+    return scheme, (parts.hostname or "").lower(), port
+
+
+def keep_origin(card: AgentCard, url: str) -> None:
+    """Drop the card's endpoints that are not on `url`'s origin (where credentials may go).
+
+    Raises:
+        CardElsewhere: none is left.
+    """
+    trusted = origin(url)
+    named = list(card.supported_interfaces)
+    kept = [i for i in named if origin(i.url) == trusted]
+    if not kept:
+        others = ", ".join(sorted({i.url for i in named})) or "none"
+        raise CardElsewhere(
+            f"its agent card names endpoints only on another origin ({others}) than its configured URL "
+            f"({url}); its credentials are sent to that origin only"
+        )
+    if len(kept) < len(named):
+        del card.supported_interfaces[:]
+        card.supported_interfaces.extend(kept)
 
 
 def describe_card(card: AgentCard) -> str:
@@ -171,6 +212,8 @@ class A2APeerSource:
     async def _a2a_client(self, headers: Mapping[str, str], budget: float) -> Client:
         if self._client is None:
             card = await self._fetch_card(headers, budget)
+            if self._headers or self._peer.forward_inbound_auth:
+                keep_origin(card, self._peer.url)
             config = ClientConfig(streaming=card.capabilities.streaming, httpx_client=self._http_client())
             self._card, self._client = card, ClientFactory(config).create(card)
         return self._client

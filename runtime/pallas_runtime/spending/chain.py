@@ -75,6 +75,11 @@ class ChainBudget:
                 moment = datetime.fromisoformat(str(resets).replace("Z", "+00:00"))
             except ValueError:
                 raise BadChainBudget(f"_meta {BUDGET_META}.resetsAt must be an RFC 3339 time") from None
+            if moment.tzinfo is None:  # RFC 3339 requires one; a naive time cannot meet aware ones
+                raise BadChainBudget(
+                    f"_meta {BUDGET_META}.resetsAt must be an RFC 3339 time with a timezone "
+                    "(e.g. 2026-11-29T00:00:00Z)"
+                )
         micros = None if cost is None else math.floor(cost * MICROS)
         return cls(root, tokens, micros, moment)
 

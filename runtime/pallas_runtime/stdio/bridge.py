@@ -13,6 +13,10 @@ server has one client, so:
   keep one HTTP session per caller conversation (`downstream.conversation_sessions`), so each
   conversation has a process of its own.
 
+The bridge scrubs its server's Secret values (`pallas run`'s resolved `stdio.env` Secrets, a
+pod's Secret volume) from every tool result, text and structured, as an agent scrubs its own
+secrets: the agents using the server never knew those values, so they could not.
+
 Sessions are kept by the agents' `SessionTable` within `max_sessions` and `idle_timeout_seconds`.
 `/healthz` answers while the process serves; `/readyz` only once the shared server has a session
 (stateful bridges start servers on demand and are ready at once). A hosted server's bridge reads
@@ -26,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -34,15 +38,20 @@ from fastmcp import FastMCP
 from fastmcp.client.transports import ClientTransport
 from fastmcp.server import create_proxy
 from fastmcp.server.dependencies import get_context
+from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from fastmcp.server.providers.proxy import FastMCPProxy, ProxyClient, ProxyMetadataMiddleware
+from fastmcp.tools import ToolResult
 from mcp import ClientSession
+from mcp_types import CallToolRequestParams, TextContent
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp
 
 from pallas_api.config import SessionLimits
+from pallas_io.logs import SecretValues
 from pallas_io.secrets import SecretFiles
+from pallas_runtime.request_limit import MAX_REQUEST_BYTES, RequestLimit
 from pallas_runtime.sessions import serve_sessions
 from pallas_runtime.stdio.links import Link
 from pallas_runtime.stdio.supervisor import ServerUnavailable, StdioServer
@@ -79,6 +88,42 @@ class SupervisedTransport(ClientTransport):
         yield await self._server.session(self._wait)
 
 
+class ScrubSecrets(Middleware):
+    """Replaces the server's secret values by `[redacted]` in its tool results."""
+
+    def __init__(self, values: Callable[[], SecretValues]) -> None:
+        self._values = values
+
+    async def on_call_tool(
+        self,
+        context: MiddlewareContext[CallToolRequestParams],
+        call_next: CallNext[CallToolRequestParams, ToolResult],
+    ) -> ToolResult:
+        """The result with every secret value replaced, in its text and its structured content."""
+        result = await call_next(context)
+        secrets = self._values()  # read now: a pod's Secret may have been rotated
+        if not secrets:
+            return result
+        content = [
+            block.model_copy(update={"text": secrets.scrub(block.text)})
+            if isinstance(block, TextContent)
+            else block
+            for block in result.content
+        ]
+        structured = _scrubbed(result.structured_content, secrets)
+        return ToolResult(content=content, structured_content=structured, meta=result.meta)
+
+
+def _scrubbed(value: Any, secrets: SecretValues) -> Any:
+    if isinstance(value, str):
+        return secrets.scrub(value)
+    if isinstance(value, dict):
+        return {k: _scrubbed(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrubbed(v, secrets) for v in value]
+    return value
+
+
 class Bridge:
     """One stdio server (or one per HTTP session) behind a Streamable HTTP endpoint at `/mcp`."""
 
@@ -90,6 +135,7 @@ class Bridge:
         stateful: bool = False,
         limits: SessionLimits | None = None,
         secrets_dir: Path | None = None,
+        secrets: Iterable[str] = (),
     ) -> None:
         """Describe the bridge; nothing starts before its app's lifespan.
 
@@ -101,6 +147,8 @@ class Bridge:
             secrets_dir: The Secret volume the server's container reads its secret variables from
                 when it starts (a hosted server's pod): when a file in it changes, the server's
                 life is ended so that it starts again with the new values.
+            secrets: The server's secret values known beforehand (`pallas run`'s resolved
+                Secrets); with `secrets_dir`'s, scrubbed from every tool result.
         """
         self.name = name
         self._link = link
@@ -118,6 +166,12 @@ class Bridge:
             ]
         else:
             self.mcp = create_proxy(SupervisedTransport(self._shared_server()), name=name)
+        self._secrets = tuple(secrets)
+        self.mcp.add_middleware(ScrubSecrets(self._secret_values))
+
+    def _secret_values(self) -> SecretValues:
+        from_volume = SecretFiles(self._secrets_dir).values() if self._secrets_dir is not None else ()
+        return SecretValues([*self._secrets, *from_volume])
 
     def _shared_server(self) -> StdioServer:
         if self.shared is None:  # pragma: no cover - only a shared bridge has one
@@ -154,7 +208,11 @@ class Bridge:
         return self.shared is None or self.shared.ready
 
     def app(self) -> ASGIApp:
-        """The bridge's HTTP app: `/mcp`, `/healthz`, `/readyz`; its lifespan runs the server(s)."""
+        """The bridge's HTTP app: `/mcp`, `/healthz`, `/readyz`; its lifespan runs the server(s).
+
+        Request bodies are bounded as the agent's are (`RequestLimit`): the MCP SDK would read a
+        chunked body whole before refusing it.
+        """
         app = self.mcp.http_app(path="/mcp", host_origin_protection="auto")
 
         async def healthz(_: Request) -> PlainTextResponse:
@@ -187,7 +245,7 @@ class Bridge:
                 await self.aclose()
 
         app.router.lifespan_context = lifespan
-        return app
+        return RequestLimit(app, MAX_REQUEST_BYTES, lambda: None)  # the bridge keeps no metrics
 
     async def aclose(self) -> None:
         """Stop every server the bridge runs."""

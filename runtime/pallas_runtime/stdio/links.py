@@ -2,20 +2,24 @@
 
 A link opens once per life of the server and yields its output (a reader) and its input (a
 writer); closing it ends that life. `ChildProcess` is `pallas run`'s: it starts the command in a
-process group of its own, relays its stderr into the log line by line under the server's name,
-and stops it as the MCP spec says (close stdin, wait, SIGTERM, wait, SIGKILL). `FifoPair` is a
-pod's: the server's container runs the command with its stdout on `out` and stdin on `in`, and
-the kubelet restarts it (with its own back-off) when it ends.
+process group of its own, relays its stderr into the log line by line under the server's name
+(rate-limited: past a burst, a flood of lines is counted, not logged), and stops it as the MCP
+spec says (close stdin, wait, SIGTERM, wait, SIGKILL). `FifoPair` is a pod's: the server's
+container runs the command with its stdout on `out` and stdin on `in`, and the kubelet restarts
+it (with its own back-off) when it ends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import errno
 import logging
 import os
 import signal
+import sys
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +31,13 @@ log = logging.getLogger("pallas.stdio")
 
 STDERR_LINE_CHARS = 4096
 """A longer stderr line is cut in the log."""
+STDERR_BURST = 200
+"""Stderr lines of one server logged at once; past them, `STDERR_LINES_PER_SECOND`."""
+STDERR_LINES_PER_SECOND = 20.0
+"""Stderr lines of one server logged per second past the burst (at most ~80 KiB/s of log); the
+others are dropped and counted: 300,000 lines of a noisy server made 84 MB of log."""
+STDERR_REPORT_SECONDS = 10.0
+"""How often a server's dropped stderr lines are counted in the log (and once when it ends)."""
 EXIT_GRACE = 2.0
 """Seconds a server has to exit after its stdin closes, then again after SIGTERM (the SDK's)."""
 STDERR_DRAIN = 1.0
@@ -36,6 +47,9 @@ FIFO_POLL = 0.1
 INHERITED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER", "LOGNAME", "SHELL", "TERM")
 """What a child process inherits of `pallas run`'s environment: what programs need to start, and
 nothing else (the provider keys and Secret values of the run stay with the run)."""
+
+PR_SET_DUMPABLE = 4
+"""prctl(2): whether the process may be dumped, and whether its /proc files are its user's."""
 
 FIFO_IN = "in"
 FIFO_OUT = "out"
@@ -62,6 +76,22 @@ class Link(Protocol):
         Raises:
             OSError: the server cannot be started or reached.
         """
+
+
+def hide_from_children() -> None:
+    """Make this process non-dumpable, so a child running as the same user cannot read it.
+
+    A child gets only `child_environment`, but as the same user it could read ours whole (the
+    run's provider keys and Secret values) from `/proc/<our pid>/environ`, and our memory from
+    `/proc/<our pid>/mem`. A non-dumpable process's `/proc` files are root's, and reading them
+    needs `CAP_SYS_PTRACE` (so also no core dumps and no same-user debugger). The children
+    themselves are dumpable again: `execve` resets the flag. Linux only; idempotent.
+    """
+    if sys.platform != "linux":
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:  # pragma: no cover - only without prctl
+        log.warning("could not hide this process from its children: %s", os.strerror(ctypes.get_errno()))
 
 
 def child_environment(env: Mapping[str, str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -101,6 +131,7 @@ class ChildProcess:
     @contextlib.asynccontextmanager
     async def open(self) -> AsyncIterator[Pipes]:
         """Start the command; stop it (if it still runs) when the block ends."""
+        hide_from_children()
         process = await asyncio.create_subprocess_exec(
             self._command,
             *self._args,
@@ -132,21 +163,65 @@ class ChildProcess:
             await asyncio.gather(relay, return_exceptions=True)
 
     async def _relay(self, stderr: asyncio.StreamReader) -> None:
-        """Each stderr line of the server into the log, led by its name."""
-        while True:
-            try:
-                line = await stderr.readuntil(b"\n")
-            except asyncio.IncompleteReadError as end:
-                line = end.partial
-            except asyncio.LimitOverrunError as over:
-                line = await stderr.read(over.consumed)
-            text = line.decode(errors="replace").rstrip()
-            if text:
+        """Each stderr line of the server into the log, led by its name, within the line budget.
+
+        The pipe is read to its end whatever is logged, so the server never blocks writing.
+        """
+        budget = _LineBudget(STDERR_LINES_PER_SECOND, STDERR_BURST)
+        dropped = 0
+        reported = time.monotonic()
+        try:
+            while True:
+                try:
+                    line = await stderr.readuntil(b"\n")
+                except asyncio.IncompleteReadError as end:
+                    line = end.partial
+                except asyncio.LimitOverrunError as over:
+                    line = await stderr.read(over.consumed)
+                if not line:
+                    return
+                if not line.strip():
+                    continue
+                if not budget.take():
+                    dropped += 1
+                    if time.monotonic() - reported >= STDERR_REPORT_SECONDS:
+                        self._report_dropped(dropped)
+                        dropped, reported = 0, time.monotonic()
+                    continue
+                text = line.decode(errors="replace").rstrip()
                 if len(text) > STDERR_LINE_CHARS:
                     text = text[:STDERR_LINE_CHARS] + " …[cut]"
                 log.info("%s: %s", self._name, text, extra={"server": self._name, "stream": "stderr"})
-            if not line:
-                return
+        finally:  # also when the relay is cancelled after a stop: the count is not lost
+            if dropped:
+                self._report_dropped(dropped)
+
+    def _report_dropped(self, count: int) -> None:
+        log.warning(
+            "%s: %d stderr lines dropped (more than %d at once or %g per second)",
+            self._name, count, STDERR_BURST, STDERR_LINES_PER_SECOND,
+            extra={"server": self._name, "stream": "stderr"},
+        )  # fmt: skip
+
+
+class _LineBudget:
+    """A token bucket: `burst` lines at once, refilled at `rate` lines per second."""
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self._rate = rate
+        self._burst = float(burst)
+        self._tokens = float(burst)
+        self._at = time.monotonic()
+
+    def take(self) -> bool:
+        """Whether one more line may be logged now (and count it if so)."""
+        now = time.monotonic()
+        self._tokens = min(self._burst, self._tokens + (now - self._at) * self._rate)
+        self._at = now
+        if self._tokens < 1:
+            return False
+        self._tokens -= 1
+        return True
 
 
 async def _stop(process: asyncio.subprocess.Process) -> None:

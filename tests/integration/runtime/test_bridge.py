@@ -163,7 +163,9 @@ async def test_a_rotated_secret_reaches_the_pods_server_without_a_new_pod(
     """The server's shell exports the volume's files; the bridge restarts the server on a change."""
     fifos, secrets = tmp_path / "stdio", tmp_path / "secrets"
     assert subprocess.run([*PALLAS, "bridge", "--make-fifos", str(fifos)], check=False).returncode == 0
-    write_secret_volume(secrets, "v1", {"API_TOKEN": "first-token"})
+    # VERSION is too short to count as a secret (`MIN_SECRET_LENGTH`): it shows which values the
+    # server has, while the token itself is scrubbed from the results by the bridge.
+    write_secret_volume(secrets, "v1", {"API_TOKEN": "first-token", "VERSION": "v1"})
     bridge_log = tmp_path / "bridge.log"
     argv = [*PALLAS, "bridge", "--name", "everything", "--fifos", str(fifos), "--secrets-dir", str(secrets)]
     with process([*argv, "--port", "0", "--host", "127.0.0.1"], bridge_log) as bridge:
@@ -172,17 +174,21 @@ async def test_a_rotated_secret_reaches_the_pods_server_without_a_new_pod(
             await until_ready(port)
             async with Client(f"http://127.0.0.1:{port}/mcp", mode="legacy") as client:
                 before = (await client.call_tool("get-env", {})).content[0].text
-                write_secret_volume(secrets, "v2", {"API_TOKEN": "second-token"})
+                write_secret_volume(secrets, "v2", {"API_TOKEN": "second-token", "VERSION": "v2"})
                 deadline = asyncio.get_running_loop().time() + 30
                 while len(lives) < 2:  # the bridge ended the server's life; the "kubelet" restarted it
                     assert asyncio.get_running_loop().time() < deadline, "the server was never restarted"
                     await asyncio.sleep(0.05)
                 await until_ready(port)
                 after = (await client.call_tool("get-env", {})).content[0].text
-    assert '"API_TOKEN": "first-token"' in before
-    assert '"API_TOKEN": "second-token"' in after
+    assert '"VERSION": "v1"' in before
+    assert '"VERSION": "v2"' in after
+    assert '"API_TOKEN": "[redacted]"' in before
+    assert '"API_TOKEN": "[redacted]"' in after
+    assert "first-token" not in before
+    assert "second-token" not in after
     text = bridge_log.read_text()
-    assert "secrets changed (API_TOKEN); restarting the server" in text
+    assert "secrets changed (API_TOKEN, VERSION); restarting the server" in text
     assert "first-token" not in text
     assert "second-token" not in text
 

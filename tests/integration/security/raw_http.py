@@ -62,7 +62,7 @@ async def send(
     sender = asyncio.create_task(write())
     try:
         try:
-            answer = await asyncio.wait_for(reader.read(64 * KiB), within)
+            answer = await asyncio.wait_for(_read_answer(reader), within)
         except ConnectionError:
             answer = b""
         seconds = loop.time() - started
@@ -75,6 +75,22 @@ async def send(
             await writer.wait_closed()
     match = re.match(rb"HTTP/1\.1 (\d{3}) ", answer)
     return Answer(int(match[1]) if match else None, answer.partition(b"\r\n\r\n")[2], seconds)
+
+
+async def _read_answer(reader: asyncio.StreamReader) -> bytes:
+    """The first read of the answer, and the rest of its body when its head declares a length.
+
+    The head and the body of an answer often come in separate reads.
+    """
+    answer = await reader.read(64 * KiB)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    declared = re.search(rb"(?im)^content-length:\s*(\d+)\s*$", head)
+    if declared is None:
+        return answer
+    with contextlib.suppress(ConnectionError):
+        while len(body) < int(declared[1]) and (more := await reader.read(64 * KiB)):
+            body += more
+    return head + b"\r\n\r\n" + body
 
 
 async def closed_within(reader: asyncio.StreamReader, within: float) -> float | None:

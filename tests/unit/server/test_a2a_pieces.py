@@ -37,11 +37,9 @@ def test_a2a_url_sits_beside_the_mcp_one() -> None:
 
 def test_the_skill_says_what_the_agent_does_without_spilling_its_instruction() -> None:
     assert skill_description(_config(description="Finds papers.")) == "Finds papers."  # type: ignore[arg-type]
-    long = "You research. " * 40
-    described = skill_description(_config(instruction=f"\n{long}\nSecret second line."))  # type: ignore[arg-type]
-    assert described.endswith("…")
-    assert len(described) == 300
+    described = skill_description(_config(instruction="\nSecret first line.\nSecond."))  # type: ignore[arg-type]
     assert "Secret" not in described
+    assert described.startswith("Talk to ")
 
 
 def test_the_card_names_the_security_of_the_deployments_auth_mode() -> None:

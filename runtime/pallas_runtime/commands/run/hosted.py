@@ -216,6 +216,7 @@ async def start_bridge(planned: PlannedBridge) -> Hosted:
         lambda: ChildProcess(name, stdio.command, stdio.args, environment),
         stateful=planned.stateful,
         limits=planned.limits,
+        secrets=planned.secrets.values(),  # scrubbed from its results: the agents never knew them
     )
     started = asyncio.Event()
     fields = fields_context(server=name, deployment=planned.key[1])

@@ -17,20 +17,17 @@ from a2a.utils.constants import PROTOCOL_VERSION_CURRENT, TransportProtocol
 
 from pallas_api.config import AgentConfig
 
-SKILL_DESCRIPTION_MAX = 300
-"""Characters of the instruction's first line a card's skill shows when the agent has no description."""
 SCHEME = "bearer"
 """The card's name for the agent's one security scheme."""
 
 
 def skill_description(config: AgentConfig) -> str:
-    """What the agent's one skill does: its description, else its instruction's first line."""
-    if config.description:
-        return config.description
-    first = next((line.strip() for line in config.instruction.splitlines() if line.strip()), "")
-    if len(first) > SKILL_DESCRIPTION_MAX:
-        first = first[: SKILL_DESCRIPTION_MAX - 1].rstrip() + "…"
-    return first or f"Talk to {config.display_title}."
+    """What the agent's one skill does: its description, else a sentence naming the agent.
+
+    Never anything of the instruction: it is the operator's (the model's system prompt), and the
+    card is served to anyone.
+    """
+    return config.description or f"Talk to {config.display_title}."
 
 
 def _security(config: AgentConfig) -> tuple[dict[str, SecurityScheme], list[SecurityRequirement]]:

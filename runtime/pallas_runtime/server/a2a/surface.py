@@ -28,6 +28,7 @@ from pallas_runtime.metrics import RuntimeMetrics
 from pallas_runtime.server.a2a.card import agent_card
 from pallas_runtime.server.a2a.executor import TurnExecutor
 from pallas_runtime.server.a2a.inbound import STREAMING, InboundContext
+from pallas_runtime.server.a2a.params import checking_params
 from pallas_runtime.server.a2a.tasks import BoundedTaskStore
 from pallas_runtime.server.turn_entry import TurnEntry
 
@@ -54,7 +55,7 @@ class A2ASurface:
         self._auth = auth
         self.handler = _Handler(
             agent_executor=TurnExecutor(config.name, entry, metrics),
-            task_store=BoundedTaskStore(config.history.max_conversations),
+            task_store=BoundedTaskStore(config.history.max_conversations, scope=config.conversation_scope),
             agent_card=self._card_now(None),
         )
         self._context = InboundContext(verified=auth is not None)
@@ -80,10 +81,11 @@ class A2ASurface:
             self.handler, A2A_PATH, context_builder=self._context, enable_v0_3_compat=True
         )
         assert isinstance(rpc, Route)
-        rpc_route = rpc
+        endpoint = checking_params(rpc.endpoint)
+        rpc_route = Route(A2A_PATH, endpoint=endpoint, methods=["POST"])
         if self._auth is not None:  # an ASGI app (not a function): Route serves it as such
             rpc_route = Route(
-                A2A_PATH, endpoint=self._auth.require(request_response(rpc.endpoint)), methods=["POST"]
+                A2A_PATH, endpoint=self._auth.require(request_response(endpoint)), methods=["POST"]
             )
         return [
             Route(AGENT_CARD_PATH, endpoint=self._card, methods=["GET"]),
