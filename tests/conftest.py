@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _pytest.nodeid import coerce_node_id
 
 from tests.support.cluster import kube_client, kube_cluster, namespace, stop_started_cluster
 from tests.support.fake_llm import fake_anthropic, fake_openai
@@ -118,6 +119,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         finish_run()
 
 
+# First: xdist's own hook reads the xdist_group markers to name each test's lane.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         where = item.path.relative_to(TESTS)
@@ -130,6 +133,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         group = _xdist_group(item, tier, f"tests/{where.as_posix()}")
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
+            if config.getvalue("loadgroup") and "@" not in item.nodeid:
+                _name_lane(item, group)
+
+
+def _name_lane(item: pytest.Item, group: str) -> None:
+    """Suffix the test's id with its group, which is how `--dist loadgroup` schedules.
+
+    pytest-xdist 3.8 does it itself by assigning `item._nodeid`, which pytest 9 no longer reads
+    (the id is the structured `item._id`): without this, every test goes to any worker and two
+    e2e modules install the chart at once. The suffixed id is the one xdist would make.
+    """
+    item._id = coerce_node_id(f"{item.nodeid}@{group}")
 
 
 def _xdist_group(item: pytest.Item, tier: str, path: str) -> str | None:
