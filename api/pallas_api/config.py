@@ -8,6 +8,7 @@ applied by a running agent in place (`pallas_api.live`).
 Field names are camelCase in files (like the CRDs) and snake_case in Python.
 The field types it shares with the CRD spec (patterns, bounds, defaults, and the settings a spec
 hands on as they are) are `pallas_api.fields`, below both; the config never imports the spec.
+Their readers import them from `pallas_api.fields`: the config does not re-export them.
 """
 
 from __future__ import annotations
@@ -24,42 +25,37 @@ from pallas_api.approval import ApprovalPolicy
 from pallas_api.fields import (
     CLOUD_REGION,
     DEFAULT_DRAIN_SECONDS,
+    DEFAULT_HISTORY_BYTES,
+    DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_DEPTH,
+    DEFAULT_MAX_RESULT_BYTES,
     ENV_VAR_NAME,
     GCP_PROJECT,
     HEADER_NAME,
+    HTTP_URL,
     MAX_SCHEMA_BUDGET,
     MIN_SCHEMA_BUDGET,
     SERVER_NAME,
     CallParams,
+    ConversationScope,
     DrainSeconds,
+    HttpLimits,
     InputLimits,
     MaxConnections,
     MaxDepth,
     MaxHistoryBytes,
     MaxResultBytes,
+    ModelCapabilities,
     ProviderApi,
     ProviderCredentials,
     ProviderPlatform,
+    RequestParams,
+    ServerSessionLimits,
+    SessionLimits,
     StoreType,
     ToolExposureMode,
     ToolPolicy,
 )
-
-# The shared field types the config is made of, re-exported: the pod's readers take them from
-# the config they read (`from pallas_api.config import RequestParams`).
-from pallas_api.fields import DEFAULT_HISTORY_BYTES as DEFAULT_HISTORY_BYTES
-from pallas_api.fields import DEFAULT_MAX_CONNECTIONS as DEFAULT_MAX_CONNECTIONS
-from pallas_api.fields import DEFAULT_MAX_RESULT_BYTES as DEFAULT_MAX_RESULT_BYTES
-from pallas_api.fields import HTTP_URL as HTTP_URL
-from pallas_api.fields import ConversationScope as ConversationScope
-from pallas_api.fields import HttpLimits as HttpLimits
-from pallas_api.fields import MiB as MiB
-from pallas_api.fields import ModelCapabilities as ModelCapabilities
-from pallas_api.fields import RequestParams as RequestParams
-from pallas_api.fields import ResponseFormat as ResponseFormat
-from pallas_api.fields import ServerSessionLimits as ServerSessionLimits
-from pallas_api.fields import SessionLimits as SessionLimits
 from pallas_api.names import DNS_LABEL
 from pallas_api.spending import BudgetConfig
 from pallas_api.urls import (

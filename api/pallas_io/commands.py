@@ -17,7 +17,8 @@ from typing import Final, Protocol
 
 from pydantic import ValidationError
 
-from pallas_api.config import HTTP_LIMIT_FLAGS, HttpLimits
+from pallas_api.config import HTTP_LIMIT_FLAGS
+from pallas_api.fields import HttpLimits
 
 
 def installed_version() -> str:

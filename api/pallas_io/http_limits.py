@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from pallas_api.config import HttpLimits
+from pallas_api.fields import HttpLimits
 
 LINGER_SECONDS = 1.0
 """How long a refused connection keeps reading (and dropping) what its client still sends."""

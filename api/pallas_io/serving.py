@@ -36,7 +36,7 @@ import sniffio
 import uvicorn
 from starlette.types import ASGIApp
 
-from pallas_api.config import HttpLimits
+from pallas_api.fields import HttpLimits
 from pallas_io import heap, tracing
 from pallas_io.http_limits import Refused, bounded_protocol
 

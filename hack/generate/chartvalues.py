@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pallas_api.config import HttpLimits
+from pallas_api.fields import HttpLimits
 from pallas_api.names import DNS_LABEL, DNS_LABEL_FORM
 from pallas_api.spec import DURATION
 from pallas_api.wire import camel_config

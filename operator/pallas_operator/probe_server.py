@@ -21,7 +21,7 @@ from http import HTTPStatus
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from pallas_api.config import HttpLimits
+from pallas_api.fields import HttpLimits
 
 CONTENT_TYPE_METRICS = "text/plain; version=0.0.4; charset=utf-8"
 END_OF_HEAD = b"\r\n\r\n"

@@ -6,7 +6,7 @@ import os
 import socket
 from dataclasses import dataclass, field
 
-from pallas_api.config import HttpLimits
+from pallas_api.fields import HttpLimits
 from pallas_api.spec import DEFAULT_NODE_FAILURE_SECONDS, TelemetrySpec
 from pallas_operator import DEFAULT_RUNTIME_IMAGE
 from pallas_operator.service_resolver import ServiceResolver

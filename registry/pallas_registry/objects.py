@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from pallas_api import names
-from pallas_api.config import ModelCapabilities
+from pallas_api.fields import ModelCapabilities
 from pallas_api.spec import UNDECLARED_MODEL, AuthSpec, CallerAuth, Icon, ProviderSpec, RegistrySpec
 from pallas_api.spending import SpendReport
 from pallas_api.status import HEALTH_STATUSES, PHASES

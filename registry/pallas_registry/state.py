@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from pallas_api.config import ModelCapabilities
+from pallas_api.fields import ModelCapabilities
 from pallas_api.spec import CallerAuth, Icon, ProviderSpec
 from pallas_api.spending import SpendReport
 from pallas_api.status import HealthStatus

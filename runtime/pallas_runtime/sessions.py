@@ -47,7 +47,7 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from pallas_api.config import SessionLimits
+from pallas_api.fields import SessionLimits
 from pallas_runtime.session_adoption import (
     EndedSessions,
     adoptable_protocol,

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from anthropic._constants import ANTHROPIC_API_VERSION
 
-from pallas_api.config import RequestParams, parse_config
+from pallas_api.config import parse_config
+from pallas_api.fields import RequestParams
 from pallas_runtime.llm.anthropic_bedrock import AnthropicBedrockProvider
 from pallas_runtime.llm.event_stream import EventStreamError, FrameReader, encode_frame
 from pallas_runtime.llm.factory import create_provider

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from pallas_api.config import RequestParams, ResponseFormat, parse_config
+from pallas_api.config import parse_config
+from pallas_api.fields import RequestParams, ResponseFormat
 from pallas_runtime.llm.factory import create_provider
 from pallas_runtime.llm.openai_responses import OpenAIResponsesProvider
 from pallas_runtime.llm.params import ParamsNotTaken

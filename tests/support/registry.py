@@ -35,7 +35,7 @@ from lightkube.config.models import Cluster, User
 from lightkube.types import PatchType
 from starlette.types import Receive, Scope, Send
 
-from pallas_api.config import ModelCapabilities
+from pallas_api.fields import ModelCapabilities
 from pallas_api.spec import Icon
 from pallas_io.kube import PallasAgent, PallasDeployment
 from pallas_io.serving import bound_port, listen, serve

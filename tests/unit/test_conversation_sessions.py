@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pallas_api.config import ServerSessionLimits
+from pallas_api.fields import ServerSessionLimits
 from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.downstream.connection import BearerSlot
 from pallas_runtime.downstream.conversation_sessions import ConversationSessions, session_tag

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from pallas_api.config import ModelCapabilities, RequestParams, parse_config
+from pallas_api.config import parse_config
+from pallas_api.fields import ModelCapabilities, RequestParams
 from pallas_runtime.llm.anthropic_messages import (
     AnthropicMessagesProvider,
     completion_from_messages,

@@ -23,8 +23,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pallas_api.config import ModelCapabilities, RequestParams, ToolExposure
+from pallas_api.config import ToolExposure
 from pallas_api.errors import ErrorCode
+from pallas_api.fields import ModelCapabilities, RequestParams
 from pallas_runtime.agent.toolbox import OfferedTool
 from pallas_runtime.agent.window import input_budget, text_tokens
 from pallas_runtime.messages import ToolSpec

@@ -17,8 +17,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pallas_api.config import AgentConfig, RequestParams
+from pallas_api.config import AgentConfig
 from pallas_api.errors import ErrorCode
+from pallas_api.fields import RequestParams
 from pallas_io.logs import SecretValues
 from pallas_io.tracing import exemplar
 from pallas_runtime.agent import gateway

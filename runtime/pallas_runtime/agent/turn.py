@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pallas_api.config import ModelCapabilities, RequestParams
+from pallas_api.fields import ModelCapabilities, RequestParams
 from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.approval.question import NO_CHANNEL, Approver
 from pallas_runtime.conversations.caller import Caller

@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
-from pallas_api.config import ConversationScope
+from pallas_api.fields import ConversationScope
 from pallas_runtime.agent.loop import AgentLoop
 from pallas_runtime.agent.turn import Turn
 from pallas_runtime.conversations.caller import Caller, one_turn_key

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from pallas_api.config import ModelCapabilities, RequestParams
+from pallas_api.fields import ModelCapabilities, RequestParams
 from pallas_runtime.messages import (
     AssistantMessage,
     ContentPart,

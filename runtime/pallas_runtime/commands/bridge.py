@@ -21,7 +21,7 @@ import os
 import sys
 from pathlib import Path
 
-from pallas_api.config import SessionLimits
+from pallas_api.fields import SessionLimits
 from pallas_io.commands import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, port_number
 from pallas_io.logs import setup_logging
 from pallas_io.serving import bound_port, listen, run_server_loop, serve, until_signalled

@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from pallas_api.config import DEFAULT_HISTORY_BYTES
+from pallas_api.fields import DEFAULT_HISTORY_BYTES
 from pallas_runtime.conversations.budget import SizedLru, first_within, footprint
 from pallas_runtime.conversations.history import first_kept, role_of
 from pallas_runtime.conversations.locks import KeyedLocks

@@ -21,7 +21,7 @@ import hashlib
 
 from cachetools import FIFOCache
 
-from pallas_api.config import ConversationScope
+from pallas_api.fields import ConversationScope
 from pallas_runtime.conversations.caller import ANONYMOUS, Caller
 from pallas_runtime.conversations.model import ConversationKey
 

@@ -35,7 +35,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.sql.elements import BindParameter
 
-from pallas_api.config import DEFAULT_HISTORY_BYTES, DEFAULT_MAX_CONNECTIONS
+from pallas_api.fields import DEFAULT_HISTORY_BYTES, DEFAULT_MAX_CONNECTIONS
 from pallas_io.backoff import backoff
 from pallas_runtime.conversations import codec, tenancy
 from pallas_runtime.conversations.budget import SizedLru, footprint

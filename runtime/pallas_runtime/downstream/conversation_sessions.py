@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from mcp import ClientSession
 
-from pallas_api.config import ServerSessionLimits
+from pallas_api.fields import ServerSessionLimits
 from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.downstream.connection import BearerSlot, SharedSession
 from pallas_runtime.downstream.failures import HttpErrorRecorder

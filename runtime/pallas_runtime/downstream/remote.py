@@ -41,8 +41,8 @@ import mcp_types
 from mcp import ClientSession
 from mcp.client.session import ElicitationFnT, IncomingMessage
 
-from pallas_api.config import DEFAULT_MAX_RESULT_BYTES, ServerSessionLimits
 from pallas_api.errors import error_code_of, unprocessed
+from pallas_api.fields import DEFAULT_MAX_RESULT_BYTES, ServerSessionLimits
 from pallas_io import probe as mcp_probe
 from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.downstream.call_path import CallRefused

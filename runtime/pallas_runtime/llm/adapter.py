@@ -16,7 +16,8 @@ from typing import Any, ClassVar, Protocol
 
 import httpx2
 
-from pallas_api.config import AgentConfig, ModelOption, ProviderConfig, RequestParams
+from pallas_api.config import AgentConfig, ModelOption, ProviderConfig
+from pallas_api.fields import RequestParams
 from pallas_io.llm_check import CHECK_TIMEOUT, ProviderEndpoint, check_provider, provider_label
 from pallas_runtime.http_transport import AiohttpTransport
 from pallas_runtime.llm.errors import SdkErrors, describe, safe

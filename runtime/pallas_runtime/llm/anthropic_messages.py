@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import anthropic
 
-from pallas_api.config import RequestParams
+from pallas_api.fields import RequestParams
 from pallas_io.llm_check import PUBLIC_APIS
 from pallas_runtime.llm.adapter import SdkProvider, wire_count
 from pallas_runtime.llm.anthropic_sse import AnthropicEvents

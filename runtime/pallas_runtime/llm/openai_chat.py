@@ -16,7 +16,7 @@ from typing import Any
 
 import openai
 
-from pallas_api.config import RequestParams
+from pallas_api.fields import RequestParams
 from pallas_io.llm_check import PUBLIC_APIS
 from pallas_runtime.llm.adapter import SdkProvider, StreamReader, wire_count
 from pallas_runtime.llm.errors import SdkErrors

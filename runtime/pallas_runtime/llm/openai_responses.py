@@ -17,7 +17,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pallas_api.config import RequestParams
+from pallas_api.fields import RequestParams
 from pallas_runtime.llm.adapter import StreamReader, wire_count
 from pallas_runtime.llm.openai_chat import OpenAIChatProvider, parse_arguments, text_only_result
 from pallas_runtime.llm.params import ParamPlan, is_native_openai, responses_plan

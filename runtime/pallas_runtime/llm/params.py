@@ -43,7 +43,7 @@ from typing import Any
 
 from pydantic.alias_generators import to_camel
 
-from pallas_api.config import ModelCapabilities, RequestParams, ResponseFormat
+from pallas_api.fields import ModelCapabilities, RequestParams, ResponseFormat
 from pallas_api.model_rules import (
     ANTHROPIC_MODEL_RULES,
     DEFAULT_ANTHROPIC_RULE,

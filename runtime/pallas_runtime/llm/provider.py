@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from pallas_api.config import ModelOption, ProviderConfig, RequestParams
+from pallas_api.config import ModelOption, ProviderConfig
+from pallas_api.fields import RequestParams
 from pallas_io.llm_check import missing_key, provider_label
 from pallas_runtime.messages import Completion, Message, TextSink, ToolSpec
 

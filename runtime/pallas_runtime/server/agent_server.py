@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 from fastmcp import FastMCP
 
-from pallas_api.config import AgentConfig, SessionLimits
+from pallas_api.config import AgentConfig
 from pallas_api.errors import ErrorCode
+from pallas_api.fields import SessionLimits
 from pallas_runtime.agent.config_file import ConfigFile
 from pallas_runtime.agent.health import HealthChecker
 from pallas_runtime.agent.live import Generation, LiveAgent, default_parts, given_parts

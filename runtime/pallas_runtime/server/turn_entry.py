@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pallas_api.config import AgentConfig, RequestParams, SendParams
+from pallas_api.config import AgentConfig, SendParams
 from pallas_api.errors import ErrorCode
+from pallas_api.fields import RequestParams
 from pallas_runtime.agent.audit import audit_turn
 from pallas_runtime.agent.choice import BearerMissing, turn_choice
 from pallas_runtime.agent.inputs import ImageInput, InvalidInput, user_message

@@ -48,7 +48,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp
 
-from pallas_api.config import SessionLimits
+from pallas_api.fields import SessionLimits
 from pallas_io.logs import SecretValues
 from pallas_io.secrets import SecretFiles
 from pallas_runtime.request_limit import MAX_REQUEST_BYTES, RequestLimit

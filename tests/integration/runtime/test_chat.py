@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from pallas_api.config import RequestParams
+from pallas_api.fields import RequestParams
 from pallas_runtime import cli
 from tests.support.agents import QUIET_FASTMCP_ENV, ServedAgent, agent_config, pallas_argv, serve_agent
 from tests.support.fake_llm import Call, FakeOpenAI, Hold, HttpError, Text, ToolCalls

@@ -16,7 +16,7 @@ from typing import Any
 
 from fastmcp import Client
 
-from pallas_api.config import DEFAULT_HISTORY_BYTES, MiB
+from pallas_api.fields import DEFAULT_HISTORY_BYTES, MiB
 from tests.support.agents import agent_config, run_agent_process
 from tests.support.fake_llm import FakeOpenAI, Text
 

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 
 import httpx2
 
-from pallas_api.config import HttpLimits
+from pallas_api.fields import HttpLimits
 from pallas_operator.probe_server import ProbeEndpoints
 from tests.integration.security.raw_http import MiB, closed_within, head, send, silent_connections
 

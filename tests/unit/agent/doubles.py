@@ -8,7 +8,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pallas_api.config import ModelOption, RequestParams
+from pallas_api.config import ModelOption
+from pallas_api.fields import RequestParams
 from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.downstream.source import (
     DownstreamError,

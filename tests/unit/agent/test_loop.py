@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from pallas_api.config import RequestParams, parse_config
+from pallas_api.config import parse_config
 from pallas_api.errors import ErrorCode
+from pallas_api.fields import RequestParams
 from pallas_io.logs import SecretValues
 from pallas_runtime.agent.loop import AgentLoop, MaxIterationsExceeded, ToolChoiceUnavailable, llm_tool_name
 from pallas_runtime.agent.progress import ProgressReporter

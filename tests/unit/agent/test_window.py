@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pallas_api.config import ModelCapabilities, RequestParams
+from pallas_api.fields import ModelCapabilities, RequestParams
 from pallas_runtime.agent.window import (
     IMAGE_TOKENS,
     input_budget,

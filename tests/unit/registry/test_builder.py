@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pallas_api.config import ModelCapabilities
+from pallas_api.fields import ModelCapabilities
 from pallas_api.spec import CallerAuth, Icon, ProviderSpec
 from pallas_registry.builder import VENDOR_META, InvalidAgent, build_response, one_line
 from pallas_registry.schema import OFFICIAL_META, SCHEMA_URL

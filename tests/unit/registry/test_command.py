@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from pallas_api.config import HttpLimits
+from pallas_api.fields import HttpLimits
 from pallas_api.spec import PallasDeploymentSpec
 from pallas_io.commands import http_limits
 from pallas_operator.builders.registry import http_limit_args

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pallas_api.config import ModelCapabilities
+from pallas_api.fields import ModelCapabilities
 from pallas_api.spec import ProviderSpec
 from pallas_registry.builder import InvalidAgent, build_response
 from pallas_registry.objects import (

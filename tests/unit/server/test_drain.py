@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from pallas_api.config import RequestParams
 from pallas_api.errors import ErrorCode
+from pallas_api.fields import RequestParams
 from pallas_runtime.conversations.caller import ANONYMOUS
 from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.conversations.scope import DEFAULT_ID

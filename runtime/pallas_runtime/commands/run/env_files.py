@@ -19,7 +19,8 @@ from pathlib import Path
 from dotenv import dotenv_values
 from pydantic import ValidationError
 
-from pallas_api.config import HTTP_URL, ProviderConfig
+from pallas_api.config import ProviderConfig
+from pallas_api.fields import HTTP_URL
 from pallas_api.validation import describe
 from pallas_runtime.commands.run.manifests import LocalPlan, ManifestError
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pallas_api.config import HttpLimits
+from pallas_api.fields import HttpLimits
 from pallas_io.logs import fields_context
 from pallas_runtime.commands.run.manifests import (
     LOOPBACK,

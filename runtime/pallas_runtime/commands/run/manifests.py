@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from pallas_api import names
 from pallas_api.checks import reference_problem
-from pallas_api.config import SessionLimits
+from pallas_api.fields import SessionLimits
 from pallas_api.render import RenderedAgent, RenderError, env_name, render_agent
 from pallas_api.spec import McpServerSpec, PallasAgentSpec, PallasDeploymentSpec, StdioSpec
 from pallas_api.validation import describe

@@ -25,7 +25,7 @@ from a2a.server.owner_resolver import resolve_user_scope
 from a2a.server.tasks import InMemoryTaskStore, TaskStore
 from a2a.types import ListTasksRequest, ListTasksResponse, Task
 
-from pallas_api.config import ConversationScope
+from pallas_api.fields import ConversationScope
 from pallas_runtime.conversations.scope import sees_only_its_session
 from pallas_runtime.server.a2a.inbound import inbound_of
 from pallas_runtime.sizes import MiB
