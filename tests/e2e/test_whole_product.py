@@ -461,7 +461,7 @@ def e2e_servers(mcp_peers: McpPeers, e2e_node: LocalNode) -> Iterator[Servers]:
 
 @pytest.fixture(scope="module")
 def e2e_namespace(pallas_crds: LocalCluster) -> Iterator[str]:
-    """A namespace for the module; deleted, and waited for, at the end."""
+    """A namespace for the module; deleted at the end (awaited when the session ends)."""
     name = f"t-e2e-{secrets.token_hex(3)}"
     create_namespace(pallas_crds, name)
     try:

@@ -106,6 +106,11 @@ _DELETING: list[str] = []
 DELETED_WITHIN = 180.0
 
 
+def await_deletion_later(name: str) -> None:
+    """Count a namespace this process asked to delete among those awaited when its session ends."""
+    _DELETING.append(name)
+
+
 def _await_deletions(cluster: LocalCluster) -> None:
     client = Client(config=cluster.config(), field_manager="pallas-tests")
     deadline = time.monotonic() + DELETED_WITHIN
@@ -157,7 +162,7 @@ def namespace(kube_cluster: LocalCluster, request: pytest.FixtureRequest) -> Ite
         yield name
     finally:
         client.delete(Namespace, name)
-        _DELETING.append(name)
+        await_deletion_later(name)
         client.close()
 
 

@@ -9,8 +9,9 @@
   agents and the registry by their Service names, as a client in the cluster would.
 - `install_operator(...)`: `helm install` of charts/pallas with that image, namespace-scoped; the
   operator runs as a pod and reaches agents by their cluster DNS names.
-- `create_namespace` / `delete_namespace`: a namespace for a whole module; deleting waits until it
-  is gone (the kubelet stops the pods).
+- `create_namespace` / `delete_namespace`: a namespace for a whole module; its deletion (the kubelet
+  stopping the pods, which drain) is awaited when the worker's session ends, not by the module, so
+  the next module starts at once.
 - `until(what, probe, within)` (`tests.support.waiting`'s): poll a probe (sync or async) until it
   returns something truthy; on timeout the failure names what did not happen, the last value seen
   and any diagnostics.
@@ -39,7 +40,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, ServiceAccount
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.cluster import HACK_CLUSTER, REPO, LocalCluster
+from tests.support.cluster import HACK_CLUSTER, REPO, LocalCluster, await_deletion_later
 from tests.support.waiting import until as until  # the e2e tests' waiting, re-exported
 
 T = TypeVar("T")
@@ -217,7 +218,9 @@ class OperatorRelease:
         return res.stdout + res.stderr
 
     def uninstall(self) -> None:
-        res = self.helm("uninstall", self.release, "--wait", "--timeout", "90s")
+        # Not `--wait`: the cluster-scoped objects the next release needs free are gone when helm
+        # returns; the operator pod's own termination need not hold up the next module.
+        res = self.helm("uninstall", self.release, "--timeout", "90s")
         if res.returncode != 0:
             raise AssertionError(f"helm uninstall failed: {res.stderr}")
 
@@ -270,20 +273,12 @@ def create_namespace(cluster: LocalCluster, name: str) -> None:
         wait_for(f"the default ServiceAccount of {name}", has_default_account, 30, interval=0.1)
 
 
-def delete_namespace(cluster: LocalCluster, name: str, timeout: float = 120) -> None:
-    """Delete the namespace and wait until it is gone."""
-    res = cluster.kubectl(
-        "delete",
-        "namespace",
-        name,
-        "--ignore-not-found",
-        "--wait=true",
-        f"--timeout={timeout:g}s",
-        check=False,
-    )
+def delete_namespace(cluster: LocalCluster, name: str) -> None:
+    """Ask for the namespace's deletion; it is awaited once, when the worker's session ends."""
+    res = cluster.kubectl("delete", "namespace", name, "--ignore-not-found", "--wait=false", check=False)
     if res.returncode != 0:
-        left = cluster.kubectl("get", "all", "-n", name, "-o", "wide", check=False).stdout
-        raise AssertionError(f"namespace {name} was not deleted within {timeout:g}s: {res.stderr}\n{left}")
+        raise AssertionError(f"namespace {name} could not be deleted: {res.stderr}")
+    await_deletion_later(name)
 
 
 # --- Prometheus -----------------------------------------------------------------------------

@@ -307,7 +307,8 @@ async def soak_world(
     replicas: int = 1,
 ) -> AsyncIterator[SoakWorld]:
     """Servers, namespace, operator and agents, torn down when the block ends (the namespace
-    deleted and waited for); yields once every agent is Ready and the cluster settled."""
+    deleted; under pytest its deletion is awaited when the session ends); yields once every agent
+    is Ready and the cluster settled."""
     namespace = f"soak-{secrets.token_hex(3)}"
     loop = LoopThread()
     async with contextlib.AsyncExitStack() as stack:
@@ -316,7 +317,7 @@ async def soak_world(
         issuer = loop.enter(oidc_issuer(host=node.ip))
         postgres = stack.enter_context(running_postgres(host=node.ip, clients=node.cluster_cidr))
         await asyncio.to_thread(create_namespace, cluster, namespace)
-        stack.push_async_callback(asyncio.to_thread, delete_namespace, cluster, namespace, 180)
+        stack.push_async_callback(asyncio.to_thread, delete_namespace, cluster, namespace)
         operator = await asyncio.to_thread(install_operator, cluster, namespace, node.image)
         stack.push_async_callback(asyncio.to_thread, operator.uninstall)
         kube = AsyncClient(config=cluster.config(), field_manager="pallas-soak")
