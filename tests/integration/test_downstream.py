@@ -143,7 +143,8 @@ async def test_list_changed_seen_on_a_forwarded_call_refreshes_too():
 
 
 async def test_failed_call_refreshes_the_cache_in_the_background():
-    async with ms.slow_server() as srv, server_source(srv.url, timeout_seconds=1.0) as source:
+    # 2 s: room for the first listing on a loaded machine, still well under the call's sleep.
+    async with ms.slow_server() as srv, server_source(srv.url, timeout_seconds=2.0) as source:
         listed = await source.list_tools()
         with pytest.raises(DownstreamError):
             await source.call_tool("sleep", {"seconds": 5}, Onward())
@@ -170,7 +171,8 @@ async def test_a_hanging_server_costs_its_timeout_once_not_on_every_listing():
 
 
 async def test_a_server_that_hangs_after_listing_keeps_its_tools_without_waiting():
-    async with ms.slow_server() as srv, server_source(srv.url, timeout_seconds=1.0) as source:
+    # 2 s: room for the first listing on a loaded machine, still well under the call's sleep.
+    async with ms.slow_server() as srv, server_source(srv.url, timeout_seconds=2.0) as source:
         listed = await source.list_tools()
         with pytest.raises(DownstreamError):  # a failed call marks the list stale
             await source.call_tool("sleep", {"seconds": 5}, Onward())
