@@ -23,11 +23,11 @@ from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.agent.turn import Turn
 from pallas_runtime.approval.elicit import caller_approver
 from pallas_runtime.approval.question import NO_CHANNEL
-from pallas_runtime.auth.credential import forwarded_credential
 from pallas_runtime.conversations.caller import current_caller
 from pallas_runtime.conversations.scope import conversation_key
 from pallas_runtime.downstream.call_path import CallPath, CallRefused
 from pallas_runtime.downstream.source import ToolOutcome
+from pallas_runtime.edge.credential import forwarded_credential
 from pallas_runtime.inflight import InFlight
 from pallas_runtime.messages import TextPart
 from pallas_runtime.server.request import progress_sender, request_meta, session_id
