@@ -143,7 +143,7 @@ def _provider_report(
             url=base + "healthz",
             deployment=record.name,
             interval=spec.health_check.interval_seconds,
-            budget=spec.health_check.timeout_seconds + 5,
+            time_limit=spec.health_check.timeout_seconds + 5,
             expected=len(spec.providers),
         )
     op.provider_reports.track(key, source)

@@ -93,18 +93,19 @@ class GatewayTools:
         pattern: str | None = None,
         max_schema_tokens: int | None = None,
     ) -> dict[str, Any]:
-        """Definitions of one server's tools, filtered, within the agent's schema budget."""
+        """Definitions of one server's tools, filtered, within the agent's schema allowance."""
         limit = max_schema_tokens if max_schema_tokens and max_schema_tokens > 0 else None
         with self._live.hold() as generation:
             loop = generation.loop
             offered = await loop.offered_tools(forwarded_credential(verified=self._verified))
             config = generation.config
-            budget = gateway.schema_budget(config.tool_exposure, config.capabilities, config.request_params)
+            exposure, capabilities, params = config.tool_exposure, config.capabilities, config.request_params
+            allowance = gateway.schema_allowance(exposure, capabilities, params)
             try:
                 return gateway.server_tools(
                     offered, loop.tools.server_names, server, names=names, pattern=pattern,
                     max_schema_tokens=limit,
-                    budget=budget,
+                    allowance=allowance,
                 )  # fmt: skip
             except gateway.GatewayError as exc:
                 raise CodedToolError(str(exc), exc.code) from None
