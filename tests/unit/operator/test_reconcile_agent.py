@@ -6,8 +6,6 @@ tier's (tests/integration/operator); here the watch is `FakeCluster.watch`.
 
 from __future__ import annotations
 
-import pytest
-
 from pallas_api import conditions, names
 from pallas_operator.builders.meta import agent_selector
 from pallas_operator.reconcile.agent import reconcile_agent
@@ -151,11 +149,6 @@ async def test_an_agent_spec_the_operator_cannot_read_is_refused_with_an_event()
     assert [e.reason for e in cluster.events] == [conditions.INVALID_SPEC]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known: the skipped re-apply leaves the workload unknown until the Deployment's watch "
-    "event, so the status flips to DeploymentNotCreated and back (two needless status writes)",
-)
 async def test_a_reconcile_between_the_children_watch_events_writes_nothing() -> None:
     op, cluster = operator_with(deployment(), agent())
     await reconcile_agent(op, NS, "research")
