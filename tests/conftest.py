@@ -25,7 +25,7 @@ from tests.support.fake_llm import fake_anthropic, fake_openai
 from tests.support.mcp_peers import mcp_peers, server_everything
 from tests.support.operator import pallas_crds, pallas_operator  # noqa: F401
 from tests.support.postgres import postgres
-from tests.support.workers import finish_run, start_run
+from tests.support.workers import finish_run, run_dir
 
 TESTS = Path(__file__).resolve().parent
 TIERS = ("unit", "integration", "e2e")
@@ -86,7 +86,7 @@ def _root_logging_restored() -> Iterator[None]:
 
 def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # the controller (or a run without xdist)
-        start_run()
+        run_dir()
 
 
 _TIER_TIMES: dict[str, list[float]] = {}

@@ -15,7 +15,7 @@ One package, imported by all three and importing none of them (as CloudNativePG'
 - `render`: the pure mapping from specs to an agent config (operator and `pallas run` alike);
 - `model_rules`: what each provider and model takes where they differ (Claude families, the
   reasoning effort values), for the renderer's checks and the runtime's adapters;
-- `budgets`: the memory an agent pod needs, from the budgets its spec sets;
+- `pod_memory`: the memory an agent pod needs, from the bounds its spec sets on what it keeps;
 - `spending`: models' prices and agents' budgets (tokens and cost per UTC window), their windows;
 - `health`: the `get_health` report an agent returns and its readers parse;
 - `errors`: the machine-readable codes of an agent's tool errors;

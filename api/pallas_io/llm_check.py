@@ -192,13 +192,13 @@ async def _anthropic(asking: _Asking, models: tuple[str, ...]) -> Verdict:
 
 
 async def check_provider(
-    endpoint: ProviderEndpoint, *, budget: float = CHECK_TIMEOUT, client: httpx2.AsyncClient | None = None
+    endpoint: ProviderEndpoint, *, time_limit: float = CHECK_TIMEOUT, client: httpx2.AsyncClient | None = None
 ) -> Verdict:
-    """Whether the provider answers with its key and serves the models, within `budget` seconds.
+    """Whether the provider answers with its key and serves the models, within `time_limit` seconds.
 
     Args:
         endpoint: The provider, its key and the models to look for.
-        budget: Seconds for the whole check.
+        time_limit: Seconds for the whole check.
         client: An HTTP client to send through (the registry keeps one for all its checks);
             by default one is opened for this check.
 
@@ -213,15 +213,15 @@ async def check_provider(
         where = endpoint.base_url or f"region {endpoint.region}"
         return Verdict(True, f"{endpoint.label}: cloud platform ({where}); key set, not probed")
     if client is None:
-        async with httpx2.AsyncClient(timeout=httpx2.Timeout(budget)) as own:
-            return await check_provider(endpoint, budget=budget, client=own)
+        async with httpx2.AsyncClient(timeout=httpx2.Timeout(time_limit)) as own:
+            return await check_provider(endpoint, time_limit=time_limit, client=own)
     asking = _Asking(endpoint, client)
     try:
-        async with asyncio.timeout(budget):
+        async with asyncio.timeout(time_limit):
             check = _anthropic if endpoint.type == "anthropic" else _openai
             ok, text = await check(asking, endpoint.models)
     except (TimeoutError, httpx2.TimeoutException):
-        ok, text = False, f"GET {asking.url} timed out after {budget:g}s"
+        ok, text = False, f"GET {asking.url} timed out after {time_limit:g}s"
     except httpx2.HTTPError as exc:
         ok, text = (
             False,

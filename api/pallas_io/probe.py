@@ -311,7 +311,7 @@ async def _open_event_stream(client: httpx2.AsyncClient, url: str, headers: Mapp
 async def probe(
     url: str,
     *,
-    budget: float,
+    time_limit: float,
     transport: Transport = "streamable-http",
     headers: Mapping[str, str] | None = None,
     list_tools: bool = False,
@@ -319,11 +319,11 @@ async def probe(
     verify: ssl.SSLContext | bool = True,
     connections: httpx2.AsyncBaseTransport | None = None,
 ) -> ProbeOutcome:
-    """Probe one MCP endpoint within `budget` seconds in all (the DELETE included); never raises.
+    """Probe one MCP endpoint within `time_limit` seconds in all (the DELETE included); never raises.
 
     Args:
         url: The MCP endpoint (Streamable HTTP) or the SSE endpoint.
-        budget: The whole time budget in seconds.
+        time_limit: Seconds for the whole probe.
         transport: How the endpoint speaks MCP. `list_tools` and `get_health` need streamable-http.
         headers: Headers for every request (already resolved values; never logged).
         list_tools: Also list the tools (every page).
@@ -333,12 +333,12 @@ async def probe(
             connections the caller owns; `verify` is then the transport's business); by default
             the probe opens connections of its own and closes them.
     """
-    deadline = anyio.current_time() + budget
+    deadline = anyio.current_time() + time_limit
     session: _Session | None = None
     outcome: ProbeOutcome | None = None
     try:
         async with httpx2.AsyncClient(
-            timeout=httpx2.Timeout(budget), verify=verify, transport=connections
+            timeout=httpx2.Timeout(time_limit), verify=verify, transport=connections
         ) as client:
             with anyio.move_on_at(deadline):
                 if transport == "sse":
@@ -355,7 +355,7 @@ async def probe(
     except Exception as exc:  # noqa: BLE001 - a failure here must not end the caller
         return _failed(session, describe_transport_failure(exc) or f"unexpected {type(exc).__name__}")
     if outcome is None:
-        return _failed(session, f"timed out after {budget:g}s")
+        return _failed(session, f"timed out after {time_limit:g}s")
     return outcome
 
 
@@ -402,18 +402,18 @@ def metadata_url(mcp_url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}/.well-known/oauth-protected-resource"
 
 
-async def resource_metadata(mcp_url: str, *, budget: float) -> ResourceMetadata:
+async def resource_metadata(mcp_url: str, *, time_limit: float) -> ResourceMetadata:
     """Read the protected-resource metadata of the server serving `mcp_url`; never raises."""
     url = metadata_url(mcp_url)
     try:
-        with anyio.fail_after(budget):
-            async with httpx2.AsyncClient(timeout=httpx2.Timeout(budget)) as client:
+        with anyio.fail_after(time_limit):
+            async with httpx2.AsyncClient(timeout=httpx2.Timeout(time_limit)) as client:
                 response = await client.get(url, headers={"Accept": "application/json"})
         if response.status_code != 200:
             return ResourceMetadata(False, f"{url}: HTTP {response.status_code}")
         document = response.json()
     except TimeoutError:
-        return ResourceMetadata(False, f"{url}: timed out after {budget:g}s")
+        return ResourceMetadata(False, f"{url}: timed out after {time_limit:g}s")
     except ValueError:
         return ResourceMetadata(False, f"{url}: not JSON")
     except Exception as exc:  # noqa: BLE001 - a failure here must not end the caller

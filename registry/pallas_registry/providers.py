@@ -169,7 +169,7 @@ class ProviderChecks:
         now = time.monotonic()
         due = [t for t in targets.values() if self._due(t, now)]
         found = await asyncio.gather(
-            *(check_provider(t.endpoint, budget=self._timeout, client=client) for t in due)
+            *(check_provider(t.endpoint, time_limit=self._timeout, client=client) for t in due)
         )
         for target, (ok, message) in zip(due, found, strict=True):
             before = self._results.get(target.ident)

@@ -69,10 +69,10 @@ def observation(outcome: ProbeOutcome, now: datetime) -> Observation:
     return Observation(True, health, outcome.tools)
 
 
-async def probe_agent(url: str, budget: float, headers: Mapping[str, str] | None = None) -> Observation:
-    """Ask the agent at `url` for its tools and `get_health`, within `budget` seconds in total."""
+async def probe_agent(url: str, time_limit: float, headers: Mapping[str, str] | None = None) -> Observation:
+    """Ask the agent at `url` for its tools and `get_health`, within `time_limit` seconds in total."""
     now = utcnow()
-    outcome = await probe(url, budget=budget, list_tools=True, get_health=True, headers=headers)
+    outcome = await probe(url, time_limit=time_limit, list_tools=True, get_health=True, headers=headers)
     return observation(outcome, now)
 
 

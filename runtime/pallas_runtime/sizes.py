@@ -1,4 +1,4 @@
-"""Sizes of text as users read them, and cutting text to a byte budget with a visible marker."""
+"""Sizes of text as users read them, and cutting text to a byte limit with a visible marker."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tests.support.operator import Manifest, agent, at, deployment, spec, without
+from tests.support.operator import Manifest, agent, at, deployment, spec, unchecked, without
 
 LONG_NAME = "d" + "x" * 55
 PASSWORD = "hunter2-in-a-url"
@@ -77,13 +77,13 @@ INVALID = [
     ),
     Case(
         "unknown-spec-field",
-        agent("a1", spec(modle="vllm.x")),
+        agent("a1", spec(modle="vllm.x"), unchecked),
         refused_with=['unknown field "spec.modle"'],
         reported_as=["spec.modle: Extra inputs are not permitted"],
     ),
     Case(
         "unknown-nested-field",
-        agent("a1", at("spec.service.portt", 1)),
+        agent("a1", at("spec.service.portt", 1), unchecked),
         refused_with=['unknown field "spec.service.portt"'],
         reported_as=["spec.service.portt: Extra inputs are not permitted"],
     ),

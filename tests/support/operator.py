@@ -4,7 +4,11 @@ Manifests come from small builder functions with modifiers (as cert-manager's te
 
     agent("research", spec(model="anthropic.claude"), at("spec.service.port", 9000))
 
-Every builder returns a fresh plain dict, so a test changes only what it is about.
+Every builder returns a fresh plain dict, so a test changes only what it is about. A
+PallasDeployment's or PallasAgent's spec is checked against its pydantic model as it is built:
+a field the model does not know (a typo in a test) fails there, loudly, where the API server
+would drop it without a word (its pruning) and the test would pass for the wrong reason. A
+manifest that carries an unknown field on purpose says so with the `unchecked` modifier.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ from fastmcp import FastMCP
 from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
+from pydantic import BaseModel, ValidationError
 
+from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
 from pallas_operator.metrics import OperatorMetrics
 from pallas_operator.runner import Runner
 from pallas_operator.settings import OperatorSettings
@@ -76,9 +82,41 @@ def in_namespace(namespace: str) -> Mod:
     return at("metadata.namespace", namespace)
 
 
+SPEC_MODELS: dict[str, type[BaseModel]] = {
+    "PallasDeployment": PallasDeploymentSpec,
+    "PallasAgent": PallasAgentSpec,
+}
+
+
+def unchecked(obj: Manifest) -> None:
+    """Mark a manifest whose unknown field is the point of the test (the API server's refusal)."""
+
+
+def unknown_fields(manifest: Manifest) -> list[str]:
+    """The paths of the spec's fields its pydantic model does not know (none for other kinds)."""
+    model = SPEC_MODELS.get(manifest.get("kind", ""))
+    if model is None:
+        return []
+    try:
+        model.model_validate(manifest.get("spec"))
+    except ValidationError as exc:
+        return [
+            ".".join(str(part) for part in ("spec", *error["loc"]))
+            for error in exc.errors()
+            if error["type"] == "extra_forbidden"
+        ]
+    return []
+
+
 def _build(base: Manifest, mods: tuple[Mod, ...]) -> Manifest:
     for mod in mods:
         mod(base)
+    if unchecked not in mods and (unknown := unknown_fields(base)):
+        kind, name = base["kind"], base["metadata"]["name"]
+        raise ValueError(
+            f"{kind} {name}: the test builds fields the pydantic model does not know: {unknown} "
+            "(the API server would drop them; pass `unchecked` if that is the point)"
+        )
     return base
 
 

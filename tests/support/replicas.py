@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from starlette.types import Message, Receive, Scope, Send
 
-from pallas_runtime.draining import DrainGuard
+from pallas_runtime.edge.draining import DrainGuard
 from tests.support.mcp_servers import read_body, replaying
 
 

@@ -24,8 +24,9 @@ from pathlib import Path
 RUN_DIR = "PALLAS_TEST_RUN_DIR"
 
 
-def start_run() -> Path:
-    """Make the run's shared folder (the controller's job, or a plain pytest's); idempotent."""
+def run_dir() -> Path:
+    """The run's shared folder, made on first use: by the controller in `pytest_configure`, or by
+    a plain pytest (or a process not given one) when it first asks; idempotent."""
     existing = os.environ.get(RUN_DIR)
     if existing and Path(existing).is_dir():
         return Path(existing)
@@ -39,11 +40,6 @@ def finish_run() -> None:
     path = os.environ.pop(RUN_DIR, None)
     if path:
         shutil.rmtree(path, ignore_errors=True)
-
-
-def run_dir() -> Path:
-    """The run's shared folder (made on first use in a process that was not given one)."""
-    return start_run()
 
 
 @contextlib.contextmanager

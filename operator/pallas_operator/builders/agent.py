@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pallas_api import names
-from pallas_api.budgets import agent_memory_bytes
+from pallas_api.pod_memory import agent_memory_bytes
 from pallas_api.render import SecretBinding, drain_seconds, log_level
 from pallas_api.spec import DEFAULT_NODE_FAILURE_SECONDS, PallasAgentSpec, PallasDeploymentSpec
 from pallas_operator.builders.meta import Manifest, Owner, agent_labels, agent_selector, metadata

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pallas_api import names
-from pallas_api.budgets import memory_quantity
+from pallas_api.pod_memory import memory_quantity
 from pallas_api.render import SecretBinding, log_environment, telemetry_environment
 from pallas_api.spec import LogLevel, ResourceRequirements, TelemetrySpec
 
@@ -94,7 +94,7 @@ def agent_resources(memory_limit: int) -> dict[str, dict[str, str]]:
     """An agent pod's resources when its spec sets none: requests, and a memory limit in bytes.
 
     No CPU limit: throttling an LLM tool loop helps nobody; memory is the resource that kills,
-    and its limit follows the agent's budgets (`pallas_api.budgets`).
+    and its limit follows the bounds the agent sets on what it keeps (`pallas_api.pod_memory`).
     """
     return {"requests": dict(DEFAULT_REQUESTS), "limits": {"memory": memory_quantity(memory_limit)}}
 

@@ -58,8 +58,8 @@ class ProbeTarget:
 
     url: str
     interval: float
-    health_budget: float
-    verify_budget: float
+    health_time_limit: float
+    verify_time_limit: float
     rollout: str
     access: ProbeAccess = OPEN
     config_hash: str | None = None
@@ -141,9 +141,9 @@ class Prober:
             if problem:
                 verification = Verification(ok=False, message=f"MCP verification of {url} failed: {problem}")
             elif access.auth.mode == "oidc":
-                verification = await self._challenge(url, target.verify_budget, access.auth.issuer)
+                verification = await self._challenge(url, target.verify_time_limit, access.auth.issuer)
             else:
-                verification = await self._verify(url, target.verify_budget, headers)
+                verification = await self._verify(url, target.verify_time_limit, headers)
             if verification.ok:
                 agent.verified_rollout = target.rollout
             changed = verification != agent.verification
@@ -154,7 +154,7 @@ class Prober:
             elif problem:
                 health = HealthResult(None, problem)
             else:
-                health = await self._check(url, target.health_budget, headers)
+                health = await self._check(url, target.health_time_limit, headers)
             changed = changed or health != agent.health
             agent.health = health
         return changed

@@ -36,7 +36,7 @@ class ReportSource:
     """The registry's `/healthz` (its cluster URL; the resolver may redirect it)."""
     deployment: str
     interval: float
-    budget: float
+    time_limit: float
     expected: int = 0
     """Providers the deployment has: until all are reported, the report is read again soon."""
 
@@ -58,10 +58,10 @@ def _checks(body: Any, deployment: str) -> tuple[ProviderCheck, ...]:
     return tuple(checks)
 
 
-async def read_report(url: str, deployment: str, budget: float) -> ProviderReport:
+async def read_report(url: str, deployment: str, time_limit: float) -> ProviderReport:
     """GET the registry's `/healthz` and take its provider checks; never raises."""
     try:
-        async with httpx2.AsyncClient(timeout=httpx2.Timeout(budget)) as client:
+        async with httpx2.AsyncClient(timeout=httpx2.Timeout(time_limit)) as client:
             response = await client.get(url)
         if response.status_code != 200:
             return ProviderReport(None, f"GET {url}: HTTP {response.status_code}")
@@ -109,7 +109,7 @@ class ProviderReports:
             source = tracked.target
             try:
                 report = await self._read(
-                    self._resolver.resolve(source.url), source.deployment, source.budget
+                    self._resolver.resolve(source.url), source.deployment, source.time_limit
                 )
                 if report != tracked.report:
                     tracked.report = report

@@ -23,9 +23,9 @@ MAX_MESSAGE = 300
 """Longest message the operator writes into a status (a longer one is cut here)."""
 
 
-async def verify(url: str, budget: float, headers: Mapping[str, str] | None = None) -> Verification:
+async def verify(url: str, time_limit: float, headers: Mapping[str, str] | None = None) -> Verification:
     """Initialize an MCP session and list the tools (all pages)."""
-    outcome = await probe.probe(url, budget=budget, list_tools=True, headers=headers)
+    outcome = await probe.probe(url, time_limit=time_limit, list_tools=True, headers=headers)
     if not outcome.ok or outcome.server is None:
         return Verification(
             ok=False, message=f"MCP verification of {url} failed: {outcome.message}"[:MAX_MESSAGE]
@@ -40,9 +40,9 @@ async def verify(url: str, budget: float, headers: Mapping[str, str] | None = No
     )
 
 
-async def check_health(url: str, budget: float, headers: Mapping[str, str] | None = None) -> HealthResult:
+async def check_health(url: str, time_limit: float, headers: Mapping[str, str] | None = None) -> HealthResult:
     """Call the agent's `get_health` tool."""
-    outcome = await probe.probe(url, budget=budget, get_health=True, headers=headers)
+    outcome = await probe.probe(url, time_limit=time_limit, get_health=True, headers=headers)
     if not outcome.ok:
         return HealthResult(None, outcome.message[:MAX_MESSAGE])
     if outcome.health is None:
@@ -62,14 +62,14 @@ def _same_issuer(a: str, b: str) -> bool:
     return a.rstrip("/") == b.rstrip("/")
 
 
-async def verify_challenge(url: str, budget: float, issuer: str) -> Verification:
+async def verify_challenge(url: str, time_limit: float, issuer: str) -> Verification:
     """Without a token: the agent asks for a bearer and its metadata names `issuer`."""
-    outcome = await probe.probe(url, budget=budget)
+    outcome = await probe.probe(url, time_limit=time_limit)
     if outcome.ok:
         return _failed(url, "it answered without a token, but spec.auth.mode is oidc (an older config?)")
     if not outcome.unauthorized:
         return _failed(url, outcome.message)
-    metadata = await probe.resource_metadata(url, budget=budget)
+    metadata = await probe.resource_metadata(url, time_limit=time_limit)
     if not metadata.ok:
         return _failed(url, metadata.message)
     if not any(_same_issuer(s, issuer) for s in metadata.authorization_servers):

@@ -108,6 +108,9 @@ class Applier:
         self._cluster = cluster
         self._on_write = on_write or (lambda kind, verb: None)
         self._applied: dict[ChildKey, _Applied] = {}
+        # The API server's answer to an apply, kept only until the watch shows the object: a
+        # reconcile in between (another child's watch event) reads it from here, not as absent.
+        self._unseen: dict[ChildKey, dict[str, Any]] = {}
         self._written: dict[tuple[str, str, str], _Written] = {}
 
     def _current(self, key: ChildKey, digest: str, observed: Seen | None) -> bool:
@@ -115,6 +118,7 @@ class Applier:
         before = self._applied.get(key)
         if observed is None:  # not seen by the watch: created by our last apply, or not at all
             return before is not None and before.digest == digest
+        self._unseen.pop(key, None)
         if observed.applied_hash != digest or not observed.fingerprint:
             return False
         if before is None or before.digest != digest:
@@ -138,15 +142,22 @@ class Applier:
         applied = await self._cluster.apply(_stamped(manifest, digest))
         self._on_write(manifest["kind"], "apply")
         self._applied[key] = _Applied(digest, fingerprint(applied))
+        if observed is None:
+            self._unseen[key] = applied
         return applied
 
     def applied(self, key: ChildKey) -> bool:
         """Whether this process applied the object (the watch may not have shown it yet)."""
         return key in self._applied
 
+    def unseen(self, key: ChildKey) -> dict[str, Any] | None:
+        """The object as this process last applied it, while the watch has not shown it yet."""
+        return self._unseen.get(key)
+
     def forget(self, key: ChildKey) -> None:
         """The object is gone (or changed by someone else): the next apply must not be skipped."""
         self._applied.pop(key, None)
+        self._unseen.pop(key, None)
 
     async def delete(self, namespace: str, kind: str, name: str) -> None:
         """Delete a child that should no longer exist; already gone is fine."""

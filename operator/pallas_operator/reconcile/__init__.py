@@ -1,5 +1,7 @@
 """Reconciles: read the world, decide (pure `status` and `builders`), write what changed (`k8s`).
 
 `plan` decides what an agent should have; `agent` and `deployment` are the two reconciles the
-work queue runs; `children` applies a set of desired children, the one apply loop both share.
+work queue runs; `children` applies a set of desired children, the one apply loop both share;
+`delegation`, `monitoring`, `provider_checks` and `unauthenticated` are the deployment's other
+concerns; `orphans` is the start-up sweep.
 """

@@ -122,8 +122,8 @@ def _probe_target(
     return ProbeTarget(
         url=names.agent_url(record.name, record.namespace, plan.spec.service.port),
         interval=plan.health_interval,
-        health_budget=plan.health_timeout + 5,
-        verify_budget=op.settings.verify_timeout,
+        health_time_limit=plan.health_timeout + 5,
+        verify_time_limit=op.settings.verify_timeout,
         rollout=rollout,
         access=_probe_access(plan, record),
         config_hash=plan.config_hash,

@@ -22,7 +22,8 @@ class Applied(NamedTuple):
     """What an apply loop leaves: the workload's state and the children it wrote."""
 
     workload: Workload | None
-    """The Deployment named `workload_name`: as applied now, else as last seen, else None."""
+    """The Deployment named `workload_name`: as applied now, else as last seen, else as applied
+    by an earlier reconcile the watch has not caught up with, else None."""
     written: frozenset[tuple[str, str]]
     """(kind, name) of each child applied now (a no-op apply is skipped, so not here)."""
 
@@ -37,7 +38,13 @@ async def apply_children(
 ) -> Applied:
     """Apply `desired` (skipping no-ops), delete `unwanted` (kind, name) children."""
     seen = children.get(("Deployment", workload_name))
-    current = seen.workload if seen is not None else None
+    # Until the Deployment's watch event, what this process applied is the Deployment: read as
+    # absent, a new agent's status flipped to DeploymentNotCreated and back (two needless writes).
+    current = (
+        seen.workload
+        if seen is not None
+        else workload(op.applier.unseen((namespace, "Deployment", workload_name)))
+    )
     written = set()
     for manifest in desired:
         key = (manifest["kind"], manifest["metadata"]["name"])

@@ -2,11 +2,11 @@
 
 An agent given a few real MCP servers with hundreds of tools would spend its context (and its
 money) on schemas before the first word. With `toolExposure.mode: onDemand` (or `auto`, once the
-schemas outgrow their budget) the model is offered, instead of every allowed schema:
+schemas outgrow their allowance) the model is offered, instead of every allowed schema:
 
 - `list_servers`: the servers and the names of the tools each lets this agent use;
 - `get_server_tools`: the schemas of one server's tools, filtered by names or a wildcard
-  pattern, within a token budget (the answer says when it was cut short);
+  pattern, within a token allowance (the answer says when it was cut short);
 - `execute_tool`: one call of a server's tool, its result passed on untouched (every content
   type, `isError`), within an optional `timeout_ms`.
 
@@ -27,7 +27,7 @@ from pallas_api.config import ToolExposure
 from pallas_api.errors import ErrorCode
 from pallas_api.fields import ModelCapabilities, RequestParams
 from pallas_runtime.agent.toolbox import OfferedTool
-from pallas_runtime.agent.window import input_budget, text_tokens
+from pallas_runtime.agent.window import input_room, text_tokens
 from pallas_runtime.messages import ToolSpec
 
 LIST_SERVERS = "list_servers"
@@ -36,7 +36,7 @@ EXECUTE_TOOL = "execute_tool"
 GATEWAY_TOOLS = (LIST_SERVERS, GET_SERVER_TOOLS, EXECUTE_TOOL)
 
 INDEX_SHARE = 4
-"""The index of tool names in the descriptions takes at most 1/INDEX_SHARE of the schema budget;
+"""The index of tool names in the descriptions takes at most 1/INDEX_SHARE of the schema allowance;
 past that it lists each server with its number of tools (and `list_servers` has the names)."""
 
 
@@ -52,15 +52,15 @@ class ToolMenu:
     """Every tool of every reachable source by its model-facing name, denied ones flagged."""
     on_demand: bool
     """The servers' tools go through the three gateway tools (peers are offered directly)."""
-    budget: int
+    schema_allowance: int
     """Tokens the tool schemas of one request may take (`toolExposure.schemaBudgetTokens`)."""
     specs: list[ToolSpec]
     """The tools the turn's requests carry."""
 
 
-def schema_budget(settings: ToolExposure, capabilities: ModelCapabilities, params: RequestParams) -> int:
+def schema_allowance(settings: ToolExposure, capabilities: ModelCapabilities, params: RequestParams) -> int:
     """Tokens the tool schemas of one request may take (`schemaBudgetTokens`, else 1/4 of input)."""
-    return settings.schema_budget_tokens or max(1, input_budget(capabilities, params) // 4)
+    return settings.schema_budget_tokens or max(1, input_room(capabilities, params) // 4)
 
 
 def menu(
@@ -70,15 +70,15 @@ def menu(
     params: RequestParams,
     forced: str | None,
 ) -> ToolMenu:
-    """The turn's tools: every allowed one, or the peers and the gateway tools, and the budget.
+    """The turn's tools: every allowed one, or the peers and the gateway tools, and the allowance.
 
-    `auto` offers every schema while they fit the budget and goes on demand once they do not.
+    `auto` offers every schema while they fit the allowance and goes on demand once they do not.
     On demand, the tool `forced` names (the call's `toolChoice`, model-facing) is offered
     directly too, so it can be forced. `capabilities` and `params` are the turn's model's.
     """
-    budget = schema_budget(settings, capabilities, params)
+    allowance = schema_allowance(settings, capabilities, params)
     if settings.mode == "auto":
-        on_demand = schemas_of_servers(offered) > budget
+        on_demand = schemas_of_servers(offered) > allowance
     else:
         on_demand = settings.mode == "onDemand"
     allowed = [(name, o) for name, o in offered.items() if o.allowed]
@@ -86,8 +86,8 @@ def menu(
         allowed = [(name, o) for name, o in allowed if o.peer or name == forced]
     specs = [ToolSpec(name, o.tool.description, o.tool.input_schema) for name, o in allowed]
     if on_demand:
-        specs.extend(gateway_specs(offered, budget))
-    return ToolMenu(offered, on_demand, budget, specs)
+        specs.extend(gateway_specs(offered, allowance))
+    return ToolMenu(offered, on_demand, allowance, specs)
 
 
 class GatewayError(Exception):
@@ -137,11 +137,11 @@ def server_tools(
     names: Sequence[str] | None,
     pattern: str | None,
     max_schema_tokens: int | None,
-    budget: int,
+    allowance: int,
 ) -> dict[str, Any]:
-    """`get_server_tools`: the definitions of `server`'s allowed tools that match, within budget.
+    """`get_server_tools`: the definitions of `server`'s allowed tools that match, within allowance.
 
-    The budget is the smaller of the caller's `max_schema_tokens` and the agent's schema budget;
+    The allowance is the smaller of the caller's `max_schema_tokens` and the agent's schema allowance;
     tools are taken in the server's order until the next would not fit, and the answer says how
     many were left out (narrow the request with `names` or `pattern` to reach them).
     """
@@ -151,7 +151,7 @@ def server_tools(
         for e in tools
         if (not names or e.tool.name in names) and (not pattern or fnmatch.fnmatchcase(e.tool.name, pattern))
     ]
-    limit = min(max_schema_tokens, budget) if max_schema_tokens else budget
+    limit = min(max_schema_tokens, allowance) if max_schema_tokens else allowance
     chosen: list[dict[str, Any]] = []
     used = 0
     for entry in matching:
@@ -222,11 +222,11 @@ def _server_entries(
     return servers_tools(offered).get(server, [])
 
 
-def tool_index(offered: Mapping[str, OfferedTool], budget: int) -> str:
+def tool_index(offered: Mapping[str, OfferedTool], allowance: int) -> str:
     """Each server with its tools' names, or with their number when the names would not fit."""
     by_server = servers_tools(offered)
     named = "\n".join(f"- {s}: {', '.join(e.tool.name for e in tools)}" for s, tools in by_server.items())
-    if text_tokens(named) <= budget // INDEX_SHARE:
+    if text_tokens(named) <= allowance // INDEX_SHARE:
         return named
     return "\n".join(f"- {s}: {len(tools)} tools (list_servers names them)" for s, tools in by_server.items())
 
@@ -284,9 +284,9 @@ def parse_arguments(name: str, arguments: Mapping[str, Any]) -> GatewayArguments
     )
 
 
-def gateway_specs(offered: Mapping[str, OfferedTool], budget: int) -> list[ToolSpec]:
+def gateway_specs(offered: Mapping[str, OfferedTool], allowance: int) -> list[ToolSpec]:
     """The three tools as the model sees them, the index of names in `list_servers`' description."""
-    index = tool_index(offered, budget)
+    index = tool_index(offered, allowance)
     return [
         ToolSpec(
             LIST_SERVERS,

@@ -27,7 +27,7 @@ from pallas_runtime.agent.audit import audit_tool_call
 from pallas_runtime.agent.latency import LLM, Latencies
 from pallas_runtime.agent.toolbox import OfferedTool, ToolBox, llm_tool_name
 from pallas_runtime.agent.turn import Turn, TurnChoice
-from pallas_runtime.agent.window import input_budget, left_out, request_tokens
+from pallas_runtime.agent.window import input_room, left_out, request_tokens
 from pallas_runtime.conversations.caller import kept_id
 from pallas_runtime.downstream.source import ToolOutcome, ToolSource
 from pallas_runtime.llm.params import merge_params
@@ -155,11 +155,11 @@ class AgentLoop:
         tools = gateway.menu(
             offered, self._config.tool_exposure, choice.capabilities, merged, first.tool_choice
         )
-        budget = input_budget(choice.capabilities, merged) - request_tokens(system, tools.specs)
+        room = input_room(choice.capabilities, merged) - request_tokens(system, tools.specs)
         messages: list[Message] = [user]
         left_out_most = 0
         for round_number in range(self._config.max_iterations):
-            cut = left_out(history, messages, budget)
+            cut = left_out(history, messages, room)
             left_out_most = max(left_out_most, cut)
             completion = await self._complete(
                 turn, choice, system, [*history[cut:], *messages], tools.specs,
@@ -305,7 +305,7 @@ class AgentLoop:
             elif call.name == gateway.GET_SERVER_TOOLS:
                 answer = gateway.server_tools(
                     offered, servers, args.server, names=args.names, pattern=args.pattern,
-                    max_schema_tokens=args.max_schema_tokens, budget=tools.budget,
+                    max_schema_tokens=args.max_schema_tokens, allowance=tools.schema_allowance,
                 )  # fmt: skip
             else:
                 entry = gateway.target(offered, servers, args.server, args.tool)

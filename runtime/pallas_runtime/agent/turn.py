@@ -44,7 +44,7 @@ class Turn:
     caller: Caller
     """Whom the turn acts for."""
     credential: str | None
-    """The `Authorization` value the agent sends on (see `auth.credential`); None: none."""
+    """The `Authorization` value the agent sends on (see `edge.credential`); None: none."""
     progress: ProgressReporter
     """Where the turn's progress, streamed text and notes go."""
     conversation: ConversationKey | None = None

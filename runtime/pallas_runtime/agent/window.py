@@ -68,7 +68,7 @@ def request_tokens(system: str, tools: Sequence[ToolSpec]) -> int:
     return text_tokens(system) + text_tokens(schemas) + OVERHEAD_TOKENS * (1 + len(tools))
 
 
-def input_budget(capabilities: ModelCapabilities, params: RequestParams) -> int:
+def input_room(capabilities: ModelCapabilities, params: RequestParams) -> int:
     """Tokens a request's input may take: the window less the room kept for the answer.
 
     The answer's room is the call's `maxTokens` (clamped, as the adapters clamp it), else the
@@ -78,7 +78,7 @@ def input_budget(capabilities: ModelCapabilities, params: RequestParams) -> int:
     return capabilities.context_window - answer
 
 
-def left_out(history: Sequence[Message], turn: Sequence[Message], budget: int) -> int:
+def left_out(history: Sequence[Message], turn: Sequence[Message], room: int) -> int:
     """How many of the history's oldest messages to leave out so the rest and `turn` fit.
 
     The cut falls before a user message (whole turns go), the oldest first.
@@ -86,13 +86,13 @@ def left_out(history: Sequence[Message], turn: Sequence[Message], budget: int) -
     Args:
         history: The stored messages, oldest first.
         turn: The turn in progress (its user message first); always sent, even when it alone
-            is over the budget (the provider then says so, and nothing is stored).
-        budget: Tokens for the messages (`input_budget` less `request_tokens`).
+            is over the room (the provider then says so, and nothing is stored).
+        room: Tokens for the messages (`input_room` less `request_tokens`).
 
     Returns:
         0 when it all fits, `len(history)` when no whole turn of it does.
     """
-    room = budget - sum(message_tokens(m) for m in turn)
+    room -= sum(message_tokens(m) for m in turn)
     used = 0
     # From the newest back: the walk stops at the first message that does not fit, so a long
     # history costs what the window holds, not what the store keeps.

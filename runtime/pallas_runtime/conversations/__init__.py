@@ -10,7 +10,7 @@
 - `database`, `driver_sql`, `tables`: where the SQL work runs (a SQLite thread, asyncpg), a
   turn's statements on the driver, and the tables the migrations create;
 - `locks`: one turn of a conversation at a time inside a process;
-- `budget`: the byte budget of what a process keeps;
+- `weight`: what a kept message weighs, and the byte bound (`history.maxBytes`) of what a process keeps;
 - `scope`: which conversation a request continues (caller, session or request scope);
 - `tenancy`: whose rows are whose in a database shared by agents, deployments and namespaces;
 - `factory`: the store an agent's config asks for.

@@ -2,7 +2,7 @@
 
 Least recently used conversations go first when the count or the bytes are over.
 A conversation with a turn in progress is never evicted, so a finished turn is always stored.
-A conversation that alone weighs more than the whole budget loses its oldest turns instead.
+A conversation that alone weighs more than the whole byte bound loses its oldest turns instead.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from pallas_api.fields import DEFAULT_HISTORY_BYTES
-from pallas_runtime.conversations.budget import SizedLru, first_within, footprint
 from pallas_runtime.conversations.history import first_kept, role_of
 from pallas_runtime.conversations.locks import KeyedLocks
 from pallas_runtime.conversations.model import ConversationBusy, ConversationKey, ThreadInfo, Turn
+from pallas_runtime.conversations.weight import SizedLru, first_within, footprint
 from pallas_runtime.messages import Message
 
 
@@ -78,7 +78,7 @@ class MemoryStore:
 
     @property
     def bytes(self) -> int:
-        """What the kept conversations weigh (see `budget.footprint`)."""
+        """What the kept conversations weigh (see `weight.footprint`)."""
         return self._items.bytes
 
     def _get(self, key: ConversationKey) -> _Conversation | None:

@@ -38,7 +38,6 @@ from sqlalchemy.sql.elements import BindParameter
 from pallas_api.fields import DEFAULT_HISTORY_BYTES, DEFAULT_MAX_CONNECTIONS
 from pallas_io.backoff import backoff
 from pallas_runtime.conversations import codec, tenancy
-from pallas_runtime.conversations.budget import SizedLru, footprint
 from pallas_runtime.conversations.database import Database, PostgresDatabase, SqliteDatabase
 from pallas_runtime.conversations.driver_sql import PostgresTurns, SqliteTurns, TurnWriter
 from pallas_runtime.conversations.history import first_kept, role_of
@@ -53,6 +52,7 @@ from pallas_runtime.conversations.model import (
 )
 from pallas_runtime.conversations.tables import conversations as conv
 from pallas_runtime.conversations.tables import messages as msg
+from pallas_runtime.conversations.weight import SizedLru, footprint
 from pallas_runtime.messages import Message
 
 _T = TypeVar("_T")
@@ -269,7 +269,7 @@ class SqlStore:
             url: From `engine_url`; None for PostgreSQL whose DSN is not known yet (`dsn` gives it
                 later; until then every use is `StoreUnavailable` saying `missing_dsn`).
             max_messages: Messages kept per conversation.
-            cache_bytes: The most the transcripts kept in process may weigh (`budget.footprint`).
+            cache_bytes: The most the transcripts kept in process may weigh (`weight.footprint`).
             ttl_seconds: Delete conversations untouched this long; None keeps them.
             turn_wait: Seconds a turn waits for the previous turn of its conversation.
             secret: The DSN's password, scrubbed from every message this store reports.
@@ -474,7 +474,7 @@ class SqlStore:
     def _remember(self, key: ConversationKey, transcript: _Transcript) -> None:
         self._cache.put(key, transcript, sum(transcript.sizes))
         # A transcript a turn holds stays (the turn has it anyway); one that alone is over the
-        # budget is dropped at once and read again next time.
+        # cache's byte bound is dropped at once and read again next time.
         self._cache.evict(keep=lambda k: k != key and self._locks.held(k))
 
     async def _renew(self, turn: _SqlTurn) -> None:

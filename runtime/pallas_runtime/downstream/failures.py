@@ -19,7 +19,7 @@ from mcp import MCPError
 
 from pallas_api.errors import DRAINING_RPC_CODE
 from pallas_io.probe import describe_transport_failure, leaf_exceptions
-from pallas_runtime.draining import refusal_pause
+from pallas_runtime.edge.draining import refusal_pause
 
 Failure = Literal["transport", "session_gone", "protocol", "other"]
 TRACE = logging.getLogger("pallas.forward.trace")
@@ -106,7 +106,7 @@ def retry_pause(exc: BaseException, recorder: HttpErrorRecorder | None = None) -
     - the session is gone (404 to our session id): a replica that never had the session answered,
       after the one that had it stopped or the Service sent the request to another pod;
     - a draining agent refused to open the session (503, `AGENT_SHUTTING_DOWN`, see
-      `pallas_runtime.draining`): it closed that connection, so the next attempt reaches a ready
+      `pallas_runtime.edge.draining`): it closed that connection, so the next attempt reaches a ready
       replica; the pause it asks for is honoured, up to `MAX_RETRY_PAUSE`;
     - a stopping agent answered the call with an error result marked `"processed": false`
       (`CallNotProcessed`).

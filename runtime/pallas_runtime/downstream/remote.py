@@ -530,7 +530,7 @@ class RemoteMcpSource:
         pool = self._connections()
         outcome = await mcp_probe.probe(
             self._url,
-            budget=self._probe_timeout,
+            time_limit=self._probe_timeout,
             transport=self._transport,
             headers=self._headers,
             verify=tls_context(),

@@ -234,7 +234,7 @@ class SdkProvider(abc.ABC):
 
     async def preflight(self) -> ProviderCheck:
         """Check the key and that the model exists (`pallas_io.llm_check`); never raises."""
-        verdict = await check_provider(self._endpoint, budget=self.preflight_timeout)
+        verdict = await check_provider(self._endpoint, time_limit=self.preflight_timeout)
         return ProviderCheck(verdict.ok, verdict.message, time.monotonic())
 
     def with_model(self, option: ModelOption) -> SdkProvider:

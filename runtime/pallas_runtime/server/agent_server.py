@@ -34,6 +34,7 @@ from pallas_runtime.auth import build_auth
 from pallas_runtime.conversations.factory import build_store
 from pallas_runtime.conversations.model import ConversationStore
 from pallas_runtime.downstream.source import ToolSource
+from pallas_runtime.edge.sessions import SessionTable
 from pallas_runtime.inflight import DrainOutcome, InFlight
 from pallas_runtime.llm.provider import LLMProvider
 from pallas_runtime.metrics import AUTH_OUTCOMES, RuntimeMetrics
@@ -48,7 +49,6 @@ from pallas_runtime.server.send_message import SendMessage, SendMessageMetrics
 from pallas_runtime.server.tool_errors import CodedErrors
 from pallas_runtime.server.turn_entry import TurnEntry
 from pallas_runtime.server.warm_up import import_what_fastmcp_defers, skip_key_value_type_checks
-from pallas_runtime.sessions import SessionTable
 from pallas_runtime.spending.factory import ledger_for
 from pallas_runtime.spending.guard import Budgets
 

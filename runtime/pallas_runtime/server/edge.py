@@ -7,12 +7,12 @@ from collections.abc import Sequence
 from starlette.types import ASGIApp
 
 from pallas_io.tracing import continue_inbound
-from pallas_runtime.auth.credential import SingleCredential
-from pallas_runtime.draining import DrainGuard
-from pallas_runtime.request_ids import OneRequestPerId
-from pallas_runtime.request_limit import MAX_REQUEST_BYTES, RequestLimit
+from pallas_runtime.edge.credential import SingleCredential
+from pallas_runtime.edge.draining import DrainGuard
+from pallas_runtime.edge.request_ids import OneRequestPerId
+from pallas_runtime.edge.request_limit import MAX_REQUEST_BYTES, RequestLimit
+from pallas_runtime.edge.sessions import serve_sessions
 from pallas_runtime.server.agent_server import AgentServer
-from pallas_runtime.sessions import serve_sessions
 
 
 def agent_app(server: AgentServer, allowed_hosts: Sequence[str] = ()) -> ASGIApp:

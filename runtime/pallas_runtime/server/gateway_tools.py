@@ -23,11 +23,11 @@ from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.agent.turn import Turn
 from pallas_runtime.approval.elicit import caller_approver
 from pallas_runtime.approval.question import NO_CHANNEL
-from pallas_runtime.auth.credential import forwarded_credential
 from pallas_runtime.conversations.caller import current_caller
 from pallas_runtime.conversations.scope import conversation_key
 from pallas_runtime.downstream.call_path import CallPath, CallRefused
 from pallas_runtime.downstream.source import ToolOutcome
+from pallas_runtime.edge.credential import forwarded_credential
 from pallas_runtime.inflight import InFlight
 from pallas_runtime.messages import TextPart
 from pallas_runtime.server.request import progress_sender, request_meta, session_id
@@ -93,18 +93,19 @@ class GatewayTools:
         pattern: str | None = None,
         max_schema_tokens: int | None = None,
     ) -> dict[str, Any]:
-        """Definitions of one server's tools, filtered, within the agent's schema budget."""
+        """Definitions of one server's tools, filtered, within the agent's schema allowance."""
         limit = max_schema_tokens if max_schema_tokens and max_schema_tokens > 0 else None
         with self._live.hold() as generation:
             loop = generation.loop
             offered = await loop.offered_tools(forwarded_credential(verified=self._verified))
             config = generation.config
-            budget = gateway.schema_budget(config.tool_exposure, config.capabilities, config.request_params)
+            exposure, capabilities, params = config.tool_exposure, config.capabilities, config.request_params
+            allowance = gateway.schema_allowance(exposure, capabilities, params)
             try:
                 return gateway.server_tools(
                     offered, loop.tools.server_names, server, names=names, pattern=pattern,
                     max_schema_tokens=limit,
-                    budget=budget,
+                    allowance=allowance,
                 )  # fmt: skip
             except gateway.GatewayError as exc:
                 raise CodedToolError(str(exc), exc.code) from None

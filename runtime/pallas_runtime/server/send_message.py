@@ -26,8 +26,8 @@ from pallas_runtime.agent.trace import tool_trace
 from pallas_runtime.agent.turns import Reply
 from pallas_runtime.approval.elicit import caller_approver
 from pallas_runtime.approval.question import NO_CHANNEL
-from pallas_runtime.auth.credential import forwarded_credential
 from pallas_runtime.conversations.caller import current_caller
+from pallas_runtime.edge.credential import forwarded_credential
 from pallas_runtime.metrics import RuntimeMetrics
 from pallas_runtime.server.descriptions import send_message_description, send_message_names
 from pallas_runtime.server.request import progress_sender, request_meta, session_id, wants_tool_calls

@@ -65,7 +65,7 @@ class TurnRequest:
     conversation_id: str | None = None
     session_id: str | None = None
     inbound_auth: str | None = None
-    """The `Authorization` value the agent sends on (see `auth.credential`)."""
+    """The `Authorization` value the agent sends on (see `edge.credential`)."""
     params: SendParams | None = None
     """The call's own request parameters, model and system prompt addition."""
     progress: Send | None = None

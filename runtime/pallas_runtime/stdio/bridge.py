@@ -51,8 +51,8 @@ from starlette.types import ASGIApp
 from pallas_api.fields import SessionLimits
 from pallas_io.logs import SecretValues
 from pallas_io.secrets import SecretFiles
-from pallas_runtime.request_limit import MAX_REQUEST_BYTES, RequestLimit
-from pallas_runtime.sessions import serve_sessions
+from pallas_runtime.edge.request_limit import MAX_REQUEST_BYTES, RequestLimit
+from pallas_runtime.edge.sessions import serve_sessions
 from pallas_runtime.stdio.links import Link
 from pallas_runtime.stdio.supervisor import ServerUnavailable, StdioServer
 

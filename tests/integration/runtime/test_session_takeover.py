@@ -23,7 +23,7 @@ from fastmcp import Client
 from fastmcp.client.transports import StreamableHttpTransport
 
 from pallas_api.fields import SessionLimits
-from pallas_runtime.sessions import SessionTable, serve_sessions
+from pallas_runtime.edge.sessions import SessionTable, serve_sessions
 from tests.integration.security.test_sessions import ACCEPT, PROTOCOL, oidc_auth, open_session
 from tests.support import mcp_servers as ms
 from tests.support.agents import agent_config, serve_agent

@@ -92,7 +92,7 @@ async def test_auto_offers_every_schema_while_they_fit_and_goes_on_demand_past_t
     assert offered_names(provider) == GATEWAY
 
 
-async def test_auto_is_the_default_and_its_budget_follows_the_context_window() -> None:
+async def test_auto_is_the_default_and_its_allowance_follows_the_context_window() -> None:
     loop, provider, _ = make(
         [text("hi")], [big("tools", 50)], capabilities={"contextWindow": 4096, "maxOutputTokens": 1024}
     )
@@ -135,7 +135,7 @@ async def test_denied_tools_are_not_listed_and_execute_tool_refuses_them_as_a_di
     ]
 
 
-async def test_get_server_tools_stays_within_its_budget_and_says_what_it_left_out() -> None:
+async def test_get_server_tools_stays_within_its_allowance_and_says_what_it_left_out() -> None:
     loop, _, _ = make(
         [
             call("get_server_tools", server="tools"),

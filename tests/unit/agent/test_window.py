@@ -5,7 +5,7 @@ from __future__ import annotations
 from pallas_api.fields import ModelCapabilities, RequestParams
 from pallas_runtime.agent.window import (
     IMAGE_TOKENS,
-    input_budget,
+    input_room,
     left_out,
     message_tokens,
     text_tokens,
@@ -64,6 +64,6 @@ def test_the_turn_in_progress_is_sent_even_when_it_alone_is_over_the_budget() ->
 
 def test_the_answer_keeps_its_room_in_the_window() -> None:
     caps = ModelCapabilities(context_window=10_000, max_output_tokens=2_000)
-    assert input_budget(caps, RequestParams()) == 8_000
-    assert input_budget(caps, RequestParams(max_tokens=500)) == 9_500
-    assert input_budget(caps, RequestParams(max_tokens=50_000)) == 8_000  # clamped, as sent
+    assert input_room(caps, RequestParams()) == 8_000
+    assert input_room(caps, RequestParams(max_tokens=500)) == 9_500
+    assert input_room(caps, RequestParams(max_tokens=50_000)) == 8_000  # clamped, as sent

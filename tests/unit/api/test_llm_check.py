@@ -24,7 +24,7 @@ Answer = Callable[[httpx2.Request], httpx2.Response | Awaitable[httpx2.Response]
 
 
 async def check(
-    endpoint: ProviderEndpoint, answer: Answer, budget: float = 5.0
+    endpoint: ProviderEndpoint, answer: Answer, time_limit: float = 5.0
 ) -> tuple[Verdict, list[httpx2.Request]]:
     asked: list[httpx2.Request] = []
 
@@ -34,7 +34,7 @@ async def check(
         return await response if inspect.isawaitable(response) else response
 
     async with httpx2.AsyncClient(transport=httpx2.MockTransport(handler)) as client:
-        return await check_provider(endpoint, budget=budget, client=client), asked
+        return await check_provider(endpoint, time_limit=time_limit, client=client), asked
 
 
 def models(*ids: str) -> Answer:
@@ -150,12 +150,12 @@ async def test_messages_are_cut_after_redaction() -> None:
 
 
 @pytest.mark.looptime
-async def test_the_budget_bounds_the_whole_check_and_names_the_request_waited_on() -> None:
+async def test_the_time_limit_bounds_the_whole_check_and_names_the_request_waited_on() -> None:
     async def never(request: httpx2.Request) -> httpx2.Response:
         await asyncio.sleep(3600)
-        raise AssertionError("the budget should have ended the check")
+        raise AssertionError("the time limit should have ended the check")
 
-    verdict, _ = await check(anthropic("claude-a"), never, budget=5)
+    verdict, _ = await check(anthropic("claude-a"), never, time_limit=5)
     assert verdict == (
         False,
         "anthropic provider 'claude': GET https://api.anthropic.com/v1/models/claude-a timed out after 5s",
@@ -188,7 +188,7 @@ async def test_a_cloud_platform_provider_is_not_probed_but_its_key_is_required()
     bedrock = ProviderEndpoint(
         "b", "anthropic", None, models=("anthropic.claude-x",), key_source="S", key="k", region="eu-central-1"
     )
-    verdict = await check_provider(bedrock, budget=0.01)  # no server anywhere: nothing is asked
+    verdict = await check_provider(bedrock, time_limit=0.01)  # no server anywhere: nothing is asked
     assert verdict.ok
     assert (
         verdict.message == "anthropic provider 'b': cloud platform (region eu-central-1); key set, not probed"

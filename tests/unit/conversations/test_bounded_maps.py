@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pallas_runtime.conversations.scope import SessionLedger
-from pallas_runtime.session_adoption import EndedSessions
+from pallas_runtime.edge.session_adoption import EndedSessions
 
 
 def test_a_ledger_lists_ids_oldest_first_a_named_again_one_last() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pallas_api import conditions, names
 from pallas_operator.reconcile.deployment import reconcile_deployment
 from tests.support.fake_cluster import FakeCluster, condition, in_memory_operator, operator_with
-from tests.support.operator import agent, at, deployment
+from tests.support.operator import agent, at, deployment, unchecked
 
 NS = "default"
 REGISTRY = names.registry_name("ouranos")
@@ -115,7 +115,7 @@ async def test_service_monitors_are_applied_once_their_crd_exists() -> None:
 
 async def test_a_spec_the_operator_cannot_read_is_reported_and_nothing_is_applied() -> None:
     # Only a CRD older than the operator lets such a spec through (the schema would prune it).
-    op, cluster = operator_with(deployment("ouranos", at("spec.registry.retired", True)))
+    op, cluster = operator_with(deployment("ouranos", at("spec.registry.retired", True), unchecked))
 
     assert await reconcile_deployment(op, NS, "ouranos") is None
 

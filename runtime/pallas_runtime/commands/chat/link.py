@@ -24,7 +24,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp_types import CONNECTION_CLOSED
 
 from pallas_io.backoff import backoff
-from pallas_runtime.draining import refusal_pause
+from pallas_runtime.edge.draining import refusal_pause
 
 RETRY_DELAYS = tuple(backoff(attempt, first=0.5, cap=8.0) for attempt in range(6))
 """Waits between attempts to open a new session (0.5, 1, 2, 4, 8 and 8 s: about 24 s in all):

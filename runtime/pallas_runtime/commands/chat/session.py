@@ -359,7 +359,7 @@ async def _refusal(url: str, headers: dict[str, str], wait: float) -> str | None
     The MCP client reports an HTTP error status as a bare "error response"; one plain MCP probe
     of the endpoint tells the statuses apart.
     """
-    outcome = await probe(url, budget=min(wait, 10.0), headers=headers)
+    outcome = await probe(url, time_limit=min(wait, 10.0), headers=headers)
     sent = any(name.lower() == "authorization" for name in headers)
     if outcome.unauthorized and not sent:
         return (

@@ -16,8 +16,8 @@ from a2a.server.context import ServerCallContext
 from a2a.server.routes import ServerCallContextBuilder
 from starlette.requests import Request
 
-from pallas_runtime.auth.credential import forwarded_credential
 from pallas_runtime.conversations.caller import Caller, current_caller
+from pallas_runtime.edge.credential import forwarded_credential
 
 INBOUND = "pallas.inbound"
 """The `ServerCallContext.state` key of the request's `Inbound`."""

@@ -1,9 +1,9 @@
-"""The memory an agent pod needs, derived from the budgets its spec sets.
+"""The memory an agent pod needs, derived from the bounds its spec sets on what the agent keeps.
 
 An agent process holds a fixed part (the interpreter, fastmcp, an LLM SDK, requests in flight)
 and the parts its spec bounds: conversations kept in memory (`history.maxBytes`) and open MCP
 sessions (`sessions.maxSessions`). The operator
-gives an agent pod that sets no `resources` this much as its memory limit, so raising a budget
+gives an agent pod that sets no `resources` this much as its memory limit, so raising a bound
 raises the limit with it and the pod is not OOM-killed for holding what its spec allows.
 """
 
@@ -14,12 +14,12 @@ from pallas_api.spec import PallasAgentSpec
 
 PROCESS_BYTES = 768 * MiB
 """The process without conversations: ~125 MB idle (fastmcp ~77 MB, an LLM SDK, the state
-store); the rest is for calls in flight, which no budget bounds yet: one carries up to a 4 MiB
+store); the rest is for calls in flight, which no setting bounds yet: one carries up to a 4 MiB
 body and 8 MiB tool results per tool call, and the copies made of them, so this leaves room for
 a dozen or so heavy calls at once."""
 HISTORY_FACTOR = 2
-"""Bytes of resident memory per byte of `history.maxBytes`: a 64 MiB budget grew a process by
-74 MB under 1 GiB of transcripts (tests/integration/security/test_memory_budget.py); twice
+"""Bytes of resident memory per byte of `history.maxBytes`: a 64 MiB `history.maxBytes` grew a process by
+74 MB under 1 GiB of transcripts (tests/integration/security/test_memory_bound.py); twice
 leaves room for the allocator's fragmentation and for a database store decoding a transcript
 while its cache still holds the previous one."""
 SESSION_BYTES = 64 * 1024

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from pallas_runtime.request_limit import read_body, replaying, send_invalid_request
+from pallas_runtime.edge.request_limit import read_body, replaying, send_invalid_request
 
 SESSION_HEADER = "mcp-session-id"
 RequestKey = tuple[str, str]

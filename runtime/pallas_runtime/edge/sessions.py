@@ -48,7 +48,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from pallas_api.fields import SessionLimits
-from pallas_runtime.session_adoption import (
+from pallas_runtime.edge.session_adoption import (
     EndedSessions,
     adoptable_protocol,
     answer_taking_on,

@@ -1,4 +1,4 @@
-"""What conversations kept in a process weigh, and keeping them within a byte budget.
+"""What conversations kept in a process weigh, and keeping them within a byte bound (`history.maxBytes`).
 
 The memory store's conversations and a database store's cached transcripts were bounded by
 count alone: 1,000 conversations of a few 1 MiB messages each took an agent from 256 MB to
