@@ -8,8 +8,10 @@ counted on every call):
 
 `--turns` turns of `--calls` LLM calls each, every call simulated as `--llm-ms` of waiting:
 
-- check: `before_llm_call`, what runs before each LLM call (in memory: no I/O);
-- charge: `after_llm_call`, what runs after it: the cost metric, the windows counted in memory,
+- check: `before_llm_call`, what runs before each LLM call: the check and the reservation (in
+  memory: no I/O);
+- charge: `after_llm_call`, what runs after it: the reservation released, the cost metric, the
+  windows counted in memory,
   and the store's atomic increment of both windows started (it runs beside the next call);
 - per_call: check + charge, what a budget adds to the path of one LLM call;
 - open_per_turn: `Budgets.open`, once per turn (one read of both windows);
@@ -49,6 +51,8 @@ from tests.support.postgres import running_postgres  # noqa: E402
 
 PRICE = ModelPrice(input=2.5, output=10, cached_input=1.25)
 USAGE = Usage(input=1200, output=300, cache_read=400)
+RESERVED = (1600, 4096)
+"""What each call reserves: its estimated input and the room for its answer."""
 
 
 class Quiet:
@@ -93,9 +97,12 @@ async def ledger_figures(ledger: Ledger, turns: int, calls: int, llm_seconds: fl
         turn = await budgets.open(cfg, caller, None)
         opened.append(time.perf_counter() - started)
         for _ in range(calls):
-            a = await timed(partial(guard.before_llm_call, turn, quiet))
+            started = time.perf_counter()
+            held = await guard.before_llm_call(turn, quiet, PRICE, *RESERVED)
+            a = time.perf_counter() - started
             await asyncio.sleep(llm_seconds)  # the LLM call; the previous charge is stored meanwhile
-            b = await timed(partial(guard.after_llm_call, turn, metrics, "bench", "m", PRICE, USAGE, quiet))
+            after = partial(guard.after_llm_call, turn, metrics, "bench", "m", PRICE, USAGE, quiet, held)
+            b = await timed(after)
             check.append(a)
             charge.append(b)
             per_call.append(a + b)

@@ -114,6 +114,11 @@ class SecretValues:
     def __bool__(self) -> bool:
         return bool(self._values)
 
+    def including(self, values: Iterable[str]) -> SecretValues:
+        """These values and `values` besides (e.g. one request's caller credential)."""
+        more = [v for v in values if len(v) >= MIN_SECRET_LENGTH]
+        return SecretValues([*self._values, *more]) if more else self
+
     def scrub(self, text: str) -> str:
         """The text with every known value replaced by `[redacted]`."""
         for value in self._values:

@@ -683,7 +683,7 @@ async def test_a_client_finds_the_orchestrator_in_the_registry_and_chats(shared:
 
     # The answer went orchestrator → researcher → tools and back, with the bearer only at `echo`.
     assert not result.is_error, answer
-    assert answer.startswith("Final answer: echo saw Bearer e2e-user-token; plain saw None; "), answer
+    assert answer.startswith("Final answer: echo saw [redacted]; plain saw None; "), answer
     assert "everything said Echo: hello from the researcher" in answer, answer
 
     # Progress in the seed's formats: the orchestrator's steps, the sub-agent's steps relayed,
@@ -718,9 +718,7 @@ async def test_a_client_finds_the_orchestrator_in_the_registry_and_chats(shared:
     assert turns[1][0] == "assistant"
     assert turns[1][1].startswith("[tool call] researcher__send_message {"), turns
     assert turns[2][0] == "assistant"
-    assert turns[2][1].startswith("[tool result] researcher__send_message: echo saw Bearer e2e-user-token"), (
-        turns
-    )
+    assert turns[2][1].startswith("[tool result] researcher__send_message: echo saw [redacted]"), turns
     assert turns[3:] == [("assistant", answer)]
 
     # What the LLM saw: the bearer reached `echo` (forwardInboundAuth) and not `plain`.
@@ -730,7 +728,7 @@ async def test_a_client_finds_the_orchestrator_in_the_registry_and_chats(shared:
     offered = {t["function"]["name"] for t in research[0].json["tools"]}
     assert {n for n, _ in RESEARCH_CALLS} <= offered, offered
     results = last_round_results(research[1].json["messages"])
-    assert authorization_in(results["echo__echo_headers"]) == BEARER
+    assert authorization_in(results["echo__echo_headers"]) == "[redacted]"  # the caller's, scrubbed
     assert authorization_in(results["plain__echo_headers"]) is None
     assert all(r.headers.get("authorization") == f"Bearer {FIRST_KEY}" for r in seen)
     # …and what the servers themselves recorded (tool calls and the operator's health probes).
@@ -790,7 +788,7 @@ async def test_a_client_finds_the_orchestrator_in_the_registry_and_chats(shared:
     )
     out, err = await asyncio.wait_for(chat.communicate(), 90)
     assert chat.returncode == 0, err.decode()
-    assert out.decode().startswith("Final answer: echo saw Bearer e2e-user-token; plain saw None"), out
+    assert out.decode().startswith("Final answer: echo saw [redacted]; plain saw None"), out
     assert "researcher/send_message" in err.decode(), "pallas chat shows progress lines while waiting"
 
 
@@ -814,7 +812,7 @@ async def test_an_a2a_client_finds_the_cards_and_its_bearer_reaches_the_tools(sh
     assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED, events[-1]
     chunks = [e.artifact_update for e in events if e.HasField("artifact_update")]
     answer = [c for c in chunks if c.last_chunk][-1].artifact.parts[0].text
-    assert answer.startswith("Final answer: echo saw Bearer e2e-user-token; plain saw None; "), answer
+    assert answer.startswith("Final answer: echo saw [redacted]; plain saw None; "), answer
     steps = [
         e.status_update.status.message.parts[0].text
         for e in events
@@ -932,7 +930,7 @@ async def test_a_killed_container_is_restarted_by_the_kubelet_and_the_agent_reco
     # The new process serves: health by its Service name, and a turn through the orchestrator.
     async with mcp_client(world.agent_url("orchestrator")) as client:
         result = await client.call_tool("send_message", {"message": "again?"})
-    assert result.content[0].text.startswith("Final answer: echo saw Bearer e2e-user-token"), result
+    assert result.content[0].text.startswith("Final answer: echo saw [redacted]"), result
 
 
 async def test_a_deleted_pod_is_replaced_and_the_registry_follows(shared: World) -> None:
@@ -973,7 +971,7 @@ async def test_a_deleted_pod_is_replaced_and_the_registry_follows(shared: World)
     )
     async with mcp_client(world.agent_url("orchestrator")) as client:
         result = await client.call_tool("send_message", {"message": "after the new pods?"})
-    assert result.content[0].text.startswith("Final answer: echo saw Bearer e2e-user-token"), result
+    assert result.content[0].text.startswith("Final answer: echo saw [redacted]"), result
 
 
 def kube_proxy_programming() -> tuple[float, float]:
@@ -1114,7 +1112,7 @@ async def test_a_rotated_llm_key_reaches_the_llm_without_a_new_pod(world: World,
         before = len(llm.requests)
         async with mcp_client(world.agent_url(team.agent("orchestrator"))) as client:
             result = await client.call_tool("send_message", {"message": f"with the new key? ({asked})"})
-        assert "echo saw Bearer e2e-user-token" in result.content[0].text, result
+        assert "echo saw [redacted]" in result.content[0].text, result
         turn = [r for r in llm.requests[before:] if r.path == llm.completion_path]
         sent = {r.headers.get("authorization") for r in turn}
         return turn if sent == {f"Bearer {SECOND_KEY}"} else None

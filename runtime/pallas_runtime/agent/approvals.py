@@ -8,6 +8,8 @@ caller's progress shows `{server}/{tool}: awaiting approval`. Each decision is o
 becomes the call's error result, which the model reads and can react to (the turn goes on):
 REJECTED and UNAVAILABLE with code DENIED_BY_POLICY, TIMEOUT with TIMEOUT, each with the reason.
 A turn cancelled or drained while it waits stops waiting at once: the question is abandoned.
+A turn has at most `MAX_PENDING_QUESTIONS` questions waiting at once; a call beyond them is
+refused unasked (UNAVAILABLE, DENIED_BY_POLICY), so a model cannot flood its caller with them.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from pallas_api.approval import ApprovalPolicy
+from pallas_api.approval import MAX_PENDING_QUESTIONS, ApprovalPolicy
 from pallas_api.config import AgentConfig
 from pallas_api.errors import ErrorCode
 from pallas_runtime.agent.audit import AUDIT, Outcome, audit_tool_call
@@ -66,6 +68,8 @@ class ApprovalGate:
         self._policies: dict[str, ApprovalPolicy] = {
             s.name: s.require_approval for s in config.servers if s.require_approval is not None
         }
+        self._pending: dict[int, int] = {}
+        """Questions waiting, by the id of the turn's approver (one per turn; kept while asked)."""
 
     def needs(self, tool: RemoteTool) -> tuple[ApprovalPolicy, str] | None:
         """The policy and the reason a call of `tool` needs approval, or None."""
@@ -91,13 +95,22 @@ class ApprovalGate:
         if progress is not None:
             await progress.awaiting_approval(tool.source, tool.name)
         started = time.perf_counter()
-        try:
-            async with asyncio.timeout(policy.timeout_seconds):
-                answer = answer_of(await approver.elicit(question.form()))
-        except TimeoutError:
-            answer = Answer("TIMEOUT", f"no answer within {policy.timeout_seconds:g}s")
-        except ApprovalUnavailable as exc:
-            answer = Answer("UNAVAILABLE", str(exc))
+        turn = id(approver)
+        waiting = self._pending.get(turn, 0)
+        if waiting >= MAX_PENDING_QUESTIONS:
+            answer = Answer(
+                "UNAVAILABLE",
+                f"{waiting} approval questions of this turn are waiting already (at most "
+                f"{MAX_PENDING_QUESTIONS} at once); call it again once they are answered",
+            )
+        else:
+            self._pending[turn] = waiting + 1
+            try:
+                answer = await self._ask(question, policy, approver)
+            finally:
+                left = self._pending.pop(turn) - 1
+                if left:
+                    self._pending[turn] = left
         elapsed = time.perf_counter() - started
         audit_approval(self._agent, tool.source, tool.name, answer, why, elapsed)
         if answer.verdict == "APPROVED":
@@ -115,3 +128,14 @@ class ApprovalGate:
         if progress is not None:
             await progress.tool_finished(tool.source, tool.name, ok=False)
         return ToolOutcome((TextPart(f"{text}; the tool was not run"),), is_error=True, code=code)
+
+    @staticmethod
+    async def _ask(question: Question, policy: ApprovalPolicy, approver: Approver) -> Answer:
+        """The caller's answer, within the policy's time."""
+        try:
+            async with asyncio.timeout(policy.timeout_seconds):
+                return answer_of(await approver.elicit(question.form()))
+        except TimeoutError:
+            return Answer("TIMEOUT", f"no answer within {policy.timeout_seconds:g}s")
+        except ApprovalUnavailable as exc:
+            return Answer("UNAVAILABLE", str(exc))

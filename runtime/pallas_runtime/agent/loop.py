@@ -27,7 +27,7 @@ from pallas_runtime.agent.audit import audit_tool_call
 from pallas_runtime.agent.latency import LLM, Latencies
 from pallas_runtime.agent.toolbox import OfferedTool, ToolBox, llm_tool_name
 from pallas_runtime.agent.turn import Turn, TurnChoice
-from pallas_runtime.agent.window import input_room, left_out, request_tokens
+from pallas_runtime.agent.window import answer_room, input_room, left_out, message_tokens, request_tokens
 from pallas_runtime.conversations.caller import kept_id
 from pallas_runtime.downstream.source import ToolOutcome, ToolSource
 from pallas_runtime.llm.params import merge_params
@@ -226,33 +226,41 @@ class AgentLoop:
         conversation_id: str | None,
     ) -> Completion:
         progress = turn.progress
-        await spending.before_llm_call(turn.budget, progress)  # BudgetExceeded ends the turn
-        await progress.step("llm")
-        agent, model = self._config.name, choice.model
-        stream = progress.text_stream()
-        span_of_call = llm_span(
-            agent, provider_name(self._config.provider), model, conversation_id,
-            system=system, messages=messages, secrets=self._secrets,
-        )  # fmt: skip
-        with span_of_call as span:
-            started = time.perf_counter()
-            try:
-                completion = await choice.provider.complete(
-                    system=system,
-                    messages=messages,
-                    tools=specs,
-                    params=params,
-                    on_text=stream.feed if stream is not None else None,
-                )
-            except LLMError:
+        price = choice.capabilities.price
+        size = _call_size(turn, choice, system, messages, specs, params)
+        # BudgetExceeded ends the turn; a call cancelled in the block is charged its input.
+        async with spending.llm_call(turn.budget, progress, price, *size) as reservation:
+            await progress.step("llm")
+            agent, model = self._config.name, choice.model
+            stream = progress.text_stream()
+            span_of_call = llm_span(
+                agent, provider_name(self._config.provider), model, conversation_id,
+                system=system, messages=messages, secrets=self._secrets,
+            )  # fmt: skip
+            with span_of_call as span:
+                started = time.perf_counter()
+                try:
+                    completion = await choice.provider.complete(
+                        system=system,
+                        messages=messages,
+                        tools=specs,
+                        params=params,
+                        on_text=stream.feed if stream is not None else None,
+                    )
+                except LLMError:
+                    elapsed = time.perf_counter() - started
+                    self._metrics.llm_request_duration.labels(agent, model, "error").observe(
+                        elapsed, exemplar()
+                    )
+                    self.latencies.record(LLM, elapsed)
+                    raise
                 elapsed = time.perf_counter() - started
-                self._metrics.llm_request_duration.labels(agent, model, "error").observe(elapsed, exemplar())
-                self.latencies.record(LLM, elapsed)
-                raise
-            elapsed = time.perf_counter() - started
-            completed(span, completion, self._secrets)
-            self._metrics.llm_request_duration.labels(agent, model, "ok").observe(elapsed, exemplar())
-        self.latencies.record(LLM, elapsed)
+                completed(span, completion, self._secrets)
+                self._metrics.llm_request_duration.labels(agent, model, "ok").observe(elapsed, exemplar())
+            self.latencies.record(LLM, elapsed)
+            await spending.after_llm_call(
+                turn.budget, self._metrics, agent, model, price, completion.usage, progress, reservation
+            )
         if stream is not None:
             await stream.flush()
             if not stream.received and completion.tool_calls and completion.text:
@@ -263,10 +271,6 @@ class AgentLoop:
         for kind, count in completion.usage.by_kind().items():
             if count:
                 self._metrics.llm_tokens_total.labels(agent, model, kind).inc(count)
-        price = choice.capabilities.price
-        await spending.after_llm_call(
-            turn.budget, self._metrics, agent, model, price, completion.usage, progress
-        )
         return completion
 
     async def _dispatch(self, call: ToolCall, tools: gateway.ToolMenu, turn: Turn) -> ToolResult:
@@ -318,3 +322,21 @@ class AgentLoop:
             audit_tool_call(self._config.name, "", call.name, "DENY", 0.0, str(exc), exc.code)
             return _error(call, str(exc))
         return ToolResult(call.id, call.name, (TextPart(json.dumps(answer, ensure_ascii=False)),), False)
+
+
+def _call_size(
+    turn: Turn,
+    choice: TurnChoice,
+    system: str,
+    messages: Sequence[Message],
+    specs: Sequence[ToolSpec],
+    params: RequestParams,
+) -> tuple[int, int]:
+    """The most an LLM call can spend: its input as estimated and the room for its answer.
+
+    (0, 0) when nothing limits the turn: nothing is reserved, and nothing is estimated.
+    """
+    if turn.budget is None or not turn.budget.limited:
+        return 0, 0
+    estimate = request_tokens(system, specs) + sum(message_tokens(m) for m in messages)
+    return estimate, answer_room(choice.capabilities, params)

@@ -32,6 +32,7 @@ from pallas_runtime.agent.audit import Outcome, audit_tool_call
 from pallas_runtime.agent.latency import Latencies
 from pallas_runtime.agent.turn import Turn
 from pallas_runtime.agent.window import OVERHEAD_TOKENS, text_tokens
+from pallas_runtime.auth.credential import credential_values
 from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.downstream.source import (
     DownstreamError,
@@ -192,15 +193,19 @@ class ToolBox:
         progress = turn.progress
         if (refused := await self._approvals.check(tool, arguments, progress, turn.approver)) is not None:
             return refused  # the caller rejected it, or nobody could be asked in time (audited)
+        # The caller's own credential is a secret of this call: a server it is forwarded to (or
+        # one that got it some other way) may echo it, and it must reach neither the model, the
+        # stored history, the answer nor the spans.
+        secrets = self._secrets.including(credential_values(turn.credential))
         await progress.tool_started(source, tool.name)
         with tool_span(
-            agent, source, tool.name, peer=entry.peer, arguments=arguments, secrets=self._secrets
+            agent, source, tool.name, peer=entry.peer, arguments=arguments, secrets=secrets
         ) as span:
             started = time.perf_counter()
             timed_out = False
             relay = progress.relay(source, tool.name)
             try:
-                call = entry.source.call_tool(tool.name, arguments, turn.onward(self._scrubbed(relay)))
+                call = entry.source.call_tool(tool.name, arguments, turn.onward(_scrubbed(relay, secrets)))
                 outcome = await (asyncio.wait_for(call, time_limit) if time_limit is not None else call)
             except TimeoutError:
                 timed_out = True
@@ -229,27 +234,31 @@ class ToolBox:
             agent, source, "tool", "error" if outcome.is_error else "ok"
         ).inc()
         await progress.tool_finished(source, tool.name, ok=not outcome.is_error)
-        return ToolOutcome(self._within_budget(outcome, tool.qualified_name), outcome.is_error, outcome.code)
+        content = self._within_budget(outcome, tool.qualified_name, secrets)
+        return ToolOutcome(content, outcome.is_error, outcome.code)
 
-    def _within_budget(self, outcome: ToolOutcome, qualified: str) -> tuple[ContentPart, ...]:
+    def _within_budget(
+        self, outcome: ToolOutcome, qualified: str, secrets: SecretValues
+    ) -> tuple[ContentPart, ...]:
         """The result as the model gets it: texts scrubbed of secrets, then cut to size.
 
         Scrubbed first, so no part of a secret survives the cut to `limits.maxToolResultBytes`.
         """
         limit = self._config.limits.max_tool_result_bytes
-        scrub = self._secrets.scrub
+        scrub = secrets.scrub
         return tuple(
             TextPart(cut_to(scrub(p.text), limit, f"result of {qualified}")) if isinstance(p, TextPart) else p
             for p in outcome.content
         )
 
-    def _scrubbed(self, relay: ProgressHandler | None) -> ProgressHandler | None:
-        """A downstream call's progress relay whose messages are scrubbed of the agent's secrets."""
-        if relay is None or not self._secrets:
-            return relay
-        scrub = self._secrets.scrub
 
-        async def forward(progress: float, total: float | None, message: str | None) -> None:
-            await relay(progress, total, scrub(message) if message else message)
+def _scrubbed(relay: ProgressHandler | None, secrets: SecretValues) -> ProgressHandler | None:
+    """A downstream call's progress relay whose messages are scrubbed of `secrets`."""
+    if relay is None or not secrets:
+        return relay
+    scrub = secrets.scrub
 
-        return forward
+    async def forward(progress: float, total: float | None, message: str | None) -> None:
+        await relay(progress, total, scrub(message) if message else message)
+
+    return forward

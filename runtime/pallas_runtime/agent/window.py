@@ -68,14 +68,20 @@ def request_tokens(system: str, tools: Sequence[ToolSpec]) -> int:
     return text_tokens(system) + text_tokens(schemas) + OVERHEAD_TOKENS * (1 + len(tools))
 
 
+def answer_room(capabilities: ModelCapabilities, params: RequestParams) -> int:
+    """Tokens kept for a call's answer (also the most its answer can spend).
+
+    The call's `maxTokens` (clamped, as the adapters clamp it), else the model's `maxOutputTokens`.
+    """
+    return min(params.max_tokens or capabilities.max_output_tokens, capabilities.max_output_tokens)
+
+
 def input_room(capabilities: ModelCapabilities, params: RequestParams) -> int:
     """Tokens a request's input may take: the window less the room kept for the answer.
 
-    The answer's room is the call's `maxTokens` (clamped, as the adapters clamp it), else the
-    model's `maxOutputTokens`: an answer cut short for lack of room is a failure too.
+    An answer cut short for lack of room is a failure too.
     """
-    answer = min(params.max_tokens or capabilities.max_output_tokens, capabilities.max_output_tokens)
-    return capabilities.context_window - answer
+    return capabilities.context_window - answer_room(capabilities, params)
 
 
 def left_out(history: Sequence[Message], turn: Sequence[Message], room: int) -> int:

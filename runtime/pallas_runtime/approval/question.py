@@ -18,6 +18,7 @@ peer calls that relay their own questions to it. A turn without one gets `UNAVAI
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -38,10 +39,15 @@ SCHEMA: mcp_types.ElicitRequestedSchema = {
     "required": [APPROVE_FIELD],
 }
 QUESTION_META = "pallas.dev/approval"
-"""`_meta` key of the elicitation: the question's parts as data (agent, server, tool, reason), for
-clients that show more than the message."""
+"""`_meta` key of the elicitation: the question's parts as data (agent, server, tool, reason, the
+full `arguments` and their `argumentsSha256`), for clients that show more than the message."""
 ARGUMENTS_SHOWN = 400
-"""Characters of the arguments' JSON the question's message shows at most."""
+"""Characters of the arguments' JSON the question's message shows whole; longer ones are shown
+as a digest: every argument by name, each value cut in its middle."""
+VALUE_SHOWN = 60
+"""Characters of one argument's value a digest shows at most (its start and its end)."""
+NAMES_SHOWN = 20
+"""Arguments a digest names at most (the rest are counted)."""
 
 
 class ApprovalUnavailable(Exception):
@@ -61,9 +67,23 @@ class Question:
     """What makes the call need approval: `requireApproval.tools <glob>` or `destructiveHint`."""
 
     def summary(self) -> str:
-        """The arguments as compact JSON, cut to `ARGUMENTS_SHOWN` characters."""
-        text = json.dumps(dict(self.arguments), ensure_ascii=False, separators=(", ", ": "), default=str)
-        return text if len(text) <= ARGUMENTS_SHOWN else text[: ARGUMENTS_SHOWN - 1] + "…"
+        """The arguments as compact JSON when short; else a digest naming every argument.
+
+        A cut at a fixed length hid what came after a padded argument (`PRODUCTION-DATABASE`
+        behind 400 characters of filler, approved unseen). The digest shows each argument by
+        name with its value's start and end, and the fingerprint of the full arguments, which
+        `_meta` carries whole.
+        """
+        text = _json(self.arguments)
+        if len(text) <= ARGUMENTS_SHOWN:
+            return text
+        items = list(self.arguments.items())
+        shown = ", ".join(f"{_cut(_json(str(k)))}: {_cut(_json(v))}" for k, v in items[:NAMES_SHOWN])
+        more = f", and {len(items) - NAMES_SHOWN} more arguments" if len(items) > NAMES_SHOWN else ""
+        return (
+            f"{{{shown}{more}}} (a digest of {len(text):,} characters of arguments, sha256 "
+            f"{_fingerprint(text)[:16]}; the full arguments are in _meta {QUESTION_META}.arguments)"
+        )
 
     def form(self) -> mcp_types.ElicitRequestFormParams:
         """The elicitation that asks it."""
@@ -71,11 +91,33 @@ class Question:
             f"Agent {self.agent} wants to call {self.server}/{self.tool} with {self.summary()} "
             f"({self.why}). Approve?"
         )
-        meta = cast(
-            mcp_types.RequestParamsMeta,
-            {QUESTION_META: {"agent": self.agent, "server": self.server, "tool": self.tool, "why": self.why}},
-        )
+        arguments = dict(self.arguments)
+        parts = {
+            "agent": self.agent,
+            "server": self.server,
+            "tool": self.tool,
+            "why": self.why,
+            "arguments": arguments,
+            "argumentsSha256": _fingerprint(_json(arguments)),
+        }
+        meta = cast(mcp_types.RequestParamsMeta, {QUESTION_META: parts})
         return mcp_types.ElicitRequestFormParams(message=message, requested_schema=SCHEMA, _meta=meta)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
+
+
+def _fingerprint(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _cut(text: str) -> str:
+    """`text` cut in its middle to `VALUE_SHOWN` characters, saying how long it was."""
+    if len(text) <= VALUE_SHOWN:
+        return text
+    head, tail = VALUE_SHOWN * 2 // 3, VALUE_SHOWN // 3
+    return f"{text[:head]}…[{len(text) - head - tail:,} characters]…{text[-tail:]}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,6 +60,8 @@ from pallas_runtime.downstream.source import (
 )
 from pallas_runtime.messages import TextPart
 from pallas_runtime.sizes import human_bytes, utf8_size
+from pallas_runtime.spending import guard as spending
+from pallas_runtime.spending.chain import SPEND_META
 
 log = logging.getLogger("pallas.downstream")
 
@@ -142,6 +144,8 @@ class _Answer:
         self.state: TaskState = TaskState.TASK_STATE_UNSPECIFIED
         self.status_text = ""
         self.code: ErrorCode | None = None
+        self.spent: dict[str, Any] = {}
+        """The `_meta` spend the peer reported, if it is a Pallas agent (`spending.chain`)."""
 
     def task(self, task: Task) -> None:
         for artifact in task.artifacts:
@@ -155,6 +159,8 @@ class _Answer:
             self.status_text = text
 
     def error_code(self, metadata: Mapping[str, Any]) -> None:
+        if SPEND_META in metadata:
+            self.spent = {SPEND_META: metadata[SPEND_META]}
         error = metadata.get(ERROR_META)
         code = error.get("code") if isinstance(error, Mapping) else None
         if isinstance(code, str) and code in ErrorCode.__members__.values():
@@ -239,8 +245,9 @@ class A2APeerSource:
         return [RemoteTool(self.name, SEND_MESSAGE, description, INPUT_SCHEMA)]
 
     def _request(self, arguments: Mapping[str, Any], onward: Onward) -> SendMessageRequest:
-        # A peer of another kind: it reports no spend back, so no budget goes with the call.
-        meta = onward.meta(self.name, with_budget=False)
+        # What the root caller has left goes along, as to a Pallas peer: a Pallas agent over A2A
+        # keeps to it and reports its spend back in the task's metadata.
+        meta = onward.meta(self.name)
         conversation = onward.conversation
         context_id = peer_conversation_id(conversation, self.name) if conversation is not None else None
         message = new_text_message(
@@ -276,8 +283,11 @@ class A2APeerSource:
             async with asyncio.timeout(self._peer.timeout_seconds):
                 client = await self._a2a_client(headers, self._peer.timeout_seconds)
                 context = ClientCallContext(service_parameters=headers)
-                async for event in client.send_message(request, context=context):
-                    await self._follow(event, answer, onward.on_progress)
+                try:
+                    async for event in client.send_message(request, context=context):
+                        await self._follow(event, answer, onward.on_progress)
+                finally:  # what the peer spent is charged however the call ended
+                    await spending.peer_answered(onward.budget, answer.spent)
         except TimeoutError:
             raise DownstreamTimeout(
                 f"{self.name}: {SEND_MESSAGE} timed out after {self._peer.timeout_seconds:g}s"

@@ -76,18 +76,17 @@ class Onward:
     """The approval relay token of this call to a peer agent (`approval.elicit.Relays`): set by
     that source when it opens the call, so its questions find their way back to this turn."""
 
-    def meta(self, peer: str, *, with_budget: bool = True) -> dict[str, Any] | None:
+    def meta(self, peer: str) -> dict[str, Any] | None:
         """What a call to agent `peer` carries besides its message: the one definition of it.
 
         The path of agents extended by `peer`, what the root caller has left to spend
-        (`spending.chain`), and the relay token. `with_budget=False` for a peer that reports no
-        spend back (an A2A agent): a budget it cannot charge against would only leak numbers.
+        (`spending.chain`; a Pallas agent reached over A2A keeps to it too), and the relay token.
 
         Raises:
             CallRefused: the call would loop back or go deeper than `maxDepth` (it is not sent).
         """
         meta = self.call_path.onward(peer) if self.call_path is not None else None
-        if with_budget and (budget := spending.onward_meta(self.budget)):
+        if budget := spending.onward_meta(self.budget):
             meta = {**(meta or {}), **budget}
         if self.relay is not None:
             meta = {**(meta or {}), RELAY_META: self.relay}

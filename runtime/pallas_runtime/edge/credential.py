@@ -69,3 +69,15 @@ def forwarded_credential(*, verified: bool) -> str | None:
         token = get_access_token()
         return f"Bearer {token.token}" if token is not None else None
     return get_http_headers(include={"authorization"}).get("authorization")
+
+
+def credential_values(authorization: str | None) -> tuple[str, ...]:
+    """What of an `Authorization` value is the caller's secret: the whole value and its token.
+
+    Scrubbed from tool results like the agent's own secrets: a server echoing the header may
+    echo the token alone (`Bearer ` dropped, or quoted in a JSON string of its own).
+    """
+    if not authorization:
+        return ()
+    token = authorization.partition(" ")[2].strip()
+    return (authorization, token) if token else (authorization,)

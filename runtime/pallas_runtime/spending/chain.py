@@ -35,6 +35,18 @@ SPEND_META = "pallas.dev/spend"
 MAX_ROOT = 512
 
 
+def _whole(value: Any) -> int | None:
+    """A count >= 0 as a whole number, or None.
+
+    A whole float counts: A2A metadata travels as a protobuf Struct, whose numbers are all doubles.
+    """
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
 class BadChainBudget(ValueError):
     """A `_meta` budget that is not one; the message says what is wrong."""
 
@@ -63,7 +75,7 @@ class ChainBudget:
         root, tokens, cost, resets = (raw.get(k) for k in ("rootCaller", "tokens", "cost", "resetsAt"))
         if not isinstance(root, str) or not 0 < len(root) <= MAX_ROOT:
             raise BadChainBudget(f"_meta {BUDGET_META}.rootCaller must be 1 to {MAX_ROOT} characters")
-        if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0):
+        if tokens is not None and (tokens := _whole(tokens)) is None:
             raise BadChainBudget(f"_meta {BUDGET_META}.tokens must be a whole number >= 0")
         if cost is not None and (
             isinstance(cost, bool) or not isinstance(cost, int | float) or not math.isfinite(cost) or cost < 0
@@ -105,8 +117,8 @@ def reported_spend(meta: Mapping[str, Any] | None) -> tuple[int, int] | None:
     raw = (meta or {}).get(SPEND_META)
     if not isinstance(raw, Mapping):
         return None
-    tokens, cost = raw.get("tokens", 0), raw.get("cost", 0)
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+    tokens, cost = _whole(raw.get("tokens", 0)), raw.get("cost", 0)
+    if tokens is None:
         return None
     if isinstance(cost, bool) or not isinstance(cost, int | float) or not math.isfinite(cost) or cost < 0:
         return None

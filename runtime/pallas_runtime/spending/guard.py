@@ -1,11 +1,18 @@
-"""Budgets enforced on a turn: checked before each LLM call, charged after it.
+"""Budgets enforced on a turn: spend reserved before each LLM call, charged after it.
 
 A turn opens its budget once (`Budgets.open`: one read of the ledger for the agent's and the
-caller's windows, and the budget the call carried down the chain). Checking before an LLM call
-then compares numbers in memory; each charge adds the call's tokens and cost to the ledger with
-atomic increments and reads back the totals, so spend of other replicas and of the caller's
-other turns is seen at the next check. A call that starts under a budget finishes: a budget can
-be overrun by the calls that were running when it ran out, never by a call started after.
+caller's windows, and the budget the call carried down the chain). The turns of one process
+share each window's figures (`_Window`): what it holds as last known and what the calls in
+flight have reserved. Before an LLM call the turn reserves the most the call can spend (its
+input as estimated, `agent.window`, and the room for its answer: `maxTokens` or the model's
+`maxOutputTokens`); a call finding the window's spend and reservations at its limit waits for
+the calls in flight to finish, and is refused once the spend itself is at the limit. After the
+call the reservation is released and the call's real usage charged; a cancelled call (the
+provider was called) is charged its estimated input. So the calls of one process, however many
+turns run at once, overrun a budget by at most one call's reservation: the last call admitted
+while the window was under its limit. Each charge adds the call's tokens and cost to the ledger
+with atomic increments and reads back the totals, so spend of other replicas is seen at the
+next check (reservations are the process's own: replicas each add at most one reservation).
 
 The turn's budget travels in the turn (`agent.turn.Turn.budget`) and in what its tool calls hand
 their sources (`downstream.source.Onward.budget`): the loop checks and charges it, a peer call
@@ -16,7 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+import weakref
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
@@ -72,16 +81,65 @@ def micros_of(price: ModelPrice | None, usage: Usage) -> int:
     return price.micros(usage.input + usage.cache_write, usage.output, usage.cache_read)
 
 
+@dataclass(slots=True, weakref_slot=True)
+class _Window:
+    """One budget window as the turns of this process share it."""
+
+    spent: Spent = field(default_factory=Spent)
+    """What the window holds as last known: the ledger's totals and this process's charges."""
+    reserved: Spent = field(default_factory=Spent)
+    """What the LLM calls in flight have reserved."""
+    released: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set (and replaced) whenever a reservation is released: calls waiting look again."""
+
+    def release(self, tokens: int, micros: int) -> None:
+        self.reserved = Spent(self.reserved.tokens - tokens, self.reserved.micros - micros)
+        released, self.released = self.released, asyncio.Event()
+        released.set()
+
+
+class _Windows:
+    """The windows of one process, each shared by the turns that use it (and dropped after them)."""
+
+    def __init__(self) -> None:
+        self._windows: weakref.WeakValueDictionary[Bucket, _Window] = weakref.WeakValueDictionary()
+
+    def get(self, bucket: Bucket, spent: Spent | None = None) -> _Window:
+        """The window of `bucket`, taking in what the ledger says it holds (`spent`)."""
+        window = self._windows.get(bucket)
+        if window is None:
+            self._windows[bucket] = window = _Window()
+        if spent is not None:
+            window.spent = Spent(
+                max(spent.tokens, window.spent.tokens), max(spent.micros, window.spent.micros)
+            )
+        return window
+
+
 @dataclass(slots=True)
 class _Limit:
-    """One budget of a turn: its limit and what its window holds as last read."""
+    """One budget of a turn: its limit and its window's shared figures."""
 
     kind: Kind
     subject: str
     limit: BudgetLimit
     bucket: Bucket
-    spent: Spent
+    window: _Window
     warned: bool = False
+
+    @property
+    def spent(self) -> Spent:
+        return self.window.spent
+
+    def full(self) -> bool:
+        """Whether the spend and the reservations in flight together reach the limit."""
+        limit, spent, held = self.limit, self.window.spent, self.window.reserved
+        if held.tokens <= 0 and held.micros <= 0:
+            return False  # nothing to wait for: `over` decides
+        if limit.tokens is not None and spent.tokens + held.tokens >= limit.tokens:
+            return True
+        micros = limit.cost_micros
+        return micros is not None and spent.micros + held.micros >= micros
 
     def whose(self, agent: str) -> str:
         return f"agent {agent}" if self.kind == "agent" else f"caller {self.subject}"
@@ -112,6 +170,20 @@ class _Limit:
 
 
 @dataclass(slots=True)
+class Reservation:
+    """What one LLM call holds of its turn's windows while it runs."""
+
+    tokens: int
+    micros: int
+    input_tokens: int
+    """The call's estimated input: what a cancelled call is charged."""
+    input_micros: int
+    limits: tuple[_Limit, ...]
+    ended: bool = False
+    """Released (and the call charged): a reservation ends once."""
+
+
+@dataclass(slots=True)
 class TurnBudget:
     """One turn's budgets, what the chain allows, and what the turn spent."""
 
@@ -124,6 +196,7 @@ class TurnBudget:
     chain: ChainBudget | None
     ledger: Ledger
     metrics: RuntimeMetrics
+    windows: _Windows = field(default_factory=_Windows)
     caller_label: str | None = None
     tokens: int = 0
     """Tokens the turn spent: its own LLM calls and what its peers reported."""
@@ -169,11 +242,49 @@ class TurnBudget:
                 "chain",
             )
 
+    @property
+    def limited(self) -> bool:
+        """Whether anything limits the turn (else nothing is reserved)."""
+        return bool(self.limits) or self.chain is not None
+
+    async def reserve(self, tokens: int, micros: int, input_tokens: int, input_micros: int) -> Reservation:
+        """Hold the most an LLM call can spend in the turn's windows before it is made.
+
+        Waits while the windows' spend and the reservations of calls in flight reach a limit
+        (those calls may spend less than they hold); refuses once the spend itself does.
+
+        Raises:
+            BudgetExceeded: a budget of the agent, the caller or the chain is spent.
+        """
+        while True:
+            self._roll()
+            self.check()
+            full = next((limit for limit in self.limits if limit.full()), None)
+            if full is None:
+                break
+            await full.window.released.wait()
+        for limit in self.limits:  # no await since the check: no other call slips in between
+            held = limit.window.reserved
+            limit.window.reserved = Spent(held.tokens + tokens, held.micros + micros)
+        return Reservation(tokens, micros, input_tokens, input_micros, tuple(self.limits))
+
+    def release(self, reservation: Reservation) -> None:
+        """Give back what a call held (it is charged what it spent, apart); once only."""
+        if reservation.ended:
+            return
+        reservation.ended = True
+        for limit in reservation.limits:
+            limit.window.release(reservation.tokens, reservation.micros)
+
     def _refused(self, kind: str) -> None:
         self.metrics.budget_exceeded_total.labels(self.agent, kind).inc()
 
     async def charge(self, tokens: int, micros: int, *, own: bool = True) -> None:
-        """Add spend to the turn and to its budgets' windows.
+        """Add spend to the turn and to its budgets' windows (`count`, from a coroutine)."""
+        self.count(tokens, micros, own=own)
+
+    def count(self, tokens: int, micros: int, *, own: bool = True) -> None:
+        """Add spend to the turn and to its budgets' windows, at once (the ledger's write runs apart).
 
         `own`: the agent's own LLM call (counted in the agent's budget and its caller's);
         otherwise a peer's reported spend (counted in the caller's only: the agent budget is
@@ -187,14 +298,10 @@ class TurnBudget:
         if not limits or not (tokens or micros):
             self._warn()
             return
-        now = datetime.now(UTC)
-        for limit in limits:
-            start = window_start(limit.limit.window, now)
-            if start != limit.bucket.start:  # a new window began during the turn
-                limit.bucket = Bucket(self.identity, limit.subject, limit.limit.window, start)
-                limit.spent, limit.warned = Spent(), False
+        self._roll()
         for limit in limits:  # counted at once: the next check must see it
-            limit.spent = Spent(limit.spent.tokens + tokens, limit.spent.micros + micros)
+            spent = limit.window.spent
+            limit.window.spent = Spent(spent.tokens + tokens, spent.micros + micros)
         # Stored meanwhile: the increment's round trip (3 to 6 ms on SQLite and PostgreSQL) runs
         # beside the turn's next work instead of before it; the turn waits for it at its end.
         write = asyncio.create_task(self._store(limits, [lim.bucket for lim in limits], tokens, micros))
@@ -202,6 +309,15 @@ class TurnBudget:
         write.add_done_callback(_WRITES.discard)
         self._writes.append(write)
         self._warn()
+
+    def _roll(self) -> None:
+        """Move each budget whose window ended during the turn to the new one."""
+        now = datetime.now(UTC)
+        for limit in self.limits:
+            start = window_start(limit.limit.window, now)
+            if start != limit.bucket.start:
+                limit.bucket = Bucket(self.identity, limit.subject, limit.limit.window, start)
+                limit.window, limit.warned = self.windows.get(limit.bucket), False
 
     async def _store(self, limits: list[_Limit], buckets: list[Bucket], tokens: int, micros: int) -> None:
         """Add one charge to the ledger; take in the totals it read back (other turns' and replicas')."""
@@ -212,15 +328,15 @@ class TurnBudget:
             return
         for limit, bucket, total in zip(limits, buckets, totals, strict=True):
             if limit.bucket == bucket:  # the totals of a window that has not ended meanwhile
-                mine = limit.spent
-                limit.spent = Spent(max(mine.tokens, total.tokens), max(mine.micros, total.micros))
+                mine = limit.window.spent
+                limit.window.spent = Spent(max(mine.tokens, total.tokens), max(mine.micros, total.micros))
         self._warn()
 
     async def settle(self) -> None:
         """Wait until every charge of the turn is stored (at the turn's end)."""
         writes, self._writes = self._writes, []
-        if writes:
-            await asyncio.gather(*writes)
+        if writes:  # `wait`, not `gather`: a turn cancelled again meanwhile must not cancel them
+            await asyncio.wait(writes)
 
     def _warn(self) -> None:
         for limit in self.limits:
@@ -287,6 +403,7 @@ class Budgets:
         self.ledger = ledger
         self._metrics = metrics
         self._labelled: set[str] = set()
+        self._windows = _Windows()
 
     def _caller_label(self, caller: Caller) -> str:
         name = caller.subject or caller.owner
@@ -314,13 +431,13 @@ class Budgets:
         for kind, subject, budget in wanted:
             if budget is not None:
                 bucket = Bucket(config.identity, subject, budget.window, window_start(budget.window, now))
-                limits.append(_Limit(kind, subject, budget, bucket, Spent()))
+                limits.append(_Limit(kind, subject, budget, bucket, self._windows.get(bucket)))
         if limits:
             for limit, spent in zip(limits, await self.ledger.read([x.bucket for x in limits]), strict=True):
-                limit.spent = spent
+                limit.window = self._windows.get(limit.bucket, spent)
         turn = TurnBudget(
             config.name, config.identity, caller, budgets.warn_at, limits, chain, self.ledger, self._metrics,
-            caller_label=self._caller_label(caller) if budgets.caller_metrics else None,
+            self._windows, caller_label=self._caller_label(caller) if budgets.caller_metrics else None,
         )  # fmt: skip
         turn.check()
         turn._warn()
@@ -336,17 +453,32 @@ class Budgets:
         return limit, spent, window_end(limit.window, start)
 
 
-async def before_llm_call(turn: TurnBudget | None, progress: Notes) -> None:
-    """Refuse an LLM call beyond the turn's budgets (None: a turn without any); send the warnings due.
+async def before_llm_call(
+    turn: TurnBudget | None,
+    progress: Notes,
+    price: ModelPrice | None = None,
+    input_tokens: int = 0,
+    answer_tokens: int = 0,
+) -> Reservation | None:
+    """Reserve what an LLM call can spend in the turn's budgets (None: nothing limits the turn).
+
+    `input_tokens`: the call's input as estimated; `answer_tokens`: the room for its answer.
+    Waits while calls in flight hold the rest of a budget; sends the warnings due.
 
     Raises:
         BudgetExceeded: a budget is spent.
     """
     if turn is None:
-        return
-    turn.check()
+        return None
+    reservation = None
+    if turn.limited:
+        most = Usage(input=input_tokens, output=answer_tokens)
+        reservation = await turn.reserve(
+            tokens_of(most), micros_of(price, most), input_tokens, micros_of(price, Usage(input=input_tokens))
+        )
     for note in turn.notes():
         await progress.note(note)
+    return reservation
 
 
 async def after_llm_call(
@@ -357,16 +489,59 @@ async def after_llm_call(
     price: ModelPrice | None,
     usage: Usage,
     progress: Notes,
+    reservation: Reservation | None = None,
 ) -> None:
-    """Count a call's cost and charge it to the turn's budgets."""
+    """Count a call's cost and charge it to the turn's budgets in place of what it reserved."""
     micros = micros_of(price, usage)
     if micros:
         metrics.llm_cost_total.labels(agent, model).inc(micros / 1e6)
     if turn is None:
         return
-    await turn.charge(tokens_of(usage), micros)
+    if reservation is not None:
+        turn.release(reservation)
+    turn.count(tokens_of(usage), micros)  # with the release, before any other call looks
     for note in turn.notes():
         await progress.note(note)
+
+
+def llm_call_ended(turn: TurnBudget | None, reservation: Reservation | None, *, cancelled: bool) -> None:
+    """Release what a call that gave no answer reserved; a cancelled one is charged its input.
+
+    A provider that failed charged nothing; a cancelled call was sent and is billed for its
+    input at least (the output streamed before the cancel is not known: it is not charged).
+    Nothing happens for a call already charged (`after_llm_call`).
+    """
+    if turn is None or reservation is None or reservation.ended:
+        return
+    turn.release(reservation)
+    if cancelled:
+        turn.count(reservation.input_tokens, reservation.input_micros)
+
+
+@asynccontextmanager
+async def llm_call(
+    turn: TurnBudget | None,
+    progress: Notes,
+    price: ModelPrice | None,
+    input_tokens: int,
+    answer_tokens: int,
+) -> AsyncIterator[Reservation | None]:
+    """`before_llm_call` around an LLM call whose block ends with `after_llm_call`.
+
+    A block that ends otherwise releases the reservation: charged the input if cancelled.
+
+    Raises:
+        BudgetExceeded: a budget is spent (the block does not run).
+    """
+    reservation = await before_llm_call(turn, progress, price, input_tokens, answer_tokens)
+    try:
+        yield reservation
+    except asyncio.CancelledError:
+        llm_call_ended(turn, reservation, cancelled=True)
+        raise
+    except BaseException:
+        llm_call_ended(turn, reservation, cancelled=False)
+        raise
 
 
 async def peer_answered(turn: TurnBudget | None, meta: Mapping[str, Any] | None) -> None:

@@ -151,9 +151,11 @@ async def test_a_conversation_keeps_its_session_while_its_callers_token_is_renew
             async with client(running.url, bearer="Bearer token-2") as mcp:
                 await turn(mcp, conversation_id="a")
     seen = [json.loads(text) for r in fake_openai.completions if (text := last_tool_text(r.json))]
+    # Each turn scrubs its own caller's bearer from what the server echoes, and only that one:
+    # `[redacted]` says the server got the turn's current token (a stale one would show).
     assert seen == [
-        {"count": 1, "authorization": "Bearer token-1"},
-        {"count": 2, "authorization": "Bearer token-2"},
+        {"count": 1, "authorization": "[redacted]"},
+        {"count": 2, "authorization": "[redacted]"},
     ]
 
 

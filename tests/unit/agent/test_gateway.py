@@ -66,7 +66,8 @@ async def test_on_demand_offers_the_gateway_with_an_index_and_calls_a_tool_deep_
     assert [t["name"] for t in tools["tools"]] == [f"tool_29{i}" for i in range(10)]
     assert tools["tools"][0]["inputSchema"] == {"type": "object"}
     assert (tools["totalAvailable"], tools["matched"], tools["truncated"]) == (300, 10, False)
-    assert executed.content == (TextPart("tool_297:[('q', 'x')]:Bearer t"),)
+    # The source got the caller's credential; echoed back, the model sees it scrubbed.
+    assert executed.content == (TextPart("tool_297:[('q', 'x')]:[redacted]"),)
     assert source.calls == [("tool_297", {"q": "x"}, "Bearer t")]
     ok = {"agent": "harper", "server": "tools", "operation": "tool", "outcome": "ok"}
     assert value(metrics, "pallas_tool_calls_total", **ok) == 1

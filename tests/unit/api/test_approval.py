@@ -51,9 +51,25 @@ def test_an_answer_reads_as_approved_only_when_accepted_with_approve_true(
     assert (answer.verdict, answer.reason) == (verdict, reason)
 
 
-def test_the_question_summarises_long_arguments() -> None:
-    question = Question("worker", "ops", "write", {"text": "x" * 1000}, "destructiveHint")
+def test_the_question_digests_long_arguments_naming_each_and_meta_has_them_whole() -> None:
+    arguments = {"text": "x" * 1000, "target": "PRODUCTION-DATABASE"}
+    question = Question("worker", "ops", "write", arguments, "destructiveHint")
     form = question.form()
     assert form.message.startswith('Agent worker wants to call ops/write with {"text": "xxx')
-    assert form.message.endswith("… (destructiveHint). Approve?")
-    assert len(question.summary()) == 400
+    assert "…[942 characters]…" in form.message  # 1,002 with the quotes: 40 shown, then 20
+    assert '"target": "PRODUCTION-DATABASE"}' in form.message
+    assert "the full arguments are in _meta pallas.dev/approval.arguments) (destructiveHint)" in form.message
+    assert len(form.message) < 400
+    meta = (form.meta or {})["pallas.dev/approval"]
+    assert meta["arguments"] == arguments
+    assert meta["argumentsSha256"][:16] in form.message
+    short = Question("worker", "ops", "write", {"path": "/tmp/x"}, "why")
+    assert short.summary() == '{"path": "/tmp/x"}'
+
+
+def test_globs_ignore_case_and_punctuation_of_tool_names() -> None:
+    policy = ApprovalPolicy.model_validate({"tools": ["delete_*", "Drop-Table"]})
+    for name in ("Delete-Record", "deleteRecord", "delete.record", "DELETE_RECORD"):
+        assert policy.reason(name, destructive=False) == "requireApproval.tools delete_*", name
+    assert policy.reason("drop_table", destructive=False) == "requireApproval.tools Drop-Table"
+    assert policy.reason("deleted", destructive=False) is None

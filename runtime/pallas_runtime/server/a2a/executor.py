@@ -41,7 +41,11 @@ from pallas_runtime.server.a2a.inbound import inbound_of, streams
 from pallas_runtime.server.a2a.progress import A2AProgress
 from pallas_runtime.server.send_message import CONVERSATION_META
 from pallas_runtime.server.turn_entry import TurnEntry, TurnFailed, TurnRequest, TurnTimer
+from pallas_runtime.spending.chain import BUDGET_META, spend_meta
 
+CARRIED_META = (CALL_PATH_META, HOPS_META, BUDGET_META)
+"""What a delegating agent's request carries down the chain, as over MCP `_meta`: the path of
+agents and what the root caller has left to spend (the answer says what the turn spent)."""
 PARAMS_META = "pallas.dev/params"
 ERROR_META = "pallas.dev/error"
 REFUSALS = frozenset({ErrorCode.INVALID_ARGUMENTS, ErrorCode.LOOP_DETECTED, ErrorCode.MAX_DEPTH})
@@ -144,7 +148,7 @@ class TurnExecutor(AgentExecutor):
         request = TurnRequest(
             caller=inbound.caller,
             message=text,
-            call_meta={k: metadata[k] for k in (CALL_PATH_META, HOPS_META) if k in metadata},
+            call_meta={k: metadata[k] for k in CARRIED_META if k in metadata},
             images=images or None,
             conversation_id=context_id,
             inbound_auth=inbound.credential,
@@ -163,6 +167,8 @@ class TurnExecutor(AgentExecutor):
             done[CONVERSATION_META] = reply.conversation_id
         if reply.history_left_out:
             done[HISTORY_TRIMMED_META] = {"droppedMessages": reply.history_left_out}
+        if reply.spent is not None:
+            done.update(spend_meta(*reply.spent))
         await updater.update_status(TaskState.TASK_STATE_COMPLETED, metadata=done or None)
         return True
 
@@ -172,7 +178,8 @@ class TurnExecutor(AgentExecutor):
             str(failure), context_id=updater.context_id, task_id=updater.task_id, role=Role.ROLE_AGENT
         )
         error = error_content(failure.code, str(failure), processed=failure.processed)["error"]
-        await updater.update_status(state, message=message, metadata={ERROR_META: error})
+        spent = spend_meta(*failure.spent) if failure.spent else {}
+        await updater.update_status(state, message=message, metadata={ERROR_META: error, **spent})
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         """Mark the task canceled; the SDK then cancels the turn, which stores nothing."""
