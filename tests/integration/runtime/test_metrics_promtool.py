@@ -204,7 +204,7 @@ async def test_values_follow_the_traffic(traffic: Traffic):
     text = traffic.exposition
     agent = {"agent": AGENT}
     assert _value(text, "pallas_up") == 1
-    assert _value(text, "pallas_agent_info", **agent, model="fake-model") == 1
+    assert _value(text, "pallas_agent_info", **agent, model="fake-model", port="") == 1
     assert _value(text, "pallas_send_message_total", **agent, outcome="ok") == 1
     assert _value(text, "pallas_send_message_total", **agent, outcome="error") == 3
     assert _value(text, "pallas_send_message_duration_seconds_count", **agent) == 4
