@@ -366,14 +366,15 @@ async def test_progress_only_with_a_token() -> None:
         await agent.client.call_tool("send_message", {"message": "go"}, progress_handler=on_progress)
         told = list(seen)
         await agent.client.call_tool_mcp("send_message", {"message": "again"})
+    # MCP: progress increases with every notification; the seed's formats are in the messages.
     assert told == [
         (1, None, "harper step 1 (llm)"),
         (2, None, "harper step 2 (tool)"),
-        (0, None, "echo/ping: started"),
-        (0.5, 1, "echo/ping: halfway"),
-        (1, 1, "echo/ping: completed"),
-        (3, None, "harper step 3 (llm)"),
-        (3, None, "harper text: done"),
+        (3, None, "echo/ping: started"),
+        (4, None, "echo/ping: halfway"),
+        (5, None, "echo/ping: completed"),
+        (6, None, "harper step 3 (llm)"),
+        (7, None, "harper text: done"),
     ]
     assert seen == told  # the call without a progress token was told nothing
 
