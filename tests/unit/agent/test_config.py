@@ -65,7 +65,8 @@ def test_defaults_are_the_documented_ones() -> None:
     assert config.tools.permits("anything__at_all")
     assert config.display_title == "Research"
     assert config.call_params.extra == []  # no provider field per call unless the spec lists it
-    assert len(config.call_params.allow) == 13
+    assert len(config.call_params.allow) == 14  # all but systemOverride, which is opt-in
+    assert "systemOverride" not in config.call_params.allow
 
 
 @pytest.mark.parametrize(

@@ -500,3 +500,41 @@ async def test_get_health_is_one_json_text_and_never_calls_the_model() -> None:
     report = json.loads(result.content[0].text)
     assert (result.is_error, report["status"], report["busy"], report["inFlight"]) == (False, "ok", False, 0)
     assert agent.provider.calls == []
+
+
+# --- per-turn controls (seed M: toolsAllowlist, systemOverride) --------------------------------
+
+
+async def test_tools_allowlist_narrows_that_calls_tools_only() -> None:
+    argos = FakeSource("argos", ["search", "fetch"])
+    async with in_memory([text("a"), text("b"), text("c")], sources=[argos]) as agent:
+        narrowed = {"message": "x", "params": {"toolsAllowlist": ["argos__se*"]}}
+        await agent.client.call_tool("send_message", narrowed)
+        await agent.client.call_tool("send_message", {"message": "y"})
+        await agent.client.call_tool("send_message", {"message": "z", "params": {"toolsAllowlist": []}})
+    offered = [sorted(spec.name for spec in tools) for _, _, tools in agent.provider.calls]
+    assert offered == [["argos__search"], ["argos__fetch", "argos__search"], []]
+
+
+async def test_tools_allowlist_never_widens_the_agents_policy() -> None:
+    argos = FakeSource("argos", ["search", "fetch"])
+    async with in_memory([text("a")], sources=[argos], tools={"deny": ["argos__fetch"]}) as agent:
+        await agent.client.call_tool("send_message", {"message": "x", "params": {"toolsAllowlist": ["*"]}})
+    ((_, _, tools),) = agent.provider.calls
+    assert [spec.name for spec in tools] == ["argos__search"]
+
+
+async def test_system_override_only_where_call_params_allow_names_it() -> None:
+    params = {"systemOverride": "You are Zed.", "systemAppend": "Be brief."}
+    async with in_memory([text("a")]) as agent:
+        refused = await agent.client.call_tool_mcp("send_message", {"message": "x", "params": params})
+    assert refused.is_error
+    assert "params.systemOverride: this agent does not let a call set it" in refused.content[0].text
+    assert agent.provider.calls == []
+    allow = ["systemOverride", "systemAppend"]
+    async with in_memory([text("a"), text("b")], callParams={"allow": allow}) as agent:
+        await agent.client.call_tool("send_message", {"message": "x", "params": params})
+        await agent.client.call_tool("send_message", {"message": "y"})
+    (first, _, _), (second, _, _) = agent.provider.calls
+    assert first == "You are Zed.\n\nBe brief."
+    assert second == config().instruction  # that call only
