@@ -405,6 +405,9 @@ class AgentConfig(_Model):
     title: str = ""
     description: Annotated[str, Field(max_length=100)] = ""
     version: str = "1.0.0"
+    prompts: list[str] = Field(default_factory=list)
+    """The deployment's shared prompts (`PallasDeployment.spec.prompts`), placed before the
+    instruction in every system prompt, in order."""
     instruction: str = ""
     model: Annotated[str, Field(min_length=1)]
     """The model id the provider knows (without the `<provider>.` prefix)."""

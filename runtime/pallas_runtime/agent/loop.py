@@ -145,7 +145,7 @@ class AgentLoop:
         choice: TurnChoice,
         conversation_id: str | None,
     ) -> TurnResult:
-        system = choice.system_prompt(self._config.instruction)
+        system = choice.system_prompt(self._config.instruction, self._config.prompts)
         progress = turn.progress
         offered = await self.offered_tools(turn.credential)
         if choice.tools_allowlist is not None:  # the call's own narrowing, never a widening

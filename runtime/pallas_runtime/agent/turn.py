@@ -11,6 +11,7 @@ turn passes on.
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pallas_api.fields import ModelCapabilities, RequestParams
@@ -41,12 +42,13 @@ class TurnChoice:
     tools_allowlist: tuple[str, ...] | None = None
     """Globs narrowing the turn's tools to those matching one (None: every allowed tool)."""
 
-    def system_prompt(self, instruction: str) -> str:
-        """The turn's system prompt: the instruction or its override, then the addition."""
-        system = instruction if self.system_override is None else self.system_override
-        if self.system_append:
-            return f"{system}\n\n{self.system_append}" if system else self.system_append
-        return system
+    def system_prompt(self, instruction: str, shared: Sequence[str] = ()) -> str:
+        """The turn's system prompt: shared prompts, instruction or override, then the addition.
+
+        The parts present, in that order, a blank line between them.
+        """
+        own = instruction if self.system_override is None else self.system_override
+        return "\n\n".join(part for part in (*shared, own, self.system_append) if part)
 
     def narrows(self, qualified_name: str) -> bool:
         """Whether the call's `toolsAllowlist` leaves `qualified_name` out of the turn."""

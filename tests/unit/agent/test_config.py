@@ -153,6 +153,12 @@ def test_render_agent_binds_secrets_to_env_vars_and_keeps_values_out() -> None:
     assert "secretKeyRef" not in text
 
 
+def test_render_agent_carries_the_deployments_shared_prompts_in_order() -> None:
+    rendered = render_agent("research", agent(), deployment(prompts=["House rules.", "Context."]), {})
+    assert rendered.config.prompts == ["House rules.", "Context."]
+    assert render_agent("research", agent(), deployment(), {}).config.prompts == []
+
+
 def test_render_agent_model_override_and_peers() -> None:
     rendered = render_agent(
         "boss",

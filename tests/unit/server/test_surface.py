@@ -538,3 +538,17 @@ async def test_system_override_only_where_call_params_allow_names_it() -> None:
     (first, _, _), (second, _, _) = agent.provider.calls
     assert first == "You are Zed.\n\nBe brief."
     assert second == config().instruction  # that call only
+
+
+async def test_the_deployments_shared_prompts_come_before_the_instruction() -> None:
+    """Seed M: the system block holds the project's prompts, then the agent's; systemAppend last."""
+    shared = ["House rules.", "Project context."]
+    allow = ["systemOverride", "systemAppend"]
+    async with in_memory([text("a"), text("b")], prompts=shared, callParams={"allow": allow}) as agent:
+        await agent.client.call_tool(
+            "send_message", {"message": "x", "params": {"systemAppend": "Be brief."}}
+        )
+        await agent.client.call_tool("send_message", {"message": "y", "params": {"systemOverride": "Zed."}})
+    (first, _, _), (second, _, _) = agent.provider.calls
+    assert first == "House rules.\n\nProject context.\n\nYou help.\n\nBe brief."
+    assert second == "House rules.\n\nProject context.\n\nZed."  # the override replaces the agent's own
