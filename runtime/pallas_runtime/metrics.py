@@ -137,6 +137,12 @@ class RuntimeMetrics:
             "Cost of LLM calls by caller (only with budgets.callerMetrics; at most 100 callers, then other).",
             ["agent", "caller"],
         )
+        self.config_reloads_total = counter(
+            "pallas_config_reloads_total",
+            "New versions of the agent's config seen while serving, by outcome (applied; refused: "
+            "it needs a new process; invalid: it does not parse or validate).",
+            ["agent", "outcome"],
+        )
         self.budget_exceeded_total = counter(
             "pallas_budget_exceeded_total",
             "Turns ended with BUDGET_EXCEEDED, by budget (agent, caller, chain).",

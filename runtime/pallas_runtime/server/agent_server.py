@@ -192,6 +192,8 @@ class AgentServer:
         for decision in AUTH_OUTCOMES:  # open agents too: 0 says nobody was refused
             metrics.auth_requests_total.labels(agent, decision)
         metrics.llm_cost_total.labels(agent, self.config.model)
+        for outcome in ("applied", "refused", "invalid"):  # 0 says no reload was tried
+            metrics.config_reloads_total.labels(agent, outcome)
         for budget in ("agent", "caller", "chain"):  # 0 says no turn was refused for its budget
             metrics.budget_exceeded_total.labels(agent, budget)
 
