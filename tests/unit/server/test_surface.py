@@ -415,7 +415,7 @@ async def test_list_and_delete_conversations() -> None:
     ]
     assert all(UTC_TIMESTAMP.match(r["updatedAt"]) for r in rows)
     assert (deleted.is_error, deleted.content[0].text) == (False, "deleted conversation 'older'")
-    assert error_of(again) == ("INVALID_ARGUMENTS", "no stored conversation for conversation_id 'older'")
+    assert error_of(again) == ("NOT_FOUND", "no stored conversation for conversation_id 'older'")
     assert error_of(bad_id) == (
         "INVALID_ARGUMENTS",
         "conversation_id is 257 characters long; the limit is 256",
@@ -435,7 +435,7 @@ async def test_an_anonymous_client_without_a_session_lists_nothing_it_did_not_na
         listed = await agent.client.call_tool_mcp("list_conversations", {})
         deleted = await agent.client.call_tool_mcp("delete_conversation", {"conversation_id": "c-1"})
     assert json.loads(listed.content[0].text) == {"conversations": []}
-    assert error_of(deleted) == ("INVALID_ARGUMENTS", "no stored conversation for conversation_id 'c-1'")
+    assert error_of(deleted) == ("NOT_FOUND", "no stored conversation for conversation_id 'c-1'")
 
 
 # --- the history prompt and the instruction resource --------------------------------------------
