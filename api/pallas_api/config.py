@@ -75,6 +75,10 @@ class _Model(BaseModel):
 
 
 SYSTEM_APPEND_MAX = 16384
+SYSTEM_OVERRIDE_MAX = 65536
+"""Characters of a call's `systemOverride` at most (an instruction's size, not an addition's)."""
+TURN_CHOICES = frozenset({"model", "system_append", "system_override", "tools_allowlist"})
+"""The `SendParams` fields that choose how the turn runs rather than tune the LLM request."""
 """Characters a call's `params.systemAppend` may add to the system prompt at most."""
 
 
@@ -218,10 +222,18 @@ class SendParams(RequestParams):
     models its deployment declares for its provider); default: the agent's model."""
     system_append: Annotated[str | None, Field(max_length=SYSTEM_APPEND_MAX)] = None
     """Text added to the end of the system prompt for this call only (at most 16384 characters)."""
+    system_override: Annotated[str | None, Field(max_length=SYSTEM_OVERRIDE_MAX)] = None
+    """The system prompt of this call in place of the agent's instruction (`systemAppend` still
+    follows it); only where `callParams.allow` names `systemOverride`."""
+    tools_allowlist: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=253)]] | None, Field(max_length=64)
+    ] = None
+    """Globs over `<server>__<tool>` narrowing this call's tools: the model is offered only the
+    agent's tools that match one (never more than `spec.tools` allows); `[]` offers none."""
 
     def request_params(self) -> RequestParams:
         """The request parameters alone, with the fields this call set (none of the choices)."""
-        chosen = self.model_fields_set - {"model", "system_append"}
+        chosen = self.model_fields_set - TURN_CHOICES
         return RequestParams.model_construct(chosen, **{name: getattr(self, name) for name in chosen})
 
 
@@ -393,6 +405,9 @@ class AgentConfig(_Model):
     title: str = ""
     description: Annotated[str, Field(max_length=100)] = ""
     version: str = "1.0.0"
+    prompts: list[str] = Field(default_factory=list)
+    """The deployment's shared prompts (`PallasDeployment.spec.prompts`), placed before the
+    instruction in every system prompt, in order."""
     instruction: str = ""
     model: Annotated[str, Field(min_length=1)]
     """The model id the provider knows (without the `<provider>.` prefix)."""

@@ -31,6 +31,9 @@ class ErrorCode(StrEnum):
     """The agent's tool policy (`spec.tools`) does not allow the tool."""
     TOOL_NOT_FOUND = "TOOL_NOT_FOUND"
     """No tool of that name."""
+    NOT_FOUND = "NOT_FOUND"
+    """What the call names is not there: a conversation to delete (seed 004's "Session not found",
+    an upstream error)."""
     SERVER_UNAVAILABLE = "SERVER_UNAVAILABLE"
     """Something the call needs cannot be reached: a downstream server, the conversation store,
     or the agent itself (shutting down)."""

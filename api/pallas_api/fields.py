@@ -183,10 +183,14 @@ class RequestParams(_Model):
 
 CallParamName = Literal[
     "temperature", "topP", "topK", "maxTokens", "stop", "seed", "effort", "presencePenalty",
-    "frequencyPenalty", "responseFormat", "toolChoice", "model", "systemAppend",
+    "frequencyPenalty", "responseFormat", "toolChoice", "model", "systemAppend", "toolsAllowlist",
+    "systemOverride",
 ]  # fmt: skip
 """A request parameter by its camelCase name, as a call's `params` and `requestParams` spell it."""
 EXTRA_FIELD = r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"
+OPT_IN_PARAMS = frozenset({"systemOverride"})
+"""Call parameters only an agent that names them in `callParams.allow` takes: they replace what
+its author wrote (the instruction), not only tune the request."""
 
 
 class CallParams(_Model):
@@ -197,11 +201,12 @@ class CallParams(_Model):
     (`service_tier`) or change how the provider keeps the data (`store`).
     """
 
-    allow: Annotated[list[CallParamName], Field(max_length=16)] = Field(
-        default_factory=lambda: list(get_args(CallParamName))
+    allow: Annotated[list[CallParamName], Field(max_length=len(get_args(CallParamName)))] = Field(
+        default_factory=lambda: [name for name in get_args(CallParamName) if name not in OPT_IN_PARAMS]
     )
-    """Parameters a call may set or clear (`null`); default: every one of them. `extra` is
-    governed by `callParams.extra`."""
+    """Parameters a call may set or clear (`null`); default: every one but `systemOverride`,
+    which replaces the agent's instruction and so must be allowed by name. `extra` is governed
+    by `callParams.extra`."""
     extra: Annotated[list[Annotated[str, Field(pattern=EXTRA_FIELD)]], Field(max_length=64)] = Field(
         default_factory=list
     )

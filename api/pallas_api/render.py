@@ -510,6 +510,7 @@ def render_agent(
         title=agent.title,
         description=agent.description,
         version=deployment.version,
+        prompts=deployment.prompts,
         instruction=agent.instruction,
         model=model,
         provider=provider,

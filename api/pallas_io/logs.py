@@ -269,8 +269,14 @@ class LogSettings:
     file: Path | None
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str], stream: object = None) -> LogSettings:
+    def from_env(
+        cls, environ: Mapping[str, str], stream: object = None, *, file_by_default: bool = False
+    ) -> LogSettings:
         """The settings `environ` asks for; `stream` (stderr) decides the `auto` format.
+
+        With `file_by_default` (`pallas run`, on a workstation: the original's always-on file),
+        the rotating file is written unless `PALLAS_LOG_FILE` is `off`; elsewhere (pods, whose
+        root file systems are read-only) only when it names a file or stderr is off.
 
         Raises:
             ValueError: a knob with a value it does not take; the message names the variable.
@@ -286,9 +292,11 @@ class LogSettings:
                 f"PALLAS_LOG_FORMAT {environ['PALLAS_LOG_FORMAT']!r} is not one of auto, json, console"
             )
         stderr = _switch("PALLAS_LOG_STDERR", environ.get("PALLAS_LOG_STDERR"), True)
-        file = Path(environ["PALLAS_LOG_FILE"]) if environ.get("PALLAS_LOG_FILE") else None
-        if file is None and not stderr:  # never nowhere: the original's always-on file
-            file = state_dir(environ) / FILE_NAME
+        named = (environ.get("PALLAS_LOG_FILE") or "").strip()
+        file_off = named.lower() in _OFF
+        file = Path(named) if named and not file_off else None
+        if file is None and (not stderr or (file_by_default and not file_off)):
+            file = state_dir(environ) / FILE_NAME  # never nowhere: the original's always-on file
         return cls(level, root_level, bool(root and root.strip()), fmt, stderr, file)
 
 
@@ -316,6 +324,7 @@ def setup_logging(
     secret_env: Iterable[str] = (),
     stream: TextIO | None = None,
     fields: Mapping[str, str] | None = None,
+    file_by_default: bool = False,
 ) -> Redactor:
     """Configure logging for a Pallas process; returns the redactor (to add secrets later).
 
@@ -325,13 +334,15 @@ def setup_logging(
         stream: Where stderr lines go; stderr by default.
         fields: `agent`/`deployment`/`namespace` of every record of the process; by default
             `namespace` and `deployment` from `$PALLAS_NAMESPACE` and `$PALLAS_DEPLOYMENT`.
+        file_by_default: Write the rotating state file unless `PALLAS_LOG_FILE=off`
+            (`LogSettings.from_env`).
 
     Raises:
         ValueError: a knob with a value it does not take, or a log file that cannot be written.
     """
     env = os.environ if environ is None else environ
     out = stream or sys.stderr
-    settings = LogSettings.from_env(env, out)
+    settings = LogSettings.from_env(env, out, file_by_default=file_by_default)
     redactor = Redactor(env[name] for name in secret_env if env.get(name))
     given = {"namespace": env.get("PALLAS_NAMESPACE", ""), "deployment": env.get("PALLAS_DEPLOYMENT", "")}
     given.update({k: v for k, v in (fields or {}).items() if v})

@@ -13,8 +13,8 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from pallas_registry.catalogue import encode
 from pallas_registry.metrics import RegistryMetrics
+from pallas_registry.responses import error_body
 
 log = logging.getLogger("pallas.registry")
 
@@ -40,7 +40,7 @@ def route_label(path: str) -> str:
 
 
 async def _send_json(send: Send, status: int, message: str) -> None:
-    body = encode({"error": message})
+    body = error_body(status, message)
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -79,9 +79,25 @@ def respond(request: Request, rendered: Rendered) -> Response:
     return Response(rendered.body, media_type=JSON, headers=headers)
 
 
-def error(status: int, message: str, parameter: str | None = None) -> Response:
-    """A JSON error `{"error": message}` (as the registry API's error bodies are)."""
-    payload: dict[str, str] = {"error": message}
+_KINDS: dict[int, tuple[str, str]] = {
+    404: ("NOT_FOUND", "upstream"),
+    500: ("INTERNAL", "internal"),
+    503: ("NOT_READY", "internal"),
+}
+"""An error status's `code` and `category` (the kinds of seed 004's BridgeError: `upstream` for
+what was asked for and is not there, `internal` for the registry's own state); every other
+status is the request's fault (`INVALID_ARGUMENTS`, category `request`)."""
+
+
+def error_body(status: int, message: str, parameter: str | None = None) -> bytes:
+    """A JSON error `{"error": message, "code", "category"}` (the registry API's body, coded)."""
+    code, category = _KINDS.get(status, ("INVALID_ARGUMENTS", "request"))
+    payload: dict[str, str] = {"error": message, "code": code, "category": category}
     if parameter is not None:
         payload["parameter"] = parameter
-    return Response(encode(payload), status_code=status, media_type=JSON)
+    return encode(payload)
+
+
+def error(status: int, message: str, parameter: str | None = None) -> Response:
+    """The JSON error response of `error_body`."""
+    return Response(error_body(status, message, parameter), status_code=status, media_type=JSON)

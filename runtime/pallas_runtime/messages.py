@@ -114,6 +114,9 @@ class Usage:
     cache_read: int = 0
     cache_write: int = 0
     reasoning: int = 0
+    cache_hit: int = 0
+    """Prompt tokens a server reports as cache hits under that name (DeepSeek's
+    `prompt_cache_hit_tokens`), not as `cached_tokens`; priced and budgeted as cache reads."""
 
     def by_kind(self) -> dict[str, int]:
         """Token counts keyed by the `kind` label of pallas_llm_tokens_total."""
@@ -122,6 +125,7 @@ class Usage:
             "output": self.output,
             "cache_read": self.cache_read,
             "cache_write": self.cache_write,
+            "cache_hit": self.cache_hit,
             "reasoning": self.reasoning,
         }
 

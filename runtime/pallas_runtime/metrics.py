@@ -51,7 +51,11 @@ class RuntimeMetrics:
         histogram = partial(Histogram, registry=self.registry)
         self.up = gauge("pallas_up", "1 while the Pallas process runs.")
         self.up.set(1)
-        self.agent_info = gauge("pallas_agent_info", "1 per agent served; a join source.", ["agent", "model"])
+        self.agent_info = gauge(
+            "pallas_agent_info",
+            "1 per agent served, with the port it listens on (empty when not known); a join source.",
+            ["agent", "model", "port"],
+        )
         self.send_message_total = counter(
             "pallas_send_message_total", "send_message calls.", ["agent", "outcome"]
         )
@@ -76,7 +80,7 @@ class RuntimeMetrics:
         )
         self.llm_tokens_total = counter(
             "pallas_llm_tokens_total",
-            "Tokens by kind (input, output, cache_read, cache_write, reasoning).",
+            "Tokens by kind (input, output, cache_read, cache_write, cache_hit, reasoning).",
             ["agent", "model", "kind"],
         )
         self.tool_calls_total = counter(
@@ -132,6 +136,12 @@ class RuntimeMetrics:
             "pallas_llm_cost_by_caller_total",
             "Cost of LLM calls by caller (only with budgets.callerMetrics; at most 100 callers, then other).",
             ["agent", "caller"],
+        )
+        self.config_reloads_total = counter(
+            "pallas_config_reloads_total",
+            "New versions of the agent's config seen while serving, by outcome (applied; refused: "
+            "it needs a new process; invalid: it does not parse or validate).",
+            ["agent", "outcome"],
         )
         self.budget_exceeded_total = counter(
             "pallas_budget_exceeded_total",

@@ -189,6 +189,16 @@ async def test_image_content_comes_back_as_image_part():
         assert not outcome.is_error
 
 
+async def test_the_servers_own_blocks_and_structured_content_travel_beside_the_models_parts():
+    """For execute_tool's clients (seed 003): the model gets notes, the gateway the server's blocks."""
+    async with ms.image_server() as srv, server_source(srv.url) as source:
+        outcome = await source.call_tool("media", {}, Onward())
+    assert [type(part) for part in outcome.content] == [TextPart, TextPart]  # notes for the model
+    assert outcome.blocks is not None
+    assert [block.type for block in outcome.blocks] == ["audio", "resource_link"]
+    assert outcome.structured == {"count": 2}
+
+
 async def test_tool_error_is_an_outcome_not_an_exception():
     async with ms.error_server() as srv, server_source(srv.url) as source:
         outcome = await source.call_tool("fail", {"message": "no such city"}, Onward())

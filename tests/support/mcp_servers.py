@@ -217,8 +217,19 @@ def progress_mcp() -> FastMCP:
 
 
 def image_mcp() -> FastMCP:
-    """Tool `picture`: returns a caption and a 1x1 PNG ImageContent."""
+    """Tool `picture`: a caption and a 1x1 PNG; tool `media`: audio, a link, structuredContent."""
     mcp = FastMCP("image")
+
+    @mcp.tool(output_schema=None)
+    def media() -> ToolResult:
+        """Audio and a resource link, with structured content."""
+        return ToolResult(
+            content=[
+                mcp_types.AudioContent(type="audio", data="UklGRg==", mime_type="audio/wav"),
+                mcp_types.ResourceLink(type="resource_link", uri="file:///report.pdf", name="report"),
+            ],
+            structured_content={"count": 2},
+        )
 
     @mcp.tool(output_schema=None)
     def picture() -> ToolResult:

@@ -258,6 +258,21 @@ def test_chat_usage_splits_cached_prompt_tokens_out_of_input():
     assert usage_from_chat(usage) == Usage(input=70, output=40, cache_read=30, cache_write=0, reasoning=25)
 
 
+def test_chat_usage_counts_cache_hits_a_server_reports_by_that_name():
+    """DeepSeek's usage: the hits are part of prompt_tokens, reported beside the misses."""
+    usage = {
+        "prompt_tokens": 100,
+        "completion_tokens": 10,
+        "prompt_cache_hit_tokens": 64,
+        "prompt_cache_miss_tokens": 36,
+    }
+    assert usage_from_chat(usage) == Usage(input=36, output=10, cache_hit=64)
+    assert usage_from_chat(usage).by_kind()["cache_hit"] == 64
+    # Reported both ways, the tokens are counted once, as cache reads.
+    both = {**usage, "prompt_tokens_details": {"cached_tokens": 64}}
+    assert usage_from_chat(both) == Usage(input=36, output=10, cache_read=64)
+
+
 @pytest.mark.parametrize(
     "usage",
     [

@@ -589,6 +589,12 @@ class PallasDeploymentSpec(SpecModel):
 
     version: Annotated[str, Field(min_length=1, max_length=255)] = "1.0.0"
     """Version published in every registry entry."""
+    prompts: Annotated[list[Annotated[str, Field(min_length=1, max_length=65536)]], Field(max_length=16)] = (
+        Field(default_factory=list)
+    )
+    """Prompts every agent of the deployment shares (house rules, the project's context), placed
+    before each agent's own instruction in its system prompt, in order (seed M: the system
+    block holds the project's prompts, then the agent's; a call's `systemAppend` comes last)."""
     model: ModelSpec
     """The default model."""
     providers: Annotated[dict[str, ProviderSpec], Field(min_length=1, max_length=32)]

@@ -1,6 +1,7 @@
-"""A call's own choices for its turn: model, system prompt addition, and key where it is the caller's.
+"""A call's own choices for its turn: model, system prompt, tools, and key where it is the caller's.
 
-The model is `params.model`, the addition `params.systemAppend`; the key is the caller's bearer
+The model is `params.model`, the addition `params.systemAppend`, the replaced instruction
+`params.systemOverride`, the narrowed tools `params.toolsAllowlist`; the key is the caller's bearer
 token when the provider takes it as its key (`credentials: callerBearer`).
 
 Pure but for the provider variants it asks for: `turn_choice` checks the call's choices
@@ -52,8 +53,10 @@ def turn_choice(
     """
     model = params.model if params is not None else None
     system_append = (params.system_append if params is not None else None) or ""
+    override = params.system_override if params is not None else None
+    allowlist = params.tools_allowlist if params is not None else None
     caller_keyed = config.provider.credentials == "callerBearer"
-    if model is None and not system_append and not caller_keyed:
+    if model is None and not system_append and override is None and allowlist is None and not caller_keyed:
         return None
     option = config.model_option(model or config.model)
     if option is None:
@@ -68,4 +71,11 @@ def turn_choice(
                 "(credentials: callerBearer) and this call came with none: send Authorization: Bearer <token>"
             )
         chosen = chosen.with_key(token)
-    return TurnChoice(chosen, option.model, option.capabilities, system_append)
+    return TurnChoice(
+        chosen,
+        option.model,
+        option.capabilities,
+        system_append,
+        system_override=override,
+        tools_allowlist=None if allowlist is None else tuple(allowlist),
+    )

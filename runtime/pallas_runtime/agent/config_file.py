@@ -41,6 +41,8 @@ class ConfigFile:
         self.path = Path(path)
         self._stamp: Stamp | None = None
         self._digest: str | None = None
+        self.rejected = 0
+        """How many new versions were not valid (`changed` logged each and returned None)."""
 
     def load(self) -> tuple[AgentConfig, str]:
         """The config now and its hash.
@@ -79,4 +81,5 @@ class ConfigFile:
         except ConfigError as exc:
             problem = str(exc)
         log.error("the new config %s is not applied: %s", digest[:12], problem)
+        self.rejected += 1
         return None

@@ -176,6 +176,9 @@ class Generation:
 class ConfigSource(Protocol):
     """Where a newer config may come from (the pod's ConfigMap file)."""
 
+    rejected: int
+    """How many new versions were not valid (not returned; `pallas_config_reloads_total`)."""
+
     def changed(self) -> tuple[AgentConfig, str] | None:
         """A config that differs from the last one returned, and its hash; None when none."""
 
@@ -268,7 +271,12 @@ class LiveAgent:
 
     def refresh(self) -> Generation:
         """The current generation, after taking a changed config file or secret value."""
-        changed = self._source.changed() if self._source is not None else None
+        changed = None
+        if self._source is not None:
+            rejected = self._source.rejected
+            changed = self._source.changed()
+            if self._source.rejected > rejected:
+                self._reloaded("invalid")
         if changed is not None and self._take(*changed, secrets=None):
             return self.generation
         config = self.generation.config
@@ -292,6 +300,7 @@ class LiveAgent:
         if needs_new_process(current.config, config):
             if self._refused != digest:
                 self._refused = digest
+                self._reloaded("refused")
                 log.warning(
                     "agent %s: the new config (%s) changes what needs a new process (name, version, "
                     "conversations, history, sessions, http, auth other than access, or a2a.enabled); "
@@ -306,7 +315,13 @@ class LiveAgent:
         if digest != current.config_hash or values != current.secrets:
             self._swap(self._build(config, digest, values))
             log.info("agent %s: serving config %s", config.name, digest[:12])
+            if digest != current.config_hash:  # a new config, not only a rotated secret
+                self._reloaded("applied")
         return True
+
+    def _reloaded(self, outcome: str) -> None:
+        """Count a new config version seen while serving (`pallas_config_reloads_total`)."""
+        self._metrics.config_reloads_total.labels(self.generation.config.name, outcome).inc()
 
     def _read_secrets(self, config: AgentConfig) -> dict[str, str]:
         values = {name: value for name in secret_names(config) if (value := self._secrets.get(name))}

@@ -145,11 +145,11 @@ class AgentLoop:
         choice: TurnChoice,
         conversation_id: str | None,
     ) -> TurnResult:
-        system = self._config.instruction
-        if choice.system_append:
-            system = f"{system}\n\n{choice.system_append}" if system else choice.system_append
+        system = choice.system_prompt(self._config.instruction, self._config.prompts)
         progress = turn.progress
         offered = await self.offered_tools(turn.credential)
+        if choice.tools_allowlist is not None:  # the call's own narrowing, never a widening
+            offered = {n: o for n, o in offered.items() if not choice.narrows(o.tool.qualified_name)}
         merged = merge_params(self._config.request_params, turn.params)
         first, later = self._round_params(merged, offered)
         tools = gateway.menu(

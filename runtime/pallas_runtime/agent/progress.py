@@ -1,13 +1,17 @@
 """Progress notifications in the formats Daedalus renders (docs/api.md §3, progress).
 
-- tool calls: `{server}/{tool}: started` (progress 0, total null), then
-  `{server}/{tool}: completed|failed` (progress 1, total 1);
-- loop steps: `{agent} step N (llm|tool)` (progress N, total null);
-- progress from a downstream tool or sub-agent: `{server}/{tool}: <its message>` with its numbers;
-- the model's text as it is written: `{agent} text: <piece>` (progress: the step, total null),
+- tool calls: `{server}/{tool}: started`, then `{server}/{tool}: completed|failed`;
+- loop steps: `{agent} step N (llm|tool)`;
+- progress from a downstream tool or sub-agent: `{server}/{tool}: <its message>`;
+- the model's text as it is written: `{agent} text: <piece>`,
   the pieces in order and exact, so a client that joins them has the text so far. A sub-agent's
   arrive relayed like any progress, `{peer}/send_message: {peer} text: <piece>`: attributed.
   Pieces of a fast stream are joined until `TEXT_INTERVAL` has passed since the last one sent.
+
+The numbers are one counter per call, 1, 2, 3, … with `total` null: MCP requires a token's
+progress to increase with every notification (and seed D's field table calls it a monotonically
+increasing counter), so a client that enforces that drops none. What a notification is about is
+in its message, in the formats above (the step number N among them).
 
 Sending is best effort: a failure is logged at debug level and never fails the call.
 """
@@ -42,47 +46,47 @@ class ProgressReporter:
         self._agent = agent
         self._send = send
         self._step = 0
+        self._sent = 0
 
     @property
     def enabled(self) -> bool:
         """Whether the caller asked for progress (sent a progress token)."""
         return self._send is not None
 
-    async def _emit(self, progress: float, total: float | None, message: str) -> None:
+    async def _emit(self, message: str) -> None:
         if self._send is None:
             return
+        self._sent += 1  # counted before sending: concurrent tool calls never share a number
         try:
-            await self._send(progress, total, message)
+            await self._send(self._sent, None, message)
         except Exception as exc:  # noqa: BLE001 - best effort by contract: the agent loop must go on
             log.debug("progress notification not sent: %s", exc)
 
     async def step(self, kind: Literal["llm", "tool"]) -> None:
         """The loop moved on to its next LLM turn or tool round."""
         self._step += 1
-        await self._emit(self._step, None, f"{self._agent} step {self._step} ({kind})")
+        await self._emit(f"{self._agent} step {self._step} ({kind})")
 
     async def note(self, message: str) -> None:
         """Something the caller should know while the turn goes on (a budget nearly spent)."""
-        await self._emit(self._step, None, f"{self._agent} {message}")
+        await self._emit(f"{self._agent} {message}")
 
     async def tool_started(self, source: str, tool: str) -> None:
         """Report that a tool call started."""
-        await self._emit(0, None, f"{source}/{tool}: started")
+        await self._emit(f"{source}/{tool}: started")
 
     async def awaiting_approval(self, source: str, tool: str) -> None:
         """Report that a tool call waits for the caller's approval (`agent.approvals`)."""
-        await self._emit(0, None, f"{source}/{tool}: awaiting approval")
+        await self._emit(f"{source}/{tool}: awaiting approval")
 
     async def tool_finished(self, source: str, tool: str, *, ok: bool) -> None:
         """Report that a tool call completed or failed."""
-        await self._emit(1, 1, f"{source}/{tool}: {'completed' if ok else 'failed'}")
+        await self._emit(f"{source}/{tool}: {'completed' if ok else 'failed'}")
 
     async def text(self, piece: str) -> None:
         """Send a piece of the model's text, in notifications of at most TEXT_PIECE_MAX characters."""
         for start in range(0, len(piece), TEXT_PIECE_MAX):
-            await self._emit(
-                self._step, None, f"{self._agent}{TEXT_MARK}{piece[start : start + TEXT_PIECE_MAX]}"
-            )
+            await self._emit(f"{self._agent}{TEXT_MARK}{piece[start : start + TEXT_PIECE_MAX]}")
 
     def text_stream(self) -> TextStream | None:
         """Where one LLM call's streamed text goes; None when the caller follows no progress."""
@@ -94,7 +98,8 @@ class ProgressReporter:
             return None
 
         async def forward(progress: float, total: float | None, message: str | None) -> None:
-            await self._emit(progress, total, f"{source}/{tool}: {message or 'progress'}")
+            # Its own numbers restart with every call it makes: the message carries what it said.
+            await self._emit(f"{source}/{tool}: {message or 'progress'}")
 
         return forward
 

@@ -20,7 +20,7 @@ import logging
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pallas_api.config import AgentConfig
@@ -234,8 +234,8 @@ class ToolBox:
             agent, source, "tool", "error" if outcome.is_error else "ok"
         ).inc()
         await progress.tool_finished(source, tool.name, ok=not outcome.is_error)
-        content = self._within_budget(outcome, tool.qualified_name, secrets)
-        return ToolOutcome(content, outcome.is_error, outcome.code)
+        kept = self._within_budget(outcome, tool.qualified_name, secrets)
+        return replace(outcome, content=kept)
 
     def _within_budget(
         self, outcome: ToolOutcome, qualified: str, secrets: SecretValues

@@ -10,6 +10,8 @@ turn passes on.
 
 from __future__ import annotations
 
+import fnmatch
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pallas_api.fields import ModelCapabilities, RequestParams
@@ -35,6 +37,24 @@ class TurnChoice:
     """The chosen model's."""
     system_append: str = ""
     """Added to the end of the system prompt for this turn."""
+    system_override: str | None = None
+    """The turn's system prompt in place of the agent's instruction (None: the instruction)."""
+    tools_allowlist: tuple[str, ...] | None = None
+    """Globs narrowing the turn's tools to those matching one (None: every allowed tool)."""
+
+    def system_prompt(self, instruction: str, shared: Sequence[str] = ()) -> str:
+        """The turn's system prompt: shared prompts, instruction or override, then the addition.
+
+        The parts present, in that order, a blank line between them.
+        """
+        own = instruction if self.system_override is None else self.system_override
+        return "\n\n".join(part for part in (*shared, own, self.system_append) if part)
+
+    def narrows(self, qualified_name: str) -> bool:
+        """Whether the call's `toolsAllowlist` leaves `qualified_name` out of the turn."""
+        if self.tools_allowlist is None:
+            return False
+        return not any(fnmatch.fnmatchcase(qualified_name, glob) for glob in self.tools_allowlist)
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,7 +86,12 @@ class AgentCommand:
             print(f"pallas agent: cannot listen on {args.host}:{args.port}: {exc.strerror}", file=sys.stderr)
             return EXIT_FAILURE
         server = build_server(
-            config, environ=secrets, config_file=config_file, config_hash=digest, on_secrets=redactor.add
+            config,
+            environ=secrets,
+            config_file=config_file,
+            config_hash=digest,
+            on_secrets=redactor.add,
+            port=bound_port(sock),
         )
         app = agent_app(server, args.allowed_host)
         log.info(

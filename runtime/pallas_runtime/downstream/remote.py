@@ -434,7 +434,8 @@ class RemoteMcpSource:
             return ToolOutcome(content=(TextPart(text),), is_error=True)
         await self._answered(result, onward)
         code = error_code_of(result.structured_content) if result.is_error else None
-        return ToolOutcome(content=parts, is_error=result.is_error, code=code)
+        blocks = tuple(result.content) if len(result.content) == len(parts) else None
+        return ToolOutcome(parts, result.is_error, code, blocks=blocks, structured=result.structured_content)
 
     def _failed_call(self, tool: str, failure: _Failure) -> ToolOutcome:
         """The outcome of a call that got no answer: an error outcome, else DownstreamError raised."""

@@ -46,6 +46,11 @@ class ToolOutcome:
     is_error: bool = False
     code: ErrorCode | None = None
     """Why an error result failed, when known (a peer agent's result says so)."""
+    blocks: tuple[Any, ...] | None = None
+    """A downstream server's own content blocks, one per part of `content` (audio, blobs and
+    resource links among them), for the gateway's clients; None when the parts are not the server's."""
+    structured: dict[str, Any] | None = None
+    """The server's `structuredContent`, passed on to the gateway's clients as it came."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -183,7 +183,9 @@ def usage_from_chat(usage: object) -> Usage:
     and `cache_read` is `cached_tokens`; `output` is `completion_tokens` (reasoning included,
     as billed) and `reasoning` is `completion_tokens_details.reasoning_tokens`. Chat Completions
     reports no cache writes. vLLM and llama.cpp omit the details objects or send null: missing
-    counts are 0.
+    counts are 0. A server that reports its cache hits as `prompt_cache_hit_tokens` instead
+    (DeepSeek) has them counted as `cache_hit`, out of `input` too; a token is one kind only, so
+    they count only when `cached_tokens` does not already report them.
     """
     if not isinstance(usage, Mapping):
         return Usage()
@@ -195,11 +197,13 @@ def usage_from_chat(usage: object) -> Usage:
         if isinstance(completion_details, Mapping)
         else 0
     )
+    hit = 0 if cached else wire_count(usage.get("prompt_cache_hit_tokens"))
     return Usage(
-        input=max(wire_count(usage.get("prompt_tokens")) - cached, 0),
+        input=max(wire_count(usage.get("prompt_tokens")) - cached - hit, 0),
         output=wire_count(usage.get("completion_tokens")),
         cache_read=cached,
         reasoning=reasoning,
+        cache_hit=hit,
     )
 
 

@@ -71,6 +71,7 @@ class AgentServer:
         *,
         metrics: RuntimeMetrics,
         store: ConversationStore,
+        port: int | None = None,
     ) -> None:
         """Compose the server from its parts.
 
@@ -78,12 +79,15 @@ class AgentServer:
             live: The agent's config and what is built from it, as it changes (`agent.live`).
             metrics: Where its series go (process-wide under `pallas run`).
             store: Where conversations are kept.
+            port: The port it listens on, when known (`pallas_agent_info`'s `port` label).
         """
         skip_key_value_type_checks()
         config = live.config
         agent = config.name
         self.live = live
         self.metrics = metrics
+        self.port = "" if port is None else str(port)
+        """The `port` label of `pallas_agent_info` (seed R §metrics); empty when not known."""
         self.sessions: SessionLimits = config.sessions
         """How many MCP sessions it keeps, for how long (`sessions.SessionTable`)."""
         self.inflight = InFlight(agent)
@@ -167,9 +171,9 @@ class AgentServer:
         if self._auth is not None and before.auth.access != after.auth.access:
             self._auth.verifier.admit(after.auth.access)
         if before.model != after.model:
-            self.metrics.agent_info.labels(after.name, after.model).set(1)
+            self.metrics.agent_info.labels(after.name, after.model, self.port).set(1)
             with contextlib.suppress(KeyError):
-                self.metrics.agent_info.remove(before.name, before.model)
+                self.metrics.agent_info.remove(before.name, before.model, self.port)
         if before.provider != after.provider or before.model != after.model:
             task = asyncio.create_task(self._preflight())
             self._tasks.add(task)
@@ -177,7 +181,7 @@ class AgentServer:
 
     def _declare_series(self) -> None:
         agent, metrics, inflight = self.config.name, self.metrics, self.inflight
-        metrics.agent_info.labels(agent, self.config.model).set(1)
+        metrics.agent_info.labels(agent, self.config.model, self.port).set(1)
         metrics.active_conversations.labels(agent).set(0)
         # The process-wide registry keeps this function: it holds the tracker, not the server
         # (`pallas run --reload` drops the servers of agents it removes).
@@ -188,6 +192,8 @@ class AgentServer:
         for decision in AUTH_OUTCOMES:  # open agents too: 0 says nobody was refused
             metrics.auth_requests_total.labels(agent, decision)
         metrics.llm_cost_total.labels(agent, self.config.model)
+        for outcome in ("applied", "refused", "invalid"):  # 0 says no reload was tried
+            metrics.config_reloads_total.labels(agent, outcome)
         for budget in ("agent", "caller", "chain"):  # 0 says no turn was refused for its budget
             metrics.budget_exceeded_total.labels(agent, budget)
 
@@ -277,6 +283,7 @@ def build_server(
     config_file: ConfigFile | None = None,
     config_hash: str | None = None,
     on_secrets: Callable[[Iterable[str]], None] | None = None,
+    port: int | None = None,
 ) -> AgentServer:
     """The agent's server, with the parts not given built from `config` and the environment.
 
@@ -296,6 +303,7 @@ def build_server(
         config_file: The file `config` was read from, read again when it changes (a pod).
         config_hash: The hash of `config`'s text as read; computed from `config` if None.
         on_secrets: Told each secret value seen, at start and after a rotation (log redaction).
+        port: The port it listens on (`pallas_agent_info`'s `port`), when known.
 
     Raises:
         ValueError: the conversation store cannot be built (the message names the setting).
@@ -312,4 +320,4 @@ def build_server(
         source=config_file,
         on_secrets=on_secrets,
     )
-    return AgentServer(live, metrics=metrics, store=store or build_store(config, environ))
+    return AgentServer(live, metrics=metrics, store=store or build_store(config, environ), port=port)

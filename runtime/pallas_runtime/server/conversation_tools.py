@@ -80,7 +80,7 @@ class ConversationTools:
                 current_caller(), checked_conversation_id(conversation_id) or "", session_id()
             )
         except NoConversation as exc:
-            raise CodedToolError(str(exc), ErrorCode.INVALID_ARGUMENTS) from None
+            raise CodedToolError(str(exc), ErrorCode.NOT_FOUND) from None
         except StoreUnavailable as exc:
             raise CodedToolError(str(exc), ErrorCode.SERVER_UNAVAILABLE) from None
         await self._gauge.changed(count_changed=True)

@@ -4,8 +4,11 @@ With `toolExposure.gateway` a client (Daedalus, another agent) can use the agent
 policy-enforcing gateway to its downstream servers, without a model in between: the same
 three tools the model gets on demand (`agent/gateway.py`), under the agent's inbound access
 control, its tool policy, audit lines, metrics and error codes. `execute_tool` answers with the
-downstream result's content (text and images as they came; other content types as the text the
-agent makes of them) and its `isError`; a refusal is a coded error result.
+downstream result as the server gave it (seed 003: tool responses are not modified): its images,
+audio, embedded resources and resource links, its `structuredContent` and its `isError`. Only its
+text blocks are what the model would read too, scrubbed of the agent's secrets and cut to
+`limits.maxToolResultBytes`: secrets stay in the agent whoever asks. A refusal is a coded error
+result.
 """
 
 from __future__ import annotations
@@ -36,12 +39,16 @@ from pallas_runtime.server.tool_errors import CodedToolError, error_result
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True)
 
 
-def _content(outcome: ToolOutcome) -> list[TextContent | ImageContent]:
+def _content(outcome: ToolOutcome) -> list[Any]:
+    """The server's own blocks where it gave them, its texts as the agent keeps them."""
+    blocks = outcome.blocks or (None,) * len(outcome.content)
     return [
-        TextContent(type="text", text=p.text)
+        block
+        if block is not None and not isinstance(block, TextContent)
+        else TextContent(type="text", text=p.text)
         if isinstance(p, TextPart)
         else ImageContent(type="image", data=p.data, mime_type=p.mime_type)
-        for p in outcome.content
+        for p, block in zip(outcome.content, blocks, strict=True)
     ]
 
 
@@ -150,4 +157,6 @@ class GatewayTools:
         if outcome.is_error and outcome.code is not None and len(outcome.content) == 1:
             first = outcome.content[0]
             return error_result(outcome.code, first.text if isinstance(first, TextPart) else "")
-        return ToolResult(content=_content(outcome), is_error=outcome.is_error)
+        return ToolResult(
+            content=_content(outcome), structured_content=outcome.structured, is_error=outcome.is_error
+        )

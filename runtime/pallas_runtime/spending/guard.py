@@ -70,15 +70,15 @@ class BudgetExceeded(Exception):
 
 
 def tokens_of(usage: Usage) -> int:
-    """The tokens a budget counts: input, output, and cache reads and writes (reasoning is output)."""
-    return usage.input + usage.output + usage.cache_read + usage.cache_write
+    """The tokens a budget counts: input, output, cache reads, hits and writes (reasoning is output)."""
+    return usage.input + usage.output + usage.cache_read + usage.cache_hit + usage.cache_write
 
 
 def micros_of(price: ModelPrice | None, usage: Usage) -> int:
     """What a call cost in millionths of the currency (0 for a model without a price)."""
     if price is None:
         return 0
-    return price.micros(usage.input + usage.cache_write, usage.output, usage.cache_read)
+    return price.micros(usage.input + usage.cache_write, usage.output, usage.cache_read + usage.cache_hit)
 
 
 @dataclass(slots=True, weakref_slot=True)

@@ -22,7 +22,9 @@ async def raw_request(base: str, target: bytes) -> tuple[int, bytes]:
     return status, response
 
 
-TOO_LONG_FOR_THE_APP = b'{"error":"query string longer than 4096 bytes"}'
+TOO_LONG_FOR_THE_APP = (
+    b'{"error":"query string longer than 4096 bytes","code":"INVALID_ARGUMENTS","category":"request"}'
+)
 TOO_LONG_FOR_THE_LISTENER = b"request line over 16384 bytes"
 """A request line over the listener's head limit never reaches the app (docs/api.md §3)."""
 

@@ -41,6 +41,7 @@ SECRET_MESSAGE = "msg-secret-4711"
 SECRET_CONVERSATION = "conv-secret-0815"
 OUTCOMES = {"ok", "error"}
 AUTH_OUTCOMES = {"allowed", "denied", "unauthenticated", "unavailable"}
+RELOAD_OUTCOMES = {"applied", "refused", "invalid"}
 TOKEN_KINDS = {"input", "output", "cache_read", "cache_write", "reasoning"}
 
 
@@ -186,7 +187,10 @@ async def test_every_documented_family_has_its_type_and_labels(traffic: Traffic)
             if "agent" in labels:
                 assert sample.labels["agent"] == AGENT, sample
             if "outcome" in labels:
-                expected = AUTH_OUTCOMES if name == "pallas_auth_requests_total" else OUTCOMES
+                expected = {
+                    "pallas_auth_requests_total": AUTH_OUTCOMES,
+                    "pallas_config_reloads_total": RELOAD_OUTCOMES,
+                }.get(name, OUTCOMES)
                 assert sample.labels["outcome"] in expected, sample
             if "kind" in labels and kind == "counter":
                 assert sample.labels["kind"] in TOKEN_KINDS, sample
@@ -204,7 +208,7 @@ async def test_values_follow_the_traffic(traffic: Traffic):
     text = traffic.exposition
     agent = {"agent": AGENT}
     assert _value(text, "pallas_up") == 1
-    assert _value(text, "pallas_agent_info", **agent, model="fake-model") == 1
+    assert _value(text, "pallas_agent_info", **agent, model="fake-model", port="") == 1
     assert _value(text, "pallas_send_message_total", **agent, outcome="ok") == 1
     assert _value(text, "pallas_send_message_total", **agent, outcome="error") == 3
     assert _value(text, "pallas_send_message_duration_seconds_count", **agent) == 4

@@ -265,11 +265,9 @@ async def test_sdk_send_message_streams_progress_in_the_seed_formats(agent: Serv
         "tools/work: completed",
         f"{AGENT} step 3 (llm)",
     ]
-    numbers = {m: (p, t) for p, t, m in updates}
-    assert numbers[f"{AGENT} step 2 (tool)"] == (2, None)
-    assert numbers["tools/work: started"] == (0, None)
-    assert numbers["tools/work: step 2"] == (2, 3)
-    assert numbers["tools/work: completed"] == (1, 1)
+    # MCP: a token's progress increases with every notification (the formats are in the messages).
+    assert [p for p, _, _ in updates] == list(range(1, len(updates) + 1))
+    assert {t for _, t, _ in updates} == {None}
 
 
 async def test_sdk_get_health_returns_its_json_document(agent: ServedAgent):

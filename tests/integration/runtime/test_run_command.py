@@ -116,7 +116,8 @@ async def test_agents_call_agents_and_nothing_secret_is_logged(
     path = tmp_path / "agents.yaml"
     path.write_text(yaml.safe_dump_all(manifests(fake_openai)))
     base = free_ports(3)
-    async with pallas_run(path, base) as proc:
+    state = tmp_path / "state"
+    async with pallas_run(path, base, env={"XDG_STATE_HOME": str(state)}) as proc:
         transport = StreamableHttpTransport(
             f"http://127.0.0.1:{base + 1}/mcp", headers={"Authorization": "Bearer caller-jwt-abc"}
         )
@@ -142,6 +143,13 @@ async def test_agents_call_agents_and_nothing_secret_is_logged(
         json.loads(line)  # every log line is JSON
     assert API_KEY not in err
     assert "caller-jwt-abc" not in err
+    # The original's rotating file is on by default under `pallas run`: the same lines, redacted.
+    filed = (state / "pallas" / "pallas.log").read_text()
+    assert [json.loads(line)["message"] for line in filed.splitlines()][:3] == [
+        json.loads(line)["message"] for line in err.splitlines()
+    ][:3]
+    assert API_KEY not in filed
+    assert "caller-jwt-abc" not in filed
 
 
 async def test_dotenv_agents_config_and_openai_base_url_as_the_original(
@@ -206,7 +214,8 @@ async def test_the_registry_port_is_the_one_scrape_target_of_the_run(
         (s.name, tuple(sorted(s.labels.items()))): s.value for f in families.values() for s in f.samples
     }
     assert samples[("pallas_send_message_total", (("agent", "worker"), ("outcome", "ok")))] == 1
-    assert ("pallas_agent_info", (("agent", "boss"), ("model", fake_openai.models[0]))) in samples
+    boss = (("agent", "boss"), ("model", fake_openai.models[0]), ("port", str(base + 1)))
+    assert ("pallas_agent_info", boss) in samples  # the port it listens on (seed R's label)
     assert samples[("pallas_up", ())] == 1
     assert samples[("pallas_registry_servers", (("status", "active"),))] == 2
     assert any(name == "pallas_registry_requests_total" for name, _ in samples)

@@ -65,7 +65,8 @@ def test_defaults_are_the_documented_ones() -> None:
     assert config.tools.permits("anything__at_all")
     assert config.display_title == "Research"
     assert config.call_params.extra == []  # no provider field per call unless the spec lists it
-    assert len(config.call_params.allow) == 13
+    assert len(config.call_params.allow) == 14  # all but systemOverride, which is opt-in
+    assert "systemOverride" not in config.call_params.allow
 
 
 @pytest.mark.parametrize(
@@ -150,6 +151,12 @@ def test_render_agent_binds_secrets_to_env_vars_and_keeps_values_out() -> None:
     text = render_config(config)
     assert "apiKeySource: Secret llm key VLLM_KEY" in text
     assert "secretKeyRef" not in text
+
+
+def test_render_agent_carries_the_deployments_shared_prompts_in_order() -> None:
+    rendered = render_agent("research", agent(), deployment(prompts=["House rules.", "Context."]), {})
+    assert rendered.config.prompts == ["House rules.", "Context."]
+    assert render_agent("research", agent(), deployment(), {}).config.prompts == []
 
 
 def test_render_agent_model_override_and_peers() -> None:

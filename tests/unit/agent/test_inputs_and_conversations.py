@@ -129,10 +129,10 @@ async def test_progress_formats_follow_the_seed() -> None:
     assert sent == [
         (1, None, "harper step 1 (llm)"),
         (2, None, "harper step 2 (tool)"),
-        (0, None, "argos/search_web: started"),
-        (2, None, "research/send_message: research step 1 (llm)"),
-        (1, 1, "argos/search_web: failed"),
-        (1, 1, "research/send_message: completed"),
+        (3, None, "argos/search_web: started"),
+        (4, None, "research/send_message: research step 1 (llm)"),
+        (5, None, "argos/search_web: failed"),
+        (6, None, "research/send_message: completed"),
     ]
 
 

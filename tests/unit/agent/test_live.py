@@ -207,3 +207,32 @@ def test_a_config_that_does_not_parse_is_refused_with_one_line(
     assert source.changed() is None
     assert [r.levelname for r in caplog.records] == ["ERROR"]
     assert "is not applied" in caplog.records[0].getMessage()
+
+
+async def test_config_reloads_are_counted_by_outcome(tmp_path: Path) -> None:
+    """`pallas_config_reloads_total{outcome}`: applied, refused (needs a new process), invalid."""
+    volume = KubeletVolume(tmp_path / "config", {"agent.yaml": render_config(config())})
+    source = ConfigFile(volume.folder / "agent.yaml")
+    first, digest = source.load()
+    metrics = RuntimeMetrics(process_collectors=False)
+    secrets = {KEY: "k1", HEADER: "h1"}
+    live = LiveAgent(
+        first, metrics=metrics, secrets=secrets, parts=Pieces(), config_hash=digest, source=source
+    )
+
+    def count(outcome: str) -> float | None:
+        return metrics.registry.get_sample_value(
+            "pallas_config_reloads_total", {"agent": first.name, "outcome": outcome}
+        )
+
+    volume.write({"agent.yaml": render_config(config(instruction="new"))})
+    live.refresh()
+    volume.write({"agent.yaml": render_config(config(instruction="new", version="2.0.0"))})
+    live.refresh()
+    live.refresh()  # the same refused version: counted once
+    volume.write({"agent.yaml": "name: solo\nmodel: m\n"})
+    live.refresh()
+    secrets[KEY] = "k2"  # a rotated secret is not a new config
+    live.refresh()
+    assert (count("applied"), count("refused"), count("invalid")) == (1, 1, 1)
+    await live.aclose()

@@ -273,11 +273,11 @@ async def test_progress_covers_steps_tools_and_relayed_progress() -> None:
     assert sent == [
         (1, None, "harper step 1 (llm)"),
         (2, None, "harper step 2 (tool)"),
-        (0, None, "research/send_message: started"),
-        (0.5, 1, "research/send_message: halfway"),
-        (1, 1, "research/send_message: completed"),
-        (3, None, "harper step 3 (llm)"),
-        (3, None, "harper text: done"),
+        (3, None, "research/send_message: started"),
+        (4, None, "research/send_message: halfway"),
+        (5, None, "research/send_message: completed"),
+        (6, None, "harper step 3 (llm)"),
+        (7, None, "harper text: done"),
     ]
 
 

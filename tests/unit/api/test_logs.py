@@ -15,6 +15,7 @@ from pallas_io.logs import (
     PALLAS_LOGGERS,
     QUIET_LOGGERS,
     UVICORN_LOGGERS,
+    LogSettings,
     Redactor,
     fields_context,
     log_fields,
@@ -127,6 +128,17 @@ def test_stderr_off_without_a_file_writes_the_originals_state_file(tmp_path: Pat
     logging.getLogger("pallas.test").info("kept")
     assert stream.getvalue() == ""
     assert [e["message"] for e in lines((tmp_path / "pallas" / "pallas.log").read_text())] == ["kept"]
+
+
+def test_the_state_file_is_on_by_default_where_asked_and_off_when_told(tmp_path: Path) -> None:
+    """`pallas run` (file_by_default) writes the original's rotating file beside stderr."""
+    stream, state = io.StringIO(), {"XDG_STATE_HOME": str(tmp_path)}
+    setup_logging(state, stream=stream, file_by_default=True)
+    logging.getLogger("pallas.test").info("both")
+    assert [e["message"] for e in lines((tmp_path / "pallas" / "pallas.log").read_text())] == ["both"]
+    assert [e["message"] for e in lines(stream.getvalue())] == ["both"]
+    assert LogSettings.from_env({**state, "PALLAS_LOG_FILE": "off"}, file_by_default=True).file is None
+    assert LogSettings.from_env(state).file is None  # a pod: stderr only
 
 
 @pytest.mark.parametrize(

@@ -191,12 +191,17 @@ async def test_bad_requests_are_json_4xx(
     assert response.status_code == status
     assert response.headers["content-type"] == "application/json"
     assert message in response.json()["error"]
+    # Coded, with seed 004's category: what is not there is upstream, a bad request the request's.
+    expected = ("NOT_FOUND", "upstream") if status == 404 else ("INVALID_ARGUMENTS", "request")
+    assert (response.json()["code"], response.json()["category"]) == expected
 
 
 async def test_bad_parameter_errors_name_the_parameter(client: httpx2.AsyncClient) -> None:
     body = (await client.get("/v0.1/servers", params={"limit": "0"})).json()
     assert body == {
         "error": "invalid parameter 'limit': must be an integer from 1 to 100",
+        "code": "INVALID_ARGUMENTS",
+        "category": "request",
         "parameter": "limit",
     }
 
@@ -315,7 +320,7 @@ async def test_an_unexpected_error_is_a_json_500(caplog: pytest.LogCaptureFixtur
     async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://r") as c:
         response = await c.get(WELL_KNOWN)
     assert response.status_code == 500
-    assert response.json() == {"error": "internal error"}
+    assert response.json() == {"error": "internal error", "code": "INTERNAL", "category": "internal"}
     assert "unhandled error serving /.well-known/mcp/server.json" in caplog.text
 
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import mcp_types
 import pytest
 
+from pallas_runtime.downstream.content import parts_from_result
 from pallas_runtime.downstream.source import ProgressHandler, ToolOutcome
 from pallas_runtime.messages import ImagePart, TextPart
 from tests.unit.agent.doubles import FakeSource
@@ -65,6 +67,37 @@ async def test_execute_tool_keeps_images_and_is_error_of_the_downstream_result()
     text, image = result.content
     assert (text.type, text.text) == ("text", "blurry")
     assert (image.type, image.data, image.mime_type) == ("image", PNG, "image/png")
+
+
+async def test_execute_tool_passes_audio_blobs_links_and_structured_content_untouched() -> None:
+    """Seed 003: a gateway does not modify tool responses (the model gets text notes of them)."""
+    blocks = (
+        mcp_types.TextContent(type="text", text="three things"),
+        mcp_types.AudioContent(type="audio", data="UklGRg==", mime_type="audio/wav"),
+        mcp_types.EmbeddedResource(
+            type="resource",
+            resource=mcp_types.BlobResourceContents(uri="file:///a.bin", blob="AAEC", mime_type="text/x"),
+        ),
+        mcp_types.ResourceLink(type="resource_link", uri="file:///report.pdf", name="report"),
+    )
+    served = mcp_types.CallToolResult(content=list(blocks), structured_content={"count": 3})
+
+    async def rich(
+        tool: str, arguments: dict[str, Any], auth: str | None, p: ProgressHandler | None
+    ) -> ToolOutcome:
+        parts = parts_from_result(served)
+        return ToolOutcome(parts, blocks=blocks, structured=served.structured_content)
+
+    async with in_memory(
+        sources=[FakeSource("media", ["fetch"], handler=rich)], toolExposure={"gateway": True}
+    ) as agent:
+        result = await agent.client.call_tool("execute_tool", {"server": "media", "tool": "fetch"})
+    text, audio, blob, link = result.content
+    assert text.text == "three things"
+    assert (audio.type, audio.data, audio.mime_type) == ("audio", "UklGRg==", "audio/wav")
+    assert (blob.type, blob.resource.blob, str(blob.resource.uri)) == ("resource", "AAEC", "file:///a.bin")
+    assert (link.type, str(link.uri), link.name) == ("resource_link", "file:///report.pdf", "report")
+    assert result.structured_content == {"count": 3}
 
 
 async def test_the_policy_applies_to_clients_as_to_the_model(caplog: pytest.LogCaptureFixture) -> None:

@@ -366,14 +366,15 @@ async def test_progress_only_with_a_token() -> None:
         await agent.client.call_tool("send_message", {"message": "go"}, progress_handler=on_progress)
         told = list(seen)
         await agent.client.call_tool_mcp("send_message", {"message": "again"})
+    # MCP: progress increases with every notification; the seed's formats are in the messages.
     assert told == [
         (1, None, "harper step 1 (llm)"),
         (2, None, "harper step 2 (tool)"),
-        (0, None, "echo/ping: started"),
-        (0.5, 1, "echo/ping: halfway"),
-        (1, 1, "echo/ping: completed"),
-        (3, None, "harper step 3 (llm)"),
-        (3, None, "harper text: done"),
+        (3, None, "echo/ping: started"),
+        (4, None, "echo/ping: halfway"),
+        (5, None, "echo/ping: completed"),
+        (6, None, "harper step 3 (llm)"),
+        (7, None, "harper text: done"),
     ]
     assert seen == told  # the call without a progress token was told nothing
 
@@ -414,7 +415,7 @@ async def test_list_and_delete_conversations() -> None:
     ]
     assert all(UTC_TIMESTAMP.match(r["updatedAt"]) for r in rows)
     assert (deleted.is_error, deleted.content[0].text) == (False, "deleted conversation 'older'")
-    assert error_of(again) == ("INVALID_ARGUMENTS", "no stored conversation for conversation_id 'older'")
+    assert error_of(again) == ("NOT_FOUND", "no stored conversation for conversation_id 'older'")
     assert error_of(bad_id) == (
         "INVALID_ARGUMENTS",
         "conversation_id is 257 characters long; the limit is 256",
@@ -434,7 +435,7 @@ async def test_an_anonymous_client_without_a_session_lists_nothing_it_did_not_na
         listed = await agent.client.call_tool_mcp("list_conversations", {})
         deleted = await agent.client.call_tool_mcp("delete_conversation", {"conversation_id": "c-1"})
     assert json.loads(listed.content[0].text) == {"conversations": []}
-    assert error_of(deleted) == ("INVALID_ARGUMENTS", "no stored conversation for conversation_id 'c-1'")
+    assert error_of(deleted) == ("NOT_FOUND", "no stored conversation for conversation_id 'c-1'")
 
 
 # --- the history prompt and the instruction resource --------------------------------------------
@@ -499,3 +500,55 @@ async def test_get_health_is_one_json_text_and_never_calls_the_model() -> None:
     report = json.loads(result.content[0].text)
     assert (result.is_error, report["status"], report["busy"], report["inFlight"]) == (False, "ok", False, 0)
     assert agent.provider.calls == []
+
+
+# --- per-turn controls (seed M: toolsAllowlist, systemOverride) --------------------------------
+
+
+async def test_tools_allowlist_narrows_that_calls_tools_only() -> None:
+    argos = FakeSource("argos", ["search", "fetch"])
+    async with in_memory([text("a"), text("b"), text("c")], sources=[argos]) as agent:
+        narrowed = {"message": "x", "params": {"toolsAllowlist": ["argos__se*"]}}
+        await agent.client.call_tool("send_message", narrowed)
+        await agent.client.call_tool("send_message", {"message": "y"})
+        await agent.client.call_tool("send_message", {"message": "z", "params": {"toolsAllowlist": []}})
+    offered = [sorted(spec.name for spec in tools) for _, _, tools in agent.provider.calls]
+    assert offered == [["argos__search"], ["argos__fetch", "argos__search"], []]
+
+
+async def test_tools_allowlist_never_widens_the_agents_policy() -> None:
+    argos = FakeSource("argos", ["search", "fetch"])
+    async with in_memory([text("a")], sources=[argos], tools={"deny": ["argos__fetch"]}) as agent:
+        await agent.client.call_tool("send_message", {"message": "x", "params": {"toolsAllowlist": ["*"]}})
+    ((_, _, tools),) = agent.provider.calls
+    assert [spec.name for spec in tools] == ["argos__search"]
+
+
+async def test_system_override_only_where_call_params_allow_names_it() -> None:
+    params = {"systemOverride": "You are Zed.", "systemAppend": "Be brief."}
+    async with in_memory([text("a")]) as agent:
+        refused = await agent.client.call_tool_mcp("send_message", {"message": "x", "params": params})
+    assert refused.is_error
+    assert "params.systemOverride: this agent does not let a call set it" in refused.content[0].text
+    assert agent.provider.calls == []
+    allow = ["systemOverride", "systemAppend"]
+    async with in_memory([text("a"), text("b")], callParams={"allow": allow}) as agent:
+        await agent.client.call_tool("send_message", {"message": "x", "params": params})
+        await agent.client.call_tool("send_message", {"message": "y"})
+    (first, _, _), (second, _, _) = agent.provider.calls
+    assert first == "You are Zed.\n\nBe brief."
+    assert second == config().instruction  # that call only
+
+
+async def test_the_deployments_shared_prompts_come_before_the_instruction() -> None:
+    """Seed M: the system block holds the project's prompts, then the agent's; systemAppend last."""
+    shared = ["House rules.", "Project context."]
+    allow = ["systemOverride", "systemAppend"]
+    async with in_memory([text("a"), text("b")], prompts=shared, callParams={"allow": allow}) as agent:
+        await agent.client.call_tool(
+            "send_message", {"message": "x", "params": {"systemAppend": "Be brief."}}
+        )
+        await agent.client.call_tool("send_message", {"message": "y", "params": {"systemOverride": "Zed."}})
+    (first, _, _), (second, _, _) = agent.provider.calls
+    assert first == "House rules.\n\nProject context.\n\nYou help.\n\nBe brief."
+    assert second == "House rules.\n\nProject context.\n\nZed."  # the override replaces the agent's own

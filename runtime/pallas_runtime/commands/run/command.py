@@ -106,7 +106,8 @@ class RunCommand:
             secrets.update(bridge.secrets)
             merged_env.update(bridge.secrets)
         try:
-            setup_logging(with_log_level(plan, merged_env), secret_env=secrets)
+            # On a workstation the rotating file is on, as the original's (`PALLAS_LOG_FILE=off`).
+            setup_logging(with_log_level(plan, merged_env), secret_env=secrets, file_by_default=True)
             for name, value in local_telemetry_env(plan).items():
                 os.environ.setdefault(name, value)  # the SDK reads its settings from here
             setup_tracing(RUN_SERVICE_NAME)
@@ -197,6 +198,8 @@ async def serve_plan(
                 print(f"pallas run: {exc}", file=sys.stderr)
                 return EXIT_FAILURE
             report.started("agent", config.name, agent.url)
+        # The registry last, not first as seed R step 3 has it: its provider checks would run
+        # while the agents' start holds this one event loop and time out (docs/architecture.md, D10).
         if plan.registry_port is not None:
             try:
                 await run.start_registry(plan.agents, plan.registry_port, plan)

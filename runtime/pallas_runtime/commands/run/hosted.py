@@ -117,7 +117,7 @@ async def start_agent(
     config = agent.rendered.config
     sock = sock or _listen(f"agent {config.name}", agent.port)
     try:
-        server = build_server(config, metrics=metrics, environ=agent.environ)
+        server = build_server(config, metrics=metrics, environ=agent.environ, port=agent.port)
     except ValueError as exc:  # a conversation store that cannot be built; the text names the setting
         sock.close()
         raise StartFailed(f"agent {config.name}: {exc}") from None
