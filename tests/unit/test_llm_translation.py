@@ -33,6 +33,7 @@ from pallas_runtime.llm.params import (
     is_native_openai,
     merge_params,
     openai_plan,
+    responses_plan,
 )
 from pallas_runtime.llm.provider import LLMError
 from pallas_runtime.messages import (
@@ -488,7 +489,9 @@ def test_openai_native_drops_top_k_and_uses_max_completion_tokens():
         "reasoning_effort": "high",
     }
     assert plan.extra_body == {}
-    assert plan.dropped == ("topK",)
+    # The seed: "top_k: Anthropic-only; OpenAI ignores": not sent, warned about, never refused.
+    assert plan.dropped == ()
+    assert plan.ignored == ("topK",)
 
 
 def test_openai_compatible_sends_top_k_in_extra_body_and_max_tokens():
@@ -690,3 +693,17 @@ async def test_missing_key_constructs_and_reports_it(provider_type):
         await provider.complete(system="", messages=[user("hi")], tools=[])
     assert raised.value.status is None
     await provider.aclose()
+
+
+def test_responses_plan_sends_top_k_to_every_server_but_openais_own():
+    compatible = responses_plan(RequestParams(top_k=40), native=False, capabilities=CAPS)
+    assert compatible.wire_fields() == {"top_k": 40}
+    assert (compatible.dropped, compatible.ignored) == ((), ())
+    native = responses_plan(RequestParams(top_k=40), native=True, capabilities=CAPS)
+    assert native.wire_fields() == {}
+    assert (native.dropped, native.ignored) == ((), ("topK",))
+    assert (
+        dropped_warning(native, "openai provider 'oai'")
+        == "openai provider 'oai' ignores topK; not sending it"
+    )
+    check_call_params(native, "openai provider 'oai'")  # ignored, not refused

@@ -21,7 +21,7 @@ from pallas_api.fields import RequestParams
 from pallas_io.llm_check import CHECK_TIMEOUT, ProviderEndpoint, check_provider, provider_label
 from pallas_runtime.http_transport import AiohttpTransport
 from pallas_runtime.llm.errors import SdkErrors, describe, safe
-from pallas_runtime.llm.params import ParamPlan, check_call_params, dropped_warning
+from pallas_runtime.llm.params import ParamPlan, check_call_params, dropped_warning, ignored_warning
 from pallas_runtime.llm.provider import LLMError, ProviderCheck
 from pallas_runtime.messages import Completion, Message, TextSink, ToolSpec
 
@@ -227,10 +227,15 @@ class SdkProvider(abc.ABC):
     def check_params(self, params: RequestParams) -> None:
         """Refuse a call's own parameters that this provider and model do not take.
 
+        Those it ignores by design (OpenAI's topK) are logged as a warning, not refused.
+
         Raises:
             ParamsNotTaken: The message names each such parameter and the provider.
         """
-        check_call_params(self._plan_for(params), self._warning_subject())
+        plan = self._plan_for(params)
+        check_call_params(plan, self._warning_subject())
+        if plan.ignored:
+            log.warning(ignored_warning(plan, self._warning_subject()))
 
     async def preflight(self) -> ProviderCheck:
         """Check the key and that the model exists (`pallas_io.llm_check`); never raises."""

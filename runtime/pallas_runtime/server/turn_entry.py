@@ -141,7 +141,9 @@ class TurnEntry:
         params = request.params
         request_params: RequestParams | None = None
         try:
-            user = user_message(config, request.message, request.images)
+            user = user_message(
+                config, request.message, request.images, model=params.model if params is not None else None
+            )
             checked = checked_id(request.conversation_id) if request.conversation_id else None
             if params is not None and (refusal := config.call_params.refusal(params)):
                 raise InvalidInput(refusal)

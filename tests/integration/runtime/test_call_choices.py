@@ -5,6 +5,7 @@ provider does not take, and a provider keyed with each caller's own bearer token
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -168,3 +169,38 @@ async def test_caller_bearer_is_the_key_per_call_never_logged_and_refused_withou
     assert len(llm.completions) == 2  # the call without a bearer never reached the model
     assert "hf_alice_token" not in caplog.text
     assert "hf_mallory_token" not in caplog.text
+
+
+PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 32).decode()
+
+
+@pytest.mark.parametrize(("own_vision", "chosen_vision"), [(False, True), (True, False)])
+async def test_images_are_checked_against_the_model_the_call_picks(
+    own_vision: bool, chosen_vision: bool
+) -> None:
+    # Images need a vision model, and the model is the one the call runs on: a call picking
+    # fake-big is checked against fake-big's capabilities, one picking nothing against the
+    # agent's own (fake-small).
+    async with FakeOpenAI(models=("fake-small", "fake-big")) as llm:
+        llm.script(Text("a cat"))
+        models = [{"model": "fake-big", "capabilities": {"vision": chosen_vision}}]
+        cfg = config(llm, models=models, capabilities={"vision": own_vision})
+        image = [{"data": PNG, "mime_type": "image/png"}]
+        async with served(cfg) as url, Client(url) as c:
+            chosen = await c.call_tool_mcp(
+                "send_message", {"message": "what?", "images": image, "params": {"model": "fake-big"}}
+            )
+            own = await c.call_tool_mcp("send_message", {"message": "what?", "images": image})
+    [seen, refused, refused_model] = (
+        (chosen, own, "fake-small") if chosen_vision else (own, chosen, "fake-big")
+    )
+    assert not seen.is_error, seen.content
+    assert seen.content[0].text == "a cat"
+    [request] = llm.completions
+    assert request.json["model"] == ("fake-big" if chosen_vision else "fake-small")
+    assert any(part.get("type") == "image_url" for part in request.json["messages"][-1]["content"])
+    assert refused.is_error
+    assert refused.structured_content["error"]["code"] == "INVALID_ARGUMENTS"
+    assert refused.content[0].text == (
+        f"model {refused_model!r} does not accept images (its capabilities say vision: false)"
+    )
