@@ -204,3 +204,46 @@ async def test_images_are_checked_against_the_model_the_call_picks(
     assert refused.content[0].text == (
         f"model {refused_model!r} does not accept images (its capabilities say vision: false)"
     )
+
+
+async def test_a_call_picks_another_providers_model_with_that_providers_key() -> None:
+    # The agent's own provider speaks Chat Completions; the deployment also declares a Claude
+    # model on an Anthropic provider, which a call names as `<provider>.<model>`.
+    anthropic_key = "sk-ant-test-other-7f3e"
+    async with FakeOpenAI(models=("fake-small",)) as llm, FakeAnthropic(api_key=anthropic_key) as claude:
+        llm.script(Text("from openai"), Text("openai again"))
+        claude.script(Text("from claude"))
+        other = {
+            "name": "claude",
+            "type": "anthropic",
+            "baseURL": claude.base_url,
+            "apiKeyEnv": "PALLAS_PROVIDER_CLAUDE_API_KEY",
+            "maxRetries": 0,
+        }
+        models = [{"model": "claude-fake", "provider": other}]
+        server = build_server(
+            config(llm, models=models), environ={"PALLAS_PROVIDER_CLAUDE_API_KEY": anthropic_key}
+        )
+        async with serve_app(agent_app(server)) as running, Client(running.url) as c:
+            first = await c.call_tool_mcp("send_message", {"message": "a"})
+            chosen = await c.call_tool_mcp(
+                "send_message", {"message": "b", "params": {"model": "claude.claude-fake"}}
+            )
+            bare = await c.call_tool_mcp("send_message", {"message": "c", "params": {"model": "claude-fake"}})
+            again = await c.call_tool_mcp("send_message", {"message": "d"})
+    assert [r.content[0].text for r in (first, chosen, again)] == [
+        "from openai",
+        "from claude",
+        "openai again",
+    ]
+    [request] = claude.completions
+    assert request.json["model"] == "claude-fake"
+    # The fake answers 401 without this key; the SDK sends it as x-api-key or a bearer token.
+    assert anthropic_key in request.headers.get("x-api-key", "") + request.headers.get("authorization", "")
+    assert [r.json["model"] for r in llm.completions] == ["fake-small", "fake-small"]
+    # Another provider's model is named with its provider: an id alone could be two providers'.
+    assert bare.is_error
+    assert bare.content[0].text == (
+        "params.model 'claude-fake' is not a model this agent offers "
+        "(offered: fake-small, claude.claude-fake)"
+    )
