@@ -7,14 +7,20 @@ access token, sent as a bearer: the provider's Secret holds one (a token refresh
 it; the agent reads its keys anew for each turn), so google-auth, which the SDK would use to mint
 tokens from a service account, is not needed. Bodies, answers and the SSE stream are the
 Messages API's, so the Anthropic adapter is used as it is.
+
+The health check counts the tokens of a one-word message (`count-tokens:rawPredict`, which costs
+nothing): it goes through the token, the project, the region and the model, so an expired token
+or a wrong region shows in `get_health` rather than only as failed turns.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
 import anthropic
+import httpx2
 
 from pallas_api.config import AgentConfig, ProviderConfig
 from pallas_runtime.http_transport import AiohttpTransport
@@ -56,8 +62,24 @@ class AnthropicVertexProvider(AnthropicMessagesProvider):
         )
 
     async def preflight(self) -> ProviderCheck:
-        """Vertex's prediction API has no models endpoint: the key's presence is all that is checked."""
-        if self._key_problem is not None:
-            return ProviderCheck(False, self._key_problem, time.monotonic())
-        message = f"{self._label}: Vertex AI ({self._base_url}, project {self._project}); key set, not probed"
-        return ProviderCheck(True, message, time.monotonic())
+        """Count a one-word message's tokens on the model; never raises.
+
+        Vertex's prediction API has no models endpoint; counting goes through the token, the
+        project, the region and the model, and costs nothing.
+        """
+        if self._client is None:
+            return ProviderCheck(False, self._key_problem or self._label, time.monotonic())
+        where = f"Vertex AI ({self._base_url}, project {self._project})"
+        probe = {"model": self._model, "messages": [{"role": "user", "content": "ping"}]}
+        # The SDK moves /v1/messages/count_tokens to Vertex's count-tokens:rawPredict.
+        client = self._client.with_options(max_retries=0, timeout=self.preflight_timeout)
+        try:
+            async with asyncio.timeout(self.preflight_timeout):
+                await client.post("/v1/messages/count_tokens", cast_to=httpx2.Response, body=probe)
+        except self.sdk_errors.base as exc:
+            failure = self._error(exc, self.preflight_timeout)
+            return ProviderCheck(False, f"{failure} ({where}, model {self._model!r})", time.monotonic())
+        except TimeoutError:
+            message = f"{self._label}: {where} did not answer within {self.preflight_timeout:g}s"
+            return ProviderCheck(False, message, time.monotonic())
+        return ProviderCheck(True, f"{self._label}: {where}: model {self._model!r} answers", time.monotonic())
