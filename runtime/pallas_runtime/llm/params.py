@@ -181,14 +181,10 @@ def openai_plan(
     Returns:
         The plan: SDK keywords, extra body fields, dropped and adjusted parameters.
     """
-    kwargs: dict[str, Any] = {}
+    kwargs = _openai_sampling(params)
     extra = _top_k(params, native=native)
     dropped: list[str] = []
     adjusted: list[str] = []
-    if params.temperature is not None:
-        kwargs["temperature"] = params.temperature
-    if params.top_p is not None:
-        kwargs["top_p"] = params.top_p
     max_tokens = _max_tokens(params, capabilities, adjusted)
     if max_tokens is not None:
         kwargs["max_completion_tokens" if native else "max_tokens"] = max_tokens
@@ -222,6 +218,12 @@ def openai_plan(
         ignored=_openai_ignored(params, native=native),
         refused=tuple(refused),
     )
+
+
+def _openai_sampling(params: RequestParams) -> dict[str, Any]:
+    """`temperature` and `top_p` as both OpenAI APIs name them, those that are set."""
+    fields = {"temperature": params.temperature, "top_p": params.top_p}
+    return {name: value for name, value in fields.items() if value is not None}
 
 
 def _top_k(params: RequestParams, *, native: bool) -> dict[str, Any]:
@@ -277,14 +279,10 @@ def responses_plan(
     Returns:
         The plan: wire fields, dropped, adjusted and refused parameters.
     """
-    kwargs: dict[str, Any] = {}
+    kwargs = _openai_sampling(params)
     dropped = [camel for name, camel in RESPONSES_NOT_TAKEN if getattr(params, name) not in (None, [])]
     adjusted: list[str] = []
     refused: list[str] = []
-    if params.temperature is not None:
-        kwargs["temperature"] = params.temperature
-    if params.top_p is not None:
-        kwargs["top_p"] = params.top_p
     if (max_tokens := _max_tokens(params, capabilities, adjusted)) is not None:
         kwargs["max_output_tokens"] = max_tokens
     if params.effort is not None:
