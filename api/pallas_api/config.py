@@ -82,7 +82,7 @@ class ProviderConfig(_Model):
     """The LLM endpoint the agent's model is served by."""
 
     name: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]
-    type: Literal["openai", "anthropic"]
+    type: Literal["openai", "anthropic", "gemini"]
     base_url: Annotated[
         str | None, Field(alias="baseURL", pattern=HTTP_URL), WithoutCredentials(SECRET_API_KEY)
     ] = None
@@ -108,7 +108,8 @@ class ProviderConfig(_Model):
     platform: ProviderPlatform = "direct"
     """For `type: anthropic`: `direct` (the Messages API at `baseURL`), `bedrock` (Amazon
     Bedrock's runtime in `region`, the key a Bedrock API key) or `vertex` (Vertex AI in `region`
-    and `projectId`, the key an OAuth access token)."""
+    and `projectId`, the key an OAuth access token). For `type: gemini`: `direct` (the Gemini
+    API) or `vertex` (the same wire format on Vertex AI)."""
     region: Annotated[str | None, Field(pattern=CLOUD_REGION, max_length=32)] = None
     """The cloud region of a `bedrock` or `vertex` provider."""
     project_id: Annotated[str | None, Field(pattern=GCP_PROJECT)] = None

@@ -36,7 +36,7 @@ class HealthView:
     """What the agent spent in its agent budget's window (None: no such budget)."""
 
 
-VENDOR_NAMES = {"openai": "OpenAI", "anthropic": "Anthropic"}
+VENDOR_NAMES = {"openai": "OpenAI", "anthropic": "Anthropic", "gemini": "Google Gemini"}
 """Display names of the vendors' public APIs (a provider without `baseURL`)."""
 
 
@@ -71,7 +71,7 @@ class ProviderView:
             streaming=True if caps.streaming is None else caps.streaming,
             tools=True if caps.tools is None else caps.tools,
             vision=caps.vision,
-            json_mode=spec.type == "openai" if caps.json_mode is None else caps.json_mode,
+            json_mode=spec.type in ("openai", "gemini") if caps.json_mode is None else caps.json_mode,
         )
 
 

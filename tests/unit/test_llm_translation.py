@@ -8,6 +8,7 @@ import pytest
 
 from pallas_api.config import parse_config
 from pallas_api.fields import ModelCapabilities, RequestParams
+from pallas_runtime.llm.adapter import parse_arguments
 from pallas_runtime.llm.anthropic_messages import (
     AnthropicMessagesProvider,
     completion_from_messages,
@@ -21,7 +22,6 @@ from pallas_runtime.llm.openai_chat import (
     chat_messages,
     chat_tools,
     completion_from_chat,
-    parse_arguments,
     usage_from_chat,
 )
 from pallas_runtime.llm.params import (

@@ -15,26 +15,15 @@ or a wrong region shows in `get_health` rather than only as failed turns.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 import anthropic
-import httpx2
 
 from pallas_api.config import AgentConfig, ProviderConfig
 from pallas_runtime.http_transport import AiohttpTransport
 from pallas_runtime.llm.anthropic_messages import AnthropicMessagesProvider
 from pallas_runtime.llm.provider import ProviderCheck
-
-
-def vertex_base_url(region: str) -> str:
-    """Vertex AI's endpoint for `region`, as the SDK derives it."""
-    if region == "global":
-        return "https://aiplatform.googleapis.com/v1"
-    if region in ("us", "eu"):
-        return f"https://aiplatform.{region}.rep.googleapis.com/v1"
-    return f"https://{region}-aiplatform.googleapis.com/v1"
+from pallas_runtime.llm.vertex import vertex_base_url
 
 
 class AnthropicVertexProvider(AnthropicMessagesProvider):
@@ -67,19 +56,8 @@ class AnthropicVertexProvider(AnthropicMessagesProvider):
         Vertex's prediction API has no models endpoint; counting goes through the token, the
         project, the region and the model, and costs nothing.
         """
-        if self._client is None:
-            return ProviderCheck(False, self._key_problem or self._label, time.monotonic())
         where = f"Vertex AI ({self._base_url}, project {self._project})"
-        probe = {"model": self._model, "messages": [{"role": "user", "content": "ping"}]}
         # The SDK moves /v1/messages/count_tokens to Vertex's count-tokens:rawPredict.
-        client = self._client.with_options(max_retries=0, timeout=self.preflight_timeout)
-        try:
-            async with asyncio.timeout(self.preflight_timeout):
-                await client.post("/v1/messages/count_tokens", cast_to=httpx2.Response, body=probe)
-        except self.sdk_errors.base as exc:
-            failure = self._error(exc, self.preflight_timeout)
-            return ProviderCheck(False, f"{failure} ({where}, model {self._model!r})", time.monotonic())
-        except TimeoutError:
-            message = f"{self._label}: {where} did not answer within {self.preflight_timeout:g}s"
-            return ProviderCheck(False, message, time.monotonic())
-        return ProviderCheck(True, f"{self._label}: {where}: model {self._model!r} answers", time.monotonic())
+        return await self._probe(
+            "/v1/messages/count_tokens", {"messages": [{"role": "user", "content": "ping"}]}, where
+        )

@@ -66,6 +66,7 @@ __all__ = [
     "anthropic_plan",
     "anthropic_rule",
     "check_call_params",
+    "clamped_max_tokens",
     "dropped_warning",
     "ignored_warning",
     "is_native_openai",
@@ -97,6 +98,8 @@ class ParamPlan:
     refused: tuple[str, ...] = ()
     """Values the target does not take, each a sentence naming the value (`effort 'max' is not
     taken by …`); the parameter is not sent."""
+    tool_field: str = "tool_choice"
+    """The wire field of the tool choice (Gemini's is `toolConfig`)."""
 
     def wire_fields(self, *, with_tools: bool = True) -> dict[str, Any]:
         """Every field this plan adds to the request body, as it appears on the wire.
@@ -105,7 +108,7 @@ class ParamPlan:
         """
         fields = {**self.kwargs, **self.extra_body}
         if not with_tools:
-            fields.pop("tool_choice", None)
+            fields.pop(self.tool_field, None)
         return fields
 
 
@@ -135,7 +138,10 @@ def merge_params(defaults: RequestParams, call: RequestParams | None) -> Request
     return defaults.model_copy(update=update)
 
 
-def _max_tokens(params: RequestParams, capabilities: ModelCapabilities, adjusted: list[str]) -> int | None:
+def clamped_max_tokens(
+    params: RequestParams, capabilities: ModelCapabilities, adjusted: list[str]
+) -> int | None:
+    """`maxTokens` cut to the model's `maxOutputTokens` (saying so in `adjusted`); None if unset."""
     if params.max_tokens is None or params.max_tokens <= capabilities.max_output_tokens:
         return params.max_tokens
     adjusted.append(
@@ -185,7 +191,7 @@ def openai_plan(
     extra = _top_k(params, native=native)
     dropped: list[str] = []
     adjusted: list[str] = []
-    max_tokens = _max_tokens(params, capabilities, adjusted)
+    max_tokens = clamped_max_tokens(params, capabilities, adjusted)
     if max_tokens is not None:
         kwargs["max_completion_tokens" if native else "max_tokens"] = max_tokens
     if params.stop:
@@ -283,7 +289,7 @@ def responses_plan(
     dropped = [camel for name, camel in RESPONSES_NOT_TAKEN if getattr(params, name) not in (None, [])]
     adjusted: list[str] = []
     refused: list[str] = []
-    if (max_tokens := _max_tokens(params, capabilities, adjusted)) is not None:
+    if (max_tokens := clamped_max_tokens(params, capabilities, adjusted)) is not None:
         kwargs["max_output_tokens"] = max_tokens
     if params.effort is not None:
         if params.effort in (taken := openai_efforts(native=native)):
@@ -328,7 +334,7 @@ def anthropic_plan(
     rule = anthropic_rule(model)
     adjusted: list[str] = []
     kwargs: dict[str, Any] = {
-        "max_tokens": _max_tokens(params, capabilities, adjusted) or capabilities.max_output_tokens
+        "max_tokens": clamped_max_tokens(params, capabilities, adjusted) or capabilities.max_output_tokens
     }
     extra: dict[str, Any] = {}
     dropped: list[str] = []

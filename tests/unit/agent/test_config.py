@@ -73,8 +73,8 @@ def test_defaults_are_the_documented_ones() -> None:
     [
         (minimal(name="Bad_Name"), "name: String should match pattern"),
         (
-            minimal(provider={"name": "p", "type": "gemini"}),
-            "provider.type: Input should be 'openai' or 'anthropic'",
+            minimal(provider={"name": "p", "type": "cohere"}),
+            "provider.type: Input should be 'openai', 'anthropic' or 'gemini'",
         ),
         (minimal(maxIterations=0), "maxIterations: Input should be greater than 0"),
         (minimal(description="x" * 101), "description: String should have at most 100 characters"),
