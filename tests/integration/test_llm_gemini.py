@@ -4,6 +4,7 @@ and on Vertex AI, with Gemini 3's thought signatures carried between turns."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import pytest
@@ -36,36 +37,37 @@ PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQG
 
 
 @pytest.fixture
-async def gemini():
-    async with FakeGemini(api_key=KEY, models=[MODEL]) as fake:
-        yield fake
+async def providers():
+    async with contextlib.AsyncExitStack() as opened:
+
+        def make(
+            base_url: str, *, vertex: bool = False, model: str = MODEL, key: str = KEY
+        ) -> GeminiProvider:
+            provider: dict[str, Any] = {"name": "gemini", "type": "gemini", "baseURL": base_url}
+            provider |= {"apiKeyEnv": "KEY", "maxRetries": 1}
+            if vertex:
+                provider |= {"platform": "vertex", "region": "us-central1", "projectId": "pallas-test"}
+            made = create_provider(
+                parse_config({"name": "a", "model": model, "provider": provider}), {"KEY": key}
+            )
+            assert isinstance(made, GeminiProvider)
+            opened.push_async_callback(made.aclose)
+            return made
+
+        yield make
 
 
 @pytest.fixture
-async def providers():
-    made: list[Any] = []
-
-    def make(base_url: str, *, vertex: bool = False, model: str = MODEL, key: str = KEY) -> GeminiProvider:
-        provider: dict[str, Any] = {"name": "gemini", "type": "gemini", "baseURL": base_url}
-        provider |= {"apiKeyEnv": "KEY", "maxRetries": 1}
-        if vertex:
-            provider |= {"platform": "vertex", "region": "us-central1", "projectId": "pallas-test"}
-        cfg = parse_config({"name": "a", "model": model, "provider": provider})
-        made.append(create_provider(cfg, {"KEY": key}))
-        assert isinstance(made[-1], GeminiProvider)
-        return made[-1]
-
-    yield make
-    for provider in made:
-        await provider.aclose()
+async def gemini():
+    async with FakeGemini(api_key=KEY, models=[MODEL]) as fake:
+        yield fake
 
 
 async def test_a_plain_answer_in_gemini_wire_format(gemini, providers):
     provider = providers(gemini.base_url)
     gemini.script(Text("Hello there.", usage=FakeUsage(input=7, output=4, cache_read=5, reasoning=2)))
     completion = await provider.complete(system="Be brief.", messages=HI, tools=[WEATHER])
-    assert completion.text == "Hello there."
-    assert completion.stop_reason == "STOP"
+    assert (completion.text, completion.stop_reason) == ("Hello there.", "STOP")
     assert completion.usage == Usage(input=7, output=4, cache_read=5, reasoning=2)
     [request] = gemini.completions
     assert request.path == f"/v1beta/models/{MODEL}:generateContent"

@@ -225,11 +225,6 @@ class GeminiProvider(SdkProvider):
             models, headers, timeout=provider.timeout_seconds, max_retries=provider.max_retries
         )
 
-    def _plan_for(self, params: RequestParams) -> ParamPlan:
-        return gemini_plan(
-            params, model=self._model, capabilities=self._capabilities, subject=self._warning_subject()
-        )
-
     def _request_body(
         self, system: str, messages: Sequence[Message], tools: Sequence[ToolSpec]
     ) -> dict[str, Any]:
@@ -246,6 +241,11 @@ class GeminiProvider(SdkProvider):
 
     def _warning_subject(self) -> str:
         return f"{self._label} (model {self._model})"
+
+    def _plan_for(self, params: RequestParams) -> ParamPlan:
+        return gemini_plan(
+            params, model=self._model, capabilities=self._capabilities, subject=self._warning_subject()
+        )
 
     async def preflight(self) -> ProviderCheck:
         """Count a one-word message's tokens on the model (`:countTokens`); never raises."""

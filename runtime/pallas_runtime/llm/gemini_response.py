@@ -61,15 +61,9 @@ def completion_from_gemini(body: Mapping[str, Any]) -> Completion:
         signed = part.get("thoughtSignature")
         if isinstance(function := part.get("functionCall"), Mapping):
             arguments, error = parse_arguments(function.get("args"))
-            calls.append(
-                ToolCall(
-                    id=str(function.get("id") or f"{GENERATED_ID}{index}"),
-                    name=str(function.get("name") or ""),
-                    arguments=arguments,
-                    arguments_error=error,
-                    signature=signed if isinstance(signed, str) else None,
-                )
-            )
+            call_id = str(function.get("id") or f"{GENERATED_ID}{index}")
+            kept = signed if isinstance(signed, str) else None
+            calls.append(ToolCall(call_id, str(function.get("name") or ""), arguments, error, kept))
         elif isinstance(text := part.get("text"), str):
             texts.append(text)
             if isinstance(signed, str):
