@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from pallas_api.config import parse_config
+from pallas_io.llm_check import ProviderEndpoint, check_provider
 from pallas_runtime.conversations.codec import decode, encode
 from pallas_runtime.llm.factory import create_provider
 from pallas_runtime.llm.gemini import GeminiProvider
@@ -212,3 +213,23 @@ async def test_the_health_check_counts_tokens_so_a_wrong_key_or_model_shows(gemi
     assert "Vertex AI" in vertex.message
     assert "project pallas-test" in vertex.message
     assert "HTTP 401" in vertex.message
+
+
+async def test_the_registrys_check_asks_the_models_endpoint_with_the_gemini_key(gemini):
+    def endpoint(*models: str, key: str = KEY) -> ProviderEndpoint:
+        return ProviderEndpoint("g", "gemini", gemini.base_url, models=models, key_source="Secret k", key=key)
+
+    assert await check_provider(endpoint(MODEL)) == (
+        True,
+        f"gemini provider 'g': model {MODEL!r} is available",
+    )
+    assert gemini.requests[-1].headers["x-goog-api-key"] == KEY
+    missing = await check_provider(endpoint("gemini-0"))
+    assert not missing.ok
+    assert "model 'gemini-0' not found" in missing.message
+    unused = await check_provider(endpoint())
+    assert unused.ok, unused.message
+    assert gemini.requests[-1].query == {"pageSize": "1"}
+    refused = await check_provider(endpoint(key="AIzaSy-wrong"))
+    assert not refused.ok
+    assert "HTTP 401: API key not valid" in refused.message

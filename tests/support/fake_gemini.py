@@ -79,6 +79,7 @@ class FakeGemini(_FakeServer):
         return [
             Route("/v1beta/models/{rest:path}", self._dispatch, methods=["POST"]),
             Route("/v1beta/models/{model}", self._handle_models, methods=["GET"]),
+            Route("/v1beta/models", self._handle_models, methods=["GET"]),
             Route("/v1/projects/{rest:path}", self._dispatch, methods=["POST"]),
         ]
 
@@ -228,6 +229,9 @@ class FakeGemini(_FakeServer):
         yield chunk([{"text": ""}], last=True)
 
     def _models_response(self, recorded: RecordedRequest) -> Response:
+        if recorded.path.endswith("/models"):
+            size = int(recorded.query.get("pageSize", "50"))
+            return JSONResponse({"models": [{"name": f"models/{m}"} for m in self.models[:size]]})
         model = recorded.path.rsplit("/", 1)[1]
         if model not in self.models:
             return self._error(HttpError(404, f"models/{model} is not found for API version v1beta"))
@@ -235,5 +239,7 @@ class FakeGemini(_FakeServer):
 
     def _error(self, error: HttpError) -> Response:
         status = _STATUS.get(error.status, "INTERNAL")
-        body = {"error": {"code": error.status, "message": error.message, "status": status}}
+        # The shared handlers' 401 ("invalid api key") in Gemini's own words.
+        message = UNAUTHENTICATED if error.status == 401 else error.message
+        body = {"error": {"code": error.status, "message": message, "status": status}}
         return JSONResponse(body, status_code=error.status, headers=dict(error.headers))
