@@ -8,10 +8,12 @@ import contextlib
 from typing import Any
 
 import pytest
+from fastmcp import Client
 
 from pallas_api.config import parse_config
 from pallas_io.llm_check import ProviderEndpoint, check_provider
 from pallas_runtime.conversations.codec import decode, encode
+from pallas_runtime.conversations.factory import build_store
 from pallas_runtime.llm.factory import create_provider
 from pallas_runtime.llm.gemini import GeminiProvider
 from pallas_runtime.llm.provider import LLMError
@@ -25,8 +27,10 @@ from pallas_runtime.messages import (
     Usage,
     UserMessage,
 )
+from pallas_runtime.server import agent_app, build_server
 from tests.support.fake_gemini import FakeGemini
 from tests.support.fake_llm import Call, FakeUsage, HttpError, Text, ToolCalls
+from tests.support.mcp_servers import header_echo_server, serve_app
 
 KEY = "AIzaSy-fake-gemini-key-7c2"
 MODEL = "gemini-3-pro-preview"
@@ -233,3 +237,30 @@ async def test_the_registrys_check_asks_the_models_endpoint_with_the_gemini_key(
     refused = await check_provider(endpoint(key="AIzaSy-wrong"))
     assert not refused.ok
     assert "HTTP 401: API key not valid" in refused.message
+
+
+async def test_an_agent_uses_tools_over_two_turns_with_gemini_3_signatures_kept_in_its_store(
+    gemini, tmp_path
+):
+    """Through the real agent loop, a real MCP peer and the SQLite store: the second turn's
+    history holds the first turn's function call, which Gemini 3 takes only with its signature."""
+    async with header_echo_server() as echo:
+        provider = {"name": "gemini", "type": "gemini", "baseURL": gemini.base_url, "apiKeyEnv": "KEY"}
+        cfg = parse_config(
+            {
+                "name": "harper",
+                "model": MODEL,
+                "provider": provider,
+                "servers": [{"name": "echo", "url": echo.url}],
+                "conversations": {"type": "sqlite", "sqlitePath": str(tmp_path / "c.db")},
+            }
+        )
+        gemini.script(ToolCalls([Call("echo__echo_headers", {})]), Text("Echoed."), Text("Still here."))
+        server = build_server(cfg, environ={"KEY": KEY}, store=build_store(cfg, {}))
+        async with serve_app(agent_app(server)) as running, Client(running.url, timeout=30) as client:
+            first = await client.call_tool("send_message", {"message": "echo", "conversation_id": "c"})
+            second = await client.call_tool("send_message", {"message": "again", "conversation_id": "c"})
+    assert (first.content[0].text, second.content[0].text) == ("Echoed.", "Still here.")
+    later = gemini.completions[2].json["contents"]
+    assert [c["role"] for c in later] == ["user", "model", "user", "model", "user"]
+    assert later[1]["parts"][0]["thoughtSignature"] == gemini.signatures[0]
