@@ -86,7 +86,7 @@ class ProviderConfig(_Model):
     """The LLM endpoint the agent's model is served by."""
 
     name: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]
-    type: Literal["openai", "anthropic"]
+    type: Literal["openai", "anthropic", "gemini"]
     base_url: Annotated[
         str | None, Field(alias="baseURL", pattern=HTTP_URL), WithoutCredentials(SECRET_API_KEY)
     ] = None
@@ -112,7 +112,8 @@ class ProviderConfig(_Model):
     platform: ProviderPlatform = "direct"
     """For `type: anthropic`: `direct` (the Messages API at `baseURL`), `bedrock` (Amazon
     Bedrock's runtime in `region`, the key a Bedrock API key) or `vertex` (Vertex AI in `region`
-    and `projectId`, the key an OAuth access token)."""
+    and `projectId`, the key an OAuth access token). For `type: gemini`: `direct` (the Gemini
+    API) or `vertex` (the same wire format on Vertex AI)."""
     region: Annotated[str | None, Field(pattern=CLOUD_REGION, max_length=32)] = None
     """The cloud region of a `bedrock` or `vertex` provider."""
     project_id: Annotated[str | None, Field(pattern=GCP_PROJECT)] = None
@@ -130,6 +131,18 @@ class ModelOption(_Model):
     """The model id the provider knows."""
     capabilities: ModelCapabilities = ModelCapabilities()
     """What it can do, as the deployment declares it."""
+    provider: ProviderConfig | None = None
+    """The provider serving it when that is another of the deployment's than the agent's own;
+    None: the agent's own provider."""
+
+    @property
+    def choice(self) -> str:
+        """What `params.model` names it by.
+
+        Its id on the agent's own provider; `<provider>.<model>` (the deployment's own reference)
+        on another, so equal ids of two providers stay apart.
+        """
+        return self.model if self.provider is None else f"{self.provider.name}.{self.model}"
 
 
 class HeaderConfig(_Model):
@@ -218,8 +231,9 @@ class SendParams(RequestParams):
     """
 
     model: Annotated[str | None, Field(min_length=1, max_length=253)] = None
-    """The model of this call, by its id, among those the agent offers (its own and the other
-    models its deployment declares for its provider); default: the agent's model."""
+    """The model of this call, among those the agent offers (every model its deployment declares:
+    by its id on the agent's own provider, as `<provider>.<model>` on another); default: the
+    agent's model."""
     system_append: Annotated[str | None, Field(max_length=SYSTEM_APPEND_MAX)] = None
     """Text added to the end of the system prompt for this call only (at most 16384 characters)."""
     system_override: Annotated[str | None, Field(max_length=SYSTEM_OVERRIDE_MAX)] = None
@@ -416,8 +430,8 @@ class AgentConfig(_Model):
     servers: list[DownstreamServer] = Field(default_factory=list)
     agents: list[PeerAgent] = Field(default_factory=list)
     models: Annotated[list[ModelOption], Field(max_length=64)] = Field(default_factory=list)
-    """The other models a call may choose with `params.model`: those the deployment declares for
-    the agent's provider."""
+    """The other models a call may choose with `params.model`: every model the deployment
+    declares, another provider's with that provider's config."""
     a2a_agents: Annotated[list[A2APeer], Field(alias="a2aAgents")] = Field(default_factory=list)
     """External A2A agents, offered like `agents`."""
     request_params: RequestParams = RequestParams()
@@ -463,12 +477,12 @@ class AgentConfig(_Model):
         """The model a call chose by its id: the agent's own or one of `models`; None if neither."""
         if model == self.model:
             return ModelOption(model=self.model, capabilities=self.capabilities)
-        return next((option for option in self.models if option.model == model), None)
+        return next((option for option in self.models if option.choice == model), None)
 
     @property
     def offered_models(self) -> list[str]:
         """Every model id a call may choose: the agent's own first."""
-        return list(dict.fromkeys([self.model, *(option.model for option in self.models)]))
+        return list(dict.fromkeys([self.model, *(option.choice for option in self.models)]))
 
     @property
     def conversation_scope(self) -> ConversationScope:

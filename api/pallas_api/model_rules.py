@@ -94,10 +94,22 @@ def openai_efforts(*, native: bool) -> tuple[str, ...]:
     return ALL_EFFORTS if native else BASIC_EFFORTS
 
 
+GEMINI_EFFORTS: Final = ("low", "high")
+"""The `thinkingLevel` values every Gemini 3 model takes; earlier Gemini models have a thinking
+budget in tokens instead, which no effort value names."""
+
+
+def gemini_efforts(model: str) -> tuple[str, ...]:
+    """The effort values a Gemini model takes: Gemini 3's thinking levels; none for older models."""
+    return GEMINI_EFFORTS if model.removeprefix("models/").startswith("gemini-3") else ()
+
+
 def efforts_taken(provider_type: str, base_url: str | None, model: str) -> tuple[str, ...]:
     """The reasoning effort values a provider takes for `model` (empty: it takes no effort)."""
     if provider_type == "anthropic":
         return anthropic_rule(model).efforts
+    if provider_type == "gemini":
+        return gemini_efforts(model)
     return openai_efforts(native=is_native_openai(base_url))
 
 

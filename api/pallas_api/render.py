@@ -325,14 +325,30 @@ def _provider(
     ), secrets
 
 
-def _other_models(model_ref: str, deployment: PallasDeploymentSpec) -> list[ModelOption]:
-    """The models besides `model_ref` a call may choose: those the deployment declares for its provider."""
-    provider = split_model(model_ref)[0]
-    return [
-        ModelOption(model=split_model(ref)[1], capabilities=deployment.model.capabilities_of(ref))
-        for ref in [deployment.model.default, *deployment.model.models]
-        if split_model(ref)[0] == provider and ref != model_ref
-    ]
+def _other_models(
+    model_ref: str, deployment: PallasDeploymentSpec, *, local: bool
+) -> tuple[list[ModelOption], Bindings]:
+    """The models besides `model_ref` a call may choose, and the bindings of other providers' keys.
+
+    Every model the deployment declares (`model.default` and `model.models`) is offered: those of
+    the agent's own provider by their id, those of another provider with that provider's config
+    (its key bound like the agent's own), so one agent may use models of several providers.
+    """
+    own = split_model(model_ref)[0]
+    options: list[ModelOption] = []
+    secrets: Bindings = ()
+    for ref in dict.fromkeys([deployment.model.default, *deployment.model.models]):
+        if ref == model_ref:
+            continue
+        name, model = split_model(ref)
+        provider = None
+        if name != own:
+            provider, key = _provider(ref, deployment, local=local)
+            secrets += tuple(binding for binding in key if binding not in secrets)
+        options.append(
+            ModelOption(model=model, capabilities=deployment.model.capabilities_of(ref), provider=provider)
+        )
+    return options, secrets
 
 
 def _server_url(
@@ -498,6 +514,7 @@ def render_agent(
     provider, provider_key = _provider(model_ref, deployment, local=local)
     model = split_model(model_ref)[1]
     _check_effort(agent, provider.name, deployment.providers[provider.name], model)
+    models, model_keys = _other_models(model_ref, deployment, local=local)
     servers, server_headers = _servers(
         agent, deployment, namespace=namespace, local=local, stdio_urls=stdio_urls
     )
@@ -515,7 +532,7 @@ def render_agent(
         model=model,
         provider=provider,
         capabilities=deployment.model.capabilities_of(model_ref),
-        models=_other_models(model_ref, deployment),
+        models=models,
         servers=servers,
         agents=peers,
         a2a_agents=a2a_peers,
@@ -543,5 +560,5 @@ def render_agent(
             enabled=agent.a2a.enabled, url=names.a2a_url(url) if url else None, tags=list(agent.capabilities)
         ),
     )
-    secrets = (*provider_key, *server_headers, *a2a_headers, *store_dsn)
+    secrets = (*provider_key, *model_keys, *server_headers, *a2a_headers, *store_dsn)
     return RenderedAgent(config, tuple(dict.fromkeys(secrets)))

@@ -10,12 +10,13 @@ the provider's models endpoint, never for a completion:
 |-----------|--------------------------------------------|-----------------------------------------|
 | openai    | `GET {base}/models` lists each of them     | `GET {base}/models` answers             |
 | anthropic | `GET {base}/v1/models/{model}`, each       | `GET {base}/v1/models?limit=1` answers  |
+| gemini    | `GET {base}/models/{model}`, each          | `GET {base}/models?pageSize=1` answers  |
 
 It speaks plain HTTP rather than through the vendors' SDKs, as the MCP probe does: the registry
 must not load them (over a second of imports each, and the agent's `llm` package is not its to
 import), and a few GETs under one deadline need none of their retries. The headers are the ones
 the SDKs send: `Authorization: Bearer <key>` (openai), `x-api-key` and `anthropic-version`
-(anthropic); none when the provider has no key (a local server).
+(anthropic), `x-goog-api-key` (gemini); none when the provider has no key (a local server).
 
 A check never raises: a failure is a verdict whose message names the provider, what was asked
 and what the provider said, in at most `MAX_MESSAGE` characters and never with the key.
@@ -32,10 +33,11 @@ import httpx2
 
 from pallas_io.probe import describe_transport_failure
 
-ProviderType = Literal["openai", "anthropic"]
+ProviderType = Literal["openai", "anthropic", "gemini"]
 PUBLIC_APIS: Final[Mapping[str, str]] = {
     "openai": "https://api.openai.com/v1",
     "anthropic": "https://api.anthropic.com",
+    "gemini": "https://generativelanguage.googleapis.com/v1beta",
 }
 """The vendors' public APIs: the endpoint of a provider without `baseURL`."""
 ANTHROPIC_VERSION: Final = "2023-06-01"
@@ -146,6 +148,9 @@ class _Asking:
             headers["anthropic-version"] = ANTHROPIC_VERSION
             if endpoint.key:
                 headers["x-api-key"] = endpoint.key
+        elif endpoint.type == "gemini":
+            if endpoint.key:
+                headers["x-goog-api-key"] = endpoint.key
         elif endpoint.key:
             headers["Authorization"] = f"Bearer {endpoint.key}"
         return await self._client.get(endpoint.base + path, headers=headers)
@@ -177,13 +182,22 @@ async def _openai(asking: _Asking, models: tuple[str, ...]) -> Verdict:
 
 
 async def _anthropic(asking: _Asking, models: tuple[str, ...]) -> Verdict:
+    return await _each_model(asking, models, "/v1/models", "?limit=1")
+
+
+async def _gemini(asking: _Asking, models: tuple[str, ...]) -> Verdict:
+    return await _each_model(asking, models, "/models", "?pageSize=1")
+
+
+async def _each_model(asking: _Asking, models: tuple[str, ...], listing: str, one: str) -> Verdict:
+    """Each model asked for by name under `listing`; without models, a one-model listing."""
     if not models:
-        response = await asking.get("/v1/models?limit=1", shown="/v1/models")
+        response = await asking.get(listing + one, shown=listing)
         if response.status_code != 200:
             return Verdict(False, asking.refused(response))
         return Verdict(True, f"not used by any agent; {asking.url} answers")
     for model in models:
-        response = await asking.get(f"/v1/models/{model}")
+        response = await asking.get(f"{listing}/{model}")
         if response.status_code == 404:
             return Verdict(False, f"model {model!r} not found at {asking.url}")
         if response.status_code != 200:
@@ -218,7 +232,7 @@ async def check_provider(
     asking = _Asking(endpoint, client)
     try:
         async with asyncio.timeout(time_limit):
-            check = _anthropic if endpoint.type == "anthropic" else _openai
+            check = {"anthropic": _anthropic, "gemini": _gemini}.get(endpoint.type, _openai)
             ok, text = await check(asking, endpoint.models)
     except (TimeoutError, httpx2.TimeoutException):
         ok, text = False, f"GET {asking.url} timed out after {time_limit:g}s"

@@ -37,7 +37,7 @@ from pallas_registry.schema import (
     is_uri,
     validate_response,
 )
-from pallas_registry.state import AgentState, HealthView
+from pallas_registry.state import AgentState, HealthView, ProviderView
 
 VENDOR_META = "dev.pallas/agent"
 MAX_TEXT = 100
@@ -160,22 +160,44 @@ def _official(state: AgentState) -> dict[str, Any]:
     return official
 
 
-def _provider(state: AgentState, provider: str, model: str) -> dict[str, Any]:
-    """The agent's provider (docs/registry.md, "Provider entries"): id, kind, models, capabilities, names."""
-    view = state.provider
-    entry: dict[str, Any] = {"id": provider, "kind": "llm", "models": [model] if model else []}
+def _provider(name: str, view: ProviderView, models: list[str], vision: bool) -> dict[str, Any]:
+    """One provider entry (docs/registry.md, "Provider entries"): id, kind, models, capabilities, names.
+
+    `vision` is what its models say when the provider declares nothing.
+    """
+    entry: dict[str, Any] = {"id": name, "kind": "llm", "models": models}
     if view.type:
         entry["type"] = view.type
-    entry["displayName"] = view.display_name or provider
+    entry["displayName"] = view.display_name or name
     if view.description:
         entry["description"] = view.description
     entry["capabilities"] = {
         "streaming": view.streaming,
         "tools": view.tools,
-        "vision": state.model_capabilities.vision if view.vision is None else view.vision,
+        "vision": vision if view.vision is None else view.vision,
         "jsonMode": view.json_mode,
     }
     return entry
+
+
+def _providers(state: AgentState, provider: str, model: str) -> list[dict[str, Any]]:
+    """The agent's provider with every model a call may pick on it, then each other provider's.
+
+    A call may pick any model the deployment declares (`params.model`: an id of the agent's own
+    provider, `<provider>.<model>` of another), so a client can see every choice before calling.
+    """
+    if not provider:
+        return []
+    own = [model] if model else []
+    own += [ref.partition(".")[2] for ref, _ in state.choices if ref.partition(".")[0] == provider]
+    entries = [_provider(provider, state.provider, list(dict.fromkeys(own)), state.model_capabilities.vision)]
+    for name, view in state.other_providers.items():
+        theirs = [
+            (ref.partition(".")[2], caps) for ref, caps in state.choices if ref.partition(".")[0] == name
+        ]
+        vision = any(caps.vision for _, caps in theirs)
+        entries.append(_provider(name, view, [m for m, _ in theirs], vision))
+    return entries
 
 
 def _a2a(state: AgentState, url: str) -> dict[str, str] | None:
@@ -187,7 +209,7 @@ def _a2a(state: AgentState, url: str) -> dict[str, str] | None:
 
 def _vendor(state: AgentState, provider: str, model: str, url: str) -> dict[str, Any]:
     caps = state.model_capabilities
-    providers = [_provider(state, provider, model)] if provider else []
+    providers = _providers(state, provider, model)
     return {
         "id": state.name,
         "namespace": state.namespace,

@@ -198,6 +198,10 @@ def agent_state(obj: Mapping[str, Any], deployment: DeploymentSettings | None) -
         raise MissingStatus(f"status.phase {phase!r} is not one of {', '.join(PHASES)}")
     settings = deployment or DeploymentSettings(name=_text(spec.get("deployment")))
     model_ref = _text(spec.get("model")) or settings.model_default
+    own = model_ref.partition(".")[0]
+    declared = {settings.model_default: settings.capabilities, **settings.model_capabilities}
+    choices = tuple((ref, caps) for ref, caps in declared.items() if ref and ref != model_ref)
+    serving = {ref.partition(".")[0] for ref, _ in choices} - {own}
     ready_condition = _ready_condition(status)
     ready = ready_condition.get("status") == "True" if ready_condition else phase == "Ready"
     health = _health(status.get("health"))
@@ -219,7 +223,9 @@ def agent_state(obj: Mapping[str, Any], deployment: DeploymentSettings | None) -
             if model_ref == settings.model_default
             else settings.model_capabilities.get(model_ref, UNDECLARED_MODEL)
         ),
-        provider=settings.providers.get(model_ref.partition(".")[0], ProviderView()),
+        provider=settings.providers.get(own, ProviderView()),
+        choices=choices,
+        other_providers={name: view for name, view in settings.providers.items() if name in serving},
         version=settings.version,
         name_prefix=settings.name_prefix,
         public_url_template=settings.public_url_template,

@@ -8,6 +8,7 @@ what it knows.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -35,7 +36,7 @@ class HealthView:
     """What the agent spent in its agent budget's window (None: no such budget)."""
 
 
-VENDOR_NAMES = {"openai": "OpenAI", "anthropic": "Anthropic"}
+VENDOR_NAMES = {"openai": "OpenAI", "anthropic": "Anthropic", "gemini": "Google Gemini"}
 """Display names of the vendors' public APIs (a provider without `baseURL`)."""
 
 
@@ -70,7 +71,7 @@ class ProviderView:
             streaming=True if caps.streaming is None else caps.streaming,
             tools=True if caps.tools is None else caps.tools,
             vision=caps.vision,
-            json_mode=spec.type == "openai" if caps.json_mode is None else caps.json_mode,
+            json_mode=spec.type in ("openai", "gemini") if caps.json_mode is None else caps.json_mode,
         )
 
 
@@ -89,6 +90,9 @@ class AgentState:
         model_ref: The configured model, `<provider>.<model>` (agent override or deployment default).
         model_capabilities: What its model can do (`model.capabilities`, or its entry in `model.models`).
         provider: The model's provider as published (type, display name, capabilities).
+        choices: The other models a call may pick with `params.model`, `<provider>.<model>` and
+            what each can do: every model the deployment declares (docs/api.md §3).
+        other_providers: The views of the providers serving `choices` besides `provider`.
         version: The deployment's `spec.version`.
         name_prefix: The deployment's `registry.namePrefix`; None derives one from the namespace.
         public_url_template: The deployment's `registry.publicURLTemplate` ("" = use `url`).
@@ -120,6 +124,8 @@ class AgentState:
     model_ref: str = ""
     model_capabilities: ModelCapabilities = field(default_factory=ModelCapabilities)
     provider: ProviderView = field(default_factory=ProviderView)
+    choices: tuple[tuple[str, ModelCapabilities], ...] = ()
+    other_providers: Mapping[str, ProviderView] = field(default_factory=dict)
     version: str = "1.0.0"
     name_prefix: str | None = None
     public_url_template: str = ""

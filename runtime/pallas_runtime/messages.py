@@ -42,6 +42,10 @@ class ToolCall:
     name: str
     arguments: dict[str, Any]
     arguments_error: str | None = None
+    signature: str | None = None
+    """The provider's opaque token for the reasoning behind the call (Gemini 3's
+    `thoughtSignature`), sent back verbatim with the call on later requests: Gemini 3 refuses
+    a conversation whose function calls lost theirs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +73,9 @@ class AssistantMessage:
     text: str
     tool_calls: tuple[ToolCall, ...] = ()
     role: Literal["assistant"] = "assistant"
+    signature: str | None = None
+    """The provider's opaque reasoning token that came with the text (Gemini's
+    `thoughtSignature` on a text part), sent back with it; None for most providers."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +145,8 @@ class Completion:
     tool_calls: tuple[ToolCall, ...] = ()
     usage: Usage = field(default_factory=Usage)
     stop_reason: str | None = None
+    signature: str | None = None
+    """The reasoning token that came with the text (`AssistantMessage.signature`)."""
 
 
 TextSink = Callable[[str], Awaitable[None]]

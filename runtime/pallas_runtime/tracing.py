@@ -40,8 +40,9 @@ _NO_SECRETS = SecretValues()
 
 
 def provider_name(provider: ProviderConfig) -> str:
-    """`gen_ai.provider.name` of a provider: `openai`, `anthropic`, `aws.bedrock` or `gcp.vertex_ai`."""
-    return {"bedrock": "aws.bedrock", "vertex": "gcp.vertex_ai"}.get(provider.platform, provider.type)
+    """`gen_ai.provider.name`: `openai`, `anthropic`, `gcp.gemini`, `aws.bedrock` or `gcp.vertex_ai`."""
+    direct = "gcp.gemini" if provider.type == "gemini" else provider.type
+    return {"bedrock": "aws.bedrock", "vertex": "gcp.vertex_ai"}.get(provider.platform, direct)
 
 
 def turn_span(agent: str, conversation_id: str | None) -> AbstractContextManager[Span | None]:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
 
 from pallas_api.config import parse_config
 from pallas_api.fields import RequestParams, ResponseFormat
+from pallas_runtime.llm import openai_chat
 from pallas_runtime.llm.factory import create_provider
 from pallas_runtime.llm.openai_responses import OpenAIResponsesProvider
 from pallas_runtime.llm.params import ParamsNotTaken
@@ -44,7 +46,7 @@ async def server():
 async def providers():
     made = []
 
-    def make(base_url: str, **agent: Any) -> OpenAIResponsesProvider:
+    def make(base_url: str | None, **agent: Any) -> OpenAIResponsesProvider:
         provider = {"name": "oai", "type": "openai", "api": "responses", "baseURL": base_url}
         provider |= {"apiKeyEnv": "KEY", "maxRetries": 1, "timeoutSeconds": 5}
         cfg = parse_config({"name": "a", "model": "gpt-5", "provider": provider, **agent})
@@ -207,3 +209,34 @@ async def test_errors_are_mapped_and_never_hold_the_key(server, providers):
 
 async def test_preflight_uses_the_models_endpoint(server, providers):
     assert (await providers(server.base_url).preflight()).ok
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_top_k_reaches_a_responses_server_that_takes_it(server, providers, streamed):
+    # OpenResponses servers (mistral.rs, SGLang, vLLM) read a top-level `top_k`.
+    provider = providers(server.base_url, requestParams={"topK": 40})
+    server.script(Text("a"), Text("b"))
+    sink = [] if streamed else None
+
+    async def on_text(text: str) -> None:
+        assert sink is not None
+        sink.append(text)
+
+    await provider.complete(system="", messages=HI, tools=[], on_text=on_text if streamed else None)
+    provider.check_params(RequestParams(top_k=3))  # a call's own topK is taken too
+    await provider.complete(system="", messages=HI, tools=[], params=RequestParams(top_k=3))
+    assert [c.json["top_k"] for c in server.completions] == [40, 3]
+
+
+async def test_openai_itself_ignores_top_k_with_a_warning_and_does_not_refuse_it(
+    server, providers, monkeypatch, caplog
+):
+    # No baseURL means api.openai.com; point the SDK default at the fake to watch the wire.
+    monkeypatch.setattr(openai_chat, "DEFAULT_BASE_URL", server.base_url)
+    provider = providers(None)
+    with caplog.at_level(logging.WARNING, logger="pallas.llm"):
+        provider.check_params(RequestParams(top_k=3))  # the seed: "OpenAI ignores" (not refused)
+        await provider.complete(system="", messages=HI, tools=[], params=RequestParams(top_k=3))
+    assert "top_k" not in server.completions[0].json
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "pallas.llm"]
+    assert warning == "openai provider 'oai' (" + server.base_url + ") ignores topK; not sending it"

@@ -26,7 +26,7 @@ HI = [UserMessage((TextPart("hi"),))]
 
 @pytest.fixture
 async def vertex():
-    async with FakeVertex(api_key=TOKEN) as fake:
+    async with FakeVertex(api_key=TOKEN, models=[MODEL]) as fake:
         yield fake
 
 
@@ -94,3 +94,27 @@ def test_the_default_endpoint_is_the_sdks():
     assert vertex_base_url("us-east5") == "https://us-east5-aiplatform.googleapis.com/v1"
     assert vertex_base_url("global") == "https://aiplatform.googleapis.com/v1"
     assert vertex_base_url("eu") == "https://aiplatform.eu.rep.googleapis.com/v1"
+
+
+async def test_the_health_check_reaches_vertex_so_an_expired_token_or_a_wrong_model_shows(vertex, providers):
+    # Vertex has no models endpoint; the check counts a one-word message's tokens on the model.
+    provider = providers(vertex.base_url)
+    check = await provider.preflight()
+    assert check.ok, check.message
+    [count] = vertex.counts
+    assert count.path == (
+        "/v1/projects/pallas-test/locations/us-east5/publishers/anthropic/models/count-tokens:rawPredict"
+    )
+    assert count.json["model"] == MODEL
+    assert vertex.completions == []  # the check is free: no completion was asked for
+    vertex.api_key = "ya29.a-newer-token"  # the stored token expired
+    expired = await provider.preflight()
+    assert not expired.ok
+    assert expired.message.startswith("anthropic provider 'vertex': HTTP 401: ")
+    assert "Request had invalid authentication credentials." in expired.message
+    assert TOKEN not in expired.message
+    vertex.api_key = TOKEN
+    vertex.models = ["claude-opus-4-7@20260301"]  # the model is not served in this region
+    missing = await provider.preflight()
+    assert not missing.ok
+    assert "HTTP 404: Publisher model claude-sonnet-4-6@20260101 not found in us-east5." in missing.message

@@ -221,9 +221,9 @@ INVALID = [
     ),
     Case(
         "provider-bad-type",
-        deployment("d1", at("spec.providers.vllm.type", "gemini")),
-        refused_with=["spec.providers.vllm.type", 'Unsupported value: "gemini"'],
-        reported_as=["spec.providers.vllm.type: ", "'openai' or 'anthropic'"],
+        deployment("d1", at("spec.providers.vllm.type", "cohere")),
+        refused_with=["spec.providers.vllm.type", 'Unsupported value: "cohere"'],
+        reported_as=["spec.providers.vllm.type: ", "'openai', 'anthropic' or 'gemini'"],
     ),
     Case(
         "registry-public-url-not-http",

@@ -8,6 +8,7 @@ import pytest
 
 from pallas_api.config import parse_config
 from pallas_api.fields import ModelCapabilities, RequestParams
+from pallas_runtime.llm.adapter import parse_arguments
 from pallas_runtime.llm.anthropic_messages import (
     AnthropicMessagesProvider,
     completion_from_messages,
@@ -21,7 +22,6 @@ from pallas_runtime.llm.openai_chat import (
     chat_messages,
     chat_tools,
     completion_from_chat,
-    parse_arguments,
     usage_from_chat,
 )
 from pallas_runtime.llm.params import (
@@ -33,6 +33,7 @@ from pallas_runtime.llm.params import (
     is_native_openai,
     merge_params,
     openai_plan,
+    responses_plan,
 )
 from pallas_runtime.llm.provider import LLMError
 from pallas_runtime.messages import (
@@ -503,7 +504,9 @@ def test_openai_native_drops_top_k_and_uses_max_completion_tokens():
         "reasoning_effort": "high",
     }
     assert plan.extra_body == {}
-    assert plan.dropped == ("topK",)
+    # The seed: "top_k: Anthropic-only; OpenAI ignores": not sent, warned about, never refused.
+    assert plan.dropped == ()
+    assert plan.ignored == ("topK",)
 
 
 def test_openai_compatible_sends_top_k_in_extra_body_and_max_tokens():
@@ -705,3 +708,17 @@ async def test_missing_key_constructs_and_reports_it(provider_type):
         await provider.complete(system="", messages=[user("hi")], tools=[])
     assert raised.value.status is None
     await provider.aclose()
+
+
+def test_responses_plan_sends_top_k_to_every_server_but_openais_own():
+    compatible = responses_plan(RequestParams(top_k=40), native=False, capabilities=CAPS)
+    assert compatible.wire_fields() == {"top_k": 40}
+    assert (compatible.dropped, compatible.ignored) == ((), ())
+    native = responses_plan(RequestParams(top_k=40), native=True, capabilities=CAPS)
+    assert native.wire_fields() == {}
+    assert (native.dropped, native.ignored) == ((), ("topK",))
+    assert (
+        dropped_warning(native, "openai provider 'oai'")
+        == "openai provider 'oai' ignores topK; not sending it"
+    )
+    check_call_params(native, "openai provider 'oai'")  # ignored, not refused

@@ -119,9 +119,9 @@ class ProviderCapabilities(SpecModel):
 class ProviderSpec(SpecModel):
     """An LLM endpoint."""
 
-    type: Literal["openai", "anthropic"]
-    """Wire protocol: `openai` (Chat Completions: OpenAI, vLLM, llama.cpp, LiteLLM, Ollama…) or
-    `anthropic` (Messages)."""
+    type: Literal["openai", "anthropic", "gemini"]
+    """Wire protocol: `openai` (Chat Completions: OpenAI, vLLM, llama.cpp, LiteLLM, Ollama…),
+    `anthropic` (Messages) or `gemini` (the Gemini API's generateContent)."""
     base_url: Annotated[
         str | None,
         Field(alias="baseURL", pattern=HTTP_URL, max_length=2048),
@@ -151,7 +151,9 @@ class ProviderSpec(SpecModel):
     Bedrock client; `apiKey` is a Bedrock API key, sent as a bearer token; model ids are
     Bedrock's, e.g. `anthropic.claude-sonnet-4-5-20250929-v1:0`) or `vertex` (Vertex AI in
     `region` and `projectId`, through the SDK's Vertex client; model ids are Vertex's, e.g.
-    `claude-sonnet-4-5@20250929`)."""
+    `claude-sonnet-4-5@20250929`). For `type: gemini`: `direct` (the Gemini API, `apiKey` a
+    Gemini API key) or `vertex` (the same format at Vertex AI's endpoint in `region` and
+    `projectId`; model ids as Vertex names them, e.g. `gemini-3-pro-preview`)."""
     region: Annotated[str | None, Field(pattern=CLOUD_REGION, max_length=32)] = None
     """The cloud region of a `bedrock` provider (e.g. `eu-central-1`) or a `vertex` one (e.g.
     `us-east5`, `global`); required there."""
@@ -171,9 +173,11 @@ class ProviderSpec(SpecModel):
         if self.api == "responses" and self.type != "openai":
             raise ValueError(f"api: responses is OpenAI's; a provider of type {self.type} speaks its own API")
         cloud = self.platform in ("bedrock", "vertex")
-        if cloud and self.type != "anthropic":
+        if self.platform == "bedrock" and self.type != "anthropic":
+            raise ValueError("platform: bedrock serves the Anthropic Messages API: it needs type: anthropic")
+        if self.platform == "vertex" and self.type == "openai":
             raise ValueError(
-                f"platform: {self.platform} serves the Anthropic Messages API: it needs type: anthropic"
+                "platform: vertex serves the Messages API or Gemini's: it needs type: anthropic or gemini"
             )
         if cloud != (self.region is not None):
             raise ValueError("region is the cloud region of a bedrock or vertex provider, and it needs one")

@@ -10,8 +10,11 @@ against the agent's config and says what the turn runs with, or why the call is 
 
 from __future__ import annotations
 
-from pallas_api.config import AgentConfig, SendParams
+from collections.abc import Mapping
+
+from pallas_api.config import AgentConfig, ModelOption, SendParams
 from pallas_runtime.agent.turn import TurnChoice
+from pallas_runtime.llm.factory import create_provider
 from pallas_runtime.llm.provider import LLMProvider
 
 
@@ -32,8 +35,26 @@ def bearer_token(authorization: str | None) -> str | None:
     return token if scheme.lower() == "bearer" and token else None
 
 
+def _chosen_provider(
+    config: AgentConfig, provider: LLMProvider, option: ModelOption, secrets: Mapping[str, str]
+) -> LLMProvider:
+    """The provider serving `option`: the agent's own (on the same client), or another's, new."""
+    if option.provider is None:
+        return provider if option.model == config.model else provider.with_model(option)
+    # Another provider of the deployment: a client of the call's own (closed after the turn),
+    # keyed from the secrets the agent's generation read, so a rotated key is used at once.
+    other = config.model_copy(
+        update={"provider": option.provider, "model": option.model, "capabilities": option.capabilities}
+    )
+    return create_provider(other, secrets)
+
+
 def turn_choice(
-    config: AgentConfig, provider: LLMProvider, params: SendParams | None, authorization: str | None
+    config: AgentConfig,
+    provider: LLMProvider,
+    params: SendParams | None,
+    authorization: str | None,
+    secrets: Mapping[str, str] | None = None,
 ) -> TurnChoice | None:
     """What the call's turn runs with; None when it chose nothing and the agent's defaults do.
 
@@ -42,10 +63,12 @@ def turn_choice(
         provider: The agent's provider.
         params: The call's `params`.
         authorization: The call's inbound `Authorization` value.
+        secrets: The secret values the agent read (the keys of other providers' models).
 
     Returns:
-        The turn's provider (another of its models, or a client keyed with the caller's bearer
-        token: the caller must `aclose` a keyed one after the turn), model and system addition.
+        The turn's provider (another of its models, another provider's model, or a client keyed
+        with the caller's bearer token: the caller must `aclose` any provider that is not
+        `provider` after the turn), model and system addition.
 
     Raises:
         ChoiceRefused: `params.model` is not among the agent's models (the message lists them).
@@ -62,14 +85,17 @@ def turn_choice(
     if option is None:
         offered = ", ".join(config.offered_models)
         raise ChoiceRefused(f"params.model {model!r} is not a model this agent offers (offered: {offered})")
-    chosen = provider if option.model == config.model else provider.with_model(option)
-    if caller_keyed:
-        token = bearer_token(authorization)
-        if token is None:
-            raise BearerMissing(
-                f"provider {config.provider.name!r} takes the caller's bearer token as its API key "
-                "(credentials: callerBearer) and this call came with none: send Authorization: Bearer <token>"
-            )
+    serving = option.provider or config.provider
+    token = bearer_token(authorization)
+    if serving.credentials == "callerBearer" and token is None:
+        raise BearerMissing(
+            f"provider {serving.name!r} takes the caller's bearer token as its API key "
+            "(credentials: callerBearer) and this call came with none: send Authorization: Bearer <token>"
+        )
+    chosen = _chosen_provider(config, provider, option, secrets or {})
+    if serving.credentials == "callerBearer" and token is not None:
+        # A callerBearer provider holds no client of its own (adapter.SdkProvider), so nothing
+        # is left open by replacing `chosen` with the caller-keyed twin.
         chosen = chosen.with_key(token)
     return TurnChoice(
         chosen,

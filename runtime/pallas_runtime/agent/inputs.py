@@ -40,8 +40,18 @@ def _matches_type(raw: bytes, mime_type: str) -> bool:
     return signatures is None or raw.startswith(signatures)
 
 
-def user_message(config: AgentConfig, message: str, images: Sequence[ImageInput] | None) -> UserMessage:
+def user_message(
+    config: AgentConfig, message: str, images: Sequence[ImageInput] | None, *, model: str | None = None
+) -> UserMessage:
     """Check the inputs against the agent's limits and capabilities and build the user turn.
+
+    Args:
+        config: The agent's config.
+        message: The user's text.
+        images: The attached images.
+        model: The model the call picks (`params.model`); images are checked against its
+            capabilities, not the agent's own model's. One the agent does not offer is checked
+            as the agent's own (the choice itself is refused by `turn_choice`).
 
     Raises:
         InvalidInput: naming the first problem found.
@@ -54,10 +64,12 @@ def user_message(config: AgentConfig, message: str, images: Sequence[ImageInput]
         raise InvalidInput(f"message is {size} bytes; the limit is {limits.max_message_bytes}")
     parts: list[ContentPart] = [TextPart(message)]
     images = images or []
-    if images and not config.capabilities.vision:
-        raise InvalidInput(
-            f"model {config.model!r} does not accept images (its capabilities say vision: false)"
-        )
+    option = config.model_option(model) if model is not None else None
+    chosen, capabilities = (
+        (option.model, option.capabilities) if option else (config.model, config.capabilities)
+    )
+    if images and not capabilities.vision:
+        raise InvalidInput(f"model {chosen!r} does not accept images (its capabilities say vision: false)")
     if len(images) > limits.max_images:
         raise InvalidInput(f"{len(images)} images attached; the limit is {limits.max_images}")
     for index, image in enumerate(images):

@@ -78,9 +78,11 @@ PartsFactory = Callable[[AgentConfig, Mapping[str, str]], PartsPlan]
 def secret_names(config: AgentConfig) -> list[str]:
     """The names of the secrets `config` reads (API key, header values), in a stable order."""
     names = [config.provider.api_key_env] if config.provider.api_key_env else []
+    # Other providers' keys, for the calls that pick their models (`params.model`).
+    names += [o.provider.api_key_env for o in config.models if o.provider and o.provider.api_key_env]
     names += [h.value_from_env for s in config.servers for h in s.headers if h.value_from_env]
     names += [h.value_from_env for a in config.a2a_agents for h in a.headers if h.value_from_env]
-    return names
+    return list(dict.fromkeys(names))
 
 
 def missing_secrets(config: AgentConfig, values: Mapping[str, str]) -> list[str]:

@@ -165,7 +165,9 @@ class AgentLoop:
                 turn, choice, system, [*history[cut:], *messages], tools.specs,
                 first if round_number == 0 else later, conversation_id,
             )  # fmt: skip
-            assistant = AssistantMessage(completion.text, completion.tool_calls)
+            assistant = AssistantMessage(
+                completion.text, completion.tool_calls, signature=completion.signature
+            )
             messages.append(assistant)
             if not completion.tool_calls:
                 if not completion.text.strip():

@@ -32,16 +32,33 @@ def _part_from(data: dict[str, Any]) -> ContentPart:
     return ImagePart(str(data["image"]), str(data["mime_type"]))
 
 
+def _signed(signature: str | None) -> dict[str, str]:
+    """A provider's reasoning token as a field, only where there is one (older rows have none)."""
+    return {"signature": signature} if signature is not None else {}
+
+
 def encode(message: Message) -> dict[str, Any]:
     """A JSON-ready dict of one message."""
     if isinstance(message, UserMessage):
         return {"v": VERSION, "role": "user", "content": [_part(p) for p in message.content]}
     if isinstance(message, AssistantMessage):
         calls = [
-            {"id": c.id, "name": c.name, "arguments": c.arguments, "arguments_error": c.arguments_error}
+            {
+                "id": c.id,
+                "name": c.name,
+                "arguments": c.arguments,
+                "arguments_error": c.arguments_error,
+                **_signed(c.signature),
+            }
             for c in message.tool_calls
         ]
-        return {"v": VERSION, "role": "assistant", "text": message.text, "tool_calls": calls}
+        return {
+            "v": VERSION,
+            "role": "assistant",
+            "text": message.text,
+            "tool_calls": calls,
+            **_signed(message.signature),
+        }
     if isinstance(message, TurnFailure):
         return {"v": VERSION, "role": "failure", "code": message.code, "message": message.message}
     results = [
@@ -68,10 +85,12 @@ def decode(data: dict[str, Any]) -> Message:
             return UserMessage(tuple(_part_from(p) for p in data["content"]))
         if role == "assistant":
             calls = tuple(
-                ToolCall(c["id"], c["name"], dict(c["arguments"]), c.get("arguments_error"))
+                ToolCall(
+                    c["id"], c["name"], dict(c["arguments"]), c.get("arguments_error"), c.get("signature")
+                )
                 for c in data["tool_calls"]
             )
-            return AssistantMessage(str(data["text"]), calls)
+            return AssistantMessage(str(data["text"]), calls, signature=data.get("signature"))
         if role == "tool":
             return ToolResultsMessage(
                 tuple(

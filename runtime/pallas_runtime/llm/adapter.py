@@ -8,10 +8,12 @@ product's one provider check (`pallas_io.llm_check`), which the registry runs to
 from __future__ import annotations
 
 import abc
+import asyncio
 import copy
+import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
 import httpx2
@@ -21,9 +23,18 @@ from pallas_api.fields import RequestParams
 from pallas_io.llm_check import CHECK_TIMEOUT, ProviderEndpoint, check_provider, provider_label
 from pallas_runtime.http_transport import AiohttpTransport
 from pallas_runtime.llm.errors import SdkErrors, describe, safe
-from pallas_runtime.llm.params import ParamPlan, check_call_params, dropped_warning
+from pallas_runtime.llm.params import ParamPlan, check_call_params, dropped_warning, ignored_warning
 from pallas_runtime.llm.provider import LLMError, ProviderCheck
-from pallas_runtime.messages import Completion, Message, TextSink, ToolSpec
+from pallas_runtime.messages import (
+    AssistantMessage,
+    Completion,
+    ContentPart,
+    Message,
+    TextSink,
+    ToolResultsMessage,
+    ToolSpec,
+    UserMessage,
+)
 
 log = logging.getLogger("pallas.llm")
 
@@ -43,6 +54,67 @@ def wire_count(value: object) -> int:
     return value if isinstance(value, int) else 0
 
 
+def parse_arguments(raw: object) -> tuple[dict[str, Any], str | None]:
+    """Read a tool call's `arguments` string.
+
+    Args:
+        raw: The `arguments` field as received: normally a JSON string; some servers send an
+            object, or nothing for a call without arguments.
+
+    Returns:
+        The arguments, and None; or `{}` and why the arguments are unusable.
+    """
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return {}, None
+    value = raw
+    if isinstance(raw, str):
+        try:
+            value = json.loads(raw)
+        except ValueError as exc:
+            return {}, f"arguments are not valid JSON ({exc}): {raw[:200]!r}"
+    if not isinstance(value, dict):
+        return {}, f"arguments must be a JSON object, got {type(value).__name__}"
+    return value, None
+
+
+Blocks = list[dict[str, Any]]
+
+
+def alternating_turns(
+    messages: Sequence[Message],
+    *,
+    user: Callable[[Sequence[ContentPart]], Blocks],
+    assistant: Callable[[AssistantMessage], Blocks],
+    results: Callable[[ToolResultsMessage], Blocks],
+    assistant_role: str,
+    parts: str,
+) -> Blocks:
+    """A conversation as the turns of an API that wants user and model turns to alternate.
+
+    Each message becomes the blocks its builder makes (tool results a user turn); turns of the
+    same role in a row are merged into one (a user message after tool results is the usual
+    case, one after a turn kept as failed another); a message whose blocks are empty carries
+    nothing and is left out, and so is a `TurnFailure`. `parts` names a turn's list of blocks.
+    """
+    wire: Blocks = []
+    for message in messages:
+        if isinstance(message, UserMessage):
+            role, blocks = "user", user(message.content)
+        elif isinstance(message, AssistantMessage):
+            role, blocks = assistant_role, assistant(message)
+        elif isinstance(message, ToolResultsMessage):
+            role, blocks = "user", results(message)
+        else:  # a TurnFailure is the conversation's record, not something anyone said: never sent
+            continue
+        if not blocks:
+            continue
+        if wire and wire[-1]["role"] == role:
+            wire[-1][parts].extend(blocks)
+        else:
+            wire.append({"role": role, parts: blocks})
+    return wire
+
+
 class SdkProvider(abc.ABC):
     """An LLMProvider on an official SDK client.
 
@@ -53,7 +125,7 @@ class SdkProvider(abc.ABC):
     """
 
     kind: ClassVar[str]
-    """`openai` or `anthropic`, as in `provider.type`."""
+    """`openai`, `anthropic` or `gemini`, as in `provider.type`."""
     completion_path: ClassVar[str]
     sdk_client: ClassVar[type[Any]]
     """The SDK's async client class."""
@@ -227,15 +299,41 @@ class SdkProvider(abc.ABC):
     def check_params(self, params: RequestParams) -> None:
         """Refuse a call's own parameters that this provider and model do not take.
 
+        Those it ignores by design (OpenAI's topK) are logged as a warning, not refused.
+
         Raises:
             ParamsNotTaken: The message names each such parameter and the provider.
         """
-        check_call_params(self._plan_for(params), self._warning_subject())
+        plan = self._plan_for(params)
+        check_call_params(plan, self._warning_subject())
+        if plan.ignored:
+            log.warning(ignored_warning(plan, self._warning_subject()))
 
     async def preflight(self) -> ProviderCheck:
         """Check the key and that the model exists (`pallas_io.llm_check`); never raises."""
         verdict = await check_provider(self._endpoint, time_limit=self.preflight_timeout)
         return ProviderCheck(verdict.ok, verdict.message, time.monotonic())
+
+    async def _probe(self, path: str, body: dict[str, Any], where: str) -> ProviderCheck:
+        """A free request to `path` on the model (token counting), once, as the health check.
+
+        For cloud platforms without a models endpoint: the request goes through the key, the
+        model and the platform's project and region, so a wrong one shows in `get_health`.
+        `where` names the platform in the message. Never raises.
+        """
+        if self._client is None:
+            return ProviderCheck(False, self._key_problem or self._label, time.monotonic())
+        client = self._client.with_options(max_retries=0, timeout=self.preflight_timeout)
+        try:
+            async with asyncio.timeout(self.preflight_timeout):
+                await client.post(path, cast_to=httpx2.Response, body={"model": self._model, **body})
+        except self.sdk_errors.base as exc:
+            failure = self._error(exc, self.preflight_timeout)
+            return ProviderCheck(False, f"{failure} ({where}, model {self._model!r})", time.monotonic())
+        except TimeoutError:
+            message = f"{self._label}: {where} did not answer within {self.preflight_timeout:g}s"
+            return ProviderCheck(False, message, time.monotonic())
+        return ProviderCheck(True, f"{self._label}: {where}: model {self._model!r} answers", time.monotonic())
 
     def with_model(self, option: ModelOption) -> SdkProvider:
         """This provider serving another of its models, on the same client and connections."""

@@ -18,7 +18,7 @@ import anthropic
 
 from pallas_api.fields import RequestParams
 from pallas_io.llm_check import PUBLIC_APIS
-from pallas_runtime.llm.adapter import SdkProvider, wire_count
+from pallas_runtime.llm.adapter import SdkProvider, alternating_turns, parse_arguments, wire_count
 from pallas_runtime.llm.anthropic_sse import AnthropicEvents
 from pallas_runtime.llm.errors import SdkErrors
 from pallas_runtime.llm.params import ParamPlan, anthropic_plan
@@ -32,7 +32,6 @@ from pallas_runtime.messages import (
     ToolResultsMessage,
     ToolSpec,
     Usage,
-    UserMessage,
 )
 
 log = logging.getLogger("pallas.llm")
@@ -88,23 +87,14 @@ def messages_blocks(messages: Sequence[Message]) -> list[dict[str, Any]]:
     another); an assistant message with neither text nor tool calls carries nothing and is left
     out, and so is a `TurnFailure`.
     """
-    wire: list[dict[str, Any]] = []
-    for message in messages:
-        if isinstance(message, UserMessage):
-            role, blocks = "user", _content_blocks(message.content)
-        elif isinstance(message, AssistantMessage):
-            role, blocks = "assistant", _assistant_blocks(message)
-        elif isinstance(message, ToolResultsMessage):
-            role, blocks = "user", _tool_result_blocks(message)
-        else:  # a TurnFailure is the conversation's record, not something anyone said: never sent
-            continue
-        if not blocks:
-            continue
-        if wire and wire[-1]["role"] == role:
-            wire[-1]["content"].extend(blocks)
-        else:
-            wire.append({"role": role, "content": blocks})
-    return wire
+    return alternating_turns(
+        messages,
+        user=_content_blocks,
+        assistant=_assistant_blocks,
+        results=_tool_result_blocks,
+        assistant_role="assistant",
+        parts="content",
+    )
 
 
 def messages_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
@@ -133,21 +123,6 @@ def usage_from_messages(usage: object) -> Usage:
     )
 
 
-def _tool_input(raw: object) -> tuple[dict[str, Any], str | None]:
-    # The API sends an object; compatible servers have been seen sending the JSON as a string.
-    value = raw
-    if isinstance(raw, str):
-        try:
-            value = json.loads(raw)
-        except ValueError as exc:
-            return {}, f"arguments are not valid JSON ({exc}): {raw[:200]!r}"
-    if value is None:
-        return {}, None
-    if not isinstance(value, dict):
-        return {}, f"arguments must be a JSON object, got {type(value).__name__}"
-    return value, None
-
-
 def completion_from_messages(body: Mapping[str, Any]) -> Completion:
     """Translate a Messages API response body into a Completion.
 
@@ -169,7 +144,7 @@ def completion_from_messages(body: Mapping[str, Any]) -> Completion:
         if block.get("type") == "text" and isinstance(block.get("text"), str):
             texts.append(block["text"])
         elif block.get("type") == "tool_use":
-            arguments, error = _tool_input(block.get("input"))
+            arguments, error = parse_arguments(block.get("input"))
             calls.append(
                 ToolCall(
                     id=str(block.get("id") or f"toolu_{index}"),

@@ -7,11 +7,14 @@ access token, sent as a bearer: the provider's Secret holds one (a token refresh
 it; the agent reads its keys anew for each turn), so google-auth, which the SDK would use to mint
 tokens from a service account, is not needed. Bodies, answers and the SSE stream are the
 Messages API's, so the Anthropic adapter is used as it is.
+
+The health check counts the tokens of a one-word message (`count-tokens:rawPredict`, which costs
+nothing): it goes through the token, the project, the region and the model, so an expired token
+or a wrong region shows in `get_health` rather than only as failed turns.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import anthropic
@@ -20,15 +23,7 @@ from pallas_api.config import AgentConfig, ProviderConfig
 from pallas_runtime.http_transport import AiohttpTransport
 from pallas_runtime.llm.anthropic_messages import AnthropicMessagesProvider
 from pallas_runtime.llm.provider import ProviderCheck
-
-
-def vertex_base_url(region: str) -> str:
-    """Vertex AI's endpoint for `region`, as the SDK derives it."""
-    if region == "global":
-        return "https://aiplatform.googleapis.com/v1"
-    if region in ("us", "eu"):
-        return f"https://aiplatform.{region}.rep.googleapis.com/v1"
-    return f"https://{region}-aiplatform.googleapis.com/v1"
+from pallas_runtime.llm.vertex import vertex_base_url
 
 
 class AnthropicVertexProvider(AnthropicMessagesProvider):
@@ -56,8 +51,13 @@ class AnthropicVertexProvider(AnthropicMessagesProvider):
         )
 
     async def preflight(self) -> ProviderCheck:
-        """Vertex's prediction API has no models endpoint: the key's presence is all that is checked."""
-        if self._key_problem is not None:
-            return ProviderCheck(False, self._key_problem, time.monotonic())
-        message = f"{self._label}: Vertex AI ({self._base_url}, project {self._project}); key set, not probed"
-        return ProviderCheck(True, message, time.monotonic())
+        """Count a one-word message's tokens on the model; never raises.
+
+        Vertex's prediction API has no models endpoint; counting goes through the token, the
+        project, the region and the model, and costs nothing.
+        """
+        where = f"Vertex AI ({self._base_url}, project {self._project})"
+        # The SDK moves /v1/messages/count_tokens to Vertex's count-tokens:rawPredict.
+        return await self._probe(
+            "/v1/messages/count_tokens", {"messages": [{"role": "user", "content": "ping"}]}, where
+        )

@@ -44,11 +44,15 @@ def create_provider(config: AgentConfig, environ: Mapping[str, str] | None = Non
         An OpenAIChatProvider (type `openai`), an OpenAIResponsesProvider (type `openai` with
         `api: responses`), an AnthropicMessagesProvider (type `anthropic`), or an
         AnthropicBedrockProvider or AnthropicVertexProvider (type `anthropic` on `platform:
-        bedrock` or `vertex`).
+        bedrock` or `vertex`), or a GeminiProvider (type `gemini`, on the Gemini API or Vertex).
     """
     api_key = resolve_api_key(config.provider, environ)
     # Each SDK costs over a second of imports; an agent loads only the one it uses, which keeps
     # process start to /readyz well under 3 s.
+    if config.provider.type == "gemini":
+        from pallas_runtime.llm.gemini import GeminiProvider
+
+        return GeminiProvider(config, api_key=api_key)
     if config.provider.type == "anthropic" and config.provider.platform == "bedrock":
         from pallas_runtime.llm.anthropic_bedrock import AnthropicBedrockProvider
 

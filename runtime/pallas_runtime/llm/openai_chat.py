@@ -18,7 +18,7 @@ import openai
 
 from pallas_api.fields import RequestParams
 from pallas_io.llm_check import PUBLIC_APIS
-from pallas_runtime.llm.adapter import SdkProvider, StreamReader, wire_count
+from pallas_runtime.llm.adapter import SdkProvider, StreamReader, parse_arguments, wire_count
 from pallas_runtime.llm.errors import SdkErrors
 from pallas_runtime.llm.openai_sse import OpenAIEvents
 from pallas_runtime.llm.params import ParamPlan, is_native_openai, openai_plan
@@ -138,29 +138,6 @@ def chat_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
         }
         for tool in tools
     ]
-
-
-def parse_arguments(raw: object) -> tuple[dict[str, Any], str | None]:
-    """Read a tool call's `arguments` string.
-
-    Args:
-        raw: The `arguments` field as received: normally a JSON string; some servers send an
-            object, or nothing for a call without arguments.
-
-    Returns:
-        The arguments, and None; or `{}` and why the arguments are unusable.
-    """
-    if raw is None or (isinstance(raw, str) and not raw.strip()):
-        return {}, None
-    value = raw
-    if isinstance(raw, str):
-        try:
-            value = json.loads(raw)
-        except ValueError as exc:
-            return {}, f"arguments are not valid JSON ({exc}): {raw[:200]!r}"
-    if not isinstance(value, dict):
-        return {}, f"arguments must be a JSON object, got {type(value).__name__}"
-    return value, None
 
 
 def _text_of(content: object) -> str:

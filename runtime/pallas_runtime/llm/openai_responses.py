@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pallas_api.fields import RequestParams
-from pallas_runtime.llm.adapter import StreamReader, wire_count
-from pallas_runtime.llm.openai_chat import OpenAIChatProvider, parse_arguments, text_only_result
+from pallas_runtime.llm.adapter import StreamReader, parse_arguments, wire_count
+from pallas_runtime.llm.openai_chat import OpenAIChatProvider, text_only_result
 from pallas_runtime.llm.params import ParamPlan, is_native_openai, responses_plan
 from pallas_runtime.messages import (
     AssistantMessage,

@@ -6,7 +6,7 @@ The matrix (camelCase as in the spec; wire names as sent):
 |------------------|--------------------------|---------------------------|--------------------------------|
 | temperature      | `temperature`            | `temperature`             | `temperature`¹                 |
 | topP             | `top_p`                  | `top_p`                   | `top_p`¹                       |
-| topK             | not taken                | `top_k`                   | `top_k`¹                       |
+| topK             | ignored⁸                 | `top_k`                   | `top_k`¹                       |
 | maxTokens⁴       | `max_completion_tokens`  | `max_tokens`              | `max_tokens`, always sent²     |
 | stop             | `stop`, first 4 kept⁵    | `stop`                    | `stop_sequences`               |
 | seed             | `seed`                   | `seed`                    | not taken                      |
@@ -26,6 +26,10 @@ The matrix (camelCase as in the spec; wire names as sent):
   `{"type": "tool", "name"}` on Anthropic (`auto`, `none`, `required` → `{"type": "auto"|"none"|"any"}`).
 ⁷ Values each provider and model takes: `pallas_api.model_rules`; a value not taken is refused
   (in an agent's spec when it is rendered, in a call's `params` as the call is checked).
+⁸ The seed's word: "top_k: Anthropic-only; OpenAI ignores". OpenAI's APIs (Chat Completions and
+  Responses) have no field for it, so it is not sent, and a warning says so; a call's own topK is
+  not refused. Other Responses servers (OpenResponses, mistral.rs, SGLang, vLLM) take a top-level
+  `top_k` and get it.
 
 "Not taken": in an agent's `requestParams` (written once, possibly before a change of model) the
 parameter is dropped and the adapter warns once; in a `send_message` call's `params` it is an
@@ -62,7 +66,9 @@ __all__ = [
     "anthropic_plan",
     "anthropic_rule",
     "check_call_params",
+    "clamped_max_tokens",
     "dropped_warning",
+    "ignored_warning",
     "is_native_openai",
     "merge_params",
     "openai_plan",
@@ -86,9 +92,14 @@ class ParamPlan:
     extra_body: dict[str, Any] = field(default_factory=dict)
     dropped: tuple[str, ...] = ()
     adjusted: tuple[str, ...] = ()
+    ignored: tuple[str, ...] = ()
+    """Parameters (camelCase) the target ignores by design (OpenAI's topK): not sent, warned
+    about, and never refused, not even in a call's own `params`."""
     refused: tuple[str, ...] = ()
     """Values the target does not take, each a sentence naming the value (`effort 'max' is not
     taken by …`); the parameter is not sent."""
+    tool_field: str = "tool_choice"
+    """The wire field of the tool choice (Gemini's is `toolConfig`)."""
 
     def wire_fields(self, *, with_tools: bool = True) -> dict[str, Any]:
         """Every field this plan adds to the request body, as it appears on the wire.
@@ -97,7 +108,7 @@ class ParamPlan:
         """
         fields = {**self.kwargs, **self.extra_body}
         if not with_tools:
-            fields.pop("tool_choice", None)
+            fields.pop(self.tool_field, None)
         return fields
 
 
@@ -127,7 +138,10 @@ def merge_params(defaults: RequestParams, call: RequestParams | None) -> Request
     return defaults.model_copy(update=update)
 
 
-def _max_tokens(params: RequestParams, capabilities: ModelCapabilities, adjusted: list[str]) -> int | None:
+def clamped_max_tokens(
+    params: RequestParams, capabilities: ModelCapabilities, adjusted: list[str]
+) -> int | None:
+    """`maxTokens` cut to the model's `maxOutputTokens` (saying so in `adjusted`); None if unset."""
     if params.max_tokens is None or params.max_tokens <= capabilities.max_output_tokens:
         return params.max_tokens
     adjusted.append(
@@ -173,20 +187,11 @@ def openai_plan(
     Returns:
         The plan: SDK keywords, extra body fields, dropped and adjusted parameters.
     """
-    kwargs: dict[str, Any] = {}
-    extra: dict[str, Any] = {}
+    kwargs = _openai_sampling(params)
+    extra = _top_k(params, native=native)
     dropped: list[str] = []
     adjusted: list[str] = []
-    if params.temperature is not None:
-        kwargs["temperature"] = params.temperature
-    if params.top_p is not None:
-        kwargs["top_p"] = params.top_p
-    if params.top_k is not None:
-        if native:
-            dropped.append("topK")
-        else:
-            extra["top_k"] = params.top_k
-    max_tokens = _max_tokens(params, capabilities, adjusted)
+    max_tokens = clamped_max_tokens(params, capabilities, adjusted)
     if max_tokens is not None:
         kwargs["max_completion_tokens" if native else "max_tokens"] = max_tokens
     if params.stop:
@@ -216,12 +221,28 @@ def openai_plan(
         extra_body=extra,
         dropped=tuple(dropped),
         adjusted=tuple(adjusted),
+        ignored=_openai_ignored(params, native=native),
         refused=tuple(refused),
     )
 
 
+def _openai_sampling(params: RequestParams) -> dict[str, Any]:
+    """`temperature` and `top_p` as both OpenAI APIs name them, those that are set."""
+    fields = {"temperature": params.temperature, "top_p": params.top_p}
+    return {name: value for name, value in fields.items() if value is not None}
+
+
+def _top_k(params: RequestParams, *, native: bool) -> dict[str, Any]:
+    """`top_k` as the top-level field every OpenAI-shaped server but OpenAI's own takes."""
+    return {"top_k": params.top_k} if params.top_k is not None and not native else {}
+
+
+def _openai_ignored(params: RequestParams, *, native: bool) -> tuple[str, ...]:
+    """What OpenAI itself ignores (the seed: "top_k: Anthropic-only; OpenAI ignores")."""
+    return ("topK",) if params.top_k is not None and native else ()
+
+
 RESPONSES_NOT_TAKEN = (
-    ("top_k", "topK"),
     ("stop", "stop"),
     ("seed", "seed"),
     ("presence_penalty", "presencePenalty"),
@@ -252,7 +273,8 @@ def responses_plan(
 
     `maxTokens` is `max_output_tokens`, `effort` is `reasoning.effort`, `responseFormat` is
     `text.format` (a flat `{type: json_schema, name, schema}`), a named tool choice is
-    `{"type": "function", "name"}`; `topK`, `stop`, `seed` and the penalties have no field.
+    `{"type": "function", "name"}`; `stop`, `seed` and the penalties have no field. `topK` is
+    a top-level `top_k` for every server but OpenAI's own, which ignores it.
 
     Args:
         params: The request parameters.
@@ -263,15 +285,11 @@ def responses_plan(
     Returns:
         The plan: wire fields, dropped, adjusted and refused parameters.
     """
-    kwargs: dict[str, Any] = {}
+    kwargs = _openai_sampling(params)
     dropped = [camel for name, camel in RESPONSES_NOT_TAKEN if getattr(params, name) not in (None, [])]
     adjusted: list[str] = []
     refused: list[str] = []
-    if params.temperature is not None:
-        kwargs["temperature"] = params.temperature
-    if params.top_p is not None:
-        kwargs["top_p"] = params.top_p
-    if (max_tokens := _max_tokens(params, capabilities, adjusted)) is not None:
+    if (max_tokens := clamped_max_tokens(params, capabilities, adjusted)) is not None:
         kwargs["max_output_tokens"] = max_tokens
     if params.effort is not None:
         if params.effort in (taken := openai_efforts(native=native)):
@@ -286,9 +304,10 @@ def responses_plan(
         kwargs["tool_choice"] = {"type": "function", "name": choice} if named else choice
     return ParamPlan(
         kwargs=kwargs,
-        extra_body=dict(params.extra or {}),
+        extra_body={**_top_k(params, native=native), **(params.extra or {})},
         dropped=tuple(dropped),
         adjusted=tuple(adjusted),
+        ignored=_openai_ignored(params, native=native),
         refused=tuple(refused),
     )
 
@@ -315,7 +334,7 @@ def anthropic_plan(
     rule = anthropic_rule(model)
     adjusted: list[str] = []
     kwargs: dict[str, Any] = {
-        "max_tokens": _max_tokens(params, capabilities, adjusted) or capabilities.max_output_tokens
+        "max_tokens": clamped_max_tokens(params, capabilities, adjusted) or capabilities.max_output_tokens
     }
     extra: dict[str, Any] = {}
     dropped: list[str] = []
@@ -372,13 +391,25 @@ def dropped_warning(plan: ParamPlan, provider: str) -> str | None:
         parts.append(
             f"{provider} does not take {names}; dropping {'it' if len(plan.dropped) == 1 else 'them'}"
         )
+    if plan.ignored:
+        parts.append(ignored_warning(plan, provider))
     parts.extend(f"{provider}: {change}" for change in plan.adjusted)
     parts.extend(f"not sending {refusal}" for refusal in plan.refused)
     return "; ".join(parts) or None
 
 
+def ignored_warning(plan: ParamPlan, provider: str) -> str:
+    """The sentence naming the parameters `provider` ignores (empty when there are none)."""
+    if not plan.ignored:
+        return ""
+    names = ", ".join(plan.ignored)
+    return f"{provider} ignores {names}; not sending {'it' if len(plan.ignored) == 1 else 'them'}"
+
+
 def check_call_params(plan: ParamPlan, provider: str) -> None:
     """Refuse per-call parameters the provider does not take (the agent's own are dropped instead).
+
+    Those it ignores by design (`ParamPlan.ignored`) are not refused; the caller warns about them.
 
     Args:
         plan: The plan of the call's own parameters.

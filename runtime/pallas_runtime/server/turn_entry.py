@@ -141,11 +141,15 @@ class TurnEntry:
         params = request.params
         request_params: RequestParams | None = None
         try:
-            user = user_message(config, request.message, request.images)
+            user = user_message(
+                config, request.message, request.images, model=params.model if params is not None else None
+            )
             checked = checked_id(request.conversation_id) if request.conversation_id else None
             if params is not None and (refusal := config.call_params.refusal(params)):
                 raise InvalidInput(refusal)
-            choice = turn_choice(config, generation.provider, params, request.inbound_auth)
+            choice = turn_choice(
+                config, generation.provider, params, request.inbound_auth, generation.secrets
+            )
             if params is not None:
                 request_params = params.request_params()
                 (choice.provider if choice else generation.provider).check_params(request_params)

@@ -5,6 +5,7 @@ provider does not take, and a provider keyed with each caller's own bearer token
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -168,3 +169,81 @@ async def test_caller_bearer_is_the_key_per_call_never_logged_and_refused_withou
     assert len(llm.completions) == 2  # the call without a bearer never reached the model
     assert "hf_alice_token" not in caplog.text
     assert "hf_mallory_token" not in caplog.text
+
+
+PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 32).decode()
+
+
+@pytest.mark.parametrize(("own_vision", "chosen_vision"), [(False, True), (True, False)])
+async def test_images_are_checked_against_the_model_the_call_picks(
+    own_vision: bool, chosen_vision: bool
+) -> None:
+    # Images need a vision model, and the model is the one the call runs on: a call picking
+    # fake-big is checked against fake-big's capabilities, one picking nothing against the
+    # agent's own (fake-small).
+    async with FakeOpenAI(models=("fake-small", "fake-big")) as llm:
+        llm.script(Text("a cat"))
+        models = [{"model": "fake-big", "capabilities": {"vision": chosen_vision}}]
+        cfg = config(llm, models=models, capabilities={"vision": own_vision})
+        image = [{"data": PNG, "mime_type": "image/png"}]
+        async with served(cfg) as url, Client(url) as c:
+            chosen = await c.call_tool_mcp(
+                "send_message", {"message": "what?", "images": image, "params": {"model": "fake-big"}}
+            )
+            own = await c.call_tool_mcp("send_message", {"message": "what?", "images": image})
+    [seen, refused, refused_model] = (
+        (chosen, own, "fake-small") if chosen_vision else (own, chosen, "fake-big")
+    )
+    assert not seen.is_error, seen.content
+    assert seen.content[0].text == "a cat"
+    [request] = llm.completions
+    assert request.json["model"] == ("fake-big" if chosen_vision else "fake-small")
+    assert any(part.get("type") == "image_url" for part in request.json["messages"][-1]["content"])
+    assert refused.is_error
+    assert refused.structured_content["error"]["code"] == "INVALID_ARGUMENTS"
+    assert refused.content[0].text == (
+        f"model {refused_model!r} does not accept images (its capabilities say vision: false)"
+    )
+
+
+async def test_a_call_picks_another_providers_model_with_that_providers_key() -> None:
+    # The agent's own provider speaks Chat Completions; the deployment also declares a Claude
+    # model on an Anthropic provider, which a call names as `<provider>.<model>`.
+    anthropic_key = "sk-ant-test-other-7f3e"
+    async with FakeOpenAI(models=("fake-small",)) as llm, FakeAnthropic(api_key=anthropic_key) as claude:
+        llm.script(Text("from openai"), Text("openai again"))
+        claude.script(Text("from claude"))
+        other = {
+            "name": "claude",
+            "type": "anthropic",
+            "baseURL": claude.base_url,
+            "apiKeyEnv": "PALLAS_PROVIDER_CLAUDE_API_KEY",
+            "maxRetries": 0,
+        }
+        models = [{"model": "claude-fake", "provider": other}]
+        server = build_server(
+            config(llm, models=models), environ={"PALLAS_PROVIDER_CLAUDE_API_KEY": anthropic_key}
+        )
+        async with serve_app(agent_app(server)) as running, Client(running.url) as c:
+            first = await c.call_tool_mcp("send_message", {"message": "a"})
+            chosen = await c.call_tool_mcp(
+                "send_message", {"message": "b", "params": {"model": "claude.claude-fake"}}
+            )
+            bare = await c.call_tool_mcp("send_message", {"message": "c", "params": {"model": "claude-fake"}})
+            again = await c.call_tool_mcp("send_message", {"message": "d"})
+    assert [r.content[0].text for r in (first, chosen, again)] == [
+        "from openai",
+        "from claude",
+        "openai again",
+    ]
+    [request] = claude.completions
+    assert request.json["model"] == "claude-fake"
+    # The fake answers 401 without this key; the SDK sends it as x-api-key or a bearer token.
+    assert anthropic_key in request.headers.get("x-api-key", "") + request.headers.get("authorization", "")
+    assert [r.json["model"] for r in llm.completions] == ["fake-small", "fake-small"]
+    # Another provider's model is named with its provider: an id alone could be two providers'.
+    assert bare.is_error
+    assert bare.content[0].text == (
+        "params.model 'claude-fake' is not a model this agent offers "
+        "(offered: fake-small, claude.claude-fake)"
+    )

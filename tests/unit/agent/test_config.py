@@ -74,8 +74,8 @@ def test_defaults_are_the_documented_ones() -> None:
     [
         (minimal(name="Bad_Name"), "name: String should match pattern"),
         (
-            minimal(provider={"name": "p", "type": "gemini"}),
-            "provider.type: Input should be 'openai' or 'anthropic'",
+            minimal(provider={"name": "p", "type": "cohere"}),
+            "provider.type: Input should be 'openai', 'anthropic' or 'gemini'",
         ),
         (minimal(maxIterations=0), "maxIterations: Input should be greater than 0"),
         (minimal(description="x" * 101), "description: String should have at most 100 characters"),
@@ -168,7 +168,8 @@ def test_render_agent_model_override_and_peers() -> None:
     )
     assert (rendered.config.provider.type, rendered.config.model) == ("anthropic", "claude-sonnet-4-5")
     assert rendered.config.agents[0].url == "http://research.ns.svc.cluster.local:8000/mcp"
-    assert rendered.secrets == ()
+    # The deployment's default model stays a call's choice, so its provider's key is bound too.
+    assert [binding.env for binding in rendered.secrets] == ["PALLAS_PROVIDER_VLLM_API_KEY"]
 
 
 def test_each_agent_gets_the_capabilities_of_its_own_model() -> None:
@@ -263,7 +264,7 @@ def test_the_conversation_scope_follows_the_agent_then_the_deployment_then_auth(
     assert config.conversations.abandoned_after_seconds == 604_800
 
 
-def test_a_call_may_choose_the_models_the_deployment_declares_for_the_agents_provider() -> None:
+def test_a_call_may_choose_every_model_the_deployment_declares_of_any_provider() -> None:
     dep = deployment(
         model={
             "default": "vllm.qwen3-8b",
@@ -274,12 +275,18 @@ def test_a_call_may_choose_the_models_the_deployment_declares_for_the_agents_pro
         }
     )
     own = render_agent("research", agent(), dep, {}).config
-    assert [(m.model, m.capabilities.context_window) for m in own.models] == [("qwen3-32b", 65536)]
-    assert own.offered_models == ["qwen3-8b", "qwen3-32b"]
+    assert [(m.choice, m.capabilities.context_window) for m in own.models] == [
+        ("qwen3-32b", 65536),
+        ("anthropic.claude-sonnet-4-5", 131072),
+    ]
+    # Another provider's model is named with its provider and carries that provider's config.
+    assert own.offered_models == ["qwen3-8b", "qwen3-32b", "anthropic.claude-sonnet-4-5"]
+    assert own.models[1].provider is not None
+    assert own.models[1].provider.type == "anthropic"
     bigger = render_agent("research", agent(model="vllm.qwen3-32b"), dep, {}).config
-    assert bigger.offered_models == ["qwen3-32b", "qwen3-8b"]
+    assert bigger.offered_models == ["qwen3-32b", "qwen3-8b", "anthropic.claude-sonnet-4-5"]
     claude = render_agent("research", agent(model="anthropic.claude-sonnet-4-5"), dep, {}).config
-    assert claude.models == []  # no other model declared for provider anthropic
+    assert claude.offered_models == ["claude-sonnet-4-5", "vllm.qwen3-8b", "vllm.qwen3-32b"]
 
 
 def test_provider_api_and_credentials_are_rendered_and_checked() -> None:

@@ -107,7 +107,7 @@ def test_broken_documents_a_wrong_api_version_and_twins_are_reported() -> None:
 
 
 def test_an_agent_of_a_broken_deployment_is_not_blamed_for_it() -> None:
-    report = _check(deployment("ouranos", at("spec.providers.vllm.type", "gemini")), agent())
+    report = _check(deployment("ouranos", at("spec.providers.vllm.type", "cohere")), agent())
     assert [p.object for p in report.problems] == ["PallasDeployment/ouranos"]
 
 

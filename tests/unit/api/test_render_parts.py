@@ -80,9 +80,30 @@ def test_a_model_of_an_undefined_provider_is_refused_naming_it() -> None:
     assert (raised.value.reason, raised.value.missing) == (PROVIDER_NOT_FOUND, ("bedrock",))
 
 
-def test_the_other_models_are_those_of_the_same_provider() -> None:
-    others = _other_models("vllm.qwen3-32b", deployment())
-    assert [(o.model, o.capabilities.context_window) for o in others] == [("qwen3-8b", 131072)]
+def test_the_other_models_are_every_declared_one_another_providers_with_its_config() -> None:
+    others, secrets = _other_models("vllm.qwen3-32b", deployment(), local=False)
+    assert [(o.choice, o.capabilities.context_window) for o in others] == [
+        ("qwen3-8b", 131072),
+        ("anthropic.claude-sonnet-4-5", 131072),
+    ]
+    assert others[0].provider is None  # the agent's own provider serves it
+    served = others[1].provider
+    assert served is not None
+    assert (served.name, served.type, served.streaming) == ("anthropic", "anthropic", False)
+    assert secrets == ()  # that provider has no key
+
+
+def test_another_providers_key_is_bound_for_the_calls_that_pick_its_models() -> None:
+    others, secrets = _other_models("anthropic.claude-sonnet-4-5", deployment(), local=False)
+    assert [o.choice for o in others] == ["vllm.qwen3-8b", "vllm.qwen3-32b"]
+    assert {o.provider.api_key_env for o in others if o.provider} == {"PALLAS_PROVIDER_VLLM_API_KEY"}
+    key = SecretKeyRef(name="llm", key="VLLM_KEY")
+    assert secrets == (SecretBinding("PALLAS_PROVIDER_VLLM_API_KEY", key),)
+    rendered = render_agent(
+        "research", agent(model="anthropic.claude-sonnet-4-5"), deployment(), {}, namespace="ns"
+    )
+    assert [binding.env for binding in rendered.secrets] == ["PALLAS_PROVIDER_VLLM_API_KEY"]
+    assert rendered.config.offered_models == ["claude-sonnet-4-5", "vllm.qwen3-8b", "vllm.qwen3-32b"]
 
 
 def test_servers_keep_the_agents_order_and_bind_only_secret_headers() -> None:

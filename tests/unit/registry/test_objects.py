@@ -10,7 +10,7 @@ import pytest
 
 from pallas_api.fields import ModelCapabilities
 from pallas_api.spec import ProviderSpec
-from pallas_registry.builder import InvalidAgent, build_response
+from pallas_registry.builder import VENDOR_META, InvalidAgent, build_response
 from pallas_registry.objects import (
     DeploymentSettings,
     MissingStatus,
@@ -278,3 +278,31 @@ def test_the_agent_budgets_spend_reaches_the_catalogues_meta() -> None:
     broken = agent_state(ready_agent(at("status.health.spend", {"tokens": "lots"})), SETTINGS)
     assert broken.health is not None
     assert broken.health.spend is None  # a malformed spend is left out, the rest stays
+
+
+def test_the_providers_list_every_model_a_call_may_pick_of_every_provider() -> None:
+    # The seed's `providers[].models`: what `params.model` may name, so a client sees the choices.
+    obj = deployment(
+        "ouranos",
+        at(
+            "spec.providers",
+            {
+                "vllm": {"type": "openai", "baseURL": "http://vllm:8000/v1"},
+                "anthropic": {"type": "anthropic"},
+            },
+        ),
+        at("spec.model.default", "vllm.qwen3-8b"),
+        at(
+            "spec.model.models",
+            {"vllm.qwen3-32b": {}, "anthropic.claude-sonnet-4-5": {"vision": True}},
+        ),
+    )
+    chosen = ready_agent(spec(model="vllm.qwen3-32b"), at("status.model", "qwen3-32b"))
+    state = agent_state(chosen, deployment_settings(obj))
+    built = build_response(state)
+    assert_valid_entry(built)
+    providers = built["_meta"][VENDOR_META]["providers"]
+    assert [(p["id"], p["models"], p["capabilities"]["vision"]) for p in providers] == [
+        ("vllm", ["qwen3-32b", "qwen3-8b"], False),
+        ("anthropic", ["claude-sonnet-4-5"], True),
+    ]
