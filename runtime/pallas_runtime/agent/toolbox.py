@@ -32,7 +32,6 @@ from pallas_runtime.agent.audit import Outcome, audit_tool_call
 from pallas_runtime.agent.latency import Latencies
 from pallas_runtime.agent.turn import Turn
 from pallas_runtime.agent.window import OVERHEAD_TOKENS, text_tokens
-from pallas_runtime.auth.credential import credential_values
 from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.downstream.source import (
     DownstreamError,
@@ -42,6 +41,7 @@ from pallas_runtime.downstream.source import (
     ToolOutcome,
     ToolSource,
 )
+from pallas_runtime.edge.credential import credential_values
 from pallas_runtime.messages import ContentPart, TextPart
 from pallas_runtime.metrics import RuntimeMetrics
 from pallas_runtime.sizes import cut_to
