@@ -3,6 +3,8 @@
 - tool calls: `{server}/{tool}: started` (progress 0, total null), then
   `{server}/{tool}: completed|failed` (progress 1, total 1);
 - loop steps: `{agent} step N (llm|tool)` (progress N, total null);
+- a workflow's stages (`spec.workflow`): `chain a → b: step 2/2 b…`, `parallel: 2 of 3
+  answered` (progress: the stage, total null);
 - progress from a downstream tool or sub-agent: `{server}/{tool}: <its message>` with its numbers;
 - the model's text as it is written: `{agent} text: <piece>` (progress: the step, total null),
   the pieces in order and exact, so a client that joins them has the text so far. A sub-agent's
@@ -64,6 +66,10 @@ class ProgressReporter:
     async def note(self, message: str) -> None:
         """Something the caller should know while the turn goes on (a budget nearly spent)."""
         await self._emit(self._step, None, f"{self._agent} {message}")
+
+    async def workflow(self, progress: float, message: str) -> None:
+        """Where a workflow is: the stage it reached, named in the message."""
+        await self._emit(progress, None, message)
 
     async def tool_started(self, source: str, tool: str) -> None:
         """Report that a tool call started."""
