@@ -8,7 +8,6 @@ system prompt), so each step's input is visible in the requests it received. A s
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 from collections.abc import AsyncIterator
@@ -19,6 +18,7 @@ import httpx2
 import yaml
 from fastmcp import Client
 
+from tests.integration.runtime.test_run_command import manifests as run_command_manifests
 from tests.integration.runtime.test_run_command import pallas_run
 from tests.support.fake_llm import FakeOpenAI, Hold, HttpError, Text
 from tests.support.mcp_peers import free_ports
@@ -39,26 +39,8 @@ WORKFLOWS: dict[str, dict[str, Any]] = {
 
 
 def manifests(llm: FakeOpenAI, agents: list[str], *, budgeted: bool = False) -> list[dict[str, Any]]:
-    key = base64.b64encode(b"sk-test").decode()
-    docs: list[dict[str, Any]] = [
-        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "llm"}, "data": {"KEY": key}},
-        {
-            "apiVersion": "pallas.dev/v1alpha1",
-            "kind": "PallasDeployment",
-            "metadata": {"name": "local"},
-            "spec": {
-                "model": {"default": f"fake.{llm.models[0]}"},
-                "providers": {
-                    "fake": {
-                        "type": "openai",
-                        "baseURL": llm.base_url,
-                        "maxRetries": 0,
-                        "apiKey": {"secretKeyRef": {"name": "llm", "key": "KEY"}},
-                    }
-                },
-            },
-        },
-    ]
+    # The Secret and the PallasDeployment `local` of `pallas run`'s own tests.
+    docs = [doc for doc in run_command_manifests(llm) if doc["kind"] != "PallasAgent"]
     for name in agents:
         spec: dict[str, Any] = {"deployment": "local", "instruction": name, "description": f"the {name}"}
         if name == "editor" and budgeted:  # a small budget, spent within a few answers
