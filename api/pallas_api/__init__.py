@@ -8,6 +8,7 @@ One package, imported by all three and importing none of them (as CloudNativePG'
   per kind;
 - `status` / `conditions`: the status models, phases, health statuses, condition types and reasons;
 - `config`: one agent's runtime config (the ConfigMap contract between operator and pod);
+- `workflow`: the workflow shapes (`spec.workflow`), which the spec and the config share;
 - `fields`: the patterns, bounds, defaults and settings models `spec` and `config` share, below
   both, so neither imports the other;
 - `live`: which config edits a running agent takes in place and which need a new process, and

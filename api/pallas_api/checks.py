@@ -28,6 +28,7 @@ from pallas_api.references import DependencyGraph, check_references
 from pallas_api.render import RenderError, render_agent
 from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec, agent_dependencies
 from pallas_api.validation import field_problems
+from pallas_api.workflow import step_names
 
 SPECS: Mapping[str, type[BaseModel]] = {
     names.DEPLOYMENT_KIND: PallasDeploymentSpec,
@@ -55,6 +56,7 @@ OBJECT_RULES: Mapping[str, Sequence[tuple[crds.Rule, ObjectCheck]]] = {
         (crds.AGENT_NAME_RULE, _name_fits(63)),
         (crds.NOT_SELF_IN_AGENTS, _not_listed("agents")),
         (crds.NOT_SELF_IN_DEPENDS_ON, _not_listed("dependsOn")),
+        (crds.NOT_SELF_IN_WORKFLOW, lambda name, spec: name not in step_names(spec.get("workflow"))),
     ],
     names.DEPLOYMENT_KIND: [(crds.DEPLOYMENT_NAME_RULE, _name_fits(crds.MAX_DEPLOYMENT_NAME))],
 }
@@ -79,6 +81,9 @@ CEL_OFFLINE: Mapping[str, str] = {
     "spec.auth.oidc is only used": "AuthSpec._oidc_settings",
     "an allowFrom entry needs": "NetworkPeer._one_selector",
     "minDomains needs whenUnsatisfiable": "TopologySpreadConstraint._as_kubernetes_accepts",
+    "a workflow needs exactly one": "WorkflowSpec._exactly_one",
+    "a parallel workflow's fanIn": "ParallelSpec._fan_in_apart",
+    "the evaluator must be another": "EvaluatorSpec._two_agents",
     "a matchLabelKeys key must not be": "TopologySpreadConstraint._as_kubernetes_accepts",
 }
 """How each CEL rule that is not in `OBJECT_RULES` is checked offline, by the start of its message."""
@@ -205,8 +210,11 @@ def _object(doc: Document, report: Report) -> _Object | None:
 
 
 def _dependencies(spec: Mapping[str, Any]) -> tuple[str, ...]:
-    lists = [spec.get(key) for key in ("agents", "dependsOn")]
-    return tuple(agent_dependencies(*(v if isinstance(v, list) else [] for v in lists)))
+    agents, depends_on, a2a = (spec.get(key) for key in ("agents", "dependsOn", "a2aAgents"))
+    external = a2a if isinstance(a2a, list) else []
+    steps = [s for s in step_names(spec.get("workflow")) if s not in external]
+    called = [*(agents if isinstance(agents, list) else []), *steps]
+    return tuple(agent_dependencies(called, depends_on if isinstance(depends_on, list) else []))
 
 
 def _check_agent(agent: _Object, objects: Sequence[_Object], report: Report, *, local: bool) -> None:
@@ -224,7 +232,7 @@ def _check_agent(agent: _Object, objects: Sequence[_Object], report: Report, *, 
         report.problems.append(Finding(agent.source, what, *problem))
         return
     assert deployment is not None  # check_references reports a missing one
-    urls = {peer: names.agent_url(peer, agent.namespace, 8000) for peer in spec.agents}
+    urls = {peer: names.agent_url(peer, agent.namespace, 8000) for peer in spec.peers()}
     url = names.agent_url(agent.name, agent.namespace, spec.service.port)
     try:
         render_agent(

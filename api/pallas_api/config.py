@@ -68,6 +68,7 @@ from pallas_api.urls import (
 )
 from pallas_api.validation import describe
 from pallas_api.wire import camel_config
+from pallas_api.workflow import WorkflowSpec
 
 
 class _Model(BaseModel):
@@ -457,6 +458,10 @@ class AgentConfig(_Model):
     """The A2A surface: on unless `spec.a2a.enabled` is false."""
     budgets: BudgetConfig = BudgetConfig()
     """Budgets of spend: the deployment's `budgets`, each field overridden by the agent's."""
+    workflow: Annotated[WorkflowSpec | None, Field(exclude_if=lambda w: w is None)] = None
+    """The agent's workflow (`spec.workflow`): steps called in a declared shape in place of the
+    LLM/tool loop. Its PallasAgent steps are among `agents`, its external ones among `a2aAgents`.
+    Left out of the rendered config when unset, so an ordinary agent's config hash is unchanged."""
     drain_seconds: DrainSeconds = DEFAULT_DRAIN_SECONDS
     """On SIGTERM: how long turns in flight may run on before they are interrupted (and kept in
     their conversations as failed); new sessions are refused meanwhile."""
@@ -471,6 +476,11 @@ class AgentConfig(_Model):
             seen.add(source)
         if self.name in {a.name for a in self.agents}:
             raise ValueError(f"agent {self.name!r} lists itself among its agents")
+        if self.workflow is not None:
+            servers = {s.name for s in self.servers}
+            unknown = [s for s in self.workflow.steps() if s not in seen or s in servers]
+            if unknown:
+                raise ValueError(f"workflow steps {', '.join(unknown)} are neither agents nor a2aAgents")
         return self
 
     def model_option(self, model: str) -> ModelOption | None:

@@ -53,10 +53,45 @@ NOT_SELF_IN_DEPENDS_ON = _rule(
     "spec.dependsOn must not name the agent itself",
     fieldPath=".spec.dependsOn",
 )
+_W = "self.spec.workflow"
+NOT_SELF_IN_WORKFLOW = _rule(
+    f"!has({_W}) || !("
+    f"(has({_W}.chain) && self.metadata.name in {_W}.chain.steps) || "
+    f"(has({_W}.parallel) && (self.metadata.name in {_W}.parallel.fanOut || "
+    f"(has({_W}.parallel.fanIn) && {_W}.parallel.fanIn == self.metadata.name))) || "
+    f"(has({_W}.router) && (self.metadata.name in {_W}.router.routes || "
+    f"(has({_W}.router.fallback) && {_W}.router.fallback == self.metadata.name))) || "
+    f"(has({_W}.evaluator) && ({_W}.evaluator.generator == self.metadata.name || "
+    f"{_W}.evaluator.evaluator == self.metadata.name)) || "
+    f"(has({_W}.planner) && self.metadata.name in {_W}.planner.agents))",
+    "spec.workflow must not name the agent itself",
+    fieldPath=".spec.workflow",
+)
 """The rules about the whole object: `pallas_api.checks` holds their Python counterparts."""
 
 AGENT_RULES: dict[str, list[Rule]] = {
-    "": [AGENT_NAME_RULE, NOT_SELF_IN_AGENTS, NOT_SELF_IN_DEPENDS_ON],
+    "": [AGENT_NAME_RULE, NOT_SELF_IN_AGENTS, NOT_SELF_IN_DEPENDS_ON, NOT_SELF_IN_WORKFLOW],
+    "spec.workflow": [
+        _rule(
+            "(has(self.chain) ? 1 : 0) + (has(self.parallel) ? 1 : 0) + (has(self.router) ? 1 : 0) + "
+            "(has(self.evaluator) ? 1 : 0) + (has(self.planner) ? 1 : 0) == 1",
+            "a workflow needs exactly one of chain, parallel, router, evaluator, planner",
+        ),
+    ],
+    "spec.workflow.parallel": [
+        _rule(
+            "!has(self.fanIn) || !(self.fanIn in self.fanOut)",
+            "a parallel workflow's fanIn must not be in its fanOut",
+            fieldPath=".fanIn",
+        ),
+    ],
+    "spec.workflow.evaluator": [
+        _rule(
+            "self.generator != self.evaluator",
+            "the evaluator must be another agent than the generator",
+            fieldPath=".evaluator",
+        ),
+    ],
     "spec.deployment": [
         _rule(
             "self == oldSelf",
@@ -270,6 +305,9 @@ def agent_crd() -> dict[str, Any]:
         _column("Model", ".status.model"),
         _column("Age", ".metadata.creationTimestamp", "date"),
         _column("URL", ".status.url", priority=1, description="MCP endpoint inside the cluster"),
+        _column(
+            "Workflow", ".spec.workflow", priority=1, description="The workflow answering in place of a model"
+        ),
     ]
     schema = _open_api(PallasAgentSpec, PallasAgentStatus, AGENT_RULES)
     schema["description"] = "PallasAgent is one LLM agent, served as one MCP endpoint."

@@ -13,7 +13,7 @@ from __future__ import annotations
 import fnmatch
 from typing import Annotated, Any, Literal, Self, get_args
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import AfterValidator, BaseModel, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from pallas_api.spending import ModelPrice
@@ -61,6 +61,18 @@ MAX_SCHEMA_BUDGET = 10_000_000
 StoreType = Literal["memory", "sqlite", "postgres"]
 ConversationScope = Literal["caller", "session", "request"]
 """What a `send_message` without `conversation_id` continues (docs/api.md §3)."""
+
+
+def _each_once(items: list[Any]) -> list[Any]:
+    repeated = [item for index, item in enumerate(items) if item in items[:index]]
+    if repeated:
+        raise ValueError(f"duplicate value {repeated[0]!r}: each value may appear once")
+    return items
+
+
+SET = Field(json_schema_extra={"x-kubernetes-list-type": "set"})
+"""A list the API server keeps as a set (it refuses a repeated value); `ONCE` checks the same."""
+ONCE = AfterValidator(_each_once)
 
 
 class _Model(BaseModel):

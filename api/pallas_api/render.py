@@ -427,11 +427,11 @@ def _peers(agent: PallasAgentSpec, agent_urls: Mapping[str, str]) -> list[PeerAg
         RenderError: an agent without a URL, i.e. not among the namespace's PallasAgents (the same
             problem `check_references` reports).
     """
-    missing = [peer for peer in agent.agents if peer not in agent_urls]
+    missing = [peer for peer in agent.peers() if peer not in agent_urls]
     if missing:
         problem = agents_not_found(missing)
         raise RenderError(problem.reason, problem.message, tuple(missing))
-    return [PeerAgent(name=peer, url=agent_urls[peer]) for peer in agent.agents]
+    return [PeerAgent(name=peer, url=agent_urls[peer]) for peer in agent.peers()]
 
 
 def _a2a_peers(
@@ -536,6 +536,7 @@ def render_agent(
         servers=servers,
         agents=peers,
         a2a_agents=a2a_peers,
+        workflow=agent.workflow,
         request_params=agent.request_params,
         call_params=agent.call_params,
         max_iterations=agent.max_iterations,

@@ -229,6 +229,7 @@ def _vendor(state: AgentState, provider: str, model: str, url: str) -> dict[str,
         "providers": providers,
         "auth": _auth(state),
         "a2a": _a2a(state, url),
+        "workflow": state.workflow,
     }
 
 

@@ -22,6 +22,7 @@ from pallas_api.fields import ModelCapabilities
 from pallas_api.spec import UNDECLARED_MODEL, AuthSpec, CallerAuth, Icon, ProviderSpec, RegistrySpec
 from pallas_api.spending import SpendReport
 from pallas_api.status import HEALTH_STATUSES, PHASES
+from pallas_api.workflow import WORKFLOW_TYPES
 from pallas_registry.state import AgentState, HealthView, ProviderView
 
 _TAG = re.compile(names.DNS_LABEL)
@@ -238,6 +239,7 @@ def agent_state(obj: Mapping[str, Any], deployment: DeploymentSettings | None) -
         health=health,
         tools=tuple(t for t in _list(status.get("tools")) if isinstance(t, str)),
         a2a=_map(spec.get("a2a")).get("enabled") is not False,
+        workflow=next((t for t in WORKFLOW_TYPES if t in _map(spec.get("workflow"))), None),
         url=_text(status.get("url")) or None,
         model=_text(status.get("model")) or None,
         published_at=created,

@@ -112,6 +112,7 @@ class AgentState:
         ready_changed_at: When `ready` last flipped (the Ready condition's transition time).
         deleting: The agent is being deleted.
         a2a: It serves A2A (`spec.a2a.enabled`).
+        workflow: Its workflow's shape (`spec.workflow`), None for an ordinary agent.
     """
 
     name: str
@@ -145,6 +146,8 @@ class AgentState:
     deleting: bool = False
     a2a: bool = True
     """It serves A2A beside MCP (`spec.a2a.enabled`): its entry names its Agent Card."""
+    workflow: str | None = None
+    """The shape of its `spec.workflow` (chain, parallel, router, evaluator, planner), if any."""
 
     @property
     def key(self) -> tuple[str, str]:

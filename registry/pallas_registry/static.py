@@ -123,6 +123,7 @@ def base_state(agent: LocalAgent, registry_url: str = "") -> AgentState:
         url=agent.url,
         service_port=spec.service.port,
         a2a=spec.a2a.enabled,
+        workflow=spec.workflow.type if spec.workflow is not None else None,
     )
 
 

@@ -100,6 +100,30 @@ INVALID = [
         reported_as=["spec.dependsOn: must not name the agent itself"],
     ),
     Case(
+        "self-in-workflow",
+        agent("a1", spec(workflow={"chain": {"steps": ["b", "a1"]}})),
+        refused_with=["spec.workflow must not name the agent itself"],
+        reported_as=["spec.workflow: must not name the agent itself"],
+    ),
+    Case(
+        "two-workflow-shapes",
+        agent("a1", spec(workflow={"chain": {"steps": ["b"]}, "router": {"routes": ["b"]}})),
+        refused_with=["a workflow needs exactly one of chain, parallel, router, evaluator, planner"],
+        reported_as=["spec.workflow", "a workflow needs exactly one of chain, parallel, router"],
+    ),
+    Case(
+        "evaluator-rates-itself",
+        agent("a1", spec(workflow={"evaluator": {"generator": "b", "evaluator": "b"}})),
+        refused_with=["the evaluator must be another agent than the generator"],
+        reported_as=["spec.workflow.evaluator", "the evaluator must be another agent than the generator"],
+    ),
+    Case(
+        "fan-in-in-fan-out",
+        agent("a1", spec(workflow={"parallel": {"fanOut": ["b", "c"], "fanIn": "c"}})),
+        refused_with=["a parallel workflow's fanIn must not be in its fanOut"],
+        reported_as=["spec.workflow.parallel", "fanIn 'c' is also in fanOut"],
+    ),
+    Case(
         "duplicate-servers",
         agent("a1", spec(servers=["argos", "argos"])),
         refused_with=["spec.servers[1]", "Duplicate value"],

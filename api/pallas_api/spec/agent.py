@@ -15,6 +15,8 @@ from pydantic import AfterValidator, Field, model_validator
 from pallas_api.fields import (
     DEFAULT_HISTORY_BYTES,
     DEFAULT_MAX_DEPTH,
+    ONCE,
+    SET,
     CallParams,
     ConversationScope,
     DrainSeconds,
@@ -29,8 +31,6 @@ from pallas_api.names import DNS_LABEL, LABEL_AGENT, LABEL_COMPONENT
 from pallas_api.spec.common import (
     ICON_SRC,
     MODEL_REF,
-    ONCE,
-    SET,
     EnvVar,
     LabelKey,
     LabelSelector,
@@ -43,6 +43,7 @@ from pallas_api.spec.common import (
 )
 from pallas_api.spending import BudgetsSpec
 from pallas_api.urls import PUBLISHED, WithoutCredentials
+from pallas_api.workflow import WorkflowSpec
 
 AGENT_SELECTOR_KEYS = frozenset({LABEL_AGENT, LABEL_COMPONENT})
 """The label keys of an agent's pod selector, which a constraint without `labelSelector` gets."""
@@ -289,12 +290,22 @@ class PallasAgentSpec(SpecModel):
     deployment's `logLevel`, else info."""
     a2a: Annotated[A2ASpec, Field(alias="a2a")] = A2ASpec()
     """The A2A surface beside MCP: the Agent Card and the JSON-RPC endpoint (on by default)."""
+    workflow: WorkflowSpec | None = None
+    """A declared pipeline over other agents answering each `send_message` in place of the
+    LLM/tool loop: exactly one of `chain`, `parallel`, `router`, `evaluator`, `planner`
+    (docs/api.md "Workflows"). Its steps are PallasAgents of the deployment (implied
+    dependencies) or names from `a2aAgents`."""
+
+    def peers(self) -> list[str]:
+        """The PallasAgents this agent calls: `agents`, then workflow steps not in `a2aAgents`."""
+        steps = self.workflow.steps() if self.workflow is not None else []
+        return list(dict.fromkeys([*self.agents, *(s for s in steps if s not in self.a2a_agents)]))
 
     def dependencies(self) -> list[str]:
-        """Agents that must be Ready first: `agents` and `dependsOn`, in order, without repeats."""
-        return agent_dependencies(self.agents, self.depends_on)
+        """Agents that must be Ready first: `agents`, workflow steps and `dependsOn`, without repeats."""
+        return agent_dependencies(self.peers(), self.depends_on)
 
 
 def agent_dependencies(agents: Iterable[str], depends_on: Iterable[str]) -> list[str]:
-    """Agents that must be Ready first: `agents` and `dependsOn`, in order, without repeats."""
+    """Agents that must be Ready first: the agents called and `dependsOn`, in order, without repeats."""
     return list(dict.fromkeys([*agents, *depends_on]))

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import AfterValidator, BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
-from pallas_api.fields import HEADER_NAME, MAX_SCHEMA_BUDGET, MIN_SCHEMA_BUDGET, ToolExposureMode
+from pallas_api.fields import HEADER_NAME, MAX_SCHEMA_BUDGET, MIN_SCHEMA_BUDGET, ONCE, SET, ToolExposureMode
 from pallas_api.names import DNS_LABEL, DNS_LABEL_FORM
 from pallas_api.wire import camel_config
 
@@ -25,17 +25,6 @@ OPTIONAL_HTTP_URL = r"^(https?://[^\s]+)?$"
 ICON_SRC = r"^((https?|data):|[^:/?#\s]*([/?#]|$))"
 """An http(s) or data: URI, or a relative reference (no scheme: its first segment has no colon)."""
 
-
-def _each_once(items: list[Any]) -> list[Any]:
-    repeated = [item for index, item in enumerate(items) if item in items[:index]]
-    if repeated:
-        raise ValueError(f"duplicate value {repeated[0]!r}: each value may appear once")
-    return items
-
-
-SET = Field(json_schema_extra={"x-kubernetes-list-type": "set"})
-"""A list the API server keeps as a set (it refuses a repeated value); `ONCE` checks the same."""
-ONCE = AfterValidator(_each_once)
 
 NameList = Annotated[
     list[Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]], Field(max_length=64), SET, ONCE

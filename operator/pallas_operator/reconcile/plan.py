@@ -94,7 +94,7 @@ def plan_agent(
     plan.problem = check_agent(name, spec, deployment, peers)
     if plan.problem is not None or deployment is None:
         return plan
-    urls = {a: names.agent_url(a, ns, peers[a].port) for a in spec.agents}
+    urls = {a: names.agent_url(a, ns, peers[a].port) for a in spec.peers()}
     try:
         url = names.resource_url(
             name, ns, spec.service.port, spec.deployment, deployment.registry.public_url_template

@@ -19,9 +19,11 @@ from dataclasses import dataclass
 
 from pallas_api.config import AgentConfig
 from pallas_api.errors import ErrorCode
-from pallas_api.fields import RequestParams
+from pallas_api.fields import RequestParams, ResponseFormat
+from pallas_api.workflow import WorkflowSpec
 from pallas_io.logs import SecretValues
 from pallas_io.tracing import exemplar
+from pallas_runtime import workflow
 from pallas_runtime.agent import gateway
 from pallas_runtime.agent.audit import audit_tool_call
 from pallas_runtime.agent.latency import LLM, Latencies
@@ -29,6 +31,7 @@ from pallas_runtime.agent.toolbox import OfferedTool, ToolBox, llm_tool_name
 from pallas_runtime.agent.turn import Turn, TurnChoice
 from pallas_runtime.agent.window import answer_room, input_room, left_out, message_tokens, request_tokens
 from pallas_runtime.conversations.caller import kept_id
+from pallas_runtime.downstream.content import text_of
 from pallas_runtime.downstream.source import ToolOutcome, ToolSource
 from pallas_runtime.llm.params import merge_params
 from pallas_runtime.llm.provider import LLMError, LLMProvider
@@ -135,7 +138,35 @@ class AgentLoop:
             choice = TurnChoice(self._provider, self._config.model, self._config.capabilities)
         conversation_id = kept_id(turn.conversation)
         with turn_span(self._config.name, conversation_id):
+            if self._config.workflow is not None:
+                return await self._workflow(self._config.workflow, user, turn, choice, conversation_id)
             return await self._run(history, user, turn, choice, conversation_id)
+
+    async def _workflow(
+        self,
+        spec: WorkflowSpec,
+        user: UserMessage,
+        turn: Turn,
+        choice: TurnChoice,
+        conversation_id: str | None,
+    ) -> TurnResult:
+        """A workflow agent's turn: its steps in their declared shape, in place of the tool loop.
+
+        The agent's own model is used only by a router's choice and a planner's moves, through
+        `_complete` (budgets, metrics, spans, streamed text as any LLM call of the agent).
+        """
+        merged = merge_params(self._config.request_params, turn.params)
+
+        async def complete(
+            system: str, messages: Sequence[Message], response_format: ResponseFormat | None
+        ) -> Completion:
+            params = merged.model_copy(update={"response_format": response_format, "tool_choice": None})
+            return await self._complete(turn, choice, system, list(messages), [], params, conversation_id)
+
+        steps = await workflow.Steps.open(self.tools, turn, complete, self._config.instruction)
+        text = await workflow.answer(spec, text_of(user.content), steps)
+        answer = cut_to(text, self._config.limits.max_answer_bytes, "answer")
+        return TurnResult(answer, [user, AssistantMessage(answer)])
 
     async def _run(
         self,

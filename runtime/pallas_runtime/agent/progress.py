@@ -2,6 +2,7 @@
 
 - tool calls: `{server}/{tool}: started`, then `{server}/{tool}: completed|failed`;
 - loop steps: `{agent} step N (llm|tool)`;
+- a workflow's stages (`spec.workflow`): `chain a → b: step 2/2 b…`, `parallel: 2 of 3 answered`;
 - progress from a downstream tool or sub-agent: `{server}/{tool}: <its message>`;
 - the model's text as it is written: `{agent} text: <piece>`,
   the pieces in order and exact, so a client that joins them has the text so far. A sub-agent's
@@ -70,6 +71,10 @@ class ProgressReporter:
     async def note(self, message: str) -> None:
         """Something the caller should know while the turn goes on (a budget nearly spent)."""
         await self._emit(f"{self._agent} {message}")
+
+    async def workflow(self, message: str) -> None:
+        """Where a workflow is: the stage it reached, named in the message."""
+        await self._emit(message)
 
     async def tool_started(self, source: str, tool: str) -> None:
         """Report that a tool call started."""

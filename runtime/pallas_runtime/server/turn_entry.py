@@ -37,6 +37,7 @@ from pallas_runtime.server.conversation_gauge import ConversationGauge
 from pallas_runtime.spending.chain import BadChainBudget
 from pallas_runtime.spending.guard import BudgetExceeded, Budgets, TurnBudget
 from pallas_runtime.spending.ledger import MemoryLedger
+from pallas_runtime.workflow import StepFailed, WorkflowFailed
 
 log = logging.getLogger("pallas.server")
 
@@ -224,6 +225,8 @@ class TurnEntry:
             raise self.failed(
                 f"the conversation was not kept: {exc}", ErrorCode.SERVER_UNAVAILABLE, via=via
             ) from None
+        except (StepFailed, WorkflowFailed) as exc:
+            raise self.failed(exc, exc.code, via=via) from None
         except tuple(kind for kind, _ in _FAILURES) as exc:
             code = next(code for kind, code in _FAILURES if isinstance(exc, kind))
             refused = isinstance(exc, ShuttingDown) and exc.refused

@@ -25,7 +25,13 @@ def _validate(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
 def test_the_example_is_valid() -> None:
     result = _validate("-f", str(REPO / "examples"))
     assert (result.returncode, result.stdout) == (0, ""), result.stderr
-    assert result.stderr.strip().endswith("3 objects valid")
+    assert result.stderr.strip().endswith("11 objects valid")
+
+
+def test_the_workflow_example_is_valid() -> None:
+    result = _validate("-f", str(REPO / "examples" / "workflow.yaml"))
+    assert (result.returncode, result.stdout) == (0, ""), result.stderr
+    assert result.stderr.strip().endswith("8 objects valid")
 
 
 def test_every_manifest_the_api_server_refuses_is_reported_with_its_line(tmp_path: Path) -> None:

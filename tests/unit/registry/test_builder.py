@@ -79,11 +79,16 @@ def test_vendor_meta_carries_live_state_and_discovery_info() -> None:
             "agentCard": "http://research.agents.svc.cluster.local:8000/.well-known/agent-card.json",
             "url": "http://research.agents.svc.cluster.local:8000/a2a",
         },
+        "workflow": None,
     }
 
 
 def test_an_agent_without_a2a_names_no_card() -> None:
     assert entry(a2a=False)["_meta"][VENDOR_META]["a2a"] is None
+
+
+def test_a_workflow_agent_says_its_shape() -> None:
+    assert entry(workflow="chain")["_meta"][VENDOR_META]["workflow"] == "chain"
 
 
 def test_a_ready_agent_at_its_busy_at_is_busy_and_still_active() -> None:

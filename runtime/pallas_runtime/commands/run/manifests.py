@@ -285,7 +285,7 @@ def plan_local(
     for agent in run_agents:
         key = (agent.namespace, agent.name)
         deployment = manifests.deployments[agent.namespace, agent.spec.deployment]
-        urls = {d: f"http://{LOOPBACK}:{ports[agent.namespace, d]}/mcp" for d in agent.spec.agents}
+        urls = {d: f"http://{LOOPBACK}:{ports[agent.namespace, d]}/mcp" for d in agent.spec.peers()}
         stdio_urls = {
             server: bridge_urls[agent.namespace, deployment.name, server]
             for server in agent.spec.servers
