@@ -23,8 +23,7 @@ from pallas_api.fields import RequestParams, ResponseFormat
 from pallas_api.workflow import WorkflowSpec
 from pallas_io.logs import SecretValues
 from pallas_io.tracing import exemplar
-from pallas_runtime import workflow
-from pallas_runtime.agent import gateway
+from pallas_runtime.agent import gateway, workflow
 from pallas_runtime.agent.audit import audit_tool_call
 from pallas_runtime.agent.latency import LLM, Latencies
 from pallas_runtime.agent.toolbox import OfferedTool, ToolBox, llm_tool_name

@@ -25,6 +25,7 @@ from pallas_runtime.agent.loop import MaxIterationsExceeded, ToolChoiceUnavailab
 from pallas_runtime.agent.progress import ProgressReporter, Send
 from pallas_runtime.agent.turn import Turn
 from pallas_runtime.agent.turns import Conversations, Reply
+from pallas_runtime.agent.workflow import StepFailed, WorkflowFailed
 from pallas_runtime.approval.question import NO_CHANNEL, Approver
 from pallas_runtime.conversations.caller import Caller, checked_id
 from pallas_runtime.conversations.model import ConversationBusy, StoreUnavailable, TurnLost
@@ -37,7 +38,6 @@ from pallas_runtime.server.conversation_gauge import ConversationGauge
 from pallas_runtime.spending.chain import BadChainBudget
 from pallas_runtime.spending.guard import BudgetExceeded, Budgets, TurnBudget
 from pallas_runtime.spending.ledger import MemoryLedger
-from pallas_runtime.workflow import StepFailed, WorkflowFailed
 
 log = logging.getLogger("pallas.server")
 

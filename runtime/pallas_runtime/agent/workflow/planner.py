@@ -11,8 +11,8 @@ import json
 
 from pallas_api.fields import ResponseFormat
 from pallas_api.workflow import PlannerSpec
+from pallas_runtime.agent.workflow.steps import Steps, WorkflowFailed
 from pallas_runtime.messages import AssistantMessage, Message, TextPart, UserMessage
-from pallas_runtime.workflow.steps import Steps, WorkflowFailed
 
 JSON_OBJECT = ResponseFormat(type="json_object")
 

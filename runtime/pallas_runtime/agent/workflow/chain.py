@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pallas_api.workflow import ChainSpec
-from pallas_runtime.workflow.steps import Answer, Steps, headed
+from pallas_runtime.agent.workflow.steps import Answer, Steps, headed
 
 
 async def run(spec: ChainSpec, message: str, steps: Steps) -> str:

@@ -10,7 +10,7 @@ import json
 import re
 
 from pallas_api.workflow import RATINGS, EvaluatorSpec, Rating
-from pallas_runtime.workflow.steps import Answer, Steps
+from pallas_runtime.agent.workflow.steps import Answer, Steps
 
 _RATING_WORD = re.compile(r"\b(" + "|".join(RATINGS) + r")\b")
 

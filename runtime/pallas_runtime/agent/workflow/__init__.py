@@ -10,8 +10,8 @@ card, registry entry) is an ordinary agent's.
 from __future__ import annotations
 
 from pallas_api.workflow import WorkflowSpec
-from pallas_runtime.workflow import chain, evaluator, parallel, planner, router
-from pallas_runtime.workflow.steps import StepFailed, Steps, WorkflowFailed
+from pallas_runtime.agent.workflow import chain, evaluator, parallel, planner, router
+from pallas_runtime.agent.workflow.steps import StepFailed, Steps, WorkflowFailed
 
 __all__ = ["StepFailed", "Steps", "WorkflowFailed", "answer"]
 

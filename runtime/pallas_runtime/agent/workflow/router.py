@@ -6,8 +6,8 @@ import json
 
 from pallas_api.fields import JsonSchemaFormat, ResponseFormat
 from pallas_api.workflow import RouterSpec
+from pallas_runtime.agent.workflow.steps import Steps, WorkflowFailed
 from pallas_runtime.messages import TextPart, UserMessage
-from pallas_runtime.workflow.steps import Steps, WorkflowFailed
 
 
 def route_format(routes: list[str]) -> ResponseFormat:

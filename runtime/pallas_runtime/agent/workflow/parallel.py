@@ -7,7 +7,7 @@ named, and only when none answered does the workflow fail (with the first failur
 from __future__ import annotations
 
 from pallas_api.workflow import ParallelSpec
-from pallas_runtime.workflow.steps import Answer, StepFailed, Steps, headed
+from pallas_runtime.agent.workflow.steps import Answer, StepFailed, Steps, headed
 
 
 async def run(spec: ParallelSpec, message: str, steps: Steps) -> str:
