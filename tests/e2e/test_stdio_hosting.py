@@ -35,6 +35,7 @@ from tests.support.e2e import (
     delete_namespace,
     install_operator,
     local_node,
+    quiet_deployment,
     until,
 )
 from tests.support.fake_llm import Call, FakeOpenAI, Text, ToolCalls
@@ -108,43 +109,19 @@ class Hosting:
 
 def manifests(namespace: str, node: LocalNode, image: str, llm: FakeOpenAI) -> list[dict[str, Any]]:
     meta = {"namespace": namespace}
-    return [
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "llm", **meta},
-            "stringData": {"KEY": "sk-x"},
-        },
-        {
-            "apiVersion": "pallas.dev/v1alpha1",
-            "kind": "PallasDeployment",
-            "metadata": {"name": DEPLOYMENT, **meta},
-            "spec": {
-                "model": {"default": f"llm.{MODEL}"},
-                "providers": {
-                    "llm": {
-                        "type": "openai",
-                        "baseURL": llm.base_url,
-                        "apiKey": {"secretKeyRef": {"name": "llm", "key": "KEY"}},
-                        "maxRetries": 1,
-                    }
-                },
-                "mcpServers": {
-                    SERVER: {
-                        "stdio": {
-                            "command": "node",
-                            "args": [SERVER_ENTRY, "stdio"],
-                            "image": image,
-                            "env": [{"name": "HOME", "value": "/tmp"}],
-                        },
-                        "timeoutSeconds": 20,
-                    }
-                },
-                "registry": {"enabled": False},
-                "healthCheck": {"intervalSeconds": 5, "timeoutSeconds": 2},
-                "runtime": {"env": [{"name": "FASTMCP_CHECK_FOR_UPDATES", "value": "off"}]},
+    mcp_servers = {
+        SERVER: {
+            "stdio": {
+                "command": "node",
+                "args": [SERVER_ENTRY, "stdio"],
+                "image": image,
+                "env": [{"name": "HOME", "value": "/tmp"}],
             },
-        },
+            "timeoutSeconds": 20,
+        }
+    }
+    return [
+        *quiet_deployment(namespace, DEPLOYMENT, llm.base_url, MODEL, mcpServers=mcp_servers),
         {
             "apiVersion": "pallas.dev/v1alpha1",
             "kind": "PallasAgent",

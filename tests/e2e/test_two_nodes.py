@@ -39,6 +39,7 @@ from tests.support.e2e import (
     delete_namespace,
     install_operator,
     local_node,
+    quiet_deployment,
     until,
 )
 from tests.support.fake_llm import Call, FakeOpenAI, Text, ToolCalls
@@ -198,31 +199,7 @@ def delegation_manifests(namespace: str, node: LocalNode, llm: FakeOpenAI) -> li
         }
 
     return [
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "llm", **meta},
-            "stringData": {"KEY": "sk-x"},
-        },
-        {
-            "apiVersion": "pallas.dev/v1alpha1",
-            "kind": "PallasDeployment",
-            "metadata": {"name": "nodes", **meta},
-            "spec": {
-                "model": {"default": f"llm.{MODEL}"},
-                "providers": {
-                    "llm": {
-                        "type": "openai",
-                        "baseURL": llm.base_url,
-                        "apiKey": {"secretKeyRef": {"name": "llm", "key": "KEY"}},
-                        "maxRetries": 1,
-                    }
-                },
-                "registry": {"enabled": False},
-                "healthCheck": {"intervalSeconds": 5, "timeoutSeconds": 2},
-                "runtime": {"env": [{"name": "FASTMCP_CHECK_FOR_UPDATES", "value": "off"}]},
-            },
-        },
+        *quiet_deployment(namespace, "nodes", llm.base_url, MODEL),
         agent("researcher", second, "You are the researcher on the second node."),
         agent("orchestrator", first, "You are the orchestrator on the first node.", agents=["researcher"]),
     ]

@@ -31,6 +31,7 @@ from tests.support.e2e import (
     delete_namespace,
     install_operator,
     local_node,
+    quiet_deployment,
     until,
 )
 from tests.support.fake_llm import FakeOpenAI, Text
@@ -76,33 +77,7 @@ class Newsroom:
 
 def manifests(namespace: str, node: LocalNode, llm: FakeOpenAI) -> list[dict[str, Any]]:
     meta = {"namespace": namespace}
-    docs: list[dict[str, Any]] = [
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "llm", **meta},
-            "stringData": {"KEY": "sk-x"},
-        },
-        {
-            "apiVersion": "pallas.dev/v1alpha1",
-            "kind": "PallasDeployment",
-            "metadata": {"name": DEPLOYMENT, **meta},
-            "spec": {
-                "model": {"default": f"llm.{MODEL}"},
-                "providers": {
-                    "llm": {
-                        "type": "openai",
-                        "baseURL": llm.base_url,
-                        "apiKey": {"secretKeyRef": {"name": "llm", "key": "KEY"}},
-                        "maxRetries": 1,
-                    }
-                },
-                "registry": {"enabled": False},
-                "healthCheck": {"intervalSeconds": 5, "timeoutSeconds": 2},
-                "runtime": {"env": [{"name": "FASTMCP_CHECK_FOR_UPDATES", "value": "off"}]},
-            },
-        },
-    ]
+    docs = quiet_deployment(namespace, DEPLOYMENT, llm.base_url, MODEL)
     for name in [*WORKFLOWS, *STEPS]:  # workflows first: the operator must hold them for their steps
         spec: dict[str, Any] = {
             "deployment": DEPLOYMENT,

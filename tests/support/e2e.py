@@ -255,6 +255,45 @@ def install_operator(
     return release
 
 
+# --- manifests ------------------------------------------------------------------------------
+
+
+def quiet_deployment(
+    namespace: str, name: str, llm_url: str, model: str, **spec: Any
+) -> list[dict[str, Any]]:
+    """A Secret `llm` and a PallasDeployment `name` on the fake LLM at `llm_url`: no registry,
+    health checked every 5 s, one retry; `spec` adds to (or replaces) the deployment's fields."""
+    meta = {"namespace": namespace}
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "llm", **meta},
+            "stringData": {"KEY": "sk-x"},
+        },
+        {
+            "apiVersion": "pallas.dev/v1alpha1",
+            "kind": "PallasDeployment",
+            "metadata": {"name": name, **meta},
+            "spec": {
+                "model": {"default": f"llm.{model}"},
+                "providers": {
+                    "llm": {
+                        "type": "openai",
+                        "baseURL": llm_url,
+                        "apiKey": {"secretKeyRef": {"name": "llm", "key": "KEY"}},
+                        "maxRetries": 1,
+                    }
+                },
+                "registry": {"enabled": False},
+                "healthCheck": {"intervalSeconds": 5, "timeoutSeconds": 2},
+                "runtime": {"env": [{"name": "FASTMCP_CHECK_FOR_UPDATES", "value": "off"}]},
+                **spec,
+            },
+        },
+    ]
+
+
 # --- a namespace for a module ---------------------------------------------------------------
 
 
