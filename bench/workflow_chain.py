@@ -56,7 +56,10 @@ async def main(rounds: int) -> None:
     async with FakeOpenAI() as llm:
         llm.default = echo()
         with tempfile.TemporaryDirectory() as tmp:
-            async with running(Path(tmp), llm, CHAIN) as run, contextlib.AsyncExitStack() as stack:
+            async with (
+                running(Path(tmp), llm, CHAIN, log=Path(tmp) / "pallas-run.log") as run,
+                contextlib.AsyncExitStack() as stack,
+            ):
                 clients = {a: await stack.enter_async_context(Client(run.url(a))) for a in [*STEPS, CHAIN]}
                 chain, direct = [], []
                 for number in range(rounds + 5):  # the first five warm up

@@ -72,15 +72,25 @@ def manifests(llm: FakeOpenAI) -> list[dict[str, Any]]:
 
 @contextlib.asynccontextmanager
 async def pallas_run(
-    path: Path | None, base_port: int, env: dict[str, str] | None = None, cwd: Path | None = None
+    path: Path | None,
+    base_port: int,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    log: Path | None = None,
 ) -> AsyncIterator[subprocess.Popen[str]]:
-    """`pallas run -f path` (no `-f` when `path` is None) until the first two agents are ready."""
+    """`pallas run -f path` (no `-f` when `path` is None) until the first two agents are ready.
+
+    Its output goes to pipes the caller reads when the run is over; a long run (a benchmark)
+    passes `log`, a file, instead: its DEBUG log fills a pipe's 64 KiB that nobody reads during
+    the run, and then `pallas run` blocks on its next log line and answers nothing more.
+    """
     env = {**os.environ, "PALLAS_LOG_LEVEL": "DEBUG", "PALLAS_ROOT_LOG_LEVEL": "DEBUG", **(env or {})}
     files = ["-f", str(path)] if path is not None else []
+    output = log.open("w") if log is not None else None
     proc = subprocess.Popen(
         [*PALLAS, "run", *files, "--base-port", str(base_port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stdout=output or subprocess.PIPE,
+        stderr=output or subprocess.PIPE,
         text=True,
         env=env,
         cwd=cwd,
@@ -99,6 +109,8 @@ async def pallas_run(
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
         proc.wait(15)
+        if output is not None:
+            output.close()
 
 
 async def test_agents_call_agents_and_nothing_secret_is_logged(

@@ -108,13 +108,15 @@ async def ask(run: Run, agent: str, message: str) -> tuple[Any, list[str]]:
 
 
 @contextlib.asynccontextmanager
-async def running(tmp_path: Path, llm: FakeOpenAI, *flows: str, budgeted: bool = False) -> AsyncIterator[Run]:
+async def running(
+    tmp_path: Path, llm: FakeOpenAI, *flows: str, budgeted: bool = False, log: Path | None = None
+) -> AsyncIterator[Run]:
     """`pallas run` of the step agents and `flows`, once every agent is ready (`budgeted`: the
-    editor has a small per-caller budget)."""
+    editor has a small per-caller budget; `log`: where a long run's output goes, see `pallas_run`)."""
     run = Run(*flows)
     path = tmp_path / "workflows.yaml"
     path.write_text(yaml.safe_dump_all(manifests(llm, run.agents, budgeted=budgeted)))
-    async with pallas_run(path, run.base):
+    async with pallas_run(path, run.base, log=log):
         await all_ready(run)
         yield run
 
@@ -265,3 +267,21 @@ async def test_a_budget_spent_mid_fan_out_fails_that_step_and_the_rest_fan_in(
         "No answer from: editor (BUDGET_EXCEEDED)"
     )
     assert "parallel: 2 of 3 answered" in progress
+
+
+async def test_repeated_chain_calls_all_answer_when_the_run_logs_to_a_file(
+    fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    # The bench's hang: a long run's DEBUG log filled the undrained output pipe (64 KiB) and
+    # `pallas run` blocked on a log line; with `log` a file, every call of a long run answers.
+    fake_openai.default = echo()
+    async with (
+        running(tmp_path, fake_openai, "chain-flow", log=tmp_path / "run.log") as run,
+        Client(run.url("chain-flow")) as client,
+    ):
+        for number in range(60):
+            result = await asyncio.wait_for(
+                client.call_tool_mcp("send_message", {"message": f"r{number}"}), 10
+            )
+            assert not result.is_error, result.content
+    assert "connected" in (tmp_path / "run.log").read_text()
