@@ -98,6 +98,8 @@ def efforts_taken(provider_type: str, base_url: str | None, model: str) -> tuple
     """The reasoning effort values a provider takes for `model` (empty: it takes no effort)."""
     if provider_type == "anthropic":
         return anthropic_rule(model).efforts
+    if provider_type == "bedrock":  # Converse has no effort field
+        return ()
     return openai_efforts(native=is_native_openai(base_url))
 
 

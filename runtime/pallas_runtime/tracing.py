@@ -41,6 +41,8 @@ _NO_SECRETS = SecretValues()
 
 def provider_name(provider: ProviderConfig) -> str:
     """`gen_ai.provider.name` of a provider: `openai`, `anthropic`, `aws.bedrock` or `gcp.vertex_ai`."""
+    if provider.type == "bedrock":
+        return "aws.bedrock"
     return {"bedrock": "aws.bedrock", "vertex": "gcp.vertex_ai"}.get(provider.platform, provider.type)
 
 

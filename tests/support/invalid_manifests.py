@@ -223,7 +223,7 @@ INVALID = [
         "provider-bad-type",
         deployment("d1", at("spec.providers.vllm.type", "gemini")),
         refused_with=["spec.providers.vllm.type", 'Unsupported value: "gemini"'],
-        reported_as=["spec.providers.vllm.type: ", "'openai' or 'anthropic'"],
+        reported_as=["spec.providers.vllm.type: ", "'openai', 'anthropic' or 'bedrock'"],
     ),
     Case(
         "registry-public-url-not-http",
