@@ -12,22 +12,13 @@ from anthropic._constants import ANTHROPIC_API_VERSION
 
 from pallas_api.config import parse_config
 from pallas_api.fields import RequestParams
+from pallas_runtime import messages as neutral
 from pallas_runtime.llm.anthropic_bedrock import AnthropicBedrockProvider
 from pallas_runtime.llm.bedrock_converse import BedrockConverseProvider
 from pallas_runtime.llm.event_stream import EventStreamError, FrameReader, encode_frame
 from pallas_runtime.llm.factory import create_provider
 from pallas_runtime.llm.provider import LLMError
-from pallas_runtime.messages import (
-    AssistantMessage,
-    ImagePart,
-    TextPart,
-    ToolCall,
-    ToolResult,
-    ToolResultsMessage,
-    ToolSpec,
-    Usage,
-    UserMessage,
-)
+from pallas_runtime.messages import TextPart, ToolCall, ToolSpec, Usage, UserMessage
 from tests.support.fake_bedrock import AwsKey, BedrockException, FakeBedrock, FakeConverse, FakeSts
 from tests.support.fake_llm import Call, FakeUsage, HttpError, Text, ToolCalls
 
@@ -279,8 +270,10 @@ async def test_converse_tool_use_and_its_result(converse, converse_providers, aw
     converse.script(Text("Found it."))
     history = [
         *HI,
-        AssistantMessage("Searching.", completion.tool_calls),
-        ToolResultsMessage((ToolResult("tooluse_1", "web__search", (TextPart("pallas is a project"),)),)),
+        neutral.AssistantMessage("Searching.", completion.tool_calls),
+        neutral.ToolResultsMessage(
+            (neutral.ToolResult("tooluse_1", "web__search", (TextPart("pallas is a project"),)),)
+        ),
     ]
     assert (await provider.complete(system="", messages=history, tools=[SEARCH])).text == "Found it."
     assert converse.completions[1].json["messages"] == [
@@ -298,13 +291,15 @@ async def test_converse_image(converse, converse_providers, aws_env):
     aws_env(STATIC)
     provider = converse_providers(converse.url, model="us.anthropic.claude-sonnet-4-5-20250929-v1:0")
     converse.script(Text("A pixel."))
-    message = UserMessage((TextPart("what is this?"), ImagePart(PIXEL, "image/png")))
+    message = UserMessage((TextPart("what is this?"), neutral.ImagePart(PIXEL, "image/png")))
     assert (await provider.complete(system="", messages=[message], tools=[])).text == "A pixel."
     assert converse.completions[0].json["messages"][0]["content"][1] == {
         "image": {"format": "png", "source": {"bytes": PIXEL}}
     }
     with pytest.raises(LLMError, match="png, jpeg, gif and webp images, not image/bmp"):
-        await provider.complete(system="", messages=[UserMessage((ImagePart(PIXEL, "image/bmp"),))], tools=[])
+        await provider.complete(
+            system="", messages=[UserMessage((neutral.ImagePart(PIXEL, "image/bmp"),))], tools=[]
+        )
 
 
 async def test_converse_credentials_from_a_web_identity_token_file(

@@ -8,10 +8,11 @@ product's one provider check (`pallas_io.llm_check`), which the registry runs to
 from __future__ import annotations
 
 import abc
+import asyncio
 import copy
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
 import httpx2
@@ -23,7 +24,15 @@ from pallas_runtime.http_transport import AiohttpTransport
 from pallas_runtime.llm.errors import SdkErrors, describe, safe
 from pallas_runtime.llm.params import ParamPlan, check_call_params, dropped_warning, ignored_warning
 from pallas_runtime.llm.provider import LLMError, ProviderCheck
-from pallas_runtime.messages import Completion, Message, TextSink, ToolSpec
+from pallas_runtime.messages import (
+    AssistantMessage,
+    Completion,
+    Message,
+    TextSink,
+    ToolResultsMessage,
+    ToolSpec,
+    UserMessage,
+)
 
 log = logging.getLogger("pallas.llm")
 
@@ -36,6 +45,42 @@ class StreamReader(Protocol):
 
     def body(self) -> dict[str, Any]:
         """The response body the events add up to (what `_parse` reads)."""
+
+
+Blocks = list[dict[str, Any]]
+
+
+def alternating_turns(
+    messages: Sequence[Message],
+    *,
+    user: Callable[[UserMessage], Blocks],
+    assistant: Callable[[AssistantMessage], Blocks],
+    results: Callable[[ToolResultsMessage], Blocks],
+) -> Blocks:
+    """A conversation as `{role, content}` messages whose roles alternate.
+
+    The Messages and Converse APIs both require it. Tool results are a user message; messages of
+    the same role in a row are merged into one (a user message after tool results is the usual
+    case, one after a turn kept as failed another); a message with no blocks is left out, and so
+    is a `TurnFailure` (the conversation's record, not something anyone said: never sent).
+    """
+    wire: Blocks = []
+    for message in messages:
+        if isinstance(message, UserMessage):
+            role, blocks = "user", user(message)
+        elif isinstance(message, AssistantMessage):
+            role, blocks = "assistant", assistant(message)
+        elif isinstance(message, ToolResultsMessage):
+            role, blocks = "user", results(message)
+        else:
+            continue
+        if not blocks:
+            continue
+        if wire and wire[-1]["role"] == role:
+            wire[-1]["content"].extend(blocks)
+        else:
+            wire.append({"role": role, "content": blocks})
+    return wire
 
 
 def wire_count(value: object) -> int:
@@ -241,6 +286,25 @@ class SdkProvider(abc.ABC):
         """Check the key and that the model exists (`pallas_io.llm_check`); never raises."""
         verdict = await check_provider(self._endpoint, budget=self.preflight_timeout)
         return ProviderCheck(verdict.ok, verdict.message, time.monotonic())
+
+    async def _probe(self, where: str, path: str, body: dict[str, Any], client: Any) -> ProviderCheck:
+        """A health check by one cheap call, for a platform without a models endpoint.
+
+        `body` goes to `path` on `client` (one that does not retry); `where` names the platform in
+        the message. Never raises.
+        """
+        if self._client is None:
+            return ProviderCheck(False, self._key_problem or self._label, time.monotonic())
+        try:
+            async with asyncio.timeout(self.preflight_timeout):
+                await client.post(path, cast_to=httpx2.Response, body=body)
+        except self.sdk_errors.base as exc:
+            failure = self._error(exc, self.preflight_timeout)
+            return ProviderCheck(False, f"{failure} ({where}, model {self._model!r})", time.monotonic())
+        except TimeoutError:
+            message = f"{self._label}: {where} did not answer within {self.preflight_timeout:g}s"
+            return ProviderCheck(False, message, time.monotonic())
+        return ProviderCheck(True, f"{self._label}: {where}: model {self._model!r} answers", time.monotonic())
 
     def with_model(self, option: ModelOption) -> SdkProvider:
         """This provider serving another of its models, on the same client and connections."""

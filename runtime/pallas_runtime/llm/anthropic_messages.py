@@ -18,7 +18,7 @@ import anthropic
 
 from pallas_api.fields import RequestParams
 from pallas_io.llm_check import PUBLIC_APIS
-from pallas_runtime.llm.adapter import SdkProvider, wire_count
+from pallas_runtime.llm.adapter import SdkProvider, alternating_turns, wire_count
 from pallas_runtime.llm.anthropic_sse import AnthropicEvents
 from pallas_runtime.llm.errors import SdkErrors
 from pallas_runtime.llm.params import ParamPlan, anthropic_plan
@@ -32,7 +32,6 @@ from pallas_runtime.messages import (
     ToolResultsMessage,
     ToolSpec,
     Usage,
-    UserMessage,
 )
 
 log = logging.getLogger("pallas.llm")
@@ -80,31 +79,16 @@ def _tool_result_blocks(message: ToolResultsMessage) -> list[dict[str, Any]]:
 
 
 def messages_blocks(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """Translate a conversation into Messages API `messages`.
+    """Translate a conversation into Messages API `messages` (`alternating_turns`).
 
-    Tool results become one user message of `tool_result` blocks. Messages of the same role in a
-    row are merged into one, because the API wants user and assistant turns to alternate (a user
-    message after tool results is the usual case, a user message after a turn kept as failed
-    another); an assistant message with neither text nor tool calls carries nothing and is left
-    out, and so is a `TurnFailure`.
+    Tool results become a user message of `tool_result` blocks.
     """
-    wire: list[dict[str, Any]] = []
-    for message in messages:
-        if isinstance(message, UserMessage):
-            role, blocks = "user", _content_blocks(message.content)
-        elif isinstance(message, AssistantMessage):
-            role, blocks = "assistant", _assistant_blocks(message)
-        elif isinstance(message, ToolResultsMessage):
-            role, blocks = "user", _tool_result_blocks(message)
-        else:  # a TurnFailure is the conversation's record, not something anyone said: never sent
-            continue
-        if not blocks:
-            continue
-        if wire and wire[-1]["role"] == role:
-            wire[-1]["content"].extend(blocks)
-        else:
-            wire.append({"role": role, "content": blocks})
-    return wire
+    return alternating_turns(
+        messages,
+        user=lambda message: _content_blocks(message.content),
+        assistant=_assistant_blocks,
+        results=_tool_result_blocks,
+    )
 
 
 def messages_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:

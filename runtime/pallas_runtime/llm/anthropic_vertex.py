@@ -15,12 +15,10 @@ or a wrong region shows in `get_health` rather than only as failed turns.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
 import anthropic
-import httpx2
 
 from pallas_api.config import AgentConfig, ProviderConfig
 from pallas_runtime.http_transport import AiohttpTransport
@@ -73,13 +71,4 @@ class AnthropicVertexProvider(AnthropicMessagesProvider):
         probe = {"model": self._model, "messages": [{"role": "user", "content": "ping"}]}
         # The SDK moves /v1/messages/count_tokens to Vertex's count-tokens:rawPredict.
         client = self._client.with_options(max_retries=0, timeout=self.preflight_timeout)
-        try:
-            async with asyncio.timeout(self.preflight_timeout):
-                await client.post("/v1/messages/count_tokens", cast_to=httpx2.Response, body=probe)
-        except self.sdk_errors.base as exc:
-            failure = self._error(exc, self.preflight_timeout)
-            return ProviderCheck(False, f"{failure} ({where}, model {self._model!r})", time.monotonic())
-        except TimeoutError:
-            message = f"{self._label}: {where} did not answer within {self.preflight_timeout:g}s"
-            return ProviderCheck(False, message, time.monotonic())
-        return ProviderCheck(True, f"{self._label}: {where}: model {self._model!r} answers", time.monotonic())
+        return await self._probe(where, "/v1/messages/count_tokens", probe, client)

@@ -3,7 +3,8 @@
 `POST /model/{modelId}/converse` answers JSON; `POST /model/{modelId}/converse-stream` answers
 `application/vnd.amazon.eventstream` frames (`llm/event_stream.py`), one per stream event, and
 an `exception` frame for a failure mid-stream. Bodies and answers are built and read in
-`llm/converse_wire.py`.
+`llm/converse_wire.py`; the provider is the shared `SdkProvider`, on `ConverseClient`, which
+does for Converse what the SDKs' clients do for the others (`post`, retries, errors).
 
 Credentials: a Bedrock API key when the provider names one (`apiKey`, sent as a bearer token),
 else the standard AWS chain as botocore resolves it (environment keys, a web-identity token file
@@ -22,26 +23,24 @@ credentials, the region and the model, so an expired token or a wrong region sho
 from __future__ import annotations
 
 import asyncio
-import copy
-import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any, ClassVar
 from urllib.parse import quote
 
 import httpx2
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
-from botocore.credentials import ReadOnlyCredentials
 from botocore.exceptions import BotoCoreError, ClientError
 from botocore.session import Session
 from pydantic_core import from_json, to_json
 
-from pallas_api.config import AgentConfig, ModelOption
+from pallas_api.config import AgentConfig, ProviderConfig
 from pallas_api.fields import RequestParams
-from pallas_io.llm_check import CHECK_TIMEOUT, error_detail, provider_label
+from pallas_io.llm_check import error_detail
 from pallas_runtime.http_transport import AiohttpTransport
+from pallas_runtime.llm.adapter import SdkProvider
 from pallas_runtime.llm.anthropic_bedrock import bedrock_base_url
 from pallas_runtime.llm.converse_wire import (
     ConverseStreamReader,
@@ -49,17 +48,39 @@ from pallas_runtime.llm.converse_wire import (
     converse_plan,
     converse_request,
 )
-from pallas_runtime.llm.errors import safe
+from pallas_runtime.llm.errors import SdkErrors
 from pallas_runtime.llm.event_stream import EventStreamError, Frame, FrameReader
-from pallas_runtime.llm.params import check_call_params, dropped_warning
+from pallas_runtime.llm.params import ParamPlan
 from pallas_runtime.llm.provider import LLMError, ProviderCheck
-from pallas_runtime.messages import Completion, Message, TextSink, ToolSpec
-
-log = logging.getLogger("pallas.llm")
+from pallas_runtime.messages import Completion, Message, ToolSpec
 
 SIGNING_NAME = "bedrock"
 """The service name Bedrock's runtime signs requests under (its endpoint is `bedrock-runtime`)."""
 RETRIED = frozenset({408, 429, 500, 502, 503, 504})
+
+
+class ConverseError(Exception):
+    """Every failure of a Converse request."""
+
+
+class ConverseTimeout(ConverseError):
+    """No answer within the provider's timeout."""
+
+
+class ConverseConnectionError(ConverseError):
+    """Bedrock could not be reached (the cause is the transport's error), or no credentials."""
+
+
+class ConverseStatusError(ConverseError):
+    """Bedrock refused the request: `status_code`, and `api_message` (the kind and its words)."""
+
+    def __init__(self, status_code: int, api_message: str) -> None:
+        super().__init__(api_message)
+        self.status_code = status_code
+        self.api_message = api_message
+
+
+CONVERSE_ERRORS = SdkErrors(ConverseError, ConverseTimeout, ConverseConnectionError, ConverseStatusError)
 
 
 def endpoint_override(environ: Mapping[str, str]) -> str | None:
@@ -67,283 +88,220 @@ def endpoint_override(environ: Mapping[str, str]) -> str | None:
     return environ.get("AWS_ENDPOINT_URL_BEDROCK_RUNTIME") or environ.get("AWS_ENDPOINT_URL") or None
 
 
-class _Failure(Exception):
-    """A request Bedrock refused or could not serve: the status (None: no answer) and why."""
+def _refusal(status: int, headers: Mapping[str, str], content: bytes) -> ConverseStatusError:
+    """Bedrock's error answer: `x-amzn-ErrorType` names the kind, the body says why."""
+    try:
+        body = from_json(content) if content else None
+    except ValueError:
+        body = content.decode(errors="replace")[:200]
+    kind = (headers.get("x-amzn-errortype") or "").split(":", 1)[0]
+    detail = error_detail(body, f"Error code: {status}")
+    return ConverseStatusError(status, f"{kind}: {detail}" if kind else detail)
 
-    def __init__(self, message: str, status: int | None) -> None:
-        super().__init__(message)
-        self.status = status
+
+def _event(frame: Frame) -> dict[str, Any]:
+    """One stream frame as `{kind: payload}`; a failure frame raises it."""
+    payload = from_json(frame.payload) if frame.payload else {}
+    if frame.headers.get(":message-type", "event") != "event":
+        kind = frame.headers.get(":exception-type") or frame.headers.get(":error-code") or "error"
+        message = payload.get("message") or payload.get("Message") if isinstance(payload, dict) else None
+        raise ConverseError(f"{kind}: {message or 'the stream failed'}")
+    return {frame.headers.get(":event-type", ""): payload}
 
 
-class BedrockConverseProvider:
-    """One Bedrock model of any family, through the Converse API.
+class ConverseClient:
+    """Converse requests for one model id at a time, signed (or with a bearer key), retried.
 
-    Args:
-        config: The agent's configuration; `provider.region` is required.
-        api_key: A Bedrock API key (sent as a bearer) when the provider names one; None to sign
-            with the AWS credential chain's credentials.
-        environ: Where the endpoint override is read (the process environment by default).
+    It takes what the shared adapter sends an SDK client: `post(path, body=…)` with the model in
+    the body; the model moves into the path, and a `tool_choice` the parameter plan set moves
+    into `toolConfig` (Converse takes a choice only among tools).
     """
 
-    def __init__(
-        self, config: AgentConfig, *, api_key: str | None, environ: Mapping[str, str] | None = None
-    ) -> None:
-        provider = config.provider
-        env = os.environ if environ is None else environ
-        self._name = provider.name
-        self._model = config.model
-        self._capabilities = config.capabilities
-        self._region = provider.region or ""
-        self._label = provider_label(provider.type, provider.name)
-        base = provider.base_url or endpoint_override(env) or bedrock_base_url(self._region)
-        self._base_url = base.rstrip("/")
-        self._timeout = provider.timeout_seconds
-        self._retries = provider.max_retries
-        self._streaming = provider.streaming
-        self._defaults = config.request_params
-        self._plan = converse_plan(config.request_params, self._capabilities)
-        self._warned = False
-        self._key = api_key if provider.api_key_env is not None else None
-        self._key_problem = (
-            f"{self._label}: no API key: {provider.api_key_origin()} is not set"
-            if provider.api_key_env is not None and not api_key
-            else None
-        )
+    def __init__(self, *, base_url: str, region: str, key: str | None, timeout: float, retries: int) -> None:
+        self._base_url = base_url
+        self._region = region
+        self._key = key
+        self._timeout = timeout
+        self._retries = retries
         # The chain is resolved once and its credentials refresh themselves (web identity, pod
-        # identity and instance roles expire): a botocore session per provider, not per call.
-        self._session = Session() if self._key is None else None
-        self._client = httpx2.AsyncClient(
-            transport=AiohttpTransport(trace_headers=True), timeout=httpx2.Timeout(self._timeout)
+        # identity and instance roles expire): a botocore session per client, not per call.
+        self._session = Session() if key is None else None
+        self._http = httpx2.AsyncClient(
+            transport=AiohttpTransport(trace_headers=True), timeout=httpx2.Timeout(timeout)
         )
-        self._owns_client = True
 
-    @property
-    def name(self) -> str:
-        """The provider's name in the deployment."""
-        return self._name
+    def with_options(self, *, max_retries: int) -> ConverseClient:
+        """This client with another retry count, on the same connections and credentials."""
+        twin = ConverseClient.__new__(ConverseClient)
+        twin.__dict__.update(self.__dict__)
+        twin._retries = max_retries
+        return twin
 
-    @property
-    def model(self) -> str:
-        """The Bedrock model id (or inference profile) called."""
-        return self._model
+    async def post(
+        self, path: str, *, cast_to: Any, body: dict[str, Any], stream: bool = False, stream_cls: Any = None
+    ) -> Any:
+        """The answer (an `httpx2.Response`), or with `stream` its events in batches.
 
-    async def complete(
-        self,
-        *,
-        system: str,
-        messages: Sequence[Message],
-        tools: Sequence[ToolSpec],
-        params: RequestParams | None = None,
-        on_text: TextSink | None = None,
-    ) -> Completion:
-        """One model turn; see `LLMProvider.complete`.
+        A batch is the events of one network read, each `{kind: payload}`.
 
         Raises:
-            LLMError: No credentials, a refusal, a failure after retries, or an unusable answer.
+            ConverseError: the request failed after retries, or the stream broke.
         """
-        if self._key_problem is not None:
-            raise LLMError(self._key_problem)
-        self._warn_dropped_once()
-        plan = (
-            self._plan
-            if params is None or params is self._defaults
-            else converse_plan(params, self._capabilities)
-        )
-        try:
-            body = converse_request(plan, system, messages, tools)
-        except ValueError as exc:
-            raise LLMError(f"{self._label}: {exc}") from None
-        streamed = on_text is not None and self._streaming
-        try:
-            if on_text is not None and streamed:
-                answer = await self._stream(body, on_text)
-            else:
-                answer = from_json(await self._send("converse", body, self._retries))
-            if not isinstance(answer, Mapping):
-                raise ValueError("the response is not a JSON object")
-            return converse_completion(answer)
-        except _Failure as exc:
-            raise LLMError(self._safe(f"{self._label}: {exc}"), status=exc.status) from None
-        except ValueError as exc:
-            what = "streamed response" if streamed else "response"
-            raise LLMError(self._safe(f"{self._label}: unusable {what}: {exc}")) from None
-
-    async def _headers(self, url: str, payload: bytes, accept: str) -> dict[str, str]:
-        headers = {"Content-Type": "application/json", "Accept": accept}
-        if self._key is not None:
-            return {**headers, "Authorization": f"Bearer {self._key}"}
-        credentials = await self._credentials()
-        request = AWSRequest(method="POST", url=url, data=payload, headers=headers)
-        SigV4Auth(credentials, SIGNING_NAME, self._region).add_auth(request)
-        return dict(request.headers.items())
-
-    async def _credentials(self) -> ReadOnlyCredentials:
-        assert self._session is not None
-        session = self._session
-
-        def resolve() -> ReadOnlyCredentials | None:
-            # Frozen: one consistent key, secret and token, refreshed first when near expiry.
-            found = session.get_credentials()
-            return found.get_frozen_credentials() if found is not None else None
-
-        try:
-            credentials = await asyncio.to_thread(resolve)
-        except (BotoCoreError, ClientError) as exc:
-            raise _Failure(f"AWS credentials could not be resolved: {exc}", None) from None
-        if credentials is None:
-            raise _Failure(
-                "no AWS credentials: none of the standard chain's sources (AWS_ACCESS_KEY_ID, a "
-                "web-identity token file with AWS_ROLE_ARN, EKS Pod Identity, an instance role) "
-                "gave any, and no apiKey is set",
-                None,
-            )
-        return credentials
-
-    def _url(self, action: str) -> str:
-        # The model id (`anthropic.claude-…:0`, an inference profile ARN) is one path segment.
+        request = dict(body)
+        model = str(request.pop("model"))
+        if (choice := request.pop("tool_choice", None)) is not None and "toolConfig" in request:
+            request["toolConfig"] = {**request["toolConfig"], "toolChoice": choice}
         # `:` stays as it is: the transport sends it unescaped (RFC 3986 allows it in a path),
         # and the signature must cover the path as sent.
-        return f"{self._base_url}/model/{quote(self._model, safe=':')}/{action}"
+        url = f"{self._base_url}/model/{quote(model, safe=':')}/{'converse-stream' if stream else path}"
+        payload = to_json(request)
+        if stream:
+            return self._events(url, payload)
+        return await self._send(url, payload)
 
-    async def _send(self, action: str, body: dict[str, Any], retries: int) -> bytes:
-        """POST `body` to the model's `action`; the answer's bytes, after retries on 429 and 5xx."""
-        payload = to_json(body)
-        url = self._url(action)
-        for attempt in range(retries + 1):
+    async def _send(self, url: str, payload: bytes) -> httpx2.Response:
+        for attempt in range(self._retries + 1):
+            headers = await self._headers(url, payload, "application/json")
             try:
-                headers = await self._headers(url, payload, "application/json")
-                response = await self._client.post(url, content=payload, headers=headers)
-            except httpx2.TimeoutException:
-                failure = _Failure(f"request to {self._base_url} timed out after {self._timeout:g}s", None)
+                response = await self._http.post(url, content=payload, headers=headers)
             except httpx2.HTTPError as exc:
-                failure = _Failure(f"cannot reach {self._base_url}: {type(exc).__name__}: {exc}", None)
+                failure = self._unreachable(exc)
             else:
                 if response.is_success:
-                    return response.content
-                failure = self._refusal(response.status_code, response.headers, response.content)
+                    return response
+                failure = _refusal(response.status_code, response.headers, response.content)
                 if response.status_code not in RETRIED:
                     raise failure
-            if attempt == retries:
+            if attempt == self._retries:
                 raise failure
             await asyncio.sleep(min(0.5 * 2**attempt, 8.0))
         raise AssertionError("unreachable")
 
-    async def _stream(self, body: dict[str, Any], on_text: TextSink) -> dict[str, Any]:
-        """Stream the answer, text to `on_text` as it comes; the body the events add up to.
+    async def _events(self, url: str, payload: bytes) -> AsyncIterator[list[object]]:
+        """The stream's events, in batches.
 
         Only a refused request is retried: once text went out, a retry would repeat it.
         """
-        payload = to_json(body)
-        url = self._url("converse-stream")
-        reader = ConverseStreamReader()
         frames = FrameReader()
         for attempt in range(self._retries + 1):
             headers = await self._headers(url, payload, "application/vnd.amazon.eventstream")
             try:
-                async with self._client.stream("POST", url, content=payload, headers=headers) as response:
+                async with self._http.stream("POST", url, content=payload, headers=headers) as response:
                     if not response.is_success:
-                        failure = self._refusal(
-                            response.status_code, response.headers, await response.aread()
-                        )
+                        failure = _refusal(response.status_code, response.headers, await response.aread())
                         if response.status_code in RETRIED and attempt < self._retries:
                             await asyncio.sleep(min(0.5 * 2**attempt, 8.0))
                             continue
                         raise failure
                     async for chunk in response.aiter_bytes():
-                        text = "".join([self._event(frame, reader) for frame in frames.feed(chunk)])
-                        if text:
-                            await on_text(text)
-            except httpx2.TimeoutException:
-                raise _Failure(
-                    f"request to {self._base_url} timed out after {self._timeout:g}s", None
-                ) from None
+                        yield [_event(frame) for frame in frames.feed(chunk)]
             except httpx2.HTTPError as exc:
-                raise _Failure(f"cannot reach {self._base_url}: {type(exc).__name__}: {exc}", None) from None
+                raise self._unreachable(exc) from exc
             except EventStreamError as exc:
                 raise ValueError(str(exc)) from None
-            return reader.body()
-        raise AssertionError("unreachable")
+            return
 
-    @staticmethod
-    def _event(frame: Frame, reader: ConverseStreamReader) -> str:
-        """The text one stream frame adds; a failure frame raises it."""
-        event = from_json(frame.payload) if frame.payload else {}
-        if frame.headers.get(":message-type", "event") != "event":
-            kind = frame.headers.get(":exception-type") or frame.headers.get(":error-code") or "error"
-            message = event.get("message") or event.get("Message") if isinstance(event, dict) else None
-            raise _Failure(f"{kind}: {message or 'the stream failed'}", None)
-        if not isinstance(event, dict):
-            return ""
-        return reader.feed(frame.headers.get(":event-type", ""), event)
+    def _unreachable(self, exc: httpx2.HTTPError) -> ConverseError:
+        if isinstance(exc, httpx2.TimeoutException):
+            return ConverseTimeout(str(exc))
+        failure = ConverseConnectionError(str(exc))
+        failure.__cause__ = exc
+        return failure
 
-    @staticmethod
-    def _refusal(status: int, headers: Mapping[str, str], content: bytes) -> _Failure:
-        """Bedrock's error answer: `x-amzn-ErrorType` names the kind, the body says why."""
+    async def _headers(self, url: str, payload: bytes, accept: str) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", "Accept": accept}
+        if self._key is not None:
+            return {**headers, "Authorization": f"Bearer {self._key}"}
+        request = AWSRequest(method="POST", url=url, data=payload, headers=headers)
+        SigV4Auth(await self._credentials(), SIGNING_NAME, self._region).add_auth(request)
+        return dict(request.headers.items())
+
+    async def _credentials(self) -> Any:
+        session = self._session
+
+        def resolve() -> Any:
+            # Frozen: one consistent key, secret and token, refreshed first when near expiry.
+            found = session.get_credentials() if session is not None else None
+            return found.get_frozen_credentials() if found is not None else None
+
         try:
-            body = from_json(content) if content else None
-        except ValueError:
-            body = content.decode(errors="replace")[:200]
-        kind = (headers.get("x-amzn-errortype") or "").split(":", 1)[0]
-        detail = error_detail(body, f"Error code: {status}")
-        return _Failure(f"HTTP {status}: {kind + ': ' if kind else ''}{detail}", status)
+            credentials = await asyncio.to_thread(resolve)
+        except (BotoCoreError, ClientError) as exc:
+            raise ConverseConnectionError(f"AWS credentials could not be resolved: {exc}") from None
+        if credentials is None:
+            raise ConverseConnectionError(
+                "no AWS credentials: none of the standard chain's sources (AWS_ACCESS_KEY_ID, a "
+                "web-identity token file with AWS_ROLE_ARN, EKS Pod Identity, an instance role) "
+                "gave any, and no apiKey is set"
+            )
+        return credentials
 
-    def check_params(self, params: RequestParams) -> None:
-        """Refuse a call's own parameters that Converse has no field for (ParamsNotTaken)."""
-        check_call_params(converse_plan(params, self._capabilities), self._subject())
+    async def close(self) -> None:
+        """Close the connections."""
+        await self._http.aclose()
+
+
+class BedrockConverseProvider(SdkProvider):
+    """One Bedrock model of any family, through the Converse API."""
+
+    kind = "bedrock"
+    completion_path = "converse"
+    sdk_errors = CONVERSE_ERRORS
+    sdk_client: ClassVar[type[Any]] = ConverseClient
+    # No SDK: `_make_client` builds the ConverseClient, whose streams are its own.
+    sdk_http_client: ClassVar[type[Any]] = httpx2.AsyncClient
+    sdk_stream: ClassVar[type[Any]] = object
+
+    def __init__(self, config: AgentConfig, *, api_key: str | None) -> None:
+        self._region = config.provider.region or ""
+        super().__init__(config, api_key=api_key)
+        if self._client is None and self._key_problem is None:
+            # No key named: the AWS credential chain signs each request.
+            self._client = self._make_client(None, config.provider)
+
+    def _default_base_url(self) -> str:
+        return endpoint_override(os.environ) or bedrock_base_url(self._region)
+
+    def _make_client(self, api_key: str | None, provider: ProviderConfig) -> Any:
+        return ConverseClient(
+            base_url=self._base_url,
+            region=self._region,
+            key=api_key,
+            timeout=provider.timeout_seconds,
+            retries=provider.max_retries,
+        )
+
+    def _plan_for(self, params: RequestParams) -> ParamPlan:
+        return converse_plan(params, self._capabilities)
+
+    def _request_body(
+        self, system: str, messages: Sequence[Message], tools: Sequence[ToolSpec]
+    ) -> dict[str, Any]:
+        try:
+            return converse_request(system, messages, tools)
+        except ValueError as exc:
+            raise LLMError(f"{self._label}: {exc}") from None
+
+    def _parse(self, body: Mapping[str, Any]) -> Completion:
+        return converse_completion(body)
+
+    def _stream_fields(self) -> dict[str, Any]:
+        return {}  # the stream is another path (`converse-stream`), not a field
+
+    def _stream_reader(self) -> ConverseStreamReader:
+        return ConverseStreamReader()
+
+    def _warning_subject(self) -> str:
+        return f"{self._label} (Bedrock Converse, model {self._model!r})"
 
     async def preflight(self) -> ProviderCheck:
         """A Converse call of one output token on the model; never raises."""
         where = f"Amazon Bedrock ({self._base_url}, region {self._region})"
-        if self._key_problem is not None:
-            return ProviderCheck(False, self._key_problem, time.monotonic())
+        if self._client is None:
+            return ProviderCheck(False, self._key_problem or self._label, time.monotonic())
         probe = {
+            "model": self._model,
             "messages": [{"role": "user", "content": [{"text": "ping"}]}],
             "inferenceConfig": {"maxTokens": 1},
         }
-        try:
-            async with asyncio.timeout(CHECK_TIMEOUT):
-                await self._send("converse", probe, retries=0)
-        except _Failure as exc:
-            message = self._safe(f"{self._label}: {exc} ({where}, model {self._model!r})")
-            return ProviderCheck(False, message, time.monotonic())
-        except TimeoutError:
-            message = f"{self._label}: {where} did not answer within {CHECK_TIMEOUT:g}s"
-            return ProviderCheck(False, message, time.monotonic())
-        return ProviderCheck(True, f"{self._label}: {where}: model {self._model!r} answers", time.monotonic())
-
-    def with_model(self, option: ModelOption) -> BedrockConverseProvider:
-        """This provider calling another of its models, on the same connections and credentials."""
-        twin = copy.copy(self)
-        twin._model = option.model
-        twin._capabilities = option.capabilities
-        twin._plan = converse_plan(self._defaults, option.capabilities)
-        twin._owns_client = False
-        return twin
-
-    def with_key(self, key: str) -> BedrockConverseProvider:
-        """This provider sending `key` (a caller's Bedrock API key) on a client of its own."""
-        twin = copy.copy(self)
-        twin._key, twin._key_problem, twin._session = key, None, None
-        twin._client = httpx2.AsyncClient(
-            transport=AiohttpTransport(trace_headers=True), timeout=httpx2.Timeout(self._timeout)
-        )
-        twin._owns_client = True
-        return twin
-
-    async def aclose(self) -> None:
-        """Close the connections (not those of the provider this one was made from)."""
-        if self._owns_client:
-            await self._client.aclose()
-
-    def _subject(self) -> str:
-        return f"{self._label} (Bedrock Converse, model {self._model!r})"
-
-    def _warn_dropped_once(self) -> None:
-        if self._warned:
-            return
-        self._warned = True
-        if warning := dropped_warning(self._plan, self._subject()):
-            log.warning(warning)
-
-    def _safe(self, text: str) -> str:
-        return safe(text, self._key)
+        return await self._probe(where, self.completion_path, probe, self._client.with_options(max_retries=0))

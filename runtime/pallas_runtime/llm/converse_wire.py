@@ -18,20 +18,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pallas_api.fields import ModelCapabilities, RequestParams
-from pallas_runtime.llm.adapter import wire_count
+from pallas_runtime import messages as neutral
+from pallas_runtime.llm.adapter import alternating_turns, wire_count
 from pallas_runtime.llm.params import ParamPlan, _max_tokens
-from pallas_runtime.messages import (
-    AssistantMessage,
-    Completion,
-    ContentPart,
-    Message,
-    TextPart,
-    ToolCall,
-    ToolResultsMessage,
-    ToolSpec,
-    Usage,
-    UserMessage,
-)
+from pallas_runtime.messages import Completion, ContentPart, Message, ToolCall, ToolSpec, Usage
 
 IMAGE_FORMATS = {"image/png": "png", "image/jpeg": "jpeg", "image/gif": "gif", "image/webp": "webp"}
 """The image formats Converse takes, by MIME type."""
@@ -43,7 +33,7 @@ TOOL_CHOICES: dict[str, dict[str, Any]] = {"auto": {"auto": {}}, "required": {"a
 def _content(parts: Sequence[ContentPart]) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     for part in parts:
-        if isinstance(part, TextPart):
+        if isinstance(part, neutral.TextPart):
             if part.text:  # Converse refuses empty text blocks, as the Messages API does
                 blocks.append({"text": part.text})
             continue
@@ -55,7 +45,7 @@ def _content(parts: Sequence[ContentPart]) -> list[dict[str, Any]]:
     return blocks
 
 
-def _assistant(message: AssistantMessage) -> list[dict[str, Any]]:
+def _assistant(message: neutral.AssistantMessage) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = [{"text": message.text}] if message.text else []
     blocks.extend(
         {"toolUse": {"toolUseId": call.id, "name": call.name, "input": call.arguments}}
@@ -64,7 +54,7 @@ def _assistant(message: AssistantMessage) -> list[dict[str, Any]]:
     return blocks
 
 
-def _tool_results(message: ToolResultsMessage) -> list[dict[str, Any]]:
+def _tool_results(message: neutral.ToolResultsMessage) -> list[dict[str, Any]]:
     return [
         {
             "toolResult": {
@@ -79,31 +69,16 @@ def _tool_results(message: ToolResultsMessage) -> list[dict[str, Any]]:
 
 
 def converse_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """A conversation as Converse `messages`: roles alternate, as the API requires.
+    """A conversation as Converse `messages` (`alternating_turns`).
 
-    Tool results are a user message of `toolResult` blocks; messages of one role in a row are
-    merged; empty messages and kept failures (`TurnFailure`) are left out.
+    Tool results are a user message of `toolResult` blocks.
 
     Raises:
         ValueError: An image of a format Converse does not take.
     """
-    wire: list[dict[str, Any]] = []
-    for message in messages:
-        if isinstance(message, UserMessage):
-            role, blocks = "user", _content(message.content)
-        elif isinstance(message, AssistantMessage):
-            role, blocks = "assistant", _assistant(message)
-        elif isinstance(message, ToolResultsMessage):
-            role, blocks = "user", _tool_results(message)
-        else:
-            continue
-        if not blocks:
-            continue
-        if wire and wire[-1]["role"] == role:
-            wire[-1]["content"].extend(blocks)
-        else:
-            wire.append({"role": role, "content": blocks})
-    return wire
+    return alternating_turns(
+        messages, user=lambda message: _content(message.content), assistant=_assistant, results=_tool_results
+    )
 
 
 def converse_plan(params: RequestParams, capabilities: ModelCapabilities) -> ParamPlan:
@@ -131,7 +106,7 @@ def converse_plan(params: RequestParams, capabilities: ModelCapabilities) -> Par
         kwargs["additionalModelRequestFields"] = additional
     if params.tool_choice is not None:
         choice = TOOL_CHOICES.get(params.tool_choice, {"tool": {"name": params.tool_choice}})
-        kwargs["tool_choice"] = choice  # moved into toolConfig by `converse_request`
+        kwargs["tool_choice"] = choice  # sent only with tools, in `toolConfig` (ConverseClient)
     dropped = [
         camel
         for name, camel in (
@@ -147,17 +122,17 @@ def converse_plan(params: RequestParams, capabilities: ModelCapabilities) -> Par
     return ParamPlan(kwargs=kwargs, dropped=tuple(dropped), adjusted=tuple(adjusted))
 
 
-def converse_request(
-    plan: ParamPlan, system: str, messages: Sequence[Message], tools: Sequence[ToolSpec]
-) -> dict[str, Any]:
-    """The body of one Converse request (the model is in the path, not the body)."""
-    fields = dict(plan.kwargs)
-    choice = fields.pop("tool_choice", None)
-    body: dict[str, Any] = {"messages": converse_messages(messages), **fields}
+def converse_request(system: str, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> dict[str, Any]:
+    """A Converse request's conversation and tools; the plan's fields are added beside them.
+
+    Raises:
+        ValueError: An image of a format Converse does not take.
+    """
+    body: dict[str, Any] = {"messages": converse_messages(messages)}
     if system:
         body["system"] = [{"text": system}]
     if tools:
-        config: dict[str, Any] = {
+        body["toolConfig"] = {
             "tools": [
                 {
                     "toolSpec": {
@@ -169,9 +144,6 @@ def converse_request(
                 for tool in tools
             ]
         }
-        if choice is not None:  # only with tools: Converse refuses a choice among none
-            config["toolChoice"] = choice
-        body["toolConfig"] = config
     return body
 
 
@@ -230,7 +202,11 @@ def converse_completion(body: Mapping[str, Any]) -> Completion:
 
 
 class ConverseStreamReader:
-    """Folds `converse-stream` events (by `:event-type`) into the body `converse` answers."""
+    """Folds `converse-stream` events into the body `converse` answers.
+
+    Each event is `{kind: payload}`, the kind the frame's `:event-type` (the shape the AWS SDKs
+    hand stream events out in).
+    """
 
     def __init__(self) -> None:
         self._blocks: dict[int, dict[str, Any]] = {}
@@ -238,8 +214,11 @@ class ConverseStreamReader:
         self._stop: str | None = None
         self._usage: dict[str, Any] = {}
 
-    def feed(self, kind: str, event: Mapping[str, Any]) -> str:
+    def feed(self, wrapped: Mapping[str, Any]) -> str:
         """Take one event; the text it adds to the answer ('' if none)."""
+        [(kind, event)] = wrapped.items()
+        if not isinstance(event, Mapping):
+            return ""
         index = wire_count(event.get("contentBlockIndex"))
         if kind == "contentBlockStart":
             start = event.get("start")
