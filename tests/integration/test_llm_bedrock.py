@@ -30,6 +30,26 @@ SEARCH = ToolSpec(
 HI = [UserMessage((TextPart("hi"),))]
 
 
+async def answered(provider: Any, *, streamed: bool, **call: Any) -> tuple[Any, str]:
+    """The completion of one call, and the text streamed to `on_text` on the way (with `streamed`)."""
+    pieces: list[str] = []
+
+    async def on_text(piece: str) -> None:
+        pieces.append(piece)
+
+    completion = await provider.complete(on_text=on_text if streamed else None, **call)
+    return completion, "".join(pieces)
+
+
+@pytest.fixture
+async def closing():
+    """Providers the test made, closed after it."""
+    made: list[Any] = []
+    yield made
+    for provider in made:
+        await provider.aclose()
+
+
 @pytest.fixture
 async def bedrock():
     async with FakeBedrock(api_key=KEY) as fake:
@@ -37,8 +57,8 @@ async def bedrock():
 
 
 @pytest.fixture
-async def providers():
-    made: list[Any] = []
+def providers(closing):
+    made = closing
 
     def make(base_url: str, environ: dict[str, str] | None = None) -> AnthropicBedrockProvider:
         provider = {"name": "bedrock", "type": "anthropic", "platform": "bedrock", "region": "eu-central-1"}
@@ -48,31 +68,21 @@ async def providers():
         assert isinstance(made[-1], AnthropicBedrockProvider)
         return made[-1]
 
-    yield make
-    for provider in made:
-        await provider.aclose()
+    return make
 
 
 @pytest.mark.parametrize("streamed", [False, True])
 async def test_text_round_trip_plain_and_streamed(bedrock, providers, streamed):
     provider = providers(bedrock.url)
     bedrock.script(Text("Hello from Bedrock.", usage=FakeUsage(input=40, output=9, cache_read=8)))
-    pieces: list[str] = []
-
-    async def on_text(piece: str) -> None:
-        pieces.append(piece)
-
-    completion = await provider.complete(
-        system="Be brief.",
-        messages=HI,
-        tools=[SEARCH],
+    completion, streamed_text = await answered(
+        provider, streamed=streamed, system="Be brief.", messages=HI, tools=[SEARCH],
         params=RequestParams(effort="xhigh"),
-        on_text=on_text if streamed else None,
-    )
+    )  # fmt: skip
     assert completion.text == "Hello from Bedrock."
     assert completion.usage == Usage(input=40, output=9, cache_read=8)
     assert completion.stop_reason == "end_turn"
-    assert "".join(pieces) == ("Hello from Bedrock." if streamed else "")
+    assert streamed_text == ("Hello from Bedrock." if streamed else "")
     [request] = bedrock.completions
     suffix = "invoke-with-response-stream" if streamed else "invoke"
     assert request.path == f"/model/{MODEL}/{suffix}"
@@ -188,8 +198,8 @@ async def converse():
 
 
 @pytest.fixture
-async def converse_providers():
-    made: list[Any] = []
+def converse_providers(closing):
+    made = closing
 
     def make(url: str, *, region: str = "eu-west-1", key: str | None = None, model: str = CONVERSE_MODEL):
         provider: dict[str, Any] = {"name": "aws", "type": "bedrock", "region": region}
@@ -201,9 +211,7 @@ async def converse_providers():
         assert isinstance(made[-1], BedrockConverseProvider)
         return made[-1]
 
-    yield make
-    for provider in made:
-        await provider.aclose()
+    return make
 
 
 @pytest.mark.parametrize("streamed", [False, True])
@@ -211,23 +219,14 @@ async def test_converse_text_round_trip_signed_with_sigv4(converse, converse_pro
     aws_env(STATIC)
     provider = converse_providers(converse.url)
     converse.script(Text("Hello from Llama.", usage=FakeUsage(input=40, output=9, cache_read=8)))
-    pieces: list[str] = []
-
-    async def on_text(piece: str) -> None:
-        pieces.append(piece)
-
-    completion = await provider.complete(
-        system="Be brief.",
-        messages=HI,
-        tools=[],
-        params=RequestParams(temperature=0.2, topP=0.9, maxTokens=64, stop=["END"], topK=5),
-        on_text=on_text if streamed else None,
+    sampling = RequestParams(temperature=0.2, topP=0.9, maxTokens=64, stop=["END"], topK=5)
+    completion, streamed_text = await answered(
+        provider, streamed=streamed, system="Be brief.", messages=HI, tools=[], params=sampling
     )
     assert converse.refusals == []
-    assert completion.text == "Hello from Llama."
+    assert (completion.text, completion.stop_reason) == ("Hello from Llama.", "end_turn")
     assert completion.usage == Usage(input=40, output=9, cache_read=8)
-    assert completion.stop_reason == "end_turn"
-    assert "".join(pieces) == ("Hello from Llama." if streamed else "")
+    assert streamed_text == ("Hello from Llama." if streamed else "")
     [request] = converse.completions
     action = "converse-stream" if streamed else "converse"
     assert request.path == f"/model/{CONVERSE_MODEL}/{action}"

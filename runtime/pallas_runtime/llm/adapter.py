@@ -31,6 +31,7 @@ from pallas_runtime.messages import (
     TextSink,
     ToolResultsMessage,
     ToolSpec,
+    Usage,
     UserMessage,
 )
 
@@ -86,6 +87,18 @@ def alternating_turns(
 def wire_count(value: object) -> int:
     """A token count as the server sent it; 0 where it sent none (missing, null, not a number)."""
     return value if isinstance(value, int) else 0
+
+
+def usage_counts(usage: object, *fields: str) -> Usage:
+    """Token counts from a wire `usage` object whose fields map straight onto token kinds.
+
+    `fields` name the input, output, cache-read and cache-write counts, in that order: for APIs
+    that count cached prompt tokens apart from input tokens. Missing or null counts are 0.
+    """
+    if not isinstance(usage, Mapping):
+        return Usage()
+    counts = [wire_count(usage.get(field)) for field in fields]
+    return Usage(*counts)
 
 
 class SdkProvider(abc.ABC):

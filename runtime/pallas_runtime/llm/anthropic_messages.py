@@ -18,7 +18,7 @@ import anthropic
 
 from pallas_api.fields import RequestParams
 from pallas_io.llm_check import PUBLIC_APIS
-from pallas_runtime.llm.adapter import SdkProvider, alternating_turns, wire_count
+from pallas_runtime.llm.adapter import SdkProvider, alternating_turns, usage_counts
 from pallas_runtime.llm.anthropic_sse import AnthropicEvents
 from pallas_runtime.llm.errors import SdkErrors
 from pallas_runtime.llm.params import ParamPlan, anthropic_plan
@@ -107,13 +107,8 @@ def usage_from_messages(usage: object) -> Usage:
     cache_read, `cache_creation_input_tokens` → cache_write. Thinking tokens are part of
     `output_tokens` and not reported apart, so `reasoning` stays 0. Missing or null counts are 0.
     """
-    if not isinstance(usage, Mapping):
-        return Usage()
-    return Usage(
-        input=wire_count(usage.get("input_tokens")),
-        output=wire_count(usage.get("output_tokens")),
-        cache_read=wire_count(usage.get("cache_read_input_tokens")),
-        cache_write=wire_count(usage.get("cache_creation_input_tokens")),
+    return usage_counts(
+        usage, "input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"
     )
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from pallas_api.fields import ModelCapabilities, RequestParams
 from pallas_runtime import messages as neutral
-from pallas_runtime.llm.adapter import alternating_turns, wire_count
+from pallas_runtime.llm.adapter import alternating_turns, usage_counts, wire_count
 from pallas_runtime.llm.params import ParamPlan, _max_tokens
 from pallas_runtime.messages import Completion, ContentPart, Message, ToolCall, ToolSpec, Usage
 
@@ -149,14 +149,7 @@ def converse_request(system: str, messages: Sequence[Message], tools: Sequence[T
 
 def converse_usage(usage: object) -> Usage:
     """Converse's token counts; cached prompt tokens are counted apart from `inputTokens`."""
-    if not isinstance(usage, Mapping):
-        return Usage()
-    return Usage(
-        input=wire_count(usage.get("inputTokens")),
-        output=wire_count(usage.get("outputTokens")),
-        cache_read=wire_count(usage.get("cacheReadInputTokens")),
-        cache_write=wire_count(usage.get("cacheWriteInputTokens")),
-    )
+    return usage_counts(usage, "inputTokens", "outputTokens", "cacheReadInputTokens", "cacheWriteInputTokens")
 
 
 def converse_completion(body: Mapping[str, Any]) -> Completion:
@@ -174,30 +167,24 @@ def converse_completion(body: Mapping[str, Any]) -> Completion:
     content = message.get("content") if isinstance(message, Mapping) else None
     if not isinstance(content, list):
         raise ValueError("the response has no output.message.content list")
-    texts: list[str] = []
-    calls: list[ToolCall] = []
-    for index, block in enumerate(content):
-        if not isinstance(block, Mapping):
-            continue
-        if isinstance(block.get("text"), str):
-            texts.append(block["text"])
-        elif isinstance(use := block.get("toolUse"), Mapping):
-            arguments = use.get("input")
-            valid = isinstance(arguments, dict)
-            calls.append(
-                ToolCall(
-                    id=str(use.get("toolUseId") or f"tooluse_{index}"),
-                    name=str(use.get("name") or ""),
-                    arguments=arguments if isinstance(arguments, dict) else {},
-                    arguments_error=None if valid else "arguments must be a JSON object",
-                )
-            )
+    blocks = [block for block in content if isinstance(block, Mapping)]
+    text = "".join(block["text"] for block in blocks if isinstance(block.get("text"), str))
+    uses = [block["toolUse"] for block in blocks if isinstance(block.get("toolUse"), Mapping)]
     stop = body.get("stopReason")
-    return Completion(
-        text="".join(texts),
-        tool_calls=tuple(calls),
-        usage=converse_usage(body.get("usage")),
-        stop_reason=str(stop) if stop is not None else None,
+    usage = converse_usage(body.get("usage"))
+    calls = tuple(_tool_call(use, index) for index, use in enumerate(uses))
+    return Completion(text, calls, usage, None if stop is None else str(stop))
+
+
+def _tool_call(use: Mapping[str, Any], index: int) -> ToolCall:
+    """A `toolUse` block as a ToolCall; an `input` that is not an object is the call's error."""
+    arguments = use.get("input")
+    error = None if isinstance(arguments, dict) else "arguments must be a JSON object"
+    return ToolCall(
+        str(use.get("toolUseId") or f"tooluse_{index}"),
+        str(use.get("name") or ""),
+        arguments if isinstance(arguments, dict) else {},
+        error,
     )
 
 
