@@ -30,14 +30,19 @@ SEARCH = ToolSpec(
 HI = [UserMessage((TextPart("hi"),))]
 
 
-async def answered(provider: Any, *, streamed: bool, **call: Any) -> tuple[Any, str]:
-    """The completion of one call, and the text streamed to `on_text` on the way (with `streamed`)."""
-    pieces: list[str] = []
+def collector(pieces: list[str]) -> Any:
+    """An `on_text` that keeps each piece of streamed text in `pieces`."""
 
     async def on_text(piece: str) -> None:
         pieces.append(piece)
 
-    completion = await provider.complete(on_text=on_text if streamed else None, **call)
+    return on_text
+
+
+async def answered(provider: Any, *, streamed: bool, **call: Any) -> tuple[Any, str]:
+    """The completion of one call, and the text streamed to `on_text` on the way (with `streamed`)."""
+    pieces: list[str] = []
+    completion = await provider.complete(on_text=collector(pieces) if streamed else None, **call)
     return completion, "".join(pieces)
 
 
@@ -121,17 +126,16 @@ async def test_errors_are_mapped_retried_and_never_hold_the_key(bedrock, provide
     )
 
 
-async def test_an_exception_frame_mid_stream_is_an_llm_error_after_the_text_before_it(bedrock, providers):
-    provider = providers(bedrock.url)
-    bedrock.script(BedrockException("Half", kind="throttlingException", message="Too many tokens"))
-    pieces: list[str] = []
-
-    async def on_text(piece: str) -> None:
-        pieces.append(piece)
-
-    with pytest.raises(LLMError, match="throttlingException: Too many tokens"):
-        await provider.complete(system="", messages=HI, tools=[], on_text=on_text)
-    assert pieces == ["Half"]
+async def test_an_exception_frame_mid_stream_is_an_llm_error_after_the_text_before_it(
+    bedrock, providers, converse, converse_providers, aws_env
+):
+    aws_env(STATIC)
+    for fake, provider in ((bedrock, providers(bedrock.url)), (converse, converse_providers(converse.url))):
+        fake.script(BedrockException("Half", kind="throttlingException", message="Too many tokens"))
+        pieces: list[str] = []
+        with pytest.raises(LLMError, match="throttlingException: Too many tokens"):
+            await provider.complete(system="", messages=HI, tools=[], on_text=collector(pieces))
+        assert pieces == ["Half"]
 
 
 async def test_a_wrong_key_and_a_missing_one(bedrock, providers):

@@ -369,6 +369,32 @@ class FakeConverse(_FakeServer):
 
         return StreamingResponse(frames(), media_type="application/vnd.amazon.eventstream")
 
+    async def _respond(self, step: Any, recorded: RecordedRequest, render: Any) -> Response:
+        if not isinstance(step, BedrockException):
+            return await super()._respond(step, recorded, render)
+        # A stream that fails after its first text: the delta, then an `exception` frame.
+        delta = {"contentBlockIndex": 0, "delta": {"text": step.text}}
+        frames = [
+            encode_frame({":event-type": "messageStart", ":message-type": "event"}, b'{"role":"assistant"}'),
+            encode_frame(
+                {":event-type": "contentBlockDelta", ":message-type": "event"}, json.dumps(delta).encode()
+            ),
+            encode_frame(
+                {
+                    ":exception-type": step.kind,
+                    ":content-type": "application/json",
+                    ":message-type": "exception",
+                },
+                json.dumps({"message": step.message}).encode(),
+            ),
+        ]
+
+        async def body() -> AsyncIterator[bytes]:
+            for frame in frames:
+                yield frame
+
+        return StreamingResponse(body(), media_type="application/vnd.amazon.eventstream")
+
     def _models_response(self, recorded: RecordedRequest) -> Response:
         return self._error(HttpError(404, "bedrock-runtime has no models endpoint", headers={}))
 

@@ -194,7 +194,14 @@ class ConverseClient:
                             continue
                         raise failure
                     async for chunk in response.aiter_bytes():
-                        yield [_event(frame) for frame in frames.feed(chunk)]
+                        batch: list[object] = []
+                        for frame in frames.feed(chunk):
+                            try:
+                                batch.append(_event(frame))
+                            except ConverseError:
+                                yield batch  # what came before the failure is the caller's all the same
+                                raise
+                        yield batch
             except httpx2.HTTPError as exc:
                 raise self._unreachable(exc) from exc
             except EventStreamError as exc:
