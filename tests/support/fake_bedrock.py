@@ -8,6 +8,10 @@ The request body is Bedrock's: no `model` (it is in the path), no `stream`, and 
 `anthropic_version` field. A Bedrock API key arrives as a bearer token.
 Errors are `{"message": …}` bodies with `x-amzn-ErrorType`, as Bedrock sends them; a
 `BedrockException` step streams some text and then an `exception` frame.
+
+`FakeConverse` is Bedrock's Converse API for every model family, its requests SigV4-signed (each
+signature recomputed with botocore) and checked against the API reference's shapes; `FakeSts`
+is STS's `AssumeRoleWithWebIdentity`, for credentials from a web-identity token file.
 """
 
 from __future__ import annotations
