@@ -87,7 +87,9 @@ class ProviderConfig(_Model):
     """The LLM endpoint the agent's model is served by."""
 
     name: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]
-    type: Literal["openai", "anthropic", "gemini"]
+    type: Literal["openai", "anthropic", "gemini", "bedrock"]
+    """`bedrock`: Amazon Bedrock's Converse API in `region` (every model family); without a
+    key variable it signs with the standard AWS credential chain (SigV4)."""
     base_url: Annotated[
         str | None, Field(alias="baseURL", pattern=HTTP_URL), WithoutCredentials(SECRET_API_KEY)
     ] = None

@@ -110,6 +110,8 @@ def efforts_taken(provider_type: str, base_url: str | None, model: str) -> tuple
         return anthropic_rule(model).efforts
     if provider_type == "gemini":
         return gemini_efforts(model)
+    if provider_type == "bedrock":  # Converse has no effort field
+        return ()
     return openai_efforts(native=is_native_openai(base_url))
 
 

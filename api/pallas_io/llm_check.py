@@ -33,7 +33,7 @@ import httpx2
 
 from pallas_io.probe import describe_transport_failure
 
-ProviderType = Literal["openai", "anthropic", "gemini"]
+ProviderType = Literal["openai", "anthropic", "gemini", "bedrock"]
 PUBLIC_APIS: Final[Mapping[str, str]] = {
     "openai": "https://api.openai.com/v1",
     "anthropic": "https://api.anthropic.com",
@@ -95,8 +95,8 @@ class ProviderEndpoint:
     key: str | None = field(default=None, repr=False)
     """The key's value (None: not configured, or its source is not set)."""
     region: str | None = None
-    """For an `anthropic` provider on Amazon Bedrock or Vertex AI: its cloud region (neither
-    serves the models endpoint the check asks)."""
+    """For a `bedrock` provider, or an `anthropic` one on Amazon Bedrock or Vertex AI: its cloud
+    region (neither serves the models endpoint the check asks)."""
 
     @property
     def label(self) -> str:
@@ -106,6 +106,8 @@ class ProviderEndpoint:
     @property
     def base(self) -> str:
         """The endpoint: `baseURL`, else the vendor's public API."""
+        if self.type == "bedrock":  # Bedrock's runtime is per region, not one public API
+            return (self.base_url or f"https://bedrock-runtime.{self.region}.amazonaws.com").rstrip("/")
         return (self.base_url or PUBLIC_APIS[self.type]).rstrip("/")
 
     @property

@@ -88,7 +88,7 @@ def deployment_targets(
                     models=tuple(sorted(used.get(name, ()))),
                     key_source=secret_source(ref, local=local) if ref is not None else None,
                     key=key(name, spec) if ref is not None else None,
-                    region=spec.region if spec.platform != "direct" else None,
+                    region=spec.region if spec.platform != "direct" or spec.type == "bedrock" else None,
                 ),
             )
         )

@@ -36,7 +36,12 @@ class HealthView:
     """What the agent spent in its agent budget's window (None: no such budget)."""
 
 
-VENDOR_NAMES = {"openai": "OpenAI", "anthropic": "Anthropic", "gemini": "Google Gemini"}
+VENDOR_NAMES = {
+    "openai": "OpenAI",
+    "anthropic": "Anthropic",
+    "gemini": "Google Gemini",
+    "bedrock": "Amazon Bedrock",
+}
 """Display names of the vendors' public APIs (a provider without `baseURL`)."""
 
 

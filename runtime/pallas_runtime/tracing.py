@@ -41,6 +41,8 @@ _NO_SECRETS = SecretValues()
 
 def provider_name(provider: ProviderConfig) -> str:
     """`gen_ai.provider.name`: `openai`, `anthropic`, `gcp.gemini`, `aws.bedrock` or `gcp.vertex_ai`."""
+    if provider.type == "bedrock":  # Bedrock's own Converse API
+        return "aws.bedrock"
     direct = "gcp.gemini" if provider.type == "gemini" else provider.type
     return {"bedrock": "aws.bedrock", "vertex": "gcp.vertex_ai"}.get(provider.platform, direct)
 

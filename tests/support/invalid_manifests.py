@@ -247,7 +247,7 @@ INVALID = [
         "provider-bad-type",
         deployment("d1", at("spec.providers.vllm.type", "cohere")),
         refused_with=["spec.providers.vllm.type", 'Unsupported value: "cohere"'],
-        reported_as=["spec.providers.vllm.type: ", "'openai', 'anthropic' or 'gemini'"],
+        reported_as=["spec.providers.vllm.type: ", "'openai', 'anthropic', 'gemini' or 'bedrock'"],
     ),
     Case(
         "registry-public-url-not-http",

@@ -119,9 +119,15 @@ class ProviderCapabilities(SpecModel):
 class ProviderSpec(SpecModel):
     """An LLM endpoint."""
 
-    type: Literal["openai", "anthropic", "gemini"]
+    type: Literal["openai", "anthropic", "gemini", "bedrock"]
     """Wire protocol: `openai` (Chat Completions: OpenAI, vLLM, llama.cpp, LiteLLM, Ollama…),
-    `anthropic` (Messages) or `gemini` (the Gemini API's generateContent)."""
+    `anthropic` (Messages), `gemini` (the Gemini API's generateContent) or `bedrock` (Amazon
+    Bedrock's Converse API in `region`, for every Bedrock model family: Anthropic, Llama, Mistral,
+    Nova, …; model ids are Bedrock's, e.g. `meta.llama3-3-70b-instruct-v1:0` or an inference
+    profile such as `us.amazon.nova-pro-v1:0`). A `bedrock` provider without `apiKey` signs its
+    requests with SigV4 using the standard AWS credential chain of the agent's pod (IRSA web
+    identity, EKS Pod Identity, the instance role, or `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`);
+    with `apiKey` (a Bedrock API key) it sends that as a bearer token."""
     base_url: Annotated[
         str | None,
         Field(alias="baseURL", pattern=HTTP_URL, max_length=2048),
@@ -172,7 +178,9 @@ class ProviderSpec(SpecModel):
     def _api_and_credentials(self) -> Self:
         if self.api == "responses" and self.type != "openai":
             raise ValueError(f"api: responses is OpenAI's; a provider of type {self.type} speaks its own API")
-        cloud = self.platform in ("bedrock", "vertex")
+        if self.type == "bedrock" and self.platform != "direct":
+            raise ValueError("type: bedrock is Bedrock's own Converse API: it takes no platform")
+        cloud = self.platform in ("bedrock", "vertex") or self.type == "bedrock"
         if self.platform == "bedrock" and self.type != "anthropic":
             raise ValueError("platform: bedrock serves the Anthropic Messages API: it needs type: anthropic")
         if self.platform == "vertex" and self.type == "openai":
@@ -180,7 +188,10 @@ class ProviderSpec(SpecModel):
                 "platform: vertex serves the Messages API or Gemini's: it needs type: anthropic or gemini"
             )
         if cloud != (self.region is not None):
-            raise ValueError("region is the cloud region of a bedrock or vertex provider, and it needs one")
+            raise ValueError(
+                "region is the cloud region of a bedrock or vertex provider (or of type: bedrock), "
+                "and it needs one"
+            )
         if (self.platform == "vertex") != (self.project_id is not None):
             raise ValueError("projectId is the Google Cloud project of a vertex provider, and it needs one")
         if self.credentials == "callerBearer" and self.api_key is not None:

@@ -33,6 +33,7 @@ from pallas_runtime.messages import (
     TextSink,
     ToolResultsMessage,
     ToolSpec,
+    Usage,
     UserMessage,
 )
 
@@ -113,6 +114,18 @@ def alternating_turns(
         else:
             wire.append({"role": role, parts: blocks})
     return wire
+
+
+def usage_counts(usage: object, *fields: str) -> Usage:
+    """Token counts from a wire `usage` object whose fields map straight onto token kinds.
+
+    `fields` name the input, output, cache-read and cache-write counts, in that order: for APIs
+    that count cached prompt tokens apart from input tokens. Missing or null counts are 0.
+    """
+    if not isinstance(usage, Mapping):
+        return Usage()
+    counts = [wire_count(usage.get(field)) for field in fields]
+    return Usage(*counts)
 
 
 class SdkProvider(abc.ABC):

@@ -3,7 +3,8 @@
 The anthropic SDK's `AsyncAnthropicBedrock` sends the requests: it moves the model into the
 path (`POST /model/{model}/invoke`, `…/invoke-with-response-stream` for a stream), adds
 Bedrock's `anthropic_version`, and sends the key, a Bedrock API key, as a bearer token (with
-AWS access keys it would sign with SigV4 through boto3, which the agent does not ship). Bodies
+AWS access keys it would sign with SigV4 through boto3, which the agent does not ship; signed
+requests are `type: bedrock`'s, the Converse API in `llm/bedrock_converse.py`). Bodies
 and answers are the Messages API's, so the Anthropic adapter's translation, parameter plan and
 stream reader are used as they are. What differs is the stream's framing: Bedrock sends AWS
 event-stream frames (`llm/event_stream.py`) whose `chunk` events carry each Messages stream

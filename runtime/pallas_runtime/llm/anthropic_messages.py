@@ -18,7 +18,7 @@ import anthropic
 
 from pallas_api.fields import RequestParams
 from pallas_io.llm_check import PUBLIC_APIS
-from pallas_runtime.llm.adapter import SdkProvider, alternating_turns, parse_arguments, wire_count
+from pallas_runtime.llm.adapter import SdkProvider, alternating_turns, parse_arguments, usage_counts
 from pallas_runtime.llm.anthropic_sse import AnthropicEvents
 from pallas_runtime.llm.errors import SdkErrors
 from pallas_runtime.llm.params import ParamPlan, anthropic_plan
@@ -79,13 +79,9 @@ def _tool_result_blocks(message: ToolResultsMessage) -> list[dict[str, Any]]:
 
 
 def messages_blocks(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """Translate a conversation into Messages API `messages`.
+    """Translate a conversation into Messages API `messages` (`alternating_turns`).
 
-    Tool results become one user message of `tool_result` blocks. Messages of the same role in a
-    row are merged into one, because the API wants user and assistant turns to alternate (a user
-    message after tool results is the usual case, a user message after a turn kept as failed
-    another); an assistant message with neither text nor tool calls carries nothing and is left
-    out, and so is a `TurnFailure`.
+    Tool results become a user message of `tool_result` blocks.
     """
     return alternating_turns(
         messages,
@@ -113,13 +109,8 @@ def usage_from_messages(usage: object) -> Usage:
     cache_read, `cache_creation_input_tokens` → cache_write. Thinking tokens are part of
     `output_tokens` and not reported apart, so `reasoning` stays 0. Missing or null counts are 0.
     """
-    if not isinstance(usage, Mapping):
-        return Usage()
-    return Usage(
-        input=wire_count(usage.get("input_tokens")),
-        output=wire_count(usage.get("output_tokens")),
-        cache_read=wire_count(usage.get("cache_read_input_tokens")),
-        cache_write=wire_count(usage.get("cache_creation_input_tokens")),
+    return usage_counts(
+        usage, "input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"
     )
 
 

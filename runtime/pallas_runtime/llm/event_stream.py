@@ -3,8 +3,8 @@
 Bedrock's `invoke-with-response-stream` answers in it: each message is a 12-byte prelude (total
 length, headers length, the prelude's CRC32, big-endian), headers (name length, name, value type,
 value), the payload and the message's CRC32. The anthropic SDK's Bedrock stream reads it with
-botocore (`EventStreamBuffer`); this reads the same frames without botocore, which the agent does
-not otherwise need (a Bedrock API key is a bearer token: no SigV4 signing). Only string headers
+botocore (`EventStreamBuffer`); this reads the same frames without it, for both Bedrock
+adapters (botocore is loaded only to sign `type: bedrock` requests). Only string headers
 (type 7) are read by name; other header types are skipped by their size.
 """
 

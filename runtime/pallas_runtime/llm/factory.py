@@ -44,7 +44,9 @@ def create_provider(config: AgentConfig, environ: Mapping[str, str] | None = Non
         An OpenAIChatProvider (type `openai`), an OpenAIResponsesProvider (type `openai` with
         `api: responses`), an AnthropicMessagesProvider (type `anthropic`), or an
         AnthropicBedrockProvider or AnthropicVertexProvider (type `anthropic` on `platform:
-        bedrock` or `vertex`), or a GeminiProvider (type `gemini`, on the Gemini API or Vertex).
+        bedrock` or `vertex`), a GeminiProvider (type `gemini`, on the Gemini API or Vertex), or a
+        BedrockConverseProvider (type `bedrock`: the Converse API, with a Bedrock API key or the AWS
+        credential chain).
     """
     api_key = resolve_api_key(config.provider, environ)
     # Each SDK costs over a second of imports; an agent loads only the one it uses, which keeps
@@ -53,6 +55,10 @@ def create_provider(config: AgentConfig, environ: Mapping[str, str] | None = Non
         from pallas_runtime.llm.gemini import GeminiProvider
 
         return GeminiProvider(config, api_key=api_key)
+    if config.provider.type == "bedrock":
+        from pallas_runtime.llm.bedrock_converse import BedrockConverseProvider
+
+        return BedrockConverseProvider(config, api_key=api_key if config.provider.api_key_env else None)
     if config.provider.type == "anthropic" and config.provider.platform == "bedrock":
         from pallas_runtime.llm.anthropic_bedrock import AnthropicBedrockProvider
 

@@ -75,7 +75,7 @@ def test_defaults_are_the_documented_ones() -> None:
         (minimal(name="Bad_Name"), "name: String should match pattern"),
         (
             minimal(provider={"name": "p", "type": "cohere"}),
-            "provider.type: Input should be 'openai', 'anthropic' or 'gemini'",
+            "provider.type: Input should be 'openai', 'anthropic', 'gemini' or 'bedrock'",
         ),
         (minimal(maxIterations=0), "maxIterations: Input should be greater than 0"),
         (minimal(description="x" * 101), "description: String should have at most 100 characters"),
@@ -370,5 +370,22 @@ def test_anthropic_on_bedrock_is_rendered_with_its_region_and_checked() -> None:
     with pytest.raises(ValueError, match="platform: bedrock serves the Anthropic Messages API"):
         deployment(
             providers={"b": {"type": "openai", "platform": "bedrock", "region": "us-east-1"}},
+            model={"default": "b.c"},
+        )
+
+
+def test_bedrock_converse_is_rendered_with_its_region_and_no_key_by_default() -> None:
+    dep = deployment(
+        model={"default": "aws.meta.llama3-3-70b-instruct-v1:0"},
+        providers={"aws": {"type": "bedrock", "region": "us-east-1"}},
+    )
+    provider = render_agent("research", agent(), dep, {}).config.provider
+    # No key variable: the agent signs with the pod's AWS credential chain.
+    assert (provider.type, provider.region, provider.api_key_env) == ("bedrock", "us-east-1", None)
+    with pytest.raises(ValueError, match="region is the cloud region"):
+        deployment(providers={"b": {"type": "bedrock"}}, model={"default": "b.c"})
+    with pytest.raises(ValueError, match="type: bedrock is Bedrock's own Converse API: it takes no platform"):
+        deployment(
+            providers={"b": {"type": "bedrock", "platform": "bedrock", "region": "us-east-1"}},
             model={"default": "b.c"},
         )
