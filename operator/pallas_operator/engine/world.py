@@ -12,8 +12,11 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from pallas_api import names
 from pallas_api.spec import ServiceSpec, agent_dependencies
+from pallas_api.workflow import WorkflowSpec
 from pallas_operator.engine.indexes import Index, ObjectKey
 from pallas_operator.k8s.apply import Seen, seen
 from pallas_operator.status import AgentFacts, Workload, workload
@@ -101,8 +104,26 @@ def child_record(body: Mapping[str, Any]) -> ChildRecord | None:
 
 
 def dependencies(spec: Mapping[str, Any]) -> tuple[str, ...]:
-    """The dependencies of an agent spec as stored (read before, and whatever, validation)."""
-    return tuple(agent_dependencies(spec.get("agents") or [], spec.get("dependsOn") or []))
+    """The dependencies of an agent spec as stored (read before, and whatever, validation).
+
+    `agents`, the workflow's steps that are not `a2aAgents`, and `dependsOn`: an agent is
+    reconciled again when one of them comes, changes or goes.
+    """
+    called = [*(spec.get("agents") or []), *_workflow_steps(spec)]
+    return tuple(agent_dependencies(called, spec.get("dependsOn") or []))
+
+
+def _workflow_steps(spec: Mapping[str, Any]) -> list[str]:
+    """The PallasAgents a stored workflow calls; none when it is not valid (its reconcile says why)."""
+    raw = spec.get("workflow")
+    if not raw:
+        return []
+    try:
+        steps = WorkflowSpec.model_validate(raw).steps()
+    except ValidationError:
+        return []
+    external = set(spec.get("a2aAgents") or [])
+    return [step for step in steps if step not in external]
 
 
 def facts(record: OwnerRecord) -> AgentFacts:

@@ -159,3 +159,27 @@ async def test_a_reconcile_between_the_children_watch_events_writes_nothing() ->
     await reconcile_agent(op, NS, "research")
 
     assert cluster.writes() == writes
+
+
+async def test_a_workflow_agent_is_reconciled_again_when_its_steps_come() -> None:
+    # Applied before its steps (kubectl apply of one file may send them in any order), the
+    # workflow agent must hear of them: its steps are implied dependencies, so the operator's
+    # index files it as their dependent, as it does an agent that lists them in `agents`.
+    chain = spec(workflow={"chain": {"steps": ["research", "write"]}})
+    routed = spec(workflow={"router": {"routes": ["research", "outside"]}}, a2aAgents=["outside"])
+    op, _ = operator_with(deployment(), agent("article", chain), agent("desk", routed))
+
+    assert op.world.dependents_of(NS, "research") == {"article", "desk"}
+    assert op.world.dependents_of(NS, "write") == {"article"}
+    assert op.world.dependents_of(NS, "outside") == set()  # an A2A agent is not a PallasAgent
+
+
+async def test_a_workflow_agent_waits_for_its_steps_before_its_pods_start() -> None:
+    chain = spec(workflow={"chain": {"steps": ["research", "write"]}})
+    op, cluster = operator_with(deployment(), agent("research"), agent("write"), agent("article", chain))
+
+    await reconcile_agent(op, NS, "article")
+
+    assert {m["kind"] for m in cluster.applied} == {"ConfigMap", "Service"}  # no Deployment yet
+    waiting = condition(cluster.statuses[-1][1], conditions.DEPENDENCIES_READY)
+    assert (waiting["status"], waiting["reason"]) == ("False", conditions.DEPENDENCIES_NOT_READY)
