@@ -46,6 +46,12 @@ NODE_MODULES = (
     # runs after the e2e tier, when the other lanes are done.
     "tests/integration/monitoring/test_monitoring.py",
 )
+# Single tests that change what the whole cluster shares: the ServiceMonitor CRD test deletes the
+# Prometheus Operator's CRD, which the e2e consumers' Prometheus watches (it stopped scraping
+# when the two overlapped).
+NODE_TESTS = (
+    "tests/integration/operator/test_deployment.py::test_service_monitors_follow_the_crd_and_the_setting",
+)
 # Integration tests of the control plane (operators, CRDs, the chart, the registry's watch): one
 # after another, as each was written to run, but beside the node's lane and the cluster-free tests.
 CLUSTER_GROUP = "cluster"
@@ -152,7 +158,7 @@ def _name_lane(item: pytest.Item, group: str) -> None:
 
 
 def _xdist_group(item: pytest.Item, tier: str, path: str) -> str | None:
-    if tier == "e2e" or path in NODE_MODULES:
+    if tier == "e2e" or path in NODE_MODULES or item.nodeid in NODE_TESTS:
         return NODE_GROUP
     if "kube_cluster" in getattr(item, "fixturenames", ()):
         return CLUSTER_GROUP

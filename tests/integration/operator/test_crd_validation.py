@@ -74,7 +74,7 @@ def test_kubectl_explain_shows_the_field_descriptions(pallas_crds: LocalCluster)
 def test_short_names_category_and_printer_columns(pallas_crds: LocalCluster, namespace: str) -> None:
     pallas_crds.kubectl("create", "-f", "-", stdin=json.dumps(agent("a1", in_namespace(namespace))))
     wide = pallas_crds.kubectl("get", "pa", "-n", namespace, "-o", "wide").stdout.splitlines()[0].split()
-    assert wide == ["NAME", "DEPLOYMENT", "PHASE", "READY", "HEALTH", "MODEL", "AGE", "URL"]
+    assert wide == ["NAME", "DEPLOYMENT", "PHASE", "READY", "HEALTH", "MODEL", "AGE", "URL", "WORKFLOW"]
     listed = pallas_crds.kubectl("get", "pallas", "-n", namespace, "-o", "name").stdout
     assert "pallasagent.pallas.dev/a1" in listed
     pallas_crds.kubectl("create", "-f", "-", stdin=json.dumps(deployment("d1", in_namespace(namespace))))

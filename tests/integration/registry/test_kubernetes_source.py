@@ -191,7 +191,10 @@ async def test_provider_entries_and_relative_icons_as_published(
                 "capabilities": {"streaming": False, "tools": True, "vision": True, "jsonMode": True},
             }
         ]
-        assert entries["writer"]["_meta"][VENDOR_META]["providers"] == [
+        # The agent's own provider first; then each other provider whose models a call may pick.
+        writer_providers = entries["writer"]["_meta"][VENDOR_META]["providers"]
+        assert [p["id"] for p in writer_providers[1:]] == ["vllm"], writer_providers
+        assert writer_providers[:1] == [
             {
                 "id": "anthropic",
                 "kind": "llm",
