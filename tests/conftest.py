@@ -143,7 +143,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         group = _xdist_group(item, tier, f"tests/{where.as_posix()}")
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
-            if config.getvalue("loadgroup") and "@" not in item.nodeid:
+            # xdist sets `loadgroup` only when it runs workers (not with `-n 0` or `-p no:xdist`).
+            if getattr(config.option, "loadgroup", False) and "@" not in item.nodeid:
                 _name_lane(item, group)
 
 
