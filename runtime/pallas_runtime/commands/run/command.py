@@ -92,10 +92,12 @@ class RunCommand:
             )
             return EXIT_USAGE
         working_directory_env()
+        launch_environ = dict(os.environ)
         try:
-            files = manifest_files(args.file, os.environ)
+            files = manifest_files(args.file, launch_environ)
             plan = with_openai_base_url(
-                plan_local(load_manifests(files), args.base_port, args.agent), os.environ
+                plan_local(load_manifests(files), args.base_port, args.agent, environ=launch_environ),
+                launch_environ,
             )
         except ManifestError as exc:
             print(f"pallas run: {exc}", file=sys.stderr)
@@ -132,7 +134,7 @@ class RunCommand:
                     key,
                     extra={"agent": agent.manifest.name},
                 )
-        reload = Reload(files, args.base_port, args.agent) if args.reload else None
+        reload = Reload(files, args.base_port, args.agent, launch_environ) if args.reload else None
         return asyncio.run(_run(plan, args, reload))
 
 

@@ -22,7 +22,7 @@ import dataclasses
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,6 +62,10 @@ class Reload:
     files: Sequence[str]
     base_port: int
     only_agent: str | None
+    environ: Mapping[str, str]
+    """The environment the first plan was made from. The process's own `os.environ` is not used
+    again: libraries write to it once they are imported (py-key-value's switch, set by the
+    runtime's warm-up), and every agent would look changed by an edit that changed nothing."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,7 @@ def checked_plan(
     only_agent: str | None,
     keep_ports: dict[AgentKey, int],
     keep_bridge_ports: dict[BridgeKey, int] | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> LocalPlan:
     """The plan of the files as they are now, checked as `pallas validate` checks them.
 
@@ -152,8 +157,9 @@ def checked_plan(
             only_agent,
             keep_ports=keep_ports,
             keep_bridge_ports=keep_bridge_ports,
+            environ=environ,
         )
-        return with_openai_base_url(plan, os.environ)
+        return with_openai_base_url(plan, os.environ if environ is None else environ)
     except ManifestError as exc:
         raise ReloadRefused([str(exc)]) from None
 
@@ -239,7 +245,12 @@ async def reload_once(run: LocalRun, reload: Reload) -> None:
     """Apply the files as they are now, or say why not; one summary line on stdout."""
     try:
         plan = checked_plan(
-            reload.files, reload.base_port, reload.only_agent, run.ports(), run.bridge_ports()
+            reload.files,
+            reload.base_port,
+            reload.only_agent,
+            run.ports(),
+            run.bridge_ports(),
+            environ=reload.environ,
         )
     except ReloadRefused as exc:
         for problem in exc.problems:
