@@ -148,6 +148,24 @@ class ProviderStatus(_Status):
     """Models the deployment's agents (and its default) use on it; empty: no agent uses it."""
 
 
+class InUse(_Status):
+    """What the deployment's agents use, so that taking it away can be refused.
+
+    The chart's ValidatingAdmissionPolicy (`pallas-deployment-in-use`) reads it: a PallasDeployment
+    with agents is not deleted, and a provider or MCP server listed here is not removed from its
+    spec, unless the object carries the annotation `pallas.dev/force: "true"`.
+    """
+
+    providers: Annotated[list[str], Field(json_schema_extra={"x-kubernetes-list-type": "set"})] = Field(
+        default_factory=list
+    )
+    """The `spec.providers` the agents' models (or the deployment's default model) name."""
+    mcp_servers: Annotated[list[str], Field(json_schema_extra={"x-kubernetes-list-type": "set"})] = Field(
+        default_factory=list
+    )
+    """The `spec.mcpServers` named in the agents' `servers`."""
+
+
 class PallasDeploymentStatus(_Status):
     """The observed state of a PallasDeployment."""
 
@@ -162,6 +180,8 @@ class PallasDeploymentStatus(_Status):
     """Ready, RegistryAvailable and MonitoringReady."""
     agents: AgentCounts = AgentCounts()
     """Agent counts."""
+    in_use: InUse = InUse()
+    """The providers and MCP servers the agents use (what deletion and removal are refused for)."""
     registry_url: Annotated[str | None, Field(alias="registryURL")] = None
     """The registry's catalogue URL inside the cluster."""
     providers: Annotated[

@@ -178,6 +178,14 @@ class PodDisruptionBudget(Values):
     """Maximum unavailable operator pods; when set it replaces `minAvailable`."""
 
 
+class InUseProtection(Values):
+    enabled: bool = True
+    """Install the ValidatingAdmissionPolicy that refuses to delete a PallasDeployment its agents
+    use, or to remove a provider or MCP server from it that an agent uses, unless the object is
+    annotated `pallas.dev/force: "true"` (docs/operator.md, "In-use protection"). Deletions in a
+    namespace being deleted always pass."""
+
+
 class Probe(Values):
     enabled: bool = True
     """Define the probe."""
@@ -270,6 +278,8 @@ class ChartValues(Values):
     """Grafana dashboards."""
     pod_disruption_budget: PodDisruptionBudget = PodDisruptionBudget()
     """Voluntary disruptions of the operator pods."""
+    in_use_protection: InUseProtection = InUseProtection()
+    """PallasDeployments and what their agents use, kept from deletion while in use."""
 
     resources: dict[str, Any] = {
         "requests": {"cpu": "100m", "memory": "256Mi"},

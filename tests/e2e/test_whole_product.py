@@ -522,6 +522,10 @@ def own_team(
         yield team
     finally:
         world.kubectl("delete", "pallasagent", *team.agents, "--ignore-not-found", "--wait=false")
+        # Its status may still count the agents just deleted: the chart's in-use protection would
+        # refuse the deletion until the operator caught up.
+        force = ("annotate", "pallasdeployment", team.deployment, "pallas.dev/force=true", "--overwrite")
+        world.cluster.kubectl("-n", world.namespace, *force, check=False)
         world.kubectl("delete", "pallasdeployment", team.deployment, "--ignore-not-found", "--wait=false")
         world.kubectl("delete", "secret", team.secret, "--ignore-not-found", "--wait=false")
 

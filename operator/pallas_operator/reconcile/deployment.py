@@ -14,7 +14,7 @@ import logging
 from pydantic import ValidationError
 
 from pallas_api import conditions, names
-from pallas_api.render import with_default_telemetry
+from pallas_api.render import split_model, with_default_telemetry
 from pallas_api.spec import PallasDeploymentSpec
 from pallas_api.status import PallasDeploymentStatus
 from pallas_api.validation import describe
@@ -39,12 +39,14 @@ from pallas_operator.status import AgentSummary, DeploymentObservation, HostedSe
 log = logging.getLogger(__name__)
 
 
-def _summaries(op: Operator, record: OwnerRecord) -> tuple[AgentSummary, ...]:
+def _summaries(op: Operator, record: OwnerRecord, default_model: str) -> tuple[AgentSummary, ...]:
     agents = op.world.agents_of(record.namespace, record.name)
     return tuple(
         AgentSummary(
             ready=a.condition(conditions.READY) == "True",
             healthy=(a.status.get("health") or {}).get("status") == "ok",
+            providers=(split_model(str(a.spec.get("model") or default_model))[0],),
+            servers=tuple(str(s) for s in a.spec.get("servers") or ()),
         )
         for a in agents
     )
@@ -77,7 +79,7 @@ async def reconcile_deployment(op: Operator, namespace: str, name: str) -> float
     monitoring_enabled = spec.monitoring.service_monitor.enabled
     observation = DeploymentObservation(
         generation=record.generation,
-        agents=_summaries(op, record),
+        agents=_summaries(op, record, spec.model.default),
         registry_enabled=spec.registry.enabled,
         registry=registry,
         registry_url=names.registry_url(name, namespace, spec.registry.port),
@@ -86,6 +88,7 @@ async def reconcile_deployment(op: Operator, namespace: str, name: str) -> float
         auth_mode=spec.auth.mode,
         public_url_template=spec.registry.public_url_template,
         providers=tuple(spec.providers),
+        server_names=tuple(spec.mcp_servers),
         provider_report=report,
         servers=_servers(op, record, spec),
     )
@@ -137,7 +140,7 @@ async def _forget(op: Operator, namespace: str, name: str) -> None:
 def _invalid(op: Operator, record: OwnerRecord, exc: ValidationError) -> DeploymentObservation:
     return DeploymentObservation(
         generation=record.generation,
-        agents=_summaries(op, record),
+        agents=_summaries(op, record, default_model=""),
         registry_enabled=False,
         registry=None,
         registry_url=None,

@@ -8,7 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pallas_api import conditions as r
-from pallas_api.status import AgentCounts, PallasDeploymentStatus, ProviderCheckStatus, ProviderStatus
+from pallas_api.status import (
+    AgentCounts,
+    InUse,
+    PallasDeploymentStatus,
+    ProviderCheckStatus,
+    ProviderStatus,
+)
 from pallas_operator.status import conditions as c
 from pallas_operator.status.workload import Workload
 
@@ -19,6 +25,10 @@ class AgentSummary:
 
     ready: bool
     healthy: bool
+    providers: tuple[str, ...] = ()
+    """The providers its model names (its own `model`, else the deployment's default)."""
+    servers: tuple[str, ...] = ()
+    """Its `servers`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +84,8 @@ class DeploymentObservation:
     """The registry's last report (None: not read since this process started, or not due)."""
     servers: tuple[HostedServer, ...] = ()
     """The stdio servers of `spec.mcpServers`, in name order."""
+    server_names: tuple[str, ...] = ()
+    """The names of `spec.mcpServers`, of every kind."""
 
 
 def _registry(obs: DeploymentObservation) -> c.Verdict:
@@ -205,6 +217,18 @@ def providers_healthy(obs: DeploymentObservation, checked: list[ProviderStatus])
     return c.true(c.PROVIDERS_HEALTHY, r.PROVIDERS_OK, f"{len(checked)} providers checked by the registry")
 
 
+def in_use(obs: DeploymentObservation) -> InUse:
+    """The providers and servers of the spec some agent uses: what removing is refused for.
+
+    Names an agent uses that the spec lacks are left out: the admission policy compares this
+    with the new spec, and must not refuse an edit for something already gone.
+    """
+    return InUse(
+        providers=sorted({p for a in obs.agents for p in a.providers} & set(obs.providers)),
+        mcp_servers=sorted({s for a in obs.agents for s in a.servers} & set(obs.server_names)),
+    )
+
+
 def deployment_status(
     obs: DeploymentObservation, previous: PallasDeploymentStatus, now: str
 ) -> PallasDeploymentStatus:
@@ -221,6 +245,7 @@ def deployment_status(
                 [c.false(c.READY, r.INVALID_SPEC, obs.problem)], previous.conditions, obs.generation, now
             ),
             agents=counts,
+            in_use=in_use(obs),
         )
     registry = _registry(obs)
     monitoring = _monitoring(obs)
@@ -239,6 +264,7 @@ def deployment_status(
         observed_generation=obs.generation,
         conditions=c.stamp(verdicts, previous.conditions, obs.generation, now),
         agents=counts,
+        in_use=in_use(obs),
         registry_url=obs.registry_url if obs.registry_enabled else None,
         providers=providers,
     )

@@ -166,11 +166,30 @@ def test_defaults_make_the_operator_its_rbac_the_crds_and_the_metrics_service(re
             ("RoleBinding", f"{OPERATOR}-leader-election"),
             ("Service", f"{OPERATOR}-metrics"),
             ("ServiceAccount", OPERATOR),
+            ("ValidatingAdmissionPolicy", "pallas-in-use"),
+            ("ValidatingAdmissionPolicyBinding", "pallas-in-use"),
         ]
     )
+    cluster_scoped = (
+        "CustomResourceDefinition",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ValidatingAdmissionPolicy",
+    )
     for doc in docs:
-        if doc["kind"] not in ("CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"):
+        if doc["kind"] not in (*cluster_scoped, "ValidatingAdmissionPolicyBinding"):
             assert doc["metadata"]["namespace"] == NAMESPACE, doc["kind"]
+
+
+def test_in_use_protection_binds_where_the_operator_watches_and_can_be_left_out(render: Render) -> None:
+    (everywhere,) = [d for d in render() if d["kind"] == "ValidatingAdmissionPolicyBinding"]
+    assert "matchResources" not in everywhere["spec"]
+    (watched,) = [
+        d for d in render({"watchNamespaces": ["a", "b"]}) if d["kind"] == "ValidatingAdmissionPolicyBinding"
+    ]
+    (selector,) = watched["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+    assert selector == {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["a", "b"]}
+    assert not [d for d in render({"inUseProtection": {"enabled": False}}) if "Admission" in d["kind"]]
 
 
 def test_the_operator_runs_the_charts_image_on_all_namespaces_with_its_lease_here(render: Render) -> None:

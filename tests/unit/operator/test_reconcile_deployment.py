@@ -123,3 +123,45 @@ async def test_a_spec_the_operator_cannot_read_is_reported_and_nothing_is_applie
     ready = condition(cluster.statuses[-1][1], conditions.READY)
     assert (ready["status"], ready["reason"]) == ("False", conditions.INVALID_SPEC)
     assert "upgrade the CRDs" in ready["message"]
+
+
+async def test_the_status_lists_the_providers_and_servers_the_agents_use() -> None:
+    two_providers = at(
+        "spec.providers.spare",
+        {
+            "type": "openai",
+            "baseURL": "http://spare.llm.svc:8000/v1",
+            "apiKey": {"secretKeyRef": {"name": "llm", "key": "SPARE"}},
+        },
+    )
+    spare_server = at("spec.mcpServers.spare", {"url": "http://spare.tools.svc:8000/mcp"})
+    op, cluster = operator_with(
+        deployment("ouranos", two_providers, spare_server),
+        agent("research"),  # the default model's provider (vllm) and argos
+        agent("ghost", at("spec.servers", ["argos", "gone"])),  # a server the spec lacks is not listed
+    )
+
+    await reconcile_deployment(op, NS, "ouranos")
+
+    status = cluster.statuses[-1][1]
+    assert status["agents"]["total"] == 2
+    assert status["inUse"] == {"providers": ["vllm"], "mcpServers": ["argos"]}
+
+
+async def test_an_agent_on_another_providers_model_puts_that_provider_in_use() -> None:
+    spare = at(
+        "spec.providers.spare",
+        {
+            "type": "openai",
+            "baseURL": "http://spare.llm.svc:8000/v1",
+            "apiKey": {"secretKeyRef": {"name": "llm", "key": "SPARE"}},
+        },
+    )
+    op, cluster = operator_with(
+        deployment("ouranos", spare),
+        agent("research", at("spec.model", "spare.small"), at("spec.servers", [])),
+    )
+
+    await reconcile_deployment(op, NS, "ouranos")
+
+    assert cluster.statuses[-1][1]["inUse"] == {"providers": ["spare"], "mcpServers": []}
