@@ -72,14 +72,17 @@ def _used(cluster: LocalCluster, namespace: str, name: str, agents: int, **in_us
     )  # fmt: skip
 
 
+def _refused_deletion(cluster: LocalCluster, namespace: str, agents: int) -> str:
+    """Deployment `ouranos` used by `agents` agents, and the refusal of its deletion."""
+    kubectl_apply(cluster, deployment("ouranos", in_namespace(namespace)))
+    _used(cluster, namespace, "ouranos", agents, providers=["vllm"], mcpServers=["argos"])
+    return _refused(cluster, "delete", "pallasdeployment", "ouranos", "-n", namespace)
+
+
 def test_a_deployment_in_use_is_not_deleted_unless_forced(
     pallas_crds: LocalCluster, namespace: str, policy: str
 ) -> None:
-    ns = in_namespace(namespace)
-    kubectl_apply(pallas_crds, deployment("ouranos", ns))
-    _used(pallas_crds, namespace, "ouranos", 2, providers=["vllm"], mcpServers=["argos"])
-
-    message = _refused(pallas_crds, "delete", "pallasdeployment", "ouranos", "-n", namespace)
+    message = _refused_deletion(pallas_crds, namespace, agents=2)
     assert policy in message
     assert "PallasDeployment ouranos is used by 2 PallasAgents" in message
     assert "pallas.dev/force=true" in message
@@ -132,10 +135,7 @@ def test_what_agents_use_stays_in_the_spec_and_the_rest_may_go(
 def test_a_namespace_being_deleted_takes_its_deployments_in_use(
     pallas_crds: LocalCluster, namespace: str, policy: str
 ) -> None:
-    ns = in_namespace(namespace)
-    kubectl_apply(pallas_crds, deployment("ouranos", ns))
-    _used(pallas_crds, namespace, "ouranos", 3, providers=["vllm"], mcpServers=["argos"])
-    _refused(pallas_crds, "delete", "pallasdeployment", "ouranos", "-n", namespace)
+    _refused_deletion(pallas_crds, namespace, agents=3)
 
     pallas_crds.kubectl("delete", "namespace", namespace, "--wait=false")
 

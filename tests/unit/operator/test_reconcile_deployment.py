@@ -11,6 +11,14 @@ NS = "default"
 REGISTRY = names.registry_name("ouranos")
 BINDING = names.auth_delegation_binding(NS, "ouranos")
 KUBERNETES_AUTH = at("spec.auth", {"mode": "kubernetes"})
+SPARE_PROVIDER = at(
+    "spec.providers.spare",
+    {
+        "type": "openai",
+        "baseURL": "http://spare.llm.svc:8000/v1",
+        "apiKey": {"secretKeyRef": {"name": "llm", "key": "SPARE"}},
+    },
+)
 
 
 async def test_a_deployment_gets_its_registry_owned_and_a_status() -> None:
@@ -126,14 +134,7 @@ async def test_a_spec_the_operator_cannot_read_is_reported_and_nothing_is_applie
 
 
 async def test_the_status_lists_the_providers_and_servers_the_agents_use() -> None:
-    two_providers = at(
-        "spec.providers.spare",
-        {
-            "type": "openai",
-            "baseURL": "http://spare.llm.svc:8000/v1",
-            "apiKey": {"secretKeyRef": {"name": "llm", "key": "SPARE"}},
-        },
-    )
+    two_providers = SPARE_PROVIDER
     spare_server = at("spec.mcpServers.spare", {"url": "http://spare.tools.svc:8000/mcp"})
     op, cluster = operator_with(
         deployment("ouranos", two_providers, spare_server),
@@ -149,14 +150,7 @@ async def test_the_status_lists_the_providers_and_servers_the_agents_use() -> No
 
 
 async def test_an_agent_on_another_providers_model_puts_that_provider_in_use() -> None:
-    spare = at(
-        "spec.providers.spare",
-        {
-            "type": "openai",
-            "baseURL": "http://spare.llm.svc:8000/v1",
-            "apiKey": {"secretKeyRef": {"name": "llm", "key": "SPARE"}},
-        },
-    )
+    spare = SPARE_PROVIDER
     op, cluster = operator_with(
         deployment("ouranos", spare),
         agent("research", at("spec.model", "spare.small"), at("spec.servers", [])),
