@@ -7,6 +7,8 @@ Routes (docs/registry.md has the details):
 - `GET /v0.1/servers/{serverName}/versions` and `.../versions/{version}` (`latest` or exact);
   the name is URL-encoded (`%2F`), a literal `/` works too.
 - `GET /a2a/agent-cards` — the A2A Agent Cards of the agents, read from them (`agent_cards.py`).
+- `/mcp` — the fleet as one MCP server (`fleet.py`): discovery and health tools, and one tool
+  per agent relaying a message to it.
 - `GET /healthz` (200 while the process runs, with the LLM provider checks: `providers.py`),
   `/readyz` (503 until the source's first full list), `/metrics`.
 
@@ -31,7 +33,8 @@ from starlette.routing import Route
 
 from pallas_registry.agent_cards import AgentCards
 from pallas_registry.catalogue import encode
-from pallas_registry.guard import SERVERS, WELL_KNOWN, Guard
+from pallas_registry.fleet import Fleet
+from pallas_registry.guard import FLEET, SERVERS, WELL_KNOWN, Guard
 from pallas_registry.metrics import CONTENT_TYPE, RegistryMetrics
 from pallas_registry.providers import ProviderChecks
 from pallas_registry.query import SERVER_NAME, BadParameter, Query, page, parse_query, select
@@ -152,11 +155,7 @@ class _Handlers:
     async def healthz(self, request: Request) -> Response:
         # Always 200 (a liveness probe: restarting fixes no provider), with the provider checks
         # as the original's /healthz had them; `degraded` when one failed.
-        results = self.checks.results
-        status = "ok" if all(r.ok for r in results) else "degraded"
-        return Response(
-            encode({"status": status, "providers": [r.report() for r in results]}), media_type=JSON
-        )
+        return Response(encode(self.checks.health()), media_type=JSON)
 
     async def readyz(self, request: Request) -> Response:
         if self.source.ready:
@@ -210,6 +209,8 @@ def build_app(
     checks = providers or ProviderChecks(source.provider_targets)
     metrics.watch_providers(checks)
     handlers = _Handlers(source, metrics, ResponseCache(cache_size), checks)
+    fleet = Fleet(source, checks)
+    fleet_app = fleet.mcp.http_app(path=FLEET, host_origin_protection="auto")
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -218,13 +219,16 @@ def build_app(
             if start_source
             else []
         )
+        tasks.append(asyncio.create_task(fleet.watch()))
         try:
-            yield
+            async with fleet_app.router.lifespan_context(fleet_app):
+                yield
         finally:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await handlers.cards.aclose()
+            await fleet.aclose()
 
     routes = [
         Route(WELL_KNOWN, handlers.well_known, methods=["GET"]),
@@ -234,6 +238,8 @@ def build_app(
         Route("/healthz", handlers.healthz, methods=["GET"]),
         Route("/readyz", handlers.readyz, methods=["GET"]),
         Route("/metrics", handlers.metrics_text, methods=["GET"]),
+        # The fleet's MCP app as it is (its own middleware and routes): it answers at FLEET only.
+        Route(FLEET, fleet_app),
     ]
     app = Starlette(
         routes=routes,

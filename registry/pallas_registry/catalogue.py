@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from pallas_registry.builder import InvalidAgent, build_response
+from pallas_registry.naming import cluster_url
 from pallas_registry.schema import OFFICIAL_META
 from pallas_registry.state import AgentState, utcnow
 
@@ -49,6 +50,9 @@ class Entry:
     updated: datetime | None
     document: dict[str, Any]
     body: bytes
+    endpoint: str = ""
+    """Where the registry itself reaches the agent's MCP endpoint (`status.url`, else cluster
+    DNS): the fleet relays there, whatever public URL clients are given."""
 
     @classmethod
     def build(cls, state: AgentState) -> Entry:
@@ -70,6 +74,7 @@ class Entry:
             updated=state.updated_at or state.published_at,
             document=document,
             body=encode(document),
+            endpoint=state.url or cluster_url(state),
         )
 
 

@@ -22,6 +22,7 @@ MAX_PATH = 2048
 MAX_QUERY = 4096
 WELL_KNOWN = "/.well-known/mcp/server.json"
 SERVERS = "/v0.1/servers"
+FLEET = "/mcp"
 _FIXED_ROUTES = {
     WELL_KNOWN: "well_known",
     SERVERS: "servers",
@@ -29,6 +30,7 @@ _FIXED_ROUTES = {
     "/healthz": "healthz",
     "/readyz": "readyz",
     "/metrics": "metrics",
+    FLEET: "fleet",
 }
 
 

@@ -155,6 +155,12 @@ class ProviderChecks:
         """The last result of every current target, by deployment and name."""
         return [self._results[key] for key in sorted(self._results)]
 
+    def health(self) -> dict[str, Any]:
+        """`/healthz`'s body: `degraded` when a check failed, with every provider's last result."""
+        results = self.results
+        status = "ok" if all(r.ok for r in results) else "degraded"
+        return {"status": status, "providers": [r.report() for r in results]}
+
     def _due(self, target: ProviderTarget, now: float) -> bool:
         last = self._results.get(target.ident)
         if last is None or last.target != target:

@@ -12,10 +12,14 @@ import base64
 import binascii
 import json
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import mcp_types
 
 from pallas_runtime.messages import ContentPart, ImagePart, TextPart
+
+if TYPE_CHECKING:
+    from pallas_runtime.downstream.source import ToolOutcome
 
 McpContent = (
     mcp_types.TextContent
@@ -107,3 +111,20 @@ def text_of(parts: Sequence[ContentPart], *, image_note: bool = True) -> str:
         elif image_note:
             out.append(f"[image {part.mime_type}]")
     return "\n".join(out)
+
+
+def outcome_blocks(outcome: ToolOutcome) -> list[Any]:
+    """A call's result for an MCP client: the server's own blocks where it gave them, its texts as kept.
+
+    Text blocks are the parts the runtime keeps (scrubbed, cut to size); other blocks (audio,
+    resources, links) go on as the server gave them. The agent's gateway and the fleet use it.
+    """
+    blocks = outcome.blocks or (None,) * len(outcome.content)
+    return [
+        block
+        if block is not None and not isinstance(block, mcp_types.TextContent)
+        else mcp_types.TextContent(type="text", text=p.text)
+        if isinstance(p, TextPart)
+        else mcp_types.ImageContent(type="image", data=p.data, mime_type=p.mime_type)
+        for p, block in zip(outcome.content, blocks, strict=True)
+    ]

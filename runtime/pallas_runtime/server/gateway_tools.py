@@ -17,7 +17,7 @@ from typing import Any
 
 from fastmcp import Context, FastMCP
 from fastmcp.tools import Tool, ToolResult
-from mcp_types import ImageContent, TextContent, ToolAnnotations
+from mcp_types import ToolAnnotations
 
 from pallas_api.errors import ErrorCode
 from pallas_runtime.agent import gateway
@@ -29,7 +29,7 @@ from pallas_runtime.approval.question import NO_CHANNEL
 from pallas_runtime.conversations.caller import current_caller
 from pallas_runtime.conversations.scope import conversation_key
 from pallas_runtime.downstream.call_path import CallPath, CallRefused
-from pallas_runtime.downstream.source import ToolOutcome
+from pallas_runtime.downstream.content import outcome_blocks
 from pallas_runtime.edge.credential import forwarded_credential
 from pallas_runtime.inflight import InFlight
 from pallas_runtime.messages import TextPart
@@ -37,19 +37,6 @@ from pallas_runtime.server.request import progress_sender, request_meta, session
 from pallas_runtime.server.tool_errors import CodedToolError, error_result
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True)
-
-
-def _content(outcome: ToolOutcome) -> list[Any]:
-    """The server's own blocks where it gave them, its texts as the agent keeps them."""
-    blocks = outcome.blocks or (None,) * len(outcome.content)
-    return [
-        block
-        if block is not None and not isinstance(block, TextContent)
-        else TextContent(type="text", text=p.text)
-        if isinstance(p, TextPart)
-        else ImageContent(type="image", data=p.data, mime_type=p.mime_type)
-        for p, block in zip(outcome.content, blocks, strict=True)
-    ]
 
 
 class GatewayTools:
@@ -158,5 +145,5 @@ class GatewayTools:
             first = outcome.content[0]
             return error_result(outcome.code, first.text if isinstance(first, TextPart) else "")
         return ToolResult(
-            content=_content(outcome), structured_content=outcome.structured, is_error=outcome.is_error
+            content=outcome_blocks(outcome), structured_content=outcome.structured, is_error=outcome.is_error
         )

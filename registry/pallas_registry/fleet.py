@@ -1,0 +1,211 @@
+"""The fleet as one MCP server: the registry serves its agents as tools at `/mcp` (docs/api.md §4.1).
+
+A client that adds the registry's `/mcp` reaches every agent of the catalogue without reading the
+HTTP catalogue or connecting to each agent:
+
+- `list_agents(capability, ready, search)`: the catalogue's facts about each agent, filtered as
+  `/v0.1/servers` filters (`query.parse_query`, the same rules and errors).
+- `get_agent_health(agent)`: one agent's phase, readiness and last health report.
+- `registry_health()`: whether the catalogue is loaded and current, and the provider checks.
+- `<agent>` for every agent listed (deleted ones aside): sends `message` to that agent's
+  `send_message` at the address the registry itself reaches it (`Entry.endpoint`: cluster DNS,
+  the loopback URL under `pallas run`), with the caller's `Authorization`. The relay is the one a
+  calling agent uses for its peers (`downstream.peer_agent.PeerAgentSource`): the agent's progress
+  notifications come back as this call's progress, its approval questions go to this call's
+  client (elicitation), its result comes back as it was given (coded errors included), and a
+  cancelled call closes the agent's request.
+
+The agent tools follow the catalogue: they are brought in line before every `tools/list` and
+`tools/call`, and a watcher does the same every `watch_interval` seconds and sends
+`notifications/tools/list_changed` to every session that listed tools when the set changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import anyio
+from fastmcp import Context, FastMCP
+from fastmcp.server.dependencies import get_http_headers
+from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
+from fastmcp.tools import Tool, ToolResult
+from mcp.server.session import ServerSession
+from mcp_types import ListToolsRequest, ToolAnnotations
+
+from pallas_api.config import PeerAgent
+from pallas_api.errors import ErrorCode
+from pallas_registry.fleet_facts import FleetFacts, agent_name
+from pallas_registry.providers import ProviderChecks
+from pallas_registry.source import CatalogueSource
+from pallas_runtime.approval.elicit import caller_approver
+from pallas_runtime.approval.question import NO_CHANNEL
+from pallas_runtime.downstream.content import outcome_blocks
+from pallas_runtime.downstream.peer_agent import SEND_MESSAGE, PeerAgentSource
+from pallas_runtime.downstream.source import DownstreamError, Onward
+from pallas_runtime.server.tool_errors import CodedErrors, error_result
+
+log = logging.getLogger("pallas.registry.fleet")
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True)
+FIXED_TOOLS = frozenset({"list_agents", "get_agent_health", "registry_health"})
+PROBE_TIMEOUT = 5.0
+INSTRUCTIONS = (
+    "The agents of a Pallas deployment. Call an agent's tool (named after the agent) with a "
+    "message to talk to it; list_agents finds agents by capability, readiness or text, "
+    "get_agent_health and registry_health say what is up."
+)
+
+
+def _wants_progress(ctx: Context) -> bool:
+    """The caller sent a progress token: the agent is then asked to stream (else it is not)."""
+    meta = ctx.request_context.meta if ctx.request_context is not None else None
+    return isinstance(meta, Mapping) and meta.get("progressToken") is not None
+
+
+class _Subscribers(Middleware):
+    """Brings the agent tools in line before a request, and remembers sessions that listed tools."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self._fleet = fleet
+
+    async def on_list_tools(
+        self, context: MiddlewareContext[ListToolsRequest], call_next: CallNext[ListToolsRequest, Any]
+    ) -> Any:
+        await self._fleet.sync()
+        ctx = context.fastmcp_context
+        if ctx is not None:
+            with contextlib.suppress(RuntimeError):  # no session: nothing to notify later
+                self._fleet.subscribe(ctx.session)
+        return await call_next(context)
+
+    async def on_call_tool(self, context: MiddlewareContext[Any], call_next: CallNext[Any, Any]) -> Any:
+        await self._fleet.sync()
+        return await call_next(context)
+
+
+class Fleet:
+    """The fleet MCP server over a catalogue source; `mcp` is its FastMCP instance."""
+
+    def __init__(
+        self, source: CatalogueSource, checks: ProviderChecks, *, watch_interval: float = 0.5
+    ) -> None:
+        """Serve the agents of `source`; `checks` are the provider checks `registry_health` reports."""
+        self._facts = FleetFacts(source, checks)
+        self._source = source
+        self._watch_interval = watch_interval
+        self._peers: dict[str, PeerAgentSource] = {}
+        self._offered: dict[str, tuple[str, str]] = {}
+        """Agent tool name → (description, endpoint) as offered now."""
+        self._synced_version = -1
+        self._sessions: weakref.WeakSet[ServerSession] = weakref.WeakSet()
+        self._lock = asyncio.Lock()
+        self.mcp = FastMCP(
+            "pallas-fleet",
+            instructions=INSTRUCTIONS,
+            middleware=[_Subscribers(self), CodedErrors()],
+            mask_error_details=True,
+        )
+        facts = self._facts
+        for function, description in (
+            (facts.list_agents, "The agents of the fleet: name, title, description, capabilities, "
+             "readiness, phase, model and health. Filters: capability (a tag), ready (only ready "
+             "agents), search (part of the name or title)."),
+            (facts.get_agent_health, "One agent's phase, readiness and last health report."),
+            (facts.registry_health, "The registry's own health: catalogue loaded and current, "
+             "agents by readiness, and the LLM provider checks."),
+        ):  # fmt: skip
+            self.mcp.add_tool(
+                Tool.from_function(
+                    function,
+                    description=description,
+                    output_schema=None,
+                    annotations=READ_ONLY,
+                )
+            )
+
+    def subscribe(self, session: ServerSession) -> None:
+        """Notify `session` of changes to the tool list from now on (for as long as it lives)."""
+        self._sessions.add(session)
+
+    async def sync(self) -> bool:
+        """Offer one tool per agent of the catalogue now; whether the tool list changed."""
+        catalogue = self._source.store.snapshot()
+        if catalogue.version == self._synced_version:
+            return False
+        async with self._lock:
+            if catalogue.version == self._synced_version:
+                return False
+            wanted = {
+                agent_name(entry): (entry.document["server"].get("description", ""), entry.endpoint)
+                for entry in catalogue.entries
+                if entry.status != "deleted" and agent_name(entry) not in FIXED_TOOLS
+            }
+            changed = wanted != self._offered
+            for name in [n for n in self._offered if wanted.get(n) != self._offered[n]]:
+                self.mcp.local_provider.remove_tool(name)
+                peer = self._peers.pop(name, None)
+                if peer is not None:
+                    await peer.aclose()
+            for name, (description, _) in wanted.items():
+                if self._offered.get(name) != wanted[name]:
+                    self.mcp.add_tool(self._agent_tool(name, description))
+            self._offered = wanted
+            self._synced_version = catalogue.version
+            return changed
+
+    def _agent_tool(self, name: str, description: str) -> Tool:
+        async def relay(message: str, ctx: Context) -> ToolResult:
+            return await self._relay(name, message, ctx)
+
+        return Tool.from_function(relay, name=name, description=description or name, output_schema=None)
+
+    def _peer(self, name: str) -> PeerAgentSource:
+        peer = self._peers.get(name)
+        if peer is None:
+            endpoint = self._offered[name][1]
+            peer = PeerAgentSource(PeerAgent(name=name, url=endpoint), probe_timeout=PROBE_TIMEOUT)
+            self._peers[name] = peer
+        return peer
+
+    async def _relay(self, name: str, message: str, ctx: Context) -> ToolResult:
+        if name not in self._offered:
+            return error_result(ErrorCode.NOT_FOUND, f"agent {name} is no longer in the fleet")
+        onward = Onward(
+            credential=get_http_headers(include={"authorization"}).get("authorization"),
+            on_progress=ctx.report_progress if _wants_progress(ctx) else None,
+            approver=caller_approver(ctx) or NO_CHANNEL,
+        )
+        try:
+            outcome = await self._peer(name).call_tool(SEND_MESSAGE, {"message": message}, onward)
+        except DownstreamError as exc:
+            return error_result(exc.code, str(exc))
+        return ToolResult(
+            content=outcome_blocks(outcome), structured_content=outcome.structured, is_error=outcome.is_error
+        )
+
+    async def _notify(self, sessions: Sequence[ServerSession]) -> None:
+        for session in sessions:
+            try:
+                await session.send_tool_list_changed()
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError, RuntimeError) as exc:
+                # A session whose connection has gone: forget it.
+                log.debug("fleet: could not notify a session: %s", exc)
+                self._sessions.discard(session)
+
+    async def watch(self) -> None:
+        """Keep the agent tools in line with the catalogue and tell subscribers; until cancelled."""
+        while True:
+            if await self.sync():
+                await self._notify(list(self._sessions))
+            await asyncio.sleep(self._watch_interval)
+
+    async def aclose(self) -> None:
+        """Close the connections to the agents."""
+        peers, self._peers = list(self._peers.values()), {}
+        for peer in peers:
+            await peer.aclose()

@@ -1,0 +1,113 @@
+"""The fleet endpoint: the registry of `pallas run` serves its agents as one MCP server at `/mcp`.
+
+`pallas run` hosts two agents (boss, worker) on the scripted fake OpenAI server and the registry
+on the base port; fastmcp's own Client talks to the registry's `/mcp` in both of its modes (the
+default, which negotiates, and `legacy`, the initialize handshake).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+import yaml
+from fastmcp import Client
+from fastmcp.exceptions import ToolError
+
+from tests.integration.runtime.test_run_command import manifests, pallas_run
+from tests.integration.runtime.test_streaming import Progress
+from tests.support.fake_llm import FakeOpenAI, Text
+from tests.support.mcp_peers import free_ports
+
+MODES = [pytest.param({}, id="default"), pytest.param({"mode": "legacy"}, id="legacy")]
+WORKER_SAYS = "Six times seven is forty-two."
+
+
+def fleet_manifests(llm: FakeOpenAI) -> list[dict[str, Any]]:
+    """boss and worker; the worker says what it does and declares a capability."""
+    docs = manifests(llm)
+    for doc in docs:
+        if doc["kind"] == "PallasAgent" and doc["metadata"]["name"] == "worker":
+            doc["spec"] |= {"description": "Does arithmetic for the team", "capabilities": ["math"]}
+    return docs
+
+
+async def registry_up(base: int) -> None:
+    """Wait for the registry's port to answer (`pallas run` waits for its agents only)."""
+    async with asyncio.timeout(30), httpx2.AsyncClient() as http:
+        while True:
+            with contextlib.suppress(httpx2.HTTPError):
+                if (await http.get(f"http://127.0.0.1:{base}/readyz")).status_code == 200:
+                    return
+            await asyncio.sleep(0.05)
+
+
+async def ready_agents(client: Client[Any], count: int) -> list[dict[str, Any]]:
+    """`list_agents(ready=true)` once `count` agents are ready (the registry polls them)."""
+    async with asyncio.timeout(30):
+        while True:
+            result = await client.call_tool("list_agents", {"ready": True}, raise_on_error=False)
+            if not result.is_error:  # else: not loaded yet
+                agents = json.loads(result.content[0].text)
+                if len(agents) == count:
+                    return agents
+            await asyncio.sleep(0.2)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_the_fleet_lists_reports_and_relays_to_its_agents(
+    fake_openai: FakeOpenAI, tmp_path: Path, mode: dict[str, Any]
+) -> None:
+    fake_openai.default = lambda request: Text(
+        WORKER_SAYS if request["messages"][0]["content"] == "worker" else "boss here"
+    )
+    path = tmp_path / "agents.yaml"
+    path.write_text(yaml.safe_dump_all(fleet_manifests(fake_openai)))
+    base = free_ports(3)
+    async with pallas_run(path, base):
+        await registry_up(base)
+        async with Client(f"http://127.0.0.1:{base}/mcp", **mode) as fleet:
+            await _check_fleet(fleet, base, fake_openai)
+
+
+async def _check_fleet(fleet: Client[Any], base: int, fake_openai: FakeOpenAI) -> None:
+    agents = await ready_agents(fleet, 2)
+    assert [a["name"] for a in agents] == ["boss", "worker"]
+    worker = agents[1]
+    assert worker["description"] == "Does arithmetic for the team"
+    assert worker["capabilities"] == ["math"]
+    assert worker["url"] == f"http://127.0.0.1:{base + 2}/mcp"
+    assert (worker["status"], worker["phase"], worker["health"]["status"]) == ("ready", "Ready", "ok")
+
+    math = await fleet.call_tool("list_agents", {"capability": "math"})
+    assert [a["name"] for a in json.loads(math.content[0].text)] == ["worker"]
+    found = await fleet.call_tool("list_agents", {"search": "BOS"})
+    assert [a["name"] for a in json.loads(found.content[0].text)] == ["boss"]
+    with pytest.raises(ToolError, match="capability"):
+        await fleet.call_tool("list_agents", {"capability": "not a tag!"})
+
+    tools = {tool.name: tool for tool in await fleet.list_tools()}
+    assert set(tools) == {"list_agents", "get_agent_health", "registry_health", "boss", "worker"}
+    assert tools["worker"].description == "Does arithmetic for the team"
+    assert tools["worker"].input_schema["required"] == ["message"]
+
+    health = json.loads((await fleet.call_tool("get_agent_health", {"agent": "worker"})).content[0].text)
+    assert (health["name"], health["ready"], health["health"]["status"]) == ("worker", True, "ok")
+    with pytest.raises(ToolError, match="no agent 'nobody'"):
+        await fleet.call_tool("get_agent_health", {"agent": "nobody"})
+    registry = json.loads((await fleet.call_tool("registry_health", {})).content[0].text)
+    assert registry["catalogue"] == {"loaded": True, "connected": True, "agents": 2, "ready": 2}
+    assert registry["status"] in ("ok", "degraded")
+
+    progress = Progress()
+    answer = await fleet.call_tool("worker", {"message": "what is 6*7?"}, progress_handler=progress)
+    assert answer.content[0].text == WORKER_SAYS
+    assert not answer.is_error
+    # The agent streamed its answer as progress; the fleet relayed it, word by word.
+    assert progress.text("worker text: ") == WORKER_SAYS, progress.messages
+    assert fake_openai.completions[-1].json["messages"][-1] == {"role": "user", "content": "what is 6*7?"}
