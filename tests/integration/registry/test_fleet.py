@@ -8,18 +8,16 @@ default, which negotiates, and `legacy`, the initialize handshake).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import pytest
 import yaml
 from fastmcp import Client
 from fastmcp.exceptions import ToolError
 
-from tests.integration.runtime.test_run_command import manifests, pallas_run
+from tests.integration.runtime.test_run_command import manifests, pallas_run, registry_up
 from tests.integration.runtime.test_streaming import Progress
 from tests.support.fake_llm import FakeOpenAI, Text
 from tests.support.mcp_peers import free_ports
@@ -35,16 +33,6 @@ def fleet_manifests(llm: FakeOpenAI) -> list[dict[str, Any]]:
         if doc["kind"] == "PallasAgent" and doc["metadata"]["name"] == "worker":
             doc["spec"] |= {"description": "Does arithmetic for the team", "capabilities": ["math"]}
     return docs
-
-
-async def registry_up(base: int) -> None:
-    """Wait for the registry's port to answer (`pallas run` waits for its agents only)."""
-    async with asyncio.timeout(30), httpx2.AsyncClient() as http:
-        while True:
-            with contextlib.suppress(httpx2.HTTPError):
-                if (await http.get(f"http://127.0.0.1:{base}/readyz")).status_code == 200:
-                    return
-            await asyncio.sleep(0.05)
 
 
 async def ready_agents(client: Client[Any], count: int) -> list[dict[str, Any]]:

@@ -276,6 +276,16 @@ async def agent_status(base: int, agent: str, wanted: str) -> bool:
     return False
 
 
+async def registry_up(base: int) -> None:
+    """Wait for the registry's port to answer (`pallas run` waits for its agents only)."""
+    async with asyncio.timeout(30), httpx2.AsyncClient() as http:
+        while True:
+            with contextlib.suppress(httpx2.HTTPError):
+                if (await http.get(f"http://127.0.0.1:{base}/readyz")).status_code == 200:
+                    return
+            await asyncio.sleep(0.05)
+
+
 async def registry_listing(base: int) -> dict[str, str]:
     """Agent name -> URL from the registry on the base port, once it lists both as active."""
     async with httpx2.AsyncClient() as http:
