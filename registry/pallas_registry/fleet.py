@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -102,7 +101,8 @@ class Fleet:
         self._offered: dict[str, tuple[str, str]] = {}
         """Agent tool name → (description, endpoint) as offered now."""
         self._synced_version = -1
-        self._sessions: weakref.WeakSet[ServerSession] = weakref.WeakSet()
+        self._subscribers: dict[object, ServerSession] = {}
+        """The sessions told of tool list changes, by MCP connection (a session object is per request)."""
         self._lock = asyncio.Lock()
         self.mcp = FastMCP(
             "pallas-fleet",
@@ -129,11 +129,22 @@ class Fleet:
             )
 
     def subscribe(self, session: ServerSession) -> None:
-        """Notify `session` of changes to the tool list from now on (for as long as it lives)."""
-        self._sessions.add(session)
+        """Notify `session`'s connection of changes to the tool list from now on, while it lasts.
+
+        A sessionless (2026-07-28) request has no connection to tell later: it is not kept.
+        """
+        connection = getattr(session, "_connection", None)
+        if connection is None or connection in self._subscribers:
+            return
+        self._subscribers[connection] = session
+
+        async def ended() -> None:
+            self._subscribers.pop(connection, None)
+
+        connection.exit_stack.push_async_callback(ended)
 
     async def sync(self) -> bool:
-        """Offer one tool per agent of the catalogue now; whether the tool list changed."""
+        """Offer one tool per agent of the catalogue now; whether the tool list changed (then say so)."""
         catalogue = self._source.store.snapshot()
         if catalogue.version == self._synced_version:
             return False
@@ -156,7 +167,9 @@ class Fleet:
                     self.mcp.add_tool(self._agent_tool(name, description))
             self._offered = wanted
             self._synced_version = catalogue.version
-            return changed
+        if changed:
+            await self._notify(list(self._subscribers.values()))
+        return changed
 
     def _agent_tool(self, name: str, description: str) -> Tool:
         async def relay(message: str, ctx: Context) -> ToolResult:
@@ -193,15 +206,13 @@ class Fleet:
             try:
                 await session.send_tool_list_changed()
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, RuntimeError) as exc:
-                # A session whose connection has gone: forget it.
+                # Its connection is going: its exit callback forgets it.
                 log.debug("fleet: could not notify a session: %s", exc)
-                self._sessions.discard(session)
 
     async def watch(self) -> None:
         """Keep the agent tools in line with the catalogue and tell subscribers; until cancelled."""
         while True:
-            if await self.sync():
-                await self._notify(list(self._sessions))
+            await self.sync()
             await asyncio.sleep(self._watch_interval)
 
     async def aclose(self) -> None:

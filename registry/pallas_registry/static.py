@@ -1,9 +1,10 @@
 """The static source for `pallas run -f`: local agents, with live health from their `get_health`.
 
-The agents are fixed (from the manifests); what changes is their state, polled over MCP: every
-`poll_interval` seconds each agent is asked for `tools/list` and `get_health` (in parallel,
-bounded by `probe_timeout`), at `startup_interval` while some agent has not answered yet so the
-catalogue fills as soon as agents come up. Phases: `Pending` until the first answer, then
+The agents come from the manifests (`update` swaps in a new list on `pallas run --reload`); what
+changes between reloads is their state, polled over MCP: every `poll_interval` seconds each agent
+is asked for `tools/list` and `get_health` (in parallel, bounded by `probe_timeout`), at
+`startup_interval` while some agent has not answered yet so the catalogue fills as soon as agents
+come up. Phases: `Pending` until the first answer, then
 `Ready` (ok), `Degraded` (degraded: still usable; error: not), `Failed` when it stops answering.
 
 Remotes are the loopback URLs given; the deployment's `publicURLTemplate` is for clusters and is
@@ -191,18 +192,35 @@ class StaticSource(CatalogueSource):
             openai_base_url: `$OPENAI_BASE_URL`, the endpoint of openai providers without one.
         """
         super().__init__(store)
-        now = utcnow()
-        self.agents = list(agents)
-        self._states = {
-            a.name: replace(base_state(a, registry_url), published_at=now, updated_at=now)
-            for a in self.agents
-        }
+        self.agents: list[LocalAgent] = []
+        self._states: dict[str, AgentState] = {}
+        self._registry_url = registry_url
+        self._openai_base_url = openai_base_url
         self._poll_interval = poll_interval
         self._startup_interval = startup_interval
         self._probe_timeout = probe_timeout
         self._headers = dict(headers or {})
         self._answered: set[str] = set()
-        self._providers = _local_targets(self.agents, provider_keys or {}, openai_base_url)
+        self._providers: list[ProviderTarget] = []
+        self.update(agents, provider_keys or {})
+
+    def update(self, agents: Sequence[LocalAgent], provider_keys: Mapping[tuple[str, str, str], str]) -> None:
+        """Serve `agents` from now on (`pallas run --reload`): new ones Pending, gone ones removed.
+
+        An agent whose manifests and URL are unchanged keeps its state (no flap to Pending), so a
+        reload that adds one agent changes only that agent's entry.
+        """
+        now = utcnow()
+        before = {a.name: a for a in self.agents}
+        self._states = {
+            a.name: self._states[a.name]
+            if before.get(a.name) == a
+            else replace(base_state(a, self._registry_url), published_at=now, updated_at=now)
+            for a in agents
+        }
+        self.agents = list(agents)
+        self._answered &= {a.name for a in self.agents if before.get(a.name) == a}
+        self._providers = _local_targets(self.agents, provider_keys, self._openai_base_url)
         self.store.replace(self._states.values())
 
     def provider_targets(self) -> list[ProviderTarget]:
@@ -211,11 +229,14 @@ class StaticSource(CatalogueSource):
 
     async def refresh(self) -> None:
         """Probe every agent once and publish what was found."""
+        agents = self.agents
         observations = await asyncio.gather(
-            *(probe_agent(a.url, self._probe_timeout, self._headers) for a in self.agents)
+            *(probe_agent(a.url, self._probe_timeout, self._headers) for a in agents)
         )
+        if agents is not self.agents:
+            return  # updated meanwhile: what was probed is not what is served; the next poll is
         now = utcnow()
-        for agent, seen in zip(self.agents, observations, strict=True):
+        for agent, seen in zip(agents, observations, strict=True):
             if seen.reachable:
                 self._answered.add(agent.name)
             state = observed_state(self._states[agent.name], seen, now)

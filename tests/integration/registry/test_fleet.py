@@ -12,12 +12,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+import mcp_types
 import pytest
 import yaml
 from fastmcp import Client
+from fastmcp.client.messages import MessageHandler
 from fastmcp.exceptions import ToolError
 
 from tests.integration.runtime.test_run_command import manifests, pallas_run, registry_up
+from tests.integration.runtime.test_run_reload import pallas_run_reload
 from tests.integration.runtime.test_streaming import Progress
 from tests.support.fake_llm import FakeOpenAI, Text
 from tests.support.mcp_peers import free_ports
@@ -33,6 +36,13 @@ def fleet_manifests(llm: FakeOpenAI) -> list[dict[str, Any]]:
         if doc["kind"] == "PallasAgent" and doc["metadata"]["name"] == "worker":
             doc["spec"] |= {"description": "Does arithmetic for the team", "capabilities": ["math"]}
     return docs
+
+
+def manifest_file(directory: Path, docs: list[dict[str, Any]]) -> Path:
+    """`docs` written to `agents.yaml` in `directory`."""
+    path = directory / "agents.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    return path
 
 
 async def ready_agents(client: Client[Any], count: int) -> list[dict[str, Any]]:
@@ -54,8 +64,7 @@ async def test_the_fleet_lists_reports_and_relays_to_its_agents(
     fake_openai.default = lambda request: Text(
         WORKER_SAYS if request["messages"][0]["content"] == "worker" else "boss here"
     )
-    path = tmp_path / "agents.yaml"
-    path.write_text(yaml.safe_dump_all(fleet_manifests(fake_openai)))
+    path = manifest_file(tmp_path, fleet_manifests(fake_openai))
     base = free_ports(3)
     async with pallas_run(path, base):
         await registry_up(base)
@@ -99,3 +108,39 @@ async def _check_fleet(fleet: Client[Any], base: int, fake_openai: FakeOpenAI) -
     # The agent streamed its answer as progress; the fleet relayed it, word by word.
     assert progress.text("worker text: ") == WORKER_SAYS, progress.messages
     assert fake_openai.completions[-1].json["messages"][-1] == {"role": "user", "content": "what is 6*7?"}
+
+
+class ToolsChanged(MessageHandler):
+    """Counts `notifications/tools/list_changed`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = asyncio.Event()
+
+    async def on_tool_list_changed(self, message: mcp_types.ToolListChangedNotification) -> None:
+        self.seen.set()
+
+
+async def test_an_agent_added_by_reload_is_announced_to_fleet_sessions(
+    fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    fake_openai.default = lambda request: Text(f"{request['messages'][0]['content']} here")
+    docs = fleet_manifests(fake_openai)
+    path = manifest_file(tmp_path, docs)
+    changed, base = ToolsChanged(), free_ports(4)
+    async with pallas_run_reload(path, base) as run:
+        await registry_up(base)
+        async with Client(f"http://127.0.0.1:{base}/mcp", mode="legacy", message_handler=changed) as fleet:
+            await ready_agents(fleet, 2)
+            assert {t.name for t in await fleet.list_tools()} >= {"boss", "worker"}
+            helper = {**docs[-1], "metadata": {"name": "helper"}}
+            helper["spec"] = {**helper["spec"], "instruction": "helper", "description": "Helps out"}
+            path.write_text(yaml.safe_dump_all([*docs, helper]))
+            assert await run.line("out", "reloaded:") == "reloaded: started helper; unchanged worker, boss"
+            # The same session (the registry was not restarted) is told, then lists the new tool.
+            await asyncio.wait_for(changed.seen.wait(), 10)
+            tools = {t.name: t for t in await fleet.list_tools()}
+            assert tools["helper"].description == "Helps out"
+            await ready_agents(fleet, 3)
+            answer = await fleet.call_tool("helper", {"message": "hello"})
+            assert answer.content[0].text == "helper here"

@@ -31,6 +31,7 @@ from pallas_runtime.metrics import RuntimeMetrics
 
 if TYPE_CHECKING:  # imported where used: `--agent` runs never load the registry
     from pallas_registry import RegistryMetrics
+    from pallas_registry.static import LocalAgent, StaticSource
 from pallas_io.serving import listen, serve
 from pallas_runtime.server import AgentServer, agent_app, build_server
 from pallas_runtime.stdio.bridge import Bridge
@@ -65,6 +66,9 @@ class HostedRegistry(Hosted):
     """The registry running in this process; its metric families leave the run's with it."""
 
     metrics: RegistryMetrics
+    source: StaticSource
+    limits: HttpLimits
+    """Its listener's limits, fixed while it serves."""
 
     async def stop(self) -> None:
         """Stop serving and take the registry's families out of the agents' metrics."""
@@ -160,20 +164,10 @@ async def start_registry(
     """
     # Imported here: the registry pulls in its own dependencies, which `--agent` runs never need.
     from pallas_registry import RegistryMetrics, build_app
-    from pallas_registry.static import LocalAgent, StaticSource
+    from pallas_registry.static import StaticSource
 
     source = StaticSource(
-        [
-            LocalAgent(
-                agent.manifest.name,
-                agent.manifest.spec,
-                agent.deployment.spec,
-                agent.url,
-                deployment_name=agent.deployment.name,
-                namespace=agent.manifest.namespace,
-            )
-            for agent in agents
-        ],
+        local_agents(agents),
         headers=headers,
         registry_url=f"http://{LOOPBACK}:{port}/",
         provider_keys=plan.provider_keys,
@@ -189,13 +183,30 @@ async def start_registry(
     task = asyncio.create_task(
         serve(app, sock, started=started, graceful_timeout=GRACE_SECONDS, limits=limits)
     )
-    hosted = HostedRegistry(task, sock, joined)
+    hosted = HostedRegistry(task, sock, joined, source, limits)
     try:
         await _started(task, started, "registry", port)
     except StartFailed:
         await hosted.stop()
         raise
     return hosted
+
+
+def local_agents(agents: Sequence[PlannedAgent]) -> list[LocalAgent]:
+    """The agents as the registry's static source takes them."""
+    from pallas_registry.static import LocalAgent
+
+    return [
+        LocalAgent(
+            agent.manifest.name,
+            agent.manifest.spec,
+            agent.deployment.spec,
+            agent.url,
+            deployment_name=agent.deployment.name,
+            namespace=agent.manifest.namespace,
+        )
+        for agent in agents
+    ]
 
 
 async def start_bridge(planned: PlannedBridge) -> Hosted:
@@ -354,6 +365,20 @@ class LocalRun:
         """Host the registry of `agents` (see `start_registry`)."""
         self.registry = await start_registry(agents, port, self.probe_headers, plan, self.metrics)
         self._watch(self.registry)
+
+    def update_registry(self, agents: Sequence[PlannedAgent], plan: LocalPlan) -> bool:
+        """List `agents` in the running registry, in place: its MCP sessions (the fleet) go on.
+
+        Returns:
+            False, with nothing changed, when no registry runs or its listener's limits would
+            change (a restart is needed then).
+        """
+        registry = self.registry
+        limits = strictest(agent.deployment.spec.http for agent in agents)
+        if not isinstance(registry, HostedRegistry) or registry.limits != limits:
+            return False
+        registry.source.update(local_agents(agents), plan.provider_keys)
+        return True
 
     async def stop_registry(self) -> None:
         """Stop the registry, if hosted."""

@@ -11,7 +11,8 @@ store, sessions, HTTP limits, how callers are checked) by a restart on the port 
 before the agents that call them: the new server takes over the port at once and the old one
 drains beside it (`LocalRun.restart_agent`), its turns in flight finishing on the old config.
 Agents added to the files start (on the next free port after the base), agents removed stop,
-and the registry restarts when what it lists changed. Conversations kept in SQLite (`pallas
+and the registry lists what changed in place (its fleet sessions go on and are told), restarting
+only when its port or listener limits change. Conversations kept in SQLite (`pallas
 run`'s default) or PostgreSQL outlive a restart.
 """
 
@@ -185,7 +186,12 @@ async def apply(run: LocalRun, plan: LocalPlan) -> Changes:
         except StartFailed as exc:
             print(f"pallas run: reload: {exc}", file=sys.stderr, flush=True)
     hosted = [a for a in plan.agents if agent_key(a) in run.agents]
-    if changes.registry and plan.registry_port is not None:
+    same_port = plan.registry_port == run.plan.registry_port
+    if (
+        changes.registry
+        and plan.registry_port is not None
+        and not (same_port and run.update_registry(hosted, plan))
+    ):
         await run.stop_registry()
         try:
             await run.start_registry(hosted, plan.registry_port, plan)
