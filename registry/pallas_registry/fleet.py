@@ -159,9 +159,12 @@ class Fleet:
             changed = wanted != self._offered
             for name in [n for n in self._offered if wanted.get(n) != self._offered[n]]:
                 self.mcp.local_provider.remove_tool(name)
-                peer = self._peers.pop(name, None)
-                if peer is not None:
-                    await peer.aclose()
+                # A new description keeps the connection (calls may be in flight on it); an agent
+                # gone or moved closes it.
+                if name not in wanted or wanted[name][1] != self._offered[name][1]:
+                    peer = self._peers.pop(name, None)
+                    if peer is not None:
+                        await peer.aclose()
             for name, (description, _) in wanted.items():
                 if self._offered.get(name) != wanted[name]:
                     self.mcp.add_tool(self._agent_tool(name, description))
