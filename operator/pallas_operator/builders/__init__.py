@@ -4,7 +4,7 @@ No client, no kopf, no clock: the same inputs always give the same objects, whic
 server-side apply idempotent and the golden tests meaningful.
 """
 
-from pallas_operator.builders.access import access_children, auth_delegation_binding
+from pallas_operator.builders.access import access_children, agents_service_account, auth_delegation_binding
 from pallas_operator.builders.agent import (
     AgentWorkload,
     agent_deployment,
@@ -29,6 +29,7 @@ __all__ = [
     "agent_labels",
     "agent_service",
     "agents_network_policy",
+    "agents_service_account",
     "auth_delegation_binding",
     "hosted_servers",
     "registry_children",

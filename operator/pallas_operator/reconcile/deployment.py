@@ -23,6 +23,7 @@ from pallas_operator.builders import (
     Owner,
     access_children,
     agents_network_policy,
+    agents_service_account,
     hosted_servers,
     registry_children,
     stdio_children,
@@ -120,9 +121,12 @@ def _desired(op: Operator, owner: Owner, spec: PallasDeploymentSpec) -> list[Man
         else []
     )
     desired += stdio_children(owner, spec, settings.runtime_image)
+    cloud_identity = spec.runtime.service_account.annotations
     if spec.auth.mode == "kubernetes":
         agents = [a.name for a in op.world.agents_of(owner.namespace, owner.name)]
-        desired += access_children(owner, agents)
+        desired += access_children(owner, agents, cloud_identity)
+    elif cloud_identity:
+        desired.append(agents_service_account(owner, cloud_identity))
     if spec.network.policy:
         desired.append(agents_network_policy(owner, spec, settings.pod_namespace, settings.pod_labels))
     return desired

@@ -159,3 +159,30 @@ async def test_an_agent_on_another_providers_model_puts_that_provider_in_use() -
     await reconcile_deployment(op, NS, "ouranos")
 
     assert cluster.statuses[-1][1]["inUse"] == {"providers": ["spare"], "mcpServers": []}
+
+
+async def test_a_cloud_identity_annotates_the_agents_service_account_in_either_auth_mode() -> None:
+    irsa = {"eks.amazonaws.com/role-arn": "arn:aws:iam::111122223333:role/bedrock-agents"}
+    account = ("ServiceAccount", NS, names.agents_service_account("ouranos"))
+    identity = at("spec.runtime.serviceAccount.annotations", irsa)
+    op, cluster = operator_with(deployment("ouranos", identity), agent())
+
+    await reconcile_deployment(op, NS, "ouranos")
+
+    assert irsa.items() <= cluster.objects[account]["metadata"]["annotations"].items()
+    agents_rights = [
+        key for key in cluster.objects if key[0] in ("Role", "RoleBinding") and key[2] == account[2]
+    ]
+    assert not agents_rights  # the cloud identity gives no rights in the cluster
+
+    cluster.watch(op.world)
+    cluster.load(deployment("ouranos", identity, KUBERNETES_AUTH))
+    cluster.watch(op.world)
+    await reconcile_deployment(op, NS, "ouranos")
+    assert irsa.items() <= cluster.objects[account]["metadata"]["annotations"].items()
+
+    cluster.watch(op.world)
+    cluster.load(deployment("ouranos"))  # neither: the pods go back to `default`, the account goes
+    cluster.watch(op.world)
+    await reconcile_deployment(op, NS, "ouranos")
+    assert account in cluster.deleted
