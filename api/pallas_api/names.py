@@ -186,6 +186,33 @@ def agent_card_url(mcp_url: str) -> str:
     return a2a_url(mcp_url).removesuffix(A2A_PATH) + AGENT_CARD_PATH
 
 
+SERVER_CARD_SUFFIX: Final = "/server-card"
+"""Appended to an agent's MCP URL: its MCP Server Card (SEP-2127, a draft)."""
+SERVER_CARD_MEDIA_TYPE: Final = "application/mcp-server+json"
+"""The Server Card's media type in the SEP-2127 draft."""
+MCP_CATALOG_PATH: Final = "/.well-known/mcp/catalog.json"
+"""Where the registry serves the MCP Catalog of every agent's Server Card (SEP-2127, a draft)."""
+
+
+def cluster_name_prefix(namespace: str, cluster_domain: str = "cluster.local") -> str:
+    """The reverse-DNS server-name prefix of a namespace: `local.cluster.svc.<namespace>`.
+
+    What the registry names an agent's server by default (`<prefix>/<agent>`) and what the agent's
+    own Server Card says, so the two agree.
+    """
+    return ".".join([*reversed(cluster_domain.split(".")), "svc", namespace])
+
+
+def server_card_url(mcp_url: str) -> str:
+    """Where the Server Card of the agent at `mcp_url` is served: `<mcp-url>/server-card`."""
+    return mcp_url.rstrip("/") + SERVER_CARD_SUFFIX
+
+
+def mcp_url_of_a2a(a2a: str) -> str:
+    """The MCP endpoint beside an agent's A2A one (the inverse of `a2a_url`)."""
+    return a2a.rstrip("/").removesuffix(A2A_PATH) + "/mcp"
+
+
 def agent_identity(namespace: str, deployment: str, agent: str, uid: str | None = None) -> str:
     """What keys an agent's conversations in a store shared by deployments and namespaces.
 

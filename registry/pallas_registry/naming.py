@@ -35,8 +35,7 @@ def _shorten(text: str, limit: int) -> str:
 
 def default_name_prefix(namespace: str, cluster_domain: str = CLUSTER_DOMAIN) -> str:
     """The reverse-DNS prefix derived from a namespace: `local.cluster.svc.<namespace>`."""
-    labels = [*reversed(cluster_domain.split(".")), "svc", namespace or "default"]
-    return _clean_prefix(".".join(labels))
+    return _clean_prefix(names.cluster_name_prefix(namespace or "default", cluster_domain))
 
 
 def _clean_prefix(prefix: str) -> str:

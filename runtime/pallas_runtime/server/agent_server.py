@@ -46,6 +46,7 @@ from pallas_runtime.server.history_prompt import HistoryPrompt
 from pallas_runtime.server.instruction_resource import InstructionResource
 from pallas_runtime.server.probe_routes import ProbeRoutes
 from pallas_runtime.server.send_message import SendMessage, SendMessageMetrics
+from pallas_runtime.server.server_card import ServerCardRoute
 from pallas_runtime.server.tool_errors import CodedErrors
 from pallas_runtime.server.turn_entry import TurnEntry
 from pallas_runtime.server.warm_up import import_what_fastmcp_defers, skip_key_value_type_checks
@@ -150,6 +151,7 @@ class AgentServer:
         ConversationTools(config, conversations, self._gauge).add_to(self.mcp)
         self._instruction.add_to(self.mcp)
         ProbeRoutes(lambda: self.ready, lambda: self.draining, metrics).add_to(self.mcp)
+        ServerCardRoute(lambda: self.live.config).add_to(self.mcp)
         if config.tool_exposure.gateway:
             # Offered or not is fixed at start, like the rest of the surface (`needs_new_process`).
             GatewayTools(live, self.inflight, verified=self._auth is not None).add_to(self.mcp)
