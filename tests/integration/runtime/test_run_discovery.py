@@ -1,10 +1,15 @@
 """Discovery by the standards under `pallas run -f`: each agent's MCP Server Card at
 `<mcp-url>/server-card` (SEP-2127, a draft), the registry's MCP Catalog of every card at
 `/.well-known/mcp/catalog.json`, and `server/discover` (MCP 2026-07-28) beside the legacy
-handshake, each checked with fastmcp's Client in its own mode."""
+handshake, each checked with fastmcp's Client in its own mode, and `server/discover` once more
+over raw HTTP as another SDK would send it.
+
+The conformance suite here (0.1.16) has no 2026-07-28 or discovery scenario yet, so none runs.
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +19,7 @@ from fastmcp import Client
 
 from tests.integration.runtime.test_run_a2a import registry_up
 from tests.integration.runtime.test_run_command import manifests, pallas_run, registry_listing
+from tests.support.agents import agent_config, serve_agent
 from tests.support.fake_llm import FakeOpenAI
 from tests.support.mcp_peers import free_ports
 
@@ -84,3 +90,50 @@ async def test_cards_catalog_and_both_protocol_eras(fake_openai: FakeOpenAI, tmp
         assert item["name"] == servers[name]["name"]
         assert item["serverCard"] == urls[name] + "/server-card"
         assert item["card"] == cards[name]
+
+
+async def test_server_discover_over_raw_http_is_sessionless() -> None:
+    """The 2026-07-28 wire as a client of another SDK sends it: one POST, no initialize before it,
+    and no `Mcp-Session-Id` minted for it."""
+    discover = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "server/discover",
+        "params": {
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": MODERN,
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+            }
+        },
+    }
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": MODERN,
+        "Mcp-Method": "server/discover",
+    }
+    async with (
+        FakeOpenAI() as llm,
+        serve_agent(agent_config(llm.base_url, name="harper", description="Answers.")) as agent,
+        httpx2.AsyncClient(timeout=30) as http,
+    ):
+        response = await http.post(agent.url, json=discover, headers=headers)
+        card = (await http.get(agent.url + "/server-card")).json()
+    assert response.status_code == 200, response.text
+    assert "mcp-session-id" not in response.headers
+    body = (
+        response.json()
+        if response.headers["content-type"].startswith("application/json")
+        else sse(response.text)
+    )
+    result = body["result"]
+    assert result["supportedVersions"] == [MODERN]
+    assert result["instructions"] == "Answers."
+    assert result["capabilities"] == card["capabilities"]
+    assert MODERN in card["remotes"][0]["supportedProtocolVersions"]
+
+
+def sse(text: str) -> dict[str, Any]:
+    """The JSON-RPC message of a one-event SSE answer."""
+    data = [line.removeprefix("data:").strip() for line in text.splitlines() if line.startswith("data:")]
+    return dict(json.loads(data[-1]))
