@@ -422,6 +422,9 @@ class AgentConfig(_Model):
     title: str = ""
     description: Annotated[str, Field(max_length=100)] = ""
     version: str = "1.0.0"
+    name_prefix: Annotated[str | None, Field(max_length=200)] = None
+    """The deployment's `registry.namePrefix`: the reverse-DNS part of the agent's server name in
+    its Server Card, as in the registry; None: the one derived from its namespace."""
     prompts: list[str] = Field(default_factory=list)
     """The deployment's shared prompts (`PallasDeployment.spec.prompts`), placed before the
     instruction in every system prompt, in order."""

@@ -194,6 +194,37 @@ MCP_CATALOG_PATH: Final = "/.well-known/mcp/catalog.json"
 """Where the registry serves the MCP Catalog of every agent's Server Card (SEP-2127, a draft)."""
 
 
+MAX_SERVER_NAME: Final = 200
+"""The `server.json` schema's longest `name`."""
+MAX_NAME_PREFIX: Final = 120
+"""The longest name prefix: leaves room for an agent segment of a Kubernetes name's 63 characters."""
+_PREFIX_BAD = re.compile(r"[^a-zA-Z0-9.-]+")
+_SEGMENT_BAD = re.compile(r"[^a-zA-Z0-9._-]+")
+
+
+def _shorten(text: str, limit: int) -> str:
+    """`text` cut to `limit` with an 8-hex hash suffix, so distinct long texts stay distinct."""
+    if len(text) <= limit:
+        return text
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+    return f"{text[: limit - 9]}-{digest}"
+
+
+def clean_name_prefix(prefix: str) -> str:
+    """A server-name prefix the schema accepts: other characters `-`, at most `MAX_NAME_PREFIX`."""
+    cleaned = _PREFIX_BAD.sub("-", prefix).strip(".-")
+    return _shorten(cleaned or "local.pallas", MAX_NAME_PREFIX)
+
+
+def server_name(prefix: str, agent: str) -> str:
+    """An agent's server name `<prefix>/<agent>`: the registry's and its Server Card's.
+
+    Within the schema's pattern `^[a-zA-Z0-9.-]+/[a-zA-Z0-9._-]+$` and length; `prefix` is clean.
+    """
+    segment = _SEGMENT_BAD.sub("-", agent).strip("-") or "agent"
+    return f"{prefix}/{_shorten(segment, MAX_SERVER_NAME - len(prefix) - 1)}"
+
+
 def cluster_name_prefix(namespace: str, cluster_domain: str = "cluster.local") -> str:
     """The reverse-DNS server-name prefix of a namespace: `local.cluster.svc.<namespace>`.
 

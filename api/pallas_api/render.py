@@ -527,6 +527,7 @@ def render_agent(
         title=agent.title,
         description=agent.description,
         version=deployment.version,
+        name_prefix=deployment.registry.name_prefix,
         prompts=deployment.prompts,
         instruction=agent.instruction,
         model=model,

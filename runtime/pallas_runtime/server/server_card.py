@@ -56,12 +56,13 @@ def server_card(config: AgentConfig, mcp_url: str, capabilities: dict[str, Any])
     """The card of the agent whose MCP endpoint callers reach at `mcp_url`.
 
     `name`, `title`, `description` and `version` are the ones the registry's `server.json` entry
-    gives (a deployment's `registry.namePrefix` aside: the agent knows only its namespace).
+    gives: the deployment's `registry.namePrefix`, else the one derived from the namespace.
     """
+    prefix = config.name_prefix or names.cluster_name_prefix(config.auth.namespace)
     authentication, auth_detail = _auth(config)
     card: dict[str, Any] = {
         "$schema": SCHEMA,
-        "name": f"{names.cluster_name_prefix(config.auth.namespace)}/{config.name}",
+        "name": names.server_name(names.clean_name_prefix(prefix), config.name),
         "version": config.version,
         "title": config.display_title,
         "description": config.description or f"{config.display_title} (Pallas agent)",

@@ -76,3 +76,9 @@ def test_the_card_name_is_the_registry_default_name_of_the_agent() -> None:
     entry = Entry.build(state("harper", url=MCP))
     assert entry.name == server_card(_config(auth={"mode": "none", "namespace": "agents"}), MCP, CAPS)["name"]
     assert server_card_url(entry) == names.server_card_url(MCP) == MCP + "/server-card"
+
+
+def test_the_deployment_name_prefix_names_the_card_as_it_names_the_entry() -> None:
+    config = _config(namePrefix="com.example.agents", auth={"mode": "none", "namespace": "agents"})
+    entry = Entry.build(state("harper", url=MCP, name_prefix="com.example.agents"))
+    assert server_card(config, MCP, CAPS)["name"] == entry.name == "com.example.agents/harper"
