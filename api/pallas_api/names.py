@@ -110,6 +110,20 @@ def stdio_server_url(deployment: str, server: str, namespace: str) -> str:
     return f"http://{service}.{namespace}.svc.cluster.local:{STDIO_BRIDGE_PORT}/mcp"
 
 
+BRIDGE_TOKEN_HEADER: Final = "Pallas-Bridge-Token"
+"""The header carrying a deployment's bridge credential from its agents to its hosted stdio
+servers' bridges (its own header: an `Authorization` forwarded to the server stays apart)."""
+BRIDGE_TOKEN_ENV: Final = "PALLAS_BRIDGE_TOKEN"
+"""The variable (a file of an agent pod's Secret volume, the bridge container's environment) holding it."""
+BRIDGE_TOKEN_KEY: Final = "token"
+"""The key of the bridge credential in its Secret (`bridge_token_secret_name`)."""
+
+
+def bridge_token_secret_name(deployment: str) -> str:
+    """The Secret holding a deployment's bridge credential (made by the operator once, kept)."""
+    return f"{deployment}-bridge-token"
+
+
 def service_monitor_name(deployment: str, component: str) -> str:
     """The ServiceMonitor for the agents (`agent`) or the registry (`registry`) of a deployment."""
     return f"{deployment}-{component}s" if component == "agent" else registry_name(deployment)
@@ -209,6 +223,11 @@ def auth_delegation_binding(namespace: str, deployment: str) -> str:
 def network_policy_name(deployment: str) -> str:
     """The NetworkPolicy guarding a deployment's agents (`spec.network.policy`)."""
     return f"{deployment}-agents"
+
+
+def bridges_network_policy_name(deployment: str) -> str:
+    """The NetworkPolicy guarding a deployment's hosted stdio servers' bridges (`spec.network.policy`)."""
+    return f"{deployment}-mcp-servers"
 
 
 def registry_base_url(deployment: str, namespace: str, port: int) -> str:

@@ -377,6 +377,21 @@ def _server_url(
     return (stdio_urls or {}).get(server) or names.stdio_server_url(deployment, server, namespace)
 
 
+def bridge_token_binding(deployment: str) -> SecretBinding:
+    """Where an agent finds its deployment's bridge credential: the Secret the operator keeps.
+
+    Under `pallas run` the run makes the value itself (`names.BRIDGE_TOKEN_ENV`); no manifest
+    or variable gives it.
+    """
+    ref = SecretKeyRef(name=names.bridge_token_secret_name(deployment), key=names.BRIDGE_TOKEN_KEY)
+    return SecretBinding(names.BRIDGE_TOKEN_ENV, ref)
+
+
+def _bridge_token_header(binding: SecretBinding, *, local: bool) -> HeaderConfig:
+    origin = "the bridge credential pallas run makes" if local else secret_source(binding.ref, local=False)
+    return HeaderConfig(name=names.BRIDGE_TOKEN_HEADER, value_from_env=binding.env, value_source=origin)
+
+
 def _servers(
     agent: PallasAgentSpec,
     deployment: PallasDeploymentSpec,
@@ -403,6 +418,10 @@ def _servers(
         url = _server_url(name, spec, agent.deployment, namespace, stdio_urls)
         headers, header_secrets = _headers("SERVER", name, spec.headers, local=local)
         secrets += header_secrets
+        if spec.stdio is not None:  # hosted by the deployment: its bridge answers only its agents
+            token = bridge_token_binding(agent.deployment)
+            headers.append(_bridge_token_header(token, local=local))
+            secrets += (token,)
         servers.append(
             DownstreamServer(
                 name=name,

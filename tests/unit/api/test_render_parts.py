@@ -116,7 +116,14 @@ def test_servers_keep_the_agents_order_and_bind_only_secret_headers() -> None:
         ("X-Team", "blue", None),
         ("X-Api-Key", None, "PALLAS_SERVER_ARGOS_HEADER_1"),
     ]
-    assert secrets == (SecretBinding("PALLAS_SERVER_ARGOS_HEADER_1", SecretKeyRef(name="argos", key="k")),)
+    # The stdio server is hosted by the deployment: its bridge takes the deployment's credential.
+    assert [(h.name, h.value, h.value_from_env) for h in servers[0].headers] == [
+        ("Pallas-Bridge-Token", None, "PALLAS_BRIDGE_TOKEN")
+    ]
+    assert secrets == (
+        SecretBinding("PALLAS_BRIDGE_TOKEN", SecretKeyRef(name="ouranos-bridge-token", key="token")),
+        SecretBinding("PALLAS_SERVER_ARGOS_HEADER_1", SecretKeyRef(name="argos", key="k")),
+    )
 
 
 def test_an_undefined_server_is_refused_naming_it() -> None:
