@@ -51,11 +51,11 @@ from pallas_runtime.llm.errors import SdkErrors
 from pallas_runtime.llm.event_stream import EventStreamError, Frame, FrameReader
 from pallas_runtime.llm.params import ParamPlan
 from pallas_runtime.llm.provider import LLMError, ProviderCheck
+from pallas_runtime.llm.retries import RETRIED, retry_pause
 from pallas_runtime.messages import Completion, Message, ToolSpec
 
 SIGNING_NAME = "bedrock"
 """The service name Bedrock's runtime signs requests under (its endpoint is `bedrock-runtime`)."""
-RETRIED = frozenset({408, 429, 500, 502, 503, 504})
 
 
 class ConverseError(Exception):
@@ -175,7 +175,7 @@ class ConverseClient:
                     raise failure
             if attempt == self._retries:
                 raise failure
-            await asyncio.sleep(min(0.5 * 2**attempt, 8.0))
+            await asyncio.sleep(retry_pause(attempt))
         raise AssertionError("unreachable")
 
     async def _events(self, url: str, payload: bytes) -> AsyncIterator[list[object]]:
@@ -193,7 +193,7 @@ class ConverseClient:
                     if not response.is_success:
                         failure = _refusal(response.status_code, response.headers, await response.aread())
                         if response.status_code in RETRIED and attempt < self._retries:
-                            await asyncio.sleep(min(0.5 * 2**attempt, 8.0))
+                            await asyncio.sleep(retry_pause(attempt))
                             continue
                         raise failure
                     async for chunk in response.aiter_bytes():

@@ -35,13 +35,10 @@ from pallas_runtime.llm.gemini_request import gemini_plan, gemini_request
 from pallas_runtime.llm.gemini_response import GeminiStreamReader, completion_from_gemini
 from pallas_runtime.llm.params import ParamPlan
 from pallas_runtime.llm.provider import ProviderCheck
+from pallas_runtime.llm.retries import RETRIED, retry_pause
 from pallas_runtime.llm.sse import event_batches
 from pallas_runtime.llm.vertex import vertex_base_url
 from pallas_runtime.messages import Completion, Message, ToolSpec
-
-RETRIED = frozenset({408, 429, 500, 502, 503, 504})
-"""Statuses worth another attempt: throttling and the server's own failures."""
-MAX_BACKOFF = 8.0
 
 
 class GeminiError(Exception):
@@ -149,9 +146,7 @@ class GeminiClient:
                 retry_after = _seconds(response.headers.get("retry-after"))
             if attempt >= self._max_retries:
                 raise failure
-            await asyncio.sleep(
-                retry_after if retry_after is not None else min(0.5 * 2**attempt, MAX_BACKOFF)
-            )
+            await asyncio.sleep(retry_pause(attempt, retry_after))
             attempt += 1
 
     async def close(self) -> None:
