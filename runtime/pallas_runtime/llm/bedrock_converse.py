@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, ClassVar
 from urllib.parse import quote
 
@@ -52,7 +53,7 @@ from pallas_runtime.llm.event_stream import EventStreamError, Frame, FrameReader
 from pallas_runtime.llm.params import ParamPlan
 from pallas_runtime.llm.provider import LLMError, ProviderCheck
 from pallas_runtime.llm.retries import RETRIED, retry_pause
-from pallas_runtime.messages import Completion, Message, ToolSpec
+from pallas_runtime.messages import Message, ToolSpec
 
 SIGNING_NAME = "bedrock"
 """The service name Bedrock's runtime signs requests under (its endpoint is `bedrock-runtime`)."""
@@ -261,6 +262,10 @@ class BedrockConverseProvider(SdkProvider):
     # No SDK: `_make_client` builds the ConverseClient, whose streams are its own.
     sdk_http_client: ClassVar[type[Any]] = httpx2.AsyncClient
     sdk_stream: ClassVar[type[Any]] = object
+    # The stream is another path (`converse-stream`), not a field.
+    stream_fields = MappingProxyType({})
+    parse_body = staticmethod(converse_completion)
+    stream_reader = staticmethod(ConverseStreamReader)
 
     def __init__(self, config: AgentConfig, *, api_key: str | None) -> None:
         self._region = config.provider.region or ""
@@ -291,15 +296,6 @@ class BedrockConverseProvider(SdkProvider):
             return converse_request(system, messages, tools)
         except ValueError as exc:
             raise LLMError(f"{self._label}: {exc}") from None
-
-    def _parse(self, body: Mapping[str, Any]) -> Completion:
-        return converse_completion(body)
-
-    def _stream_fields(self) -> dict[str, Any]:
-        return {}  # the stream is another path (`converse-stream`), not a field
-
-    def _stream_reader(self) -> ConverseStreamReader:
-        return ConverseStreamReader()
 
     def _warning_subject(self) -> str:
         return f"{self._label} (Bedrock Converse, model {self._model!r})"

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import AsyncIterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import httpx2
@@ -38,7 +39,7 @@ from pallas_runtime.llm.provider import ProviderCheck
 from pallas_runtime.llm.retries import RETRIED, retry_pause
 from pallas_runtime.llm.sse import event_batches
 from pallas_runtime.llm.vertex import vertex_base_url
-from pallas_runtime.messages import Completion, Message, ToolSpec
+from pallas_runtime.messages import Message, ToolSpec
 
 
 class GeminiError(Exception):
@@ -192,6 +193,10 @@ class GeminiProvider(SdkProvider):
     sdk_http_client = httpx2.AsyncClient
     sdk_errors = SdkErrors(GeminiError, GeminiTimeout, GeminiConnection, GeminiStatus)
     sdk_stream = object
+    # The method (`:streamGenerateContent?alt=sse`) asks for the stream, not a field.
+    stream_fields = MappingProxyType({})
+    parse_body = staticmethod(completion_from_gemini)
+    stream_reader = staticmethod(GeminiStreamReader)
 
     def __init__(self, config: AgentConfig, *, api_key: str | None) -> None:
         self._vertex = config.provider.platform == "vertex"
@@ -224,18 +229,6 @@ class GeminiProvider(SdkProvider):
         self, system: str, messages: Sequence[Message], tools: Sequence[ToolSpec]
     ) -> dict[str, Any]:
         return gemini_request(system, messages, tools)
-
-    def _parse(self, body: Mapping[str, Any]) -> Completion:
-        return completion_from_gemini(body)
-
-    def _stream_fields(self) -> dict[str, Any]:
-        return {}  # the method (`:streamGenerateContent?alt=sse`) asks for the stream
-
-    def _stream_reader(self) -> GeminiStreamReader:
-        return GeminiStreamReader()
-
-    def _warning_subject(self) -> str:
-        return f"{self._label} (model {self._model})"
 
     def _plan_for(self, params: RequestParams) -> ParamPlan:
         return gemini_plan(
