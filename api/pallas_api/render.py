@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 from pallas_api import names
 from pallas_api.conditions import (
@@ -286,6 +287,44 @@ def _headers(
     return headers, tuple(secrets)
 
 
+class _WithHeaders(Protocol):
+    @property
+    def headers(self) -> Sequence[HeaderSpec]: ...
+
+
+Source = TypeVar("Source", bound=_WithHeaders)
+
+
+def _sources(
+    field: str,
+    reason: str,
+    kind: str,
+    wanted: Sequence[str],
+    defined: Mapping[str, Source],
+    *,
+    local: bool,
+) -> tuple[list[tuple[str, Source, list[HeaderConfig]]], Bindings]:
+    """Each source the agent uses: its name, its definition and its headers; and their secrets.
+
+    The headers are the runtime's (`_headers`): secret values become bindings to env vars.
+
+    Raises:
+        RenderError: (`reason`) a source the deployment's `field` does not define.
+    """
+    missing = [name for name in wanted if name not in defined]
+    if missing:
+        raise RenderError(
+            reason, f"{field} {', '.join(missing)} not defined by the deployment", tuple(missing)
+        )
+    used = []
+    secrets: Bindings = ()
+    for name in wanted:
+        headers, header_secrets = _headers(kind, name, defined[name].headers, local=local)
+        secrets += header_secrets
+        used.append((name, defined[name], headers))
+    return used, secrets
+
+
 def _provider(
     model_ref: str, deployment: PallasDeploymentSpec, *, local: bool
 ) -> tuple[ProviderConfig, Bindings]:
@@ -406,18 +445,11 @@ def _servers(
         RenderError: a server the deployment does not define, or a stateful stdio server in a
             cluster.
     """
-    missing = [s for s in agent.servers if s not in deployment.mcp_servers]
-    if missing:
-        raise RenderError(
-            SERVER_NOT_FOUND, f"mcpServers {', '.join(missing)} not defined by the deployment", tuple(missing)
-        )
+    used, secrets = _sources(
+        "mcpServers", SERVER_NOT_FOUND, "SERVER", agent.servers, deployment.mcp_servers, local=local
+    )
     servers = []
-    secrets: Bindings = ()
-    for name in agent.servers:
-        spec = deployment.mcp_servers[name]
-        url = _server_url(name, spec, agent.deployment, namespace, stdio_urls)
-        headers, header_secrets = _headers("SERVER", name, spec.headers, local=local)
-        secrets += header_secrets
+    for name, spec, headers in used:
         if spec.stdio is not None:  # hosted by the deployment: its bridge answers only its agents
             token = bridge_token_binding(agent.deployment)
             headers.append(_bridge_token_header(token, local=local))
@@ -425,7 +457,7 @@ def _servers(
         servers.append(
             DownstreamServer(
                 name=name,
-                url=url,
+                url=_server_url(name, spec, agent.deployment, namespace, stdio_urls),
                 transport=spec.transport,
                 headers=headers,
                 forward_inbound_auth=spec.forward_inbound_auth,
@@ -461,17 +493,11 @@ def _a2a_peers(
     Raises:
         RenderError: an A2A agent the deployment does not define.
     """
-    missing = [a for a in agent.a2a_agents if a not in deployment.a2a_agents]
-    if missing:
-        raise RenderError(
-            AGENT_NOT_FOUND, f"a2aAgents {', '.join(missing)} not defined by the deployment", tuple(missing)
-        )
+    used, secrets = _sources(
+        "a2aAgents", AGENT_NOT_FOUND, "A2A", agent.a2a_agents, deployment.a2a_agents, local=local
+    )
     peers = []
-    secrets: Bindings = ()
-    for name in agent.a2a_agents:
-        external = deployment.a2a_agents[name]
-        headers, header_secrets = _headers("A2A", name, external.headers, local=local)
-        secrets += header_secrets
+    for name, external, headers in used:
         peers.append(
             A2APeer(
                 name=name,

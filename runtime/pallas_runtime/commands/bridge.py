@@ -27,7 +27,7 @@ from pathlib import Path
 
 from pallas_api import names
 from pallas_api.fields import SessionLimits
-from pallas_io.commands import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, port_number
+from pallas_io.commands import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, add_listener_flags
 from pallas_io.logs import setup_logging
 from pallas_io.serving import bound_port, listen, run_server_loop, serve, until_signalled
 from pallas_runtime.stdio.bridge import Bridge
@@ -63,14 +63,7 @@ class BridgeCommand:
             help="make the FIFOs DIR/in and DIR/out, then exit (init container)",
         )
         parser.add_argument("--stateful", action="store_true", help="a server process per MCP session")
-        parser.add_argument(
-            "--port", type=port_number, default=8000, help="HTTP port (default 8000; 0: any free port)"
-        )
-        parser.add_argument(
-            "--host",
-            default=os.environ.get("PALLAS_BIND_HOST", "0.0.0.0"),
-            help="bind address (default $PALLAS_BIND_HOST, else 0.0.0.0)",
-        )
+        add_listener_flags(parser, default_port=8000)
         parser.add_argument(
             "--max-sessions", type=int, default=SessionLimits().max_sessions, help="MCP sessions kept at once"
         )

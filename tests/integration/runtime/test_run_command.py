@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 import os
@@ -23,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pallas_registry.schema import OFFICIAL_META
 from tests.support.fake_llm import Call, FakeOpenAI, Hold, Text, ToolCalls
+from tests.support.local_manifests import fake_llm_deployment
 from tests.support.mcp_peers import free_ports
 from tests.support.oidc import AUDIENCE, oidc_issuer
 
@@ -34,27 +34,7 @@ API_KEY = "sk-test-secret-0123456789"
 
 def manifests(llm: FakeOpenAI) -> list[dict[str, Any]]:
     return [
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "llm"},
-            "data": {"KEY": base64.b64encode(API_KEY.encode()).decode()},
-        },
-        {
-            "apiVersion": "pallas.dev/v1alpha1",
-            "kind": "PallasDeployment",
-            "metadata": {"name": "local"},
-            "spec": {
-                "model": {"default": f"fake.{llm.models[0]}"},
-                "providers": {
-                    "fake": {
-                        "type": "openai",
-                        "baseURL": llm.base_url,
-                        "apiKey": {"secretKeyRef": {"name": "llm", "key": "KEY"}},
-                    }
-                },
-            },
-        },
+        *fake_llm_deployment(llm, "local", API_KEY),
         {
             "apiVersion": "pallas.dev/v1alpha1",
             "kind": "PallasAgent",

@@ -120,9 +120,9 @@ def test_servers_keep_the_agents_order_and_bind_only_secret_headers() -> None:
     assert [(h.name, h.value, h.value_from_env) for h in servers[0].headers] == [
         ("Pallas-Bridge-Token", None, "PALLAS_BRIDGE_TOKEN")
     ]
-    assert secrets == (
-        SecretBinding("PALLAS_BRIDGE_TOKEN", SecretKeyRef(name="ouranos-bridge-token", key="token")),
+    assert secrets == (  # the servers' secret headers, then the bridge credential of the hosted ones
         SecretBinding("PALLAS_SERVER_ARGOS_HEADER_1", SecretKeyRef(name="argos", key="k")),
+        SecretBinding("PALLAS_BRIDGE_TOKEN", SecretKeyRef(name="ouranos-bridge-token", key="token")),
     )
 
 
