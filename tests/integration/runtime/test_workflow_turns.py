@@ -16,6 +16,7 @@ from fastmcp.client.elicitation import ElicitResult
 
 from tests.integration.runtime.test_approvals import Caller, ops_mcp
 from tests.integration.runtime.test_workflows import echo, inputs, running
+from tests.support.a2a_agents import echo_a2a_agent
 from tests.support.fake_llm import Call, FakeOpenAI, Text, ToolCalls
 from tests.support.jaeger import Jaeger, jaeger, parent_of, tags
 from tests.support.mcp_servers import serve
@@ -187,3 +188,24 @@ async def test_a_workflow_in_flight_when_pallas_run_stops_finishes_its_steps(
     assert result.content[0].text == "writer: researcher: topic"
     log = (tmp_path / "run.log").read_text()
     assert " 1 interrupted" not in log, log[-3000:]
+
+
+async def test_a_step_may_be_an_a2a_agent(fake_openai: FakeOpenAI, tmp_path: Path) -> None:
+    fake_openai.default = echo()
+    async with echo_a2a_agent() as outside:
+
+        def with_echo(docs: list[dict[str, Any]]) -> None:
+            for doc in docs:
+                if doc["kind"] == "PallasDeployment":
+                    doc["spec"]["a2aAgents"] = {"echo": {"url": outside.url}}
+                if doc["metadata"]["name"] == "a2a-flow":
+                    doc["spec"]["a2aAgents"] = ["echo"]
+
+        async with (
+            running(tmp_path, fake_openai, "a2a-flow", edit=with_echo) as run,
+            Client(run.url("a2a-flow")) as client,
+        ):
+            result = await client.call_tool_mcp("send_message", {"message": "topic"})
+    assert not result.is_error, result.content
+    assert result.content[0].text == "echo: researcher: topic"
+    assert outside.received[0].metadata["pallas.dev/callPath"] == ["a2a-flow"]

@@ -32,6 +32,7 @@ WORKFLOWS: dict[str, dict[str, Any]] = {
     "fan-in-flow": {"parallel": {"fanOut": ["researcher", "writer"], "fanIn": "editor"}},
     "router-flow": {"router": {"routes": ["researcher", "writer"]}},
     "fallback-flow": {"router": {"routes": ["researcher"], "fallback": "editor"}},
+    "a2a-flow": {"chain": {"steps": ["researcher", "echo"]}},  # echo: an A2A agent (`a2aAgents`)
     "plan-flow": {"planner": {"agents": ["researcher", "writer"], "maxSteps": 3}},
     "review-flow": {
         "evaluator": {"generator": "writer", "evaluator": "editor", "minRating": "GOOD", "maxRefinements": 1}
