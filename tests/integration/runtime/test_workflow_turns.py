@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import signal
 from pathlib import Path
 from typing import Any
@@ -209,3 +210,45 @@ async def test_a_step_may_be_an_a2a_agent(fake_openai: FakeOpenAI, tmp_path: Pat
     assert not result.is_error, result.content
     assert result.content[0].text == "echo: researcher: topic"
     assert outside.received[0].metadata["pallas.dev/callPath"] == ["a2a-flow"]
+
+
+async def test_a_workflow_the_drain_outlasts_is_kept_as_a_failed_turn(
+    fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    held, release = asyncio.Event(), asyncio.Event()
+
+    async def answer(request: dict[str, Any]) -> Any:
+        if request["messages"][0]["content"] == "writer":  # the last step outlasts the drain
+            held.set()
+            await release.wait()
+        return echo()(request)
+
+    def short_drains(docs: list[dict[str, Any]]) -> None:
+        for doc in docs:
+            if doc["metadata"]["name"] in ("chain-flow", "writer"):
+                doc["spec"]["pod"] = {"drainSeconds": 1}
+
+    fake_openai.default = answer
+    conversation = f"drain-{secrets.token_hex(6)}"  # the default SQLite store outlives the run
+    try:
+        async with running(tmp_path, fake_openai, "chain-flow", edit=short_drains) as run:
+            async with Client(run.url("chain-flow")) as client:
+                call = asyncio.create_task(
+                    client.call_tool_mcp(
+                        "send_message", {"message": "topic", "conversation_id": conversation}
+                    )
+                )
+                await asyncio.wait_for(held.wait(), 30)
+                assert run.proc is not None
+                run.proc.send_signal(signal.SIGTERM)
+                result = await asyncio.wait_for(call, 30)
+            assert await asyncio.to_thread(run.proc.wait, 20) == 0
+    finally:
+        release.set()
+    assert result.is_error
+    assert "AGENT_SHUTTING_DOWN" in json.dumps(result.model_dump(mode="json")), result
+    async with running(tmp_path, fake_openai, "chain-flow") as run, Client(run.url("chain-flow")) as client:
+        history = await client.get_prompt("chain-flow_history", {"conversation_id": conversation})
+    lines = [m.content.text for m in history.messages]  # type: ignore[union-attr]
+    assert lines[0] == "topic"
+    assert lines[-1].startswith("[turn failed] AGENT_SHUTTING_DOWN: "), lines
