@@ -13,6 +13,7 @@ from typing import Final
 from pallas_api import conditions as r
 from pallas_api.spending import SpendReport
 from pallas_api.status import Health, HealthStatus, PallasAgentStatus, Phase, ServerInfo
+from pallas_api.workflow import WorkflowType
 from pallas_operator.status import conditions as c
 from pallas_operator.status.references import Problem
 from pallas_operator.status.workload import Workload
@@ -67,6 +68,7 @@ class AgentObservation:
     health: HealthResult | None = None
     url: str | None = None
     model: str | None = None
+    workflow: WorkflowType | None = None
     replicas: int = 1
     dependencies: tuple[str, ...] = ()
     config_hash: str | None = None
@@ -192,6 +194,7 @@ def agent_status(obs: AgentObservation, previous: PallasAgentStatus, now: str) -
         conditions=c.stamp(verdicts.values(), previous.conditions, obs.generation, now),
         url=obs.url,
         model=obs.model,
+        workflow=obs.workflow,
         replicas=obs.replicas,
         ready_replicas=obs.workload.ready_replicas if obs.workload else 0,
         health=_health(obs, previous, now),

@@ -165,7 +165,7 @@ class AgentLoop:
         steps = await workflow.Steps.open(self.tools, turn, complete, self._config.instruction)
         text = await workflow.answer(spec, text_of(user.content), steps)
         answer = cut_to(text, self._config.limits.max_answer_bytes, "answer")
-        return TurnResult(answer, [user, AssistantMessage(answer)])
+        return TurnResult(answer, [user, *steps.transcript(), AssistantMessage(answer)])
 
     async def _run(
         self,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pallas_api.fields import ConversationScope
 from pallas_runtime.agent.loop import AgentLoop
 from pallas_runtime.agent.turn import Turn
-from pallas_runtime.conversations.caller import Caller, one_turn_key
+from pallas_runtime.conversations.caller import Caller, keeps_nothing, one_turn_key
 from pallas_runtime.conversations.history import title_of
 from pallas_runtime.conversations.model import (
     ConversationKey,
@@ -105,7 +105,7 @@ class Conversations:
             LLMError, MaxIterationsExceeded: from the loop (nothing stored).
             ShuttingDown: a stopping agent interrupted the turn (kept as failed when `kept`).
         """
-        key = self._key(turn.caller, conversation_id, session_id)
+        key = None if keeps_nothing(conversation_id) else self._key(turn.caller, conversation_id, session_id)
         if key is None:
             key = one_turn_key(self._identity, turn.caller.owner)
             try:

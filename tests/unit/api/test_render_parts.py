@@ -164,7 +164,7 @@ def test_a_peer_without_a_url_is_the_reference_checks_problem_word_for_word() ->
     spec = agent(agents=["ghost", "phantom"])
     with pytest.raises(RenderError) as raised:
         _peers(spec, {})
-    problem = check_references("research", spec, deployment(), {"research": ["ghost", "phantom"]})
+    problem = check_references("research", spec, deployment(), {"research": ["ghost", "phantom"]}, {})
     assert problem is not None
     assert (raised.value.reason, str(raised.value)) == (problem.reason, problem.message)
     assert raised.value.reason == AGENT_NOT_FOUND

@@ -183,3 +183,19 @@ async def test_a_workflow_agent_waits_for_its_steps_before_its_pods_start() -> N
     assert {m["kind"] for m in cluster.applied} == {"ConfigMap", "Service"}  # no Deployment yet
     waiting = condition(cluster.statuses[-1][1], conditions.DEPENDENCIES_READY)
     assert (waiting["status"], waiting["reason"]) == ("False", conditions.DEPENDENCIES_NOT_READY)
+    # `kubectl get pa -o wide` shows the shape in one word; an ordinary agent shows none.
+    assert cluster.statuses[-1][1]["workflow"] == "chain"
+    await reconcile_agent(op, NS, "research")
+    assert "workflow" not in cluster.statuses[-1][1]
+
+
+async def test_a_workflow_step_of_another_deployment_is_not_accepted() -> None:
+    chain = spec(workflow={"chain": {"steps": ["far"]}})
+    far = agent("far", spec(deployment="elsewhere"))
+    op, cluster = operator_with(deployment(), deployment("elsewhere"), far, agent("flow", chain))
+
+    await reconcile_agent(op, NS, "flow")
+
+    accepted = condition(cluster.statuses[-1][1], conditions.ACCEPTED)
+    assert (accepted["status"], accepted["reason"]) == ("False", conditions.STEP_OUTSIDE_DEPLOYMENT)
+    assert "step 'far' is an agent of deployment 'elsewhere'" in accepted["message"]

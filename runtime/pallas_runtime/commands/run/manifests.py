@@ -284,9 +284,11 @@ def plan_local(
     for agent in manifests.agents:
         where = _where(agent.source, agent.kind, agent.name)
         deployment = manifests.deployments.get((agent.namespace, agent.spec.deployment))
-        peers = {a.name: a.spec.dependencies() for a in manifests.agents if a.namespace == agent.namespace}
+        same_ns = [a for a in manifests.agents if a.namespace == agent.namespace]
+        peers = {a.name: a.spec.dependencies() for a in same_ns}
+        homes = {a.name: a.spec.deployment for a in same_ns}
         problem = reference_problem(
-            agent.name, agent.spec, deployment.spec if deployment else None, peers, agent.namespace
+            agent.name, agent.spec, deployment.spec if deployment else None, peers, homes, agent.namespace
         )
         if problem is not None:  # the operator's own checks, so both say the same
             raise ManifestError(f"{where}: {': '.join(problem)}")
