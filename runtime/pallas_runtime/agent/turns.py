@@ -4,8 +4,8 @@ Which conversation a request continues is the scope's (`conversations.scope`): a
 `conversation_id`, else the caller's default conversation, else the MCP session's, else none
 (nothing kept). It belongs to the caller. The turn holds the conversation from reading its
 history to storing the turn, so turns of one conversation run one at a time wherever they run;
-a turn that fails or is cancelled by its caller stores nothing. A turn a stopping agent
-interrupts (`inflight`) is kept as its user message and a `TurnFailure`.
+a turn cancelled by its caller stores nothing. A turn that fails (`failure.failure_of`) or that
+a stopping agent interrupts (`inflight`) is kept as its user message and a `TurnFailure`.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
 from pallas_api.fields import ConversationScope
+from pallas_runtime.agent.failure import failure_of
 from pallas_runtime.agent.loop import AgentLoop
 from pallas_runtime.agent.turn import Turn
 from pallas_runtime.conversations.caller import Caller, one_turn_key
@@ -102,7 +103,8 @@ class Conversations:
 
         Raises:
             ConversationBusy, StoreUnavailable, TurnLost: from the store (nothing stored).
-            LLMError, MaxIterationsExceeded: from the loop (nothing stored).
+            LLMError, MaxIterationsExceeded, BudgetExceeded, StepFailed: from the loop (kept as
+                failed, see `failure.failure_of`, when a conversation is kept).
             ShuttingDown: a stopping agent interrupted the turn (kept as failed when `kept`).
         """
         key = self._key(turn.caller, conversation_id, session_id)
@@ -121,6 +123,11 @@ class Conversations:
                 if failure is None:
                     raise
                 raise await self._kept_as_failed(held, user, failure) from None
+            except Exception as exc:
+                failed = failure_of(exc)
+                if failed is not None:
+                    await _keep_failed(held, user, failed)  # the caller hears of the failure itself
+                raise
             if self._inflight is not None:
                 self._inflight.finishing()
             await held.commit(result.messages, title_of([user]))
@@ -132,11 +139,7 @@ class Conversations:
     async def _kept_as_failed(self, held: HeldTurn, user: UserMessage, failure: TurnFailure) -> ShuttingDown:
         """Keep an interrupted turn as its user message and the failure; the error its caller gets."""
         assert self._inflight is not None
-        try:
-            await held.commit([user, failure], title_of([user]))
-        except (StoreUnavailable, TurnLost):
-            return self._inflight.interrupted_error(kept=False)
-        return self._inflight.interrupted_error(kept=True)
+        return self._inflight.interrupted_error(kept=await _keep_failed(held, user, failure))
 
     async def history(
         self, caller: Caller, conversation_id: str | None, session_id: str | None
@@ -186,6 +189,19 @@ class Conversations:
             self._ledger.forget(session_id, conversation_id)
         if self._forget is not None:
             await self._forget(key)  # a stateful server's session of it ends too
+
+
+async def _keep_failed(held: HeldTurn, user: UserMessage, failure: TurnFailure) -> bool:
+    """Keep a failed turn as its user message and the failure; False: the store could not.
+
+    The caller hears of the turn's failure either way: a store that cannot keep it now changes
+    the failure at most in whether it says the turn was kept.
+    """
+    try:
+        await held.commit([user, failure], title_of([user]))
+    except (StoreUnavailable, TurnLost):
+        return False
+    return True
 
 
 def _default_name(scope: ConversationScope) -> str:

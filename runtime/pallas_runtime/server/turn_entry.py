@@ -19,6 +19,7 @@ from pallas_api.errors import ErrorCode
 from pallas_api.fields import RequestParams
 from pallas_runtime.agent.audit import audit_turn
 from pallas_runtime.agent.choice import BearerMissing, turn_choice
+from pallas_runtime.agent.failure import failure_of
 from pallas_runtime.agent.inputs import ImageInput, InvalidInput, user_message
 from pallas_runtime.agent.live import Generation, LiveAgent
 from pallas_runtime.agent.loop import MaxIterationsExceeded, ToolChoiceUnavailable
@@ -76,12 +77,10 @@ class TurnRequest:
 
 
 _FAILURES: tuple[tuple[type[Exception], ErrorCode], ...] = (
-    (MaxIterationsExceeded, ErrorCode.MAX_ITERATIONS),
     (ToolChoiceUnavailable, ErrorCode.INVALID_ARGUMENTS),
     (ConversationBusy, ErrorCode.TIMEOUT),
     (ShuttingDown, ErrorCode.AGENT_SHUTTING_DOWN),
     (TurnLost, ErrorCode.SERVER_UNAVAILABLE),
-    (BudgetExceeded, ErrorCode.BUDGET_EXCEEDED),
 )
 
 
@@ -218,24 +217,24 @@ class TurnEntry:
                 reply = await self._conversations.send(
                     generation.loop, turn, user, conversation_id=checked, session_id=request.session_id
                 )
-        except LLMError as exc:
-            text = f"the language model call failed: {exc}"
-            raise self.failed(text, ErrorCode.LLM_ERROR, via=via) from None
+        except (LLMError, MaxIterationsExceeded, BudgetExceeded, StepFailed, WorkflowFailed) as exc:
+            failure = failure_of(exc)
+            assert failure is not None  # each of these is a failure of the turn's own work
+            raise self.failed(failure.message, ErrorCode(failure.code), via=via) from None
         except StoreUnavailable as exc:
             raise self.failed(
                 f"the conversation was not kept: {exc}", ErrorCode.SERVER_UNAVAILABLE, via=via
             ) from None
-        except (StepFailed, WorkflowFailed) as exc:
-            raise self.failed(exc, exc.code, via=via) from None
         except tuple(kind for kind, _ in _FAILURES) as exc:
             code = next(code for kind, code in _FAILURES if isinstance(exc, kind))
             refused = isinstance(exc, ShuttingDown) and exc.refused
             raise self.failed(exc, code, via=via, processed=not refused) from None
         finally:
-            # A failed turn can change the count too (a store that expired or evicted on the
-            # way); only a finished turn that kept no conversation cannot.
+            # A failed turn can change the count too (one kept as failed may be a conversation's
+            # first, a store may expire or evict on the way); only a finished turn that kept no
+            # conversation cannot.
             if reply is None or reply.conversation_id is not None:
-                await self._gauge.changed(count_changed=reply is not None and reply.created)
+                await self._gauge.changed(count_changed=reply is None or reply.created)
         return reply
 
 
