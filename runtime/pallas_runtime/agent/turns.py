@@ -95,11 +95,13 @@ class Conversations:
         *,
         conversation_id: str | None,
         session_id: str | None,
+        history: Sequence[Message] | None = None,
     ) -> Reply:
         """Run one turn on `loop`; store it when the scope keeps a conversation for the request.
 
         The turn runs in the conversation the scope picks for its caller (`turn.conversation`
-        is set here).
+        is set here). A `history` the call brought (`params.messages`) replaces a stored one:
+        the turn runs over it as a conversation of one turn, and nothing is read or kept.
 
         Raises:
             ConversationBusy, StoreUnavailable, TurnLost: from the store (nothing stored).
@@ -107,11 +109,11 @@ class Conversations:
                 failed, see `failure.failure_of`, when a conversation is kept).
             ShuttingDown: a stopping agent interrupted the turn (kept as failed when `kept`).
         """
-        key = self._key(turn.caller, conversation_id, session_id)
+        key = None if history is not None else self._key(turn.caller, conversation_id, session_id)
         if key is None:
             key = one_turn_key(self._identity, turn.caller.owner)
             try:
-                result = await loop.run([], user, replace(turn, conversation=key))
+                result = await loop.run(list(history or ()), user, replace(turn, conversation=key))
             finally:
                 await loop.tools.release(key)  # a conversation of one turn ends with it
             return Reply(result.text, None, result.messages, history_left_out=result.history_left_out)

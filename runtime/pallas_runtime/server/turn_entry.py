@@ -20,7 +20,7 @@ from pallas_api.fields import RequestParams
 from pallas_runtime.agent.audit import audit_turn
 from pallas_runtime.agent.choice import BearerMissing, turn_choice
 from pallas_runtime.agent.failure import failure_of
-from pallas_runtime.agent.inputs import ImageInput, InvalidInput, user_message
+from pallas_runtime.agent.inputs import ImageInput, InvalidInput, given_history, user_message
 from pallas_runtime.agent.live import Generation, LiveAgent
 from pallas_runtime.agent.loop import MaxIterationsExceeded, ToolChoiceUnavailable
 from pallas_runtime.agent.progress import ProgressReporter, Send
@@ -33,7 +33,7 @@ from pallas_runtime.conversations.model import ConversationBusy, StoreUnavailabl
 from pallas_runtime.downstream.call_path import CallPath, CallRefused
 from pallas_runtime.inflight import InFlight, ShuttingDown
 from pallas_runtime.llm.provider import LLMError
-from pallas_runtime.messages import UserMessage
+from pallas_runtime.messages import Message, UserMessage
 from pallas_runtime.metrics import RuntimeMetrics
 from pallas_runtime.server.conversation_gauge import ConversationGauge
 from pallas_runtime.spending.chain import BadChainBudget
@@ -147,6 +147,7 @@ class TurnEntry:
             checked = checked_id(request.conversation_id) if request.conversation_id else None
             if params is not None and (refusal := config.call_params.refusal(params)):
                 raise InvalidInput(refusal)
+            history = given_history(params, checked)
             choice = turn_choice(
                 config, generation.provider, params, request.inbound_auth, generation.secrets
             )
@@ -170,7 +171,7 @@ class TurnEntry:
                 approver=request.approver,
             )
             try:
-                reply = await self._turn(generation, request, turn, user, checked, via)
+                reply = await self._turn(generation, request, turn, user, checked, via, history)
             except TurnFailed as exc:
                 exc.spent = budget.reported()
                 raise
@@ -202,6 +203,7 @@ class TurnEntry:
         user: UserMessage,
         checked: str | None,
         via: str,
+        history: list[Message] | None,
     ) -> Reply:
         choice = turn.choice
         model = choice.model if choice is not None else generation.config.model
@@ -215,8 +217,9 @@ class TurnEntry:
         try:
             with self._inflight.track():
                 reply = await self._conversations.send(
-                    generation.loop, turn, user, conversation_id=checked, session_id=request.session_id
-                )
+                    generation.loop, turn, user, conversation_id=checked, session_id=request.session_id,
+                    history=history,
+                )  # fmt: skip
         except (LLMError, MaxIterationsExceeded, BudgetExceeded, StepFailed, WorkflowFailed) as exc:
             failure = failure_of(exc)
             assert failure is not None  # each of these is a failure of the turn's own work

@@ -540,6 +540,47 @@ async def test_system_override_only_where_call_params_allow_names_it() -> None:
     assert second == config().instruction  # that call only
 
 
+async def test_a_calls_own_history_replaces_the_stored_one_only_where_call_params_allow_names_it() -> None:
+    """Seed M: `params.messages` is the call's history; the stored conversation is neither read nor kept."""
+    given = [{"role": "user", "text": "Who wrote The Republic?"}, {"role": "assistant", "text": "Plato."}]
+    async with in_memory([text("a")]) as agent:
+        refused = await agent.client.call_tool_mcp(
+            "send_message", {"message": "And The Laws?", "params": {"messages": given}}
+        )
+    assert refused.is_error
+    assert "params.messages: this agent does not let a call set it" in refused.content[0].text
+    assert agent.provider.calls == []
+    async with in_memory(
+        [text("stored"), text("Plato too."), text("later")], callParams={"allow": ["messages"]}
+    ) as agent:
+        await agent.client.call_tool("send_message", {"message": "Kept question", "conversation_id": "c1"})
+        both = await agent.client.call_tool_mcp(
+            "send_message", {"message": "x", "conversation_id": "c1", "params": {"messages": given}}
+        )
+        answer = await agent.client.call_tool(
+            "send_message", {"message": "And The Laws?", "params": {"messages": given}}
+        )
+        await agent.client.call_tool("send_message", {"message": "Next", "conversation_id": "c1"})
+    assert both.is_error
+    assert "params.messages replaces a conversation's history: send it without conversation_id" in (
+        both.content[0].text
+    )
+    assert answer.content[0].text == "Plato too."
+    assert "pallas.dev/conversationId" not in (answer.meta or {})  # nothing kept
+    _, (_, history, _), (_, later, _) = agent.provider.calls
+    assert [(m.role, getattr(m, "text", None)) for m in history] == [
+        ("user", None),
+        ("assistant", "Plato."),
+        ("user", None),
+    ]
+    assert [m.content[0].text for m in history if m.role == "user"] == [
+        "Who wrote The Republic?",
+        "And The Laws?",
+    ]
+    # The stored conversation saw none of it.
+    assert [m.content[0].text for m in later if m.role == "user"] == ["Kept question", "Next"]
+
+
 async def test_the_deployments_shared_prompts_come_before_the_instruction() -> None:
     """Seed M: the system block holds the project's prompts, then the agent's; systemAppend last."""
     shared = ["House rules.", "Project context."]
