@@ -314,7 +314,9 @@ class AgentLoop:
             return _result(call, self.tools.unknown(call.name, available))
         if call.arguments_error is not None:
             return self._invalid(call, entry.source.name, entry.tool.name, call.arguments_error)
-        return _result(call, await self.tools.call(entry, call.arguments, turn, shown=call.name))
+        return _result(
+            call, await self.tools.call(entry, call.arguments, turn, shown=call.name, call_id=call.id)
+        )
 
     def _invalid(
         self,

@@ -56,6 +56,8 @@ class Reply:
     """Oldest stored messages the turn's model calls left out to fit the context window."""
     spent: tuple[int, int] | None = None
     """Tokens and cost (micros) the turn spent, for a calling agent (None: none asked)."""
+    turn_index: int = 0
+    """The turn's place among its stored conversation's turns, from 0 (0: kept nowhere)."""
 
 
 class Conversations:
@@ -136,6 +138,7 @@ class Conversations:
         return Reply(
             result.text, key.id, result.messages, created=not held.history,
             history_left_out=result.history_left_out,
+            turn_index=sum(isinstance(m, UserMessage) for m in held.history),
         )  # fmt: skip
 
     async def _kept_as_failed(self, held: HeldTurn, user: UserMessage, failure: TurnFailure) -> ShuttingDown:

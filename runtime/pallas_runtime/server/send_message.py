@@ -110,6 +110,7 @@ class SendMessage:
             inbound_auth=forwarded_credential(verified=self._verified),
             params=params,
             progress=progress_sender(ctx),
+            chunks=wants_tool_calls(ctx),
             approver=caller_approver(ctx) or NO_CHANNEL,  # tool calls ask this request's client
         )
         try:

@@ -72,6 +72,8 @@ class TurnRequest:
     """The call's own request parameters, model and system prompt addition."""
     progress: Send | None = None
     """Where the turn's progress goes (None: the caller follows none)."""
+    chunks: bool = False
+    """The caller asked for typed chunks with its progress (`agent.progress`)."""
     approver: Approver = NO_CHANNEL
     """Whom the turn asks to approve tool calls: the MCP request's client (others: nobody)."""
 
@@ -163,7 +165,7 @@ class TurnEntry:
             turn = Turn(
                 caller=request.caller,
                 credential=request.inbound_auth,
-                progress=ProgressReporter(self._agent, request.progress),
+                progress=ProgressReporter(self._agent, request.progress, chunks=request.chunks),
                 call_path=call_path,
                 params=request_params,
                 choice=choice,
@@ -177,6 +179,7 @@ class TurnEntry:
                 raise
             finally:
                 await budget.settle()  # the turn's spend is stored before its caller hears back
+            await turn.progress.finished(reply.conversation_id, reply.turn_index)
             return replace(reply, spent=budget.reported())
         finally:
             if choice is not None and choice.provider is not generation.provider:

@@ -24,9 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import mcp_types
 import pytest
 import yaml
 from fastmcp import Client
+from fastmcp.client.messages import MessageHandler
 from mcp.shared.exceptions import MCPError
 
 from pallas_api.config import AgentConfig, parse_config
@@ -79,13 +81,14 @@ async def in_memory(
     *,
     provider: ScriptedProvider | None = None,
     sources: Sequence[FakeSource] = (),
+    message_handler: MessageHandler | None = None,
     **fields: Any,
 ) -> AsyncIterator[InMemory]:
     """`build_server` over a scripted provider, its lifespan run by an in-memory client."""
     provider = provider or ScriptedProvider(list(script))
     metrics = RuntimeMetrics(process_collectors=False)
     server = build_server(config(**fields), metrics=metrics, provider=provider, sources=sources, environ={})
-    async with Client(server.mcp) as client:
+    async with Client(server.mcp, message_handler=message_handler) as client:
         yield InMemory(client, server, provider, metrics)
 
 
@@ -377,6 +380,54 @@ async def test_progress_only_with_a_token() -> None:
         (7, None, "harper text: done"),
     ]
     assert seen == told  # the call without a progress token was told nothing
+
+
+class ProgressChunks(MessageHandler):
+    """Every progress notification's line and typed chunk (`_meta["pallas.dev/chunk"]`), as sent."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str | None, dict[str, Any] | None]] = []
+
+    async def on_progress(self, message: mcp_types.ProgressNotification) -> None:
+        self.seen.append((message.params.message, (message.params.meta or {}).get("pallas.dev/chunk")))
+
+
+async def test_a_caller_asking_for_tool_calls_gets_them_as_typed_chunks_as_they_happen() -> None:
+    """Seed M: a tool call's arguments and its result stream as they happen, then the turn's index."""
+    script = [calls("echo__ping", args="plato"), text("done"), text("again"), text("quiet")]
+    chunks = ProgressChunks()
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        pass
+
+    structured = {"pallas.dev/toolCalls": True}
+    async with in_memory(script, sources=[FakeSource("echo", ["ping"])], message_handler=chunks) as agent:
+        for _ in range(2):
+            await agent.client.call_tool(
+                "send_message", {"message": "go", "conversation_id": "c-1"},
+                progress_handler=on_progress, meta=structured,
+            )  # fmt: skip
+        first = chunks.seen[:]
+        await agent.client.call_tool("send_message", {"message": "plain"}, progress_handler=on_progress)
+        plain = chunks.seen[len(first) :]
+    typed = [chunk for _, chunk in first if chunk is not None]
+    assert typed == [
+        {"type": "toolCall", "id": "id0", "name": "echo__ping", "arguments": {"q": "plato"}},
+        {
+            "type": "toolResult",
+            "id": "id0",
+            "name": "echo__ping",
+            "isError": False,
+            "result": "ping:[('q', 'plato')]:None",
+        },
+        {"type": "final", "conversationId": "c-1", "turnIndex": 0},
+        {"type": "final", "conversationId": "c-1", "turnIndex": 1},
+    ]
+    lines = [line for line, chunk in first if chunk is not None]
+    assert lines == ["echo/ping: started", "echo/ping: completed", "harper turn 0 done", "harper turn 1 done"]
+    assert plain
+    assert all(chunk is None for _, chunk in plain)  # not asked: the lines alone
+    assert not [line for line, _ in plain if line and line.endswith("done")]
 
 
 async def test_a_request_scoped_agent_keeps_nothing_and_says_so() -> None:
