@@ -9,8 +9,8 @@
   arrive relayed like any progress, `{peer}/send_message: {peer} text: <piece>`: attributed.
   Pieces of a fast stream are joined until `TEXT_INTERVAL` has passed since the last one sent.
 
-A request that asks for its tool calls (`_meta["pallas.dev/toolCalls"]: true`) gets them as they
-happen too, as typed chunks under the notification's `_meta["pallas.dev/chunk"]` (for clients
+A request that asks for typed chunks (`_meta["pallas.dev/chunks"]: true`) gets its tool calls as
+they happen, under the notification's `_meta["pallas.dev/chunk"]` (for clients
 that want structure rather than lines): on a tool's `started` line `{"type": "toolCall", "id",
 "name", "arguments"}`, on its `completed|failed` line `{"type": "toolResult", "id", "name",
 "isError", "result"}` (the result as the model got it, cut like the result's trace), and, last,

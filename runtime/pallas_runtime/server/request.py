@@ -10,7 +10,7 @@ from fastmcp import Context
 from fastmcp.server.dependencies import get_http_headers
 
 from pallas_api.errors import ErrorCode
-from pallas_api.names import TOOL_CALLS_META
+from pallas_api.names import CHUNKS_META, TOOL_CALLS_META
 from pallas_runtime.agent.progress import Send
 from pallas_runtime.conversations.caller import checked_id
 from pallas_runtime.server.tool_errors import CodedToolError
@@ -46,6 +46,12 @@ def progress_sender(ctx: Context) -> Send | None:
         await ctx.session.send_notification(mcp_types.ProgressNotification(params=params), ctx.request_id)
 
     return send
+
+
+def wants_chunks(ctx: Context) -> bool:
+    """The caller asked for typed chunks with its progress (`_meta["pallas.dev/chunks"]`)."""
+    meta = request_meta(ctx)
+    return bool(meta and meta.get(CHUNKS_META) is True)
 
 
 def wants_tool_calls(ctx: Context) -> bool:

@@ -392,7 +392,7 @@ class ProgressChunks(MessageHandler):
         self.seen.append((message.params.message, (message.params.meta or {}).get("pallas.dev/chunk")))
 
 
-async def test_a_caller_asking_for_tool_calls_gets_them_as_typed_chunks_as_they_happen() -> None:
+async def test_a_caller_asking_for_chunks_gets_its_tool_calls_as_typed_chunks_as_they_happen() -> None:
     """Seed M: a tool call's arguments and its result stream as they happen, then the turn's index."""
     script = [calls("echo__ping", args="plato"), text("done"), text("again"), text("quiet")]
     chunks = ProgressChunks()
@@ -400,7 +400,7 @@ async def test_a_caller_asking_for_tool_calls_gets_them_as_typed_chunks_as_they_
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         pass
 
-    structured = {"pallas.dev/toolCalls": True}
+    structured = {"pallas.dev/chunks": True}
     async with in_memory(script, sources=[FakeSource("echo", ["ping"])], message_handler=chunks) as agent:
         for _ in range(2):
             await agent.client.call_tool(
