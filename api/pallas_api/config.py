@@ -446,6 +446,9 @@ class AgentConfig(_Model):
     provider: ProviderConfig
     capabilities: ModelCapabilities = ModelCapabilities()
     servers: list[DownstreamServer] = Field(default_factory=list)
+    missing_servers: list[Annotated[str, Field(max_length=63)]] = Field(default_factory=list)
+    """Servers the agent's `servers` names that its deployment does not define: it runs without
+    them, and `get_health` says so (degraded)."""
     agents: list[PeerAgent] = Field(default_factory=list)
     models: Annotated[list[ModelOption], Field(max_length=64)] = Field(default_factory=list)
     """The other models a call may choose with `params.model`: every model the deployment

@@ -18,7 +18,6 @@ from pallas_api.conditions import (
     AGENT_NOT_FOUND,
     INVALID_SPEC,
     PROVIDER_NOT_FOUND,
-    SERVER_NOT_FOUND,
     STDIO_NOT_HOSTABLE,
 )
 from pallas_api.config import (
@@ -40,7 +39,7 @@ from pallas_api.config import (
     ToolExposure,
 )
 from pallas_api.model_rules import effort_refusal
-from pallas_api.references import agents_not_found
+from pallas_api.references import Problem, agents_not_found, servers_not_found
 from pallas_api.spec import (
     ConversationsSpec,
     HeaderSpec,
@@ -89,6 +88,12 @@ class RenderedAgent:
 
     config: AgentConfig
     secrets: tuple[SecretBinding, ...]
+
+    @property
+    def warning(self) -> Problem | None:
+        """What the agent runs without (servers its deployment does not define), or None."""
+        missing = self.config.missing_servers
+        return servers_not_found(missing) if missing else None
 
 
 def env_name(*parts: str) -> str:
@@ -387,18 +392,14 @@ def _servers(
 ) -> tuple[list[DownstreamServer], Bindings]:
     """The deployment's MCP servers the agent uses, and the bindings of their secret headers.
 
+    A server the deployment does not define is left out (`RenderedAgent.warning` names it).
+
     Raises:
-        RenderError: a server the deployment does not define, or a stateful stdio server in a
-            cluster.
+        RenderError: a stateful stdio server in a cluster.
     """
-    missing = [s for s in agent.servers if s not in deployment.mcp_servers]
-    if missing:
-        raise RenderError(
-            SERVER_NOT_FOUND, f"mcpServers {', '.join(missing)} not defined by the deployment", tuple(missing)
-        )
     servers = []
     secrets: Bindings = ()
-    for name in agent.servers:
+    for name in (s for s in agent.servers if s in deployment.mcp_servers):
         spec = deployment.mcp_servers[name]
         url = _server_url(name, spec, agent.deployment, namespace, stdio_urls)
         headers, header_secrets = _headers("SERVER", name, spec.headers, local=local)
@@ -505,8 +506,9 @@ def render_agent(
             (`pallas run`'s); default: the Services the operator hosts them behind.
 
     Raises:
-        RenderError: a model provider, server or agent that does not exist, access lists that
-            cannot be enforced, or a stateful stdio server in a cluster.
+        RenderError: a model provider or agent that does not exist, access lists that cannot be
+            enforced, or a stateful stdio server in a cluster. A server that does not exist is
+            not an error: the agent runs without it (`RenderedAgent.warning`).
     """
     # The parts in the order a user fixes them: who may call, the model, then what it calls.
     auth = render_auth(agent, deployment, namespace, url)
@@ -534,6 +536,7 @@ def render_agent(
         capabilities=deployment.model.capabilities_of(model_ref),
         models=models,
         servers=servers,
+        missing_servers=[s for s in agent.servers if s not in deployment.mcp_servers],
         agents=peers,
         a2a_agents=a2a_peers,
         workflow=agent.workflow,

@@ -14,6 +14,8 @@ Semantics (docs/api.md §3, `get_health`):
   requests were refused with 503), when a header's secret has no value (it is not sent), or
   when the LLM or a downstream server has been slow lately (`agent/latency.py`: "Slow: LLM avg
   12.3s over 20 calls (over 10s)");
+  `degraded` too when its `servers` names servers its deployment does not define (it runs
+  without them: "Servers: mcpServers x not defined by the deployment: …");
   `error` when the agent cannot serve any request: its provider's API key is not configured.
   `message` names each problem;
 - with `busyAt`, `busy` and `inFlight` say whether this process's send_message calls in flight
@@ -33,6 +35,7 @@ from collections.abc import Awaitable, Callable
 
 from pallas_api.config import AgentConfig
 from pallas_api.health import HealthReport, HealthStatus, utc_timestamp
+from pallas_api.references import servers_not_found
 from pallas_api.spending import MICROS, SpendReport
 from pallas_runtime.agent.live import Generation, LiveAgent
 from pallas_runtime.conversations.model import ConversationStore
@@ -136,6 +139,8 @@ class HealthChecker:
         unreachable = [f"{p.source} ({p.message})" if p.message else p.source for p in probes if not p.ok]
         if unreachable:
             problems.append("Unreachable: " + ", ".join(unreachable))
+        if config.missing_servers:  # the agent runs without them (`pallas_api.references`)
+            problems.append("Servers: " + servers_not_found(config.missing_servers).message)
         key_problem = None
         if resolve_api_key(config.provider, generation.secrets) is None:
             key_problem = f"LLM: {missing_key_message(config.provider)}"
