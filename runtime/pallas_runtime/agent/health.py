@@ -34,7 +34,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from pallas_api.config import AgentConfig
-from pallas_api.health import HealthReport, HealthStatus, utc_timestamp
+from pallas_api.health import Diagnostics, HealthReport, HealthStatus, ServerState, utc_timestamp
 from pallas_api.references import servers_not_found
 from pallas_api.spending import MICROS, SpendReport
 from pallas_runtime.agent.live import Generation, LiveAgent
@@ -103,8 +103,12 @@ class HealthChecker:
         with contextlib.suppress(Exception):  # a failed check is a result; anything else: next time
             await self.check_provider()
 
-    async def report(self) -> HealthReport:
-        """The `get_health` document: status, timestamp, the config served and, when not ok, a message."""
+    async def report(self, *, diagnostics: bool = False) -> HealthReport:
+        """The `get_health` document: status, timestamp, the config served and, when not ok, a message.
+
+        With `diagnostics`, also the config's reload counts, every source's probe and the tool
+        policy (`HealthReport.diagnostics`).
+        """
         with self._live.hold() as generation:
             provider = self._current_provider_check(generation)
             probes, store, spend = await asyncio.gather(
@@ -112,7 +116,16 @@ class HealthChecker:
                 self._store.check() if self._store is not None else _nothing(),
                 self._spent(generation.config),
             )
-            return self._summarize(generation, list(probes), provider, store, spend)
+            report = self._summarize(generation, list(probes), provider, store, spend)
+        if not diagnostics:
+            return report
+        found = Diagnostics(
+            reloads=dict(self._live.reloads),
+            servers=[ServerState(name=p.source, up=p.ok) for p in probes],
+            missing_servers=list(generation.config.missing_servers),
+            tools=generation.config.tools,
+        )
+        return report.model_copy(update={"diagnostics": found})
 
     async def _spent(self, config: AgentConfig) -> AgentSpend | None:
         """The agent budget's window as the ledger has it (None: no such budget, or unreadable)."""

@@ -91,6 +91,25 @@ async def test_a_server_the_deployment_does_not_define_degrades_naming_it() -> N
     )
 
 
+async def test_diagnostics_on_request_name_reloads_servers_and_the_tool_policy() -> None:
+    """The gateway seed's diagnostic: reload counts, policy state and servers in one answer."""
+    down = FakeSource("neo4j", [], probe_result=ProbeResult("neo4j", False, "timed out after 3s"))
+    health, _, _ = checker([FakeSource("argos", []), down], missing_servers=["nope"])
+    plain = json.loads((await health.report()).to_json())
+    assert "diagnostics" not in plain
+    live = health._live
+    live.apply(live.config.model_copy(update={"instruction": "Be brief."}))
+    live.apply(live.config.model_copy(update={"version": "9.9.9"}))  # needs a new process
+    report = json.loads((await health.report(diagnostics=True)).to_json())
+    assert report["diagnostics"] == {
+        "reloads": {"applied": 1, "refused": 1, "invalid": 0},
+        "servers": [{"name": "argos", "up": True}, {"name": "neo4j", "up": False}],
+        "missingServers": ["nope"],
+        "tools": {"allow": ["*"], "deny": []},
+    }
+    assert report["status"] == "degraded"  # the report itself is the same
+
+
 async def test_an_unreachable_downstream_degrades_naming_it() -> None:
     down = FakeSource(
         "neo4j_cypher", [], probe_result=ProbeResult("neo4j_cypher", False, "timed out after 3s")

@@ -147,7 +147,7 @@ async def test_the_surface_in_brief() -> None:
     assert tools["harper"].input_schema == send
     assert tools["harper"].description == tools["send_message"].description
     assert tools["delete_conversation"].input_schema["required"] == ["conversation_id"]
-    assert tools["get_health"].input_schema["properties"] == {}
+    assert list(tools["get_health"].input_schema["properties"]) == ["diagnostics"]
     assert all(t.output_schema is None for t in tools.values())
     assert (prompt.name, [(a.name, a.required) for a in prompt.arguments or []]) == (
         "harper_history",
@@ -548,8 +548,13 @@ async def test_the_instruction_is_a_text_resource() -> None:
 async def test_get_health_is_one_json_text_and_never_calls_the_model() -> None:
     async with in_memory(sources=[FakeSource("echo", ["ping"])], busyAt=1) as agent:
         result = await agent.client.call_tool_mcp("get_health", {})
+        diagnosed = await agent.client.call_tool_mcp("get_health", {"diagnostics": True})
     report = json.loads(result.content[0].text)
     assert (result.is_error, report["status"], report["busy"], report["inFlight"]) == (False, "ok", False, 0)
+    assert "diagnostics" not in report
+    diagnostics = json.loads(diagnosed.content[0].text)["diagnostics"]
+    assert diagnostics["servers"] == [{"name": "echo", "up": True}]
+    assert diagnostics["reloads"] == {"applied": 0, "refused": 0, "invalid": 0}
     assert agent.provider.calls == []
 
 
