@@ -98,7 +98,13 @@ def error_of(result: Any) -> tuple[str, str]:
     (content,) = result.content
     error = result.structured_content["error"]
     retryable = error["code"] in RETRYABLE
-    shape = {"code": error["code"], "message": content.text, "retryable": retryable}
+    shape = {
+        "code": error["code"],
+        "message": content.text,
+        "retryable": retryable,
+        "category": error["category"],
+    }
+    assert error["category"] in ("request", "config", "upstream", "internal")
     if "processed" in error:  # only ever false, and only on a retryable refusal
         assert retryable
         shape["processed"] = False
@@ -517,20 +523,33 @@ async def test_the_history_prompt_shows_text_images_and_tool_activity() -> None:
 
 
 @pytest.mark.parametrize(
-    ("arguments", "error"),
+    ("arguments", "error", "code"),
     [
-        ({}, "no stored conversation for your default conversation yet"),
-        ({"conversation_id": "nope"}, "no stored conversation for conversation_id 'nope' yet"),
-        ({"conversation_id": "x" * 257}, "conversation_id is 257 characters long; the limit is 256"),
+        ({}, "no stored conversation for your default conversation yet", "NOT_FOUND"),
+        ({"conversation_id": "nope"}, "no stored conversation for conversation_id 'nope' yet", "NOT_FOUND"),
+        (
+            {"conversation_id": "x" * 257},
+            "conversation_id is 257 characters long; the limit is 256",
+            "INVALID_ARGUMENTS",
+        ),
     ],
 )
-async def test_history_prompt_errors_are_one_info_line_without_a_traceback(
-    arguments: dict[str, str], error: str, caplog: pytest.LogCaptureFixture
+async def test_history_prompt_errors_are_coded_and_one_info_line_without_a_traceback(
+    arguments: dict[str, str], error: str, code: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with in_memory(conversations={"scope": "caller"}) as agent:
         caplog.clear()  # the start's own lines
-        with caplog.at_level(logging.DEBUG), pytest.raises(MCPError, match=re.escape(error)):
+        with caplog.at_level(logging.DEBUG), pytest.raises(MCPError, match=re.escape(error)) as raised:
             await agent.client.get_prompt("harper_history", arguments)
+    # Seed 004: the error carries its code and category, as the tools' errors do.
+    category = "upstream" if code == "NOT_FOUND" else "request"
+    assert raised.value.error.code == -32602  # invalid params: what the request named
+    assert raised.value.error.data == {
+        "code": code,
+        "message": error,
+        "retryable": False,
+        "category": category,
+    }
     ours = [r for r in caplog.records if r.name == "pallas.server"]
     assert [(r.levelno, r.getMessage()) for r in ours] == [(logging.INFO, f"harper_history failed: {error}")]
     assert all(r.exc_info is None for r in caplog.records if r.levelno >= logging.INFO)
