@@ -4,8 +4,9 @@ Which conversation a request continues is the scope's (`conversations.scope`): a
 `conversation_id`, else the caller's default conversation, else the MCP session's, else none
 (nothing kept). It belongs to the caller. The turn holds the conversation from reading its
 history to storing the turn, so turns of one conversation run one at a time wherever they run;
-a turn cancelled by its caller stores nothing. A turn that fails (`failure.failure_of`) or that
-a stopping agent interrupts (`inflight`) is kept as its user message and a `TurnFailure`.
+a turn cancelled by its caller stores nothing. A turn that fails (`failure.failure_of`) is kept
+as the rounds it ran (its user message, then each assistant and tool message) and a
+`TurnFailure`; one a stopping agent interrupts (`inflight`), as its user message and the failure.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from pallas_api.fields import ConversationScope
 from pallas_runtime.agent.failure import failure_of
-from pallas_runtime.agent.loop import AgentLoop
+from pallas_runtime.agent.loop import AgentLoop, rounds_run
 from pallas_runtime.agent.turn import Turn
 from pallas_runtime.conversations.caller import Caller, one_turn_key
 from pallas_runtime.conversations.history import title_of
@@ -129,8 +130,8 @@ class Conversations:
                 raise await self._kept_as_failed(held, user, failure) from None
             except Exception as exc:
                 failed = failure_of(exc)
-                if failed is not None:
-                    await _keep_failed(held, user, failed)  # the caller hears of the failure itself
+                if failed is not None:  # kept with the rounds it ran; the caller hears of it itself
+                    await _keep_failed(held, rounds_run(exc) or (user,), failed)
                 raise
             if self._inflight is not None:
                 self._inflight.finishing()
@@ -144,7 +145,7 @@ class Conversations:
     async def _kept_as_failed(self, held: HeldTurn, user: UserMessage, failure: TurnFailure) -> ShuttingDown:
         """Keep an interrupted turn as its user message and the failure; the error its caller gets."""
         assert self._inflight is not None
-        return self._inflight.interrupted_error(kept=await _keep_failed(held, user, failure))
+        return self._inflight.interrupted_error(kept=await _keep_failed(held, (user,), failure))
 
     async def history(
         self, caller: Caller, conversation_id: str | None, session_id: str | None
@@ -196,14 +197,14 @@ class Conversations:
             await self._forget(key)  # a stateful server's session of it ends too
 
 
-async def _keep_failed(held: HeldTurn, user: UserMessage, failure: TurnFailure) -> bool:
-    """Keep a failed turn as its user message and the failure; False: the store could not.
+async def _keep_failed(held: HeldTurn, ran: Sequence[Message], failure: TurnFailure) -> bool:
+    """Keep a failed turn as what it ran (its user message first) and the failure; False: the store could not.
 
     The caller hears of the turn's failure either way: a store that cannot keep it now changes
     the failure at most in whether it says the turn was kept.
     """
     try:
-        await held.commit([user, failure], title_of([user]))
+        await held.commit([*ran, failure], title_of(ran))
     except (StoreUnavailable, TurnLost):
         return False
     return True

@@ -498,6 +498,30 @@ async def test_an_anonymous_client_without_a_session_lists_nothing_it_did_not_na
 # --- the history prompt and the instruction resource --------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("script", "fields", "code"),
+    [
+        ([calls("echo__ping", args="pong"), LLMError("openai provider 'p': HTTP 503")], {}, "LLM_ERROR"),
+        ([calls("echo__ping", args="pong")], {"maxIterations": 1}, "MAX_ITERATIONS"),
+    ],
+)
+async def test_a_failed_turn_is_kept_with_the_rounds_it_ran_and_the_failure(
+    script: list[Any], fields: dict[str, Any], code: str
+) -> None:
+    """Seed M: the thread is the auditable trail: what the turn did before it failed, then why."""
+    async with in_memory([*script, text("next")], sources=[FakeSource("echo", ["ping"])], **fields) as agent:
+        failed = await agent.client.call_tool_mcp("send_message", {"message": "go", "conversation_id": "c"})
+        history = await agent.client.get_prompt("harper_history", {"conversation_id": "c"})
+    failed_code, message = error_of(failed)
+    assert [(m.role, m.content.text) for m in history.messages] == [  # type: ignore[union-attr]
+        ("user", "go"),
+        ("assistant", '[tool call] echo__ping {"q": "pong"}'),
+        ("assistant", "[tool result] echo__ping: ping:[('q', 'pong')]:None"),
+        ("assistant", f"[turn failed] {code}: {message}"),
+    ]
+    assert failed_code == code
+
+
 async def test_the_history_prompt_shows_text_images_and_tool_activity() -> None:
     echo = FakeSource("echo", ["ping"])
     script = [calls("echo__ping", args="pong"), text("first answer"), text("by id")]
