@@ -144,6 +144,8 @@ class Report:
     """What the documents hold: problems, the objects checked and the documents skipped."""
 
     problems: list[Finding] = field(default_factory=list)
+    warnings: list[Finding] = field(default_factory=list)
+    """What runs, but not as written (an agent's server its deployment does not define)."""
     checked: int = 0
     skipped: list[str] = field(default_factory=list)
     """`FILE:LINE: Kind/name` of objects of other kinds (Services, Secrets…), not checked."""
@@ -242,12 +244,15 @@ def _check_agent(agent: _Object, objects: Sequence[_Object], report: Report, *, 
     urls = {peer: names.agent_url(peer, agent.namespace, 8000) for peer in spec.peers()}
     url = names.agent_url(agent.name, agent.namespace, spec.service.port)
     try:
-        render_agent(
+        rendered = render_agent(
             agent.name, spec, deployment, urls, namespace=agent.namespace, url=url,
             local=local, stdio_urls={} if local else None,
         )  # fmt: skip
     except RenderError as exc:
         report.problems.append(Finding(agent.source, what, RENDER_FIELDS.get(exc.reason, "spec"), str(exc)))
+        return
+    if (warning := rendered.warning) is not None:
+        report.warnings.append(Finding(agent.source, what, RENDER_FIELDS[warning.reason], warning.message))
 
 
 def check_documents(documents: Sequence[Document], *, local: bool = False) -> Report:

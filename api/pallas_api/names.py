@@ -49,6 +49,11 @@ MANAGED_BY: Final = "pallas-operator"
 TOOL_CALLS_META: Final = "pallas.dev/toolCalls"
 """`send_message`'s `_meta` key: `true` in a request asks for the turn's tool calls, listed under
 the same key of the result's `_meta` (docs/api.md §3)."""
+CHUNK_META: Final = "pallas.dev/chunk"
+"""A progress notification's `_meta` key: the typed chunk it carries (a tool call, a tool result,
+the turn's end) for a request that asked for chunks (docs/api.md §3, progress)."""
+CHUNKS_META: Final = "pallas.dev/chunks"
+"""`send_message`'s `_meta` key: `true` in a request asks for typed chunks with its progress."""
 HISTORY_TRIMMED_META: Final = "pallas.dev/historyTrimmed"
 """`send_message` result `_meta` key: `{"droppedMessages": N}` when the turn's model calls left out
 the N oldest stored messages to fit the model's context window (docs/api.md §3)."""

@@ -16,6 +16,7 @@ from pallas_api.conditions import (
     DEPENDENCY_CYCLE,
     DEPLOYMENT_NOT_FOUND,
     NAME_CONFLICT,
+    SERVER_NOT_FOUND,
     STEP_OUTSIDE_DEPLOYMENT,
 )
 from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
@@ -47,6 +48,19 @@ def agents_not_found(missing: Iterable[str]) -> Problem:
     it has no URL of.
     """
     return Problem(AGENT_NOT_FOUND, f"PallasAgents not found in this namespace: {listing(missing)}")
+
+
+def servers_not_found(missing: Iterable[str]) -> Problem:
+    """The warning of an agent whose `servers` name MCP servers its deployment does not define.
+
+    Not a reason to refuse the agent (the gateway seed's rule): it runs on the servers that
+    exist. The one wording of it: the operator's `Accepted` condition and Event, `pallas run`'s
+    and `pallas validate`'s warning, and the agent's `get_health` say it.
+    """
+    return Problem(
+        SERVER_NOT_FOUND,
+        f"mcpServers {listing(missing)} not defined by the deployment: the agent runs without them",
+    )
 
 
 def find_cycle(name: str, dependencies: Sequence[str], graph: DependencyGraph) -> list[str] | None:

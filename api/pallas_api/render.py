@@ -41,7 +41,7 @@ from pallas_api.config import (
     ToolExposure,
 )
 from pallas_api.model_rules import effort_refusal
-from pallas_api.references import agents_not_found
+from pallas_api.references import Problem, agents_not_found, servers_not_found
 from pallas_api.spec import (
     ConversationsSpec,
     HeaderSpec,
@@ -90,6 +90,12 @@ class RenderedAgent:
 
     config: AgentConfig
     secrets: tuple[SecretBinding, ...]
+
+    @property
+    def warning(self) -> Problem | None:
+        """What the agent runs without (servers its deployment does not define), or None."""
+        missing = self.config.missing_servers
+        return servers_not_found(missing) if missing else None
 
 
 def env_name(*parts: str) -> str:
@@ -441,12 +447,14 @@ def _servers(
 ) -> tuple[list[DownstreamServer], Bindings]:
     """The deployment's MCP servers the agent uses, and the bindings of their secret headers.
 
+    A server the deployment does not define is left out (`RenderedAgent.warning` names it).
+
     Raises:
-        RenderError: a server the deployment does not define, or a stateful stdio server in a
-            cluster.
+        RenderError: a stateful stdio server in a cluster.
     """
+    defined = [s for s in agent.servers if s in deployment.mcp_servers]
     used, secrets = _sources(
-        "mcpServers", SERVER_NOT_FOUND, "SERVER", agent.servers, deployment.mcp_servers, local=local
+        "mcpServers", SERVER_NOT_FOUND, "SERVER", defined, deployment.mcp_servers, local=local
     )
     servers = []
     for name, spec, headers in used:
@@ -550,8 +558,9 @@ def render_agent(
             (`pallas run`'s); default: the Services the operator hosts them behind.
 
     Raises:
-        RenderError: a model provider, server or agent that does not exist, access lists that
-            cannot be enforced, or a stateful stdio server in a cluster.
+        RenderError: a model provider or agent that does not exist, access lists that cannot be
+            enforced, or a stateful stdio server in a cluster. A server that does not exist is
+            not an error: the agent runs without it (`RenderedAgent.warning`).
     """
     # The parts in the order a user fixes them: who may call, the model, then what it calls.
     auth = render_auth(agent, deployment, namespace, url)
@@ -579,6 +588,7 @@ def render_agent(
         capabilities=deployment.model.capabilities_of(model_ref),
         models=models,
         servers=servers,
+        missing_servers=[s for s in agent.servers if s not in deployment.mcp_servers],
         agents=peers,
         a2a_agents=a2a_peers,
         workflow=agent.workflow,

@@ -84,6 +84,7 @@ def _observation(
     return AgentObservation(
         generation=record.generation,
         problem=plan.problem,
+        warning=plan.warning,
         waiting_for=tuple(plan.waiting),
         workload=current,
         verification=verification,
@@ -98,12 +99,11 @@ def _observation(
 
 
 async def _report(op: Operator, record: OwnerRecord, old: PallasAgentStatus, new: PallasAgentStatus) -> None:
-    """A Warning Event when the agent stops being accepted or the reason changes."""
+    """A Warning Event when the agent stops being accepted or is accepted with a warning (each new reason)."""
     before = next((c for c in old.conditions if c.type == conditions.ACCEPTED), None)
     after = next(c for c in new.conditions if c.type == conditions.ACCEPTED)
-    if after.status == "False" and (
-        before is None or (before.status, before.reason) != ("False", after.reason)
-    ):
+    warns = after.status == "False" or after.reason != conditions.ACCEPTED_REASON
+    if warns and (before is None or (before.status, before.reason) != (after.status, after.reason)):
         await op.cluster.post_event(
             OwnerEvent(
                 names.AGENT_KIND, record.namespace, record.name, record.uid, after.reason, after.message

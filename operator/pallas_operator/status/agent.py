@@ -62,6 +62,8 @@ class AgentObservation:
 
     generation: int
     problem: Problem | None = None
+    warning: Problem | None = None
+    """Accepted, but runs without something its spec names (its reason and message on `Accepted`)."""
     waiting_for: tuple[str, ...] = ()
     workload: Workload | None = None
     verification: Verification | None = None
@@ -173,7 +175,12 @@ def agent_status(obs: AgentObservation, previous: PallasAgentStatus, now: str) -
         accepted = c.false(c.ACCEPTED, obs.problem.reason, obs.problem.message)
         deps = c.unknown(c.DEPENDENCIES_READY, r.NOT_ACCEPTED)
     else:
-        accepted = c.true(c.ACCEPTED, r.ACCEPTED_REASON)
+        warning = obs.warning  # accepted all the same: it runs on the rest
+        accepted = (
+            c.true(c.ACCEPTED, warning.reason, warning.message)
+            if warning is not None
+            else c.true(c.ACCEPTED, r.ACCEPTED_REASON)
+        )
         deps = (
             c.false(
                 c.DEPENDENCIES_READY, r.DEPENDENCIES_NOT_READY, "waiting for: " + ", ".join(obs.waiting_for)

@@ -243,6 +243,28 @@ async def test_an_agent_at_its_busy_at_says_so_in_get_health_and_the_registry(
     assert 'pallas_send_message_in_flight{agent="worker"} 0.0' in exposition
 
 
+async def test_an_agent_naming_an_undefined_server_runs_on_the_rest_and_says_which(
+    fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    """The gateway seed: a reference to an undefined server is a warning; the agent runs."""
+    fake_openai.default = Text("done without it")
+    docs = manifests(fake_openai)
+    docs[3]["spec"]["servers"] = ["nope"]
+    path = tmp_path / "agents.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    base = free_ports(3)
+    async with pallas_run(path, base) as proc, Client(f"http://127.0.0.1:{base + 2}/mcp") as worker:
+        answer = await worker.call_tool("send_message", {"message": "hi"})
+        health = json.loads((await worker.call_tool("get_health", {})).content[0].text)
+    _, err = proc.communicate()
+    warning = "mcpServers nope not defined by the deployment: the agent runs without them"
+    assert answer.content[0].text == "done without it"
+    assert (health["status"], health["message"]) == ("degraded", f"Servers: {warning}")
+    records = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    said = [(r["level"], r.get("agent")) for r in records if r["message"] == warning]
+    assert said == [("WARNING", "worker")]
+
+
 async def agent_status(base: int, agent: str, wanted: str) -> bool:
     """Whether the registry's `_meta` status of `agent` becomes `wanted` (it polls every 5 s)."""
     async with httpx2.AsyncClient() as http:
