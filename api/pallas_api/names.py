@@ -49,6 +49,11 @@ MANAGED_BY: Final = "pallas-operator"
 TOOL_CALLS_META: Final = "pallas.dev/toolCalls"
 """`send_message`'s `_meta` key: `true` in a request asks for the turn's tool calls, listed under
 the same key of the result's `_meta` (docs/api.md §3)."""
+CHUNK_META: Final = "pallas.dev/chunk"
+"""A progress notification's `_meta` key: the typed chunk it carries (a tool call, a tool result,
+the turn's end) for a request that asked for chunks (docs/api.md §3, progress)."""
+CHUNKS_META: Final = "pallas.dev/chunks"
+"""`send_message`'s `_meta` key: `true` in a request asks for typed chunks with its progress."""
 HISTORY_TRIMMED_META: Final = "pallas.dev/historyTrimmed"
 """`send_message` result `_meta` key: `{"droppedMessages": N}` when the turn's model calls left out
 the N oldest stored messages to fit the model's context window (docs/api.md §3)."""
@@ -108,6 +113,20 @@ def stdio_server_url(deployment: str, server: str, namespace: str) -> str:
     """The in-cluster MCP URL of a hosted stdio server's bridge."""
     service = stdio_server_name(deployment, server)
     return f"http://{service}.{namespace}.svc.cluster.local:{STDIO_BRIDGE_PORT}/mcp"
+
+
+BRIDGE_TOKEN_HEADER: Final = "Pallas-Bridge-Token"
+"""The header carrying a deployment's bridge credential from its agents to its hosted stdio
+servers' bridges (its own header: an `Authorization` forwarded to the server stays apart)."""
+BRIDGE_TOKEN_ENV: Final = "PALLAS_BRIDGE_TOKEN"
+"""The variable (a file of an agent pod's Secret volume, the bridge container's environment) holding it."""
+BRIDGE_TOKEN_KEY: Final = "token"
+"""The key of the bridge credential in its Secret (`bridge_token_secret_name`)."""
+
+
+def bridge_token_secret_name(deployment: str) -> str:
+    """The Secret holding a deployment's bridge credential (made by the operator once, kept)."""
+    return f"{deployment}-bridge-token"
 
 
 def service_monitor_name(deployment: str, component: str) -> str:
@@ -267,6 +286,11 @@ def auth_delegation_binding(namespace: str, deployment: str) -> str:
 def network_policy_name(deployment: str) -> str:
     """The NetworkPolicy guarding a deployment's agents (`spec.network.policy`)."""
     return f"{deployment}-agents"
+
+
+def bridges_network_policy_name(deployment: str) -> str:
+    """The NetworkPolicy guarding a deployment's hosted stdio servers' bridges (`spec.network.policy`)."""
+    return f"{deployment}-mcp-servers"
 
 
 def registry_base_url(deployment: str, namespace: str, port: int) -> str:

@@ -26,6 +26,7 @@ from fastmcp import FastMCP
 from pallas_api.config import AgentConfig
 from pallas_api.errors import ErrorCode
 from pallas_api.fields import SessionLimits
+from pallas_api.health import RELOAD_OUTCOMES
 from pallas_runtime.agent.config_file import ConfigFile
 from pallas_runtime.agent.health import HealthChecker
 from pallas_runtime.agent.live import Generation, LiveAgent, default_parts, given_parts
@@ -194,7 +195,7 @@ class AgentServer:
         for decision in AUTH_OUTCOMES:  # open agents too: 0 says nobody was refused
             metrics.auth_requests_total.labels(agent, decision)
         metrics.llm_cost_total.labels(agent, self.config.model)
-        for outcome in ("applied", "refused", "invalid"):  # 0 says no reload was tried
+        for outcome in RELOAD_OUTCOMES:  # 0 says no reload was tried
             metrics.config_reloads_total.labels(agent, outcome)
         for budget in ("agent", "caller", "chain"):  # 0 says no turn was refused for its budget
             metrics.budget_exceeded_total.labels(agent, budget)

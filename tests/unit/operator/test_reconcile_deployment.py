@@ -186,3 +186,45 @@ async def test_a_cloud_identity_annotates_the_agents_service_account_in_either_a
     cluster.watch(op.world)
     await reconcile_deployment(op, NS, "ouranos")
     assert account in cluster.deleted
+
+
+FS_SERVER = at("spec.mcpServers.fs", {"stdio": {"command": "fs-server"}})
+TOKEN_SECRET = ("Secret", NS, names.bridge_token_secret_name("ouranos"))
+
+
+async def test_a_deployment_hosting_stdio_servers_gets_its_bridge_credential_once() -> None:
+    op, cluster = operator_with(deployment("ouranos", FS_SERVER), agent())
+    await reconcile_deployment(op, NS, "ouranos")
+    made = cluster.objects[TOKEN_SECRET]
+    token = made["stringData"]["token"]
+    assert len(token) >= 40
+    (owner,) = made["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"]) == (names.DEPLOYMENT_KIND, "ouranos")
+
+    cluster.watch(op.world)
+    await reconcile_deployment(op, NS, "ouranos")
+    assert cluster.objects[TOKEN_SECRET]["stringData"]["token"] == token  # kept, never regenerated
+    assert TOKEN_SECRET not in cluster.deleted
+
+    del cluster.objects[TOKEN_SECRET]  # rotation: the user deletes it
+    await reconcile_deployment(op, NS, "ouranos")
+    assert cluster.objects[TOKEN_SECRET]["stringData"]["token"] != token
+
+
+async def test_a_deployment_without_hosted_servers_gets_no_bridge_credential() -> None:
+    op, cluster = operator_with(deployment(), agent())
+    await reconcile_deployment(op, NS, "ouranos")
+    assert TOKEN_SECRET not in cluster.objects
+
+
+async def test_the_network_policy_guards_the_bridges_too() -> None:
+    policy_on = at("spec.network.policy", True)
+    op, cluster = operator_with(deployment("ouranos", FS_SERVER, policy_on), agent())
+    await reconcile_deployment(op, NS, "ouranos")
+    policies = {m["metadata"]["name"] for m in cluster.applied if m["kind"] == "NetworkPolicy"}
+    assert policies == {names.network_policy_name("ouranos"), names.bridges_network_policy_name("ouranos")}
+
+    op, cluster = operator_with(deployment("ouranos", policy_on), agent())
+    await reconcile_deployment(op, NS, "ouranos")
+    policies = {m["metadata"]["name"] for m in cluster.applied if m["kind"] == "NetworkPolicy"}
+    assert policies == {names.network_policy_name("ouranos")}
