@@ -27,16 +27,20 @@ import httpx2
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
+from pallas_api import names
 from pallas_runtime.stdio.bridge import Bridge
 from pallas_runtime.stdio.links import ChildProcess, child_environment
 from tests.support.mcp_peers import install_mcp_peers, run_server_everything
 from tests.support.mcp_servers import serve_app
 
+TOKEN = "bench-bridge-credential"
+"""The bridge's credential; the direct server ignores the header."""
+
 
 @asynccontextmanager
 async def session(url: str) -> AsyncIterator[ClientSession]:
     async with (
-        httpx2.AsyncClient() as http,
+        httpx2.AsyncClient(headers={names.BRIDGE_TOKEN_HEADER: TOKEN}) as http,
         streamable_http_client(url, http_client=http) as (read, write),
         ClientSession(read, write) as mcp,
     ):
@@ -73,6 +77,7 @@ async def main(calls: int) -> None:
             [str(peers.server_everything), "stdio"],
             child_environment({"HOME": "/tmp"}),
         ),
+        token=lambda: TOKEN,
     )
     started = time.perf_counter()
     async with serve_app(bridge.app()) as running:

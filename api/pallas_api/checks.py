@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from pallas_api import conditions, crds, names
-from pallas_api.references import DependencyGraph, check_references
+from pallas_api.references import DependencyGraph, Homes, check_references
 from pallas_api.render import RenderError, render_agent
 from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec, agent_dependencies
 from pallas_api.validation import field_problems
@@ -100,6 +100,7 @@ REFERENCE_FIELDS: Mapping[str, str] = {
     conditions.NAME_CONFLICT: "metadata.name",
     conditions.AGENT_NOT_FOUND: "spec.agents/dependsOn",
     conditions.DEPENDENCY_CYCLE: "spec.agents/dependsOn",
+    conditions.STEP_OUTSIDE_DEPLOYMENT: "spec.workflow",
 }
 
 
@@ -134,6 +135,8 @@ class _Object:
     """The validated spec, None when the object has problems of its own."""
     dependencies: tuple[str, ...] = ()
     """An agent's `agents` and `dependsOn` as written, valid or not (as the operator reads them)."""
+    deployment: str = ""
+    """An agent's `deployment` as written."""
 
 
 @dataclass
@@ -141,6 +144,8 @@ class Report:
     """What the documents hold: problems, the objects checked and the documents skipped."""
 
     problems: list[Finding] = field(default_factory=list)
+    warnings: list[Finding] = field(default_factory=list)
+    """What runs, but not as written (an agent's server its deployment does not define)."""
     checked: int = 0
     skipped: list[str] = field(default_factory=list)
     """`FILE:LINE: Kind/name` of objects of other kinds (Services, Secrets…), not checked."""
@@ -151,13 +156,14 @@ def reference_problem(
     spec: PallasAgentSpec,
     deployment: PallasDeploymentSpec | None,
     graph: DependencyGraph,
+    homes: Homes,
     namespace: str,
 ) -> tuple[str, str] | None:
     """The operator's first reference problem of an agent among files, as (field, message).
 
     Shared by `pallas validate` and `pallas run`, whose "namespace" is the files' objects.
     """
-    problem = check_references(name, spec, deployment, graph)
+    problem = check_references(name, spec, deployment, graph, homes)
     if problem is None:
         return None
     message = problem.message.replace("in this namespace", f"in namespace {namespace!r} of the files")
@@ -206,7 +212,8 @@ def _object(doc: Document, report: Report) -> _Object | None:
     if len(problems) > before:
         spec = None  # references are checked only on objects that pass their own checks
     namespace = str(metadata.get("namespace") or "default") if isinstance(metadata, dict) else "default"
-    return _Object(doc.source, kind, namespace, name, spec, _dependencies(spec_dict))
+    home = str(spec_dict.get("deployment") or "")
+    return _Object(doc.source, kind, namespace, name, spec, _dependencies(spec_dict), home)
 
 
 def _dependencies(spec: Mapping[str, Any]) -> tuple[str, ...]:
@@ -226,8 +233,10 @@ def _check_agent(agent: _Object, objects: Sequence[_Object], report: Report, *, 
     if deployments and deployments[0].spec is None:
         return  # its deployment's own problems are reported; references would only repeat them
     deployment: PallasDeploymentSpec | None = deployments[0].spec if deployments else None
-    graph = {o.name: o.dependencies for o in same_ns if o.kind == names.AGENT_KIND}
-    problem = reference_problem(agent.name, spec, deployment, graph, agent.namespace)
+    agents = [o for o in same_ns if o.kind == names.AGENT_KIND]
+    graph = {o.name: o.dependencies for o in agents}
+    homes = {o.name: o.deployment for o in agents}
+    problem = reference_problem(agent.name, spec, deployment, graph, homes, agent.namespace)
     if problem is not None:
         report.problems.append(Finding(agent.source, what, *problem))
         return
@@ -235,12 +244,15 @@ def _check_agent(agent: _Object, objects: Sequence[_Object], report: Report, *, 
     urls = {peer: names.agent_url(peer, agent.namespace, 8000) for peer in spec.peers()}
     url = names.agent_url(agent.name, agent.namespace, spec.service.port)
     try:
-        render_agent(
+        rendered = render_agent(
             agent.name, spec, deployment, urls, namespace=agent.namespace, url=url,
             local=local, stdio_urls={} if local else None,
         )  # fmt: skip
     except RenderError as exc:
         report.problems.append(Finding(agent.source, what, RENDER_FIELDS.get(exc.reason, "spec"), str(exc)))
+        return
+    if (warning := rendered.warning) is not None:
+        report.warnings.append(Finding(agent.source, what, RENDER_FIELDS[warning.reason], warning.message))
 
 
 def check_documents(documents: Sequence[Document], *, local: bool = False) -> Report:

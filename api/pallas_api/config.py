@@ -78,7 +78,11 @@ class _Model(BaseModel):
 SYSTEM_APPEND_MAX = 16384
 SYSTEM_OVERRIDE_MAX = 65536
 """Characters of a call's `systemOverride` at most (an instruction's size, not an addition's)."""
-TURN_CHOICES = frozenset({"model", "system_append", "system_override", "tools_allowlist"})
+GIVEN_HISTORY_MAX = 1000
+"""Messages a call's `params.messages` may hold at most."""
+GIVEN_MESSAGE_MAX = 65536
+"""Characters of one message of a call's `params.messages` at most."""
+TURN_CHOICES = frozenset({"model", "system_append", "system_override", "tools_allowlist", "messages"})
 """The `SendParams` fields that choose how the turn runs rather than tune the LLM request."""
 """Characters a call's `params.systemAppend` may add to the system prompt at most."""
 
@@ -226,6 +230,13 @@ class A2APeer(_Model):
     """The largest answer read from it."""
 
 
+class GivenMessage(_Model):
+    """One earlier message of a history a call brings itself (`params.messages`)."""
+
+    role: Literal["user", "assistant"]
+    text: Annotated[str, Field(max_length=GIVEN_MESSAGE_MAX)]
+
+
 class SendParams(RequestParams):
     """A `send_message` call's `params`: request parameters, the call's model and a system prompt addition.
 
@@ -247,6 +258,10 @@ class SendParams(RequestParams):
     ] = None
     """Globs over `<server>__<tool>` narrowing this call's tools: the model is offered only the
     agent's tools that match one (never more than `spec.tools` allows); `[]` offers none."""
+    messages: Annotated[list[GivenMessage] | None, Field(max_length=GIVEN_HISTORY_MAX)] = None
+    """The history of this call in place of a stored conversation's, oldest first (the call's
+    `message` follows it): nothing is read from or kept in a conversation, so no `conversation_id`
+    goes with it; only where `callParams.allow` names `messages`."""
 
     def request_params(self) -> RequestParams:
         """The request parameters alone, with the fields this call set (none of the choices)."""
@@ -422,6 +437,9 @@ class AgentConfig(_Model):
     title: str = ""
     description: Annotated[str, Field(max_length=100)] = ""
     version: str = "1.0.0"
+    name_prefix: Annotated[str | None, Field(max_length=200)] = None
+    """The deployment's `registry.namePrefix`: the reverse-DNS part of the agent's server name in
+    its Server Card, as in the registry; None: the one derived from its namespace."""
     prompts: list[str] = Field(default_factory=list)
     """The deployment's shared prompts (`PallasDeployment.spec.prompts`), placed before the
     instruction in every system prompt, in order."""
@@ -431,6 +449,9 @@ class AgentConfig(_Model):
     provider: ProviderConfig
     capabilities: ModelCapabilities = ModelCapabilities()
     servers: list[DownstreamServer] = Field(default_factory=list)
+    missing_servers: list[Annotated[str, Field(max_length=63)]] = Field(default_factory=list)
+    """Servers the agent's `servers` names that its deployment does not define: it runs without
+    them, and `get_health` says so (degraded)."""
     agents: list[PeerAgent] = Field(default_factory=list)
     models: Annotated[list[ModelOption], Field(max_length=64)] = Field(default_factory=list)
     """The other models a call may choose with `params.model`: every model the deployment

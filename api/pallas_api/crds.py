@@ -306,7 +306,10 @@ def agent_crd() -> dict[str, Any]:
         _column("Age", ".metadata.creationTimestamp", "date"),
         _column("URL", ".status.url", priority=1, description="MCP endpoint inside the cluster"),
         _column(
-            "Workflow", ".spec.workflow", priority=1, description="The workflow answering in place of a model"
+            "Workflow",
+            ".status.workflow",
+            priority=1,
+            description="The shape of the workflow answering in place of a model",
         ),
     ]
     schema = _open_api(PallasAgentSpec, PallasAgentStatus, AGENT_RULES)

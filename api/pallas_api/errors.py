@@ -6,7 +6,7 @@ carries the code in its structured part:
 
     {"isError": true, "content": [{"type": "text", "text": "the language model call failed: …"}],
      "structuredContent": {"error": {"code": "LLM_ERROR", "message": "the language model call failed: …",
-                                     "retryable": false}}}
+                                     "retryable": false, "category": "upstream"}}}
 
 `retryable` says whether sending the same call again may succeed without changing it (the codes
 of `RETRYABLE`): the failure was the agent's or its store's state, not the call.
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import Any
+from typing import Any, Final, Literal
 
 
 class ErrorCode(StrEnum):
@@ -59,6 +59,29 @@ class ErrorCode(StrEnum):
     call came after it. Another replica, or the agent once it is back, takes the call again."""
 
 
+Category = Literal["request", "config", "upstream", "internal"]
+"""Whose failure an error is, in seed 004's kinds (its BridgeError's `config`, `upstream`,
+`internal`) and the registry's `request`: the call itself (`request`), what the deployment
+configured for the agent (`config`: its policy, budgets, `maxIterations`), something the agent
+relies on (`upstream`: a model, a server, a peer, the store, a conversation), or the agent's own
+state (`internal`: it is stopping)."""
+
+CATEGORIES: Final[Mapping[ErrorCode, Category]] = {
+    ErrorCode.DENIED_BY_POLICY: "config",
+    ErrorCode.TOOL_NOT_FOUND: "request",
+    ErrorCode.NOT_FOUND: "upstream",
+    ErrorCode.SERVER_UNAVAILABLE: "upstream",
+    ErrorCode.INVALID_ARGUMENTS: "request",
+    ErrorCode.TIMEOUT: "upstream",
+    ErrorCode.LLM_ERROR: "upstream",
+    ErrorCode.MAX_ITERATIONS: "config",
+    ErrorCode.LOOP_DETECTED: "request",
+    ErrorCode.MAX_DEPTH: "request",
+    ErrorCode.BUDGET_EXCEEDED: "config",
+    ErrorCode.AGENT_SHUTTING_DOWN: "internal",
+}
+"""Each code's category (`error_content`'s `category`)."""
+
 RETRYABLE = frozenset({ErrorCode.AGENT_SHUTTING_DOWN, ErrorCode.SERVER_UNAVAILABLE, ErrorCode.TIMEOUT})
 """Codes of failures a caller may retry unchanged: the agent was stopping, something it needs was
 unreachable, or the conversation was busy."""
@@ -70,13 +93,18 @@ leaves to implementations, none that MCP uses."""
 
 
 def error_content(code: ErrorCode, message: str, *, processed: bool = True) -> dict[str, Any]:
-    """The structured part of an error result: `{"error": {"code": …, "message": …, "retryable": …}}`.
+    """The structured part of an error result: `{"error": {"code", "message", "retryable", "category"}}`.
 
     `processed=False` adds `"processed": false`: the agent refused the call before any of it ran
     (a stopping agent's refusal), so a client may send it again, unchanged, without running
     anything twice.
     """
-    error: dict[str, Any] = {"code": code.value, "message": message, "retryable": code in RETRYABLE}
+    error: dict[str, Any] = {
+        "code": code.value,
+        "message": message,
+        "retryable": code in RETRYABLE,
+        "category": CATEGORIES[code],
+    }
     if not processed:
         error["processed"] = False
     return {"error": error}

@@ -196,13 +196,13 @@ class RequestParams(_Model):
 CallParamName = Literal[
     "temperature", "topP", "topK", "maxTokens", "stop", "seed", "effort", "presencePenalty",
     "frequencyPenalty", "responseFormat", "toolChoice", "model", "systemAppend", "toolsAllowlist",
-    "systemOverride",
+    "systemOverride", "messages",
 ]  # fmt: skip
 """A request parameter by its camelCase name, as a call's `params` and `requestParams` spell it."""
 EXTRA_FIELD = r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"
-OPT_IN_PARAMS = frozenset({"systemOverride"})
+OPT_IN_PARAMS = frozenset({"systemOverride", "messages"})
 """Call parameters only an agent that names them in `callParams.allow` takes: they replace what
-its author wrote (the instruction), not only tune the request."""
+its author wrote (the instruction) or what the agent keeps (the history), not only tune the request."""
 
 
 class CallParams(_Model):
@@ -216,8 +216,9 @@ class CallParams(_Model):
     allow: Annotated[list[CallParamName], Field(max_length=len(get_args(CallParamName)))] = Field(
         default_factory=lambda: [name for name in get_args(CallParamName) if name not in OPT_IN_PARAMS]
     )
-    """Parameters a call may set or clear (`null`); default: every one but `systemOverride`,
-    which replaces the agent's instruction and so must be allowed by name. `extra` is governed
+    """Parameters a call may set or clear (`null`); default: every one but `systemOverride` and
+    `messages`, which replace the agent's instruction or its stored history and so must be
+    allowed by name. `extra` is governed
     by `callParams.extra`."""
     extra: Annotated[list[Annotated[str, Field(pattern=EXTRA_FIELD)]], Field(max_length=64)] = Field(
         default_factory=list

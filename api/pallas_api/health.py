@@ -19,6 +19,7 @@ from typing import Annotated, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from pallas_api.fields import ToolPolicy
 from pallas_api.spending import SpendReport
 from pallas_api.status import HEALTH_STATUSES, HealthStatus
 from pallas_api.validation import describe
@@ -37,6 +38,35 @@ def utc_timestamp(now: datetime | None = None) -> str:
 
 class HealthReportError(ValueError):
     """A `get_health` answer that is not a health report; the message says what is wrong."""
+
+
+RELOAD_OUTCOMES = ("applied", "refused", "invalid")
+"""What became of a new version of an agent's config (`pallas_config_reloads_total{outcome}`)."""
+
+
+class ServerState(BaseModel):
+    """One downstream server or peer agent of a diagnostics report, as its probe found it."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    name: str
+    up: bool
+
+
+class Diagnostics(BaseModel):
+    """What `get_health` adds when asked for diagnostics: reloads, servers and the tool policy."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+    reloads: dict[str, int]
+    """New config versions this process saw, by outcome (`RELOAD_OUTCOMES`): the counts of
+    `pallas_config_reloads_total`."""
+    servers: list[ServerState]
+    """Every downstream server and peer agent the config names, probed now."""
+    missing_servers: Annotated[list[str], Field(alias="missingServers")]
+    """Servers the agent's spec names that its deployment does not define (it runs without them)."""
+    tools: ToolPolicy
+    """The policy over `<server>__<tool>` the agent applies now (`spec.tools`)."""
 
 
 class HealthReport(BaseModel):
@@ -63,6 +93,9 @@ class HealthReport(BaseModel):
     spend: SpendReport | None = None
     """What the agent spent in its agent budget's current window (absent without one)."""
 
+    diagnostics: Diagnostics | None = None
+    """Reloads, servers and tool policy (only when the call asks: `get_health(diagnostics=true)`)."""
+
     @model_validator(mode="after")
     def _message_when_not_ok(self) -> Self:
         if self.status != "ok" and not (self.message or "").strip():
@@ -80,6 +113,7 @@ class HealthReport(BaseModel):
         config_hash: str | None = None,
         missing_secrets: list[str] | None = None,
         spend: SpendReport | None = None,
+        diagnostics: Diagnostics | None = None,
     ) -> HealthReport:
         """A report made at this moment; with `busy_at`, saying whether `in_flight` reached it."""
         report: dict[str, object] = {
@@ -89,6 +123,7 @@ class HealthReport(BaseModel):
             "configHash": config_hash,
             "missingSecrets": missing_secrets or None,
             "spend": spend,
+            "diagnostics": diagnostics,
         }
         if busy_at is not None and in_flight is not None:
             report.update(busy=in_flight >= busy_at, inFlight=in_flight)

@@ -49,6 +49,11 @@ MANAGED_BY: Final = "pallas-operator"
 TOOL_CALLS_META: Final = "pallas.dev/toolCalls"
 """`send_message`'s `_meta` key: `true` in a request asks for the turn's tool calls, listed under
 the same key of the result's `_meta` (docs/api.md §3)."""
+CHUNK_META: Final = "pallas.dev/chunk"
+"""A progress notification's `_meta` key: the typed chunk it carries (a tool call, a tool result,
+the turn's end) for a request that asked for chunks (docs/api.md §3, progress)."""
+CHUNKS_META: Final = "pallas.dev/chunks"
+"""`send_message`'s `_meta` key: `true` in a request asks for typed chunks with its progress."""
 HISTORY_TRIMMED_META: Final = "pallas.dev/historyTrimmed"
 """`send_message` result `_meta` key: `{"droppedMessages": N}` when the turn's model calls left out
 the N oldest stored messages to fit the model's context window (docs/api.md §3)."""
@@ -108,6 +113,20 @@ def stdio_server_url(deployment: str, server: str, namespace: str) -> str:
     """The in-cluster MCP URL of a hosted stdio server's bridge."""
     service = stdio_server_name(deployment, server)
     return f"http://{service}.{namespace}.svc.cluster.local:{STDIO_BRIDGE_PORT}/mcp"
+
+
+BRIDGE_TOKEN_HEADER: Final = "Pallas-Bridge-Token"
+"""The header carrying a deployment's bridge credential from its agents to its hosted stdio
+servers' bridges (its own header: an `Authorization` forwarded to the server stays apart)."""
+BRIDGE_TOKEN_ENV: Final = "PALLAS_BRIDGE_TOKEN"
+"""The variable (a file of an agent pod's Secret volume, the bridge container's environment) holding it."""
+BRIDGE_TOKEN_KEY: Final = "token"
+"""The key of the bridge credential in its Secret (`bridge_token_secret_name`)."""
+
+
+def bridge_token_secret_name(deployment: str) -> str:
+    """The Secret holding a deployment's bridge credential (made by the operator once, kept)."""
+    return f"{deployment}-bridge-token"
 
 
 def service_monitor_name(deployment: str, component: str) -> str:
@@ -186,6 +205,64 @@ def agent_card_url(mcp_url: str) -> str:
     return a2a_url(mcp_url).removesuffix(A2A_PATH) + AGENT_CARD_PATH
 
 
+SERVER_CARD_SUFFIX: Final = "/server-card"
+"""Appended to an agent's MCP URL: its MCP Server Card (SEP-2127, a draft)."""
+SERVER_CARD_MEDIA_TYPE: Final = "application/mcp-server+json"
+"""The Server Card's media type in the SEP-2127 draft."""
+MCP_CATALOG_PATH: Final = "/.well-known/mcp/catalog.json"
+"""Where the registry serves the MCP Catalog of every agent's Server Card (SEP-2127, a draft)."""
+
+
+MAX_SERVER_NAME: Final = 200
+"""The `server.json` schema's longest `name`."""
+MAX_NAME_PREFIX: Final = 120
+"""The longest name prefix: leaves room for an agent segment of a Kubernetes name's 63 characters."""
+_PREFIX_BAD = re.compile(r"[^a-zA-Z0-9.-]+")
+_SEGMENT_BAD = re.compile(r"[^a-zA-Z0-9._-]+")
+
+
+def _shorten(text: str, limit: int) -> str:
+    """`text` cut to `limit` with an 8-hex hash suffix, so distinct long texts stay distinct."""
+    if len(text) <= limit:
+        return text
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+    return f"{text[: limit - 9]}-{digest}"
+
+
+def clean_name_prefix(prefix: str) -> str:
+    """A server-name prefix the schema accepts: other characters `-`, at most `MAX_NAME_PREFIX`."""
+    cleaned = _PREFIX_BAD.sub("-", prefix).strip(".-")
+    return _shorten(cleaned or "local.pallas", MAX_NAME_PREFIX)
+
+
+def server_name(prefix: str, agent: str) -> str:
+    """An agent's server name `<prefix>/<agent>`: the registry's and its Server Card's.
+
+    Within the schema's pattern `^[a-zA-Z0-9.-]+/[a-zA-Z0-9._-]+$` and length; `prefix` is clean.
+    """
+    segment = _SEGMENT_BAD.sub("-", agent).strip("-") or "agent"
+    return f"{prefix}/{_shorten(segment, MAX_SERVER_NAME - len(prefix) - 1)}"
+
+
+def cluster_name_prefix(namespace: str, cluster_domain: str = "cluster.local") -> str:
+    """The reverse-DNS server-name prefix of a namespace: `local.cluster.svc.<namespace>`.
+
+    What the registry names an agent's server by default (`<prefix>/<agent>`) and what the agent's
+    own Server Card says, so the two agree.
+    """
+    return ".".join([*reversed(cluster_domain.split(".")), "svc", namespace])
+
+
+def server_card_url(mcp_url: str) -> str:
+    """Where the Server Card of the agent at `mcp_url` is served: `<mcp-url>/server-card`."""
+    return mcp_url.rstrip("/") + SERVER_CARD_SUFFIX
+
+
+def mcp_url_of_a2a(a2a: str) -> str:
+    """The MCP endpoint beside an agent's A2A one (the inverse of `a2a_url`)."""
+    return a2a.rstrip("/").removesuffix(A2A_PATH) + "/mcp"
+
+
 def agent_identity(namespace: str, deployment: str, agent: str, uid: str | None = None) -> str:
     """What keys an agent's conversations in a store shared by deployments and namespaces.
 
@@ -209,6 +286,11 @@ def auth_delegation_binding(namespace: str, deployment: str) -> str:
 def network_policy_name(deployment: str) -> str:
     """The NetworkPolicy guarding a deployment's agents (`spec.network.policy`)."""
     return f"{deployment}-agents"
+
+
+def bridges_network_policy_name(deployment: str) -> str:
+    """The NetworkPolicy guarding a deployment's hosted stdio servers' bridges (`spec.network.policy`)."""
+    return f"{deployment}-mcp-servers"
 
 
 def registry_base_url(deployment: str, namespace: str, port: int) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 from pallas_api import names
 from pallas_api.conditions import (
@@ -40,7 +41,7 @@ from pallas_api.config import (
     ToolExposure,
 )
 from pallas_api.model_rules import effort_refusal
-from pallas_api.references import agents_not_found
+from pallas_api.references import Problem, agents_not_found, servers_not_found
 from pallas_api.spec import (
     ConversationsSpec,
     HeaderSpec,
@@ -89,6 +90,12 @@ class RenderedAgent:
 
     config: AgentConfig
     secrets: tuple[SecretBinding, ...]
+
+    @property
+    def warning(self) -> Problem | None:
+        """What the agent runs without (servers its deployment does not define), or None."""
+        missing = self.config.missing_servers
+        return servers_not_found(missing) if missing else None
 
 
 def env_name(*parts: str) -> str:
@@ -286,6 +293,44 @@ def _headers(
     return headers, tuple(secrets)
 
 
+class _WithHeaders(Protocol):
+    @property
+    def headers(self) -> Sequence[HeaderSpec]: ...
+
+
+Source = TypeVar("Source", bound=_WithHeaders)
+
+
+def _sources(
+    field: str,
+    reason: str,
+    kind: str,
+    wanted: Sequence[str],
+    defined: Mapping[str, Source],
+    *,
+    local: bool,
+) -> tuple[list[tuple[str, Source, list[HeaderConfig]]], Bindings]:
+    """Each source the agent uses: its name, its definition and its headers; and their secrets.
+
+    The headers are the runtime's (`_headers`): secret values become bindings to env vars.
+
+    Raises:
+        RenderError: (`reason`) a source the deployment's `field` does not define.
+    """
+    missing = [name for name in wanted if name not in defined]
+    if missing:
+        raise RenderError(
+            reason, f"{field} {', '.join(missing)} not defined by the deployment", tuple(missing)
+        )
+    used = []
+    secrets: Bindings = ()
+    for name in wanted:
+        headers, header_secrets = _headers(kind, name, defined[name].headers, local=local)
+        secrets += header_secrets
+        used.append((name, defined[name], headers))
+    return used, secrets
+
+
 def _provider(
     model_ref: str, deployment: PallasDeploymentSpec, *, local: bool
 ) -> tuple[ProviderConfig, Bindings]:
@@ -377,6 +422,21 @@ def _server_url(
     return (stdio_urls or {}).get(server) or names.stdio_server_url(deployment, server, namespace)
 
 
+def bridge_token_binding(deployment: str) -> SecretBinding:
+    """Where an agent finds its deployment's bridge credential: the Secret the operator keeps.
+
+    Under `pallas run` the run makes the value itself (`names.BRIDGE_TOKEN_ENV`); no manifest
+    or variable gives it.
+    """
+    ref = SecretKeyRef(name=names.bridge_token_secret_name(deployment), key=names.BRIDGE_TOKEN_KEY)
+    return SecretBinding(names.BRIDGE_TOKEN_ENV, ref)
+
+
+def _bridge_token_header(binding: SecretBinding, *, local: bool) -> HeaderConfig:
+    origin = "the bridge credential pallas run makes" if local else secret_source(binding.ref, local=False)
+    return HeaderConfig(name=names.BRIDGE_TOKEN_HEADER, value_from_env=binding.env, value_source=origin)
+
+
 def _servers(
     agent: PallasAgentSpec,
     deployment: PallasDeploymentSpec,
@@ -387,26 +447,25 @@ def _servers(
 ) -> tuple[list[DownstreamServer], Bindings]:
     """The deployment's MCP servers the agent uses, and the bindings of their secret headers.
 
+    A server the deployment does not define is left out (`RenderedAgent.warning` names it).
+
     Raises:
-        RenderError: a server the deployment does not define, or a stateful stdio server in a
-            cluster.
+        RenderError: a stateful stdio server in a cluster.
     """
-    missing = [s for s in agent.servers if s not in deployment.mcp_servers]
-    if missing:
-        raise RenderError(
-            SERVER_NOT_FOUND, f"mcpServers {', '.join(missing)} not defined by the deployment", tuple(missing)
-        )
+    defined = [s for s in agent.servers if s in deployment.mcp_servers]
+    used, secrets = _sources(
+        "mcpServers", SERVER_NOT_FOUND, "SERVER", defined, deployment.mcp_servers, local=local
+    )
     servers = []
-    secrets: Bindings = ()
-    for name in agent.servers:
-        spec = deployment.mcp_servers[name]
-        url = _server_url(name, spec, agent.deployment, namespace, stdio_urls)
-        headers, header_secrets = _headers("SERVER", name, spec.headers, local=local)
-        secrets += header_secrets
+    for name, spec, headers in used:
+        if spec.stdio is not None:  # hosted by the deployment: its bridge answers only its agents
+            token = bridge_token_binding(agent.deployment)
+            headers.append(_bridge_token_header(token, local=local))
+            secrets += (token,)
         servers.append(
             DownstreamServer(
                 name=name,
-                url=url,
+                url=_server_url(name, spec, agent.deployment, namespace, stdio_urls),
                 transport=spec.transport,
                 headers=headers,
                 forward_inbound_auth=spec.forward_inbound_auth,
@@ -442,17 +501,11 @@ def _a2a_peers(
     Raises:
         RenderError: an A2A agent the deployment does not define.
     """
-    missing = [a for a in agent.a2a_agents if a not in deployment.a2a_agents]
-    if missing:
-        raise RenderError(
-            AGENT_NOT_FOUND, f"a2aAgents {', '.join(missing)} not defined by the deployment", tuple(missing)
-        )
+    used, secrets = _sources(
+        "a2aAgents", AGENT_NOT_FOUND, "A2A", agent.a2a_agents, deployment.a2a_agents, local=local
+    )
     peers = []
-    secrets: Bindings = ()
-    for name in agent.a2a_agents:
-        external = deployment.a2a_agents[name]
-        headers, header_secrets = _headers("A2A", name, external.headers, local=local)
-        secrets += header_secrets
+    for name, external, headers in used:
         peers.append(
             A2APeer(
                 name=name,
@@ -505,8 +558,9 @@ def render_agent(
             (`pallas run`'s); default: the Services the operator hosts them behind.
 
     Raises:
-        RenderError: a model provider, server or agent that does not exist, access lists that
-            cannot be enforced, or a stateful stdio server in a cluster.
+        RenderError: a model provider or agent that does not exist, access lists that cannot be
+            enforced, or a stateful stdio server in a cluster. A server that does not exist is
+            not an error: the agent runs without it (`RenderedAgent.warning`).
     """
     # The parts in the order a user fixes them: who may call, the model, then what it calls.
     auth = render_auth(agent, deployment, namespace, url)
@@ -527,6 +581,7 @@ def render_agent(
         title=agent.title,
         description=agent.description,
         version=deployment.version,
+        name_prefix=deployment.registry.name_prefix,
         prompts=deployment.prompts,
         instruction=agent.instruction,
         model=model,
@@ -534,6 +589,7 @@ def render_agent(
         capabilities=deployment.model.capabilities_of(model_ref),
         models=models,
         servers=servers,
+        missing_servers=[s for s in agent.servers if s not in deployment.mcp_servers],
         agents=peers,
         a2a_agents=a2a_peers,
         workflow=agent.workflow,

@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 
 from pallas_api.spending import SpendReport
 from pallas_api.wire import camel_config
+from pallas_api.workflow import WorkflowType
 
 Phase = Literal["Pending", "Waiting", "Progressing", "Ready", "Degraded", "Failed"]
 PHASES: tuple[Phase, ...] = get_args(Phase)
@@ -91,6 +92,9 @@ class PallasAgentStatus(_Status):
     """The agent's MCP endpoint inside the cluster."""
     model: str | None = None
     """The model id the agent runs (without the provider prefix)."""
+    workflow: WorkflowType | None = None
+    """The shape of its `spec.workflow` (`chain`, `parallel`, `router`, `evaluator`, `planner`),
+    one word for `kubectl get -o wide` (a column cannot print a map's key); unset: no workflow."""
     replicas: int | None = None
     """Pods wanted."""
     ready_replicas: int | None = None

@@ -3,7 +3,8 @@
 - Exit codes: 0 done (or stopped by SIGTERM/SIGINT); 1 a failure at run time (cannot listen, no
   credentials, lost leadership); 2 a usage or configuration error (bad flags, bad files).
 - Ports: `--port`-like flags take 0-65535 through `port_number`, 0 meaning "any free port"
-  (the chosen one is logged); anything else is argparse's usage error, exit 2.
+  (the chosen one is logged); anything else is argparse's usage error, exit 2. A serving
+  command's `--port` and `--host` come from `add_listener_flags`.
 - Serving commands take the flags of `add_http_limit_flags` for their listener's `HttpLimits`.
 - A command is a class registered in the `pallas.commands` entry-point group (`Command`), so the
   operator adds `pallas operator` without the runtime importing it.
@@ -12,6 +13,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from importlib.metadata import PackageNotFoundError, version
 from typing import Final, Protocol
 
@@ -55,6 +57,21 @@ def port_number(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"{port} is not a TCP port number (0-65535)")
     return port
+
+
+def add_listener_flags(parser: argparse.ArgumentParser, *, default_port: int) -> None:
+    """Add a serving command's `--port` and `--host` (default `$PALLAS_BIND_HOST`, else every interface)."""
+    parser.add_argument(
+        "--port",
+        type=port_number,
+        default=default_port,
+        help=f"HTTP port (default {default_port}; 0: any free port)",
+    )
+    parser.add_argument(
+        "--host",
+        default=os.environ.get("PALLAS_BIND_HOST", "0.0.0.0"),
+        help="bind address (default $PALLAS_BIND_HOST, else 0.0.0.0)",
+    )
 
 
 def add_http_limit_flags(parser: argparse.ArgumentParser) -> None:

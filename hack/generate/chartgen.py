@@ -89,6 +89,7 @@ NAMESPACED = {
     ("coordination.k8s.io", "leases"),
     ("networking.k8s.io", "networkpolicies"),
     ("", "serviceaccounts/token"),
+    ("", "secrets"),
 }
 """Namespaced resources: grantable by a Role in a watched namespace."""
 CLUSTER_SCOPED = {

@@ -49,6 +49,13 @@ CLUSTER_RULES: Final[list[dict[str, Any]]] = [
     },
     {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": _WRITE_CHILDREN},
     {
+        # A deployment's bridge credential (hosted stdio servers), created once and never read:
+        # `create` alone, so the operator still reads no Secret.
+        "apiGroups": [""],
+        "resources": ["secrets"],
+        "verbs": ["create"],
+    },
+    {
         # auth.mode kubernetes: the Role letting a deployment's agents identity `invoke` its
         # agents grants what the operator holds; its own probes use that identity.
         "apiGroups": [names.GROUP],

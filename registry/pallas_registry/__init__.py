@@ -19,8 +19,9 @@ Layers, from pure to I/O:
   (list-then-watch that survives expiry and outages), `naming` (server names and URLs in the
   schema's shapes), `query` (filters and keyset pages), `responses` (bodies, ETags, the per-version
   cache), `guard` (size limits, request metrics, no unhandled 500s), `providers` (the provider
-  checks of a deployment), `agent_cards` (the A2A Agent Cards of every agent at one URL,
-  `/a2a/agent-cards`), `metrics`, and `command` (`pallas registry`).
+  checks of a deployment), `agent_cards` (the agents' own cards at one URL: the A2A
+  Agent Cards at `/a2a/agent-cards`, the MCP Server Cards in the MCP Catalog at
+  `/.well-known/mcp/catalog.json`), `metrics`, and `command` (`pallas registry`).
 
 Use from `pallas run` (agents already started on their loopback ports):
 

@@ -7,6 +7,8 @@ Routes (docs/registry.md has the details):
 - `GET /v0.1/servers/{serverName}/versions` and `.../versions/{version}` (`latest` or exact);
   the name is URL-encoded (`%2F`), a literal `/` works too.
 - `GET /a2a/agent-cards` — the A2A Agent Cards of the agents, read from them (`agent_cards.py`).
+- `GET /.well-known/mcp/catalog.json` — the MCP Catalog: the agents' MCP Server Cards, read from
+  them (SEP-2127, a draft; `agent_cards.py`).
 - `/mcp` — the fleet as one MCP server (`fleet.py`): discovery and health tools, and one tool
   per agent relaying a message to it.
 - `GET /healthz` (200 while the process runs, with the LLM provider checks: `providers.py`),
@@ -31,7 +33,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from pallas_registry.agent_cards import AgentCards
+from pallas_api import names
+from pallas_registry.agent_cards import CardReader, agent_cards, server_cards
 from pallas_registry.catalogue import encode
 from pallas_registry.fleet import Fleet
 from pallas_registry.guard import FLEET, SERVERS, WELL_KNOWN, Guard
@@ -67,7 +70,8 @@ class _Handlers:
         self.metrics = metrics
         self.cache = cache
         self.checks = checks
-        self.cards = AgentCards()
+        self.cards = agent_cards()
+        self.server_cards = server_cards()
 
     def _not_ready(self) -> Response | None:
         # An empty catalogue before the first list would tell clients there are no agents.
@@ -145,12 +149,20 @@ class _Handlers:
             return error(404, "Server version not found")
         return respond(request, Rendered.of(entry.body))
 
-    async def agent_cards(self, request: Request) -> Response:
+    async def _cards(self, request: Request, reader: CardReader) -> Response:
         if (unavailable := self._not_ready()) is not None:
             return unavailable
         ready_only = request.query_params.get("ready") == "true"
-        document = await self.cards.document(self.source.store.snapshot().entries, ready_only=ready_only)
+        document = await reader.document(self.source.store.snapshot().entries, ready_only=ready_only)
         return Response(encode(document), media_type=JSON)
+
+    async def agent_cards(self, request: Request) -> Response:
+        return await self._cards(request, self.cards)
+
+    async def catalog(self, request: Request) -> Response:
+        response = await self._cards(request, self.server_cards)
+        response.headers["Access-Control-Allow-Origin"] = "*"  # the draft's CORS, for browsers
+        return response
 
     async def healthz(self, request: Request) -> Response:
         # Always 200 (a liveness probe: restarting fixes no provider), with the provider checks
@@ -228,6 +240,7 @@ def build_app(
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await handlers.cards.aclose()
+            await handlers.server_cards.aclose()
             await fleet.aclose()
 
     routes = [
@@ -235,6 +248,7 @@ def build_app(
         Route(SERVERS, handlers.servers, methods=["GET"]),
         Route(SERVERS + "/{rest:path}", handlers.server, methods=["GET"]),
         Route(AGENT_CARDS, handlers.agent_cards, methods=["GET"]),
+        Route(names.MCP_CATALOG_PATH, handlers.catalog, methods=["GET"]),
         Route("/healthz", handlers.healthz, methods=["GET"]),
         Route("/readyz", handlers.readyz, methods=["GET"]),
         Route("/metrics", handlers.metrics_text, methods=["GET"]),

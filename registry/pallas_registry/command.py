@@ -29,8 +29,8 @@ from pallas_io.commands import (
     EXIT_OK,
     EXIT_USAGE,
     add_http_limit_flags,
+    add_listener_flags,
     http_limits,
-    port_number,
 )
 from pallas_io.logs import setup_logging
 from pallas_io.secrets import SecretFiles
@@ -63,17 +63,7 @@ class RegistryCommand:
             default=os.environ.get("PALLAS_DEPLOYMENT"),
             help="publish the agents of this PallasDeployment (default: $PALLAS_DEPLOYMENT, else all)",
         )
-        parser.add_argument(
-            "--port",
-            type=port_number,
-            default=DEFAULT_PORT,
-            help=f"TCP port (default {DEFAULT_PORT}; 0: any free port)",
-        )
-        parser.add_argument(
-            "--host",
-            default=os.environ.get("PALLAS_BIND_HOST", "0.0.0.0"),
-            help="interface to bind (default $PALLAS_BIND_HOST, else 0.0.0.0)",
-        )
+        add_listener_flags(parser, default_port=DEFAULT_PORT)
         parser.add_argument(
             "--secrets-dir",
             default=os.environ.get("PALLAS_SECRETS_DIR"),

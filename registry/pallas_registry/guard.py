@@ -13,6 +13,7 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from pallas_api import names
 from pallas_registry.metrics import RegistryMetrics
 from pallas_registry.responses import error_body
 
@@ -27,6 +28,7 @@ _FIXED_ROUTES = {
     WELL_KNOWN: "well_known",
     SERVERS: "servers",
     "/a2a/agent-cards": "agent_cards",
+    names.MCP_CATALOG_PATH: "catalog",
     "/healthz": "healthz",
     "/readyz": "readyz",
     "/metrics": "metrics",

@@ -11,51 +11,32 @@ too long is shortened with a hash suffix so distinct agents keep distinct names.
 
 from __future__ import annotations
 
-import hashlib
 import re
 
 from pallas_api import names
 from pallas_registry.state import AgentState
 
 CLUSTER_DOMAIN = "cluster.local"
-MAX_NAME = 200
-# Leaves room for an agent segment of a Kubernetes name's usual 63 characters and more.
-MAX_PREFIX = 120
+MAX_NAME = names.MAX_SERVER_NAME
+MAX_PREFIX = names.MAX_NAME_PREFIX
 REMOTE_URL = re.compile(r"^https?://[^\s]+$")
-_PREFIX_BAD = re.compile(r"[^a-zA-Z0-9.-]+")
-_SEGMENT_BAD = re.compile(r"[^a-zA-Z0-9._-]+")
-
-
-def _shorten(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
-    return f"{text[: limit - 9]}-{digest}"
 
 
 def default_name_prefix(namespace: str, cluster_domain: str = CLUSTER_DOMAIN) -> str:
     """The reverse-DNS prefix derived from a namespace: `local.cluster.svc.<namespace>`."""
-    labels = [*reversed(cluster_domain.split(".")), "svc", namespace or "default"]
-    return _clean_prefix(".".join(labels))
-
-
-def _clean_prefix(prefix: str) -> str:
-    cleaned = _PREFIX_BAD.sub("-", prefix).strip(".-")
-    return _shorten(cleaned or "local.pallas", MAX_PREFIX)
+    return names.clean_name_prefix(names.cluster_name_prefix(namespace or "default", cluster_domain))
 
 
 def name_prefix(state: AgentState) -> str:
     """The prefix of `state`'s server name: its configured one, else the namespace-derived one."""
     if state.name_prefix:
-        return _clean_prefix(state.name_prefix)
+        return names.clean_name_prefix(state.name_prefix)
     return default_name_prefix(state.namespace)
 
 
 def server_name(state: AgentState) -> str:
     """`<prefix>/<agent>`, matching the schema's name pattern and length."""
-    prefix = name_prefix(state)
-    segment = _SEGMENT_BAD.sub("-", state.name).strip("-") or "agent"
-    return f"{prefix}/{_shorten(segment, MAX_NAME - len(prefix) - 1)}"
+    return names.server_name(name_prefix(state), state.name)
 
 
 def cluster_url(state: AgentState, cluster_domain: str = CLUSTER_DOMAIN) -> str:

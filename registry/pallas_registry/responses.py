@@ -8,10 +8,10 @@ unchanged document keeps its ETag across catalogue versions and `If-None-Match` 
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
+from cachetools import LRUCache
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -38,22 +38,15 @@ class ResponseCache:
 
     def __init__(self, size: int = 256) -> None:
         """Keep at most `size` bodies."""
-        self._size = size
-        self._items: OrderedDict[Hashable, Rendered] = OrderedDict()
+        self._items: LRUCache[Hashable, Rendered] = LRUCache(maxsize=size)
 
     def get(self, key: Hashable) -> Rendered | None:
         """The cached body for `key`, if any (marks it recently used)."""
-        rendered = self._items.get(key)
-        if rendered is not None:
-            self._items.move_to_end(key)
-        return rendered
+        return self._items.get(key)
 
     def put(self, key: Hashable, rendered: Rendered) -> Rendered:
         """Cache `rendered` under `key` and return it."""
         self._items[key] = rendered
-        self._items.move_to_end(key)
-        while len(self._items) > self._size:
-            self._items.popitem(last=False)
         return rendered
 
 

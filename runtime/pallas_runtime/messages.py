@@ -88,7 +88,7 @@ class ToolResultsMessage:
 
 @dataclass(frozen=True, slots=True)
 class TurnFailure:
-    """A turn kept without an answer: the agent stopped while it ran (it follows its user message).
+    """A turn kept without an answer: it failed, or the agent stopped while it ran (after its question).
 
     The conversation keeps it so the turn is not lost silently: the history prompt shows it, and
     no LLM adapter sends it (the next turn's model sees the question left unanswered).

@@ -19,11 +19,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import httpx2
 import pytest
 from fastmcp import Client
 from lightkube import Client as KubeClient
-from lightkube.resources.core_v1 import Pod
+from lightkube.resources.core_v1 import Pod, Secret
 
+from pallas_api import names
 from pallas_io.kube import PallasAgent, PallasDeployment
 from tests.support.cluster import LocalCluster
 from tests.support.e2e import (
@@ -40,6 +42,7 @@ from tests.support.e2e import (
 )
 from tests.support.fake_llm import Call, FakeOpenAI, Text, ToolCalls
 from tests.support.mcp_peers import McpPeers
+from tests.support.mcp_servers import INITIALIZE
 from tests.support.operator import condition, kubectl_apply
 
 MODEL = "fake-model"
@@ -173,13 +176,17 @@ async def ask(hosting: Hosting, message: str) -> str:
     return str(result.content[0].text)
 
 
-async def test_an_agent_calls_a_hosted_stdio_server_which_survives_a_crash(hosting: Hosting) -> None:
+async def servers_available(hosting: Hosting) -> None:
     await until(
         "the stdio server's bridge Ready (ServersAvailable)",
         lambda: hosting.deployment_condition("ServersAvailable") == ("True", "ServersAvailable"),
         READY_WITHIN,
         diagnose=hosting.diagnose,
     )
+
+
+async def test_an_agent_calls_a_hosted_stdio_server_which_survives_a_crash(hosting: Hosting) -> None:
+    await servers_available(hosting)
     await until("the agent Ready", hosting.agent_ready, READY_WITHIN, diagnose=hosting.diagnose)
     assert await ask(hosting, "hello from the cluster") == "the server said: Echo: hello from the cluster"
 
@@ -211,3 +218,23 @@ async def test_an_agent_calls_a_hosted_stdio_server_which_survives_a_crash(hosti
         "logs", "-n", hosting.namespace, pod.metadata.name or "", "-c", "bridge"
     ).stdout
     assert f"{SERVER}: lost" in bridge
+
+
+async def test_the_bridge_refuses_a_caller_without_the_deployments_credential(hosting: Hosting) -> None:
+    """Issue 46: the bridge Service answers the deployment's agents only (they send the credential)."""
+    await servers_available(hosting)
+    bridge = f"http://{DEPLOYMENT}-mcp-{SERVER}.{hosting.namespace}.svc.cluster.local:8000"
+    accept = {"Accept": "application/json, text/event-stream"}
+    async with httpx2.AsyncClient(timeout=30) as http:
+        without = await http.post(f"{bridge}/mcp", json=INITIALIZE, headers=accept)
+        wrong = await http.post(
+            f"{bridge}/mcp", json=INITIALIZE, headers={**accept, names.BRIDGE_TOKEN_HEADER: "guess"}
+        )
+        probe = await http.get(f"{bridge}/healthz")
+    assert (without.status_code, wrong.status_code, probe.status_code) == (401, 401, 200)
+    assert without.json()["error"] == "unauthorized"
+    # The credential is the operator's Secret, made once; the agent (which sends it) still works.
+    secret = hosting.kube.get(Secret, names.bridge_token_secret_name(DEPLOYMENT), namespace=hosting.namespace)
+    assert secret.metadata is not None
+    assert secret.metadata.ownerReferences
+    assert await ask(hosting, "with the credential") == "the server said: Echo: with the credential"

@@ -827,6 +827,39 @@ async def test_an_a2a_client_finds_the_cards_and_its_bearer_reaches_the_tools(sh
     assert "researcher/send_message: started" in steps, steps
 
 
+async def test_discovery_by_the_drafts_and_both_protocol_eras_on_the_pods(shared: World) -> None:
+    """The registry's MCP Catalog lists each agent's Server Card, read by the registry pod from the
+    agent over cluster DNS; the card is open while /mcp asks for a bearer; a 2026-07-28 client
+    negotiates with server/discover and a legacy one with the handshake, on the same endpoint."""
+    world = shared
+    catalogue = world.catalogue()
+    assert catalogue is not None, "the registry does not answer"
+    url = world.agent_url("orchestrator")
+    catalog = httpx2.get(world.registry_base() + "/.well-known/mcp/catalog.json", timeout=10).json()
+    by_name = {s["name"].rsplit("/", 1)[1]: s for s in catalog["servers"]}
+    item = by_name["orchestrator"]
+    assert item["serverCard"] == f"{url}/server-card", item
+    card = httpx2.get(item["serverCard"], timeout=10).json()
+    assert item["card"] == card, item
+    server = catalogue["orchestrator"]["server"]
+    assert (card["name"], card["version"], card["remotes"][0]["url"]) == (
+        server["name"],
+        server["version"],
+        server["remotes"][0]["url"],
+    )
+    assert card["remotes"][0]["authentication"]["required"] is True
+    transport = StreamableHttpTransport(url, headers={"Authorization": BEARER})
+    async with Client(transport, timeout=60) as modern:
+        assert modern.protocol_version == "2026-07-28"
+        assert modern.initialize_result is None
+        capabilities = modern.server_capabilities
+        assert capabilities is not None
+        assert card["capabilities"] == capabilities.model_dump(by_alias=True, mode="json", exclude_none=True)
+    async with mcp_client(url) as legacy:
+        assert legacy.initialize_result is not None
+        assert "send_message" in {t.name for t in await legacy.list_tools()}
+
+
 async def test_the_pods_are_non_root_containers_with_a_read_only_root(shared: World) -> None:
     world = shared
     probe = (

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -25,18 +24,12 @@ from lightkube.resources.apps_v1 import Deployment, ReplicaSet
 from lightkube.resources.core_v1 import ConfigMap
 
 from tests.support.cluster import LocalCluster
+from tests.support.waiting import until
 
 
 async def eventually(check: Callable[[], Any], within: float, what: str) -> Any:
     """Poll an async check until it returns something truthy; fail naming what never happened."""
-    deadline = time.monotonic() + within
-    while True:
-        result = await check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} did not happen within {within}s")
-        await asyncio.sleep(0.2)
+    return await until(what, check, within, interval=0.2)
 
 
 def crd_manifest(group: str, kind: str, plural: str) -> dict[str, Any]:

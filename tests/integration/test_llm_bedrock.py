@@ -18,16 +18,13 @@ from pallas_runtime.llm.bedrock_converse import BedrockConverseProvider
 from pallas_runtime.llm.event_stream import EventStreamError, FrameReader, encode_frame
 from pallas_runtime.llm.factory import create_provider
 from pallas_runtime.llm.provider import LLMError
-from pallas_runtime.messages import TextPart, ToolCall, ToolSpec, Usage, UserMessage
+from pallas_runtime.messages import TextPart, ToolCall, Usage, UserMessage
 from tests.support.fake_bedrock import AwsKey, BedrockException, FakeBedrock, FakeConverse, FakeSts
 from tests.support.fake_llm import Call, FakeUsage, HttpError, Text, ToolCalls
+from tests.support.llm_inputs import HI, SEARCH
 
 KEY = "ABSKQmVkcm9ja0FQSUtleS1mYWtl"
 MODEL = "anthropic.claude-opus-4-7-20260101-v1:0"
-SEARCH = ToolSpec(
-    "web__search", "Search the web", {"type": "object", "properties": {"q": {"type": "string"}}}
-)
-HI = [UserMessage((TextPart("hi"),))]
 
 
 def collector(pieces: list[str]) -> Any:

@@ -30,6 +30,7 @@ from pallas_runtime.messages import (
 from pallas_runtime.server import agent_app, build_server
 from tests.support.fake_gemini import FakeGemini
 from tests.support.fake_llm import Call, FakeUsage, HttpError, Text, ToolCalls
+from tests.support.llm_inputs import HI
 from tests.support.mcp_servers import header_echo_server, serve_app
 
 KEY = "AIzaSy-fake-gemini-key-7c2"
@@ -37,7 +38,6 @@ MODEL = "gemini-3-pro-preview"
 WEATHER = ToolSpec(
     "weather__forecast", "The forecast", {"type": "object", "properties": {"city": {"type": "string"}}}
 )
-HI = [UserMessage((TextPart("hi"),))]
 PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
 
 

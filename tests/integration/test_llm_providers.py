@@ -15,12 +15,10 @@ from pallas_runtime.llm.factory import create_provider
 from pallas_runtime.llm.provider import LLMError
 from pallas_runtime.messages import (
     AssistantMessage,
-    ImagePart,
     TextPart,
     ToolCall,
     ToolResult,
     ToolResultsMessage,
-    ToolSpec,
     Usage,
     UserMessage,
 )
@@ -35,13 +33,9 @@ from tests.support.fake_llm import (
     Text,
     ToolCalls,
 )
+from tests.support.llm_inputs import HI, PNG, SEARCH
 
 KEY = "sk-test-7f3a9c1e5b"
-PNG = ImagePart(data="iVBORw0KGgo=", mime_type="image/png")
-SEARCH = ToolSpec(
-    "web__search", "Search the web", {"type": "object", "properties": {"q": {"type": "string"}}}
-)
-HI = [UserMessage((TextPart("hi"),))]
 
 
 @pytest.fixture

@@ -16,24 +16,18 @@ from pallas_runtime.llm.params import ParamsNotTaken
 from pallas_runtime.llm.provider import LLMError
 from pallas_runtime.messages import (
     AssistantMessage,
-    ImagePart,
     TextPart,
     ToolCall,
     ToolResult,
     ToolResultsMessage,
-    ToolSpec,
     Usage,
     UserMessage,
 )
 from tests.support.fake_llm import Call, FakeUsage, HttpError, Raw, Text, ToolCalls
 from tests.support.fake_responses import FakeOpenAIResponses
+from tests.support.llm_inputs import HI, PNG, SEARCH
 
 KEY = "sk-test-responses-41d2"
-PNG = ImagePart(data="iVBORw0KGgo=", mime_type="image/png")
-SEARCH = ToolSpec(
-    "web__search", "Search the web", {"type": "object", "properties": {"q": {"type": "string"}}}
-)
-HI = [UserMessage((TextPart("hi"),))]
 
 
 @pytest.fixture

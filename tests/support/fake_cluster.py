@@ -85,6 +85,16 @@ class FakeCluster:
     def _version(self) -> str:
         return str(next(self._versions))
 
+    async def create_secret(self, manifest: Mapping[str, Any]) -> bool:
+        """Store the Secret unless one of its name is there; whether it was stored."""
+        body = copy.deepcopy(dict(manifest))
+        key = key_of(body)
+        if key in self.objects:
+            return False
+        body["metadata"] = {**body["metadata"], "resourceVersion": self._version()}
+        self.objects[key] = body
+        return True
+
     async def apply(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
         """Store the body with the operator's managedFields entry; the stored object."""
         body = copy.deepcopy(dict(manifest))

@@ -378,6 +378,29 @@ class _FakeServer(abc.ABC):
     def _render_reply(self, step: Text | ToolCalls, recorded: RecordedRequest) -> Response:
         """Provided by each provider's fake."""
 
+    @staticmethod
+    def _usage(usage: FakeUsage) -> dict[str, Any]:
+        """A scripted usage in this provider's wire form (the fakes that answer with `_answer`)."""
+        raise NotImplementedError
+
+    def _answer(
+        self,
+        recorded: RecordedRequest,
+        step: Text | ToolCalls,
+        body: dict[str, Any],
+        headers: dict[str, str],
+        events: Callable[[], Iterator[str]],
+    ) -> Response:
+        """`body` with the step's usage, as JSON or, when the request asked for a stream, as `events()`."""
+        if isinstance(step.usage, FakeUsage):
+            body["usage"] = self._usage(step.usage)
+        elif step.usage is not None:
+            body["usage"] = dict(step.usage)
+        if _wants_stream(recorded):
+            self.streams.append([])
+            return _sse(events(), step.interval, headers, self.streams[-1])
+        return JSONResponse(body, headers=headers)
+
     @abc.abstractmethod
     def _models_response(self, recorded: RecordedRequest) -> Response:
         """Provided by each provider's fake."""
@@ -492,15 +515,8 @@ class FakeOpenAI(_FakeServer):
                 }
             ],
         }
-        if isinstance(step.usage, FakeUsage):
-            body["usage"] = self._usage(step.usage)
-        elif step.usage is not None:
-            body["usage"] = dict(step.usage)
         headers = {"x-request-id": f"req_fake_{n}"}
-        if _wants_stream(recorded):
-            self.streams.append([])
-            return _sse(self._chunks(body, step, recorded), step.interval, headers, self.streams[-1])
-        return JSONResponse(body, headers=headers)
+        return self._answer(recorded, step, body, headers, lambda: self._chunks(body, step, recorded))
 
     @staticmethod
     def _chunks(body: dict[str, Any], step: Text | ToolCalls, recorded: RecordedRequest) -> Iterator[str]:
@@ -633,15 +649,8 @@ class FakeAnthropic(_FakeServer):
             "stop_reason": step.stop_reason or stop,
             "stop_sequence": None,
         }
-        if isinstance(step.usage, FakeUsage):
-            body["usage"] = self._usage(step.usage)
-        elif step.usage is not None:
-            body["usage"] = dict(step.usage)
         headers = {"request-id": f"req_fake_{n}"}
-        if _wants_stream(recorded):
-            self.streams.append([])
-            return _sse(self._events(body, step), step.interval, headers, self.streams[-1])
-        return JSONResponse(body, headers=headers)
+        return self._answer(recorded, step, body, headers, lambda: self._events(body, step))
 
     @staticmethod
     def _events(body: dict[str, Any], step: Text | ToolCalls) -> Iterator[str]:

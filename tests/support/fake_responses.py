@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from tests.support.fake_llm import (
     FakeOpenAI,
@@ -31,8 +31,6 @@ from tests.support.fake_llm import (
     _halves,
     _model_of,
     _pieces,
-    _sse,
-    _wants_stream,
 )
 
 
@@ -92,15 +90,8 @@ class FakeOpenAIResponses(FakeOpenAI):
         if step.stop_reason == "length":
             body["status"] = "incomplete"
             body["incomplete_details"] = {"reason": "max_output_tokens"}
-        if isinstance(step.usage, FakeUsage):
-            body["usage"] = self._usage(step.usage)
-        elif step.usage is not None:
-            body["usage"] = dict(step.usage)
         headers = {"x-request-id": f"req_fake_{n}"}
-        if _wants_stream(recorded):
-            self.streams.append([])
-            return _sse(self._events(body, step), step.interval, headers, self.streams[-1])
-        return JSONResponse(body, headers=headers)
+        return self._answer(recorded, step, body, headers, lambda: self._events(body, step))
 
     @staticmethod
     def _events(body: dict[str, Any], step: Text | ToolCalls) -> Iterator[str]:

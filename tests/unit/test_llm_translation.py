@@ -43,16 +43,12 @@ from pallas_runtime.messages import (
     ToolCall,
     ToolResult,
     ToolResultsMessage,
-    ToolSpec,
     Usage,
     UserMessage,
 )
+from tests.support.llm_inputs import PNG, SEARCH
 
-PNG = ImagePart(data="iVBORw0KGgo=", mime_type="image/png")
 JPEG = ImagePart(data="/9j/4AAQ", mime_type="image/jpeg")
-SEARCH = ToolSpec(
-    "web__search", "Search the web", {"type": "object", "properties": {"q": {"type": "string"}}}
-)
 
 
 def user(*parts):

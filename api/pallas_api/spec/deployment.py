@@ -378,6 +378,18 @@ agents unreplaced for five minutes after the node is noticed as gone."""
 NodeFailureSeconds = Annotated[int, Field(ge=0, le=3600)]
 
 
+class AgentsServiceAccountSpec(SpecModel):
+    """The identity of the deployment's agent pods towards the cloud (IRSA, Pod Identity, GKE)."""
+
+    annotations: Annotated[dict[str, str], Field(max_length=32)] = Field(default_factory=dict)
+    """Annotations of the agents' ServiceAccount `<deployment>-agents`, e.g.
+    `eks.amazonaws.com/role-arn` (IRSA) or `iam.gke.io/gcp-service-account` (GKE Workload
+    Identity), so a `bedrock` or Vertex provider gets its credentials from the cloud's identity of
+    the pod instead of a key in a Secret. When set, the operator creates that ServiceAccount (it
+    does so anyway under `auth.mode: kubernetes`) and the agent pods run as it; they mount no API
+    token unless `auth.mode` is `kubernetes` (the clouds' webhooks inject their own)."""
+
+
 class RuntimeSpec(SpecModel):
     """Pod defaults for every agent of the deployment."""
 
@@ -399,6 +411,8 @@ class RuntimeSpec(SpecModel):
     replaced elsewhere, 0 to 3600. Default: the operator's `--node-failure-toleration-seconds`
     (30); Kubernetes' own default would be 300. A pod toleration of your own for either taint
     (`pod.tolerations`) replaces this one for that taint."""
+    service_account: AgentsServiceAccountSpec = AgentsServiceAccountSpec()
+    """The agents' ServiceAccount: its annotations (cloud workload identity)."""
 
 
 class HealthCheckSpec(SpecModel):

@@ -4,7 +4,7 @@ No client, no kopf, no clock: the same inputs always give the same objects, whic
 server-side apply idempotent and the golden tests meaningful.
 """
 
-from pallas_operator.builders.access import access_children, auth_delegation_binding
+from pallas_operator.builders.access import access_children, agents_service_account, auth_delegation_binding
 from pallas_operator.builders.agent import (
     AgentWorkload,
     agent_deployment,
@@ -14,7 +14,7 @@ from pallas_operator.builders.agent import (
 from pallas_operator.builders.configmap import agent_config_map
 from pallas_operator.builders.meta import Manifest, Owner, agent_labels, registry_labels
 from pallas_operator.builders.monitoring import service_monitors
-from pallas_operator.builders.network import agents_network_policy
+from pallas_operator.builders.network import agents_network_policy, bridges_network_policy
 from pallas_operator.builders.registry import registry_children
 from pallas_operator.builders.stdio import hosted_servers, stdio_children, stdio_secret_bindings
 
@@ -29,7 +29,9 @@ __all__ = [
     "agent_labels",
     "agent_service",
     "agents_network_policy",
+    "agents_service_account",
     "auth_delegation_binding",
+    "bridges_network_policy",
     "hosted_servers",
     "registry_children",
     "registry_labels",

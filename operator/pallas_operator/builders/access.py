@@ -9,7 +9,7 @@ of that ServiceAccount, so what it presents to an agent is an identity the agent
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from pallas_api import names
 from pallas_api.config import INVOKE_VERB
@@ -23,13 +23,13 @@ def _labels(deployment: str) -> dict[str, str]:
     return component_labels(deployment, "agent", names.agents_service_account(deployment))
 
 
-def agents_service_account(owner: Owner) -> Manifest:
-    """The identity the deployment's agent pods run as."""
+def agents_service_account(owner: Owner, annotations: Mapping[str, str] | None = None) -> Manifest:
+    """The identity the deployment's agent pods run as (`spec.runtime.serviceAccount`'s annotations)."""
     name = names.agents_service_account(owner.name)
     return {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
-        "metadata": metadata(name, owner, _labels(owner.name)),
+        "metadata": metadata(name, owner, _labels(owner.name), dict(annotations or {})),
         "automountServiceAccountToken": False,  # the agent pods mount it explicitly
     }
 
@@ -90,12 +90,14 @@ def auth_delegation_binding(owner: Owner) -> Manifest:
     }
 
 
-def access_children(owner: Owner, agents: Sequence[str]) -> list[Manifest]:
+def access_children(
+    owner: Owner, agents: Sequence[str], annotations: Mapping[str, str] | None = None
+) -> list[Manifest]:
     """The namespaced identity objects of a deployment in kubernetes mode.
 
     Without agents there is no Role: a rule with empty `resourceNames` would grant every agent.
     """
-    children = [agents_service_account(owner)]
+    children = [agents_service_account(owner, annotations)]
     if agents:
         children += [agents_invoke_role(owner, agents), agents_invoke_binding(owner)]
     return children

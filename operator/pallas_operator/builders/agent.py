@@ -137,14 +137,15 @@ def agent_deployment(w: AgentWorkload) -> Manifest:
         **probes(),
     }
     kubernetes_auth = w.deployment.auth.mode == "kubernetes"
+    own_identity = kubernetes_auth or bool(w.deployment.runtime.service_account.annotations)
     pod_spec: dict[str, object] = {
         # No API credentials unless the agent checks callers (auth.mode kubernetes): then it runs
-        # as the deployment's agents ServiceAccount, allowed token and access reviews only. The
-        # name is always set: dropping it would leave the API server's deprecated alias
-        # `serviceAccount` behind, and the pods on an identity that may no longer exist.
-        "serviceAccountName": names.agents_service_account(w.deployment_name)
-        if kubernetes_auth
-        else "default",
+        # as the deployment's agents ServiceAccount, allowed token and access reviews only. It
+        # runs as that ServiceAccount, without its token, when the account carries a cloud
+        # identity (IRSA and the like inject their own credentials). The name is always set:
+        # dropping it would leave the API server's deprecated alias `serviceAccount` behind, and
+        # the pods on an identity that may no longer exist.
+        "serviceAccountName": names.agents_service_account(w.deployment_name) if own_identity else "default",
         "automountServiceAccountToken": kubernetes_auth,
         "securityContext": pod_security(),
         "terminationGracePeriodSeconds": grace_seconds(

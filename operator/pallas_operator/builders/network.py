@@ -1,8 +1,9 @@
-"""`spec.network.policy`: a NetworkPolicy per deployment guarding its agents.
+"""`spec.network.policy`: NetworkPolicies per deployment guarding its agents and its bridges.
 
-It admits traffic to the agents only from the deployment's own agents (peer calls), its
-registry, the operator (verification and health probes) and the peers listed in `allowFrom`.
-Egress is not restricted.
+The agents' admits traffic only from the deployment's own agents (peer calls), its registry,
+the operator (verification and health probes) and the peers listed in `allowFrom`. The hosted
+stdio servers' bridges (when it has some) admit only the deployment's agents: nothing else calls
+them, and the kubelet's probes are not subject to NetworkPolicies. Egress is not restricted.
 """
 
 from __future__ import annotations
@@ -72,5 +73,21 @@ def agents_network_policy(
             "podSelector": {"matchLabels": agents_selector(owner.name)},
             "policyTypes": ["Ingress"],
             "ingress": [{"from": sources}],
+        },
+    }
+
+
+def bridges_network_policy(owner: Owner) -> Manifest:
+    """The NetworkPolicy of a deployment's hosted stdio servers: their bridges admit its agents only."""
+    name = names.bridges_network_policy_name(owner.name)
+    selector = {names.LABEL_DEPLOYMENT: owner.name, names.LABEL_COMPONENT: names.STDIO_COMPONENT}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": metadata(name, owner, component_labels(owner.name, names.STDIO_COMPONENT, name)),
+        "spec": {
+            "podSelector": {"matchLabels": selector},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": {"matchLabels": agents_selector(owner.name)}}]}],
         },
     }

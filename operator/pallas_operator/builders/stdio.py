@@ -8,10 +8,13 @@ The pod has three containers sharing an `emptyDir` at `/stdio`:
   container's log; the kubelet restarts it (with back-off) when it ends. Its `env` entries
   from Secrets are files of the pod's Secret volume, exported by the shell line before the
   command starts: the operator reads no Secret (docs/operator.md, "What the operator reads");
-- `bridge` (our image): `pallas bridge --fifos /stdio --secrets-dir …` serves it over
-  Streamable HTTP on port 8000; Ready only while the server has an MCP session. When a secret
-  file changes it ends the server's life (its input closes), so the kubelet starts the server
-  again with the new values: a rotation needs no new pod.
+- `bridge` (our image): `pallas bridge --fifos /stdio --token-file … --secrets-dir …` serves it
+  over Streamable HTTP on port 8000; Ready only while the server has an MCP session. When a
+  secret file changes it ends the server's life (its input closes), so the kubelet starts the
+  server again with the new values: a rotation needs no new pod. It answers only requests
+  carrying the deployment's bridge credential, from the deployment's Secret
+  `<deployment>-bridge-token` (`bridge_token_secret`), mounted in the bridge container alone
+  (the server never sees it) and read at each request, so a replaced Secret needs no new pod.
 
 Why this shape (docs/operator.md, "Hosting stdio servers"): the bridge is Python and cannot be
 copied into an arbitrary image as kmcp copies its static binary, and attaching to a container's
@@ -42,6 +45,9 @@ from pallas_operator.builders.pod import (
 )
 
 STDIO_DIR = "/stdio"
+BRIDGE_TOKEN_DIR = "/etc/pallas-bridge"
+"""Where the bridge container alone mounts the deployment's bridge credential."""
+BRIDGE_TOKEN_VOLUME = "bridge-token"
 SERVER_SHELL = 'exec "$0" "$@" >{fifos}/out <{fifos}/in'
 """The server container's shell line (its command and arguments follow as `$0 $@`): `out` is
 opened before `in`, the order `FifoPair` relies on."""
@@ -135,6 +141,8 @@ def stdio_deployment(
             STDIO_DIR,
             "--port",
             str(names.STDIO_BRIDGE_PORT),
+            "--token-file",
+            f"{BRIDGE_TOKEN_DIR}/{names.BRIDGE_TOKEN_KEY}",
             *(["--secrets-dir", names.SECRETS_DIR] if secrets is not None else []),
         ],
         "ports": [
@@ -143,7 +151,11 @@ def stdio_deployment(
         "env": log_env(log_level(spec), namespace=owner.namespace, deployment=owner.name),
         "resources": resources(default=BRIDGE_RESOURCES),
         "securityContext": _bridge_security(),
-        "volumeMounts": [dict(mount), {"name": "tmp", "mountPath": "/tmp"}]
+        "volumeMounts": [
+            dict(mount),
+            {"name": "tmp", "mountPath": "/tmp"},
+            {"name": BRIDGE_TOKEN_VOLUME, "mountPath": BRIDGE_TOKEN_DIR, "readOnly": True},
+        ]
         + ([secret_mount()] if secrets is not None else []),
         **probes(),
     }
@@ -175,11 +187,45 @@ def stdio_deployment(
                     "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
                     "initContainers": [fifos],
                     "containers": [bridge, server_container],
-                    "volumes": [{"name": "stdio", "emptyDir": {}}, {"name": "tmp", "emptyDir": {}}]
+                    "volumes": [
+                        {"name": "stdio", "emptyDir": {}},
+                        {"name": "tmp", "emptyDir": {}},
+                        _bridge_token_volume(owner.name),
+                    ]
                     + ([secrets] if secrets is not None else []),
                 },
             },
         },
+    }
+
+
+def _bridge_token_volume(deployment: str) -> dict[str, Any]:
+    """The deployment's bridge credential: not optional, the bridge must not serve without it."""
+    key = names.BRIDGE_TOKEN_KEY
+    return {
+        "name": BRIDGE_TOKEN_VOLUME,
+        "secret": {
+            "secretName": names.bridge_token_secret_name(deployment),
+            "items": [{"key": key, "path": key}],
+            "defaultMode": SECRET_FILE_MODE,
+        },
+    }
+
+
+def bridge_token_secret(owner: Owner, token: str) -> Manifest:
+    """The Secret holding a deployment's bridge credential `token`.
+
+    Created once (`reconcile.bridge_token`), never applied again: a reconcile keeps the value
+    its agents and bridges hold. Deleting it rotates the credential: the next reconcile makes a
+    new one, which the agents' Secret volumes and the bridges' read without a new pod.
+    """
+    name = names.bridge_token_secret_name(owner.name)
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": metadata(name, owner, component_labels(owner.name, names.STDIO_COMPONENT, name)),
+        "type": "Opaque",
+        "stringData": {names.BRIDGE_TOKEN_KEY: token},
     }
 
 

@@ -31,6 +31,8 @@ from pallas_operator.k8s.cluster import Cluster
 log = logging.getLogger(__name__)
 ChildKey = tuple[str, str, str]
 """(namespace, kind, name)"""
+OwnerKey = tuple[str, str, str]
+"""(namespace, kind, name) of a PallasAgent or PallasDeployment"""
 WriteHook = Callable[[str, str], None]
 """Called with (kind, verb) for every write request, for the metrics."""
 
@@ -82,6 +84,15 @@ def child_key(manifest: Mapping[str, Any]) -> ChildKey:
     return (meta.get("namespace", ""), manifest["kind"], meta["name"])
 
 
+def owner_key(manifest: Mapping[str, Any]) -> OwnerKey | None:
+    """(namespace, kind, name) of the resource controlling a manifest, if one in its namespace does."""
+    meta = manifest["metadata"]
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("controller"):
+            return (meta.get("namespace", ""), str(ref.get("kind")), str(ref.get("name")))
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class _Applied:
     digest: str
@@ -111,7 +122,13 @@ class Applier:
         # The API server's answer to an apply, kept only until the watch shows the object: a
         # reconcile in between (another child's watch event) reads it from here, not as absent.
         self._unseen: dict[ChildKey, dict[str, Any]] = {}
-        self._written: dict[tuple[str, str, str], _Written] = {}
+        # The children applied for each owner, so that a deleted owner takes all it left here
+        # with it: the garbage collector removes the children, and a child kind no watch shows
+        # (a ServiceMonitor), or a DELETED event lost to a watch restart, would otherwise keep
+        # its entries for the life of the process.
+        self._children: dict[OwnerKey, set[ChildKey]] = {}
+        self._owner: dict[ChildKey, OwnerKey] = {}
+        self._written: dict[OwnerKey, _Written] = {}
 
     def _current(self, key: ChildKey, digest: str, observed: Seen | None) -> bool:
         """Whether the object already is what applying `digest` would make it."""
@@ -144,6 +161,10 @@ class Applier:
         self._applied[key] = _Applied(digest, fingerprint(applied))
         if observed is None:
             self._unseen[key] = applied
+        owner = owner_key(manifest)
+        if owner is not None:
+            self._owner[key] = owner
+            self._children.setdefault(owner, set()).add(key)
         return applied
 
     def applied(self, key: ChildKey) -> bool:
@@ -158,6 +179,12 @@ class Applier:
         """The object is gone (or changed by someone else): the next apply must not be skipped."""
         self._applied.pop(key, None)
         self._unseen.pop(key, None)
+        owner = self._owner.pop(key, None)
+        if owner is not None:
+            siblings = self._children.get(owner, set())
+            siblings.discard(key)
+            if not siblings:
+                self._children.pop(owner, None)
 
     async def delete(self, namespace: str, kind: str, name: str) -> None:
         """Delete a child that should no longer exist; already gone is fine."""
@@ -196,5 +223,8 @@ class Applier:
         return seen(obj) if obj is not None else None
 
     def forget_owner(self, namespace: str, kind: str, name: str) -> None:
-        """The owner is gone: drop what is remembered about its status."""
-        self._written.pop((namespace, kind, name), None)
+        """The owner is gone: drop what is remembered about its status and its children."""
+        owner = (namespace, kind, name)
+        self._written.pop(owner, None)
+        for key in list(self._children.get(owner, ())):
+            self.forget(key)

@@ -47,6 +47,14 @@ class Cluster(Protocol):
         """Delete a child; one already gone is fine."""
         ...
 
+    async def create_secret(self, manifest: Mapping[str, Any]) -> bool:
+        """Create the Secret `manifest` unless one of its name exists (never read, never replaced).
+
+        Returns:
+            Whether it was created now.
+        """
+        ...
+
     async def write_status(
         self, kind: str, namespace: str, name: str, status: Mapping[str, Any]
     ) -> str | None:

@@ -8,9 +8,10 @@ in their own `k8s` modules, which this delegates to.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from lightkube import ApiError, AsyncClient
+from lightkube.resources.core_v1 import Secret
 from lightkube.types import PatchType
 
 from pallas_api import names
@@ -39,6 +40,16 @@ class LightkubeCluster:
         )  # fmt: skip
         applied: dict[str, Any] = obj.to_dict()
         return applied
+
+    async def create_secret(self, manifest: Mapping[str, Any]) -> bool:
+        """Create a Secret; a 409 (one of that name exists: kept as it is) is False."""
+        try:
+            await self.client.create(cast(Secret, Secret.from_dict(dict(manifest))))
+        except ApiError as exc:
+            if exc.status.code != 409:
+                raise
+            return False
+        return True
 
     async def delete(self, namespace: str, kind: str, name: str) -> None:
         """Delete a child; a 404 (already gone) is fine."""

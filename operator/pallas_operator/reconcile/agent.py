@@ -84,12 +84,14 @@ def _observation(
     return AgentObservation(
         generation=record.generation,
         problem=plan.problem,
+        warning=plan.warning,
         waiting_for=tuple(plan.waiting),
         workload=current,
         verification=verification,
         health=health,
         url=names.agent_url(record.name, record.namespace, spec.service.port) if spec else None,
         model=plan.model,
+        workflow=spec.workflow.type if spec and spec.workflow else None,
         replicas=spec.replicas if spec else 0,
         dependencies=tuple(spec.dependencies()) if spec else (),
         config_hash=plan.config_hash,
@@ -97,12 +99,11 @@ def _observation(
 
 
 async def _report(op: Operator, record: OwnerRecord, old: PallasAgentStatus, new: PallasAgentStatus) -> None:
-    """A Warning Event when the agent stops being accepted or the reason changes."""
+    """A Warning Event when the agent stops being accepted or is accepted with a warning (each new reason)."""
     before = next((c for c in old.conditions if c.type == conditions.ACCEPTED), None)
     after = next(c for c in new.conditions if c.type == conditions.ACCEPTED)
-    if after.status == "False" and (
-        before is None or (before.status, before.reason) != ("False", after.reason)
-    ):
+    warns = after.status == "False" or after.reason != conditions.ACCEPTED_REASON
+    if warns and (before is None or (before.status, before.reason) != (after.status, after.reason)):
         await op.cluster.post_event(
             OwnerEvent(
                 names.AGENT_KIND, record.namespace, record.name, record.uid, after.reason, after.message

@@ -1,7 +1,8 @@
 """Reconcile one PallasDeployment: its children, then its status.
 
 The reconcile reads the spec and the world and writes what changed, one concern a module: the
-namespaced children (registry, hosted stdio servers, the agents' identity and NetworkPolicy)
+hosted stdio servers' credential (`bridge_token`), the namespaced children (registry, hosted
+stdio servers, the agents' identity and NetworkPolicies)
 through `children.apply_children`, the cluster-scoped auth-delegator binding (`delegation`), the
 ServiceMonitors (`monitoring`), the registry's provider checks (`provider_checks`), the status,
 and the Warning of agents reachable without authentication (`unauthenticated`).
@@ -23,12 +24,15 @@ from pallas_operator.builders import (
     Owner,
     access_children,
     agents_network_policy,
+    agents_service_account,
+    bridges_network_policy,
     hosted_servers,
     registry_children,
     stdio_children,
 )
 from pallas_operator.engine.context import DEPLOYMENT, Operator, now
 from pallas_operator.engine.world import OwnerRecord
+from pallas_operator.reconcile.bridge_token import ensure_bridge_token
 from pallas_operator.reconcile.children import apply_children, stored_status
 from pallas_operator.reconcile.delegation import sync_delegation, unbind
 from pallas_operator.reconcile.monitoring import sync_service_monitors
@@ -69,6 +73,8 @@ async def reconcile_deployment(op: Operator, namespace: str, name: str) -> float
     owner = Owner(names.DEPLOYMENT_KIND, name, namespace, record.uid)
     children = op.world.children(namespace, record.uid)
     desired = _desired(op, owner, spec)
+    if hosted_servers(spec):  # before their bridges, which start only with it
+        await ensure_bridge_token(op, owner)
     await sync_delegation(op, owner, wanted=spec.auth.mode == "kubernetes")
     wanted = {(m["kind"], m["metadata"]["name"]) for m in desired}
     unwanted = [key for key in children if key not in wanted]
@@ -120,11 +126,16 @@ def _desired(op: Operator, owner: Owner, spec: PallasDeploymentSpec) -> list[Man
         else []
     )
     desired += stdio_children(owner, spec, settings.runtime_image)
+    cloud_identity = spec.runtime.service_account.annotations
     if spec.auth.mode == "kubernetes":
         agents = [a.name for a in op.world.agents_of(owner.namespace, owner.name)]
-        desired += access_children(owner, agents)
+        desired += access_children(owner, agents, cloud_identity)
+    elif cloud_identity:
+        desired.append(agents_service_account(owner, cloud_identity))
     if spec.network.policy:
         desired.append(agents_network_policy(owner, spec, settings.pod_namespace, settings.pod_labels))
+        if hosted_servers(spec):
+            desired.append(bridges_network_policy(owner))
     return desired
 
 

@@ -41,6 +41,8 @@ class AgentPlan:
 
     spec: PallasAgentSpec | None
     problem: Problem | None = None
+    warning: Problem | None = None
+    """What the accepted agent runs without (`RenderedAgent.warning`)."""
     waiting: list[str] = field(default_factory=list)
     desired: list[Manifest] = field(default_factory=list)
     unwanted: list[tuple[str, str]] = field(default_factory=list)
@@ -103,6 +105,7 @@ def plan_agent(
     except RenderError as exc:
         plan.problem = Problem(exc.reason, str(exc))
         return plan
+    plan.warning = rendered.warning
     plan.waiting = waiting_for(spec, peers)
     config_yaml = render_config(rendered.config)
     plan.config_hash = config_digest(config_yaml)

@@ -13,6 +13,7 @@ from typing import Final
 from pallas_api import conditions as r
 from pallas_api.spending import SpendReport
 from pallas_api.status import Health, HealthStatus, PallasAgentStatus, Phase, ServerInfo
+from pallas_api.workflow import WorkflowType
 from pallas_operator.status import conditions as c
 from pallas_operator.status.references import Problem
 from pallas_operator.status.workload import Workload
@@ -61,12 +62,15 @@ class AgentObservation:
 
     generation: int
     problem: Problem | None = None
+    warning: Problem | None = None
+    """Accepted, but runs without something its spec names (its reason and message on `Accepted`)."""
     waiting_for: tuple[str, ...] = ()
     workload: Workload | None = None
     verification: Verification | None = None
     health: HealthResult | None = None
     url: str | None = None
     model: str | None = None
+    workflow: WorkflowType | None = None
     replicas: int = 1
     dependencies: tuple[str, ...] = ()
     config_hash: str | None = None
@@ -171,7 +175,12 @@ def agent_status(obs: AgentObservation, previous: PallasAgentStatus, now: str) -
         accepted = c.false(c.ACCEPTED, obs.problem.reason, obs.problem.message)
         deps = c.unknown(c.DEPENDENCIES_READY, r.NOT_ACCEPTED)
     else:
-        accepted = c.true(c.ACCEPTED, r.ACCEPTED_REASON)
+        warning = obs.warning  # accepted all the same: it runs on the rest
+        accepted = (
+            c.true(c.ACCEPTED, warning.reason, warning.message)
+            if warning is not None
+            else c.true(c.ACCEPTED, r.ACCEPTED_REASON)
+        )
         deps = (
             c.false(
                 c.DEPENDENCIES_READY, r.DEPENDENCIES_NOT_READY, "waiting for: " + ", ".join(obs.waiting_for)
@@ -192,6 +201,7 @@ def agent_status(obs: AgentObservation, previous: PallasAgentStatus, now: str) -
         conditions=c.stamp(verdicts.values(), previous.conditions, obs.generation, now),
         url=obs.url,
         model=obs.model,
+        workflow=obs.workflow,
         replicas=obs.replicas,
         ready_replicas=obs.workload.ready_replicas if obs.workload else 0,
         health=_health(obs, previous, now),

@@ -38,7 +38,7 @@ def check_agent(
     agents: Mapping[str, AgentFacts],
 ) -> Problem | None:
     """The first problem with the agent's references (the checks `pallas validate` runs too)."""
-    return check_references(name, spec, deployment, _Dependencies(agents))
+    return check_references(name, spec, deployment, _Dependencies(agents), _Homes(agents))
 
 
 class _Dependencies(Mapping[str, tuple[str, ...]]):
@@ -53,6 +53,22 @@ class _Dependencies(Mapping[str, tuple[str, ...]]):
 
     def __getitem__(self, name: str) -> tuple[str, ...]:
         return self._agents[name].dependencies
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._agents)
+
+    def __len__(self) -> int:
+        return len(self._agents)
+
+
+class _Homes(Mapping[str, str]):
+    """Each agent's deployment, read only when looked up (as `_Dependencies`)."""
+
+    def __init__(self, agents: Mapping[str, AgentFacts]) -> None:
+        self._agents = agents
+
+    def __getitem__(self, name: str) -> str:
+        return self._agents[name].deployment
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._agents)

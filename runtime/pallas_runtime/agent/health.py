@@ -14,6 +14,8 @@ Semantics (docs/api.md §3, `get_health`):
   requests were refused with 503), when a header's secret has no value (it is not sent), or
   when the LLM or a downstream server has been slow lately (`agent/latency.py`: "Slow: LLM avg
   12.3s over 20 calls (over 10s)");
+  `degraded` too when its `servers` names servers its deployment does not define (it runs
+  without them: "Servers: mcpServers x not defined by the deployment: …");
   `error` when the agent cannot serve any request: its provider's API key is not configured.
   `message` names each problem;
 - with `busyAt`, `busy` and `inFlight` say whether this process's send_message calls in flight
@@ -32,7 +34,8 @@ import time
 from collections.abc import Awaitable, Callable
 
 from pallas_api.config import AgentConfig
-from pallas_api.health import HealthReport, HealthStatus, utc_timestamp
+from pallas_api.health import Diagnostics, HealthReport, HealthStatus, ServerState, utc_timestamp
+from pallas_api.references import servers_not_found
 from pallas_api.spending import MICROS, SpendReport
 from pallas_runtime.agent.live import Generation, LiveAgent
 from pallas_runtime.conversations.model import ConversationStore
@@ -100,8 +103,12 @@ class HealthChecker:
         with contextlib.suppress(Exception):  # a failed check is a result; anything else: next time
             await self.check_provider()
 
-    async def report(self) -> HealthReport:
-        """The `get_health` document: status, timestamp, the config served and, when not ok, a message."""
+    async def report(self, *, diagnostics: bool = False) -> HealthReport:
+        """The `get_health` document: status, timestamp, the config served and, when not ok, a message.
+
+        With `diagnostics`, also the config's reload counts, every source's probe and the tool
+        policy (`HealthReport.diagnostics`).
+        """
         with self._live.hold() as generation:
             provider = self._current_provider_check(generation)
             probes, store, spend = await asyncio.gather(
@@ -109,7 +116,16 @@ class HealthChecker:
                 self._store.check() if self._store is not None else _nothing(),
                 self._spent(generation.config),
             )
-            return self._summarize(generation, list(probes), provider, store, spend)
+            report = self._summarize(generation, list(probes), provider, store, spend)
+        if not diagnostics:
+            return report
+        found = Diagnostics(
+            reloads=dict(self._live.reloads),
+            servers=[ServerState(name=p.source, up=p.ok) for p in probes],
+            missing_servers=list(generation.config.missing_servers),
+            tools=generation.config.tools,
+        )
+        return report.model_copy(update={"diagnostics": found})
 
     async def _spent(self, config: AgentConfig) -> AgentSpend | None:
         """The agent budget's window as the ledger has it (None: no such budget, or unreadable)."""
@@ -136,6 +152,8 @@ class HealthChecker:
         unreachable = [f"{p.source} ({p.message})" if p.message else p.source for p in probes if not p.ok]
         if unreachable:
             problems.append("Unreachable: " + ", ".join(unreachable))
+        if config.missing_servers:  # the agent runs without them (`pallas_api.references`)
+            problems.append("Servers: " + servers_not_found(config.missing_servers).message)
         key_problem = None
         if resolve_api_key(config.provider, generation.secrets) is None:
             key_problem = f"LLM: {missing_key_message(config.provider)}"

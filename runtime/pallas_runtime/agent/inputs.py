@@ -8,8 +8,8 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from pallas_api.config import AgentConfig
-from pallas_runtime.messages import ContentPart, ImagePart, TextPart, UserMessage
+from pallas_api.config import AgentConfig, SendParams
+from pallas_runtime.messages import AssistantMessage, ContentPart, ImagePart, Message, TextPart, UserMessage
 
 # File signatures, so a mislabelled or corrupt image is refused here rather than by the provider
 # halfway through a turn.
@@ -92,3 +92,22 @@ def user_message(
             raise InvalidInput(f"{where}: data is not a {image.mime_type} image")
         parts.append(ImagePart(image.data, image.mime_type))
     return UserMessage(tuple(parts))
+
+
+def given_history(params: SendParams | None, conversation_id: str | None) -> list[Message] | None:
+    """The history a call brings in `params.messages`, as the turn's messages (None: none brought).
+
+    Raises:
+        InvalidInput: the call names a conversation too (a history given replaces the stored one,
+            so there is nothing of a conversation to read or keep).
+    """
+    if params is None or params.messages is None:
+        return None
+    if conversation_id is not None:
+        raise InvalidInput(
+            "params.messages replaces a conversation's history: send it without conversation_id"
+        )
+    return [
+        UserMessage((TextPart(m.text),)) if m.role == "user" else AssistantMessage(m.text)
+        for m in params.messages
+    ]

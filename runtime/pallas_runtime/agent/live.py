@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from pallas_api.config import AgentConfig
+from pallas_api.health import RELOAD_OUTCOMES
 from pallas_api.live import config_hash, needs_new_process
 from pallas_io.logs import SecretValues
 from pallas_runtime.agent.latency import Latencies
@@ -256,6 +257,8 @@ class LiveAgent:
         self._closing: set[asyncio.Task[None]] = set()
         self._unclosed: list[Any] = []
         self._refused: str | None = None
+        self.reloads: dict[str, int] = dict.fromkeys(RELOAD_OUTCOMES, 0)
+        """New config versions seen while serving, by outcome (`pallas_config_reloads_total`)."""
         self.latencies = Latencies()
         """How long the LLM and each downstream part took lately, across generations (`get_health`)."""
         self.generation = self._build(config, config_hash or _hash(config), self._read_secrets(config))
@@ -323,6 +326,7 @@ class LiveAgent:
 
     def _reloaded(self, outcome: str) -> None:
         """Count a new config version seen while serving (`pallas_config_reloads_total`)."""
+        self.reloads[outcome] += 1
         self._metrics.config_reloads_total.labels(self.generation.config.name, outcome).inc()
 
     def _read_secrets(self, config: AgentConfig) -> dict[str, str]:

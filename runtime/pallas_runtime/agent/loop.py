@@ -67,6 +67,17 @@ class MaxIterationsExceeded(Exception):
     """The model kept calling tools past `maxIterations`."""
 
 
+ROUNDS_RUN = "rounds_run"
+"""The attribute a turn's failure (LLM, rounds, budget) carries the messages it ran under: its user
+message, then every assistant and tool message up to the failure (`rounds_run`)."""
+
+
+def rounds_run(exc: BaseException) -> tuple[Message, ...]:
+    """The messages a failed turn ran before `exc` ended it (its user message first); () if unknown."""
+    ran = getattr(exc, ROUNDS_RUN, ())
+    return ran if isinstance(ran, tuple) else ()
+
+
 class ToolChoiceUnavailable(ValueError):
     """`toolChoice` names a tool the agent does not offer this turn."""
 
@@ -165,7 +176,7 @@ class AgentLoop:
         steps = await workflow.Steps.open(self.tools, turn, complete, self._config.instruction)
         text = await workflow.answer(spec, text_of(user.content), steps)
         answer = cut_to(text, self._config.limits.max_answer_bytes, "answer")
-        return TurnResult(answer, [user, AssistantMessage(answer)])
+        return TurnResult(answer, [user, *steps.transcript(), AssistantMessage(answer)])
 
     async def _run(
         self,
@@ -188,41 +199,47 @@ class AgentLoop:
         room = input_room(choice.capabilities, merged) - request_tokens(system, tools.specs)
         messages: list[Message] = [user]
         left_out_most = 0
-        for round_number in range(self._config.max_iterations):
-            cut = left_out(history, messages, room)
-            left_out_most = max(left_out_most, cut)
-            completion = await self._complete(
-                turn, choice, system, [*history[cut:], *messages], tools.specs,
-                first if round_number == 0 else later, conversation_id,
-            )  # fmt: skip
-            assistant = AssistantMessage(
-                completion.text, completion.tool_calls, signature=completion.signature
+        try:
+            for round_number in range(self._config.max_iterations):
+                cut = left_out(history, messages, room)
+                left_out_most = max(left_out_most, cut)
+                completion = await self._complete(
+                    turn, choice, system, [*history[cut:], *messages], tools.specs,
+                    first if round_number == 0 else later, conversation_id,
+                )  # fmt: skip
+                assistant = AssistantMessage(
+                    completion.text, completion.tool_calls, signature=completion.signature
+                )
+                messages.append(assistant)
+                if not completion.tool_calls:
+                    if not completion.text.strip():
+                        messages.pop()  # nothing said: not a message to keep
+                        raise LLMError(
+                            f"{self._config.provider.name}: the model answered with neither text nor tool "
+                            f"calls (stop reason {completion.stop_reason or 'unknown'})"
+                        )
+                    answer = cut_to(completion.text, self._config.limits.max_answer_bytes, "answer")
+                    if answer != completion.text:
+                        messages[-1] = AssistantMessage(answer)
+                    if left_out_most:
+                        log.debug(
+                            "left out the %d oldest of %d stored messages to fit the context window",
+                            left_out_most, len(history), extra={"agent": self._config.name},
+                        )  # fmt: skip
+                    return TurnResult(answer, messages, left_out_most)
+                await progress.step("tool")
+                results = await asyncio.gather(
+                    *(self._dispatch(call, tools, turn) for call in completion.tool_calls)
+                )
+                messages.append(ToolResultsMessage(tuple(results)))
+            raise MaxIterationsExceeded(
+                f"agent {self._config.name} stopped after {self._config.max_iterations} LLM/tool rounds "
+                "without a final answer (raise spec.maxIterations if the task needs more)"
             )
-            messages.append(assistant)
-            if not completion.tool_calls:
-                if not completion.text.strip():
-                    raise LLMError(
-                        f"{self._config.provider.name}: the model answered with neither text nor tool "
-                        f"calls (stop reason {completion.stop_reason or 'unknown'})"
-                    )
-                answer = cut_to(completion.text, self._config.limits.max_answer_bytes, "answer")
-                if answer != completion.text:
-                    messages[-1] = AssistantMessage(answer)
-                if left_out_most:
-                    log.debug(
-                        "left out the %d oldest of %d stored messages to fit the context window",
-                        left_out_most, len(history), extra={"agent": self._config.name},
-                    )  # fmt: skip
-                return TurnResult(answer, messages, left_out_most)
-            await progress.step("tool")
-            results = await asyncio.gather(
-                *(self._dispatch(call, tools, turn) for call in completion.tool_calls)
-            )
-            messages.append(ToolResultsMessage(tuple(results)))
-        raise MaxIterationsExceeded(
-            f"agent {self._config.name} stopped after {self._config.max_iterations} LLM/tool rounds "
-            "without a final answer (raise spec.maxIterations if the task needs more)"
-        )
+        except (LLMError, MaxIterationsExceeded, spending.BudgetExceeded) as exc:
+            # The rounds it ran stay with the failure: its conversation keeps them (`failure`).
+            setattr(exc, ROUNDS_RUN, tuple(messages))
+            raise
 
     def _round_params(
         self, params: RequestParams, offered: dict[str, OfferedTool]
@@ -314,7 +331,9 @@ class AgentLoop:
             return _result(call, self.tools.unknown(call.name, available))
         if call.arguments_error is not None:
             return self._invalid(call, entry.source.name, entry.tool.name, call.arguments_error)
-        return _result(call, await self.tools.call(entry, call.arguments, turn, shown=call.name))
+        return _result(
+            call, await self.tools.call(entry, call.arguments, turn, shown=call.name, call_id=call.id)
+        )
 
     def _invalid(
         self,

@@ -30,6 +30,8 @@ from pallas_io.tracing import exemplar
 from pallas_runtime.agent.approvals import ApprovalGate
 from pallas_runtime.agent.audit import Outcome, audit_tool_call
 from pallas_runtime.agent.latency import Latencies
+from pallas_runtime.agent.progress import ToolCallChunk
+from pallas_runtime.agent.trace import result_text
 from pallas_runtime.agent.turn import Turn
 from pallas_runtime.agent.window import OVERHEAD_TOKENS, text_tokens
 from pallas_runtime.conversations.model import ConversationKey
@@ -179,10 +181,12 @@ class ToolBox:
         *,
         time_limit: float | None = None,
         shown: str | None = None,
+        call_id: str | None = None,
     ) -> ToolOutcome:
         """Call one offered tool for `turn`: policy, audit, metrics, progress; the result scrubbed and cut.
 
-        `shown` is the name the caller used for the tool (the model's, default `<server>__<tool>`).
+        `shown` is the name the caller used for the tool (the model's, default `<server>__<tool>`);
+        `call_id` the model's id of the call (both name the call in progress chunks).
 
         `time_limit` (seconds) bounds this call below the source's own timeout (`execute_tool`'s
         `timeout_ms`); running out is a TIMEOUT error result, as the source's own would be.
@@ -197,7 +201,8 @@ class ToolBox:
         # one that got it some other way) may echo it, and it must reach neither the model, the
         # stored history, the answer nor the spans.
         secrets = self._secrets.including(credential_values(turn.credential))
-        await progress.tool_started(source, tool.name)
+        chunk = ToolCallChunk(call_id, shown or tool.qualified_name, arguments)
+        await progress.tool_started(source, tool.name, chunk)
         with tool_span(
             agent, source, tool.name, peer=entry.peer, arguments=arguments, secrets=secrets
         ) as span:
@@ -233,8 +238,10 @@ class ToolBox:
         self._metrics.tool_calls_total.labels(
             agent, source, "tool", "error" if outcome.is_error else "ok"
         ).inc()
-        await progress.tool_finished(source, tool.name, ok=not outcome.is_error)
         kept = self._within_budget(outcome, tool.qualified_name, secrets)
+        await progress.tool_finished(
+            source, tool.name, ok=not outcome.is_error, call=chunk, result=result_text(kept)
+        )
         return replace(outcome, content=kept)
 
     def _within_budget(

@@ -14,13 +14,14 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from pallas_runtime.messages import AssistantMessage, ImagePart, Message, ToolResult, ToolResultsMessage
+from pallas_runtime.messages import AssistantMessage, ContentPart, ImagePart, Message, ToolResultsMessage
 
 RESULT_TEXT_LIMIT = 2000
 
 
-def _result_text(result: ToolResult) -> str:
-    parts = [p.text if not isinstance(p, ImagePart) else f"[image {p.mime_type}]" for p in result.content]
+def result_text(content: Sequence[ContentPart]) -> str:
+    """A tool result's text for a person, images named, cut to `RESULT_TEXT_LIMIT` characters."""
+    parts = [p.text if not isinstance(p, ImagePart) else f"[image {p.mime_type}]" for p in content]
     text = "\n".join(parts)
     if len(text) <= RESULT_TEXT_LIMIT:
         return text
@@ -46,7 +47,7 @@ def tool_trace(turn: Sequence[Message]) -> list[dict[str, Any]]:
             result = results.get(call.id)
             if result is not None:
                 entry["isError"] = result.is_error
-                entry["result"] = _result_text(result)
+                entry["result"] = result_text(result.content)
             trace.append(entry)
     return trace
 
@@ -75,6 +76,6 @@ def tool_activity(message: AssistantMessage | ToolResultsMessage) -> list[str]:
         return lines
     return [
         f"[tool {'error' if r.is_error else 'result'}] {r.name}: "
-        + _cut(_result_text(r), HISTORY_RESULT_LIMIT)
+        + _cut(result_text(r.content), HISTORY_RESULT_LIMIT)
         for r in message.results
     ]

@@ -4,8 +4,9 @@ Which conversation a request continues is the scope's (`conversations.scope`): a
 `conversation_id`, else the caller's default conversation, else the MCP session's, else none
 (nothing kept). It belongs to the caller. The turn holds the conversation from reading its
 history to storing the turn, so turns of one conversation run one at a time wherever they run;
-a turn that fails or is cancelled by its caller stores nothing. A turn a stopping agent
-interrupts (`inflight`) is kept as its user message and a `TurnFailure`.
+a turn cancelled by its caller stores nothing. A turn that fails (`failure.failure_of`) is kept
+as the rounds it ran (its user message, then each assistant and tool message) and a
+`TurnFailure`; one a stopping agent interrupts (`inflight`), as its user message and the failure.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
 from pallas_api.fields import ConversationScope
-from pallas_runtime.agent.loop import AgentLoop
+from pallas_runtime.agent.failure import failure_of
+from pallas_runtime.agent.loop import AgentLoop, rounds_run
 from pallas_runtime.agent.turn import Turn
-from pallas_runtime.conversations.caller import Caller, one_turn_key
+from pallas_runtime.conversations.caller import Caller, keeps_nothing, one_turn_key
 from pallas_runtime.conversations.history import title_of
 from pallas_runtime.conversations.model import (
     ConversationKey,
@@ -55,6 +57,8 @@ class Reply:
     """Oldest stored messages the turn's model calls left out to fit the context window."""
     spent: tuple[int, int] | None = None
     """Tokens and cost (micros) the turn spent, for a calling agent (None: none asked)."""
+    turn_index: int = 0
+    """The turn's place among its stored conversation's turns, from 0 (0: kept nowhere)."""
 
 
 class Conversations:
@@ -94,22 +98,26 @@ class Conversations:
         *,
         conversation_id: str | None,
         session_id: str | None,
+        history: Sequence[Message] | None = None,
     ) -> Reply:
         """Run one turn on `loop`; store it when the scope keeps a conversation for the request.
 
         The turn runs in the conversation the scope picks for its caller (`turn.conversation`
-        is set here).
+        is set here). A `history` the call brought (`params.messages`) replaces a stored one:
+        the turn runs over it as a conversation of one turn, and nothing is read or kept.
 
         Raises:
             ConversationBusy, StoreUnavailable, TurnLost: from the store (nothing stored).
-            LLMError, MaxIterationsExceeded: from the loop (nothing stored).
+            LLMError, MaxIterationsExceeded, BudgetExceeded, StepFailed: from the loop (kept as
+                failed, see `failure.failure_of`, when a conversation is kept).
             ShuttingDown: a stopping agent interrupted the turn (kept as failed when `kept`).
         """
-        key = self._key(turn.caller, conversation_id, session_id)
+        kept = history is None and not keeps_nothing(conversation_id)
+        key = self._key(turn.caller, conversation_id, session_id) if kept else None
         if key is None:
             key = one_turn_key(self._identity, turn.caller.owner)
             try:
-                result = await loop.run([], user, replace(turn, conversation=key))
+                result = await loop.run(list(history or ()), user, replace(turn, conversation=key))
             finally:
                 await loop.tools.release(key)  # a conversation of one turn ends with it
             return Reply(result.text, None, result.messages, history_left_out=result.history_left_out)
@@ -121,22 +129,24 @@ class Conversations:
                 if failure is None:
                     raise
                 raise await self._kept_as_failed(held, user, failure) from None
+            except Exception as exc:
+                failed = failure_of(exc)
+                if failed is not None:  # kept with the rounds it ran; the caller hears of it itself
+                    await _keep_failed(held, rounds_run(exc) or (user,), failed)
+                raise
             if self._inflight is not None:
                 self._inflight.finishing()
             await held.commit(result.messages, title_of([user]))
         return Reply(
             result.text, key.id, result.messages, created=not held.history,
             history_left_out=result.history_left_out,
+            turn_index=sum(isinstance(m, UserMessage) for m in held.history),
         )  # fmt: skip
 
     async def _kept_as_failed(self, held: HeldTurn, user: UserMessage, failure: TurnFailure) -> ShuttingDown:
         """Keep an interrupted turn as its user message and the failure; the error its caller gets."""
         assert self._inflight is not None
-        try:
-            await held.commit([user, failure], title_of([user]))
-        except (StoreUnavailable, TurnLost):
-            return self._inflight.interrupted_error(kept=False)
-        return self._inflight.interrupted_error(kept=True)
+        return self._inflight.interrupted_error(kept=await _keep_failed(held, (user,), failure))
 
     async def history(
         self, caller: Caller, conversation_id: str | None, session_id: str | None
@@ -186,6 +196,19 @@ class Conversations:
             self._ledger.forget(session_id, conversation_id)
         if self._forget is not None:
             await self._forget(key)  # a stateful server's session of it ends too
+
+
+async def _keep_failed(held: HeldTurn, ran: Sequence[Message], failure: TurnFailure) -> bool:
+    """Keep a failed turn as what it ran (its user message first) and the failure; False: the store could not.
+
+    The caller hears of the turn's failure either way: a store that cannot keep it now changes
+    the failure at most in whether it says the turn was kept.
+    """
+    try:
+        await held.commit([*ran, failure], title_of(ran))
+    except (StoreUnavailable, TurnLost):
+        return False
+    return True
 
 
 def _default_name(scope: ConversationScope) -> str:

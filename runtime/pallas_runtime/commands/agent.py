@@ -19,7 +19,7 @@ from collections import ChainMap
 from collections.abc import Mapping
 
 from pallas_api.config import ConfigError
-from pallas_io.commands import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, port_number
+from pallas_io.commands import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, add_listener_flags
 from pallas_io.logs import setup_logging
 from pallas_io.secrets import SecretFiles
 from pallas_io.serving import bound_port, leave, listen, run_server_loop, serve, until_signalled
@@ -40,14 +40,7 @@ class AgentCommand:
     def configure(self, parser: argparse.ArgumentParser) -> None:
         """Add the command's flags."""
         parser.add_argument("--config", required=True, metavar="FILE", help="agent config (YAML or JSON)")
-        parser.add_argument(
-            "--port", type=port_number, default=8000, help="HTTP port (default 8000; 0: any free port)"
-        )
-        parser.add_argument(
-            "--host",
-            default=os.environ.get("PALLAS_BIND_HOST", "0.0.0.0"),
-            help="bind address (default $PALLAS_BIND_HOST, else 0.0.0.0)",
-        )
+        add_listener_flags(parser, default_port=8000)
         parser.add_argument(
             "--secrets-dir",
             default=os.environ.get("PALLAS_SECRETS_DIR"),

@@ -1,7 +1,7 @@
 """`pallas bridge`: serve a stdio MCP server over Streamable HTTP, as a hosted server's pod does.
 
-    pallas bridge --name NAME --fifos DIR [--secrets-dir DIR] [--port 8000] [--max-sessions N]
-                  [--idle-timeout S]
+    pallas bridge --name NAME --fifos DIR --token-file FILE [--secrets-dir DIR] [--port 8000]
+                  [--max-sessions N] [--idle-timeout S]
     pallas bridge --name NAME [--stateful] ... -- COMMAND [ARGS...]
     pallas bridge --make-fifos DIR
 
@@ -9,7 +9,10 @@ In a cluster the operator runs the first form next to the server's own container
 command with its stdout and stdin on the FIFOs `DIR/out` and `DIR/in` (made by the third form,
 the pod's init container; `--secrets-dir` is the pod's Secret volume, whose change restarts the
 server); the second form runs the command as a child process, as `pallas
-run` does (a way to try a server's bridge by hand). Agents reach `http://HOST:PORT/mcp`;
+run` does (a way to try a server's bridge by hand). Agents reach `http://HOST:PORT/mcp`,
+sending the deployment's bridge credential, which the bridge reads from `--token-file` (the pod's
+volume of the operator's Secret, read at each request) or `$PALLAS_BRIDGE_TOKEN`, and requires:
+a request without it gets 401.
 `/healthz` answers while the process serves, `/readyz` once the server has a session.
 """
 
@@ -19,13 +22,16 @@ import argparse
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+from pallas_api import names
 from pallas_api.fields import SessionLimits
-from pallas_io.commands import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, port_number
+from pallas_io.commands import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, add_listener_flags
 from pallas_io.logs import setup_logging
 from pallas_io.serving import bound_port, listen, run_server_loop, serve, until_signalled
 from pallas_runtime.stdio.bridge import Bridge
+from pallas_runtime.stdio.credential import token_file
 from pallas_runtime.stdio.links import ChildProcess, FifoPair, Link, child_environment, make_fifos
 
 log = logging.getLogger("pallas.stdio")
@@ -46,19 +52,18 @@ class BridgeCommand:
             help="with --fifos: the Secret volume the server reads at start; a change restarts the server",
         )
         parser.add_argument(
+            "--token-file",
+            metavar="FILE",
+            help="the bridge credential agents must send, read at each request "
+            f"(else ${names.BRIDGE_TOKEN_ENV})",
+        )
+        parser.add_argument(
             "--make-fifos",
             metavar="DIR",
             help="make the FIFOs DIR/in and DIR/out, then exit (init container)",
         )
         parser.add_argument("--stateful", action="store_true", help="a server process per MCP session")
-        parser.add_argument(
-            "--port", type=port_number, default=8000, help="HTTP port (default 8000; 0: any free port)"
-        )
-        parser.add_argument(
-            "--host",
-            default=os.environ.get("PALLAS_BIND_HOST", "0.0.0.0"),
-            help="bind address (default $PALLAS_BIND_HOST, else 0.0.0.0)",
-        )
+        add_listener_flags(parser, default_port=8000)
         parser.add_argument(
             "--max-sessions", type=int, default=SessionLimits().max_sessions, help="MCP sessions kept at once"
         )
@@ -114,7 +119,10 @@ class BridgeCommand:
             print(f"pallas bridge: cannot listen on {args.host}:{args.port}: {exc.strerror}", file=sys.stderr)
             return EXIT_FAILURE
         secrets_dir = Path(args.secrets_dir) if args.secrets_dir else None
-        bridge = Bridge(name, link, stateful=args.stateful, limits=limits, secrets_dir=secrets_dir)
+        token = _credential(args)
+        bridge = Bridge(
+            name, link, token=token, stateful=args.stateful, limits=limits, secrets_dir=secrets_dir
+        )
         log.info("stdio server %s: bridge serving on http://%s:%d/mcp", name, args.host, bound_port(sock))
         try:
             with sock:
@@ -123,6 +131,14 @@ class BridgeCommand:
             print(f"pallas bridge: {exc}", file=sys.stderr)
             return EXIT_FAILURE
         return EXIT_OK
+
+
+def _credential(args: argparse.Namespace) -> Callable[[], str]:
+    """The bridge credential: `--token-file`'s (read at each request), else `$PALLAS_BRIDGE_TOKEN`."""
+    if args.token_file:
+        return token_file(Path(args.token_file))
+    token = os.environ.get(names.BRIDGE_TOKEN_ENV, "")
+    return lambda: token
 
 
 def _usage_problem(args: argparse.Namespace, command: list[str]) -> str:
@@ -134,4 +150,9 @@ def _usage_problem(args: argparse.Namespace, command: list[str]) -> str:
         return "--secrets-dir is for a pod's server (--fifos): a child gets its environment from pallas run"
     if args.fifos and args.stateful:
         return "--stateful needs a process per session: give -- COMMAND, not --fifos"
+    if not args.token_file and not os.environ.get(names.BRIDGE_TOKEN_ENV):
+        return (
+            f"give the deployment's bridge credential: --token-file FILE or ${names.BRIDGE_TOKEN_ENV} "
+            "(the bridge serves only agents that send it)"
+        )
     return ""

@@ -113,6 +113,8 @@ class ValidateCommand:
             return EXIT_USAGE
         for skipped in report.skipped:
             print(f"pallas validate: note: {skipped}: not a Pallas kind, not checked", file=sys.stderr)
+        for warning in report.warnings:
+            print(f"pallas validate: warning: {warning}", file=sys.stderr)
         for problem in report.problems:
             print(problem)
         if report.problems:

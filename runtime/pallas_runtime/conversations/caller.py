@@ -62,11 +62,17 @@ def checked_id(conversation_id: str) -> str:
 
 
 ONE_TURN_PREFIX = "once-"
+"""How a conversation id of one turn starts: a turn given such an id keeps nothing."""
 
 
 def one_turn_key(agent: str, owner: str) -> ConversationKey:
-    """A key for a turn that keeps no conversation: its peers keep nothing across turns either."""
+    """A key for a turn that keeps no conversation: its peers keep nothing either."""
     return ConversationKey(agent, owner, f"{ONE_TURN_PREFIX}{secrets.token_hex(12)}")
+
+
+def keeps_nothing(conversation_id: str | None) -> bool:
+    """Whether a request's `conversation_id` is one turn's (a peer call of a turn keeping none)."""
+    return conversation_id is not None and conversation_id.startswith(ONE_TURN_PREFIX)
 
 
 def kept_id(key: ConversationKey | None) -> str | None:
@@ -81,7 +87,12 @@ def peer_conversation_id(key: ConversationKey, peer: str) -> str:
 
     It names the calling agent (by name: `key.agent` is its identity, `<namespace>/<deployment>/
     <name>[/<uid>]`, or a bare name) and nothing a reader could turn back into the caller.
+
+    A turn that keeps no conversation hands on an id of one turn (`once-…`): the peer keeps
+    nothing either, rather than a conversation nobody can ever continue (a store write per peer
+    call, and a row left behind, for every such turn).
     """
     digest = hashlib.sha256("\0".join((key.agent, key.owner, key.id, peer)).encode()).hexdigest()
     parts = key.agent.split("/")
-    return f"pallas-{parts[2] if len(parts) >= 3 else parts[0]}-{digest[:32]}"
+    once = ONE_TURN_PREFIX if kept_id(key) is None else ""
+    return f"{once}pallas-{parts[2] if len(parts) >= 3 else parts[0]}-{digest[:32]}"

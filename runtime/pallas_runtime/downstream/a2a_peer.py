@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -266,6 +267,8 @@ class A2APeerSource:
     ) -> ToolOutcome:
         """One A2A message; its task's answer, or an error result saying how it ended.
 
+        It holds what it passes on of the turn's budget until it returns (`spending.peer_grant`).
+
         Raises:
             DownstreamError: the agent could not be reached or answered with no usable task.
             DownstreamTimeout: no answer within `timeoutSeconds`.
@@ -273,6 +276,10 @@ class A2APeerSource:
         if tool != SEND_MESSAGE:
             text = f"{self.name}: no tool {tool!r}; the A2A agent offers {SEND_MESSAGE}"
             return ToolOutcome((TextPart(text),), is_error=True, code=ErrorCode.TOOL_NOT_FOUND)
+        async with spending.peer_grant(onward.budget) as grant:
+            return await self._send(arguments, replace(onward, grant=grant))
+
+    async def _send(self, arguments: dict[str, Any], onward: Onward) -> ToolOutcome:
         try:
             request = self._request(arguments, onward)
         except CallRefused as exc:

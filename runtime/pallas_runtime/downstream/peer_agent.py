@@ -57,9 +57,14 @@ class PeerAgentSource(RemoteMcpSource):
         self._elicitation = self._relays.callback
 
     async def call_tool(self, tool: str, arguments: dict[str, Any], onward: Onward) -> ToolOutcome:
-        """The call, with the peer's approval questions relayed to this turn's approver meanwhile."""
+        """The call, with the peer's approval questions relayed to this turn's approver meanwhile.
+
+        It holds what it passes on of the turn's budget until it returns (`spending.peer_grant`).
+        """
         with self._relays.open(onward.approver) as relay:
-            return await super().call_tool(tool, arguments, replace(onward, relay=relay))
+            async with spending.peer_grant(onward.budget) as grant:
+                held = replace(onward, relay=relay, grant=grant)
+                return await super().call_tool(tool, arguments, held)
 
     async def _answered(self, result: mcp_types.CallToolResult, onward: Onward) -> None:
         """Charge what the peer's turn says it spent to the calling turn's caller."""

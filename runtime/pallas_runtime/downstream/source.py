@@ -80,6 +80,9 @@ class Onward:
     relay: str | None = None
     """The approval relay token of this call to a peer agent (`approval.elicit.Relays`): set by
     that source when it opens the call, so its questions find their way back to this turn."""
+    grant: dict[str, Any] | None = None
+    """The budget `_meta` this call to a peer holds of the turn's (`spending.peer_grant`): set by
+    that source when it opens the call, so sibling calls of the turn do not pass it on too."""
 
     def meta(self, peer: str) -> dict[str, Any] | None:
         """What a call to agent `peer` carries besides its message: the one definition of it.
@@ -91,7 +94,7 @@ class Onward:
             CallRefused: the call would loop back or go deeper than `maxDepth` (it is not sent).
         """
         meta = self.call_path.onward(peer) if self.call_path is not None else None
-        if budget := spending.onward_meta(self.budget):
+        if budget := (self.grant if self.grant is not None else spending.onward_meta(self.budget)):
             meta = {**(meta or {}), **budget}
         if self.relay is not None:
             meta = {**(meta or {}), RELAY_META: self.relay}

@@ -41,19 +41,20 @@ class SingleCredential:
             count = sum(1 for name, _ in scope.get("headers") or () if name.lower() == AUTHORIZATION)
             if count > 1:
                 self._on_refused()
-                await _refuse(send, MORE_THAN_ONE.format(count=count))
+                await refuse_request(send, 400, "invalid_request", MORE_THAN_ONE.format(count=count))
                 return
         await self._app(scope, receive, send)
 
 
-async def _refuse(send: Send, description: str) -> None:
-    body = json.dumps({"error": "invalid_request", "error_description": description}).encode()
+async def refuse_request(send: Send, status: int, error: str, description: str) -> None:
+    """Answer with `status` and an OAuth-style error body (RFC 6750 §3), nothing cached."""
+    body = json.dumps({"error": error, "error_description": description}).encode()
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
         (b"cache-control", b"no-store"),
     ]
-    await send({"type": "http.response.start", "status": 400, "headers": headers})
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 

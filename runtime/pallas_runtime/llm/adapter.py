@@ -14,6 +14,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, ClassVar, Protocol
 
 import httpx2
@@ -47,7 +48,7 @@ class StreamReader(Protocol):
         """Take one event; the text it adds to the answer ('' if none)."""
 
     def body(self) -> dict[str, Any]:
-        """The response body the events add up to (what `_parse` reads)."""
+        """The response body the events add up to (what `parse_body` reads)."""
 
 
 def wire_count(value: object) -> int:
@@ -81,6 +82,28 @@ def parse_arguments(raw: object) -> tuple[dict[str, Any], str | None]:
 Blocks = list[dict[str, Any]]
 
 
+def translated(
+    messages: Sequence[Message],
+    *,
+    user: Callable[[UserMessage], Blocks],
+    assistant: Callable[[AssistantMessage], Blocks],
+    results: Callable[[ToolResultsMessage], Blocks],
+) -> Blocks:
+    """A conversation as a wire list: each message's items, in order, from its kind's builder.
+
+    A `TurnFailure` is the conversation's record, not something anyone said: it is never sent.
+    """
+    wire: Blocks = []
+    for message in messages:
+        if isinstance(message, UserMessage):
+            wire.extend(user(message))
+        elif isinstance(message, AssistantMessage):
+            wire.extend(assistant(message))
+        elif isinstance(message, ToolResultsMessage):
+            wire.extend(results(message))
+    return wire
+
+
 def alternating_turns(
     messages: Sequence[Message],
     *,
@@ -97,22 +120,20 @@ def alternating_turns(
     case, one after a turn kept as failed another); a message whose blocks are empty carries
     nothing and is left out, and so is a `TurnFailure`. `parts` names a turn's list of blocks.
     """
+    turns = translated(
+        messages,
+        user=lambda m: [{"role": "user", parts: user(m.content)}],
+        assistant=lambda m: [{"role": assistant_role, parts: assistant(m)}],
+        results=lambda m: [{"role": "user", parts: results(m)}],
+    )
     wire: Blocks = []
-    for message in messages:
-        if isinstance(message, UserMessage):
-            role, blocks = "user", user(message.content)
-        elif isinstance(message, AssistantMessage):
-            role, blocks = assistant_role, assistant(message)
-        elif isinstance(message, ToolResultsMessage):
-            role, blocks = "user", results(message)
-        else:  # a TurnFailure is the conversation's record, not something anyone said: never sent
+    for turn in turns:
+        if not turn[parts]:
             continue
-        if not blocks:
-            continue
-        if wire and wire[-1]["role"] == role:
-            wire[-1][parts].extend(blocks)
+        if wire and wire[-1]["role"] == turn["role"]:
+            wire[-1][parts].extend(turn[parts])
         else:
-            wire.append({"role": role, parts: blocks})
+            wire.append(turn)
     return wire
 
 
@@ -146,6 +167,8 @@ class SdkProvider(abc.ABC):
     """The SDK's httpx client class (its own defaults), given the agent's transport."""
     sdk_errors: ClassVar[SdkErrors]
     sdk_stream: ClassVar[type[Any]]
+    stream_fields: ClassVar[Mapping[str, Any]] = MappingProxyType({"stream": True})
+    """The wire fields that ask for a stream (`stream`, and what else the API wants)."""
     """The SDK's async SSE stream class, yielding the decoded events of each network read as a list:
     it ends at the stream's end and raises the SDK's errors for error events."""
 
@@ -194,6 +217,16 @@ class SdkProvider(abc.ABC):
     def _default_base_url(self) -> str:
         """The vendor's public API, used when `baseURL` is not set."""
 
+    @staticmethod
+    @abc.abstractmethod
+    def parse_body(body: Mapping[str, Any]) -> Completion:
+        """The completion in a decoded response body; ValueError when it is unusable."""
+
+    @staticmethod
+    @abc.abstractmethod
+    def stream_reader() -> StreamReader:
+        """A reader of one stream's events into the body a non-streamed answer would have had."""
+
     @abc.abstractmethod
     def _plan_for(self, params: RequestParams) -> ParamPlan:
         """Where each request parameter goes for this provider and model."""
@@ -204,21 +237,9 @@ class SdkProvider(abc.ABC):
     ) -> dict[str, Any]:
         """The wire fields of one completion request besides model and sampling parameters."""
 
-    @abc.abstractmethod
-    def _parse(self, body: Mapping[str, Any]) -> Completion:
-        """The completion in a decoded response body; ValueError when it is unusable."""
-
-    @abc.abstractmethod
-    def _stream_fields(self) -> dict[str, Any]:
-        """The wire fields that ask for a stream (`stream`, and what else the API wants)."""
-
-    @abc.abstractmethod
-    def _stream_reader(self) -> StreamReader:
-        """A reader of one stream's events into the body a non-streamed answer would have had."""
-
-    @abc.abstractmethod
     def _warning_subject(self) -> str:
-        """How the dropped-parameters warning names this provider."""
+        """How the dropped-parameters warning names this provider: by its model, unless it says otherwise."""
+        return f"{self._label} (model {self._model})"
 
     # LLMProvider
 
@@ -277,12 +298,12 @@ class SdkProvider(abc.ABC):
         reads both. The SDK retries the request until the stream begins; a stream broken later is
         an error (its text already went out, so a retry would repeat it).
         """
-        reader = self._stream_reader()
+        reader = self.stream_reader()
         try:
             stream = await self._client.post(
                 self.completion_path,
                 cast_to=object,
-                body={**request, **self._stream_fields()},
+                body={**request, **self.stream_fields},
                 stream=True,
                 stream_cls=self.sdk_stream,
             )
@@ -305,7 +326,7 @@ class SdkProvider(abc.ABC):
         try:
             if not isinstance(body, Mapping):
                 raise ValueError("the response is not a JSON object")
-            return self._parse(body)
+            return self.parse_body(body)
         except ValueError as exc:
             raise LLMError(self._safe(f"{self._label}: unusable {what}: {exc}")) from None
 

@@ -231,6 +231,8 @@ class MessagesStreamReader:
 class AnthropicMessagesProvider(SdkProvider):
     """One Claude model (or an Anthropic-compatible server) behind the Messages API."""
 
+    parse_body = staticmethod(completion_from_messages)
+    stream_reader = staticmethod(MessagesStreamReader)
     kind = "anthropic"
     completion_path = "/v1/messages"
     sdk_client: ClassVar[type[Any]] = anthropic.AsyncAnthropic
@@ -260,15 +262,3 @@ class AnthropicMessagesProvider(SdkProvider):
         if wire_tools := messages_tools(tools):
             body["tools"] = wire_tools
         return body
-
-    def _parse(self, body: Mapping[str, Any]) -> Completion:
-        return completion_from_messages(body)
-
-    def _stream_fields(self) -> dict[str, Any]:
-        return {"stream": True}
-
-    def _stream_reader(self) -> MessagesStreamReader:
-        return MessagesStreamReader()
-
-    def _warning_subject(self) -> str:
-        return f"{self._label} (model {self._model})"

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, ClassVar
 from urllib.parse import quote
 
@@ -51,11 +52,11 @@ from pallas_runtime.llm.errors import SdkErrors
 from pallas_runtime.llm.event_stream import EventStreamError, Frame, FrameReader
 from pallas_runtime.llm.params import ParamPlan
 from pallas_runtime.llm.provider import LLMError, ProviderCheck
-from pallas_runtime.messages import Completion, Message, ToolSpec
+from pallas_runtime.llm.retries import RETRIED, retry_pause
+from pallas_runtime.messages import Message, ToolSpec
 
 SIGNING_NAME = "bedrock"
 """The service name Bedrock's runtime signs requests under (its endpoint is `bedrock-runtime`)."""
-RETRIED = frozenset({408, 429, 500, 502, 503, 504})
 
 
 class ConverseError(Exception):
@@ -175,7 +176,7 @@ class ConverseClient:
                     raise failure
             if attempt == self._retries:
                 raise failure
-            await asyncio.sleep(min(0.5 * 2**attempt, 8.0))
+            await asyncio.sleep(retry_pause(attempt))
         raise AssertionError("unreachable")
 
     async def _events(self, url: str, payload: bytes) -> AsyncIterator[list[object]]:
@@ -193,7 +194,7 @@ class ConverseClient:
                     if not response.is_success:
                         failure = _refusal(response.status_code, response.headers, await response.aread())
                         if response.status_code in RETRIED and attempt < self._retries:
-                            await asyncio.sleep(min(0.5 * 2**attempt, 8.0))
+                            await asyncio.sleep(retry_pause(attempt))
                             continue
                         raise failure
                     async for chunk in response.aiter_bytes():
@@ -261,6 +262,10 @@ class BedrockConverseProvider(SdkProvider):
     # No SDK: `_make_client` builds the ConverseClient, whose streams are its own.
     sdk_http_client: ClassVar[type[Any]] = httpx2.AsyncClient
     sdk_stream: ClassVar[type[Any]] = object
+    # The stream is another path (`converse-stream`), not a field.
+    stream_fields = MappingProxyType({})
+    parse_body = staticmethod(converse_completion)
+    stream_reader = staticmethod(ConverseStreamReader)
 
     def __init__(self, config: AgentConfig, *, api_key: str | None) -> None:
         self._region = config.provider.region or ""
@@ -291,15 +296,6 @@ class BedrockConverseProvider(SdkProvider):
             return converse_request(system, messages, tools)
         except ValueError as exc:
             raise LLMError(f"{self._label}: {exc}") from None
-
-    def _parse(self, body: Mapping[str, Any]) -> Completion:
-        return converse_completion(body)
-
-    def _stream_fields(self) -> dict[str, Any]:
-        return {}  # the stream is another path (`converse-stream`), not a field
-
-    def _stream_reader(self) -> ConverseStreamReader:
-        return ConverseStreamReader()
 
     def _warning_subject(self) -> str:
         return f"{self._label} (Bedrock Converse, model {self._model!r})"

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import AsyncIterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import httpx2
@@ -35,13 +36,10 @@ from pallas_runtime.llm.gemini_request import gemini_plan, gemini_request
 from pallas_runtime.llm.gemini_response import GeminiStreamReader, completion_from_gemini
 from pallas_runtime.llm.params import ParamPlan
 from pallas_runtime.llm.provider import ProviderCheck
+from pallas_runtime.llm.retries import RETRIED, retry_pause
 from pallas_runtime.llm.sse import event_batches
 from pallas_runtime.llm.vertex import vertex_base_url
-from pallas_runtime.messages import Completion, Message, ToolSpec
-
-RETRIED = frozenset({408, 429, 500, 502, 503, 504})
-"""Statuses worth another attempt: throttling and the server's own failures."""
-MAX_BACKOFF = 8.0
+from pallas_runtime.messages import Message, ToolSpec
 
 
 class GeminiError(Exception):
@@ -149,9 +147,7 @@ class GeminiClient:
                 retry_after = _seconds(response.headers.get("retry-after"))
             if attempt >= self._max_retries:
                 raise failure
-            await asyncio.sleep(
-                retry_after if retry_after is not None else min(0.5 * 2**attempt, MAX_BACKOFF)
-            )
+            await asyncio.sleep(retry_pause(attempt, retry_after))
             attempt += 1
 
     async def close(self) -> None:
@@ -197,6 +193,10 @@ class GeminiProvider(SdkProvider):
     sdk_http_client = httpx2.AsyncClient
     sdk_errors = SdkErrors(GeminiError, GeminiTimeout, GeminiConnection, GeminiStatus)
     sdk_stream = object
+    # The method (`:streamGenerateContent?alt=sse`) asks for the stream, not a field.
+    stream_fields = MappingProxyType({})
+    parse_body = staticmethod(completion_from_gemini)
+    stream_reader = staticmethod(GeminiStreamReader)
 
     def __init__(self, config: AgentConfig, *, api_key: str | None) -> None:
         self._vertex = config.provider.platform == "vertex"
@@ -229,18 +229,6 @@ class GeminiProvider(SdkProvider):
         self, system: str, messages: Sequence[Message], tools: Sequence[ToolSpec]
     ) -> dict[str, Any]:
         return gemini_request(system, messages, tools)
-
-    def _parse(self, body: Mapping[str, Any]) -> Completion:
-        return completion_from_gemini(body)
-
-    def _stream_fields(self) -> dict[str, Any]:
-        return {}  # the method (`:streamGenerateContent?alt=sse`) asks for the stream
-
-    def _stream_reader(self) -> GeminiStreamReader:
-        return GeminiStreamReader()
-
-    def _warning_subject(self) -> str:
-        return f"{self._label} (model {self._model})"
 
     def _plan_for(self, params: RequestParams) -> ParamPlan:
         return gemini_plan(

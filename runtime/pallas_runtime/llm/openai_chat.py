@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, ClassVar
 
 import openai
 
 from pallas_api.fields import RequestParams
 from pallas_io.llm_check import PUBLIC_APIS
-from pallas_runtime.llm.adapter import SdkProvider, StreamReader, parse_arguments, wire_count
+from pallas_runtime.llm.adapter import SdkProvider, StreamReader, parse_arguments, translated, wire_count
 from pallas_runtime.llm.errors import SdkErrors
 from pallas_runtime.llm.openai_sse import OpenAIEvents
 from pallas_runtime.llm.params import ParamPlan, is_native_openai, openai_plan
@@ -34,7 +35,6 @@ from pallas_runtime.messages import (
     ToolResultsMessage,
     ToolSpec,
     Usage,
-    UserMessage,
 )
 
 log = logging.getLogger("pallas.llm")
@@ -52,6 +52,10 @@ def _user_content(parts: Sequence[ContentPart]) -> str | list[dict[str, Any]]:
     # takes that, while some older ones mishandle a list of parts.
     if len(parts) == 1 and isinstance(parts[0], TextPart):
         return parts[0].text
+    return _user_parts(parts)
+
+
+def _user_parts(parts: Sequence[ContentPart]) -> list[dict[str, Any]]:
     return [
         {"type": "text", "text": part.text} if isinstance(part, TextPart) else _image_part(part)
         for part in parts
@@ -92,19 +96,36 @@ def text_only_result(result: ToolResult) -> tuple[str, list[ImagePart], str]:
     return text, images, f"Images returned by tool {result.name} (call {result.call_id}):"
 
 
-def _tool_results(message: ToolResultsMessage) -> list[dict[str, Any]]:
-    """Tool messages are text-only in Chat Completions, so images follow in one user message."""
-    wire: list[dict[str, Any]] = []
-    image_content: list[dict[str, Any]] = []
+def text_only_results(
+    message: ToolResultsMessage,
+    *,
+    output: Callable[[ToolResult, str], dict[str, Any]],
+    user_content: Callable[[Sequence[ContentPart]], list[dict[str, Any]]],
+) -> list[dict[str, Any]]:
+    """Tool results for an API whose tool outputs are text only (both OpenAI APIs).
+
+    Each result is its `output` item (the text of `text_only_result`); the images of them all
+    follow in one user message, each result's introduced by its heading.
+    """
+    items: list[dict[str, Any]] = []
+    shown: list[ContentPart] = []
     for result in message.results:
         text, images, heading = text_only_result(result)
         if images:
-            image_content.append({"type": "text", "text": heading})
-            image_content.extend(_image_part(image) for image in images)
-        wire.append({"role": "tool", "tool_call_id": result.call_id, "content": text})
-    if image_content:
-        wire.append({"role": "user", "content": image_content})
-    return wire
+            shown += [TextPart(text=heading), *images]
+        items.append(output(result, text))
+    if shown:
+        items.append({"role": "user", "content": user_content(shown)})
+    return items
+
+
+def _tool_results(message: ToolResultsMessage) -> list[dict[str, Any]]:
+    """Tool messages are text-only in Chat Completions, so images follow in one user message."""
+    return text_only_results(
+        message,
+        output=lambda result, text: {"role": "tool", "tool_call_id": result.call_id, "content": text},
+        user_content=_user_parts,
+    )
 
 
 def chat_messages(system: str, messages: Sequence[Message]) -> list[dict[str, Any]]:
@@ -117,16 +138,13 @@ def chat_messages(system: str, messages: Sequence[Message]) -> list[dict[str, An
     Returns:
         The wire `messages` list.
     """
-    wire: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
-    for message in messages:
-        if isinstance(message, UserMessage):
-            wire.append({"role": "user", "content": _user_content(message.content)})
-        elif isinstance(message, AssistantMessage):
-            wire.append(_assistant_message(message))
-        elif isinstance(message, ToolResultsMessage):
-            wire.extend(_tool_results(message))
-        # A TurnFailure is the conversation's record, not something anyone said: never sent.
-    return wire
+    said = translated(
+        messages,
+        user=lambda m: [{"role": "user", "content": _user_content(m.content)}],
+        assistant=lambda m: [_assistant_message(m)],
+        results=_tool_results,
+    )
+    return [{"role": "system", "content": system}, *said] if system else said
 
 
 def chat_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
@@ -288,6 +306,10 @@ class ChatStreamReader:
 class OpenAIChatProvider(SdkProvider):
     """One model behind a Chat Completions endpoint."""
 
+    parse_body = staticmethod(completion_from_chat)
+    stream_reader: Callable[[], StreamReader] = staticmethod(ChatStreamReader)
+    plan = staticmethod(openai_plan)
+    """Where each request parameter goes in this API (the Responses API has its own)."""
     kind = "openai"
     completion_path = "/chat/completions"
     sdk_client = openai.AsyncOpenAI
@@ -296,12 +318,16 @@ class OpenAIChatProvider(SdkProvider):
     sdk_errors = SdkErrors(
         openai.OpenAIError, openai.APITimeoutError, openai.APIConnectionError, openai.APIStatusError
     )
+    # Without include_usage a stream reports no tokens, and the token metrics would lie.
+    stream_fields: ClassVar[Mapping[str, Any]] = MappingProxyType(
+        {"stream": True, "stream_options": {"include_usage": True}}
+    )
 
     def _default_base_url(self) -> str:
         return DEFAULT_BASE_URL
 
     def _plan_for(self, params: RequestParams) -> ParamPlan:
-        return openai_plan(
+        return self.plan(
             params,
             native=is_native_openai(self._configured_base_url),
             capabilities=self._capabilities,
@@ -315,16 +341,6 @@ class OpenAIChatProvider(SdkProvider):
         if wire_tools := chat_tools(tools):
             body["tools"] = wire_tools
         return body
-
-    def _parse(self, body: Mapping[str, Any]) -> Completion:
-        return completion_from_chat(body)
-
-    def _stream_fields(self) -> dict[str, Any]:
-        # Without include_usage a stream reports no tokens, and the token metrics would lie.
-        return {"stream": True, "stream_options": {"include_usage": True}}
-
-    def _stream_reader(self) -> StreamReader:
-        return ChatStreamReader()
 
     def _warning_subject(self) -> str:
         return f"{self._label} ({self._base_url})"

@@ -17,10 +17,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pallas_api.fields import RequestParams
-from pallas_runtime.llm.adapter import StreamReader, parse_arguments, wire_count
-from pallas_runtime.llm.openai_chat import OpenAIChatProvider, text_only_result
-from pallas_runtime.llm.params import ParamPlan, is_native_openai, responses_plan
+from pallas_runtime.llm.adapter import SdkProvider, parse_arguments, translated, wire_count
+from pallas_runtime.llm.openai_chat import OpenAIChatProvider, text_only_results
+from pallas_runtime.llm.params import responses_plan
 from pallas_runtime.messages import (
     AssistantMessage,
     Completion,
@@ -31,7 +30,6 @@ from pallas_runtime.messages import (
     ToolResultsMessage,
     ToolSpec,
     Usage,
-    UserMessage,
 )
 
 
@@ -69,30 +67,25 @@ def _assistant_items(message: AssistantMessage) -> list[dict[str, Any]]:
 
 def _tool_output_items(message: ToolResultsMessage) -> list[dict[str, Any]]:
     """Function outputs are text here; images follow in one user message, as in Chat Completions."""
-    items: list[dict[str, Any]] = []
-    images: list[dict[str, Any]] = []
-    for result in message.results:
-        text, pictures, heading = text_only_result(result)
-        if pictures:
-            images.append({"type": "input_text", "text": heading})
-            images.extend(_input_content(pictures))
-        items.append({"type": "function_call_output", "call_id": result.call_id, "output": text})
-    if images:
-        items.append({"role": "user", "content": images})
-    return items
+    return text_only_results(
+        message,
+        output=lambda result, text: {
+            "type": "function_call_output",
+            "call_id": result.call_id,
+            "output": text,
+        },
+        user_content=_input_content,
+    )
 
 
 def responses_input(messages: Sequence[Message]) -> list[dict[str, Any]]:
     """Translate a conversation into Responses API `input` items (a TurnFailure is never sent)."""
-    items: list[dict[str, Any]] = []
-    for message in messages:
-        if isinstance(message, UserMessage):
-            items.append({"role": "user", "content": _input_content(message.content)})
-        elif isinstance(message, AssistantMessage):
-            items.extend(_assistant_items(message))
-        elif isinstance(message, ToolResultsMessage):
-            items.extend(_tool_output_items(message))
-    return items
+    return translated(
+        messages,
+        user=lambda m: [{"role": "user", "content": _input_content(m.content)}],
+        assistant=_assistant_items,
+        results=_tool_output_items,
+    )
 
 
 def responses_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
@@ -214,15 +207,11 @@ class ResponsesStreamReader:
 class OpenAIResponsesProvider(OpenAIChatProvider):
     """One model behind OpenAI's Responses API (`provider.api: responses`)."""
 
+    parse_body = staticmethod(completion_from_response)
+    stream_reader = staticmethod(ResponsesStreamReader)
     completion_path = "/responses"
-
-    def _plan_for(self, params: RequestParams) -> ParamPlan:
-        return responses_plan(
-            params,
-            native=is_native_openai(self._configured_base_url),
-            capabilities=self._capabilities,
-            subject=self._warning_subject(),
-        )
+    stream_fields = SdkProvider.stream_fields  # usage comes in the last event without asking
+    plan = staticmethod(responses_plan)
 
     def _request_body(
         self, system: str, messages: Sequence[Message], tools: Sequence[ToolSpec]
@@ -234,12 +223,3 @@ class OpenAIResponsesProvider(OpenAIChatProvider):
         if wire_tools := responses_tools(tools):
             body["tools"] = wire_tools
         return body
-
-    def _parse(self, body: Mapping[str, Any]) -> Completion:
-        return completion_from_response(body)
-
-    def _stream_fields(self) -> dict[str, Any]:
-        return {"stream": True}
-
-    def _stream_reader(self) -> StreamReader:
-        return ResponsesStreamReader()

@@ -5,7 +5,8 @@
 - The surface, one part each: `send_message` (the tool, its alias `<agent>` and their metrics),
   `get_health`, `conversation_tools` (`list_conversations`, `delete_conversation`),
   `history_prompt` (`<agent>_history`), `instruction_resource` (`pallas://instruction`),
-  `probe_routes` (`/healthz`, `/readyz`, `/metrics`), `gateway_tools` (`list_servers`,
+  `probe_routes` (`/healthz`, `/readyz`, `/metrics`), `server_card` (the MCP Server Card at
+  `/mcp/server-card`), `gateway_tools` (`list_servers`,
   `get_server_tools`, `execute_tool` for the agent's clients, with `toolExposure.gateway`).
 - `turn_entry`: `TurnEntry`, where every turn starts whichever protocol asked for it (MCP's
   `send_message`, A2A's `SendMessage`): the checks, the turn in flight, the coded failure.

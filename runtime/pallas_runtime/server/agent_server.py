@@ -26,6 +26,7 @@ from fastmcp import FastMCP
 from pallas_api.config import AgentConfig
 from pallas_api.errors import ErrorCode
 from pallas_api.fields import SessionLimits
+from pallas_api.health import RELOAD_OUTCOMES
 from pallas_runtime.agent.config_file import ConfigFile
 from pallas_runtime.agent.health import HealthChecker
 from pallas_runtime.agent.live import Generation, LiveAgent, default_parts, given_parts
@@ -46,6 +47,7 @@ from pallas_runtime.server.history_prompt import HistoryPrompt
 from pallas_runtime.server.instruction_resource import InstructionResource
 from pallas_runtime.server.probe_routes import ProbeRoutes
 from pallas_runtime.server.send_message import SendMessage, SendMessageMetrics
+from pallas_runtime.server.server_card import ServerCardRoute
 from pallas_runtime.server.tool_errors import CodedErrors
 from pallas_runtime.server.turn_entry import TurnEntry
 from pallas_runtime.server.warm_up import import_what_fastmcp_defers, skip_key_value_type_checks
@@ -150,6 +152,7 @@ class AgentServer:
         ConversationTools(config, conversations, self._gauge).add_to(self.mcp)
         self._instruction.add_to(self.mcp)
         ProbeRoutes(lambda: self.ready, lambda: self.draining, metrics).add_to(self.mcp)
+        ServerCardRoute(lambda: self.live.config).add_to(self.mcp)
         if config.tool_exposure.gateway:
             # Offered or not is fixed at start, like the rest of the surface (`needs_new_process`).
             GatewayTools(live, self.inflight, verified=self._auth is not None).add_to(self.mcp)
@@ -192,7 +195,7 @@ class AgentServer:
         for decision in AUTH_OUTCOMES:  # open agents too: 0 says nobody was refused
             metrics.auth_requests_total.labels(agent, decision)
         metrics.llm_cost_total.labels(agent, self.config.model)
-        for outcome in ("applied", "refused", "invalid"):  # 0 says no reload was tried
+        for outcome in RELOAD_OUTCOMES:  # 0 says no reload was tried
             metrics.config_reloads_total.labels(agent, outcome)
         for budget in ("agent", "caller", "chain"):  # 0 says no turn was refused for its budget
             metrics.budget_exceeded_total.labels(agent, budget)

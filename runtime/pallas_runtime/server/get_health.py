@@ -32,6 +32,10 @@ class HealthTool:
             )
         )
 
-    async def get_health(self) -> str:
-        """The report, as JSON."""
-        return (await self._health.report()).to_json()
+    async def get_health(self, diagnostics: bool = False) -> str:
+        """The report, as JSON.
+
+        Args:
+            diagnostics: Also report the config's reloads, each server's probe and the tool policy.
+        """
+        return (await self._health.report(diagnostics=diagnostics)).to_json()

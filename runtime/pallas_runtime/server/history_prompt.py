@@ -12,12 +12,12 @@ import logging
 from collections.abc import Sequence
 
 from fastmcp import FastMCP
-from fastmcp.exceptions import PromptError
 from fastmcp.prompts import Message as PromptMessage
 from fastmcp.prompts import Prompt
 from mcp_types import ImageContent
 
 from pallas_api.config import AgentConfig
+from pallas_api.errors import ErrorCode
 from pallas_runtime.agent.trace import tool_activity
 from pallas_runtime.agent.turns import Conversations, NoConversation
 from pallas_runtime.conversations.caller import checked_id, current_caller
@@ -33,6 +33,7 @@ from pallas_runtime.messages import (
 )
 from pallas_runtime.server.descriptions import history_description
 from pallas_runtime.server.request import session_id
+from pallas_runtime.server.tool_errors import CodedPromptError
 
 log = logging.getLogger("pallas.server")
 
@@ -63,8 +64,17 @@ class HistoryPrompt:
             # re-raises at the error's own level, with one: DEBUG keeps that out of the log).
             level = logging.WARNING if isinstance(exc, StoreUnavailable) else logging.INFO
             log.log(level, "%s_history failed: %s", self._agent, exc, extra={"agent": self._agent})
-            raise PromptError(str(exc), log_level=logging.DEBUG) from None
+            raise CodedPromptError(str(exc), _code_of(exc)) from None
         return prompt_messages(messages)
+
+
+def _code_of(exc: Exception) -> ErrorCode:
+    """The code of a history request's failure: no such conversation, a bad id, the store down."""
+    if isinstance(exc, NoConversation):
+        return ErrorCode.NOT_FOUND
+    if isinstance(exc, StoreUnavailable):
+        return ErrorCode.SERVER_UNAVAILABLE
+    return ErrorCode.INVALID_ARGUMENTS
 
 
 def prompt_messages(messages: Sequence[Message]) -> list[PromptMessage]:

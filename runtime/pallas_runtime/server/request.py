@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import mcp_types
 from fastmcp import Context
 from fastmcp.server.dependencies import get_http_headers
 
 from pallas_api.errors import ErrorCode
-from pallas_api.names import TOOL_CALLS_META
+from pallas_api.names import CHUNKS_META, TOOL_CALLS_META
 from pallas_runtime.agent.progress import Send
 from pallas_runtime.conversations.caller import checked_id
 from pallas_runtime.server.tool_errors import CodedToolError
@@ -22,11 +23,35 @@ def request_meta(ctx: Context) -> Mapping[str, Any] | None:
 
 
 def progress_sender(ctx: Context) -> Send | None:
-    """Where the turn's progress goes: nowhere unless the caller sent a progress token."""
+    """Where the turn's progress goes: nowhere unless the caller sent a progress token.
+
+    Each notification is sent as MCP's `notifications/progress` for the request, with the
+    `_meta` a typed chunk rides in (`agent.progress`) when there is one.
+    """
     meta = request_meta(ctx)
-    if not meta or meta.get("progressToken") is None:
+    token = meta.get("progressToken") if meta else None
+    if token is None:
         return None
-    return ctx.report_progress
+
+    async def send(
+        progress: float, total: float | None, message: str, /, *, meta: Mapping[str, Any] | None = None
+    ) -> None:
+        params = mcp_types.ProgressNotificationParams(
+            progress_token=token,
+            progress=progress,
+            total=total,
+            message=message,
+            _meta=dict(meta) if meta else None,
+        )
+        await ctx.session.send_notification(mcp_types.ProgressNotification(params=params), ctx.request_id)
+
+    return send
+
+
+def wants_chunks(ctx: Context) -> bool:
+    """The caller asked for typed chunks with its progress (`_meta["pallas.dev/chunks"]`)."""
+    meta = request_meta(ctx)
+    return bool(meta and meta.get(CHUNKS_META) is True)
 
 
 def wants_tool_calls(ctx: Context) -> bool:

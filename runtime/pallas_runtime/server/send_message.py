@@ -30,7 +30,13 @@ from pallas_runtime.conversations.caller import current_caller
 from pallas_runtime.edge.credential import forwarded_credential
 from pallas_runtime.metrics import RuntimeMetrics
 from pallas_runtime.server.descriptions import send_message_description, send_message_names
-from pallas_runtime.server.request import progress_sender, request_meta, session_id, wants_tool_calls
+from pallas_runtime.server.request import (
+    progress_sender,
+    request_meta,
+    session_id,
+    wants_chunks,
+    wants_tool_calls,
+)
 from pallas_runtime.server.tool_errors import CodedToolError
 from pallas_runtime.server.turn_entry import TurnEntry, TurnFailed, TurnRequest
 from pallas_runtime.spending.chain import spend_meta
@@ -110,6 +116,7 @@ class SendMessage:
             inbound_auth=forwarded_credential(verified=self._verified),
             params=params,
             progress=progress_sender(ctx),
+            chunks=wants_chunks(ctx),
             approver=caller_approver(ctx) or NO_CHANNEL,  # tool calls ask this request's client
         )
         try:

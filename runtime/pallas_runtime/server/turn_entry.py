@@ -19,7 +19,8 @@ from pallas_api.errors import ErrorCode
 from pallas_api.fields import RequestParams
 from pallas_runtime.agent.audit import audit_turn
 from pallas_runtime.agent.choice import BearerMissing, turn_choice
-from pallas_runtime.agent.inputs import ImageInput, InvalidInput, user_message
+from pallas_runtime.agent.failure import failure_of
+from pallas_runtime.agent.inputs import ImageInput, InvalidInput, given_history, user_message
 from pallas_runtime.agent.live import Generation, LiveAgent
 from pallas_runtime.agent.loop import MaxIterationsExceeded, ToolChoiceUnavailable
 from pallas_runtime.agent.progress import ProgressReporter, Send
@@ -32,7 +33,7 @@ from pallas_runtime.conversations.model import ConversationBusy, StoreUnavailabl
 from pallas_runtime.downstream.call_path import CallPath, CallRefused
 from pallas_runtime.inflight import InFlight, ShuttingDown
 from pallas_runtime.llm.provider import LLMError
-from pallas_runtime.messages import UserMessage
+from pallas_runtime.messages import Message, UserMessage
 from pallas_runtime.metrics import RuntimeMetrics
 from pallas_runtime.server.conversation_gauge import ConversationGauge
 from pallas_runtime.spending.chain import BadChainBudget
@@ -71,17 +72,17 @@ class TurnRequest:
     """The call's own request parameters, model and system prompt addition."""
     progress: Send | None = None
     """Where the turn's progress goes (None: the caller follows none)."""
+    chunks: bool = False
+    """The caller asked for typed chunks with its progress (`agent.progress`)."""
     approver: Approver = NO_CHANNEL
     """Whom the turn asks to approve tool calls: the MCP request's client (others: nobody)."""
 
 
 _FAILURES: tuple[tuple[type[Exception], ErrorCode], ...] = (
-    (MaxIterationsExceeded, ErrorCode.MAX_ITERATIONS),
     (ToolChoiceUnavailable, ErrorCode.INVALID_ARGUMENTS),
     (ConversationBusy, ErrorCode.TIMEOUT),
     (ShuttingDown, ErrorCode.AGENT_SHUTTING_DOWN),
     (TurnLost, ErrorCode.SERVER_UNAVAILABLE),
-    (BudgetExceeded, ErrorCode.BUDGET_EXCEEDED),
 )
 
 
@@ -148,6 +149,7 @@ class TurnEntry:
             checked = checked_id(request.conversation_id) if request.conversation_id else None
             if params is not None and (refusal := config.call_params.refusal(params)):
                 raise InvalidInput(refusal)
+            history = given_history(params, checked)
             choice = turn_choice(
                 config, generation.provider, params, request.inbound_auth, generation.secrets
             )
@@ -163,7 +165,7 @@ class TurnEntry:
             turn = Turn(
                 caller=request.caller,
                 credential=request.inbound_auth,
-                progress=ProgressReporter(self._agent, request.progress),
+                progress=ProgressReporter(self._agent, request.progress, chunks=request.chunks),
                 call_path=call_path,
                 params=request_params,
                 choice=choice,
@@ -171,12 +173,13 @@ class TurnEntry:
                 approver=request.approver,
             )
             try:
-                reply = await self._turn(generation, request, turn, user, checked, via)
+                reply = await self._turn(generation, request, turn, user, checked, via, history)
             except TurnFailed as exc:
                 exc.spent = budget.reported()
                 raise
             finally:
                 await budget.settle()  # the turn's spend is stored before its caller hears back
+            await turn.progress.finished(reply.conversation_id, reply.turn_index)
             return replace(reply, spent=budget.reported())
         finally:
             if choice is not None and choice.provider is not generation.provider:
@@ -203,6 +206,7 @@ class TurnEntry:
         user: UserMessage,
         checked: str | None,
         via: str,
+        history: list[Message] | None,
     ) -> Reply:
         choice = turn.choice
         model = choice.model if choice is not None else generation.config.model
@@ -216,26 +220,27 @@ class TurnEntry:
         try:
             with self._inflight.track():
                 reply = await self._conversations.send(
-                    generation.loop, turn, user, conversation_id=checked, session_id=request.session_id
-                )
-        except LLMError as exc:
-            text = f"the language model call failed: {exc}"
-            raise self.failed(text, ErrorCode.LLM_ERROR, via=via) from None
+                    generation.loop, turn, user, conversation_id=checked, session_id=request.session_id,
+                    history=history,
+                )  # fmt: skip
+        except (LLMError, MaxIterationsExceeded, BudgetExceeded, StepFailed, WorkflowFailed) as exc:
+            failure = failure_of(exc)
+            assert failure is not None  # each of these is a failure of the turn's own work
+            raise self.failed(failure.message, ErrorCode(failure.code), via=via) from None
         except StoreUnavailable as exc:
             raise self.failed(
                 f"the conversation was not kept: {exc}", ErrorCode.SERVER_UNAVAILABLE, via=via
             ) from None
-        except (StepFailed, WorkflowFailed) as exc:
-            raise self.failed(exc, exc.code, via=via) from None
         except tuple(kind for kind, _ in _FAILURES) as exc:
             code = next(code for kind, code in _FAILURES if isinstance(exc, kind))
             refused = isinstance(exc, ShuttingDown) and exc.refused
             raise self.failed(exc, code, via=via, processed=not refused) from None
         finally:
-            # A failed turn can change the count too (a store that expired or evicted on the
-            # way); only a finished turn that kept no conversation cannot.
+            # A failed turn can change the count too (one kept as failed may be a conversation's
+            # first, a store may expire or evict on the way); only a finished turn that kept no
+            # conversation cannot.
             if reply is None or reply.conversation_id is not None:
-                await self._gauge.changed(count_changed=reply is not None and reply.created)
+                await self._gauge.changed(count_changed=reply is None or reply.created)
         return reply
 
 

@@ -16,7 +16,12 @@ next check (reservations are the process's own: replicas each add at most one re
 
 The turn's budget travels in the turn (`agent.turn.Turn.budget`) and in what its tool calls hand
 their sources (`downstream.source.Onward.budget`): the loop checks and charges it, a peer call
-passes on what is left and charges what the peer reports back.
+passes on what is left and charges what the peer reports back. A call to a peer holds what it
+passes on (`peer_grant`) until it returns: its reported spend is charged and the rest released
+(also when it fails or is cancelled). A sibling call of the same turn (the model asked for
+several at once) passes on what is left less what the calls in flight hold, and waits while
+they hold it all. So a fan-out overruns the root caller's budget by at most what one peer's
+last admitted LLM call spends beyond its grant, as one agent's concurrent calls do.
 """
 
 from __future__ import annotations
@@ -202,6 +207,9 @@ class TurnBudget:
     """Tokens the turn spent: its own LLM calls and what its peers reported."""
     micros: int = 0
     chain_warned: bool = False
+    granted: Spent = field(default_factory=Spent)
+    """What the calls to peers in flight hold of the root caller's remainder (`grant`)."""
+    _grant_released: asyncio.Event = field(default_factory=asyncio.Event)
     _notes: list[str] = field(default_factory=list)
     _writes: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -370,8 +378,38 @@ class TurnBudget:
         notes, self._notes = self._notes, []
         return notes
 
+    async def grant(self) -> ChainBudget:
+        """Hold what a call to a peer may spend: what is left less what the calls in flight hold.
+
+        Waits while the peer calls in flight hold all that is left (each returns what its peer
+        did not spend); with none in flight the call gets what is left, nothing included (the
+        peer then refuses to spend).
+        """
+        while True:
+            self._roll()
+            offer = self.onward()
+            spent_out = (offer.tokens is not None and offer.tokens <= 0) or (
+                offer.micros is not None and offer.micros <= 0
+            )
+            if not spent_out or (self.granted.tokens <= 0 and self.granted.micros <= 0):
+                break
+            await self._grant_released.wait()
+        held = self.granted
+        self.granted = Spent(held.tokens + (offer.tokens or 0), held.micros + (offer.micros or 0))
+        return offer
+
+    def ungrant(self, offer: ChainBudget) -> None:
+        """Give back what a peer call held (its reported spend is charged apart, before)."""
+        held = self.granted
+        self.granted = Spent(held.tokens - (offer.tokens or 0), held.micros - (offer.micros or 0))
+        released, self._grant_released = self._grant_released, asyncio.Event()
+        released.set()
+
     def onward(self) -> ChainBudget:
-        """What the root caller has left, for a call to a peer: the least of every budget."""
+        """What the root caller has left for a new call to a peer.
+
+        The least of every budget, less what the peer calls in flight hold (`grant`).
+        """
         tokens: list[int] = []
         micros: list[int] = []
         resets: list[datetime] = []
@@ -391,8 +429,12 @@ class TurnBudget:
                 micros.append(max(chain.micros - self.micros, 0))
             if chain.resets_at is not None:
                 resets.append(chain.resets_at)
+        held = self.granted
         return ChainBudget(
-            self.root, min(tokens, default=None), min(micros, default=None), min(resets, default=None)
+            self.root,
+            max(min(tokens) - held.tokens, 0) if tokens else None,
+            max(min(micros) - held.micros, 0) if micros else None,
+            min(resets, default=None),
         )
 
 
@@ -550,6 +592,24 @@ async def peer_answered(turn: TurnBudget | None, meta: Mapping[str, Any] | None)
     if turn is None or spent is None:
         return
     await turn.charge(*spent, own=False)
+
+
+@asynccontextmanager
+async def peer_grant(turn: TurnBudget | None) -> AsyncIterator[dict[str, Any]]:
+    """The budget `_meta` of one call to a peer, held from the turn's remainder while it runs.
+
+    Empty (nothing held) outside a turn and for a turn nothing limits, as `onward_meta`. The
+    peer's reported spend is charged inside the block (`peer_answered`); leaving it, however,
+    releases the grant.
+    """
+    if turn is None or not turn.limited:
+        yield {}
+        return
+    offer = await turn.grant()
+    try:
+        yield offer.to_meta()
+    finally:
+        turn.ungrant(offer)
 
 
 def onward_meta(turn: TurnBudget | None) -> dict[str, Any]:

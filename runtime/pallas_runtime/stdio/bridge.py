@@ -17,6 +17,9 @@ The bridge scrubs its server's Secret values (`pallas run`'s resolved `stdio.env
 pod's Secret volume) from every tool result, text and structured, as an agent scrubs its own
 secrets: the agents using the server never knew those values, so they could not.
 
+Only the deployment's agents are served: every request but the probes carries the deployment's
+bridge credential (`pallas_runtime.stdio.credential`).
+
 Sessions are kept by the agents' `SessionTable` within `max_sessions` and `idle_timeout_seconds`.
 `/healthz` answers while the process serves; `/readyz` only once the shared server has a session
 (stateful bridges start servers on demand and are ready at once). A hosted server's bridge reads
@@ -53,6 +56,7 @@ from pallas_io.logs import SecretValues
 from pallas_io.secrets import SecretFiles
 from pallas_runtime.edge.request_limit import MAX_REQUEST_BYTES, RequestLimit
 from pallas_runtime.edge.sessions import serve_sessions
+from pallas_runtime.stdio.credential import BridgeCredential
 from pallas_runtime.stdio.links import Link
 from pallas_runtime.stdio.supervisor import ServerUnavailable, StdioServer
 
@@ -132,6 +136,7 @@ class Bridge:
         name: str,
         link: Callable[[], Link],
         *,
+        token: Callable[[], str],
         stateful: bool = False,
         limits: SessionLimits | None = None,
         secrets_dir: Path | None = None,
@@ -142,6 +147,8 @@ class Bridge:
         Args:
             name: The server's name (the `mcpServers` key): log lines and the proxy's name.
             link: Makes the link of one server (called once, or once per HTTP session if stateful).
+            token: Gives the deployment's bridge credential now: every request but the probes
+                must carry it (`BridgeCredential`).
             stateful: A server per HTTP session instead of one for all.
             limits: The HTTP sessions kept (`maxSessions`, idle timeout); the agents' defaults if None.
             secrets_dir: The Secret volume the server's container reads its secret variables from
@@ -152,6 +159,7 @@ class Bridge:
         """
         self.name = name
         self._link = link
+        self._token = token
         self.stateful = stateful
         self.limits = limits or SessionLimits()
         self.shared: StdioServer | None = None if stateful else StdioServer(name, link())
@@ -211,7 +219,8 @@ class Bridge:
         """The bridge's HTTP app: `/mcp`, `/healthz`, `/readyz`; its lifespan runs the server(s).
 
         Request bodies are bounded as the agent's are (`RequestLimit`): the MCP SDK would read a
-        chunked body whole before refusing it.
+        chunked body whole before refusing it. Requests without the deployment's credential are
+        refused before they reach the server (`BridgeCredential`).
         """
         app = self.mcp.http_app(path="/mcp", host_origin_protection="auto")
 
@@ -245,7 +254,8 @@ class Bridge:
                 await self.aclose()
 
         app.router.lifespan_context = lifespan
-        return RequestLimit(app, MAX_REQUEST_BYTES, lambda: None)  # the bridge keeps no metrics
+        guarded = BridgeCredential(app, self._token)
+        return RequestLimit(guarded, MAX_REQUEST_BYTES, lambda: None)  # the bridge keeps no metrics
 
     async def aclose(self) -> None:
         """Stop every server the bridge runs."""

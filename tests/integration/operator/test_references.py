@@ -53,6 +53,12 @@ async def _warnings(client: AsyncClient, ns: str, name: str) -> list[tuple[str, 
     ]
 
 
+async def _reasons_once(client: AsyncClient, ns: str, name: str, reason: str) -> list[str] | None:
+    """The reasons of the agent's Warning Events, once one has `reason` (None before)."""
+    reasons = [r for r, _ in await _warnings(client, ns, name)]
+    return reasons if reason in reasons else None
+
+
 async def test_missing_references_are_named_in_status_and_an_event_then_resolved(
     pallas_crds: LocalCluster, pallas_operator: RunningOperator, kube_client: AsyncClient, namespace: str
 ) -> None:
@@ -70,9 +76,15 @@ async def test_missing_references_are_named_in_status_and_an_event_then_resolved
     assert await get_object(kube_client, Deployment, namespace, "research") is not None
 
     kubectl_apply(pallas_crds, agent("research", in_namespace(namespace), spec(servers=["argos", "nope"])))
-    obj = await _accepted(kube_client, namespace, "research", ("False", "ServerNotFound"))
+    # An undefined server is a warning (the gateway seed): accepted, running on the rest.
+    obj = await _accepted(kube_client, namespace, "research", ("True", "ServerNotFound"))
     assert "nope" in obj["status"]["conditions"][0]["message"]
-    reasons = [r for r, _ in await _warnings(kube_client, namespace, "research")]
+    assert await get_object(kube_client, Deployment, namespace, "research") is not None
+    reasons = await eventually(
+        lambda: _reasons_once(kube_client, namespace, "research", "ServerNotFound"),
+        10,
+        "a ServerNotFound Event",
+    )
     assert reasons.count("DeploymentNotFound") == 1, "events are posted on transitions, not every reconcile"
 
 

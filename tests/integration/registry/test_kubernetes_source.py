@@ -28,6 +28,7 @@ from tests.support.registry import (
     running_registry,
     set_status,
 )
+from tests.support.waiting import until
 
 WELL_KNOWN = "/.well-known/mcp/server.json"
 WATCH_ERRORS = 'pallas_registry_watch_restarts_total{reason="error"}'
@@ -38,14 +39,7 @@ pytestmark = pytest.mark.usefixtures("pallas_crds")
 async def eventually(
     check: Callable[[], Awaitable[Any]], within: float = 15.0, what: str = "condition"
 ) -> Any:
-    deadline = time.monotonic() + within
-    while True:
-        result = await check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} did not happen within {within}s")
-        await asyncio.sleep(0.05)
+    return await until(what, check, within, interval=0.05)
 
 
 class Reader:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
-import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -17,6 +15,7 @@ from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
 from pallas_registry.builder import VENDOR_META
 from pallas_registry.schema import OFFICIAL_META
 from pallas_registry.static import LocalAgent, StaticSource
+from tests.support import waiting
 from tests.support.mcp_servers import RunningServer, bound_socket, serve
 from tests.support.registry import assert_valid_catalogue, running_registry
 
@@ -65,14 +64,7 @@ async def catalogue(base: str, **params: str) -> dict[str, Any]:
 
 
 async def until(check: Callable[[], Any], within: float = 10.0) -> Any:
-    deadline = time.monotonic() + within
-    while True:
-        result = await check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"condition not met within {within}s")
-        await asyncio.sleep(0.05)
+    return await waiting.until("the registry's listing to change", check, within, interval=0.05)
 
 
 def by_agent(document: dict[str, Any]) -> dict[str, dict[str, Any]]:

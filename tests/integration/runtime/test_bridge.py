@@ -19,13 +19,31 @@ from pathlib import Path
 
 import httpx2
 from fastmcp import Client
+from fastmcp.client.transports import StreamableHttpTransport
 
+from pallas_api import names
 from pallas_operator.builders.stdio import EXPORT_SECRETS, SERVER_SHELL
 from tests.support.mcp_peers import McpPeers
 from tests.support.ports import logged_port
 
 PALLAS = [sys.executable, "-m", "pallas_runtime.cli"]
 SERVING = r"bridge serving on http://[0-9.]+:([0-9]+)/mcp"
+TOKEN = "the-deployments-bridge-credential"
+
+
+def credential(tmp_path: Path) -> list[str]:
+    """`--token-file` of a file holding `TOKEN`, as the pod's bridge-token volume does."""
+    path = tmp_path / "bridge-token"
+    path.write_text(TOKEN)
+    return ["--token-file", str(path)]
+
+
+def agent_client(port: int) -> Client[StreamableHttpTransport]:
+    """A client sending the deployment's credential, as the deployment's agents do."""
+    transport = StreamableHttpTransport(
+        f"http://127.0.0.1:{port}/mcp", headers={names.BRIDGE_TOKEN_HEADER: TOKEN}
+    )
+    return Client(transport, mode="legacy")
 
 
 @contextlib.contextmanager
@@ -124,6 +142,7 @@ async def test_the_pod_form_over_fifos_survives_its_server_ending(
             "0",
             "--host",
             "127.0.0.1",
+            *credential(tmp_path),
         ],
         bridge_log,
     ) as bridge:
@@ -131,7 +150,7 @@ async def test_the_pod_form_over_fifos_survives_its_server_ending(
         assert await ready(port) == 503  # no server yet: the pod is not Ready
         async with kubelet(mcp_peers, fifos, tmp_path / "server.log") as lives:
             await until_ready(port)
-            async with Client(f"http://127.0.0.1:{port}/mcp", mode="legacy") as client:
+            async with agent_client(port) as client:
                 first = await client.call_tool("echo", {"message": "one"})
                 os.killpg(lives[0].pid, signal.SIGKILL)  # the server crashes; its container restarts
                 await until_ready(port, 503)  # the bridge saw it go
@@ -168,11 +187,12 @@ async def test_a_rotated_secret_reaches_the_pods_server_without_a_new_pod(
     write_secret_volume(secrets, "v1", {"API_TOKEN": "first-token", "VERSION": "v1"})
     bridge_log = tmp_path / "bridge.log"
     argv = [*PALLAS, "bridge", "--name", "everything", "--fifos", str(fifos), "--secrets-dir", str(secrets)]
+    argv += credential(tmp_path)
     with process([*argv, "--port", "0", "--host", "127.0.0.1"], bridge_log) as bridge:
         port = logged_port(bridge_log, SERVING, alive=bridge.poll)
         async with kubelet(mcp_peers, fifos, tmp_path / "server.log", secrets) as lives:
             await until_ready(port)
-            async with Client(f"http://127.0.0.1:{port}/mcp", mode="legacy") as client:
+            async with agent_client(port) as client:
                 before = (await client.call_tool("get-env", {})).content[0].text
                 write_secret_volume(secrets, "v2", {"API_TOKEN": "second-token", "VERSION": "v2"})
                 deadline = asyncio.get_running_loop().time() + 30
@@ -199,6 +219,7 @@ async def test_the_by_hand_form_runs_the_command_as_a_child(mcp_peers: McpPeers,
         **os.environ,
         "PALLAS_LOG_FORMAT": "json",
         "PATH": f"{mcp_peers.node_bin_dir}:{os.environ['PATH']}",
+        names.BRIDGE_TOKEN_ENV: TOKEN,
     }
     argv = [
         *PALLAS,
@@ -217,7 +238,7 @@ async def test_the_by_hand_form_runs_the_command_as_a_child(mcp_peers: McpPeers,
     with process(argv, log, env) as bridge:
         port = logged_port(log, SERVING, alive=bridge.poll)
         await until_ready(port)
-        async with Client(f"http://127.0.0.1:{port}/mcp", mode="legacy") as client:
+        async with agent_client(port) as client:
             tools = {t.name for t in await client.list_tools()}
     assert {"echo", "get-tiny-image"} <= tools
 
@@ -227,7 +248,9 @@ def test_bad_usage_is_one_line_and_exit_2(tmp_path: Path) -> None:
         (["--fifos", str(tmp_path)], "--name is required"),
         (["--name", "x"], "exactly one of --fifos DIR or -- COMMAND"),
         (["--name", "x", "--fifos", str(tmp_path), "--stateful"], "--stateful needs a process per session"),
+        (["--name", "x", "--fifos", str(tmp_path)], "give the deployment's bridge credential"),
     ]:
-        res = subprocess.run([*PALLAS, "bridge", *argv], capture_output=True, text=True, check=False)
+        env = {k: v for k, v in os.environ.items() if k != names.BRIDGE_TOKEN_ENV}
+        res = subprocess.run([*PALLAS, "bridge", *argv], capture_output=True, text=True, check=False, env=env)
         assert res.returncode == 2, res.stderr
         assert res.stderr.strip() == f"pallas bridge: {problem}" or problem in res.stderr

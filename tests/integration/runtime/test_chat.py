@@ -487,7 +487,7 @@ async def test_set_validates_locally_and_says_what_it_sends(agent: ServedAgent, 
         "pallas chat: /set: unknown parameter 'temprature'; the parameters are "
         "temperature, top_p, top_k, max_tokens, stop, seed, effort, presence_penalty, "
         "frequency_penalty, response_format, tool_choice, extra, model, system_append, system_override, "
-        "tools_allowlist",
+        "tools_allowlist, messages",
         "pallas chat: /set: temperature: Input should be less than or equal to 2",
         "pallas chat: /set: stop: Input should be a valid list",
     ]

@@ -256,9 +256,43 @@ async def test_a_failed_first_turn_never_lets_two_turns_run_at_once_or_loses_one
         (text_b, _), (text_c, _) = await asyncio.gather(turn_b, turn_c)
         prompt = await a.get_prompt("keeper_history", {"conversation_id": "race"})
     assert (text_b, text_c) == ("answer B", "answer C")
-    # B ran alone, then C saw B's finished turn: nothing lost, nothing interleaved.
-    assert [m.content.text for m in prompt.messages] == ["question B", "answer B", "question C", "answer C"]
-    assert user_texts(fake_openai.completions[-1].json) == ["question B", "question C"]
+    # B ran after A was kept as failed, then C saw B's finished turn: nothing lost, nothing interleaved.
+    texts = [m.content.text for m in prompt.messages]
+    assert texts[0] == "question A"
+    assert texts[1].startswith("[turn failed] LLM_ERROR: the language model call failed: ")
+    assert texts[2:] == ["question B", "answer B", "question C", "answer C"]
+    assert user_texts(fake_openai.completions[-1].json) == ["question A", "question B", "question C"]
+
+
+async def test_a_failed_turn_is_kept_in_its_conversation_shown_in_history_and_never_sent(
+    fake_openai: FakeOpenAI, sqlite_path: Path
+) -> None:
+    fake_openai.script(HttpError(400, "the model refused the request"), Text("Plato wrote it."))
+    async with serve_agent(config(fake_openai, sqlite_store(sqlite_path))) as agent, client(agent.url) as c:
+        with pytest.raises(ToolError, match="language model call failed") as failed:
+            await send(c, "Who wrote The Republic?", "kept")
+        failed_history = await c.get_prompt("keeper_history", {"conversation_id": "kept"})
+        answer, _ = await send(c, "Who wrote The Republic, please?", "kept")
+        history = await c.get_prompt("keeper_history", {"conversation_id": "kept"})
+    failure = f"[turn failed] LLM_ERROR: {failed.value}"
+    assert [(m.role, m.content.text) for m in failed_history.messages] == [
+        ("user", "Who wrote The Republic?"),
+        ("assistant", failure),
+    ]
+    assert answer == "Plato wrote it."
+    assert [m.content.text for m in history.messages] == [
+        "Who wrote The Republic?",
+        failure,
+        "Who wrote The Republic, please?",
+        "Plato wrote it.",
+    ]
+    # The next turn's model sees the question left unanswered, never the failure record.
+    sent = fake_openai.completions[-1].json["messages"]
+    assert user_texts(fake_openai.completions[-1].json) == [
+        "Who wrote The Republic?",
+        "Who wrote The Republic, please?",
+    ]
+    assert not [m for m in sent if "turn failed" in json.dumps(m)]
 
 
 async def test_a_failed_send_is_one_log_line_with_the_agent_and_the_reason(
@@ -290,12 +324,12 @@ async def test_the_active_conversations_gauge_follows_expiry_failed_turns_and_de
         await asyncio.sleep(PAST_THE_TTL)  # "one" expires
         with pytest.raises(ToolError, match="language model call failed"):
             await send(c, "fails", "failed")
-        assert active() == 0, "an expired conversation still counted after a failed turn"
+        assert active() == 1, "an expired conversation still counted, or the failed turn not kept"
         await send(c, "second", "two")
         await send(c, "third", "three")
-        assert active() == 2
+        assert active() == 3
         await c.call_tool("delete_conversation", {"conversation_id": "two"})
-        assert active() == 1
+        assert active() == 2
 
 
 async def test_three_replicas_of_two_agents_stay_within_their_connection_budget_on_a_small_server(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 import os
@@ -23,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pallas_registry.schema import OFFICIAL_META
 from tests.support.fake_llm import Call, FakeOpenAI, Hold, Text, ToolCalls
+from tests.support.local_manifests import fake_llm_deployment
 from tests.support.mcp_peers import free_ports
 from tests.support.oidc import AUDIENCE, oidc_issuer
 
@@ -34,27 +34,7 @@ API_KEY = "sk-test-secret-0123456789"
 
 def manifests(llm: FakeOpenAI) -> list[dict[str, Any]]:
     return [
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "llm"},
-            "data": {"KEY": base64.b64encode(API_KEY.encode()).decode()},
-        },
-        {
-            "apiVersion": "pallas.dev/v1alpha1",
-            "kind": "PallasDeployment",
-            "metadata": {"name": "local"},
-            "spec": {
-                "model": {"default": f"fake.{llm.models[0]}"},
-                "providers": {
-                    "fake": {
-                        "type": "openai",
-                        "baseURL": llm.base_url,
-                        "apiKey": {"secretKeyRef": {"name": "llm", "key": "KEY"}},
-                    }
-                },
-            },
-        },
+        *fake_llm_deployment(llm, "local", API_KEY),
         {
             "apiVersion": "pallas.dev/v1alpha1",
             "kind": "PallasAgent",
@@ -261,6 +241,28 @@ async def test_an_agent_at_its_busy_at_says_so_in_get_health_and_the_registry(
         async with httpx2.AsyncClient() as http:
             exposition = (await http.get(f"http://127.0.0.1:{base}/metrics")).text
     assert 'pallas_send_message_in_flight{agent="worker"} 0.0' in exposition
+
+
+async def test_an_agent_naming_an_undefined_server_runs_on_the_rest_and_says_which(
+    fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    """The gateway seed: a reference to an undefined server is a warning; the agent runs."""
+    fake_openai.default = Text("done without it")
+    docs = manifests(fake_openai)
+    docs[3]["spec"]["servers"] = ["nope"]
+    path = tmp_path / "agents.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    base = free_ports(3)
+    async with pallas_run(path, base) as proc, Client(f"http://127.0.0.1:{base + 2}/mcp") as worker:
+        answer = await worker.call_tool("send_message", {"message": "hi"})
+        health = json.loads((await worker.call_tool("get_health", {})).content[0].text)
+    _, err = proc.communicate()
+    warning = "mcpServers nope not defined by the deployment: the agent runs without them"
+    assert answer.content[0].text == "done without it"
+    assert (health["status"], health["message"]) == ("degraded", f"Servers: {warning}")
+    records = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    said = [(r["level"], r.get("agent")) for r in records if r["message"] == warning]
+    assert said == [("WARNING", "worker")]
 
 
 async def agent_status(base: int, agent: str, wanted: str) -> bool:

@@ -170,6 +170,30 @@ async def test_an_edit_restarts_only_the_changed_agent_and_its_conversations_go_
         ]
 
 
+async def test_an_edit_naming_an_undefined_server_is_applied_with_a_warning(
+    fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    """The gateway seed: an undefined server in a reload is a warning; the agent runs on the rest."""
+    fake_openai.default = Text("ok")
+    docs = manifests(fake_openai)
+    path = tmp_path / "agents.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    base = free_ports(3)
+    worker = f"http://127.0.0.1:{base + 2}/mcp"
+    async with pallas_run_reload(path, base) as run:
+        assert await send(worker, "before", "c-0") == "ok"  # up, and its files watched
+        mark = len(run.err)
+        path.write_text(yaml.safe_dump_all(edited(docs, "worker", servers=["nope"])))
+        warning = await run.line("err", "pallas run: reload: warning: ", after=mark)
+        reloaded = await run.line("out", "reloaded:")
+        assert await send(worker, "hi", "c-1") == "ok"
+    assert warning == (
+        "pallas run: reload: warning: PallasAgent/worker: mcpServers nope not defined by the deployment: "
+        "the agent runs without them"
+    )
+    assert reloaded.startswith("reloaded: applied in place worker"), reloaded  # not refused, not restarted
+
+
 async def test_an_instruction_edit_during_a_turn_is_applied_in_place_and_the_turn_finishes(
     fake_openai: FakeOpenAI, tmp_path: Path
 ) -> None:

@@ -7,7 +7,6 @@ call works. A stateful stdio server runs a process per conversation.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import json
@@ -25,6 +24,7 @@ from tests.integration.runtime.test_run_command import API_KEY, manifests, palla
 from tests.integration.runtime.test_run_reload import pallas_run_reload
 from tests.support.fake_llm import Call, FakeOpenAI, Text, ToolCalls
 from tests.support.mcp_peers import McpPeers, free_ports
+from tests.support.waiting import until
 
 STDIO_SECRET = "stdio-secret-value-4711"
 
@@ -83,11 +83,7 @@ async def bridge_ready(port: int) -> bool:
 
 
 async def eventually(check: Any, what: str, within: float = 30) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while not await check():
-        assert loop.time() < deadline, f"never: {what}"
-        await asyncio.sleep(0.1)
+    await until(what, check, within, interval=0.1)
 
 
 async def test_a_stdio_server_runs_restarts_after_a_crash_and_logs_under_its_name(

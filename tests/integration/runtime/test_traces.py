@@ -7,7 +7,6 @@ with the GenAI and MCP spans and attributes docs/api.md §5 (Traces) promises.
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 import secrets
@@ -24,6 +23,7 @@ from fastmcp.client.transports import StreamableHttpTransport
 from tests.integration.runtime.test_run_command import pallas_run
 from tests.support.fake_llm import Call, FakeOpenAI, FakeUsage, Text, ToolCalls
 from tests.support.jaeger import Jaeger, jaeger, parent_of, tags
+from tests.support.local_manifests import fake_llm_deployment
 from tests.support.mcp_peers import free_ports
 from tests.support.mcp_servers import RunningServer, serve
 
@@ -47,33 +47,11 @@ def lookup_mcp(seen: list[dict[str, Any]]) -> FastMCP:
 
 
 def manifests(llm: FakeOpenAI, tools: RunningServer, otlp_url: str) -> list[dict[str, Any]]:
+    telemetry = {"endpoint": otlp_url, "resourceAttributes": {"deployment.environment.name": "test"}}
     return [
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "llm"},
-            "data": {"KEY": base64.b64encode(API_KEY.encode()).decode()},
-        },
-        {
-            "apiVersion": "pallas.dev/v1alpha1",
-            "kind": "PallasDeployment",
-            "metadata": {"name": "traced"},
-            "spec": {
-                "model": {"default": f"fake.{llm.models[0]}"},
-                "providers": {
-                    "fake": {
-                        "type": "openai",
-                        "baseURL": llm.base_url,
-                        "apiKey": {"secretKeyRef": {"name": "llm", "key": "KEY"}},
-                    }
-                },
-                "mcpServers": {"tools": {"url": tools.url}},
-                "telemetry": {
-                    "endpoint": otlp_url,
-                    "resourceAttributes": {"deployment.environment.name": "test"},
-                },
-            },
-        },
+        *fake_llm_deployment(
+            llm, "traced", API_KEY, mcpServers={"tools": {"url": tools.url}}, telemetry=telemetry
+        ),
         {
             "apiVersion": "pallas.dev/v1alpha1",
             "kind": "PallasAgent",

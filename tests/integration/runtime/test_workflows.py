@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+import subprocess
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,8 @@ WORKFLOWS: dict[str, dict[str, Any]] = {
     "fan-in-flow": {"parallel": {"fanOut": ["researcher", "writer"], "fanIn": "editor"}},
     "router-flow": {"router": {"routes": ["researcher", "writer"]}},
     "fallback-flow": {"router": {"routes": ["researcher"], "fallback": "editor"}},
+    "a2a-flow": {"chain": {"steps": ["researcher", "echo"]}},  # echo: an A2A agent (`a2aAgents`)
+    "plan-flow": {"planner": {"agents": ["researcher", "writer"], "maxSteps": 3}},
     "review-flow": {
         "evaluator": {"generator": "writer", "evaluator": "editor", "minRating": "GOOD", "maxRefinements": 1}
     },
@@ -64,6 +67,8 @@ class Run:
     def __init__(self, *flows: str) -> None:
         self.agents = [*STEPS, *flows]
         self.base = free_ports(1 + len(self.agents))
+        self.proc: subprocess.Popen[str] | None = None
+        """The `pallas run` process, once it runs."""
 
     def url(self, agent: str) -> str:
         """The agent's URL: `pallas run` gives ports in manifest order after the registry's."""
@@ -109,15 +114,25 @@ async def ask(run: Run, agent: str, message: str) -> tuple[Any, list[str]]:
 
 @contextlib.asynccontextmanager
 async def running(
-    tmp_path: Path, llm: FakeOpenAI, *flows: str, budgeted: bool = False, log: Path | None = None
+    tmp_path: Path,
+    llm: FakeOpenAI,
+    *flows: str,
+    budgeted: bool = False,
+    log: Path | None = None,
+    edit: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> AsyncIterator[Run]:
     """`pallas run` of the step agents and `flows`, once every agent is ready (`budgeted`: the
-    editor has a small per-caller budget; `log`: where a long run's output goes, see `pallas_run`)."""
+    editor has a small per-caller budget; `log`: where a long run's output goes, see `pallas_run`;
+    `edit`: changes the manifests before they are written)."""
     run = Run(*flows)
     path = tmp_path / "workflows.yaml"
-    path.write_text(yaml.safe_dump_all(manifests(llm, run.agents, budgeted=budgeted)))
-    async with pallas_run(path, run.base, log=log):
+    docs = manifests(llm, run.agents, budgeted=budgeted)
+    if edit is not None:
+        edit(docs)
+    path.write_text(yaml.safe_dump_all(docs))
+    async with pallas_run(path, run.base, log=log) as proc:
         await all_ready(run)
+        run.proc = proc
         yield run
 
 

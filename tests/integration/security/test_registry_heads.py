@@ -8,7 +8,6 @@ memory is what the attacks could grow.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import os
 import signal
@@ -30,6 +29,7 @@ from tests.integration.security.raw_http import (
     silent_connections,
 )
 from tests.support.fake_llm import FakeOpenAI, Text
+from tests.support.local_manifests import fake_llm_deployment
 from tests.support.mcp_peers import free_ports
 
 HEAD_TIMEOUT = 1.0
@@ -38,28 +38,7 @@ RSS_BOUND = 24 * MiB
 
 def manifests(llm: FakeOpenAI, http: dict[str, Any]) -> list[dict[str, Any]]:
     return [
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "llm"},
-            "data": {"KEY": base64.b64encode(b"sk-registry-test").decode()},
-        },
-        {
-            "apiVersion": "pallas.dev/v1alpha1",
-            "kind": "PallasDeployment",
-            "metadata": {"name": "local"},
-            "spec": {
-                "model": {"default": f"fake.{llm.models[0]}"},
-                "providers": {
-                    "fake": {
-                        "type": "openai",
-                        "baseURL": llm.base_url,
-                        "apiKey": {"secretKeyRef": {"name": "llm", "key": "KEY"}},
-                    }
-                },
-                "http": http,
-            },
-        },
+        *fake_llm_deployment(llm, "local", "sk-registry-test", http=http),
         {
             "apiVersion": "pallas.dev/v1alpha1",
             "kind": "PallasAgent",

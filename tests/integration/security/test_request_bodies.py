@@ -15,7 +15,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from tests.integration.runtime.test_bridge import PALLAS, SERVING, process
+from tests.integration.runtime.test_bridge import PALLAS, SERVING, credential, process
 from tests.integration.security.raw_http import MiB, RssWatch, head, send
 from tests.support.agents import agent_config, run_agent_process
 from tests.support.fake_llm import FakeOpenAI, Text
@@ -80,7 +80,7 @@ async def test_the_bridge_refuses_a_chunked_body_over_the_limit(tmp_path: Path) 
     assert subprocess.run([*PALLAS, "bridge", "--make-fifos", str(fifos)], check=False).returncode == 0
     log = tmp_path / "bridge.log"
     argv = [*PALLAS, "bridge", "--name", "s", "--fifos", str(fifos), "--port", "0", "--host", "127.0.0.1"]
-    with process(argv, log) as bridge:
+    with process([*argv, *credential(tmp_path)], log) as bridge:
         port = logged_port(log, SERVING, alive=bridge.poll)
         answer = await send(port, chunked("/mcp", padded_list_tasks(8 * MiB)))
     assert answer.status == 413, answer

@@ -40,6 +40,10 @@ class ScriptedProvider:
     streams: bool = True
     """Whether a complete() with `on_text` streams its text, word by word (a provider that
     streams); False: as a provider that does not."""
+    release: asyncio.Event | None = None
+    """When set to an Event, each complete() waits for it before it answers (a turn held open)."""
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set as soon as a complete() begins."""
 
     @property
     def name(self) -> str:
@@ -58,6 +62,9 @@ class ScriptedProvider:
         params: RequestParams | None = None,
         on_text: TextSink | None = None,
     ) -> Completion:
+        self.started.set()
+        if self.release is not None:
+            await self.release.wait()
         self.calls.append((system, list(messages), list(tools)))
         self.params.append(params)
         step = self.script.pop(0) if self.script else Completion("(script exhausted)")

@@ -197,7 +197,6 @@ def test_each_agent_gets_the_capabilities_of_its_own_model() -> None:
     ("spec", "reason", "missing"),
     [
         (agent(model="bedrock.titan"), "ProviderNotFound", ("bedrock",)),
-        (agent(servers=["argos", "nope"]), "ServerNotFound", ("nope",)),
         (agent(agents=["ghost"]), "AgentNotFound", ("ghost",)),
     ],
 )

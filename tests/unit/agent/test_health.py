@@ -27,6 +27,7 @@ def checker(
     api_key_source: str | None = None,
     busy_at: int | None = None,
     in_flight: list[int] | None = None,
+    missing_servers: list[str] | None = None,
 ) -> tuple[HealthChecker, ScriptedProvider, RuntimeMetrics]:
     provider_cfg: dict[str, object] = {"name": "vllm", "type": "openai"}
     if api_key_env:
@@ -40,6 +41,7 @@ def checker(
             "provider": provider_cfg,
             "health": {"providerRecheckSeconds": recheck},
             "busyAt": busy_at,
+            "missingServers": missing_servers or [],
         }
     )
     provider = ScriptedProvider([], check or ProviderCheck(True, "", time.monotonic()))
@@ -76,6 +78,36 @@ async def test_busy_when_the_calls_in_flight_reach_busy_at() -> None:
     assert (report["status"], report["busy"], report["inFlight"]) == ("ok", True, 2)
     never, _, _ = checker([], in_flight=[50])
     assert set(json.loads((await never.report()).to_json())) == {"status", "timestamp", "configHash"}
+
+
+async def test_a_server_the_deployment_does_not_define_degrades_naming_it() -> None:
+    """The gateway seed: the agent runs on the servers that exist, and says which one it lacks."""
+    health, _, _ = checker([FakeSource("argos", [])], missing_servers=["nope"])
+    report = await health.report()
+    assert report.status == "degraded"
+    assert (
+        report.message
+        == "Servers: mcpServers nope not defined by the deployment: the agent runs without them"
+    )
+
+
+async def test_diagnostics_on_request_name_reloads_servers_and_the_tool_policy() -> None:
+    """The gateway seed's diagnostic: reload counts, policy state and servers in one answer."""
+    down = FakeSource("neo4j", [], probe_result=ProbeResult("neo4j", False, "timed out after 3s"))
+    health, _, _ = checker([FakeSource("argos", []), down], missing_servers=["nope"])
+    plain = json.loads((await health.report()).to_json())
+    assert "diagnostics" not in plain
+    live = health._live
+    live.apply(live.config.model_copy(update={"instruction": "Be brief."}))
+    live.apply(live.config.model_copy(update={"version": "9.9.9"}))  # needs a new process
+    report = json.loads((await health.report(diagnostics=True)).to_json())
+    assert report["diagnostics"] == {
+        "reloads": {"applied": 1, "refused": 1, "invalid": 0},
+        "servers": [{"name": "argos", "up": True}, {"name": "neo4j", "up": False}],
+        "missingServers": ["nope"],
+        "tools": {"allow": ["*"], "deny": []},
+    }
+    assert report["status"] == "degraded"  # the report itself is the same
 
 
 async def test_an_unreachable_downstream_degrades_naming_it() -> None:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from pallas_api.errors import ErrorCode, error_code_of, error_content, unprocessed
+from pallas_api.errors import CATEGORIES, ErrorCode, error_code_of, error_content, unprocessed
 
 
 def test_error_content_round_trips_its_code() -> None:
     content = error_content(ErrorCode.LLM_ERROR, "the language model call failed: HTTP 503")
     message = "the language model call failed: HTTP 503"
-    assert content == {"error": {"code": "LLM_ERROR", "message": message, "retryable": False}}
+    assert content == {
+        "error": {"code": "LLM_ERROR", "message": message, "retryable": False, "category": "upstream"}
+    }
     assert error_code_of(content) is ErrorCode.LLM_ERROR
 
 
@@ -28,6 +30,19 @@ def test_error_content_round_trips_its_code() -> None:
 )
 def test_errors_say_whether_the_same_call_may_succeed_again(code: ErrorCode, retryable: bool) -> None:
     assert error_content(code, "x")["error"]["retryable"] is retryable
+
+
+def test_every_code_has_one_of_seed_004s_categories_or_request() -> None:
+    """Seed 004's BridgeError kinds (config, upstream, internal), and the caller's own (request)."""
+    assert set(CATEGORIES) == set(ErrorCode)
+    by_category: dict[str, set[str]] = {}
+    for code in ErrorCode:
+        by_category.setdefault(error_content(code, "x")["error"]["category"], set()).add(code.value)
+    assert by_category["request"] >= {"INVALID_ARGUMENTS", "TOOL_NOT_FOUND"}  # the call's own fault
+    assert by_category["config"] >= {"DENIED_BY_POLICY", "BUDGET_EXCEEDED"}  # the deployment refuses it
+    assert by_category["upstream"] >= {"LLM_ERROR", "SERVER_UNAVAILABLE", "NOT_FOUND"}  # seed 004's
+    assert by_category["internal"] == {"AGENT_SHUTTING_DOWN"}
+    assert set(by_category) == {"request", "config", "upstream", "internal"}
 
 
 @pytest.mark.parametrize(

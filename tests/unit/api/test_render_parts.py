@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pallas_api.conditions import AGENT_NOT_FOUND, PROVIDER_NOT_FOUND, SERVER_NOT_FOUND, STDIO_NOT_HOSTABLE
-from pallas_api.references import check_references
+from pallas_api.references import Problem, check_references
 from pallas_api.render import (
     RenderError,
     SecretBinding,
@@ -116,13 +116,29 @@ def test_servers_keep_the_agents_order_and_bind_only_secret_headers() -> None:
         ("X-Team", "blue", None),
         ("X-Api-Key", None, "PALLAS_SERVER_ARGOS_HEADER_1"),
     ]
-    assert secrets == (SecretBinding("PALLAS_SERVER_ARGOS_HEADER_1", SecretKeyRef(name="argos", key="k")),)
+    # The stdio server is hosted by the deployment: its bridge takes the deployment's credential.
+    assert [(h.name, h.value, h.value_from_env) for h in servers[0].headers] == [
+        ("Pallas-Bridge-Token", None, "PALLAS_BRIDGE_TOKEN")
+    ]
+    assert secrets == (  # the servers' secret headers, then the bridge credential of the hosted ones
+        SecretBinding("PALLAS_SERVER_ARGOS_HEADER_1", SecretKeyRef(name="argos", key="k")),
+        SecretBinding("PALLAS_BRIDGE_TOKEN", SecretKeyRef(name="ouranos-bridge-token", key="token")),
+    )
 
 
-def test_an_undefined_server_is_refused_naming_it() -> None:
-    with pytest.raises(RenderError) as raised:
-        _servers(agent(servers=["argos", "nope"]), deployment(), namespace="ns", local=False, stdio_urls=None)
-    assert (raised.value.reason, raised.value.missing) == (SERVER_NOT_FOUND, ("nope",))
+def test_an_undefined_server_is_left_out_and_the_agent_renders_with_a_warning_naming_it() -> None:
+    """The gateway seed: a reference to an undefined server is a warning; the agent runs on the rest."""
+    servers, _ = _servers(
+        agent(servers=["argos", "nope"]), deployment(), namespace="ns", local=False, stdio_urls=None
+    )
+    assert [s.name for s in servers] == ["argos"]
+    rendered = render_agent("research", agent(servers=["argos", "nope"]), deployment(), {})
+    assert [s.name for s in rendered.config.servers] == ["argos"]
+    assert rendered.config.missing_servers == ["nope"]
+    assert rendered.warning == Problem(
+        SERVER_NOT_FOUND, "mcpServers nope not defined by the deployment: the agent runs without them"
+    )
+    assert render_agent("research", agent(servers=["argos"]), deployment(), {}).warning is None
 
 
 def test_a_url_server_is_reached_at_its_url() -> None:
@@ -157,7 +173,7 @@ def test_a_peer_without_a_url_is_the_reference_checks_problem_word_for_word() ->
     spec = agent(agents=["ghost", "phantom"])
     with pytest.raises(RenderError) as raised:
         _peers(spec, {})
-    problem = check_references("research", spec, deployment(), {"research": ["ghost", "phantom"]})
+    problem = check_references("research", spec, deployment(), {"research": ["ghost", "phantom"]}, {})
     assert problem is not None
     assert (raised.value.reason, str(raised.value)) == (problem.reason, problem.message)
     assert raised.value.reason == AGENT_NOT_FOUND

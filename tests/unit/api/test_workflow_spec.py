@@ -71,4 +71,19 @@ def test_missing_steps_and_cycles_through_workflows_are_reported() -> None:
 def test_the_crd_shows_the_workflow_in_wide_output() -> None:
     columns = crds.agent_crd()["spec"]["versions"][0]["additionalPrinterColumns"]
     workflow = next(c for c in columns if c["name"] == "Workflow")
-    assert (workflow["jsonPath"], workflow["priority"]) == (".spec.workflow", 1)
+    assert (workflow["jsonPath"], workflow["priority"]) == (".status.workflow", 1)
+
+
+def test_a_step_of_another_deployment_is_refused_naming_the_step_and_its_deployment() -> None:
+    lines = _lines(
+        deployment(),
+        deployment("elsewhere"),
+        agent("flow", spec(workflow={"chain": {"steps": ["near", "far"]}})),
+        agent("near"),
+        agent("far", spec(deployment="elsewhere")),
+        agent("peer", spec(agents=["far"])),  # a peer of another deployment stays allowed
+    )
+    assert lines == [
+        "m.yaml:3: PallasAgent/flow: spec.workflow: workflow steps must be PallasAgents of this "
+        "agent's deployment 'ouranos': step 'far' is an agent of deployment 'elsewhere'"
+    ]

@@ -74,11 +74,22 @@ def test_network_policy_golden() -> None:
     )
 
 
+IRSA = {"eks.amazonaws.com/role-arn": "arn:aws:iam::111122223333:role/bedrock-agents"}
+
+
 @pytest.mark.parametrize(
-    ("mode", "account", "mount"), [("kubernetes", "ouranos-agents", True), ("none", "default", False)]
+    ("mode", "annotations", "account", "mount"),
+    [
+        ("kubernetes", {}, "ouranos-agents", True),
+        ("none", {}, "default", False),
+        ("none", IRSA, "ouranos-agents", False),  # the cloud's identity, and still no API token
+        ("kubernetes", IRSA, "ouranos-agents", True),
+    ],
 )
-def test_agent_pods_get_api_credentials_only_in_kubernetes_mode(mode: str, account: str, mount: bool) -> None:
-    dep = _deployment(at("spec.auth.mode", mode))
+def test_agent_pods_get_api_credentials_only_in_kubernetes_mode(
+    mode: str, annotations: dict[str, str], account: str, mount: bool
+) -> None:
+    dep = _deployment(at("spec.auth.mode", mode), at("spec.runtime.serviceAccount.annotations", annotations))
     spec = PallasAgentSpec.model_validate(agent("research")["spec"])
     rendered = render_agent("research", spec, dep, {}, namespace="agents", url="http://r/mcp")
     owner = Owner(names.AGENT_KIND, "research", "agents", "uid")

@@ -100,3 +100,35 @@ async def test_a_status_just_written_is_not_written_again_while_the_watch_lags()
     apply.forget_owner("agents", "PallasAgent", "research")
     assert await apply.write_status(*key, {"phase": "Ready"}, {"phase": "Pending"}, before)
     assert len(cluster.statuses) == 3
+
+
+def owned(kind: str, name: str, owner: str) -> dict[str, Any]:
+    """A child of the PallasAgent `owner`, as the builders make it (a controller reference)."""
+    reference = {"apiVersion": "pallas.dev/v1alpha1", "kind": names.AGENT_KIND, "name": owner}
+    meta = {"name": name, "namespace": "agents", "ownerReferences": [{**reference, "controller": True}]}
+    return {"apiVersion": "v1", "kind": kind, "metadata": meta}
+
+
+async def test_a_deleted_agent_takes_what_was_remembered_of_its_children_with_it() -> None:
+    apply, _ = applier()
+    for n in range(50):  # agents created and deleted before the watch showed their children
+        await apply.apply(owned("Deployment", f"a{n}", owner=f"a{n}"), None)
+        await apply.apply(owned("ServiceAccount", f"a{n}", owner=f"a{n}"), None)
+        apply.forget_owner("agents", names.AGENT_KIND, f"a{n}")
+    for n in range(50):
+        for kind in ("Deployment", "ServiceAccount"):
+            assert apply.unseen(("agents", kind, f"a{n}")) is None
+            assert not apply.applied(("agents", kind, f"a{n}"))
+
+
+async def test_forgetting_an_owner_leaves_the_other_owners_children() -> None:
+    apply, client = applier()
+    await apply.apply(owned("Deployment", "kept", owner="kept"), None)
+    await apply.apply(owned("Deployment", "gone", owner="gone"), None)
+    apply.forget_owner("agents", names.AGENT_KIND, "gone")
+    assert apply.unseen(("agents", "Deployment", "kept")) is not None
+    assert apply.unseen(("agents", "Deployment", "gone")) is None
+    # The kept child is still known as applied (no second write); the gone one is written anew.
+    assert await apply.apply(owned("Deployment", "kept", owner="kept"), None) is None
+    assert await apply.apply(owned("Deployment", "gone", owner="gone"), None) is not None
+    assert len(client.applied) == 3

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from lightkube import ApiError
 from lightkube.models.meta_v1 import Status
-from lightkube.resources.core_v1 import ConfigMap
+from lightkube.resources.core_v1 import ConfigMap, Secret
 from lightkube.resources.rbac_authorization_v1 import ClusterRoleBinding
 from lightkube.types import PatchType
 
@@ -44,6 +44,9 @@ class RecordingClient:
 
     async def get(self, resource: Any, name: str, **kw: Any) -> Any:
         return self._call("get", resource, name, **kw)
+
+    async def create(self, obj: Any, **kw: Any) -> Any:
+        return self._call("create", type(obj), obj.metadata.name, body=obj, **kw)
 
 
 def cluster(answer: Any = None, error: int | None = None) -> tuple[LightkubeCluster, RecordingClient]:
@@ -101,3 +104,25 @@ async def test_other_refusals_are_raised() -> None:
         await adapter.delete("agents", "ConfigMap", "research-config")
     with pytest.raises(ApiError):
         await adapter.get("ConfigMap", "agents", "research-config")
+
+
+SECRET = {
+    "apiVersion": "v1",
+    "kind": "Secret",
+    "metadata": {"name": "ouranos-bridge-token", "namespace": "agents"},
+    "stringData": {"token": "t"},
+}
+
+
+async def test_a_secret_is_created_once_and_one_that_exists_is_kept() -> None:
+    made, client = cluster()
+    assert await made.create_secret(SECRET) is True
+    ((verb, resource, name, kw),) = client.calls
+    assert (verb, resource, name) == ("create", Secret, "ouranos-bridge-token")
+    assert kw["body"].metadata.namespace == "agents"
+    assert kw["body"].stringData == {"token": "t"}
+    there, _ = cluster(error=409)
+    assert await there.create_secret(SECRET) is False  # never read, never replaced
+    refused, _ = cluster(error=403)
+    with pytest.raises(ApiError):
+        await refused.create_secret(SECRET)

@@ -80,6 +80,30 @@ async def test_an_agent_of_a_missing_deployment_is_not_accepted_and_an_event_say
     assert (len(cluster.events), len(cluster.statuses)) == (1, 1)
 
 
+async def test_an_agent_naming_an_undefined_server_runs_on_the_rest_and_a_warning_says_which() -> None:
+    """The gateway seed: a reference to an undefined server is a warning, not a refusal."""
+    op, cluster = operator_with(deployment(), agent("research", spec(servers=["argos", "nope"])))
+
+    await reconcile_agent(op, NS, "research")
+
+    kinds = {m["kind"] for m in cluster.applied}
+    assert {"ConfigMap", "Service", "Deployment"} <= kinds  # it runs
+    config = next(m for m in cluster.applied if m["kind"] == "ConfigMap")
+    assert "nope" in next(iter(config["data"].values()))  # missingServers: get_health says it too
+    ((_, status),) = cluster.statuses
+    accepted = condition(status, conditions.ACCEPTED)
+    message = "mcpServers nope not defined by the deployment: the agent runs without them"
+    assert (accepted["status"], accepted["reason"], accepted["message"]) == (
+        "True", conditions.SERVER_NOT_FOUND, message
+    )  # fmt: skip
+    (event,) = cluster.events
+    assert (event.reason, event.warning, event.message) == (conditions.SERVER_NOT_FOUND, True, message)
+
+    cluster.watch(op.world)  # the same warning is not posted again
+    await reconcile_agent(op, NS, "research")
+    assert len(cluster.events) == 1
+
+
 async def test_an_edit_reaches_the_running_pods_at_once() -> None:
     op, cluster = operator_with(deployment(), agent())
     await reconcile_agent(op, NS, "research")
@@ -183,3 +207,19 @@ async def test_a_workflow_agent_waits_for_its_steps_before_its_pods_start() -> N
     assert {m["kind"] for m in cluster.applied} == {"ConfigMap", "Service"}  # no Deployment yet
     waiting = condition(cluster.statuses[-1][1], conditions.DEPENDENCIES_READY)
     assert (waiting["status"], waiting["reason"]) == ("False", conditions.DEPENDENCIES_NOT_READY)
+    # `kubectl get pa -o wide` shows the shape in one word; an ordinary agent shows none.
+    assert cluster.statuses[-1][1]["workflow"] == "chain"
+    await reconcile_agent(op, NS, "research")
+    assert "workflow" not in cluster.statuses[-1][1]
+
+
+async def test_a_workflow_step_of_another_deployment_is_not_accepted() -> None:
+    chain = spec(workflow={"chain": {"steps": ["far"]}})
+    far = agent("far", spec(deployment="elsewhere"))
+    op, cluster = operator_with(deployment(), deployment("elsewhere"), far, agent("flow", chain))
+
+    await reconcile_agent(op, NS, "flow")
+
+    accepted = condition(cluster.statuses[-1][1], conditions.ACCEPTED)
+    assert (accepted["status"], accepted["reason"]) == ("False", conditions.STEP_OUTSIDE_DEPLOYMENT)
+    assert "step 'far' is an agent of deployment 'elsewhere'" in accepted["message"]

@@ -159,3 +159,72 @@ async def test_an_agent_on_another_providers_model_puts_that_provider_in_use() -
     await reconcile_deployment(op, NS, "ouranos")
 
     assert cluster.statuses[-1][1]["inUse"] == {"providers": ["spare"], "mcpServers": []}
+
+
+async def test_a_cloud_identity_annotates_the_agents_service_account_in_either_auth_mode() -> None:
+    irsa = {"eks.amazonaws.com/role-arn": "arn:aws:iam::111122223333:role/bedrock-agents"}
+    account = ("ServiceAccount", NS, names.agents_service_account("ouranos"))
+    identity = at("spec.runtime.serviceAccount.annotations", irsa)
+    op, cluster = operator_with(deployment("ouranos", identity), agent())
+
+    await reconcile_deployment(op, NS, "ouranos")
+
+    assert irsa.items() <= cluster.objects[account]["metadata"]["annotations"].items()
+    agents_rights = [
+        key for key in cluster.objects if key[0] in ("Role", "RoleBinding") and key[2] == account[2]
+    ]
+    assert not agents_rights  # the cloud identity gives no rights in the cluster
+
+    cluster.watch(op.world)
+    cluster.load(deployment("ouranos", identity, KUBERNETES_AUTH))
+    cluster.watch(op.world)
+    await reconcile_deployment(op, NS, "ouranos")
+    assert irsa.items() <= cluster.objects[account]["metadata"]["annotations"].items()
+
+    cluster.watch(op.world)
+    cluster.load(deployment("ouranos"))  # neither: the pods go back to `default`, the account goes
+    cluster.watch(op.world)
+    await reconcile_deployment(op, NS, "ouranos")
+    assert account in cluster.deleted
+
+
+FS_SERVER = at("spec.mcpServers.fs", {"stdio": {"command": "fs-server"}})
+TOKEN_SECRET = ("Secret", NS, names.bridge_token_secret_name("ouranos"))
+
+
+async def test_a_deployment_hosting_stdio_servers_gets_its_bridge_credential_once() -> None:
+    op, cluster = operator_with(deployment("ouranos", FS_SERVER), agent())
+    await reconcile_deployment(op, NS, "ouranos")
+    made = cluster.objects[TOKEN_SECRET]
+    token = made["stringData"]["token"]
+    assert len(token) >= 40
+    (owner,) = made["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"]) == (names.DEPLOYMENT_KIND, "ouranos")
+
+    cluster.watch(op.world)
+    await reconcile_deployment(op, NS, "ouranos")
+    assert cluster.objects[TOKEN_SECRET]["stringData"]["token"] == token  # kept, never regenerated
+    assert TOKEN_SECRET not in cluster.deleted
+
+    del cluster.objects[TOKEN_SECRET]  # rotation: the user deletes it
+    await reconcile_deployment(op, NS, "ouranos")
+    assert cluster.objects[TOKEN_SECRET]["stringData"]["token"] != token
+
+
+async def test_a_deployment_without_hosted_servers_gets_no_bridge_credential() -> None:
+    op, cluster = operator_with(deployment(), agent())
+    await reconcile_deployment(op, NS, "ouranos")
+    assert TOKEN_SECRET not in cluster.objects
+
+
+async def test_the_network_policy_guards_the_bridges_too() -> None:
+    policy_on = at("spec.network.policy", True)
+    op, cluster = operator_with(deployment("ouranos", FS_SERVER, policy_on), agent())
+    await reconcile_deployment(op, NS, "ouranos")
+    policies = {m["metadata"]["name"] for m in cluster.applied if m["kind"] == "NetworkPolicy"}
+    assert policies == {names.network_policy_name("ouranos"), names.bridges_network_policy_name("ouranos")}
+
+    op, cluster = operator_with(deployment("ouranos", policy_on), agent())
+    await reconcile_deployment(op, NS, "ouranos")
+    policies = {m["metadata"]["name"] for m in cluster.applied if m["kind"] == "NetworkPolicy"}
+    assert policies == {names.network_policy_name("ouranos")}

@@ -166,6 +166,13 @@ def test_check_agent_reports_in_the_order_a_user_fixes_things() -> None:
     cycle = check_agent("a", _agent_spec(spec(dependsOn=["b"])), dep, {"b": _facts("b", "a")})
     assert cycle == Problem("DependencyCycle", "agents and dependsOn form a cycle: a -> b -> a")
     assert check_agent("a", _agent_spec(spec(dependsOn=["b"])), dep, {"b": _facts("b")}) is None
+    elsewhere = {"b": AgentFacts("b", "other", (), True, 8000)}
+    astray = check_agent("a", _agent_spec(spec(workflow={"chain": {"steps": ["b"]}})), dep, elsewhere)
+    assert astray == Problem(
+        "StepOutsideDeployment",
+        "workflow steps must be PallasAgents of this agent's deployment 'ouranos': "
+        "step 'b' is an agent of deployment 'other'",
+    )
 
 
 class _LookupsOnly(dict[str, AgentFacts]):

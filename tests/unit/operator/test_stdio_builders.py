@@ -9,11 +9,20 @@ from typing import Any
 import pytest
 
 from pallas_api import conditions, names
-from pallas_api.render import RenderError, render_agent
+from pallas_api.render import RenderError, bridge_token_binding, render_agent
 from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
 from pallas_api.status import PallasDeploymentStatus
 from pallas_operator.builders import Owner, stdio_children
-from pallas_operator.builders.stdio import EXPORT_SECRETS, SERVER_SHELL
+from pallas_operator.builders.network import agents_selector, bridges_network_policy
+from pallas_operator.builders.pod import secret_volume
+from pallas_operator.builders.stdio import (
+    BRIDGE_TOKEN_DIR,
+    BRIDGE_TOKEN_VOLUME,
+    EXPORT_SECRETS,
+    SERVER_SHELL,
+    bridge_token_secret,
+    stdio_labels,
+)
 from pallas_operator.status import DeploymentObservation, HostedServer, Workload, deployment_status
 from pallas_runtime.commands.bridge import BridgeCommand
 from tests.support.operator import agent, at, deployment, spec
@@ -104,7 +113,7 @@ def test_a_server_without_secrets_mounts_no_volume() -> None:
     bridge, server = pod["containers"]
     assert server["command"][2] == SERVER_SHELL.format(fifos="/stdio")
     assert "--secrets-dir" not in bridge["command"]
-    assert [v["name"] for v in pod["volumes"]] == ["stdio", "tmp"]
+    assert [v["name"] for v in pod["volumes"]] == ["stdio", "tmp", BRIDGE_TOKEN_VOLUME]
 
 
 def test_url_servers_and_stateful_stdio_servers_are_not_hosted() -> None:
@@ -159,3 +168,85 @@ def test_servers_available_says_which_server_is_not() -> None:
     # Advice only: the deployment stays Ready.
     ready = [c for c in _observed(HostedServer("fs", down)).conditions if c.type == conditions.READY]
     assert ready[0].status == "True"
+
+
+def test_the_bridge_reads_the_deployments_credential_and_its_server_never_sees_it() -> None:
+    pod = _pod(stdio_children(OWNER, _spec(), "pallas:test"))
+    bridge, server = pod["containers"]
+    parser = argparse.ArgumentParser()
+    BridgeCommand().configure(parser)
+    token_file = parser.parse_args(bridge["command"][2:]).token_file
+    assert token_file == f"{BRIDGE_TOKEN_DIR}/{names.BRIDGE_TOKEN_KEY}"
+    (volume,) = [v for v in pod["volumes"] if v["name"] == BRIDGE_TOKEN_VOLUME]
+    # Not optional: without its credential the bridge must not serve (nor would any agent pass).
+    assert volume["secret"] == {
+        "secretName": "ouranos-bridge-token",
+        "items": [{"key": "token", "path": "token"}],
+        "defaultMode": 0o444,
+    }
+    assert {"name": BRIDGE_TOKEN_VOLUME, "mountPath": BRIDGE_TOKEN_DIR, "readOnly": True} in bridge[
+        "volumeMounts"
+    ]
+    # The server's container mounts neither it nor a Secret volume carrying it (it exports every file).
+    assert BRIDGE_TOKEN_VOLUME not in {m["name"] for m in server["volumeMounts"]}
+    (secrets,) = [v for v in pod["volumes"] if v["name"] == "secrets"]
+    assert "ouranos-bridge-token" not in str(secrets)
+    assert not any("BRIDGE" in e["name"] for e in server["env"])
+
+
+def test_the_bridge_credential_secret_is_owned_and_holds_the_value_given() -> None:
+    secret = bridge_token_secret(OWNER, "s3cr3t-value")
+    assert secret["kind"] == "Secret"
+    assert secret["metadata"]["name"] == names.bridge_token_secret_name("ouranos") == "ouranos-bridge-token"
+    assert secret["metadata"]["namespace"] == "agents"
+    (owner,) = secret["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == (
+        names.DEPLOYMENT_KIND,
+        "ouranos",
+        "uid-deployment",
+    )
+    assert secret["stringData"] == {"token": "s3cr3t-value"}
+
+
+def test_agents_send_the_credential_to_their_deployments_hosted_servers_only() -> None:
+    remote = {"url": "https://tools.example.com/mcp"}
+    deployment_spec = _spec(at("spec.mcpServers.remote", remote))
+    agent_spec = PallasAgentSpec.model_validate(agent("research", spec(servers=["fs", "remote"]))["spec"])
+    rendered = render_agent("research", agent_spec, deployment_spec, {}, namespace="agents")
+    fs, other = rendered.config.servers
+    (header,) = [h for h in fs.headers if h.name == names.BRIDGE_TOKEN_HEADER]
+    assert header.value is None
+    assert header.value_from_env == names.BRIDGE_TOKEN_ENV
+    assert header.value_source == "Secret ouranos-bridge-token key token"
+    assert names.BRIDGE_TOKEN_HEADER not in {h.name for h in other.headers}
+    binding = bridge_token_binding("ouranos")
+    assert binding in rendered.secrets
+    assert (binding.ref.name, binding.ref.key) == ("ouranos-bridge-token", "token")
+    # The agent pod reads it as it reads every secret: a file of its Secret volume.
+    volume = secret_volume(rendered.secrets)
+    assert volume is not None
+    assert {
+        "secret": {
+            "name": "ouranos-bridge-token",
+            "items": [{"key": "token", "path": names.BRIDGE_TOKEN_ENV}],
+            "optional": True,
+        }
+    } in volume["projected"]["sources"]
+    # An agent using no hosted server carries no credential.
+    remote_only = PallasAgentSpec.model_validate(agent("web", spec(servers=["remote"]))["spec"])
+    assert binding not in render_agent("web", remote_only, deployment_spec, {}, namespace="agents").secrets
+
+
+def test_the_network_policy_guards_the_bridges_from_all_but_the_agents() -> None:
+    policy = bridges_network_policy(OWNER)
+    assert policy["metadata"]["name"] == "ouranos-mcp-servers"
+    assert policy["spec"]["podSelector"] == {
+        "matchLabels": {names.LABEL_DEPLOYMENT: "ouranos", names.LABEL_COMPONENT: names.STDIO_COMPONENT}
+    }
+    # It selects the bridges' pods (their labels) and admits the deployment's agents only.
+    pod_labels = stdio_labels("ouranos", "fs")
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["ingress"] == [
+        {"from": [{"podSelector": {"matchLabels": agents_selector("ouranos")}}]}
+    ]

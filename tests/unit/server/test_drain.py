@@ -9,20 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
 from pallas_api.errors import ErrorCode
-from pallas_api.fields import RequestParams
 from pallas_runtime.conversations.caller import ANONYMOUS
 from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.conversations.scope import DEFAULT_ID
 from pallas_runtime.llm.anthropic_messages import messages_blocks
 from pallas_runtime.llm.openai_chat import chat_messages
-from pallas_runtime.messages import Completion, Message, TextSink, ToolSpec, TurnFailure, UserMessage
+from pallas_runtime.messages import Completion, TurnFailure, UserMessage
 from pallas_runtime.server import AgentServer
 from tests.unit.agent.doubles import ScriptedProvider
 from tests.unit.server.test_surface import error_of, in_memory
@@ -30,28 +27,14 @@ from tests.unit.server.test_surface import error_of, in_memory
 SHUTTING_DOWN = ErrorCode.AGENT_SHUTTING_DOWN.value
 
 
-@dataclass
-class HeldProvider(ScriptedProvider):
-    """Completions that wait until `release` is set (then answer from the script), saying when
-    one has started."""
+def held(script: list[Completion]) -> ScriptedProvider:
+    """Completions that wait until `release` is set (then answer from the script)."""
+    return ScriptedProvider(list(script), release=asyncio.Event())
 
-    started: asyncio.Event = field(default_factory=asyncio.Event)
-    release: asyncio.Event = field(default_factory=asyncio.Event)
 
-    async def complete(
-        self,
-        *,
-        system: str,
-        messages: Sequence[Message],
-        tools: Sequence[ToolSpec],
-        params: RequestParams | None = None,
-        on_text: TextSink | None = None,
-    ) -> Completion:
-        self.started.set()
-        await self.release.wait()
-        return await super().complete(
-            system=system, messages=messages, tools=tools, params=params, on_text=on_text
-        )
+def release(provider: ScriptedProvider) -> None:
+    assert provider.release is not None
+    provider.release.set()
 
 
 def history_lines(result: Any) -> list[tuple[str, str]]:
@@ -60,7 +43,7 @@ def history_lines(result: Any) -> list[tuple[str, str]]:
 
 @pytest.mark.looptime
 async def test_a_drain_lets_the_running_turn_finish_and_keeps_it() -> None:
-    provider = HeldProvider([Completion("It was Plato.")])
+    provider = held([Completion("It was Plato.")])
     async with in_memory(provider=provider, conversations={"scope": "caller"}, drainSeconds=120) as agent:
         running = asyncio.create_task(agent.client.call_tool_mcp("send_message", {"message": "Who?"}))
         await provider.started.wait()
@@ -68,7 +51,7 @@ async def test_a_drain_lets_the_running_turn_finish_and_keeps_it() -> None:
         await asyncio.sleep(30)  # looptime: well inside the drain, the turn still running
         assert agent.server.draining
         assert not draining.done()
-        provider.release.set()
+        release(provider)
         answered = await running
         outcome = await draining
         history = await agent.client.get_prompt("harper_history", {})
@@ -80,7 +63,7 @@ async def test_a_drain_lets_the_running_turn_finish_and_keeps_it() -> None:
 
 @pytest.mark.looptime
 async def test_a_turn_the_drain_outlasts_is_interrupted_and_kept_as_failed_with_a_retryable_code() -> None:
-    provider = HeldProvider([])
+    provider = held([])
     async with in_memory(provider=provider, conversations={"scope": "caller"}, drainSeconds=20) as agent:
         running = asyncio.create_task(agent.client.call_tool_mcp("send_message", {"message": "Long one"}))
         await provider.started.wait()
@@ -121,7 +104,7 @@ async def test_a_turn_the_drain_outlasts_is_interrupted_and_kept_as_failed_with_
 
 @pytest.mark.looptime
 async def test_the_next_turn_sends_the_model_the_question_left_unanswered_but_not_the_failure() -> None:
-    provider = HeldProvider([Completion("Both: Plato wrote it.")])
+    provider = held([Completion("Both: Plato wrote it.")])
     async with in_memory(provider=provider, conversations={"scope": "caller"}, drainSeconds=0) as agent:
         running = asyncio.create_task(agent.client.call_tool_mcp("send_message", {"message": "Who?"}))
         await provider.started.wait()
@@ -129,7 +112,7 @@ async def test_the_next_turn_sends_the_model_the_question_left_unanswered_but_no
         await running
         # The same conversation served by the agent's next process (here: the store it shares).
         agent.server.inflight.stopping = agent.server.inflight.draining = False
-        provider.release.set()
+        release(provider)
         answered = await agent.client.call_tool_mcp("send_message", {"message": "Who wrote it?"})
     assert not answered.is_error
     sent = provider.calls[-1][1]
@@ -148,7 +131,7 @@ async def test_the_next_turn_sends_the_model_the_question_left_unanswered_but_no
 
 @pytest.mark.looptime
 async def test_a_hurried_drain_interrupts_at_once() -> None:
-    provider = HeldProvider([])
+    provider = held([])
     async with in_memory(provider=provider, conversations={"scope": "caller"}, drainSeconds=600) as agent:
         running = asyncio.create_task(agent.client.call_tool_mcp("send_message", {"message": "Long one"}))
         await provider.started.wait()
@@ -166,7 +149,7 @@ async def test_a_hurried_drain_interrupts_at_once() -> None:
 
 @pytest.mark.looptime
 async def test_an_interrupted_turn_that_keeps_no_conversation_says_nothing_was_kept() -> None:
-    provider = HeldProvider([])
+    provider = held([])
     async with in_memory(provider=provider, conversations={"scope": "request"}, drainSeconds=5) as agent:
         running = asyncio.create_task(agent.client.call_tool_mcp("send_message", {"message": "Hi"}))
         await provider.started.wait()

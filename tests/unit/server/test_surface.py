@@ -24,9 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import mcp_types
 import pytest
 import yaml
 from fastmcp import Client
+from fastmcp.client.messages import MessageHandler
 from mcp.shared.exceptions import MCPError
 
 from pallas_api.config import AgentConfig, parse_config
@@ -79,13 +81,14 @@ async def in_memory(
     *,
     provider: ScriptedProvider | None = None,
     sources: Sequence[FakeSource] = (),
+    message_handler: MessageHandler | None = None,
     **fields: Any,
 ) -> AsyncIterator[InMemory]:
     """`build_server` over a scripted provider, its lifespan run by an in-memory client."""
     provider = provider or ScriptedProvider(list(script))
     metrics = RuntimeMetrics(process_collectors=False)
     server = build_server(config(**fields), metrics=metrics, provider=provider, sources=sources, environ={})
-    async with Client(server.mcp) as client:
+    async with Client(server.mcp, message_handler=message_handler) as client:
         yield InMemory(client, server, provider, metrics)
 
 
@@ -95,7 +98,13 @@ def error_of(result: Any) -> tuple[str, str]:
     (content,) = result.content
     error = result.structured_content["error"]
     retryable = error["code"] in RETRYABLE
-    shape = {"code": error["code"], "message": content.text, "retryable": retryable}
+    shape = {
+        "code": error["code"],
+        "message": content.text,
+        "retryable": retryable,
+        "category": error["category"],
+    }
+    assert error["category"] in ("request", "config", "upstream", "internal")
     if "processed" in error:  # only ever false, and only on a retryable refusal
         assert retryable
         shape["processed"] = False
@@ -144,7 +153,7 @@ async def test_the_surface_in_brief() -> None:
     assert tools["harper"].input_schema == send
     assert tools["harper"].description == tools["send_message"].description
     assert tools["delete_conversation"].input_schema["required"] == ["conversation_id"]
-    assert tools["get_health"].input_schema["properties"] == {}
+    assert list(tools["get_health"].input_schema["properties"]) == ["diagnostics"]
     assert all(t.output_schema is None for t in tools.values())
     assert (prompt.name, [(a.name, a.required) for a in prompt.arguments or []]) == (
         "harper_history",
@@ -379,6 +388,54 @@ async def test_progress_only_with_a_token() -> None:
     assert seen == told  # the call without a progress token was told nothing
 
 
+class ProgressChunks(MessageHandler):
+    """Every progress notification's line and typed chunk (`_meta["pallas.dev/chunk"]`), as sent."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str | None, dict[str, Any] | None]] = []
+
+    async def on_progress(self, message: mcp_types.ProgressNotification) -> None:
+        self.seen.append((message.params.message, (message.params.meta or {}).get("pallas.dev/chunk")))
+
+
+async def test_a_caller_asking_for_chunks_gets_its_tool_calls_as_typed_chunks_as_they_happen() -> None:
+    """Seed M: a tool call's arguments and its result stream as they happen, then the turn's index."""
+    script = [calls("echo__ping", args="plato"), text("done"), text("again"), text("quiet")]
+    chunks = ProgressChunks()
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        pass
+
+    structured = {"pallas.dev/chunks": True}
+    async with in_memory(script, sources=[FakeSource("echo", ["ping"])], message_handler=chunks) as agent:
+        for _ in range(2):
+            await agent.client.call_tool(
+                "send_message", {"message": "go", "conversation_id": "c-1"},
+                progress_handler=on_progress, meta=structured,
+            )  # fmt: skip
+        first = chunks.seen[:]
+        await agent.client.call_tool("send_message", {"message": "plain"}, progress_handler=on_progress)
+        plain = chunks.seen[len(first) :]
+    typed = [chunk for _, chunk in first if chunk is not None]
+    assert typed == [
+        {"type": "toolCall", "id": "id0", "name": "echo__ping", "arguments": {"q": "plato"}},
+        {
+            "type": "toolResult",
+            "id": "id0",
+            "name": "echo__ping",
+            "isError": False,
+            "result": "ping:[('q', 'plato')]:None",
+        },
+        {"type": "final", "conversationId": "c-1", "turnIndex": 0},
+        {"type": "final", "conversationId": "c-1", "turnIndex": 1},
+    ]
+    lines = [line for line, chunk in first if chunk is not None]
+    assert lines == ["echo/ping: started", "echo/ping: completed", "harper turn 0 done", "harper turn 1 done"]
+    assert plain
+    assert all(chunk is None for _, chunk in plain)  # not asked: the lines alone
+    assert not [line for line, _ in plain if line and line.endswith("done")]
+
+
 async def test_a_request_scoped_agent_keeps_nothing_and_says_so() -> None:
     async with in_memory([text("once")], conversations={"scope": "request"}) as agent:
         result = await agent.client.call_tool_mcp("send_message", {"message": "hi", "conversation_id": "c-1"})
@@ -441,6 +498,30 @@ async def test_an_anonymous_client_without_a_session_lists_nothing_it_did_not_na
 # --- the history prompt and the instruction resource --------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("script", "fields", "code"),
+    [
+        ([calls("echo__ping", args="pong"), LLMError("openai provider 'p': HTTP 503")], {}, "LLM_ERROR"),
+        ([calls("echo__ping", args="pong")], {"maxIterations": 1}, "MAX_ITERATIONS"),
+    ],
+)
+async def test_a_failed_turn_is_kept_with_the_rounds_it_ran_and_the_failure(
+    script: list[Any], fields: dict[str, Any], code: str
+) -> None:
+    """Seed M: the thread is the auditable trail: what the turn did before it failed, then why."""
+    async with in_memory([*script, text("next")], sources=[FakeSource("echo", ["ping"])], **fields) as agent:
+        failed = await agent.client.call_tool_mcp("send_message", {"message": "go", "conversation_id": "c"})
+        history = await agent.client.get_prompt("harper_history", {"conversation_id": "c"})
+    failed_code, message = error_of(failed)
+    assert [(m.role, m.content.text) for m in history.messages] == [  # type: ignore[union-attr]
+        ("user", "go"),
+        ("assistant", '[tool call] echo__ping {"q": "pong"}'),
+        ("assistant", "[tool result] echo__ping: ping:[('q', 'pong')]:None"),
+        ("assistant", f"[turn failed] {code}: {message}"),
+    ]
+    assert failed_code == code
+
+
 async def test_the_history_prompt_shows_text_images_and_tool_activity() -> None:
     echo = FakeSource("echo", ["ping"])
     script = [calls("echo__ping", args="pong"), text("first answer"), text("by id")]
@@ -466,20 +547,33 @@ async def test_the_history_prompt_shows_text_images_and_tool_activity() -> None:
 
 
 @pytest.mark.parametrize(
-    ("arguments", "error"),
+    ("arguments", "error", "code"),
     [
-        ({}, "no stored conversation for your default conversation yet"),
-        ({"conversation_id": "nope"}, "no stored conversation for conversation_id 'nope' yet"),
-        ({"conversation_id": "x" * 257}, "conversation_id is 257 characters long; the limit is 256"),
+        ({}, "no stored conversation for your default conversation yet", "NOT_FOUND"),
+        ({"conversation_id": "nope"}, "no stored conversation for conversation_id 'nope' yet", "NOT_FOUND"),
+        (
+            {"conversation_id": "x" * 257},
+            "conversation_id is 257 characters long; the limit is 256",
+            "INVALID_ARGUMENTS",
+        ),
     ],
 )
-async def test_history_prompt_errors_are_one_info_line_without_a_traceback(
-    arguments: dict[str, str], error: str, caplog: pytest.LogCaptureFixture
+async def test_history_prompt_errors_are_coded_and_one_info_line_without_a_traceback(
+    arguments: dict[str, str], error: str, code: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with in_memory(conversations={"scope": "caller"}) as agent:
         caplog.clear()  # the start's own lines
-        with caplog.at_level(logging.DEBUG), pytest.raises(MCPError, match=re.escape(error)):
+        with caplog.at_level(logging.DEBUG), pytest.raises(MCPError, match=re.escape(error)) as raised:
             await agent.client.get_prompt("harper_history", arguments)
+    # Seed 004: the error carries its code and category, as the tools' errors do.
+    category = "upstream" if code == "NOT_FOUND" else "request"
+    assert raised.value.error.code == -32602  # invalid params: what the request named
+    assert raised.value.error.data == {
+        "code": code,
+        "message": error,
+        "retryable": False,
+        "category": category,
+    }
     ours = [r for r in caplog.records if r.name == "pallas.server"]
     assert [(r.levelno, r.getMessage()) for r in ours] == [(logging.INFO, f"harper_history failed: {error}")]
     assert all(r.exc_info is None for r in caplog.records if r.levelno >= logging.INFO)
@@ -497,8 +591,13 @@ async def test_the_instruction_is_a_text_resource() -> None:
 async def test_get_health_is_one_json_text_and_never_calls_the_model() -> None:
     async with in_memory(sources=[FakeSource("echo", ["ping"])], busyAt=1) as agent:
         result = await agent.client.call_tool_mcp("get_health", {})
+        diagnosed = await agent.client.call_tool_mcp("get_health", {"diagnostics": True})
     report = json.loads(result.content[0].text)
     assert (result.is_error, report["status"], report["busy"], report["inFlight"]) == (False, "ok", False, 0)
+    assert "diagnostics" not in report
+    diagnostics = json.loads(diagnosed.content[0].text)["diagnostics"]
+    assert diagnostics["servers"] == [{"name": "echo", "up": True}]
+    assert diagnostics["reloads"] == {"applied": 0, "refused": 0, "invalid": 0}
     assert agent.provider.calls == []
 
 
@@ -538,6 +637,47 @@ async def test_system_override_only_where_call_params_allow_names_it() -> None:
     (first, _, _), (second, _, _) = agent.provider.calls
     assert first == "You are Zed.\n\nBe brief."
     assert second == config().instruction  # that call only
+
+
+async def test_a_calls_own_history_replaces_the_stored_one_only_where_call_params_allow_names_it() -> None:
+    """Seed M: `params.messages` is the call's history; the stored conversation is neither read nor kept."""
+    given = [{"role": "user", "text": "Who wrote The Republic?"}, {"role": "assistant", "text": "Plato."}]
+    async with in_memory([text("a")]) as agent:
+        refused = await agent.client.call_tool_mcp(
+            "send_message", {"message": "And The Laws?", "params": {"messages": given}}
+        )
+    assert refused.is_error
+    assert "params.messages: this agent does not let a call set it" in refused.content[0].text
+    assert agent.provider.calls == []
+    async with in_memory(
+        [text("stored"), text("Plato too."), text("later")], callParams={"allow": ["messages"]}
+    ) as agent:
+        await agent.client.call_tool("send_message", {"message": "Kept question", "conversation_id": "c1"})
+        both = await agent.client.call_tool_mcp(
+            "send_message", {"message": "x", "conversation_id": "c1", "params": {"messages": given}}
+        )
+        answer = await agent.client.call_tool(
+            "send_message", {"message": "And The Laws?", "params": {"messages": given}}
+        )
+        await agent.client.call_tool("send_message", {"message": "Next", "conversation_id": "c1"})
+    assert both.is_error
+    assert "params.messages replaces a conversation's history: send it without conversation_id" in (
+        both.content[0].text
+    )
+    assert answer.content[0].text == "Plato too."
+    assert "pallas.dev/conversationId" not in (answer.meta or {})  # nothing kept
+    _, (_, history, _), (_, later, _) = agent.provider.calls
+    assert [(m.role, getattr(m, "text", None)) for m in history] == [
+        ("user", None),
+        ("assistant", "Plato."),
+        ("user", None),
+    ]
+    assert [m.content[0].text for m in history if m.role == "user"] == [
+        "Who wrote The Republic?",
+        "And The Laws?",
+    ]
+    # The stored conversation saw none of it.
+    assert [m.content[0].text for m in later if m.role == "user"] == ["Kept question", "Next"]
 
 
 async def test_the_deployments_shared_prompts_come_before_the_instruction() -> None:

@@ -70,3 +70,52 @@ async def test_nothing_is_reserved_for_a_turn_nothing_limits() -> None:
     b = Budgets(MemoryLedger(), METRICS)
     turn = await b.open(config(), ALICE, None)
     assert await guard.before_llm_call(turn, QUIET, None, 30, 100) is None
+
+
+async def test_a_peer_call_holds_what_it_passes_on_and_a_sibling_waits_for_what_is_left() -> None:
+    b, cfg = Budgets(MemoryLedger(), METRICS), config(perCaller={"window": "day", "tokens": 100})
+    turn = await b.open(cfg, ALICE, None)
+    await turn.charge(15, 0)  # the turn's own LLM call
+    async with guard.peer_grant(turn) as first:
+        assert first["pallas.dev/budget"]["tokens"] == 85
+        assert turn.onward().tokens == 0  # nothing left to pass on beside it
+        sibling = asyncio.create_task(turn.grant())
+        await asyncio.sleep(0.01)
+        assert not sibling.done()  # the first peer may spend all that is left
+        await guard.peer_answered(turn, {"pallas.dev/spend": {"tokens": 30, "cost": 0}})
+    second = await sibling  # charged 30, released the rest: 55 left
+    assert second.tokens == 55
+    assert turn.granted.tokens == 55
+    turn.ungrant(second)
+    assert turn.granted.tokens == 0
+
+
+async def test_a_failed_or_cancelled_peer_call_gives_back_what_it_held() -> None:
+    b, cfg = Budgets(MemoryLedger(), METRICS), config(perCaller={"window": "day", "tokens": 100})
+    turn = await b.open(cfg, ALICE, None)
+    with pytest.raises(RuntimeError):
+        async with guard.peer_grant(turn):
+            raise RuntimeError("the peer could not be reached")
+    assert turn.granted.tokens == 0
+    entered = asyncio.Event()
+
+    async def call() -> None:
+        async with guard.peer_grant(turn):
+            entered.set()
+            await asyncio.Event().wait()
+
+    running = asyncio.create_task(call())
+    await entered.wait()
+    assert turn.granted.tokens == 100
+    running.cancel()
+    await asyncio.gather(running, return_exceptions=True)
+    assert turn.granted.tokens == 0
+    assert turn.onward().tokens == 100
+
+
+async def test_nothing_is_held_for_a_peer_call_of_a_turn_nothing_limits() -> None:
+    turn = await Budgets(MemoryLedger(), METRICS).open(config(), ALICE, None)
+    async with guard.peer_grant(turn) as meta:
+        assert meta == {}
+    async with guard.peer_grant(None) as meta:
+        assert meta == {}

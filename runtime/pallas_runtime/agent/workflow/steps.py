@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pallas_api.errors import ErrorCode
 from pallas_api.fields import ResponseFormat
@@ -19,7 +19,14 @@ from pallas_runtime.agent.toolbox import OfferedTool, ToolBox
 from pallas_runtime.agent.turn import Turn
 from pallas_runtime.downstream.content import text_of
 from pallas_runtime.downstream.peer_agent import SEND_MESSAGE
-from pallas_runtime.messages import Completion, Message
+from pallas_runtime.messages import (
+    AssistantMessage,
+    Completion,
+    Message,
+    ToolCall,
+    ToolResult,
+    ToolResultsMessage,
+)
 from pallas_runtime.spending import guard as spending
 
 Complete = Callable[[str, Sequence[Message], ResponseFormat | None], Awaitable[Completion]]
@@ -62,6 +69,8 @@ class Steps:
     """The workflow agent's own model (for router and planner), with its budgets and metrics."""
     instruction: str = ""
     """The workflow agent's instruction (its router's or planner's system prompt)."""
+    calls: list[tuple[ToolCall, ToolResult]] = field(default_factory=list)
+    """Every step called so far and what it answered, in the order the answers came."""
 
     @classmethod
     async def open(cls, tools: ToolBox, turn: Turn, complete: Complete, instruction: str) -> Steps:
@@ -92,7 +101,10 @@ class Steps:
         entry = self._entry(step)
         if entry is None:
             raise StepFailed(step, ErrorCode.SERVER_UNAVAILABLE, "the agent could not be reached")
-        outcome = await self.tools.call(entry, {"message": message}, self.turn)
+        name = next(n for n, e in self.offered.items() if e is entry)
+        call = ToolCall(f"step-{len(self.calls) + 1}-{step}", name, {"message": message})
+        outcome = await self.tools.call(entry, call.arguments, self.turn)
+        self.calls.append((call, ToolResult(call.id, name, outcome.content, outcome.is_error)))
         text = text_of(outcome.content)
         if outcome.is_error:
             raise StepFailed(step, outcome.code or ErrorCode.SERVER_UNAVAILABLE, text)
@@ -123,6 +135,17 @@ class Steps:
             for task in tasks:
                 task.cancel()
         return [task.result() for task in tasks]
+
+    def transcript(self) -> list[Message]:
+        """The steps as the turn keeps them: each call and its result, as a peer call of a model's.
+
+        So the history (`<agent>_history`: `[tool call] writer__send_message {"message": …}`,
+        `[tool result] …`) and the result's tool calls show what the workflow did.
+        """
+        kept: list[Message] = []
+        for call, result in self.calls:
+            kept += [AssistantMessage("", (call,)), ToolResultsMessage((result,))]
+        return kept
 
     async def stage(self, message: str) -> None:
         """Tell the caller where the workflow is (`chain a → b: step 2/2 b…`)."""

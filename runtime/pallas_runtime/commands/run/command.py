@@ -126,6 +126,8 @@ class RunCommand:
                     key,
                 )
         for agent in plan.agents:
+            if (warning := agent.rendered.warning) is not None:
+                log.warning("%s", warning.message, extra={"agent": agent.manifest.name})
             for ref in agent.unresolved:
                 key = ref.rsplit("/", 1)[1]
                 log.warning(

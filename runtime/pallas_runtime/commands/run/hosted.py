@@ -225,6 +225,7 @@ async def start_bridge(planned: PlannedBridge) -> Hosted:
     bridge = Bridge(
         name,
         lambda: ChildProcess(name, stdio.command, stdio.args, environment),
+        token=lambda: planned.token,
         stateful=planned.stateful,
         limits=planned.limits,
         secrets=planned.secrets.values(),  # scrubbed from its results: the agents never knew them

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import os
+import secrets as random_tokens
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from graphlib import TopologicalSorter
@@ -28,6 +29,18 @@ from pallas_api.validation import describe
 
 PALLAS_API = names.API_VERSION_STRING
 LOOPBACK = "127.0.0.1"
+
+
+_BRIDGE_TOKENS: dict[tuple[str, str], str] = {}
+
+
+def bridge_token(namespace: str, deployment: str) -> str:
+    """The run's bridge credential of a deployment: random, made at first use, kept in memory only.
+
+    The same for the run's whole life (a `--reload` keeps its bridges, so their credential);
+    every deployment has its own, as in a cluster (`names.bridge_token_secret_name`).
+    """
+    return _BRIDGE_TOKENS.setdefault((namespace, deployment), random_tokens.token_urlsafe(32))
 
 
 class ManifestError(Exception):
@@ -183,6 +196,8 @@ class PlannedBridge:
     """The values from Secrets, by a variable name of the run's own (kept out of the logs)."""
     unresolved: tuple[str, ...] = ()
     """Secret references with no value (no Secret manifest key, no environment variable)."""
+    token: str = field(default="", repr=False)
+    """The credential the deployment's agents send (`bridge_token`); never shown."""
 
     @property
     def name(self) -> str:
@@ -269,9 +284,11 @@ def plan_local(
     for agent in manifests.agents:
         where = _where(agent.source, agent.kind, agent.name)
         deployment = manifests.deployments.get((agent.namespace, agent.spec.deployment))
-        peers = {a.name: a.spec.dependencies() for a in manifests.agents if a.namespace == agent.namespace}
+        same_ns = [a for a in manifests.agents if a.namespace == agent.namespace]
+        peers = {a.name: a.spec.dependencies() for a in same_ns}
+        homes = {a.name: a.spec.deployment for a in same_ns}
         problem = reference_problem(
-            agent.name, agent.spec, deployment.spec if deployment else None, peers, agent.namespace
+            agent.name, agent.spec, deployment.spec if deployment else None, peers, homes, agent.namespace
         )
         if problem is not None:  # the operator's own checks, so both say the same
             raise ManifestError(f"{where}: {': '.join(problem)}")
@@ -304,14 +321,16 @@ def plan_local(
         for binding in rendered.secrets:
             secret = manifests.secrets.get((agent.namespace, binding.ref.name), {})
             value = secret.get(binding.ref.key, env.get(binding.ref.key))
+            if binding.env == names.BRIDGE_TOKEN_ENV:  # the run's own, never the user's
+                value = bridge_token(agent.namespace, deployment.name)
             if value is not None:
                 agent_env[binding.env] = value
             else:
                 unresolved.append(f"secretKeyRef {binding.ref.name}/{binding.ref.key}")
         planned.append(PlannedAgent(agent, deployment, ports[key], rendered, agent_env, tuple(unresolved)))
     if only_agent is not None and not planned:
-        names = ", ".join(a.name for a in manifests.agents)
-        raise ManifestError(f"--agent {only_agent}: no such PallasAgent (have: {names})")
+        have = ", ".join(a.name for a in manifests.agents)
+        raise ManifestError(f"--agent {only_agent}: no such PallasAgent (have: {have})")
     keys = {}
     for run in planned:
         namespace, deployment = run.manifest.namespace, run.deployment
@@ -385,6 +404,16 @@ def plan_bridges(
             idle_timeout_seconds=spec.sessions.idle_timeout_seconds,
         )
         bridges.append(
-            PlannedBridge(key, port, spec.stdio, values, spec.stateful, limits, secrets, tuple(unresolved))
+            PlannedBridge(
+                key,
+                port,
+                spec.stdio,
+                values,
+                spec.stateful,
+                limits,
+                secrets,
+                tuple(unresolved),
+                token=bridge_token(namespace, deployment_name),
+            )
         )
     return bridges

@@ -264,6 +264,12 @@ async def reload_once(run: LocalRun, reload: Reload) -> None:
         print("pallas run: reload: the edit is not applied; the agents run as before", file=sys.stderr)
         sys.stderr.flush()
         return
+    for agent in plan.agents:  # applied all the same: the agent runs on the rest
+        if (warning := agent.rendered.warning) is not None:
+            print(
+                f"pallas run: reload: warning: PallasAgent/{agent.manifest.name}: {warning.message}",
+                file=sys.stderr,
+            )
     before = {agent_key(a) for a in run.plan.agents}
     changes = await apply(run, plan)
     parts = [*changes.servers] + [

@@ -13,6 +13,9 @@ The same notifications MCP's `send_message` sends (`agent.progress`) are transla
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from a2a.helpers import new_text_message, new_text_part
 from a2a.server.tasks import TaskUpdater
 from a2a.types import Role, TaskState
@@ -32,8 +35,10 @@ class A2AProgress:
         self._updater = updater
         self._answer_open = False
 
-    async def __call__(self, progress: float, total: float | None, message: str) -> None:
-        """Send one progress notification as its A2A event."""
+    async def __call__(
+        self, progress: float, total: float | None, message: str, /, *, meta: Mapping[str, Any] | None = None
+    ) -> None:
+        """Send one progress notification as its A2A event (a typed chunk in its metadata too)."""
         if message.startswith(self._own_text):
             piece = message[len(self._own_text) :]
             await self._updater.add_artifact(
@@ -45,7 +50,7 @@ class A2AProgress:
         status = new_text_message(
             message, context_id=self._updater.context_id, task_id=self._updater.task_id, role=Role.ROLE_AGENT
         )
-        status.metadata.update({PROGRESS_META: {"progress": progress, "total": total}})
+        status.metadata.update({PROGRESS_META: {"progress": progress, "total": total}, **(meta or {})})
         await self._updater.update_status(TaskState.TASK_STATE_WORKING, message=status)
 
     async def answer(self, text: str) -> None:
