@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -43,9 +44,12 @@ from pallas_registry.providers import ProviderChecks
 from pallas_registry.source import CatalogueSource
 from pallas_runtime.approval.elicit import caller_approver
 from pallas_runtime.approval.question import NO_CHANNEL
+from pallas_runtime.conversations.caller import one_turn_key
+from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.downstream.content import outcome_blocks
 from pallas_runtime.downstream.peer_agent import SEND_MESSAGE, PeerAgentSource
 from pallas_runtime.downstream.source import DownstreamError, Onward
+from pallas_runtime.edge.request_ids import SESSION_HEADER
 from pallas_runtime.server.tool_errors import CodedErrors, error_result
 
 log = logging.getLogger("pallas.registry.fleet")
@@ -53,11 +57,28 @@ log = logging.getLogger("pallas.registry.fleet")
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True)
 FIXED_TOOLS = frozenset({"list_agents", "get_agent_health", "registry_health"})
 PROBE_TIMEOUT = 5.0
+FLEET = "fleet"
+"""The calling agent's name the agents' peer conversation ids carry for fleet callers."""
 INSTRUCTIONS = (
     "The agents of a Pallas deployment. Call an agent's tool (named after the agent) with a "
     "message to talk to it; list_agents finds agents by capability, readiness or text, "
     "get_agent_health and registry_health say what is up."
 )
+
+
+def fleet_conversation(credential: str | None, session: str | None) -> ConversationKey:
+    """The conversation a fleet caller's messages to an agent continue.
+
+    The registry is the agent's caller here, on connections it shares among its own callers, so
+    the agent alone cannot tell them apart. Each fleet session (handshake era) is a conversation
+    of its own with each agent; a sessionless request keeps none (`once-`: the agent keeps
+    nothing). The owner is a digest of the caller's credential (the agent checks the credential
+    itself; the digest only keeps two callers of one session id apart), never the credential.
+    """
+    owner = hashlib.sha256((credential or "").encode()).hexdigest()[:32]
+    if session is None:
+        return one_turn_key(FLEET, owner)
+    return ConversationKey(FLEET, owner, f"fleet-session-{session}")
 
 
 def _wants_progress(ctx: Context) -> bool:
@@ -191,9 +212,12 @@ class Fleet:
     async def _relay(self, name: str, message: str, ctx: Context) -> ToolResult:
         if name not in self._offered:
             return error_result(ErrorCode.NOT_FOUND, f"agent {name} is no longer in the fleet")
+        headers = get_http_headers(include={"authorization", SESSION_HEADER})
+        credential = headers.get("authorization")
         onward = Onward(
-            credential=get_http_headers(include={"authorization"}).get("authorization"),
+            credential=credential,
             on_progress=ctx.report_progress if _wants_progress(ctx) else None,
+            conversation=fleet_conversation(credential, headers.get(SESSION_HEADER)),
             approver=caller_approver(ctx) or NO_CHANNEL,
         )
         try:

@@ -144,3 +144,30 @@ async def test_an_agent_added_by_reload_is_announced_to_fleet_sessions(
             await ready_agents(fleet, 3)
             answer = await fleet.call_tool("helper", {"message": "hello"})
             assert answer.content[0].text == "helper here"
+
+
+async def test_each_fleet_session_is_a_conversation_of_its_own_and_a_sessionless_call_keeps_none(
+    fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    # The worker says how many user messages it has seen in its conversation.
+    fake_openai.default = lambda request: Text(
+        f"heard {sum(m['role'] == 'user' for m in request['messages'])}"
+    )
+    path = manifest_file(tmp_path, fleet_manifests(fake_openai))
+    base = free_ports(3)
+    async with pallas_run(path, base):
+        await registry_up(base)
+        url = f"http://127.0.0.1:{base}/mcp"
+        async with Client(url, mode="legacy") as alice, Client(url, mode="legacy") as bob:
+            await ready_agents(alice, 2)
+            said = [
+                (await fleet.call_tool("worker", {"message": "hi"})).content[0].text
+                for fleet in (alice, alice, bob)
+            ]
+            # Alice's second message continues her conversation; Bob's first sees none of hers.
+            assert said == ["heard 1", "heard 2", "heard 1"]
+        async with Client(url) as sessionless:
+            said = [
+                (await sessionless.call_tool("worker", {"message": "hi"})).content[0].text for _ in range(2)
+            ]
+            assert said == ["heard 1", "heard 1"]
