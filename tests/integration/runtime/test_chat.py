@@ -462,7 +462,9 @@ async def test_tools_lists_the_agents_tools(agent: ServedAgent):
     send = next(line for line in lines if line.startswith("send_message("))
     assert send.startswith("send_message(message, images?, conversation_id?")
     assert any(line.startswith(f"{AGENT}(message, ") for line in lines), lines  # the alias
-    assert any(line.startswith("get_health()  Returns the health status") for line in lines), lines
+    assert any(line.startswith("get_health(diagnostics?)  Returns the health status") for line in lines), (
+        lines
+    )
     assert any(line.startswith("list_conversations()") for line in lines), lines
 
 

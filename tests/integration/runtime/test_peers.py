@@ -227,7 +227,8 @@ async def test_sdk_handshake_lists_exactly_the_agent_surface(agent: ServedAgent)
 
     health_schema = tools["get_health"].input_schema
     assert health_schema["type"] == "object"
-    assert health_schema.get("properties", {}) == {}
+    assert list(health_schema.get("properties", {})) == ["diagnostics"]  # optional, off by default
+    assert health_schema["properties"]["diagnostics"]["default"] is False
     assert not health_schema.get("required")
 
     assert [p.name for p in prompts] == [HISTORY_PROMPT]
