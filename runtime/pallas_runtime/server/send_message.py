@@ -9,27 +9,31 @@ conversation it was kept in.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import mcp_types
 from fastmcp import Context, FastMCP
 from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from fastmcp.tools import Tool, ToolResult
-from mcp_types import CallToolRequestParams
+from mcp_types import CallToolRequestParams, CallToolResult
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from pallas_api.config import SendParams
+from pallas_api.errors import ErrorCode
 from pallas_api.names import HISTORY_TRIMMED_META, TOOL_CALLS_META
 from pallas_io.tracing import exemplar
 from pallas_runtime.agent.inputs import ImageInput
 from pallas_runtime.agent.live import LiveAgent
 from pallas_runtime.agent.trace import tool_trace
 from pallas_runtime.agent.turns import Reply
-from pallas_runtime.approval.elicit import caller_approver
+from pallas_runtime.approval.elicit import RELAY_META, caller_approver
 from pallas_runtime.approval.question import NO_CHANNEL
 from pallas_runtime.conversations.caller import current_caller
 from pallas_runtime.edge.credential import forwarded_credential
 from pallas_runtime.metrics import RuntimeMetrics
 from pallas_runtime.server.descriptions import send_message_description, send_message_names
+from pallas_runtime.server.held import HeldTurns, TaskNotFound, held_channel
 from pallas_runtime.server.request import (
     progress_sender,
     request_meta,
@@ -41,6 +45,8 @@ from pallas_runtime.server.tool_errors import CodedToolError
 from pallas_runtime.server.turn_entry import TurnEntry, TurnFailed, TurnRequest
 from pallas_runtime.spending.chain import spend_meta
 
+HELD_STATE = "held:"
+"""The `requestState` of an MRTR question: the held turn the retry continues (sealed by fastmcp)."""
 CONVERSATION_META = "pallas.dev/conversationId"
 """The `_meta` key of a send_message result naming the conversation the turn was stored in."""
 
@@ -78,10 +84,13 @@ class SendMessageMetrics(Middleware):
 class SendMessage:
     """The MCP tool: what the request carries, the turn (`TurnEntry`), the answer's `_meta`."""
 
-    def __init__(self, live: LiveAgent, entry: TurnEntry, *, verified: bool) -> None:
+    def __init__(
+        self, live: LiveAgent, entry: TurnEntry, *, verified: bool, held: HeldTurns | None = None
+    ) -> None:
         self._live = live
         self._entry = entry
         self._verified = verified
+        self._held = held
         self.names = send_message_names(live.config)
         """The names it is offered under: `send_message` and, unless taken, the agent's."""
 
@@ -104,8 +113,68 @@ class SendMessage:
         images: list[ImageInput] | None = None,
         conversation_id: str | None = None,
         params: SendParams | None = None,
+    ) -> ToolResult | mcp_types.InputRequiredResult:
+        """One turn: the checks, the model and the tools, then the answer.
+
+        On a sessionless (2026-07-28) request of an agent that may ask for approvals, the turn is
+        held (`server.held`): a question is this call's `input_required` result, and the client's
+        retry with the answer continues the same turn (MRTR, SEP-2322).
+        """
+        if held_channel() is None and self._held is not None and _sessionless(ctx) and self._may_ask():
+            return await self._over_mrtr(
+                ctx, lambda: self._turn(ctx, message, images, conversation_id, params)
+            )
+        return await self._turn(ctx, message, images, conversation_id, params)
+
+    def _may_ask(self) -> bool:
+        """The agent has tools that need approval, or peers whose questions it relays."""
+        config = self._live.config
+        return bool(config.agents) or any(s.require_approval is not None for s in config.servers)
+
+    async def _over_mrtr(
+        self, ctx: Context, body: Callable[[], Awaitable[ToolResult]]
+    ) -> ToolResult | mcp_types.InputRequiredResult:
+        """Start the held turn, or answer the one the retry names; its result or its question."""
+        assert self._held is not None
+        owner = current_caller().owner
+        state = ctx.request_state
+        try:
+            if state is not None and state.startswith(HELD_STATE):
+                task_id = state.removeprefix(HELD_STATE)
+                await self._held.answer(owner, task_id, dict(ctx.input_responses or {}))
+            else:
+                meta = request_meta(ctx) or {}
+                relay = meta.get(RELAY_META)
+                record = await self._held.start(
+                    owner, body, relay=relay if isinstance(relay, str) and relay else None,
+                    chunks=wants_chunks(ctx), persist=False,
+                )  # fmt: skip
+                task_id = record.id
+            record = await self._held.settled(owner, task_id, progress_sender(ctx))
+        except TaskNotFound:
+            raise CodedToolError(
+                "the turn this retry answers is not held here any more (it ended, its approval timed "
+                "out, or the retry reached another replica)", ErrorCode.NOT_FOUND,
+            ) from None  # fmt: skip
+        if record.status == "input_required":
+            requests = mcp_types.InputRequiredResult.model_validate(
+                {"resultType": "input_required", "inputRequests": record.input_requests}
+            ).input_requests
+            return mcp_types.InputRequiredResult(input_requests=requests, request_state=HELD_STATE + task_id)
+        if record.result is None:
+            message = (record.error or {}).get("message") or "the turn failed"
+            raise CodedToolError(str(message), ErrorCode.SERVER_UNAVAILABLE)
+        return ToolResult.from_mcp_result(CallToolResult.model_validate(record.result))
+
+    async def _turn(
+        self,
+        ctx: Context,
+        message: str,
+        images: list[ImageInput] | None,
+        conversation_id: str | None,
+        params: SendParams | None,
     ) -> ToolResult:
-        """One turn: the checks, the model and the tools, then the answer."""
+        channel = held_channel()
         request = TurnRequest(
             caller=current_caller(),
             message=message,
@@ -115,9 +184,10 @@ class SendMessage:
             session_id=session_id(),
             inbound_auth=forwarded_credential(verified=self._verified),
             params=params,
-            progress=progress_sender(ctx),
-            chunks=wants_chunks(ctx),
-            approver=caller_approver(ctx) or NO_CHANNEL,  # tool calls ask this request's client
+            progress=channel.progress if channel is not None else progress_sender(ctx),
+            chunks=channel.chunks if channel is not None else wants_chunks(ctx),
+            # Tool calls ask this request's client, or a held turn's task.
+            approver=channel.approver if channel is not None else caller_approver(ctx) or NO_CHANNEL,
         )
         try:
             reply = await self._entry.run(request)
@@ -126,6 +196,12 @@ class SendMessage:
             spent = spend_meta(*exc.spent) if exc.spent else None
             raise CodedToolError(str(exc), exc.code, spent, processed=exc.processed) from None
         return ToolResult(content=reply.text, meta=_result_meta(reply, wants_tool_calls(ctx)) or None)
+
+
+def _sessionless(ctx: Context) -> bool:
+    """The request is of the 2026-07-28 revision: no request from server to client can reach it."""
+    request = ctx.request_context
+    return request is not None and request.protocol_version in MODERN_PROTOCOL_VERSIONS
 
 
 def _result_meta(reply: Reply, with_tool_calls: bool) -> dict[str, Any]:
