@@ -27,6 +27,7 @@ import contextvars
 import logging
 import secrets
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -49,6 +50,8 @@ WATCH_SECONDS = 1.0
 written by another replica)."""
 POLL_INTERVAL_MS = 1000
 """The `pollIntervalMs` a task advertises."""
+MAX_RECENT = 1000
+"""Finished MRTR turns a process remembers at most, for their late retries (oldest go first)."""
 PROGRESS_EVERY = 0.5
 """A task's progress message is written at most this often (the last one always)."""
 
@@ -106,6 +109,8 @@ class HeldTurns:
         self._store = store
         self.ttl_seconds = ttl_seconds
         self._running: dict[str, _Running] = {}
+        self._recent: OrderedDict[str, TaskRecord] = OrderedDict()
+        """Finished turns never kept in the store (MRTR), for a retry that comes after the end."""
         self._watcher: asyncio.Task[None] | None = None
 
     @property
@@ -146,7 +151,11 @@ class HeldTurns:
             StoreUnavailable: the store cannot be read.
         """
         running = self._running.get(task_id)
-        record = running.record if running is not None else await self._store.get(self._agent, task_id)
+        record = running.record if running is not None else self._recent.get(task_id)
+        if record is not None and record.expires_at is not None and record.expires_at <= now():
+            record = None
+        if record is None and running is None and task_id not in self._recent:
+            record = await self._store.get(self._agent, task_id)
         if record is None or record.owner != owner:
             raise TaskNotFound(task_id)
         return record
@@ -182,6 +191,9 @@ class HeldTurns:
         if running is not None:
             if running.answer is not None and not running.answer.done():
                 running.answer.set_result(dict(responses))
+                # Working again from now: a wait that starts before the turn takes the answer must
+                # not read the question as still open.
+                running.record = replace(running.record, status="working", input_requests=None)
             return
         if not record.finished:
             await self._store.change(self._agent, task_id, input_responses=dict(responses))
@@ -259,6 +271,10 @@ class HeldTurns:
             )
         finally:
             self._running.pop(running.record.id, None)
+            if not running.persist:
+                self._recent[running.record.id] = running.record
+                while len(self._recent) > MAX_RECENT:
+                    self._recent.popitem(last=False)
 
     def _ensure_watcher(self) -> None:
         if self._store.shared and (self._watcher is None or self._watcher.done()):

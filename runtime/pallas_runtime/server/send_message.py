@@ -9,14 +9,14 @@ conversation it was kept in.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import mcp_types
 from fastmcp import Context, FastMCP
 from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from fastmcp.tools import Tool, ToolResult
-from mcp_types import CallToolRequestParams, CallToolResult
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, CallToolRequestParams, CallToolResult
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from pallas_api.config import SendParams
@@ -27,8 +27,8 @@ from pallas_runtime.agent.inputs import ImageInput
 from pallas_runtime.agent.live import LiveAgent
 from pallas_runtime.agent.trace import tool_trace
 from pallas_runtime.agent.turns import Reply
-from pallas_runtime.approval.elicit import RELAY_META, caller_approver
-from pallas_runtime.approval.question import NO_CHANNEL
+from pallas_runtime.approval.elicit import NO_ELICITATION_DECLARED, RELAY_META, caller_approver
+from pallas_runtime.approval.question import NO_CHANNEL, Approver, Nobody
 from pallas_runtime.conversations.caller import current_caller
 from pallas_runtime.edge.credential import forwarded_credential
 from pallas_runtime.metrics import RuntimeMetrics
@@ -120,7 +120,13 @@ class SendMessage:
         held (`server.held`): a question is this call's `input_required` result, and the client's
         retry with the answer continues the same turn (MRTR, SEP-2322).
         """
-        if held_channel() is None and self._held is not None and _sessionless(ctx) and self._may_ask():
+        if (
+            held_channel() is None
+            and self._held is not None
+            and _sessionless(ctx)
+            and _declares_elicitation(ctx)
+            and self._may_ask()
+        ):
             return await self._over_mrtr(
                 ctx, lambda: self._turn(ctx, message, images, conversation_id, params)
             )
@@ -186,8 +192,7 @@ class SendMessage:
             params=params,
             progress=channel.progress if channel is not None else progress_sender(ctx),
             chunks=channel.chunks if channel is not None else wants_chunks(ctx),
-            # Tool calls ask this request's client, or a held turn's task.
-            approver=channel.approver if channel is not None else caller_approver(ctx) or NO_CHANNEL,
+            approver=channel.approver if channel is not None else _approver(ctx),
         )
         try:
             reply = await self._entry.run(request)
@@ -202,6 +207,20 @@ def _sessionless(ctx: Context) -> bool:
     """The request is of the 2026-07-28 revision: no request from server to client can reach it."""
     request = ctx.request_context
     return request is not None and request.protocol_version in MODERN_PROTOCOL_VERSIONS
+
+
+def _declares_elicitation(ctx: Context) -> bool:
+    """The sessionless request's client capabilities (in its `_meta`) include elicitation."""
+    meta = request_meta(ctx) or {}
+    capabilities = meta.get(CLIENT_CAPABILITIES_META_KEY)
+    return isinstance(capabilities, Mapping) and capabilities.get("elicitation") is not None
+
+
+def _approver(ctx: Context) -> Approver:
+    """Whom a turn run in place asks: the request's client on its back channel, if it can be asked."""
+    if _sessionless(ctx) and not _declares_elicitation(ctx):
+        return Nobody(NO_ELICITATION_DECLARED)
+    return caller_approver(ctx) or NO_CHANNEL
 
 
 def _result_meta(reply: Reply, with_tool_calls: bool) -> dict[str, Any]:
