@@ -110,13 +110,13 @@ async def test_a_task_is_its_callers_alone_and_an_unknown_id_is_named(fake_opena
 
 async def test_a_finished_task_expires_after_its_ttl(fake_openai: FakeOpenAI) -> None:
     fake_openai.script(Text("soon gone"))
-    async with agent(fake_openai, conversations={"taskTtlSeconds": 1}) as served:
-        async with connected(served.url) as client:
-            handle = await start(client, "hi")
-            assert (await poll(client.session, handle.task_id)).status == "completed"
-            await asyncio.sleep(1.2)
-            with pytest.raises(MCPError, match="expired after its TTL"):
-                await get(client.session, handle.task_id)
+    short = {"taskTtlSeconds": 1}
+    async with agent(fake_openai, conversations=short) as served, connected(served.url) as client:
+        handle = await start(client, "hi")
+        assert (await poll(client.session, handle.task_id)).status == "completed"
+        await asyncio.sleep(1.2)
+        with pytest.raises(MCPError, match="expired after its TTL"):
+            await get(client.session, handle.task_id)
 
 
 async def test_with_a_database_store_another_replica_answers_tasks_get_and_relays_a_cancel(
