@@ -90,6 +90,9 @@ class _Running:
     """Set while a question waits: the answers (`inputResponses`) resolve it."""
     leg_progress: Send | None = None
     """The progress sender of the MRTR leg waiting on it now, if any."""
+    leg_approver: Approver | None = None
+    """The approver of the request that started it while that request waits (a resumable turn):
+    questions go there first, to the task once the request is gone."""
     last_progress: float = 0.0
 
     def bump(self) -> None:
@@ -119,7 +122,14 @@ class HeldTurns:
         return self._store.shared
 
     async def start(
-        self, owner: str, body: Body, *, relay: str | None, chunks: bool, persist: bool = True
+        self,
+        owner: str,
+        body: Body,
+        *,
+        relay: str | None,
+        chunks: bool,
+        persist: bool = True,
+        approver: Approver | None = None,
     ) -> TaskRecord:
         """Run `body` as a held turn of `owner`; its record (status `working`) once kept.
 
@@ -134,7 +144,7 @@ class HeldTurns:
         record = TaskRecord(self._agent, owner, secrets.token_urlsafe(18), "working", moment, moment)
         if persist:
             await self._store.create(record)
-        running = _Running(record, persist=persist)
+        running = _Running(record, persist=persist, leg_approver=approver)
         self._running[record.id] = running
         channel = Channel(_ProgressToTask(self, running), _TaskApprover(self, running, relay), chunks)
         context = contextvars.copy_context()
@@ -198,11 +208,14 @@ class HeldTurns:
         if not record.finished:
             await self._store.change(self._agent, task_id, input_responses=dict(responses))
 
-    async def settled(self, owner: str, task_id: str, progress: Send | None) -> TaskRecord:
+    async def settled(
+        self, owner: str, task_id: str, progress: Send | None, *, keep: bool = False
+    ) -> TaskRecord:
         """Wait until the task finishes or asks a question; the record then.
 
         `progress` gets the turn's progress meanwhile (an MRTR leg's client). Cancelling this
-        wait cancels a turn that is working, and leaves one waiting for an answer held.
+        wait cancels a turn that is working, and leaves one waiting for an answer held; with
+        `keep` (a resumable turn) the turn goes on either way, followed by `tasks/get`.
 
         Raises:
             TaskNotFound: no such task of `owner` running in this process.
@@ -215,15 +228,16 @@ class HeldTurns:
             raise TaskNotFound(task_id)
         running.leg_progress = progress
         try:
-            while not running.record.finished and running.record.status != "input_required":
+            while not running.record.finished and (keep or running.record.status != "input_required"):
                 await running.changed.wait()
             return running.record
         except asyncio.CancelledError:
-            if running.job is not None and running.record.status == "working":
+            if not keep and running.job is not None and running.record.status == "working":
                 running.job.cancel()
             raise
         finally:
             running.leg_progress = None
+            running.leg_approver = None
 
     async def aclose(self) -> None:
         """Cancel every held turn of this process (the server stops)."""
@@ -325,7 +339,13 @@ class _TaskApprover:
         self._relay = relay
 
     async def elicit(self, params: mcp_types.ElicitRequestFormParams) -> mcp_types.ElicitResult:
-        """Set the task `input_required` with the question; the answer once delivered."""
+        """The answer of the waiting request's client, or else of the task's next poller.
+
+        Without a waiting request the task goes `input_required` with the question until
+        `tasks/update` (or an MRTR retry) delivers the answer.
+        """
+        if self._running.leg_approver is not None:
+            return await self._running.leg_approver.elicit(params)
         meta: dict[str, Any] = {k: v for k, v in (params.meta or {}).items() if k != RELAY_META}
         if self._relay is not None:
             meta[RELAY_META] = self._relay

@@ -21,7 +21,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from pallas_api.config import SendParams
 from pallas_api.errors import ErrorCode
-from pallas_api.names import HISTORY_TRIMMED_META, TOOL_CALLS_META
+from pallas_api.names import HISTORY_TRIMMED_META, RESUMABLE_META, TASK_PROGRESS_PREFIX, TOOL_CALLS_META
 from pallas_io.tracing import exemplar
 from pallas_runtime.agent.inputs import ImageInput
 from pallas_runtime.agent.live import LiveAgent
@@ -30,6 +30,8 @@ from pallas_runtime.agent.turns import Reply
 from pallas_runtime.approval.elicit import NO_ELICITATION_DECLARED, RELAY_META, caller_approver
 from pallas_runtime.approval.question import NO_CHANNEL, Approver, Nobody
 from pallas_runtime.conversations.caller import current_caller
+from pallas_runtime.conversations.model import StoreUnavailable
+from pallas_runtime.conversations.tasks import TaskRecord
 from pallas_runtime.edge.credential import forwarded_credential
 from pallas_runtime.metrics import RuntimeMetrics
 from pallas_runtime.server.descriptions import send_message_description, send_message_names
@@ -120,17 +122,40 @@ class SendMessage:
         held (`server.held`): a question is this call's `input_required` result, and the client's
         retry with the answer continues the same turn (MRTR, SEP-2322).
         """
-        if (
-            held_channel() is None
-            and self._held is not None
-            and _sessionless(ctx)
-            and _declares_elicitation(ctx)
-            and self._may_ask()
-        ):
-            return await self._over_mrtr(
-                ctx, lambda: self._turn(ctx, message, images, conversation_id, params)
-            )
+
+        def body() -> Awaitable[ToolResult]:
+            return self._turn(ctx, message, images, conversation_id, params)
+
+        if held_channel() is None and self._held is not None:
+            if (request_meta(ctx) or {}).get(RESUMABLE_META) is True:
+                return await self._resumable(ctx, body)
+            if _sessionless(ctx) and _declares_elicitation(ctx) and self._may_ask():
+                return await self._over_mrtr(ctx, body)
         return await self._turn(ctx, message, images, conversation_id, params)
+
+    async def _resumable(self, ctx: Context, body: Callable[[], Awaitable[ToolResult]]) -> ToolResult:
+        """The turn as a task, answered here while this request waits (`pallas.dev/resumable`).
+
+        Once the request is gone the turn goes on, followed by `tasks/get`; the first progress
+        notification names the task.
+        """
+        assert self._held is not None
+        owner, send = current_caller().owner, progress_sender(ctx)
+        meta = request_meta(ctx) or {}
+        relay = meta.get(RELAY_META)
+        try:
+            record = await self._held.start(
+                owner, body, relay=relay if isinstance(relay, str) and relay else None,
+                chunks=wants_chunks(ctx), approver=_approver(ctx),
+            )  # fmt: skip
+        except StoreUnavailable as exc:
+            raise CodedToolError(
+                f"the turn could not be kept as a task: {exc}", ErrorCode.SERVER_UNAVAILABLE
+            ) from None
+        if send is not None:
+            await send(0, None, TASK_PROGRESS_PREFIX + record.id)
+        record = await self._held.settled(owner, record.id, send, keep=True)
+        return _finished(record)
 
     def _may_ask(self) -> bool:
         """The agent has tools that need approval, or peers whose questions it relays."""
@@ -167,10 +192,7 @@ class SendMessage:
                 {"resultType": "input_required", "inputRequests": record.input_requests}
             ).input_requests
             return mcp_types.InputRequiredResult(input_requests=requests, request_state=HELD_STATE + task_id)
-        if record.result is None:
-            message = (record.error or {}).get("message") or "the turn failed"
-            raise CodedToolError(str(message), ErrorCode.SERVER_UNAVAILABLE)
-        return ToolResult.from_mcp_result(CallToolResult.model_validate(record.result))
+        return _finished(record)
 
     async def _turn(
         self,
@@ -207,6 +229,20 @@ def _sessionless(ctx: Context) -> bool:
     """The request is of the 2026-07-28 revision: no request from server to client can reach it."""
     request = ctx.request_context
     return request is not None and request.protocol_version in MODERN_PROTOCOL_VERSIONS
+
+
+def _finished(record: TaskRecord) -> ToolResult:
+    """The result of a held turn that ended (a cancelled or failed one as its error).
+
+    Raises:
+        CodedToolError: the turn failed or was cancelled.
+    """
+    if record.result is None:
+        message = (
+            (record.error or {}).get("message") or record.status_message or f"the turn was {record.status}"
+        )
+        raise CodedToolError(str(message), ErrorCode.SERVER_UNAVAILABLE)
+    return ToolResult.from_mcp_result(CallToolResult.model_validate(record.result))
 
 
 def _declares_elicitation(ctx: Context) -> bool:
