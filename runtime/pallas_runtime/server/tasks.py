@@ -10,82 +10,40 @@ package) keeps tasks in a Docket/Redis queue; ours are kept where the conversati
 (`conversations.tasks`), so no second database is needed and any replica of a database store
 answers.
 
-The wire shapes are the extension's (flat `CreateTaskResult`, `ttlMs`, `pollIntervalMs`; a
-`tasks/get` result inlines `result`, `error` or `inputRequests`), as `fastmcp-tasks` writes them.
+The wire shapes are the extension's (`task_wire`), as `fastmcp-tasks` writes them.
 A task belongs to the caller that started it: another caller's `tasks/get` finds nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import mcp_types
 from fastmcp.server.context import Context
 from fastmcp.server.extensions import MethodBinding, ServerExtension, ToolCallContinuation, ToolCallOutcome
 from fastmcp.tools import ToolResult
-from fastmcp.utilities.tasks import TASKS_EXTENSION_ID
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolRequestParams, RequestParams, Result
+from mcp_types import CallToolRequestParams
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import BaseModel, ConfigDict, Field
 
 from pallas_api.names import CHUNKS_META
 from pallas_runtime.approval.elicit import RELAY_META
 from pallas_runtime.conversations.caller import current_caller
 from pallas_runtime.conversations.model import StoreUnavailable
-from pallas_runtime.conversations.tasks import TaskRecord, TaskStatus
+from pallas_runtime.conversations.tasks import TaskRecord
 from pallas_runtime.server.held import POLL_INTERVAL_MS, HeldTurns, TaskNotFound
+from pallas_runtime.task_wire import (
+    TASKS_EXTENSION,
+    Ack,
+    CreateTaskResult,
+    GetTaskResult,
+    TaskParams,
+    UpdateParams,
+)
 
 MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
-
-
-class _TaskFields(BaseModel):
-    model_config = ConfigDict(populate_by_name=True)
-
-    task_id: str = Field(serialization_alias="taskId")
-    status: TaskStatus
-    created_at: str = Field(serialization_alias="createdAt")
-    last_updated_at: str = Field(serialization_alias="lastUpdatedAt")
-    ttl_ms: int | None = Field(serialization_alias="ttlMs")
-    status_message: str | None = Field(default=None, serialization_alias="statusMessage")
-    poll_interval_ms: int | None = Field(default=None, serialization_alias="pollIntervalMs")
-
-
-class CreateTaskResult(_TaskFields):
-    """A `tools/call` answered with a task (SEP-2663: flat task fields, `resultType: "task"`)."""
-
-    result_type: Literal["task"] = Field(default="task", serialization_alias="resultType")
-
-
-class GetTaskResult(_TaskFields):
-    """`tasks/get`: the task, with its `result`, `error` or `inputRequests` inlined."""
-
-    result_type: Literal["complete"] = Field(default="complete", serialization_alias="resultType")
-    result: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
-    input_requests: dict[str, Any] | None = Field(default=None, serialization_alias="inputRequests")
-
-
-class Ack(Result):
-    """The answer of `tasks/update` and `tasks/cancel`."""
-
-    result_type: Literal["complete"] = Field(default="complete", serialization_alias="resultType")
-
-
-class TaskParams(RequestParams):
-    """`tasks/get`, `tasks/cancel`: the task's id."""
-
-    model_config = ConfigDict(populate_by_name=True)
-
-    task_id: str = Field(alias="taskId", max_length=64)
-
-
-class UpdateParams(TaskParams):
-    """`tasks/update`: the task's id and the answers to its input requests."""
-
-    input_responses: dict[str, Any] = Field(alias="inputResponses")
 
 
 def _stamp(record: TaskRecord) -> str:
@@ -108,7 +66,7 @@ def fields_of(record: TaskRecord, ttl_seconds: float) -> dict[str, Any]:
 class SendMessageTasks(ServerExtension):
     """Runs a `send_message` call as a task when the request opts in; serves `tasks/*`."""
 
-    identifier = TASKS_EXTENSION_ID
+    identifier = TASKS_EXTENSION
 
     def __init__(self, held: HeldTurns, names: Callable[[], Collection[str]]) -> None:
         self._held = held
@@ -135,7 +93,7 @@ class SendMessageTasks(ServerExtension):
             params.name not in self._names()
             or request is None
             or request.protocol_version not in MODERN
-            or context.client_extension_settings(TASKS_EXTENSION_ID) is None
+            or context.client_extension_settings(TASKS_EXTENSION) is None
         ):
             return await call_next()
         meta = request.meta if isinstance(request.meta, dict) else {}
@@ -163,7 +121,7 @@ class SendMessageTasks(ServerExtension):
             **fields_of(record, self._held.ttl_seconds),
             result=record.result,
             error=record.error,
-            input_requests=record.input_requests if record.status == "input_required" else None,
+            inputRequests=record.input_requests if record.status == "input_required" else None,
         )
 
     async def _update(self, ctx: ServerRequestContext[Any, Any], params: UpdateParams) -> Ack:

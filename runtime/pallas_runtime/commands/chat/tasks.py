@@ -14,69 +14,33 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import mcp_types
 from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.client.session import ClientSession
-from mcp_types import CallToolResult, RequestParams, Result
+from mcp_types import CallToolResult
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import ConfigDict, Field
 
-TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
-TERMINAL = frozenset({"completed", "failed", "cancelled"})
+from pallas_runtime.task_wire import (
+    TASKS_EXTENSION,
+    TERMINAL,
+    CancelTask,
+    CreateTaskResult,
+    GetTask,
+    GetTaskResult,
+    TaskParams,
+    UpdateParams,
+    UpdateTask,
+)
+
+TaskHandle = CreateTaskResult
+"""What a `tools/call` run as a task answers at once."""
+TaskState = GetTaskResult
+"""`tasks/get`: the task, with its `result`, `error` or `inputRequests`."""
+
 MIN_POLL_SECONDS = 0.05
 MAX_POLL_SECONDS = 2.0
-
-
-class _Fields(Result):
-    model_config = ConfigDict(populate_by_name=True)
-
-    task_id: str = Field(alias="taskId")
-    status: Literal["working", "input_required", "completed", "failed", "cancelled"]
-    status_message: str | None = Field(default=None, alias="statusMessage")
-    poll_interval_ms: int | None = Field(default=None, alias="pollIntervalMs")
-    ttl_ms: int | None = Field(default=None, alias="ttlMs")
-
-
-class TaskHandle(_Fields):
-    """What a `tools/call` run as a task answers at once."""
-
-    result_type: Literal["task"] = Field(alias="resultType")
-
-
-class TaskState(_Fields):
-    """`tasks/get`: the task, with its `result`, `error` or `inputRequests`."""
-
-    result_type: Literal["complete"] = Field(default="complete", alias="resultType")
-    result: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
-    input_requests: dict[str, Any] | None = Field(default=None, alias="inputRequests")
-
-
-class _TaskParams(RequestParams):
-    model_config = ConfigDict(populate_by_name=True)
-
-    task_id: str = Field(serialization_alias="taskId")
-
-
-class _UpdateParams(_TaskParams):
-    input_responses: dict[str, Any] = Field(serialization_alias="inputResponses")
-
-
-class _Get(mcp_types.Request[_TaskParams, Literal["tasks/get"]]):
-    method: Literal["tasks/get"] = "tasks/get"
-    params: _TaskParams
-
-
-class _Update(mcp_types.Request[_UpdateParams, Literal["tasks/update"]]):
-    method: Literal["tasks/update"] = "tasks/update"
-    params: _UpdateParams
-
-
-class _Cancel(mcp_types.Request[_TaskParams, Literal["tasks/cancel"]]):
-    method: Literal["tasks/cancel"] = "tasks/cancel"
-    params: _TaskParams
 
 
 Answer = Callable[[mcp_types.ElicitRequestParams], Awaitable[mcp_types.ElicitResult]]
@@ -87,12 +51,12 @@ Seen = Callable[[TaskState], Awaitable[None]]
 
 async def get(session: ClientSession, task_id: str) -> TaskState:
     """`tasks/get`."""
-    return await session.send_request(_Get(params=_TaskParams(task_id=task_id)), TaskState)
+    return await session.send_request(GetTask(params=TaskParams(taskId=task_id)), TaskState)
 
 
 async def cancel(session: ClientSession, task_id: str) -> None:
     """`tasks/cancel`."""
-    await session.send_request(_Cancel(params=_TaskParams(task_id=task_id)), mcp_types.Result)
+    await session.send_request(CancelTask(params=TaskParams(taskId=task_id)), mcp_types.Result)
 
 
 async def answer(session: ClientSession, state: TaskState, ask: Answer | None) -> None:
@@ -102,8 +66,8 @@ async def answer(session: ClientSession, state: TaskState, ask: Answer | None) -
         request = mcp_types.ElicitRequest.model_validate(payload)
         result = mcp_types.ElicitResult(action="cancel") if ask is None else await ask(request.params)
         responses[key] = result.model_dump(by_alias=True, mode="json", exclude_none=True)
-    params = _UpdateParams(task_id=state.task_id, input_responses=responses)
-    await session.send_request(_Update(params=params), mcp_types.Result)
+    params = UpdateParams(taskId=state.task_id, inputResponses=responses)
+    await session.send_request(UpdateTask(params=params), mcp_types.Result)
 
 
 async def poll(
