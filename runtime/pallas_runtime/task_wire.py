@@ -18,6 +18,8 @@ from pydantic import ConfigDict, Field
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]
 TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+TASK_LOST = "the agent process that ran the turn stopped before it finished (the turn is lost)"
+"""The `error.message` of a task whose process went away mid-turn (a crash, a killed pod)."""
 
 
 class TaskFields(Result):

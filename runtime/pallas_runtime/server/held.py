@@ -42,6 +42,7 @@ from pallas_runtime.approval.question import Approver
 from pallas_runtime.conversations.model import StoreUnavailable
 from pallas_runtime.conversations.tasks import TaskRecord, TaskStore, expiry, now
 from pallas_runtime.server.tool_errors import CodedToolError, error_result
+from pallas_runtime.task_wire import TASK_LOST
 
 log = logging.getLogger("pallas.tasks")
 
@@ -50,6 +51,11 @@ WATCH_SECONDS = 1.0
 written by another replica)."""
 POLL_INTERVAL_MS = 1000
 """The `pollIntervalMs` a task advertises."""
+HEARTBEAT_SECONDS = 5.0
+"""How often a replica marks the records of its running tasks as alive (their `updated_at`)."""
+LOST_AFTER_SECONDS = 20.0
+"""A running task not marked alive for this long is reported failed (`TASK_LOST`): its process
+went away mid-turn, and nothing else would ever end it."""
 MAX_RECENT = 1000
 """Finished MRTR turns a process remembers at most, for their late retries (oldest go first)."""
 PROGRESS_EVERY = 0.5
@@ -166,6 +172,12 @@ class HeldTurns:
             record = None
         if record is None and running is None and task_id not in self._recent:
             record = await self._store.get(self._agent, task_id)
+            if record is not None and _lost(record):
+                record = replace(
+                    record, status="failed", error=LOST_ERROR, expires_at=expiry(self.ttl_seconds)
+                )
+                fields = {"status": "failed", "error": LOST_ERROR, "expires_at": record.expires_at}
+                await self._store.change(self._agent, task_id, **fields)
         if record is None or record.owner != owner:
             raise TaskNotFound(task_id)
         return record
@@ -295,10 +307,21 @@ class HeldTurns:
             self._watcher = asyncio.create_task(self._watch(), name="held turns watcher")
 
     async def _watch(self) -> None:
-        """Pick up cancels and answers another replica wrote to the records of our turns."""
+        """Pick up cancels and answers another replica wrote to the records of our turns.
+
+        Every `HEARTBEAT_SECONDS` it also marks them alive, so that a reader tells a running
+        turn from one whose process died (`LOST_AFTER_SECONDS`).
+        """
+        beat = time.monotonic()
         while self._running:
             await asyncio.sleep(WATCH_SECONDS)
+            alive = time.monotonic() - beat >= HEARTBEAT_SECONDS
+            if alive:
+                beat = time.monotonic()
             for task_id, running in list(self._running.items()):
+                if alive and running.persist:
+                    with contextlib.suppress(StoreUnavailable):
+                        await self._store.change(self._agent, task_id)
                 try:
                     record = await self._store.get(self._agent, task_id)
                 except StoreUnavailable:
@@ -369,6 +392,15 @@ class _TaskApprover:
         if answer is None:
             return mcp_types.ElicitResult(action="cancel")
         return mcp_types.ElicitResult.model_validate(answer)
+
+
+LOST_ERROR = {"code": mcp_types.INTERNAL_ERROR, "message": TASK_LOST}
+
+
+def _lost(record: TaskRecord) -> bool:
+    """A task still running by its record, whose process has not marked it alive for too long."""
+    stale = (now() - record.updated_at).total_seconds() > LOST_AFTER_SECONDS
+    return not record.finished and stale
 
 
 def _call_tool_result(outcome: ToolResult) -> CallToolResult:

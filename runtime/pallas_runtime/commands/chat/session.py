@@ -40,6 +40,7 @@ from pallas_runtime.commands.chat.approve import TerminalApprover
 from pallas_runtime.commands.chat.display import TurnDisplay
 from pallas_runtime.commands.chat.link import RETRY_DELAYS, TRANSPORT_ERRORS, AgentLink, LinkError, reason
 from pallas_runtime.commands.chat.params import PARAMS_ARGUMENT, accepted_params, checked, wire_params
+from pallas_runtime.task_wire import TASK_LOST
 
 SEND_MESSAGE = "send_message"
 RESENDS = 3
@@ -186,8 +187,11 @@ class ChatSession:
             if attempt == RESENDS:
                 break
             if unknown and self._task_id is not None:
-                # The agent keeps the turn running as a task: follow it instead of sending again.
-                return await self._follow(self._task_id)
+                # The agent keeps the turn running as a task: follow it instead of sending again
+                # (unless its process died with it: then as without a task, below).
+                followed = await self._follow(self._task_id)
+                if followed is not None:
+                    return followed
             await self.reconnect()
             if unknown and (answer := await self._stored_answer(message)) is not None:
                 self.display.note("pallas chat: the agent had answered before the connection dropped")
@@ -213,8 +217,10 @@ class ChatSession:
                 meta={TOOL_CALLS_META: True, RESUMABLE_META: True},
             )
 
-    async def _follow(self, task_id: str) -> Turn:
+    async def _follow(self, task_id: str) -> Turn | None:
         """The answer of the turn the agent kept running as task `task_id`, polled on new connections.
+
+        None when the turn was lost with the process that ran it (`TASK_LOST`).
 
         Raises:
             ChatError: the task could not be followed within the link's retries.
@@ -240,6 +246,8 @@ class ChatSession:
                 async with Client(transport, timeout=self.timeout) as client:  # 2026-07-28: no session
                     with self.display.working():
                         final = await tasks.poll(client.session, task_id, ask=ask, seen=seen)
+                if final.status == "failed" and (final.error or {}).get("message") == TASK_LOST:
+                    return None
                 return Turn(tasks.outcome(final))
             except MCPError as exc:
                 if exc.error.code != CONNECTION_CLOSED:
