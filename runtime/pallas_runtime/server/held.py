@@ -122,11 +122,6 @@ class HeldTurns:
         """Finished turns never kept in the store (MRTR), for a retry that comes after the end."""
         self._watcher: asyncio.Task[None] | None = None
 
-    @property
-    def shared(self) -> bool:
-        """Every replica sees the records."""
-        return self._store.shared
-
     async def start(
         self,
         owner: str,
