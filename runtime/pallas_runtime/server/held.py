@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import mcp_types
+from fastmcp.exceptions import FastMCPError
 from fastmcp.tools import ToolResult
 from mcp_types import CallToolResult
 
@@ -277,6 +278,9 @@ class HeldTurns:
             await self._end(
                 running, "completed", result=_wire(_call_tool_result(result)), status_message=str(exc)
             )
+        except FastMCPError as exc:  # bad arguments and other tool errors, as fastmcp answers them
+            wire = _wire(_call_tool_result(ToolResult(content=str(exc), is_error=True)))
+            await self._end(running, "completed", result=wire, status_message=str(exc))
         except Exception as exc:
             # Details stay in the log, as `mask_error_details` keeps them from an ordinary call.
             log.exception("task %s failed", running.record.id)

@@ -175,3 +175,17 @@ async def test_a_tasks_approval_is_its_input_request_answered_by_tasks_update(
     assert outcome(final).content[0].text == "worker got: deleted /tmp/t"  # type: ignore[union-attr]
     assert ran == ["delete_file /tmp/t"]
     assert len(asked) == 1
+
+
+async def test_bad_arguments_end_the_task_with_the_error_an_ordinary_call_gets(
+    fake_openai: FakeOpenAI,
+) -> None:
+    async with agent(fake_openai) as served, connected(served.url) as client:
+        handle = await client.session.call_tool("send_message", {"message": 42}, allow_claimed=True)
+        assert isinstance(handle, TaskHandle)
+        final = await poll(client.session, handle.task_id)
+    assert final.status == "completed"
+    result = outcome(final)
+    assert result.is_error
+    assert "message" in result.content[0].text  # type: ignore[union-attr]
+    assert fake_openai.completions == []
