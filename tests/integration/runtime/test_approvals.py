@@ -272,11 +272,16 @@ async def test_an_approval_answered_over_mrtr_runs_the_tool_exactly_once_in_the_
     server, ran = ops
     fake_openai.default = script([Call("ops__delete_file", {"path": "/tmp/x"})])
     caller = Caller(ElicitResult(action="accept", content={"approve": True}))
+    progress: list[str] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append(message or "")
+
     caplog.set_level(logging.INFO, logger="pallas.audit")
     async with (
         chain(fake_openai, server.url, {"tools": ["delete_*"]}, worker_alone=True) as served,
-        Client(served["worker"].url, elicitation_handler=caller) as client,  # mode auto: 2026-07-28
-    ):
+        Client(served["worker"].url, elicitation_handler=caller, progress_handler=on_progress) as client,
+    ):  # mode auto: 2026-07-28
         result = await client.call_tool_mcp("send_message", {"message": "start"})
     assert not result.is_error
     assert result.content[0].text == "worker got: deleted /tmp/x"
@@ -284,6 +289,8 @@ async def test_an_approval_answered_over_mrtr_runs_the_tool_exactly_once_in_the_
     [question] = caller.asked
     assert question.message.startswith("Agent worker wants to call ops/delete_file")
     assert len(fake_openai.completions) == 2  # the tool call, then the answer: the turn was not re-run
+    assert "ops/delete_file: awaiting approval" in progress  # on the first leg
+    assert "ops/delete_file: completed" in progress  # on the retry: the held turn's progress follows it
     assert [a["approval"] for a in approvals(caplog)] == ["APPROVED"]
 
 
