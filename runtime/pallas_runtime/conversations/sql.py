@@ -606,11 +606,20 @@ class SqlStore:
             return
         identity, now = self._identity, _now()
         await self._transaction(lambda c: tenancy.heartbeat(c, identity, now))
-        if self._abandoned_after is not None:
-            cutoff = now - self._abandoned_after
-            abandoned = await self._transaction(lambda c: tenancy.purge_abandoned(c, cutoff))
-            if abandoned:
-                log.info("deleted %d conversations of agents gone for longer than allowed", abandoned)
+        # Deleted agents whose retention ran out (`purge --after`) go whatever the setting.
+        cutoff = now - self._abandoned_after if self._abandoned_after is not None else None
+        abandoned = await self._transaction(lambda c: tenancy.purge_abandoned(c, cutoff, now))
+        if abandoned:
+            log.info("deleted %d conversations of agents deleted or gone for longer than allowed", abandoned)
+
+    async def purge(self, identity: str, after: float = 0) -> int:
+        """A deleted agent's conversations: gone now (`after` 0) or marked to go `after` seconds on.
+
+        Returns:
+            How many conversations were deleted now.
+        """
+        expires_at = _now() + timedelta(seconds=after) if after > 0 else None
+        return await self._transaction(lambda c: tenancy.purge(c, identity, expires_at))
 
     def _housekeeping_every(self) -> float:
         periods = [HEARTBEAT_EVERY]
