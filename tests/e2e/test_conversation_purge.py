@@ -19,24 +19,13 @@ from typing import Any
 import asyncpg
 import pytest
 from fastmcp import Client
-from lightkube import ApiError
 from lightkube import Client as KubeClient
 from lightkube.resources.batch_v1 import Job
 
 from pallas_api import names
 from pallas_io.kube import PallasAgent
+from tests.support import e2e
 from tests.support.cluster import LocalCluster
-from tests.support.e2e import (
-    LocalNode,
-    LoopThread,
-    OperatorRelease,
-    create_namespace,
-    delete_namespace,
-    install_operator,
-    local_node,
-    quiet_deployment,
-    until,
-)
 from tests.support.fake_llm import FakeOpenAI, Text
 from tests.support.operator import condition, kubectl_apply
 from tests.support.postgres import Postgres, running_postgres
@@ -51,26 +40,24 @@ PURGED_WITHIN = 180
 
 @dataclass
 class Purging:
+    """The namespace under test, its PostgreSQL, and the clients to look at both."""
+
+    postgres: Postgres
+    kube: KubeClient
     cluster: LocalCluster
     namespace: str
-    node: LocalNode
-    kube: KubeClient
-    postgres: Postgres
 
     def url(self, agent: str) -> str:
-        return f"http://{agent}.{self.namespace}.svc.cluster.local:8000/mcp"
+        return names.agent_url(agent, self.namespace, 8000)
 
     def ready(self, agent: str) -> bool:
         obj = self.kube.get(PallasAgent, agent, namespace=self.namespace).to_dict()
         return condition(obj, "Ready") == ("True", "AgentReady")
 
     def agent(self, agent: str) -> dict[str, Any] | None:
-        try:
-            return self.kube.get(PallasAgent, agent, namespace=self.namespace).to_dict()
-        except ApiError as exc:
-            if exc.status.code == 404:
-                return None
-            raise
+        """The PallasAgent as the API server has it (still `Terminating`, say); None once gone."""
+        found = self.kube.list(PallasAgent, namespace=self.namespace, fields={"metadata.name": agent})
+        return next((obj.to_dict() for obj in found), None)
 
     def diagnose(self) -> str:
         return self.cluster.kubectl(
@@ -88,7 +75,9 @@ class Purging:
         return int(found or 0)
 
 
-def manifests(namespace: str, node: LocalNode, llm: FakeOpenAI, postgres: Postgres) -> list[dict[str, Any]]:
+def manifests(
+    namespace: str, node: e2e.LocalNode, llm: FakeOpenAI, postgres: Postgres
+) -> list[dict[str, Any]]:
     meta = {"namespace": namespace}
     conversations = {
         "store": "postgres",
@@ -98,7 +87,7 @@ def manifests(namespace: str, node: LocalNode, llm: FakeOpenAI, postgres: Postgr
     return [
         {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": DB_SECRET, **meta},
          "stringData": {"dsn": postgres.dsn}},
-        *quiet_deployment(namespace, DEPLOYMENT, llm.base_url, MODEL, conversations=conversations),
+        *e2e.quiet_deployment(namespace, DEPLOYMENT, llm.base_url, MODEL, conversations=conversations),
         *(
             {
                 "apiVersion": "pallas.dev/v1alpha1",
@@ -117,23 +106,23 @@ def manifests(namespace: str, node: LocalNode, llm: FakeOpenAI, postgres: Postgr
 
 @pytest.fixture(scope="module")
 def purging(pallas_crds: LocalCluster) -> Iterator[Purging]:
-    node = local_node()
+    node = e2e.local_node()
     namespace = f"t-e2e-purge-{secrets.token_hex(3)}"
-    create_namespace(pallas_crds, namespace)
-    loop = LoopThread()
-    operator: OperatorRelease | None = None
+    e2e.create_namespace(pallas_crds, namespace)
+    loop = e2e.LoopThread()
+    operator: e2e.OperatorRelease | None = None
     kube = KubeClient(config=pallas_crds.config(), field_manager="pallas-tests")
     try:
         with running_postgres(host=node.ip, clients=node.cluster_cidr) as postgres:
             llm = loop.enter(FakeOpenAI(default=lambda _: Text("noted"), models=[MODEL], host=node.ip))
-            operator = install_operator(pallas_crds, namespace, node.image)
+            operator = e2e.install_operator(pallas_crds, namespace, node.image)
             kubectl_apply(pallas_crds, *manifests(namespace, node, llm, postgres))
-            yield Purging(pallas_crds, namespace, node, kube, postgres)
+            yield Purging(postgres, kube, pallas_crds, namespace)
     finally:
         kube.close()
         if operator is not None:
             operator.uninstall()
-        delete_namespace(pallas_crds, namespace)
+        e2e.delete_namespace(pallas_crds, namespace)
         loop.close()
 
 
@@ -144,7 +133,7 @@ async def say(purging: Purging, agent: str) -> None:
 
 async def test_a_deleted_agents_conversations_are_purged_before_it_goes(purging: Purging) -> None:
     for agent in (GOING, STAYING):
-        await until(
+        await e2e.until(
             f"{agent} Ready", lambda a=agent: purging.ready(a), READY_WITHIN, diagnose=purging.diagnose
         )
         await say(purging, agent)
@@ -156,7 +145,7 @@ async def test_a_deleted_agents_conversations_are_purged_before_it_goes(purging:
     assert await purging.rows_of(identity) == 1
 
     purging.cluster.kubectl("delete", "pallasagent", GOING, "-n", purging.namespace, "--wait=false")
-    await until(
+    await e2e.until(
         "the agent gone", lambda: purging.agent(GOING) is None, PURGED_WITHIN, diagnose=purging.diagnose
     )
 

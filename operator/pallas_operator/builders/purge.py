@@ -9,7 +9,7 @@ to the PallasDeployment (not the agent, which is going): it is removed with it, 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from pallas_api import names
 from pallas_api.spec import PallasDeploymentSpec
@@ -26,15 +26,16 @@ TTL_AFTER_FINISHED = 3600
 """The finished Job (and its pod's logs) stays an hour for `kubectl logs`, then goes."""
 
 
-@dataclass(frozen=True, slots=True)
-class PurgeTarget:
-    """Whose conversations to purge, from which database, with what retention."""
+class PurgeTarget(NamedTuple):
+    """Whose conversations to purge, the Job's owner, and the retention in seconds.
+
+    `deployment` is the agent's PallasDeployment (the Job's owner); `identity` the rows' key
+    (`names.agent_identity`, with the agent's UID).
+    """
 
     deployment: Owner
-    """The agent's PallasDeployment (the Job's owner)."""
     agent: str
     identity: str
-    """The agent's rows' key, `names.agent_identity` with its UID."""
     retain_seconds: int
 
 
