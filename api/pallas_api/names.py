@@ -58,6 +58,8 @@ the turn's end) for a request that asked for chunks (docs/api.md §3, progress).
 CHUNKS_META: Final = "pallas.dev/chunks"
 """`send_message`'s `_meta` key: `true` in a request asks for typed chunks with its progress."""
 HISTORY_TRIMMED_META: Final = "pallas.dev/historyTrimmed"
+CONVERSATION_META: Final = "pallas.dev/conversationId"
+"""The `_meta` key of a send_message (or create_conversation) result naming its conversation."""
 """`send_message` result `_meta` key: `{"droppedMessages": N}` when the turn's model calls left out
 the N oldest stored messages to fit the model's context window (docs/api.md §3)."""
 INSTRUCTION_URI: Final = "pallas://instruction"
