@@ -35,6 +35,9 @@ all use it; the length (at most 63) is checked beside it."""
 FIELD_MANAGER: Final = "pallas-operator"
 """The one field manager of every server-side apply the operator makes."""
 
+CONVERSATIONS_FINALIZER: Final = f"{GROUP}/conversations"
+"""On a PallasAgent whose deployment keeps conversations in PostgreSQL: the operator purges the
+agent's conversations (`retainAfterDeleteSeconds`) before it lets the agent go."""
 LABEL_NAME: Final = "app.kubernetes.io/name"
 LABEL_INSTANCE: Final = "app.kubernetes.io/instance"
 LABEL_COMPONENT: Final = "app.kubernetes.io/component"
@@ -55,11 +58,15 @@ the turn's end) for a request that asked for chunks (docs/api.md §3, progress).
 CHUNKS_META: Final = "pallas.dev/chunks"
 """`send_message`'s `_meta` key: `true` in a request asks for typed chunks with its progress."""
 HISTORY_TRIMMED_META: Final = "pallas.dev/historyTrimmed"
+CONVERSATION_META: Final = "pallas.dev/conversationId"
+"""The `_meta` key of a send_message (or create_conversation) result naming its conversation."""
 """`send_message` result `_meta` key: `{"droppedMessages": N}` when the turn's model calls left out
 the N oldest stored messages to fit the model's context window (docs/api.md §3)."""
 INSTRUCTION_URI: Final = "pallas://instruction"
 """The MCP resource holding an agent's instruction (its model's system prompt)."""
 
+ANNOTATION_IDENTITY: Final = "pallas.dev/agent-identity"
+"""On a conversations-purge Job: the agent identity whose rows it deletes."""
 ANNOTATION_CONFIG_HASH: Final = "pallas.dev/config-hash"
 """On an agent's pod template: sha256 of the part of its config a running process cannot take
 (`pallas_api.live.process_digest`), so only edits of that part roll the pods."""

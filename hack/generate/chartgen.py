@@ -88,6 +88,7 @@ NAMESPACED = {
     ("monitoring.coreos.com", "servicemonitors"),
     ("coordination.k8s.io", "leases"),
     ("networking.k8s.io", "networkpolicies"),
+    ("batch", "jobs"),
     ("", "serviceaccounts/token"),
     ("", "secrets"),
 }

@@ -15,10 +15,23 @@ _WRITE_CHILDREN: Final = ["get", "list", "watch", "create", "patch", "delete"]
 
 CLUSTER_RULES: Final[list[dict[str, Any]]] = [
     {
-        # Watched and indexed. Never patched: kopf only runs event handlers, which write nothing.
+        # Watched and indexed. kopf only runs event handlers, which write nothing.
         "apiGroups": [names.GROUP],
         "resources": [names.AGENT_PLURAL, names.DEPLOYMENT_PLURAL],
         "verbs": ["get", "list", "watch"],
+    },
+    {
+        # Finalizers only (`pallas.dev/conversations`, a merge patch of metadata.finalizers):
+        # a deleted agent's conversations are purged before it goes. Never its spec.
+        "apiGroups": [names.GROUP],
+        "resources": [names.AGENT_PLURAL],
+        "verbs": ["patch"],
+    },
+    {
+        # The one-shot Job purging a deleted agent's conversations (`pallas conversations purge`).
+        "apiGroups": ["batch"],
+        "resources": ["jobs"],
+        "verbs": ["get", "create", "patch", "delete"],
     },
     {
         # Status is written by server-side apply on the status subresource.

@@ -127,6 +127,8 @@ class _Generations:
         if kw["type"] == "DELETED":
             self._seen.pop(key, None)
             return True
+        if kw["meta"].get("deletionTimestamp"):  # a finalizer's work: each change may be its step
+            return True
         generation = int(kw["meta"].get("generation") or 0)
         if kw["type"] is None or self._seen.get(key) != generation:  # listed, created or edited
             self._seen[key] = generation

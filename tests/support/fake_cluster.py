@@ -58,6 +58,8 @@ class FakeCluster:
     synced: list[tuple[str, dict[str, str], str]] = field(default_factory=list)
     """(namespace, labels, config hash) of every pod sync asked for."""
     tokens: list[tuple[str, str]] = field(default_factory=list)
+    finalizer_writes: list[tuple[ObjectKey, list[str]]] = field(default_factory=list)
+    """Every finalizer list written, with its owner."""
     service_monitor_crd: bool = True
     """Whether the ServiceMonitor kind is served (the Prometheus Operator installed)."""
     _versions: Iterator[int] = field(default_factory=lambda: itertools.count(1), repr=False)
@@ -79,8 +81,11 @@ class FakeCluster:
                 world.record(kind, copy.deepcopy(body))
 
     def writes(self) -> int:
-        """How many write requests were made (applies, deletes, status writes, Events)."""
-        return len(self.applied) + len(self.deleted) + len(self.statuses) + len(self.events)
+        """How many write requests were made (applies, deletes, status writes, Events, finalizers)."""
+        return (
+            len(self.applied) + len(self.deleted) + len(self.statuses) + len(self.events)
+            + len(self.finalizer_writes)
+        )  # fmt: skip
 
     def _version(self) -> str:
         return str(next(self._versions))
@@ -128,6 +133,27 @@ class FakeCluster:
             self.objects[key]["status"] = copy.deepcopy(dict(status))
             self.objects[key]["metadata"]["resourceVersion"] = version
         return version
+
+    async def set_finalizers(
+        self, kind: str, namespace: str, name: str, finalizers: Sequence[str], resource_version: str
+    ) -> bool:
+        """Record the finalizers (False: a stale `resource_version`, the API server's 409).
+
+        Removing the last finalizer of a deleted object lets it go, as the API server does.
+        """
+        key = (kind, namespace, name)
+        body = self.objects.get(key)
+        if body is None:
+            return True
+        meta = body["metadata"]
+        if meta["resourceVersion"] != resource_version:
+            return False
+        self.finalizer_writes.append((key, list(finalizers)))
+        meta["finalizers"] = list(finalizers)
+        meta["resourceVersion"] = self._version()
+        if meta.get("deletionTimestamp") and not finalizers:
+            del self.objects[key]
+        return True
 
     async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         """A copy of the stored object, or None."""

@@ -46,6 +46,9 @@ class OwnerRecord:
     resource_version: str
     spec: Mapping[str, Any]
     status: Mapping[str, Any]
+    finalizers: tuple[str, ...] = ()
+    deleting_since: str | None = None
+    """`metadata.deletionTimestamp`: set once a delete waits for finalizers."""
 
     def condition(self, type_: str) -> str | None:
         """The status (`True`/`False`/`Unknown`) of a condition, or None when absent."""
@@ -77,6 +80,8 @@ def owner_record(body: Mapping[str, Any]) -> OwnerRecord:
         resource_version=str(meta.get("resourceVersion", "")),
         spec=dict(body.get("spec") or {}),
         status=dict(body.get("status") or {}),
+        finalizers=tuple(str(f) for f in meta.get("finalizers") or ()),
+        deleting_since=str(meta["deletionTimestamp"]) if meta.get("deletionTimestamp") else None,
     )
 
 

@@ -65,6 +65,17 @@ class Cluster(Protocol):
         """
         ...
 
+    async def set_finalizers(
+        self, kind: str, namespace: str, name: str, finalizers: Sequence[str], resource_version: str
+    ) -> bool:
+        """Replace the finalizers of a PallasAgent or PallasDeployment seen at `resource_version`.
+
+        Returns:
+            False when the object changed since (a conflict: nothing was written; the caller
+            looks again once the watch shows the change).
+        """
+        ...
+
     async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         """The object as the API server has it now (a GET, past any watch lag); None if absent."""
         ...
