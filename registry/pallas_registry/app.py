@@ -252,8 +252,9 @@ def build_app(
         Route("/healthz", handlers.healthz, methods=["GET"]),
         Route("/readyz", handlers.readyz, methods=["GET"]),
         Route("/metrics", handlers.metrics_text, methods=["GET"]),
-        # The fleet's MCP app as it is (its own middleware and routes): it answers at FLEET only.
-        Route(FLEET, fleet_app),
+        # The fleet's MCP app as it is (its own middleware and routes), behind its own access
+        # check (`fleet_access.FleetDoor`): it answers at FLEET only.
+        Route(FLEET, fleet.door(fleet_app)),
     ]
     app = Starlette(
         routes=routes,
