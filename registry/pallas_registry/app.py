@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 from urllib.parse import unquote
 
 from starlette.applications import Starlette
@@ -202,6 +203,7 @@ def build_app(
     start_source: bool = True,
     cache_size: int = 256,
     providers: ProviderChecks | None = None,
+    kubernetes_config: Any = None,
 ) -> Guard:
     """The registry ASGI app over `source`.
 
@@ -213,6 +215,9 @@ def build_app(
         cache_size: Rendered responses kept per app.
         providers: The LLM provider checks (published on `/healthz` and `/metrics`, run with the
             source); default: checks of `source.provider_targets()`.
+        kubernetes_config: The lightkube `KubeConfig` the fleet endpoint asks the API server about
+            its callers with (`auth.mode: kubernetes`); default: the pod's ServiceAccount, else
+            the kubeconfig.
 
     Returns:
         An ASGI app (Starlette, wrapped by the size/metrics guard).
@@ -221,7 +226,7 @@ def build_app(
     checks = providers or ProviderChecks(source.provider_targets)
     metrics.watch_providers(checks)
     handlers = _Handlers(source, metrics, ResponseCache(cache_size), checks)
-    fleet = Fleet(source, checks)
+    fleet = Fleet(source, checks, kubernetes_config=kubernetes_config)
     fleet_app = fleet.mcp.http_app(path=FLEET, host_origin_protection="auto")
 
     @contextlib.asynccontextmanager

@@ -189,9 +189,10 @@ async def test_a_fleet_call_cancelled_by_its_client_cancels_the_agents_turn(
             call.cancel()  # the client gives up: the fleet is told, and tells the worker
             with pytest.raises(asyncio.CancelledError):
                 await call
-            async with asyncio.timeout(10):
-                while not fake_openai.abandoned:
-                    await asyncio.sleep(0.05)
+            for _ in range(200):
+                if fake_openai.abandoned:
+                    break
+                await asyncio.sleep(0.05)
             assert fake_openai.abandoned == 1, "the worker's turn went on after its caller cancelled"
             answer = await fleet.call_tool("worker", {"message": "still there?"})
             assert answer.content[0].text == "worker here"
