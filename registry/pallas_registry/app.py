@@ -9,8 +9,8 @@ Routes (docs/registry.md has the details):
 - `GET /a2a/agent-cards` — the A2A Agent Cards of the agents, read from them (`agent_cards.py`).
 - `GET /.well-known/mcp/catalog.json` — the MCP Catalog: the agents' MCP Server Cards, read from
   them (SEP-2127, a draft; `agent_cards.py`).
-- `/mcp` — the fleet as one MCP server (`fleet.py`, its access check `fleet_access.py`): discovery and health tools, and one tool
-  per agent relaying a message to it.
+- `/mcp` — the fleet as one MCP server (`fleet.py`, its access check `fleet_access.py`): discovery
+  and health tools, and one tool per agent relaying a message to it.
 - `GET /healthz` (200 while the process runs, with the LLM provider checks: `providers.py`),
   `/readyz` (503 until the source's first full list), `/metrics`.
 
