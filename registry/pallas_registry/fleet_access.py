@@ -34,6 +34,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from pallas_api.config import AccessConfig, KubernetesAuthConfig, OidcConfig
+from pallas_api.render import render_oidc
 from pallas_api.spec import AuthSpec
 from pallas_registry.catalogue import Entry
 from pallas_runtime.auth import OIDC_CACHE_SECONDS
@@ -98,17 +99,9 @@ class _Identity:
 
 
 def _oidc_config(auth: AuthSpec) -> OidcConfig:
-    oidc = auth.oidc
-    if oidc is None:  # pragma: no cover - AuthSpec's validator requires it for mode oidc
+    if auth.oidc is None:  # pragma: no cover - AuthSpec's validator requires it for mode oidc
         raise ValueError("auth.mode oidc without auth.oidc")
-    return OidcConfig(
-        issuer=oidc.issuer,
-        audience=oidc.audience,
-        jwks_url=oidc.jwks_url,
-        subject_claim=oidc.subject_claim,
-        groups_claim=oidc.groups_claim,
-        algorithms=list(oidc.algorithms),
-    )
+    return render_oidc(auth.oidc)
 
 
 class FleetGate:

@@ -24,6 +24,7 @@ from tests.integration.runtime.test_run_reload import pallas_run_reload
 from tests.integration.runtime.test_streaming import Progress
 from tests.support.fake_llm import FakeOpenAI, Hold, Text
 from tests.support.mcp_peers import free_ports
+from tests.support.waiting import until
 
 MODES = [pytest.param({}, id="default"), pytest.param({"mode": "legacy"}, id="legacy")]
 WORKER_SAYS = "Six times seven is forty-two."
@@ -189,10 +190,7 @@ async def test_a_fleet_call_cancelled_by_its_client_cancels_the_agents_turn(
             call.cancel()  # the client gives up: the fleet is told, and tells the worker
             with pytest.raises(asyncio.CancelledError):
                 await call
-            for _ in range(200):
-                if fake_openai.abandoned:
-                    break
-                await asyncio.sleep(0.05)
+            await until("the worker's model call to be abandoned", lambda: fake_openai.abandoned, 10)
             assert fake_openai.abandoned == 1, "the worker's turn went on after its caller cancelled"
             answer = await fleet.call_tool("worker", {"message": "still there?"})
             assert answer.content[0].text == "worker here"
