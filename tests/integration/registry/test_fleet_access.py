@@ -210,3 +210,25 @@ async def test_kubernetes_mode_the_fleet_asks_rbac_about_each_agent_for_each_cal
 def fleet_of(base: str, token: str) -> Client[Any]:
     transport = StreamableHttpTransport(f"{base}/mcp", headers={"Authorization": f"Bearer {token}"})
     return Client(transport)
+
+
+async def test_an_api_server_that_cannot_answer_closes_the_door_with_503() -> None:
+    async def broken(request: Request) -> Response:
+        return JSONResponse({"kind": "Status", "code": 500, "message": "etcd is down"}, 500)
+
+    api = Starlette(routes=[Route("/{path:path}", broken, methods=["POST"])])
+    source = MemorySource([state("research", auth_spec=AuthSpec(mode="kubernetes"))])
+    async with serve_app(api, path="") as server:
+        config = KubeConfig.from_one(cluster=Cluster(server=server.url), user=User(token="registry-token"))
+        async with (
+            running_registry(source, start_source=False, kubernetes_config=config) as base,
+            httpx2.AsyncClient() as http,
+        ):
+            answer = await http.post(
+                f"{base}/mcp", json=PING, headers={**MCP_ACCEPT, "Authorization": "Bearer alice-token"}
+            )
+    assert answer.status_code == 503
+    assert answer.headers["retry-after"] == "5"
+    assert answer.json()["error"] == "temporarily_unavailable"
+    assert "TokenReview" in answer.json()["error_description"]
+    assert "alice-token" not in answer.text
