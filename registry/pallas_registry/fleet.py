@@ -282,11 +282,14 @@ class Fleet:
             return error_result(ErrorCode.SERVER_UNAVAILABLE, f"agent {name}: {exc}")
         if allowed:
             return None
-        return error_result(
-            ErrorCode.DENIED_BY_POLICY,
-            f"you may not invoke agent {name}: its access rules do not admit this caller "
-            "(kubernetes: RBAC verb invoke on pallasagents/<name>; spec.access lists)",
-        )
+        namespace = entry.key[0]
+        rules = {
+            "kubernetes": f"RBAC verb invoke on pallasagents/{name} in namespace {namespace}, "
+            "and its spec.access lists",
+            "oidc": "its spec.access lists (subjects, groups)",
+        }.get(entry.auth.mode, "its access rules")
+        why = "no credential was sent" if token is None else f"{rules} do not admit this caller"
+        return error_result(ErrorCode.DENIED_BY_POLICY, f"you may not invoke agent {name}: {why}")
 
     async def _notify(self, sessions: Sequence[ServerSession]) -> None:
         for session in sessions:
