@@ -22,6 +22,8 @@ AGENT_KIND: Final = "PallasAgent"
 AGENT_PLURAL: Final = "pallasagents"
 DEPLOYMENT_KIND: Final = "PallasDeployment"
 DEPLOYMENT_PLURAL: Final = "pallasdeployments"
+TRIGGER_KIND: Final = "PallasTrigger"
+TRIGGER_PLURAL: Final = "pallastriggers"
 
 DNS_LABEL_FORM: Final = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 """An RFC 1123 label without anchors, for the patterns built from labels (a DNS subdomain, a

@@ -148,6 +148,17 @@ class RuntimeMetrics:
             "Turns ended with BUDGET_EXCEEDED, by budget (agent, caller, chain).",
             ["agent", "budget"],
         )
+        self.trigger_runs_total = counter(
+            "pallas_trigger_runs_total",
+            "PallasTrigger runs ended, by trigger (<namespace>/<name>) and outcome (Succeeded, Failed).",
+            ["trigger", "outcome"],
+        )
+        self.trigger_dropped_total = counter(
+            "pallas_trigger_dropped_total",
+            "PallasTrigger firings not run: dropped by maxRunsPerMinute (reason rate) or skipped by "
+            "concurrencyPolicy Forbid or a missed schedule (reason skipped).",
+            ["trigger", "reason"],
+        )
 
     def exposition(self) -> bytes:
         """The registry in Prometheus text format."""
