@@ -8,7 +8,9 @@ from pallas_api.triggers.template import TemplateError, parse_template
 
 
 def test_paths_are_filled_strings_as_they_are_the_rest_as_json() -> None:
-    template = parse_template("Pod {{ .object.metadata.name }} restarted {{.object.count}} times; {{ .tags }}")
+    template = parse_template(
+        "Pod {{ .object.metadata.name }} restarted {{.object.count}} times; {{ .tags }}"
+    )
     values = {"object": {"metadata": {"name": "web-1"}, "count": 4}, "tags": ["a", "b"]}
     assert template.render(values) == 'Pod web-1 restarted 4 times; ["a", "b"]'
     assert template.variables() == {"object", "tags"}
@@ -34,7 +36,9 @@ def test_only_dotted_paths_are_accepted(source: str) -> None:
 
 def test_variables_a_source_does_not_offer() -> None:
     template = parse_template("{{ .object.metadata.name }}")
-    with pytest.raises(TemplateError, match=r"\.object\.metadata\.name: no such variable here .*\.body, \.run"):
+    with pytest.raises(
+        TemplateError, match=r"\.object\.metadata\.name: no such variable here .*\.body, \.run"
+    ):
         template.check_variables({"trigger", "run", "body"})
 
 
