@@ -30,7 +30,7 @@ from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 from pydantic import BaseModel, ValidationError
 
-from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
+from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec, PallasTriggerSpec
 from pallas_operator.metrics import OperatorMetrics
 from pallas_operator.runner import Runner
 from pallas_operator.settings import OperatorSettings
@@ -85,6 +85,7 @@ def in_namespace(namespace: str) -> Mod:
 SPEC_MODELS: dict[str, type[BaseModel]] = {
     "PallasDeployment": PallasDeploymentSpec,
     "PallasAgent": PallasAgentSpec,
+    "PallasTrigger": PallasTriggerSpec,
 }
 
 
@@ -155,6 +156,23 @@ def agent(name: str = "research", *mods: Mod) -> Manifest:
                 "description": "Researches questions",
                 "instruction": "You research questions.",
                 "servers": ["argos"],
+            },
+        },
+        mods,
+    )
+
+
+def trigger(name: str = "nightly", *mods: Mod) -> Manifest:
+    """A valid PallasTrigger: agent `research` every weekday at 07:00 in Paris."""
+    return _build(
+        {
+            "apiVersion": "pallas.dev/v1alpha1",
+            "kind": "PallasTrigger",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "agent": "research",
+                "message": "Summarise yesterday for {{ .trigger.namespace }}.",
+                "schedule": {"cron": "0 7 * * 1-5", "timeZone": "Europe/Paris"},
             },
         },
         mods,
