@@ -48,6 +48,8 @@ LABEL_NAMESPACE: Final = "pallas.dev/namespace"
 """On cluster-scoped children (which have no namespace of their own): the owner's namespace."""
 MANAGED_BY: Final = "pallas-operator"
 
+CONVERSATION_META: Final = "pallas.dev/conversationId"
+"""`send_message` result `_meta` key: the conversation the turn spoke in."""
 TOOL_CALLS_META: Final = "pallas.dev/toolCalls"
 """`send_message`'s `_meta` key: `true` in a request asks for the turn's tool calls, listed under
 the same key of the result's `_meta` (docs/api.md §3)."""

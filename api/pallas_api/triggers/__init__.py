@@ -7,7 +7,8 @@ Shared by `pallas run` (the runtime) and the operator, neither of which imports 
 - `template`: the `{{ .a.b }}` message templates (parse at validation, render at run time);
 - `signature`: webhook signatures (GitHub, Slack, plain HMAC-SHA256, bearer), checked on the raw
   body before anything parses it;
-- `policy`: concurrency policies, the per-minute bound and the pruning of run history.
+- `policy`: concurrency policies, the per-minute bound and the pruning of run history;
+- `restart`: closing the runs a stopped process left `Running` (never run twice).
 
 No I/O: times come in as arguments, so every rule is unit-tested without sleeping.
 """

@@ -21,7 +21,7 @@ _PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 MIN_INTERVAL = timedelta(seconds=1)
 """The shortest `@every`: a faster schedule is a loop, not a trigger."""
-MAX_COUNTED = 10_000
+MAX_COUNTED = 1_000
 """Missed cron times counted one by one at most; a longer outage reports this many."""
 
 
@@ -143,7 +143,7 @@ def _around(schedule: Schedule, anchor: datetime, now: datetime) -> tuple[dateti
 
 
 def _step(cron: croniter, *, back: bool = False) -> datetime:
-    """croniter's next (or previous) time, in UTC (its methods carry no type hints)."""
+    """The next (or previous) time of a croniter, in UTC (its methods carry no type hints)."""
     moved = cron.get_prev(datetime) if back else cron.get_next(datetime)  # type: ignore[no-untyped-call]
     assert isinstance(moved, datetime)
     return moved.astimezone(UTC)

@@ -12,7 +12,7 @@ from lightkube.resources.policy_v1 import PodDisruptionBudget
 from lightkube.resources.rbac_authorization_v1 import ClusterRoleBinding, Role, RoleBinding
 
 from pallas_api import names
-from pallas_io.kube import PallasAgent, PallasDeployment
+from pallas_io.kube import PallasAgent, PallasDeployment, PallasTrigger
 
 ServiceMonitor = create_namespaced_resource(
     "monitoring.coreos.com", "v1", "ServiceMonitor", "servicemonitors"
@@ -33,6 +33,10 @@ CHILD_KINDS: dict[str, Any] = {
 """Every kind of child, by `kind`; the operator writes no other. ClusterRoleBinding is the one
 cluster-scoped kind (its namespace is "" wherever a child key has one)."""
 
-__all__ = ["CHILD_KINDS", "OWNER_KINDS", "PallasAgent", "PallasDeployment", "ServiceMonitor"]
+__all__ = ["CHILD_KINDS", "OWNER_KINDS", "PallasAgent", "PallasDeployment", "PallasTrigger", "ServiceMonitor"]
 
-OWNER_KINDS: dict[str, Any] = {names.AGENT_KIND: PallasAgent, names.DEPLOYMENT_KIND: PallasDeployment}
+OWNER_KINDS: dict[str, Any] = {
+    names.AGENT_KIND: PallasAgent,
+    names.DEPLOYMENT_KIND: PallasDeployment,
+    names.TRIGGER_KIND: PallasTrigger,
+}

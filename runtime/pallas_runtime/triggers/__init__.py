@@ -1,10 +1,8 @@
-"""Running PallasTriggers in a process: the runs, the schedule loops and the webhook endpoint.
+"""`pallas run`'s hosting of PallasTriggers: the webhook endpoint, and the loops beside it.
 
-- `call`: one run's MCP call to its agent (`send_message` over Streamable HTTP, fastmcp's client);
-- `engine`: a trigger's runs (concurrency, rate bound, history, metrics, delivery);
-- `clock`: the schedule loop of a schedule trigger;
 - `webhook`: the HTTP endpoint of webhook triggers (signature first, body bounded);
-- `host`: a process's schedule loops and webhook listener together (`pallas run`).
+- `host`: a process's schedule loops and webhook listener together.
 
-The rules are `pallas_api.triggers` (pure); this package is their I/O.
+The runs themselves are `pallas_io.triggers` (shared with the operator); the rules
+`pallas_api.triggers`.
 """

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from pallas_io.serving import listen, serve
+from pallas_io.triggers.clock import run_schedule
+from pallas_io.triggers.runs import TriggerEngine, TriggerTarget
 from pallas_runtime.metrics import RuntimeMetrics
-from pallas_runtime.triggers.clock import run_schedule
-from pallas_runtime.triggers.engine import TriggerEngine, TriggerTarget
 from pallas_runtime.triggers.webhook import PATH, WebhookEndpoint, WebhookTrigger
 
 GRACE_SECONDS = 2
@@ -28,8 +28,8 @@ class TriggerHost:
     def __init__(
         self, schedules: Sequence[TriggerTarget], webhooks: Sequence[WebhookTrigger], metrics: RuntimeMetrics
     ) -> None:
-        self.schedule_engines = [TriggerEngine(t, metrics) for t in schedules]
-        self.webhook_engines = [(w, TriggerEngine(w.target, metrics)) for w in webhooks]
+        self.schedule_engines = [TriggerEngine(t, metrics.triggers) for t in schedules]
+        self.webhook_engines = [(w, TriggerEngine(w.target, metrics.triggers)) for w in webhooks]
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._sock: socket.socket | None = None

@@ -26,7 +26,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from pallas_api.triggers.signature import SignatureError, verify
-from pallas_runtime.triggers.engine import TriggerEngine, TriggerTarget
+from pallas_io.triggers.runs import TriggerEngine, TriggerTarget
 
 PATH = "/triggers/{namespace}/{name}"
 

@@ -95,4 +95,4 @@ def test_a_long_outage_is_counted_without_walking_every_time() -> None:
     plan = plan_runs(schedule, last=last, created=last, now=now, deadline_seconds=None)
     assert plan.due == datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
     assert plan.next == datetime(2026, 12, 7, 12, 1, tzinfo=UTC)
-    assert plan.skipped >= 9_999
+    assert plan.skipped >= 999  # counted up to MAX_COUNTED, then found without walking

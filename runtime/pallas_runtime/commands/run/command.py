@@ -37,6 +37,7 @@ from pallas_api.render import log_level, telemetry_environment
 from pallas_io.commands import EXIT_FAILURE, EXIT_USAGE, port_number
 from pallas_io.logs import LEVELS, log_format, setup_logging
 from pallas_io.tracing import setup_tracing
+from pallas_io.triggers.runs import TriggerTarget
 from pallas_runtime.commands.credentials import CredentialsError, add_token_arguments, bearer_token
 from pallas_runtime.commands.run.banner import StartupReport
 from pallas_runtime.commands.run.env_files import manifest_files, with_openai_base_url, working_directory_env
@@ -52,7 +53,6 @@ from pallas_runtime.commands.run.manifests import (
 from pallas_runtime.commands.run.reload import Reload, watch
 from pallas_runtime.commands.run.triggers import plan_triggers
 from pallas_runtime.metrics import RuntimeMetrics
-from pallas_runtime.triggers.engine import TriggerTarget
 from pallas_runtime.triggers.host import TriggerHost
 from pallas_runtime.triggers.webhook import WebhookTrigger
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
+from pallas_io.triggers.runs import TriggerTarget
 from pallas_runtime.commands.run.manifests import ManifestError, Manifests, PlannedAgent, secret_value
-from pallas_runtime.triggers.engine import TriggerTarget
 from pallas_runtime.triggers.webhook import WebhookTrigger
 
 log = logging.getLogger("pallas.run")

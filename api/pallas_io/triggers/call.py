@@ -16,9 +16,8 @@ from fastmcp.client.transports import StreamableHttpTransport
 from mcp import MCPError
 from mcp_types import Implementation, TextContent
 
-from pallas_api.spending import MICROS
-from pallas_runtime.server.send_message import CONVERSATION_META
-from pallas_runtime.spending.chain import reported_spend
+from pallas_api.names import CONVERSATION_META
+from pallas_api.spending import MICROS, reported_spend
 
 CLIENT_VERSION = "1"
 SEND_MESSAGE = "send_message"

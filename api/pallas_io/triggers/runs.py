@@ -24,10 +24,11 @@ import httpx2
 from pallas_api.spec import PallasTriggerSpec
 from pallas_api.status import ANSWER_EXCERPT_CHARS, PallasTriggerStatus, TriggerRun
 from pallas_api.triggers.policy import RateWindow, admit, prune
+from pallas_api.triggers.restart import INTERRUPTED, INTERRUPTED_MESSAGE, settle_interrupted
 from pallas_api.triggers.signature import PALLAS_SIGNATURE, pallas_signature
 from pallas_api.triggers.template import TemplateError
-from pallas_runtime.metrics import RuntimeMetrics
-from pallas_runtime.triggers.call import Answer, RunFailed, call_agent, identity
+from pallas_io.triggers.call import Answer, RunFailed, call_agent, identity
+from pallas_io.triggers.metrics import TriggerMetrics
 
 log = logging.getLogger("pallas.triggers")
 DELIVERY_TIMEOUT = 10.0
@@ -75,21 +76,28 @@ class TriggerEngine:
     def __init__(
         self,
         target: TriggerTarget,
-        metrics: RuntimeMetrics,
+        metrics: TriggerMetrics,
         *,
         on_change: Callable[[PallasTriggerStatus], None] | None = None,
+        on_run_end: Callable[[TriggerRun], None] | None = None,
         call: AgentCall = call_agent,
         status: PallasTriggerStatus | None = None,
     ) -> None:
         self.target = target
         self._metrics = metrics
         self._on_change = on_change
+        self._on_run_end = on_run_end
         self._call = call
         self._rate = RateWindow(target.spec.max_runs_per_minute)
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._replaced: set[str] = set()
-        self.status = status or PallasTriggerStatus()
+        # Runs another process left Running are closed, never run again (`triggers.restart`).
+        self.status = settle_interrupted(status or PallasTriggerStatus(), (), rfc3339(datetime.now(UTC)))
         self._first_conversation: str | None = target.spec.conversation.id
+
+    def amend(self, status: PallasTriggerStatus) -> None:
+        """Take `status` as the trigger's (its owner's conditions added), and report it."""
+        self._change(**{name: getattr(status, name) for name in PallasTriggerStatus.model_fields})
 
     def running(self) -> int:
         """Runs in flight."""
@@ -177,7 +185,7 @@ class TriggerEngine:
             reason, why = (
                 ("Replaced", "a newer firing replaced it (concurrencyPolicy Replace)")
                 if replaced
-                else ("Interrupted", "the process running it stopped")
+                else (INTERRUPTED, INTERRUPTED_MESSAGE)
             )
             self._finish(run, "Failed", reason=reason, message=why)
             raise
@@ -203,12 +211,14 @@ class TriggerEngine:
         done = run.model_copy(
             update={"outcome": outcome, "completion_time": rfc3339(datetime.now(UTC)), **fields}
         )
-        self._metrics.trigger_runs_total.labels(self.target.key, outcome).inc()
+        self._metrics.runs_total.labels(self.target.key, outcome).inc()
         if outcome == "Failed":
             log.warning("trigger %s: run %s failed: %s", self.target.key, run.id, done.message)
         else:
             log.info("trigger %s: run %s succeeded", self.target.key, run.id)
         self._record(done)
+        if self._on_run_end is not None:
+            self._on_run_end(done)
         return done
 
     def _record(self, run: TriggerRun, **status: object) -> None:
@@ -223,7 +233,7 @@ class TriggerEngine:
             self._on_change(self.status)
 
     def _count_not_run(self, reason: str, count: int = 1) -> None:
-        self._metrics.trigger_dropped_total.labels(self.target.key, reason).inc(count)
+        self._metrics.dropped_total.labels(self.target.key, reason).inc(count)
 
     async def _deliver(self, run: TriggerRun, answer: str) -> None:
         """POST the answer to `spec.deliver.webhook`; a failure is logged, the run stays succeeded."""

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from pallas_api.spec import PallasTriggerSpec
-from pallas_api.status import PallasTriggerStatus
+from pallas_api.status import PallasTriggerStatus, TriggerRun
+from pallas_io.triggers.call import Answer, RunFailed
+from pallas_io.triggers.runs import TriggerEngine, TriggerTarget
 from pallas_runtime.metrics import RuntimeMetrics
-from pallas_runtime.triggers.call import Answer, RunFailed
-from pallas_runtime.triggers.engine import TriggerEngine, TriggerTarget
 
 
 class Agent:
@@ -49,7 +49,7 @@ def engine(agent: Agent, metrics: RuntimeMetrics | None = None, **spec: Any) -> 
     body = {"agent": "triage", "message": "check {{ .body.what }}", "webhook": _WEBHOOK, **spec}
     target = TriggerTarget("ns", "t", PallasTriggerSpec.model_validate(body), "http://agent/mcp")
     metrics = metrics or RuntimeMetrics(process_collectors=False)
-    return TriggerEngine(target, metrics, on_change=agent.on_change, call=agent)
+    return TriggerEngine(target, metrics.triggers, on_change=agent.on_change, call=agent)
 
 
 _WEBHOOK = {"signature": "bearer", "secretRef": {"name": "s", "key": "k"}}
@@ -203,3 +203,24 @@ async def test_suspended_fires_nothing() -> None:
 @pytest.mark.parametrize("policy", ["Allow", "Forbid", "Replace"])
 def test_every_policy_is_accepted(policy: str) -> None:
     assert engine(Agent(), concurrencyPolicy=policy).target.spec.concurrency_policy == policy
+
+
+async def test_a_run_another_process_left_running_is_closed_not_run_again() -> None:
+    """An operator restart: status says a run was Running; the new process never repeats it."""
+    left = PallasTriggerStatus(
+        runs=[TriggerRun(id="old", outcome="Running", start_time="2026-12-07T06:00:00Z")],
+        last_schedule_time="2026-12-07T06:00:00Z",
+    )
+    agent = Agent()
+    runs = TriggerEngine(
+        TriggerTarget("ns", "t", PallasTriggerSpec.model_validate(
+            {"agent": "triage", "message": "m", "webhook": _WEBHOOK}), "http://agent/mcp"),
+        RuntimeMetrics(process_collectors=False).triggers,
+        call=agent,
+        status=left,
+    )  # fmt: skip
+    [run] = runs.status.runs
+    assert (run.outcome, run.reason) == ("Failed", "Interrupted")
+    assert run.completion_time is not None
+    assert runs.status.last_schedule_time == "2026-12-07T06:00:00Z"
+    assert agent.calls == []

@@ -12,7 +12,7 @@ import contextlib
 from datetime import UTC, datetime
 
 from pallas_api.triggers.schedule import parse_schedule, plan_runs
-from pallas_runtime.triggers.engine import TriggerEngine
+from pallas_io.triggers.runs import TriggerEngine
 
 
 async def run_schedule(
