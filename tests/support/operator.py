@@ -447,7 +447,7 @@ def fake_agent_mcp(name: str, agent: FakeAgent) -> FastMCP:
     mcp = FastMCP(name, version="1.0.0")
 
     @mcp.tool(output_schema=None)
-    def send_message(message: str) -> str:
+    def send_message(message: str, conversation_id: str | None = None) -> str:
         """Talk to the agent."""
         return f"echo: {message}"
 

@@ -31,7 +31,8 @@ async def reconcile_trigger(op: Operator, namespace: str, name: str) -> float | 
     old = engine.status if engine is not None else stored_status(PallasTriggerStatus, record)
     new = with_conditions(old, seen, now())
     if spec is not None and runnable(new) and seen.agent_url is not None:
-        target = TriggerTarget(namespace, name, spec, seen.agent_url)
+        # Through the resolver, as the prober's checks: a development seam (operator.md).
+        target = TriggerTarget(namespace, name, spec, op.settings.resolver.resolve(seen.agent_url))
         created = parse_time(record.created) or datetime.now(UTC)
         engine = await op.triggers.fire(
             target, new, generation=record.generation, uid=record.uid, created=created
