@@ -228,18 +228,20 @@ class TriggerRun(_Status):
     """The conversation the run spoke in."""
 
 
+ConditionList = Annotated[
+    list[Condition],
+    Field(json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]}),
+]
+"""Conditions keyed by type, as server-side apply merges them."""
+
+
 class PallasTriggerStatus(_Status):
     """The observed state of a PallasTrigger."""
 
-    observed_generation: int | None = None
-    """The metadata.generation the status was computed from."""
-    conditions: Annotated[
-        list[Condition],
-        Field(
-            json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
-        ),
-    ] = Field(default_factory=list)
+    conditions: ConditionList = Field(default_factory=list)
     """Accepted (the spec and its references hold) and Ready (it will fire)."""
+    observed_generation: int | None = None
+    """The metadata.generation the conditions were computed from."""
     last_run_time: str | None = None
     """When the last run started (RFC 3339)."""
     last_schedule_time: str | None = None

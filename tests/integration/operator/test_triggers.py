@@ -12,22 +12,9 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Event
 
 from pallas_io.kube import PallasTrigger
+from tests.support import operator as support
 from tests.support.cluster import LocalCluster
-from tests.support.operator import (
-    RunningOperator,
-    agent,
-    at,
-    condition,
-    deployment,
-    eventually,
-    fake_agent,
-    get_object,
-    in_namespace,
-    kubectl_apply,
-    pods_ready,
-    secret,
-    trigger,
-)
+from tests.support.operator import RunningOperator, condition, eventually, get_object, in_namespace
 
 AGENT_PODS = {"pallas.dev/agent": "research"}
 
@@ -35,16 +22,17 @@ AGENT_PODS = {"pallas.dev/agent": "research"}
 async def test_a_schedule_trigger_runs_the_agent_and_records_each_run(
     pallas_crds: LocalCluster, pallas_operator: RunningOperator, kube_client: AsyncClient, namespace: str
 ) -> None:
-    async with fake_agent("research") as (_, server):
+    here = in_namespace(namespace)
+    async with support.fake_agent("research") as (_, server):
         pallas_operator.route("research", server.port)
-        kubectl_apply(
+        support.kubectl_apply(
             pallas_crds,
-            secret("llm", None, in_namespace(namespace)),
-            deployment("ouranos", in_namespace(namespace)),
-            agent("research", in_namespace(namespace)),
-            trigger("nightly", in_namespace(namespace), at("spec.schedule", {"cron": "@every 2s"})),
+            support.secret("llm", None, here),
+            support.deployment("ouranos", here),
+            support.agent("research", here),
+            support.trigger("nightly", here, support.at("spec.schedule", {"cron": "@every 2s"})),
         )
-        await pods_ready(kube_client, namespace, AGENT_PODS)
+        await support.pods_ready(kube_client, namespace, AGENT_PODS)
 
         async def succeeded() -> Any:
             obj = await get_object(kube_client, PallasTrigger, namespace, "nightly")
@@ -67,7 +55,8 @@ async def test_a_schedule_trigger_runs_the_agent_and_records_each_run(
 async def test_a_trigger_of_a_missing_agent_is_refused_and_never_fires(
     pallas_crds: LocalCluster, pallas_operator: RunningOperator, kube_client: AsyncClient, namespace: str
 ) -> None:
-    kubectl_apply(pallas_crds, trigger("nightly", in_namespace(namespace), at("spec.agent", "nobody")))
+    nobody = support.at("spec.agent", "nobody")
+    support.kubectl_apply(pallas_crds, support.trigger("nightly", in_namespace(namespace), nobody))
 
     async def refused() -> Any:
         obj = await get_object(kube_client, PallasTrigger, namespace, "nightly")

@@ -10,12 +10,8 @@ import contextlib
 import hashlib
 import hmac
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -23,11 +19,11 @@ from urllib.parse import urlencode
 import httpx2
 import yaml
 
+from tests.integration.runtime.test_run_command import pallas_run
 from tests.support.fake_llm import FakeOpenAI, Text
 from tests.support.local_manifests import fake_llm_deployment
 from tests.support.mcp_peers import free_ports
 
-PALLAS = [sys.executable, "-m", "pallas_runtime.cli"]
 API_KEY = "sk-test-secret-0123456789"
 GITHUB_SECRET = "gh-webhook-secret-42"
 SLACK_SECRET = "slack-signing-secret-43"
@@ -50,57 +46,39 @@ def _secret(name: str, key: str, value: str) -> dict[str, Any]:
 def manifests(llm: FakeOpenAI, *triggers: dict[str, Any]) -> list[dict[str, Any]]:
     return [
         *fake_llm_deployment(llm, "local", API_KEY),
-        {
-            "apiVersion": "pallas.dev/v1alpha1",
-            "kind": "PallasAgent",
-            "metadata": {"name": "triage"},
-            "spec": {"deployment": "local", "instruction": "triage"},
-        },
+        *(
+            {
+                "apiVersion": "pallas.dev/v1alpha1",
+                "kind": "PallasAgent",
+                "metadata": {"name": name},
+                "spec": {"deployment": "local", "instruction": name},
+            }
+            for name in ("triage", "reporter")  # two: `pallas_run` waits for two agents
+        ),
         _secret("gh", "secret", GITHUB_SECRET),
         _secret("slack", "signing", SLACK_SECRET),
         *triggers,
     ]
 
 
-@contextlib.asynccontextmanager
-async def pallas_run(
-    path: Path, base: int, triggers_port: int, *, webhooks: bool = False
-) -> AsyncIterator[subprocess.Popen[str]]:
-    """`pallas run -f path` until its registry and (with `webhooks`) its triggers' endpoint listen.
+QUIET = {"PALLAS_LOG_LEVEL": "INFO"}
+"""Not DEBUG: the run's stderr is a pipe read only at the end."""
 
-    The endpoint starts after the registry: any answer of it (404 at its root) says it listens.
-    """
-    env = {**os.environ, "PALLAS_LOG_LEVEL": "INFO"}
-    command = [
-        *PALLAS,
-        "run",
-        "-f",
-        str(path),
-        "--base-port",
-        str(base),
-        "--triggers-port",
-        str(triggers_port),
-    ]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        async with httpx2.AsyncClient() as http:
-            for _ in range(400):
-                assert proc.poll() is None, proc.communicate()[1]
-                with contextlib.suppress(httpx2.HTTPError):
-                    if (await http.get(f"http://127.0.0.1:{base}/readyz")).status_code == 200:
-                        break
-                await asyncio.sleep(0.05)
-            for _ in range(200 if webhooks else 0):
-                assert proc.poll() is None, proc.communicate()[1]
-                with contextlib.suppress(httpx2.HTTPError):
-                    await http.get(f"http://127.0.0.1:{triggers_port}/")
-                    break
-                await asyncio.sleep(0.05)
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-        proc.wait(15)
+
+def ports() -> int:
+    """A base port whose predecessor, the default --triggers-port, is free too."""
+    return free_ports(4) + 1
+
+
+async def listening(port: int) -> None:
+    """Until something answers HTTP on the port (the triggers' endpoint starts after the registry)."""
+    async with httpx2.AsyncClient() as http:
+        for _ in range(200):
+            with contextlib.suppress(httpx2.HTTPError):
+                await http.get(f"http://127.0.0.1:{port}/")
+                return
+            await asyncio.sleep(0.05)
+    raise AssertionError(f"nothing listens on {port}")
 
 
 def user_messages(llm: FakeOpenAI) -> list[str]:
@@ -147,8 +125,8 @@ async def test_a_schedule_fires_within_seconds(fake_openai: FakeOpenAI, tmp_path
     )
     path = tmp_path / "agents.yaml"
     path.write_text(yaml.safe_dump_all(manifests(fake_openai, trigger)))
-    base = free_ports(3)
-    async with pallas_run(path, base, base + 2) as proc:
+    base = ports()
+    async with pallas_run(path, base, env=QUIET) as proc:
         ready = time.monotonic()
         await until(lambda: len(user_messages(fake_openai)) >= 1, 10)
         first = time.monotonic() - ready
@@ -198,9 +176,10 @@ async def test_webhooks_signed_as_github_and_slack_sign_theirs(
     )
     path = tmp_path / "agents.yaml"
     path.write_text(yaml.safe_dump_all(manifests(fake_openai, github, slack, broken)))
-    base = free_ports(3)
-    hooks = f"http://127.0.0.1:{base + 2}/triggers/default"
-    async with pallas_run(path, base, base + 2, webhooks=True) as proc, httpx2.AsyncClient() as http:
+    base = ports()
+    hooks = f"http://127.0.0.1:{base - 1}/triggers/default"
+    async with pallas_run(path, base, env=QUIET) as proc, httpx2.AsyncClient() as http:
+        await listening(base - 1)
         body = json.dumps({"number": 7, "pull_request": {"title": "Fix the flaky test"}}).encode()
         answer = await http.post(f"{hooks}/pull-requests", content=body, headers=github_headers(body))
         assert answer.status_code == 202, answer.text
