@@ -147,7 +147,8 @@ class PallasTriggerSpec(SpecModel):
     deliver: TriggerDeliver | None = None
     """Send the answer somewhere besides status."""
     suspend: bool = False
-    """Fire nothing while true (webhooks answer 409); runs in flight finish."""
+    """Fire nothing while true (webhooks answer 409). In a cluster, suspending stops the
+    trigger's schedule: a run in flight is stopped and recorded failed (Interrupted)."""
     history_limit: HistoryLimit = Field(default_factory=HistoryLimit)
     """How many finished runs status keeps."""
     starting_deadline_seconds: Annotated[int | None, Field(ge=1, le=86400 * 7)] = None

@@ -96,7 +96,9 @@ class TriggerEngine:
         self._first_conversation: str | None = target.spec.conversation.id
 
     def amend(self, status: PallasTriggerStatus) -> None:
-        """Take `status` as the trigger's (its owner's conditions added), and report it."""
+        """Take `status` as the trigger's (its owner's conditions added), and report it if new."""
+        if status == self.status:
+            return  # nothing to write: reconciles of an unchanged trigger cost no API request
         self._change(**{name: getattr(status, name) for name in PallasTriggerStatus.model_fields})
 
     def running(self) -> int:

@@ -142,11 +142,15 @@ class TriggerRunners:
         task = asyncio.create_task(self._cluster.post_event(event))
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
-    async def stop(self, key: TriggerKey) -> None:
-        """Stop firing a trigger: its loop ends, its runs in flight are closed Interrupted."""
+    async def stop(self, key: TriggerKey) -> PallasTriggerStatus | None:
+        """Stop firing a trigger: its loop ends, its runs in flight are closed Interrupted.
+
+        Returns:
+            Its last status (those runs closed), or None when it was not firing.
+        """
         fired = self._fired.get(key)
         if fired is None:
-            return
+            return None
         fired.stop.set()
         if fired.loop is not None:
             fired.loop.cancel()
@@ -156,6 +160,7 @@ class TriggerRunners:
             with contextlib.suppress(Exception):
                 await fired.writer
         self._fired.pop(key, None)
+        return fired.engine.status
 
     async def close(self) -> None:
         """Stop every trigger (the operator stops)."""

@@ -38,8 +38,9 @@ async def reconcile_trigger(op: Operator, namespace: str, name: str) -> float | 
             target, new, generation=record.generation, uid=record.uid, created=created
         )
         engine.amend(with_conditions(engine.status, seen, now()))  # written by the engine's writer
-    else:
-        await op.triggers.stop(key)
+    else:  # a trigger that fired until now: its runs in flight are closed, and kept in status
+        if (last := await op.triggers.stop(key)) is not None:
+            new = with_conditions(last, seen, now())
         await op.applier.write_status(
             names.TRIGGER_KIND, namespace, name, new.to_wire(), record.status, record.resource_version
         )

@@ -156,3 +156,18 @@ async def test_a_deleted_trigger_stops_firing() -> None:
     op.world.record(names.TRIGGER_KIND, every_second(), deleted=True)
     await reconcile_trigger(op, NS, "nightly")
     assert op.triggers.engine((NS, "nightly")) is None
+
+
+async def test_suspending_stops_the_schedule_and_keeps_the_runs_in_status() -> None:
+    op, cluster = operator_with(deployment(), ready_agent(), every_second())
+    called = scripted(op, cluster)
+    await reconcile_trigger(op, NS, "nightly")
+    await until(lambda: len(called.calls) >= 1)
+    await until(lambda: not op.triggers.engine((NS, "nightly")).running())  # type: ignore[union-attr]
+    suspended = every_second(spec(suspend=True), at("metadata.generation", 2))
+    op.world.record(names.TRIGGER_KIND, suspended)
+    await reconcile_trigger(op, NS, "nightly")
+    assert op.triggers.engine((NS, "nightly")) is None
+    last = trigger_statuses(cluster)[-1]
+    assert condition(last, conditions.READY)["reason"] == conditions.SUSPENDED
+    assert any(r["outcome"] == "Succeeded" for r in last["runs"])
