@@ -7,7 +7,9 @@ In order, and nothing parses the body before the signature holds:
    nothing runs;
 3. only then the body is parsed: JSON, or a form (`application/x-www-form-urlencoded`, as Slack
    sends slash commands); malformed is 400, another media type 415;
-4. the firing: 202 with the run's id when it started; 409 while suspended or while a run is in
+4. a sender's handshake is answered, not run: GitHub's `ping` event (sent when a hook is
+   created) gets 200 `{"pong": true}`, Slack's `url_verification` its `challenge` back;
+5. the firing: 202 with the run's id when it started; 409 while suspended or while a run is in
    flight under `Forbid`; 429 (with Retry-After) over `maxRunsPerMinute`; 422 when the message
    does not render (the run is recorded failed, naming the variable).
 """
@@ -72,6 +74,15 @@ def _parse(media_type: str, body: bytes) -> object:
     raise LookupError(media_type)
 
 
+def _handshake(signature: str, headers: Mapping[str, str], body: object) -> JSONResponse | None:
+    """The answer to a sender checking the endpoint (signed like any delivery), or None."""
+    if signature == "github" and headers.get("x-github-event") == "ping":
+        return JSONResponse({"pong": True})
+    if signature == "slack" and isinstance(body, dict) and body.get("type") == "url_verification":
+        return JSONResponse({"challenge": body.get("challenge")})
+    return None
+
+
 class WebhookEndpoint:
     """The routes of the webhook triggers of one process, keyed by namespace and name."""
 
@@ -109,6 +120,8 @@ class WebhookEndpoint:
             )
         except (ValueError, UnicodeDecodeError) as exc:
             return _error(400, f"the body is not valid {media_type}: {exc}")
+        if (handshake := _handshake(spec.webhook.signature, request.headers, parsed)) is not None:
+            return handshake
         firing = await engine.fire({"body": parsed})
         if firing.fired == "started" and firing.run is not None:
             return JSONResponse({"run": firing.run.id, "outcome": "Running"}, status_code=202)

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Mapping
 from typing import Any
 
 import httpx2
 
 from pallas_api.spec import PallasTriggerSpec
-from pallas_api.triggers.signature import pallas_signature
+from pallas_api.triggers.signature import hmac_hex, pallas_signature
 from pallas_io.triggers.call import Answer
 from pallas_io.triggers.runs import TriggerEngine, TriggerTarget
 from pallas_runtime.metrics import RuntimeMetrics
@@ -38,8 +39,8 @@ class Agent:
 ENGINES: list[TriggerEngine] = []
 
 
-def endpoint(agent: Agent, **spec: Any) -> httpx2.AsyncClient:
-    hook = {"signature": "hmac-sha256", "secretRef": {"name": "s", "key": "k"}, "maxBodyBytes": 64}
+def endpoint(agent: Agent, signature: str = "hmac-sha256", **spec: Any) -> httpx2.AsyncClient:
+    hook = {"signature": signature, "secretRef": {"name": "s", "key": "k"}, "maxBodyBytes": 64}
     body = {"agent": "triage", "message": "{{ .body.text }}", "webhook": hook, **spec}
     target = TriggerTarget("ns", "hook", PallasTriggerSpec.model_validate(body), "http://agent/mcp")
     engine = TriggerEngine(target, RuntimeMetrics(process_collectors=False).triggers, call=agent)
@@ -99,4 +100,28 @@ async def test_the_body_is_checked_in_order_size_signature_type() -> None:
         wrong_type = await client.post("/triggers/ns/hook", content=text, headers=signed(text, "text/plain"))
     assert [r.status_code for r in (too_large, unsigned, wrong_type)] == [413, 401, 415]
     assert unsigned.json()["error"] == "signature check failed: the X-Pallas-Signature-256 header is missing"
+    assert agent.messages == []
+
+
+async def test_github_ping_and_slack_url_verification_are_answered_not_run() -> None:
+    agent = Agent()
+    body = b"{}"
+    github = {
+        "Content-Type": "application/json",
+        "X-GitHub-Event": "ping",
+        "X-Hub-Signature-256": pallas_signature(SECRET, body),  # the same form, under GitHub's name
+    }
+    async with endpoint(agent, "github") as client:
+        pong = await client.post("/triggers/ns/hook", content=body, headers=github)
+    challenge = json.dumps({"type": "url_verification", "challenge": "c-42"}).encode()
+    stamp = str(int(time.time()))
+    slack = {
+        "Content-Type": "application/json",
+        "X-Slack-Request-Timestamp": stamp,
+        "X-Slack-Signature": "v0=" + hmac_hex(SECRET, f"v0:{stamp}:".encode() + challenge),
+    }
+    async with endpoint(agent, "slack") as client:
+        echoed = await client.post("/triggers/ns/hook", content=challenge, headers=slack)
+    assert (pong.status_code, pong.json()) == (200, {"pong": True})
+    assert (echoed.status_code, echoed.json()) == (200, {"challenge": "c-42"})
     assert agent.messages == []
