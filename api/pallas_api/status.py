@@ -215,7 +215,8 @@ class TriggerRun(_Status):
     completion_time: str | None = None
     """When it ended (RFC 3339)."""
     reason: Annotated[str | None, Field(max_length=128)] = None
-    """Why it failed, CamelCase: TemplateFailed, AgentError, Timeout, Replaced, Interrupted…"""
+    """Why it failed, CamelCase: TemplateFailed, AgentError, AgentUnreachable,
+    CredentialsUnavailable, Timeout, Replaced, Interrupted."""
     message: Annotated[str | None, Field(max_length=1024)] = None
     """What went wrong, for humans (never a secret)."""
     answer_excerpt: Annotated[str | None, Field(max_length=ANSWER_EXCERPT_CHARS)] = None

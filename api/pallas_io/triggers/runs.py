@@ -34,6 +34,8 @@ log = logging.getLogger("pallas.triggers")
 DELIVERY_TIMEOUT = 10.0
 RunEnd = Literal["Succeeded", "Failed"]
 Fired = Literal["started", "failed", "skipped", "dropped", "suspended"]
+Credentials = Callable[[], Awaitable[Mapping[str, str]]]
+"""Headers for the next call (the operator: a ServiceAccount token it mints and renews)."""
 AgentCall = Callable[[str, str, str, Mapping[str, str], str], Awaitable[Answer]]
 """(url, message, conversation id, headers, caller) → the answer; `call.call_agent`."""
 
@@ -53,6 +55,8 @@ class TriggerTarget:
     agent_url: str
     headers: Mapping[str, str] = field(default_factory=dict)
     """Sent with every call (the host's credential); never logged."""
+    credentials: Credentials | None = None
+    """Headers fetched before each call (a short-lived token the host renews); never logged."""
     deliver_secret: bytes | None = None
     """Signs deliveries (`spec.deliver.webhook.secretRef`'s value)."""
 
@@ -173,7 +177,7 @@ class TriggerEngine:
         target = self.target
         try:
             answer = await asyncio.wait_for(
-                self._call(target.agent_url, message, run.conversation_id or "", target.headers,
+                self._call(target.agent_url, message, run.conversation_id or "", await self._headers(),
                            identity(target.namespace, target.name)),
                 target.spec.timeout_seconds,
             )  # fmt: skip
@@ -206,6 +210,20 @@ class TriggerEngine:
         finally:
             self._tasks.pop(run.id, None)
             self._replaced.discard(run.id)
+
+    async def _headers(self) -> Mapping[str, str]:
+        """The call's headers: the target's, and fresh credentials when the host gives some.
+
+        Raises:
+            RunFailed: no credential could be had (the message says why, never a token).
+        """
+        target = self.target
+        if target.credentials is None:
+            return target.headers
+        try:
+            return {**target.headers, **(await target.credentials())}
+        except Exception as exc:  # noqa: BLE001 - whatever the host's failure, this run cannot go on
+            raise RunFailed("CredentialsUnavailable", f"no credential for the call: {exc}") from None
 
     def _finish(
         self, run: TriggerRun, outcome: Literal["Succeeded", "Failed"], **fields: object

@@ -82,7 +82,9 @@ class TriggerRunners:
         key = (target.namespace, target.name)
         fired = self._fired.get(key)
         if fired is not None and fired.generation == generation:
-            fired.engine.target.agent_url = target.agent_url  # the agent moved: the next run follows
+            # The agent moved, or its deployment's auth changed: the next run follows.
+            fired.engine.target.agent_url = target.agent_url
+            fired.engine.target.credentials = target.credentials
             return fired.engine
         if fired is not None:
             status = fired.engine.status  # the newest, with the runs it made

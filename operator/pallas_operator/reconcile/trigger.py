@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
 from pallas_api import names
-from pallas_api.spec import PallasTriggerSpec
+from pallas_api.spec import CallerAuth, PallasDeploymentSpec, PallasTriggerSpec
 from pallas_api.status import PallasTriggerStatus
 from pallas_api.validation import describe
-from pallas_io.triggers.runs import TriggerTarget
+from pallas_io.triggers.runs import Credentials, TriggerTarget
 from pallas_operator.engine.context import Operator, now
 from pallas_operator.engine.triggers import parse_time
 from pallas_operator.engine.world import OwnerRecord
@@ -32,7 +33,10 @@ async def reconcile_trigger(op: Operator, namespace: str, name: str) -> float | 
     new = with_conditions(old, seen, now())
     if spec is not None and runnable(new) and seen.agent_url is not None:
         # Through the resolver, as the prober's checks: a development seam (operator.md).
-        target = TriggerTarget(namespace, name, spec, op.settings.resolver.resolve(seen.agent_url))
+        url = op.settings.resolver.resolve(seen.agent_url)
+        target = TriggerTarget(
+            namespace, name, spec, url, credentials=_credentials(op, namespace, spec.agent)
+        )
         created = parse_time(record.created) or datetime.now(UTC)
         engine = await op.triggers.fire(
             target, new, generation=record.generation, uid=record.uid, created=created
@@ -46,6 +50,35 @@ async def reconcile_trigger(op: Operator, namespace: str, name: str) -> float | 
         )
     await _report(op, record, old, new)
     return None
+
+
+def _credentials(op: Operator, namespace: str, agent: str) -> Credentials | None:
+    """A bearer for runs to agents that check callers by Kubernetes token, else None.
+
+    The token is the one the operator's probes of the agent carry: the deployment's agents
+    ServiceAccount (`<deployment>-agents`), which may `invoke` the deployment's agents. So runs
+    reach kubernetes-mode agents, named by that identity in their audit lines and budgets (a
+    ServiceAccount of the trigger's own is not built: docs/triggers.md). oidc-mode agents get
+    none: the operator holds no token of their issuer.
+    """
+    record = op.world.agent(namespace, agent)
+    home = str((record.spec if record is not None else {}).get("deployment") or "")
+    deployment = op.world.deployment(namespace, home) if home else None
+    if deployment is None:
+        return None
+    try:
+        auth = CallerAuth.of(PallasDeploymentSpec.model_validate(deployment.spec).auth)
+    except ValidationError:
+        return None
+    if auth.mode != "kubernetes":
+        return None
+    service_account = names.agents_service_account(home)
+
+    async def bearer() -> Mapping[str, str]:
+        token = await op.tokens.token(namespace, service_account, auth.audiences)
+        return {"Authorization": f"Bearer {token}"}
+
+    return bearer
 
 
 def _observe(op: Operator, record: OwnerRecord) -> tuple[TriggerObservation, PallasTriggerSpec | None]:

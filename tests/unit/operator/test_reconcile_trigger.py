@@ -28,11 +28,13 @@ URL = "http://research.default.svc:8000/mcp"
 class Agent:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, str]] = []
+        self.headers: list[Mapping[str, str]] = []
 
     async def __call__(
         self, url: str, message: str, conversation: str, headers: Mapping[str, str], caller: str
     ) -> Answer:
         self.calls.append((url, message, caller))
+        self.headers.append(dict(headers))
         return Answer("done", conversation, 7, 0.001)
 
 
@@ -171,3 +173,27 @@ async def test_suspending_stops_the_schedule_and_keeps_the_runs_in_status() -> N
     last = trigger_statuses(cluster)[-1]
     assert condition(last, conditions.READY)["reason"] == conditions.SUSPENDED
     assert any(r["outcome"] == "Succeeded" for r in last["runs"])
+
+
+async def test_runs_to_kubernetes_mode_agents_carry_the_deployments_agents_token() -> None:
+    checked = deployment("ouranos", at("spec.auth", {"mode": "kubernetes"}))
+    op, cluster = operator_with(checked, ready_agent(), every_second())
+    called = scripted(op, cluster)
+    try:
+        await reconcile_trigger(op, NS, "nightly")
+        await until(lambda: len(called.calls) >= 1)
+    finally:
+        await op.triggers.close()
+    assert called.headers[0] == {"Authorization": "Bearer token-of-default-ouranos-agents"}
+    assert cluster.tokens[0] == (NS, names.agents_service_account("ouranos"))
+
+
+async def test_runs_to_open_agents_carry_no_credential() -> None:
+    op, cluster = operator_with(deployment(), ready_agent(), every_second())
+    called = scripted(op, cluster)
+    try:
+        await reconcile_trigger(op, NS, "nightly")
+        await until(lambda: len(called.calls) >= 1)
+    finally:
+        await op.triggers.close()
+    assert called.headers[0] == {}

@@ -224,3 +224,20 @@ async def test_a_run_another_process_left_running_is_closed_not_run_again() -> N
     assert run.completion_time is not None
     assert runs.status.last_schedule_time == "2026-12-07T06:00:00Z"
     assert agent.calls == []
+
+
+async def test_no_credential_is_a_failed_run_that_names_why_not_the_token() -> None:
+    async def refused() -> Mapping[str, str]:
+        raise RuntimeError("the TokenRequest was refused (403)")
+
+    agent = Agent()
+    runs = engine(agent)
+    runs.target.credentials = refused
+    await runs.fire({"body": {"what": "a"}})
+    await runs.wait_idle()
+    assert agent.calls == []
+    [run] = runs.status.runs
+    assert (run.reason, run.message) == (
+        "CredentialsUnavailable",
+        "no credential for the call: the TokenRequest was refused (403)",
+    )
