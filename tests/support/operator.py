@@ -162,21 +162,18 @@ def agent(name: str = "research", *mods: Mod) -> Manifest:
     )
 
 
+TRIGGER_SPEC: Manifest = {
+    "agent": "research",
+    "message": "Summarise yesterday for {{ .trigger.namespace }}.",
+    "schedule": {"cron": "0 7 * * 1-5", "timeZone": "Europe/Paris"},
+}
+
+
 def trigger(name: str = "nightly", *mods: Mod) -> Manifest:
-    """A valid PallasTrigger: agent `research` every weekday at 07:00 in Paris."""
-    return _build(
-        {
-            "apiVersion": "pallas.dev/v1alpha1",
-            "kind": "PallasTrigger",
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {
-                "agent": "research",
-                "message": "Summarise yesterday for {{ .trigger.namespace }}.",
-                "schedule": {"cron": "0 7 * * 1-5", "timeZone": "Europe/Paris"},
-            },
-        },
-        mods,
-    )
+    """A valid PallasTrigger (`TRIGGER_SPEC`): agent `research` every weekday at 07:00 in Paris."""
+    meta = {"name": name, "namespace": "default"}
+    body = {"apiVersion": "pallas.dev/v1alpha1", "kind": "PallasTrigger", "metadata": meta}
+    return _build({**body, "spec": copy.deepcopy(TRIGGER_SPEC)}, mods)
 
 
 def secret(name: str = "llm", data: dict[str, str] | None = None, *mods: Mod) -> Manifest:

@@ -56,6 +56,17 @@ def trigger_statuses(cluster: FakeCluster) -> list[dict[str, Any]]:
     return [status for key, status in cluster.statuses if key[0] == names.TRIGGER_KIND]
 
 
+async def fired(op: Operator, cluster: FakeCluster) -> Agent:
+    """Reconcile the trigger `nightly`, wait for its first call to the agent, stop it."""
+    called = scripted(op, cluster)
+    try:
+        await reconcile_trigger(op, NS, "nightly")
+        await until(lambda: len(called.calls) >= 1)
+    finally:
+        await op.triggers.close()
+    return called
+
+
 async def until(check: Callable[[], bool], seconds: float = 5.0) -> None:
     deadline = time.monotonic() + seconds
     while not check():
@@ -136,12 +147,7 @@ async def test_after_a_restart_a_run_left_running_is_closed_and_missed_times_fol
         at("status", left),
     )
     op, cluster = operator_with(deployment(), ready_agent(), manifest)
-    called = scripted(op, cluster)
-    try:
-        await reconcile_trigger(op, NS, "nightly")
-        await until(lambda: len(called.calls) >= 1)
-    finally:
-        await op.triggers.close()
+    called = await fired(op, cluster)
     final = trigger_statuses(cluster)[-1]
     old = next(r for r in final["runs"] if r["id"] == "old")
     assert (old["outcome"], old["reason"]) == ("Failed", "Interrupted")
@@ -178,22 +184,12 @@ async def test_suspending_stops_the_schedule_and_keeps_the_runs_in_status() -> N
 async def test_runs_to_kubernetes_mode_agents_carry_the_deployments_agents_token() -> None:
     checked = deployment("ouranos", at("spec.auth", {"mode": "kubernetes"}))
     op, cluster = operator_with(checked, ready_agent(), every_second())
-    called = scripted(op, cluster)
-    try:
-        await reconcile_trigger(op, NS, "nightly")
-        await until(lambda: len(called.calls) >= 1)
-    finally:
-        await op.triggers.close()
+    called = await fired(op, cluster)
     assert called.headers[0] == {"Authorization": "Bearer token-of-default-ouranos-agents"}
     assert cluster.tokens[0] == (NS, names.agents_service_account("ouranos"))
 
 
 async def test_runs_to_open_agents_carry_no_credential() -> None:
     op, cluster = operator_with(deployment(), ready_agent(), every_second())
-    called = scripted(op, cluster)
-    try:
-        await reconcile_trigger(op, NS, "nightly")
-        await until(lambda: len(called.calls) >= 1)
-    finally:
-        await op.triggers.close()
+    called = await fired(op, cluster)
     assert called.headers[0] == {}
