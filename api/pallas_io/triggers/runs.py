@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -53,6 +53,7 @@ class TriggerTarget:
     name: str
     spec: PallasTriggerSpec
     agent_url: str
+    _: KW_ONLY  # what calls carry is named at every construction: a token is never a URL by position
     headers: Mapping[str, str] = field(default_factory=dict)
     """Sent with every call (the host's credential); never logged."""
     credentials: Credentials | None = None

@@ -60,7 +60,12 @@ def plan_triggers(
                 raise ManifestError(_no_value(where, "spec.deliver.webhook.secretRef", ref.name, ref.key))
             deliver_secret = value.encode()
         target = TriggerTarget(
-            trigger.namespace, trigger.name, trigger.spec, urls[key], headers, deliver_secret
+            trigger.namespace,
+            trigger.name,
+            trigger.spec,
+            urls[key],
+            headers=headers,
+            deliver_secret=deliver_secret,
         )
         if (webhook := trigger.spec.webhook) is None:
             schedules.append(target)
