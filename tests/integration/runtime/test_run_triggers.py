@@ -18,11 +18,16 @@ from urllib.parse import urlencode
 
 import httpx2
 import yaml
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from tests.integration.runtime.test_run_command import pallas_run
 from tests.support.fake_llm import FakeOpenAI, Text
 from tests.support.local_manifests import fake_llm_deployment
 from tests.support.mcp_peers import free_ports
+from tests.support.mcp_servers import serve_app
 
 API_KEY = "sk-test-secret-0123456789"
 GITHUB_SECRET = "gh-webhook-secret-42"
@@ -113,33 +118,57 @@ def slack_headers(body: bytes, secret: str = SLACK_SECRET) -> dict[str, str]:
     }
 
 
-async def test_a_schedule_fires_within_seconds(fake_openai: FakeOpenAI, tmp_path: Path) -> None:
+async def test_a_schedule_fires_within_seconds_and_delivers_signed_answers(
+    fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
     fake_openai.default = Text("report written")
+    delivered: list[tuple[bytes, str]] = []
+
+    async def receive(request: Request) -> Response:
+        delivered.append((await request.body(), request.headers.get("x-pallas-signature-256", "")))
+        return Response(status_code=204)
+
+    receiver = Starlette(routes=[Route("/hook", receive, methods=["POST"])])
     trigger = _trigger(
         "nightly",
         {
             "agent": "triage",
             "message": "Report for {{ .trigger.namespace }}/{{ .trigger.name }}, run {{ .run.id }}",
             "schedule": {"cron": "@every 1s"},
+            "concurrencyPolicy": "Allow",
         },
     )
     path = tmp_path / "agents.yaml"
-    path.write_text(yaml.safe_dump_all(manifests(fake_openai, trigger)))
     base = ports()
-    async with pallas_run(path, base, env=QUIET) as proc:
-        ready = time.monotonic()
-        await until(lambda: len(user_messages(fake_openai)) >= 1, 10)
-        first = time.monotonic() - ready
-        await until(lambda: len(user_messages(fake_openai)) >= 2, 10)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=15)
-    assert all(m.startswith("Report for default/nightly, run ") for m in user_messages(fake_openai))
-    # Every second from the start, which came before the registry was ready; generous for a
-    # loaded machine (the run's process, its agent and the fake LLM share two cores).
-    assert first < 10
-    runs = [json.loads(line) for line in err.splitlines() if "trigger default/nightly: run" in line]
-    assert any(line["message"].endswith("succeeded") for line in runs), err
-    assert API_KEY not in err
+    async with serve_app(receiver, path="/hook") as hook:
+        trigger["spec"]["deliver"] = {
+            "webhook": {"url": hook.url, "secretRef": {"name": "gh", "key": "secret"}}
+        }
+        path.write_text(yaml.safe_dump_all(manifests(fake_openai, trigger)))
+        async with pallas_run(path, base, env=QUIET) as proc:
+            ready = time.monotonic()
+            await until(lambda: len(user_messages(fake_openai)) >= 1, 10)
+            first = time.monotonic() - ready
+            await until(lambda: len(user_messages(fake_openai)) >= 2, 10)
+            await until(lambda: len(delivered) >= 1, 10)
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=15)
+        body, signature = delivered[0]
+        assert signature == "sha256=" + hmac.new(GITHUB_SECRET.encode(), body, hashlib.sha256).hexdigest()
+        answer = json.loads(body)
+        assert (answer["trigger"], answer["outcome"], answer["answer"]) == (
+            "default/nightly",
+            "Succeeded",
+            "report written",
+        )
+        assert answer["conversationId"] == f"trigger-nightly-{answer['run']}"
+        assert all(m.startswith("Report for default/nightly, run ") for m in user_messages(fake_openai))
+        # Every second from the start, which came before the registry was ready; generous for a
+        # loaded machine (the run's process, its agent and the fake LLM share two cores).
+        assert first < 10
+        runs = [json.loads(line) for line in err.splitlines() if "trigger default/nightly: run" in line]
+        assert any(line["message"].endswith("succeeded") for line in runs), err
+        assert API_KEY not in err
 
 
 async def test_webhooks_signed_as_github_and_slack_sign_theirs(
