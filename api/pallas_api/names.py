@@ -22,6 +22,8 @@ AGENT_KIND: Final = "PallasAgent"
 AGENT_PLURAL: Final = "pallasagents"
 DEPLOYMENT_KIND: Final = "PallasDeployment"
 DEPLOYMENT_PLURAL: Final = "pallasdeployments"
+TRIGGER_KIND: Final = "PallasTrigger"
+TRIGGER_PLURAL: Final = "pallastriggers"
 
 DNS_LABEL_FORM: Final = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 """An RFC 1123 label without anchors, for the patterns built from labels (a DNS subdomain, a
@@ -49,6 +51,8 @@ LABEL_NAMESPACE: Final = "pallas.dev/namespace"
 """On cluster-scoped children (which have no namespace of their own): the owner's namespace."""
 MANAGED_BY: Final = "pallas-operator"
 
+CONVERSATION_META: Final = "pallas.dev/conversationId"
+"""`send_message` result `_meta` key: the conversation the turn spoke in."""
 TOOL_CALLS_META: Final = "pallas.dev/toolCalls"
 """`send_message`'s `_meta` key: `true` in a request asks for the turn's tool calls, listed under
 the same key of the result's `_meta` (docs/api.md §3)."""

@@ -76,6 +76,8 @@ NAMESPACED = {
     ("pallas.dev", "pallasdeployments"),
     ("pallas.dev", "pallasagents/status"),
     ("pallas.dev", "pallasdeployments/status"),
+    ("pallas.dev", "pallastriggers"),
+    ("pallas.dev", "pallastriggers/status"),
     ("", "pods"),
     ("", "configmaps"),
     ("", "services"),

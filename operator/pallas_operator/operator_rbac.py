@@ -17,7 +17,7 @@ CLUSTER_RULES: Final[list[dict[str, Any]]] = [
     {
         # Watched and indexed. kopf only runs event handlers, which write nothing.
         "apiGroups": [names.GROUP],
-        "resources": [names.AGENT_PLURAL, names.DEPLOYMENT_PLURAL],
+        "resources": [names.AGENT_PLURAL, names.DEPLOYMENT_PLURAL, names.TRIGGER_PLURAL],
         "verbs": ["get", "list", "watch"],
     },
     {
@@ -34,9 +34,14 @@ CLUSTER_RULES: Final[list[dict[str, Any]]] = [
         "verbs": ["get", "create", "patch", "delete"],
     },
     {
-        # Status is written by server-side apply on the status subresource.
+        # Status is written by server-side apply on the status subresource (a trigger's at
+        # every run, by the operator that fires it).
         "apiGroups": [names.GROUP],
-        "resources": [f"{names.AGENT_PLURAL}/status", f"{names.DEPLOYMENT_PLURAL}/status"],
+        "resources": [
+            f"{names.AGENT_PLURAL}/status",
+            f"{names.DEPLOYMENT_PLURAL}/status",
+            f"{names.TRIGGER_PLURAL}/status",
+        ],
         "verbs": ["get", "patch"],
     },
     {"apiGroups": [""], "resources": ["configmaps", "services", "serviceaccounts"], "verbs": _WRITE_CHILDREN},
@@ -119,7 +124,7 @@ AUTH_DELEGATOR: Final = "system:auth-delegator"
 USER_VIEW_RULES: Final[list[dict[str, Any]]] = [
     {
         "apiGroups": [names.GROUP],
-        "resources": [names.AGENT_PLURAL, names.DEPLOYMENT_PLURAL],
+        "resources": [names.AGENT_PLURAL, names.DEPLOYMENT_PLURAL, names.TRIGGER_PLURAL],
         "verbs": ["get", "list", "watch"],
     },
 ]
@@ -129,7 +134,7 @@ USER_EDIT_RULES: Final[list[dict[str, Any]]] = [
     *USER_VIEW_RULES,
     {
         "apiGroups": [names.GROUP],
-        "resources": [names.AGENT_PLURAL, names.DEPLOYMENT_PLURAL],
+        "resources": [names.AGENT_PLURAL, names.DEPLOYMENT_PLURAL, names.TRIGGER_PLURAL],
         "verbs": ["create", "update", "patch", "delete", "deletecollection"],
     },
     {"apiGroups": [names.GROUP], "resources": [names.AGENT_PLURAL], "verbs": [INVOKE_VERB]},

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pallas_api import names
-from pallas_operator.engine.context import AGENT, DEPLOYMENT, Operator
+from pallas_operator.engine.context import AGENT, DEPLOYMENT, TRIGGER, Operator
 from pallas_operator.engine.world import CHILD_RESOURCES, World
 from pallas_operator.k8s.apply import Seen, seen
 from pallas_operator.k8s.cluster import Cluster, OwnerEvent
@@ -26,11 +26,12 @@ from pallas_operator.k8s.listing import ALL_NAMESPACES
 from pallas_operator.metrics import OperatorMetrics
 from pallas_operator.reconcile.agent import reconcile_agent
 from pallas_operator.reconcile.deployment import reconcile_deployment
+from pallas_operator.reconcile.trigger import reconcile_trigger
 from pallas_operator.settings import OperatorSettings
 
 ObjectKey = tuple[str, str, str]
 """(kind, namespace, name); the namespace is "" for a cluster-scoped object."""
-WATCHED_KINDS = (names.AGENT_KIND, names.DEPLOYMENT_KIND, *CHILD_RESOURCES)
+WATCHED_KINDS = (names.AGENT_KIND, names.DEPLOYMENT_KIND, names.TRIGGER_KIND, *CHILD_RESOURCES)
 
 
 def key_of(body: Mapping[str, Any]) -> ObjectKey:
@@ -252,5 +253,5 @@ def in_memory_operator(cluster: FakeCluster, **settings: Any) -> Operator:
     """
     values: dict[str, Any] = {"namespaces": ("default",), "runtime_image": "pallas:test", "http_port": None}
     values.update(settings)
-    reconcilers = {AGENT: reconcile_agent, DEPLOYMENT: reconcile_deployment}
+    reconcilers = {AGENT: reconcile_agent, DEPLOYMENT: reconcile_deployment, TRIGGER: reconcile_trigger}
     return Operator(OperatorSettings(**values), cluster, OperatorMetrics(), reconcilers)

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class OwnerEvent:
-    """An Event about a PallasAgent or PallasDeployment (what `kubectl describe` shows)."""
+    """An Event about a PallasAgent, PallasDeployment or PallasTrigger (what `kubectl describe` shows)."""
 
     kind: str
     namespace: str

@@ -13,7 +13,7 @@ from lightkube.resources.policy_v1 import PodDisruptionBudget
 from lightkube.resources.rbac_authorization_v1 import ClusterRoleBinding, Role, RoleBinding
 
 from pallas_api import names
-from pallas_io.kube import PallasAgent, PallasDeployment
+from pallas_io.kube import PallasAgent, PallasDeployment, PallasTrigger
 
 ServiceMonitor = create_namespaced_resource(
     "monitoring.coreos.com", "v1", "ServiceMonitor", "servicemonitors"
@@ -39,6 +39,10 @@ purge of a deleted agent's conversations (`reconcile.conversation_purge`), never
 READ_KINDS: dict[str, Any] = {"Pod": Pod}
 """Kinds the operator only reads by name or label (a deleted agent's pods, until they are gone)."""
 
-__all__ = ["CHILD_KINDS", "OWNER_KINDS", "READ_KINDS", "PallasAgent", "PallasDeployment", "ServiceMonitor"]
+__all__ = ["CHILD_KINDS", "OWNER_KINDS", "READ_KINDS", "PallasAgent", "PallasDeployment", "PallasTrigger", "ServiceMonitor"]
 
-OWNER_KINDS: dict[str, Any] = {names.AGENT_KIND: PallasAgent, names.DEPLOYMENT_KIND: PallasDeployment}
+OWNER_KINDS: dict[str, Any] = {
+    names.AGENT_KIND: PallasAgent,
+    names.DEPLOYMENT_KIND: PallasDeployment,
+    names.TRIGGER_KIND: PallasTrigger,
+}
