@@ -52,7 +52,7 @@ LABEL_NAMESPACE: Final = "pallas.dev/namespace"
 MANAGED_BY: Final = "pallas-operator"
 
 CONVERSATION_META: Final = "pallas.dev/conversationId"
-"""`send_message` result `_meta` key: the conversation the turn spoke in."""
+"""The `_meta` key of a send_message (or create_conversation) result naming its conversation."""
 TOOL_CALLS_META: Final = "pallas.dev/toolCalls"
 """`send_message`'s `_meta` key: `true` in a request asks for the turn's tool calls, listed under
 the same key of the result's `_meta` (docs/api.md §3)."""
@@ -62,8 +62,6 @@ the turn's end) for a request that asked for chunks (docs/api.md §3, progress).
 CHUNKS_META: Final = "pallas.dev/chunks"
 """`send_message`'s `_meta` key: `true` in a request asks for typed chunks with its progress."""
 HISTORY_TRIMMED_META: Final = "pallas.dev/historyTrimmed"
-CONVERSATION_META: Final = "pallas.dev/conversationId"
-"""The `_meta` key of a send_message (or create_conversation) result naming its conversation."""
 """`send_message` result `_meta` key: `{"droppedMessages": N}` when the turn's model calls left out
 the N oldest stored messages to fit the model's context window (docs/api.md §3)."""
 INSTRUCTION_URI: Final = "pallas://instruction"

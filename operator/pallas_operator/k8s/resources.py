@@ -39,7 +39,15 @@ purge of a deleted agent's conversations (`reconcile.conversation_purge`), never
 READ_KINDS: dict[str, Any] = {"Pod": Pod}
 """Kinds the operator only reads by name or label (a deleted agent's pods, until they are gone)."""
 
-__all__ = ["CHILD_KINDS", "OWNER_KINDS", "READ_KINDS", "PallasAgent", "PallasDeployment", "PallasTrigger", "ServiceMonitor"]
+__all__ = [
+    "CHILD_KINDS",
+    "OWNER_KINDS",
+    "READ_KINDS",
+    "PallasAgent",
+    "PallasDeployment",
+    "PallasTrigger",
+    "ServiceMonitor",
+]
 
 OWNER_KINDS: dict[str, Any] = {
     names.AGENT_KIND: PallasAgent,
