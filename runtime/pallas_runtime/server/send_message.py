@@ -21,7 +21,13 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from pallas_api.config import SendParams
 from pallas_api.errors import ErrorCode
-from pallas_api.names import HISTORY_TRIMMED_META, RESUMABLE_META, TASK_PROGRESS_PREFIX, TOOL_CALLS_META
+from pallas_api.names import (
+    CONVERSATION_META,
+    HISTORY_TRIMMED_META,
+    RESUMABLE_META,
+    TASK_PROGRESS_PREFIX,
+    TOOL_CALLS_META,
+)
 from pallas_io.tracing import exemplar
 from pallas_runtime.agent.inputs import ImageInput
 from pallas_runtime.agent.live import LiveAgent
@@ -49,8 +55,6 @@ from pallas_runtime.spending.chain import spend_meta
 
 HELD_STATE = "held:"
 """The `requestState` of an MRTR question: the held turn the retry continues (sealed by fastmcp)."""
-CONVERSATION_META = "pallas.dev/conversationId"
-"""The `_meta` key of a send_message result naming the conversation the turn was stored in."""
 
 
 class SendMessageMetrics(Middleware):
