@@ -36,6 +36,7 @@ from pallas_api.fields import (
     ProviderPlatform,
     ServerSessionLimits,
     StoreType,
+    TaskTtl,
 )
 from pallas_api.names import DNS_LABEL
 from pallas_api.spec.common import (
@@ -350,6 +351,11 @@ class ConversationsSpec(SpecModel):
     (default 200)."""
     ttl_seconds: Annotated[int | None, Field(gt=0)] = None
     """Conversations untouched this long are deleted; default: kept."""
+    task_ttl_seconds: TaskTtl | None = None
+    """How long a finished MCP task (a `send_message` a 2026-07-28 client ran as a task) keeps its
+    status and result for `tasks/get`; default 3600 (an hour), at most a week. Tasks are kept in
+    the store: with `postgres` every replica answers `tasks/get`, with `memory` only the pod that
+    ran the turn."""
     scope: ConversationScope | None = None
     """What a `send_message` without `conversation_id` continues (the original Pallas's
     `instance_scope`): `caller` — each caller's one default conversation, across sessions,

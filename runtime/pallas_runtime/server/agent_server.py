@@ -34,6 +34,7 @@ from pallas_runtime.agent.turns import Conversations
 from pallas_runtime.auth import build_auth
 from pallas_runtime.conversations.factory import build_store
 from pallas_runtime.conversations.model import ConversationStore
+from pallas_runtime.conversations.tasks import task_store_for
 from pallas_runtime.downstream.source import ToolSource
 from pallas_runtime.edge.sessions import SessionTable
 from pallas_runtime.inflight import DrainOutcome, InFlight
@@ -43,11 +44,13 @@ from pallas_runtime.server.conversation_gauge import ConversationGauge
 from pallas_runtime.server.conversation_tools import ConversationTools
 from pallas_runtime.server.gateway_tools import GatewayTools
 from pallas_runtime.server.get_health import HealthTool
+from pallas_runtime.server.held import HeldTurns
 from pallas_runtime.server.history_prompt import HistoryPrompt
 from pallas_runtime.server.instruction_resource import InstructionResource
 from pallas_runtime.server.probe_routes import ProbeRoutes
 from pallas_runtime.server.send_message import SendMessage, SendMessageMetrics
 from pallas_runtime.server.server_card import ServerCardRoute
+from pallas_runtime.server.tasks import SendMessageTasks
 from pallas_runtime.server.tool_errors import CodedErrors
 from pallas_runtime.server.turn_entry import TurnEntry
 from pallas_runtime.server.warm_up import import_what_fastmcp_defers, skip_key_value_type_checks
@@ -125,7 +128,11 @@ class AgentServer:
         self._gauge = ConversationGauge(agent, store, metrics)
         self.turns = TurnEntry(live, conversations, self.inflight, self._gauge, metrics, self.budgets)
         """Where every turn starts, whichever protocol asked for it."""
-        self._send = SendMessage(live, self.turns, verified=self._auth is not None)
+        self.held = HeldTurns(
+            config.identity, task_store_for(store), ttl_seconds=config.conversations.task_ttl_seconds
+        )
+        """Turns that outlive their request: MCP tasks and approvals over MRTR (`server.held`)."""
+        self._send = SendMessage(live, self.turns, verified=self._auth is not None, held=self.held)
         self.a2a: A2ASurface | None = None
         """The A2A surface (`spec.a2a.enabled`, fixed at start), served beside MCP by `agent_app`."""
         if config.a2a.enabled:
@@ -147,6 +154,7 @@ class AgentServer:
         self._conversations = conversations
         self._instruction = InstructionResource(lambda: self.live.config)
         self._send.add_to(self.mcp)
+        self.mcp.add_extension(SendMessageTasks(self.held, lambda: self._send.names))
         HealthTool(self._health).add_to(self.mcp)
         HistoryPrompt(config, conversations).add_to(self.mcp)
         ConversationTools(config, conversations, self._gauge).add_to(self.mcp)
@@ -267,6 +275,7 @@ class AgentServer:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            await self.held.aclose()  # before the store: a cancelled task writes its end there
             closing = [self.live.aclose(), self._store.aclose()]
             if self.a2a is not None:
                 closing.append(self.a2a.aclose())
