@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from pallas_api.spec.common import ScalingSpec
 
@@ -30,16 +31,17 @@ SCALE_IN_STABLE_SECONDS = 60.0
 
 @dataclass(frozen=True, slots=True)
 class Activity:
-    """What an agent's pods report: when a turn last started, and the turns each ready pod runs."""
+    """What an agent's pods report.
+
+    `last_turn_at`: wall-clock seconds of the latest turn any pod started, or of a wake (None:
+    none known); `in_flight`: the turns each ready pod runs, one entry a pod.
+    """
 
     last_turn_at: float | None
-    """Wall-clock seconds of the latest turn started by any pod, or of a wake (None: none known)."""
     in_flight: tuple[int, ...] = ()
-    """Turns in flight, one entry per ready pod."""
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
+class Decision(NamedTuple):
     """The replicas to set, whether the agent sleeps, and why (for the log and the Event)."""
 
     replicas: int

@@ -14,47 +14,49 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from pallas_api.config import AgentConfig, ModelOption
 from pallas_api.fields import RequestParams
 from pallas_runtime.llm.provider import LLMProvider, ProviderCheck
-from pallas_runtime.messages import Completion, Message, TextSink, ToolSpec
+from pallas_runtime.messages import Completion
+
+
+class LoadOnce:
+    """An async job run at most once, shared by concurrent callers.
+
+    One caller's cancellation does not stop it for the others (`DeferredProvider`,
+    `server.deferred_a2a.DeferredA2A`).
+    """
+
+    def __init__(self, job: Callable[[], Awaitable[None]]) -> None:
+        self._job = job
+        self._task: asyncio.Task[None] | None = None
+
+    async def __call__(self) -> None:
+        """Run the job, or wait for the run under way or done."""
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._job())
+        await asyncio.shield(self._task)
+
+    def cancel(self) -> None:
+        """Cancel the job if it is under way (on close)."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
 
 
 class DeferredProvider:
     """`build()`'s provider, built at first use; `module` is imported in a thread before that."""
 
     def __init__(self, config: AgentConfig, module: str, build: Callable[[], LLMProvider]) -> None:
-        self._name = config.provider.name
-        self._model = config.model
+        self.name = config.provider.name
+        self.model = config.model
         self._module = module
         self._build = build
         self._real: LLMProvider | None = None
-        self._loading: asyncio.Task[None] | None = None
-
-    @property
-    def name(self) -> str:
-        """The provider's name in the deployment."""
-        return self._name
-
-    @property
-    def model(self) -> str:
-        """The model id sent to the provider."""
-        return self._model
-
-    @property
-    def is_loaded(self) -> bool:
-        """Its SDK is imported and the adapter built."""
-        return self._real is not None
-
-    async def load(self) -> None:
-        """Import the SDK in a thread and build the adapter; concurrent callers share one load."""
-        if self._real is not None:
-            return
-        if self._loading is None:
-            self._loading = asyncio.ensure_future(self._import())
-        await asyncio.shield(self._loading)
+        self.load = LoadOnce(self._import)
+        """Import the SDK in a thread and build the adapter (awaited by the preflight and turns)."""
 
     async def _import(self) -> None:
         await asyncio.to_thread(importlib.import_module, self._module)
@@ -66,20 +68,10 @@ class DeferredProvider:
             self._real = self._build()
         return self._real
 
-    async def complete(
-        self,
-        *,
-        system: str,
-        messages: Sequence[Message],
-        tools: Sequence[ToolSpec],
-        params: RequestParams | None = None,
-        on_text: TextSink | None = None,
-    ) -> Completion:
+    async def complete(self, **call: Any) -> Completion:
         """The adapter's `complete`, once loaded."""
         await self.load()
-        return await self._ensure().complete(
-            system=system, messages=messages, tools=tools, params=params, on_text=on_text
-        )
+        return await self._ensure().complete(**call)
 
     def with_model(self, option: ModelOption) -> LLMProvider:
         """The adapter's `with_model` (a turn awaits `loaded` before choosing its model)."""
@@ -100,8 +92,7 @@ class DeferredProvider:
 
     async def aclose(self) -> None:
         """Close the adapter if it was built; a load under way is cancelled."""
-        if self._loading is not None and not self._loading.done():
-            self._loading.cancel()
+        self.load.cancel()
         if self._real is not None:
             await self._real.aclose()
 

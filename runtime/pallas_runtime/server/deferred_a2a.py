@@ -17,6 +17,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
 from pallas_api.names import A2A_PATH, AGENT_CARD_PATH
+from pallas_runtime.llm.deferred import LoadOnce
 
 if TYPE_CHECKING:
     from pallas_runtime.server.a2a import A2ASurface
@@ -32,15 +33,8 @@ class DeferredA2A:
         self._build = build
         self._surface: A2ASurface | None = None
         self._routes: dict[str, Route] = {}
-        self._loading: asyncio.Task[None] | None = None
-
-    async def load(self) -> None:
-        """Import the SDK in a thread and build the surface; concurrent callers share one build."""
-        if self._surface is not None:
-            return
-        if self._loading is None:
-            self._loading = asyncio.ensure_future(self._import())
-        await asyncio.shield(self._loading)
+        self.load = LoadOnce(self._import)
+        """Import the SDK in a thread and build the surface (after ready, or at a first request)."""
 
     async def _import(self) -> None:
         await asyncio.to_thread(importlib.import_module, SDK_MODULE)
@@ -57,8 +51,7 @@ class DeferredA2A:
 
     async def aclose(self) -> None:
         """Close the surface if it was built; a build under way is cancelled."""
-        if self._loading is not None and not self._loading.done():
-            self._loading.cancel()
+        self.load.cancel()
         if self._surface is not None:
             await self._surface.aclose()
 

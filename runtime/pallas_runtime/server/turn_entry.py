@@ -219,6 +219,8 @@ class TurnEntry:
         if model != generation.config.model or appended:  # the call chose: who chose what is audited
             audit_turn(self._agent, model, len(choice.system_append) if choice is not None else 0)
         reply: Reply | None = None
+        # Scaling's activity signal (docs/operator.md "Scaling"): every protocol's turn passes here.
+        self._metrics.last_turn_time.labels(self._agent).set_to_current_time()
         try:
             with self._inflight.track():
                 reply = await self._conversations.send(
