@@ -126,7 +126,7 @@ class RuntimeMetrics:
         )
         self.last_turn_time = gauge(
             "pallas_last_turn_timestamp_seconds",
-            "When this process last started a turn (Unix seconds; absent before the first): scaling's idle signal.",
+            "When this process last started a turn (Unix seconds; absent before the first): the idle signal.",
             ["agent"],
         )
         self.active_conversations = gauge(
