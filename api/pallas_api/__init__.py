@@ -4,8 +4,10 @@ One package, imported by all three and importing none of them (as CloudNativePG'
 
 - `names`: the API group, kinds, labels, annotations, child names and in-cluster URLs;
 - `wire`: the one camelCase convention of the models;
-- `spec`: the PallasDeployment / PallasAgent spec models (the schema users write), one module
-  per kind;
+- `spec`: the PallasDeployment / PallasAgent / PallasTrigger spec models (the schema users
+  write), one module per kind;
+- `triggers`: the pure core of PallasTriggers: schedules (croniter), message templates, webhook
+  signatures, concurrency, the per-minute bound and run history;
 - `status` / `conditions`: the status models, phases, health statuses, condition types and reasons;
 - `config`: one agent's runtime config (the ConfigMap contract between operator and pod);
 - `workflow`: the workflow shapes (`spec.workflow`), which the spec and the config share;

@@ -26,13 +26,14 @@ from pydantic import BaseModel, ValidationError
 from pallas_api import conditions, crds, names
 from pallas_api.references import DependencyGraph, Homes, check_references
 from pallas_api.render import RenderError, render_agent
-from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec, agent_dependencies
+from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec, PallasTriggerSpec, agent_dependencies
 from pallas_api.validation import field_problems
 from pallas_api.workflow import step_names
 
 SPECS: Mapping[str, type[BaseModel]] = {
     names.DEPLOYMENT_KIND: PallasDeploymentSpec,
     names.AGENT_KIND: PallasAgentSpec,
+    names.TRIGGER_KIND: PallasTriggerSpec,
 }
 
 ObjectCheck = Callable[[str, Mapping[str, Any]], bool]
@@ -59,6 +60,7 @@ OBJECT_RULES: Mapping[str, Sequence[tuple[crds.Rule, ObjectCheck]]] = {
         (crds.NOT_SELF_IN_WORKFLOW, lambda name, spec: name not in step_names(spec.get("workflow"))),
     ],
     names.DEPLOYMENT_KIND: [(crds.DEPLOYMENT_NAME_RULE, _name_fits(crds.MAX_DEPLOYMENT_NAME))],
+    names.TRIGGER_KIND: [],
 }
 """The CEL rules about the whole object, as Python, each beside the rule it mirrors."""
 
@@ -85,6 +87,8 @@ CEL_OFFLINE: Mapping[str, str] = {
     "a parallel workflow's fanIn": "ParallelSpec._fan_in_apart",
     "the evaluator must be another": "EvaluatorSpec._two_agents",
     "a matchLabelKeys key must not be": "TopologySpreadConstraint._as_kubernetes_accepts",
+    "a trigger needs exactly one": "PallasTriggerSpec._one_source",
+    "conversation.id is only used": "TriggerConversation._id_only_to_continue",
 }
 """How each CEL rule that is not in `OBJECT_RULES` is checked offline, by the start of its message."""
 
@@ -255,8 +259,28 @@ def _check_agent(agent: _Object, objects: Sequence[_Object], report: Report, *, 
         report.warnings.append(Finding(agent.source, what, RENDER_FIELDS[warning.reason], warning.message))
 
 
+EVENT_NOT_RUN = (
+    "event triggers are accepted but not run yet: neither `pallas run` nor this version of the operator "
+    "watches objects (docs/triggers.md); `when` is not checked (no CEL library is pinned)"
+)
+
+
+def _check_trigger(trigger: _Object, objects: Sequence[_Object], report: Report) -> None:
+    """A trigger's agent must be a PallasAgent of its namespace among the files."""
+    spec: PallasTriggerSpec = trigger.spec
+    what = f"{trigger.kind}/{trigger.name}"
+    if not any(
+        o.kind == names.AGENT_KIND and o.namespace == trigger.namespace and o.name == spec.agent
+        for o in objects
+    ):
+        message = f"no PallasAgent {spec.agent!r} in namespace {trigger.namespace!r} of the files"
+        report.problems.append(Finding(trigger.source, what, "spec.agent", message))
+    if spec.event is not None:
+        report.warnings.append(Finding(trigger.source, what, "spec.event", EVENT_NOT_RUN))
+
+
 def check_documents(documents: Sequence[Document], *, local: bool = False) -> Report:
-    """Check every PallasDeployment and PallasAgent of the documents, alone and together.
+    """Check every PallasDeployment, PallasAgent and PallasTrigger of the documents, alone and together.
 
     `local`: as `pallas run` would run them rather than a cluster (it hosts what a cluster
     cannot: a stateful stdio server's process per session).
@@ -280,6 +304,8 @@ def check_documents(documents: Sequence[Document], *, local: bool = False) -> Re
     for obj in objects:
         if obj.kind == names.AGENT_KIND and obj.spec is not None:
             _check_agent(obj, objects, report, local=local)
+        elif obj.kind == names.TRIGGER_KIND and obj.spec is not None:
+            _check_trigger(obj, objects, report)
     order = {doc.source: index for index, doc in enumerate(documents)}
     report.problems.sort(key=lambda finding: order[finding.source])  # stable: in file order
     return report

@@ -80,6 +80,15 @@ AGENT_READY: Final = "AgentReady"
 ALL_AGENTS_READY: Final = "AllAgentsReady"
 AGENTS_NOT_READY: Final = "AgentsNotReady"
 
+# --- Ready (PallasTrigger) -----------------------------------------------------------------
+SCHEDULED: Final = "Scheduled"
+"""A schedule trigger the operator fires."""
+SUSPENDED: Final = "Suspended"
+AGENT_NOT_READY: Final = "AgentNotReady"
+"""The trigger's agent has no URL yet (not Ready): firing would only fail."""
+SOURCE_NOT_RUN: Final = "SourceNotRunHere"
+"""A webhook or event trigger: this version of the operator does not run those (docs/triggers.md)."""
+
 # --- MonitoringReady ----------------------------------------------------------------------
 SERVICE_MONITORS_APPLIED: Final = "ServiceMonitorsApplied"
 SERVICE_MONITOR_CRD_NOT_FOUND: Final = "ServiceMonitorCRDNotFound"

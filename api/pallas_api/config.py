@@ -237,6 +237,19 @@ class GivenMessage(_Model):
     text: Annotated[str, Field(max_length=GIVEN_MESSAGE_MAX)]
 
 
+class ConversationMetadata(_Model):
+    """`create_conversation`'s `metadata`: how the new conversation runs (seed 004's `sessions_create`)."""
+
+    provider: Annotated[str | None, Field(min_length=1, max_length=63)] = None
+    """One of the deployment's providers the agent offers models of (`providers` keys); alone,
+    it picks that provider's first offered model (the agent's own model for its own provider)."""
+    model: Annotated[str | None, Field(min_length=1, max_length=253)] = None
+    """A model as `params.model` names it, or its bare id on `provider`; every turn of the
+    conversation runs on it unless the call sets `params.model`."""
+    title: Annotated[str | None, Field(max_length=200)] = None
+    """What `list_conversations` shows for it (default: the start of its first message)."""
+
+
 class SendParams(RequestParams):
     """A `send_message` call's `params`: request parameters, the call's model and a system prompt addition.
 

@@ -1,4 +1,4 @@
-"""The two CustomResourceDefinitions, generated from the spec and status models.
+"""The three CustomResourceDefinitions, generated from the spec and status models.
 
 `hack/generate/crds` writes `crds/*.yaml` from `crd_manifests()`; `make verify` fails when the files
 are stale. The rules a field's own schema cannot hold (immutability, rules about the object's
@@ -16,8 +16,14 @@ from pydantic import BaseModel
 from pallas_api import names
 from pallas_api.fields import SERVER_NAME
 from pallas_api.schema import structural_schema
-from pallas_api.spec import AGENT_SELECTOR_KEYS, MODEL_REF, PallasAgentSpec, PallasDeploymentSpec
-from pallas_api.status import PallasAgentStatus, PallasDeploymentStatus
+from pallas_api.spec import (
+    AGENT_SELECTOR_KEYS,
+    MODEL_REF,
+    PallasAgentSpec,
+    PallasDeploymentSpec,
+    PallasTriggerSpec,
+)
+from pallas_api.status import PallasAgentStatus, PallasDeploymentStatus, PallasTriggerStatus
 
 AGENT_NAME = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 """Agents name their Service, so their names are DNS-1035 labels (a letter first)."""
@@ -221,6 +227,22 @@ DEPLOYMENT_RULES: dict[str, list[Rule]] = {
     ],
 }
 
+TRIGGER_RULES: dict[str, list[Rule]] = {
+    "spec": [
+        _rule(
+            "(has(self.schedule) ? 1 : 0) + (has(self.webhook) ? 1 : 0) + (has(self.event) ? 1 : 0) == 1",
+            "a trigger needs exactly one of schedule, webhook, event",
+        ),
+    ],
+    "spec.conversation": [
+        _rule(
+            "!has(self.id) || (has(self.mode) && self.mode == 'continue')",
+            "conversation.id is only used with mode continue",
+            fieldPath=".id",
+        ),
+    ],
+}
+
 
 def _node(schema: dict[str, Any], path: str) -> dict[str, Any]:
     """The schema node at a dotted path; `*` is a map's values, a `[]` suffix a list's items."""
@@ -331,10 +353,31 @@ def deployment_crd() -> dict[str, Any]:
     return _crd(names.DEPLOYMENT_KIND, names.DEPLOYMENT_PLURAL, "pd", schema, columns)
 
 
+def trigger_crd() -> dict[str, Any]:
+    """The PallasTrigger CRD."""
+    columns = [
+        _column("Agent", ".spec.agent", description="The PallasAgent each run calls"),
+        _column("Schedule", ".spec.schedule.cron"),
+        _column("Suspend", ".spec.suspend", "boolean"),
+        _column("Ready", '.status.conditions[?(@.type=="Ready")].status'),
+        _column("Last Run", ".status.lastRunTime", "date"),
+        _column("Age", ".metadata.creationTimestamp", "date"),
+        _column("Next Run", ".status.nextRunTime", priority=1, description="The next schedule time"),
+        _column(
+            "Event", ".spec.event.kind", priority=1, description="The kind whose changes fire the trigger"
+        ),
+    ]
+    schema = _open_api(PallasTriggerSpec, PallasTriggerStatus, TRIGGER_RULES)
+    schema["description"] = (
+        "PallasTrigger runs an agent on a schedule, a signed webhook or a Kubernetes event."
+    )
+    return _crd(names.TRIGGER_KIND, names.TRIGGER_PLURAL, "pt", schema, columns)
+
+
 def crd_manifests() -> dict[str, str]:
     """File name → YAML text of every CRD, as hack/generate/crds writes them into crds/."""
     out = {}
-    for crd in (deployment_crd(), agent_crd()):
+    for crd in (deployment_crd(), agent_crd(), trigger_crd()):
         plural = crd["spec"]["names"]["plural"]
         out[f"{names.GROUP}_{plural}.yaml"] = HEADER + yaml.safe_dump(crd, sort_keys=False, width=100)
     return out

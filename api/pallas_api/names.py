@@ -22,6 +22,8 @@ AGENT_KIND: Final = "PallasAgent"
 AGENT_PLURAL: Final = "pallasagents"
 DEPLOYMENT_KIND: Final = "PallasDeployment"
 DEPLOYMENT_PLURAL: Final = "pallasdeployments"
+TRIGGER_KIND: Final = "PallasTrigger"
+TRIGGER_PLURAL: Final = "pallastriggers"
 
 DNS_LABEL_FORM: Final = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 """An RFC 1123 label without anchors, for the patterns built from labels (a DNS subdomain, a
@@ -35,6 +37,9 @@ all use it; the length (at most 63) is checked beside it."""
 FIELD_MANAGER: Final = "pallas-operator"
 """The one field manager of every server-side apply the operator makes."""
 
+CONVERSATIONS_FINALIZER: Final = f"{GROUP}/conversations"
+"""On a PallasAgent whose deployment keeps conversations in PostgreSQL: the operator purges the
+agent's conversations (`retainAfterDeleteSeconds`) before it lets the agent go."""
 LABEL_NAME: Final = "app.kubernetes.io/name"
 LABEL_INSTANCE: Final = "app.kubernetes.io/instance"
 LABEL_COMPONENT: Final = "app.kubernetes.io/component"
@@ -46,6 +51,8 @@ LABEL_NAMESPACE: Final = "pallas.dev/namespace"
 """On cluster-scoped children (which have no namespace of their own): the owner's namespace."""
 MANAGED_BY: Final = "pallas-operator"
 
+CONVERSATION_META: Final = "pallas.dev/conversationId"
+"""The `_meta` key of a send_message (or create_conversation) result naming its conversation."""
 TOOL_CALLS_META: Final = "pallas.dev/toolCalls"
 """`send_message`'s `_meta` key: `true` in a request asks for the turn's tool calls, listed under
 the same key of the result's `_meta` (docs/api.md §3)."""
@@ -60,6 +67,8 @@ the N oldest stored messages to fit the model's context window (docs/api.md §3)
 INSTRUCTION_URI: Final = "pallas://instruction"
 """The MCP resource holding an agent's instruction (its model's system prompt)."""
 
+ANNOTATION_IDENTITY: Final = "pallas.dev/agent-identity"
+"""On a conversations-purge Job: the agent identity whose rows it deletes."""
 ANNOTATION_CONFIG_HASH: Final = "pallas.dev/config-hash"
 """On an agent's pod template: sha256 of the part of its config a running process cannot take
 (`pallas_api.live.process_digest`), so only edits of that part roll the pods."""

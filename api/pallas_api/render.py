@@ -47,6 +47,7 @@ from pallas_api.spec import (
     HeaderSpec,
     LogLevel,
     McpServerSpec,
+    OidcSpec,
     PallasAgentSpec,
     PallasDeploymentSpec,
     ProviderSpec,
@@ -226,6 +227,12 @@ def _store(
     return config, (SecretBinding(dsn_env, dsn),)
 
 
+def render_oidc(oidc: OidcSpec) -> OidcConfig:
+    """`spec.auth.oidc` as a verifier takes it (the agent's, and the registry's fleet endpoint's)."""
+    # The same fields under the same names: the spec's whole settings, none left behind.
+    return OidcConfig.model_validate(oidc.model_dump(by_alias=True))
+
+
 def render_auth(
     agent: PallasAgentSpec, deployment: PallasDeploymentSpec, namespace: str, url: str | None
 ) -> AuthConfig:
@@ -244,16 +251,7 @@ def render_auth(
                 "no caller is identified: set spec.auth.mode to kubernetes or oidc, or remove spec.access",
             )
         return AuthConfig(namespace=namespace)
-    oidc = None
-    if auth.oidc is not None:
-        oidc = OidcConfig(
-            issuer=auth.oidc.issuer,
-            audience=auth.oidc.audience,
-            jwks_url=auth.oidc.jwks_url,
-            subject_claim=auth.oidc.subject_claim,
-            groups_claim=auth.oidc.groups_claim,
-            algorithms=list(auth.oidc.algorithms),
-        )
+    oidc = render_oidc(auth.oidc) if auth.oidc is not None else None
     return AuthConfig(
         mode=auth.mode,
         namespace=namespace,

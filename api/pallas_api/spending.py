@@ -11,8 +11,9 @@ follows the call chain through delegation (docs/api.md §3, "Prices and budgets"
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -163,3 +164,32 @@ class SpendReport(BaseModel):
     """The budget's `cost` (absent: not limited)."""
     resets_at: Annotated[str, Field(max_length=40)]
     """When the window ends and spend starts again from 0 (RFC 3339)."""
+
+
+SPEND_META = "pallas.dev/spend"
+"""`_meta` key of a `send_message` result: what its turn spent (`{tokens, cost}`)."""
+
+
+def whole_count(value: Any) -> int | None:
+    """A count >= 0 as a whole number, or None.
+
+    A whole float counts: A2A metadata travels as a protobuf Struct, whose numbers are all doubles.
+    """
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+def reported_spend(meta: Mapping[str, Any] | None) -> tuple[int, int] | None:
+    """(tokens, micros) a peer's result says its turn spent; None when it says nothing usable."""
+    raw = (meta or {}).get(SPEND_META)
+    if not isinstance(raw, Mapping):
+        return None
+    tokens, cost = whole_count(raw.get("tokens", 0)), raw.get("cost", 0)
+    if tokens is None:
+        return None
+    if isinstance(cost, bool) or not isinstance(cost, int | float) or not math.isfinite(cost) or cost < 0:
+        return None
+    return tokens, math.ceil(cost * MICROS)

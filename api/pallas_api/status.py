@@ -192,3 +192,66 @@ class PallasDeploymentStatus(_Status):
         Field(json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]}),
     ] = Field(default_factory=list)
     """The last check of each provider, from the registry's report (docs/api.md §4)."""
+
+
+RunOutcome = Literal["Running", "Succeeded", "Failed"]
+RUN_OUTCOMES: tuple[RunOutcome, ...] = get_args(RunOutcome)
+ANSWER_EXCERPT_CHARS = 512
+"""How much of an answer a run's status keeps (status is not a transcript; the conversation is)."""
+
+
+class TriggerRun(_Status):
+    """One run of a PallasTrigger."""
+
+    id: Annotated[str, Field(max_length=64)]
+    """The run's id (also `.run.id` in the message template)."""
+    outcome: RunOutcome
+    """`Running` (recorded before the call starts, so a restart finds it), `Succeeded` or `Failed`."""
+    start_time: str
+    """When the run started (RFC 3339)."""
+    scheduled_time: str | None = None
+    """The schedule time it ran for (schedule triggers)."""
+    completion_time: str | None = None
+    """When it ended (RFC 3339)."""
+    reason: Annotated[str | None, Field(max_length=128)] = None
+    """Why it failed, CamelCase: TemplateFailed, AgentError, AgentUnreachable,
+    CredentialsUnavailable, Timeout, Replaced, Interrupted."""
+    message: Annotated[str | None, Field(max_length=1024)] = None
+    """What went wrong, for humans (never a secret)."""
+    answer_excerpt: Annotated[str | None, Field(max_length=ANSWER_EXCERPT_CHARS)] = None
+    """The start of the agent's answer."""
+    tokens: int | None = None
+    """Tokens the run's turn spent, as the agent reported."""
+    cost: float | None = None
+    """What the turn cost, in the deployment's currency, as the agent reported."""
+    conversation_id: Annotated[str | None, Field(alias="conversationID", max_length=256)] = None
+    """The conversation the run spoke in."""
+
+
+ConditionList = Annotated[
+    list[Condition],
+    Field(json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]}),
+]
+"""Conditions keyed by type, as server-side apply merges them."""
+
+
+class PallasTriggerStatus(_Status):
+    """The observed state of a PallasTrigger."""
+
+    conditions: ConditionList = Field(default_factory=list)
+    """Accepted (the spec and its references hold) and Ready (it will fire)."""
+    observed_generation: int | None = None
+    """The metadata.generation the conditions were computed from."""
+    last_run_time: str | None = None
+    """When the last run started (RFC 3339)."""
+    last_schedule_time: str | None = None
+    """The last schedule time handled, run or skipped: where missed times are counted from."""
+    next_run_time: str | None = None
+    """The next schedule time (schedule triggers)."""
+    skipped_runs: int = 0
+    """Schedule times missed and never run (older than startingDeadlineSeconds, or not the newest
+    missed), and firings skipped by concurrencyPolicy Forbid."""
+    dropped_runs: int = 0
+    """Firings dropped by maxRunsPerMinute."""
+    runs: Annotated[list[TriggerRun], Field(max_length=201)] = Field(default_factory=list)
+    """The runs in flight and the last finished ones (spec.historyLimit), newest first."""

@@ -14,11 +14,13 @@ what the operator, the agent runtime and the registry do alike when they touch t
   files read at each lookup);
 - `commands`: the command-line conventions of every `pallas` command (exit codes, ports,
   request-limit flags, the `pallas.commands` entry point);
-- `kube`: the two custom resources as lightkube resource classes, for every API-server client;
+- `kube`: the custom resources as lightkube resource classes, for every API-server client;
 - `serving`, `http_limits`: serving an ASGI app with uvicorn, one way for the agents, the registry
   and `pallas run`, every request head bounded in size, field count and time before the app;
 - `heap`: the garbage collector's settings of a serving process (the start-up heap frozen);
-- `backoff`: the one exponential backoff (the pause before a retry), pure arithmetic.
+- `backoff`: the one exponential backoff (the pause before a retry), pure arithmetic;
+- `triggers`: running PallasTriggers (the MCP call, the runs' policies and records, the schedule
+  loop), for `pallas run` and the operator alike.
 
 It may import `pallas_api`, never the operator, the runtime or the registry; `pallas_api` never imports it
 (contracts in pyproject.toml).

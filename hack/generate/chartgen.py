@@ -76,6 +76,8 @@ NAMESPACED = {
     ("pallas.dev", "pallasdeployments"),
     ("pallas.dev", "pallasagents/status"),
     ("pallas.dev", "pallasdeployments/status"),
+    ("pallas.dev", "pallastriggers"),
+    ("pallas.dev", "pallastriggers/status"),
     ("", "pods"),
     ("", "configmaps"),
     ("", "services"),
@@ -88,6 +90,7 @@ NAMESPACED = {
     ("monitoring.coreos.com", "servicemonitors"),
     ("coordination.k8s.io", "leases"),
     ("networking.k8s.io", "networkpolicies"),
+    ("batch", "jobs"),
     ("", "serviceaccounts/token"),
     ("", "secrets"),
 }

@@ -129,6 +129,7 @@ AlertName = Literal[
     "PallasAgentErrorRateHigh",
     "PallasAgentLatencyHigh",
     "PallasTokenBurnHigh",
+    "PallasTriggerFailing",
 ]
 """The alerts of `files/rules/pallas-alerts.yaml` (a unit test keeps the two equal)."""
 PROMETHEUS_DURATION = r"^([0-9]+(ms|s|m|h|d|w|y))+$"
@@ -138,7 +139,7 @@ class PrometheusRule(Values):
     enabled: bool = False
     """Create a PrometheusRule with Pallas's recording and alerting rules
     (`files/rules/pallas-alerts.yaml`: process down, LLM provider and downstream MCP servers
-    unreachable, error rate, latency, token burn)."""
+    unreachable, error rate, latency, token burn, failing PallasTriggers)."""
     namespace: str = Field(default="", pattern=OPTIONAL_DNS_LABEL)
     """Namespace of the PrometheusRule; empty means the release namespace."""
     labels: dict[str, str] = {}

@@ -10,6 +10,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from pallas_io.triggers.metrics import trigger_metrics
+
 
 class _Resources(Collector):
     """pallas_operator_resources{kind,phase}, counted at scrape time from the last known phases."""
@@ -33,6 +35,8 @@ class OperatorMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self.triggers = trigger_metrics(self.registry)
+        """The runs of the PallasTriggers this operator fires."""
         counter = partial(Counter, registry=self.registry)
         gauge = partial(Gauge, registry=self.registry)
         histogram = partial(Histogram, registry=self.registry)

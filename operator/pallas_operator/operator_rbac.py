@@ -15,15 +15,33 @@ _WRITE_CHILDREN: Final = ["get", "list", "watch", "create", "patch", "delete"]
 
 CLUSTER_RULES: Final[list[dict[str, Any]]] = [
     {
-        # Watched and indexed. Never patched: kopf only runs event handlers, which write nothing.
+        # Watched and indexed. kopf only runs event handlers, which write nothing.
         "apiGroups": [names.GROUP],
-        "resources": [names.AGENT_PLURAL, names.DEPLOYMENT_PLURAL],
+        "resources": [names.AGENT_PLURAL, names.DEPLOYMENT_PLURAL, names.TRIGGER_PLURAL],
         "verbs": ["get", "list", "watch"],
     },
     {
-        # Status is written by server-side apply on the status subresource.
+        # Finalizers only (`pallas.dev/conversations`, a merge patch of metadata.finalizers):
+        # a deleted agent's conversations are purged before it goes. Never its spec.
         "apiGroups": [names.GROUP],
-        "resources": [f"{names.AGENT_PLURAL}/status", f"{names.DEPLOYMENT_PLURAL}/status"],
+        "resources": [names.AGENT_PLURAL],
+        "verbs": ["patch"],
+    },
+    {
+        # The one-shot Job purging a deleted agent's conversations (`pallas conversations purge`).
+        "apiGroups": ["batch"],
+        "resources": ["jobs"],
+        "verbs": ["get", "create", "patch", "delete"],
+    },
+    {
+        # Status is written by server-side apply on the status subresource (a trigger's at
+        # every run, by the operator that fires it).
+        "apiGroups": [names.GROUP],
+        "resources": [
+            f"{names.AGENT_PLURAL}/status",
+            f"{names.DEPLOYMENT_PLURAL}/status",
+            f"{names.TRIGGER_PLURAL}/status",
+        ],
         "verbs": ["get", "patch"],
     },
     {"apiGroups": [""], "resources": ["configmaps", "services", "serviceaccounts"], "verbs": _WRITE_CHILDREN},
@@ -106,7 +124,7 @@ AUTH_DELEGATOR: Final = "system:auth-delegator"
 USER_VIEW_RULES: Final[list[dict[str, Any]]] = [
     {
         "apiGroups": [names.GROUP],
-        "resources": [names.AGENT_PLURAL, names.DEPLOYMENT_PLURAL],
+        "resources": [names.AGENT_PLURAL, names.DEPLOYMENT_PLURAL, names.TRIGGER_PLURAL],
         "verbs": ["get", "list", "watch"],
     },
 ]
@@ -116,7 +134,7 @@ USER_EDIT_RULES: Final[list[dict[str, Any]]] = [
     *USER_VIEW_RULES,
     {
         "apiGroups": [names.GROUP],
-        "resources": [names.AGENT_PLURAL, names.DEPLOYMENT_PLURAL],
+        "resources": [names.AGENT_PLURAL, names.DEPLOYMENT_PLURAL, names.TRIGGER_PLURAL],
         "verbs": ["create", "update", "patch", "delete", "deletecollection"],
     },
     {"apiGroups": [names.GROUP], "resources": [names.AGENT_PLURAL], "verbs": [INVOKE_VERB]},

@@ -17,12 +17,13 @@ import kopf
 from lightkube.core.selector import build_selector
 
 from pallas_api import names
-from pallas_operator.engine.context import AGENT, DEPLOYMENT, Operator
+from pallas_operator.engine.context import AGENT, DEPLOYMENT, TRIGGER, Operator
 from pallas_operator.engine.indexes import ObjectKey
 from pallas_operator.engine.world import CHILD_RESOURCES, controller_of
 from pallas_operator.k8s.listing import ALL_NAMESPACES
 from pallas_operator.reconcile.agent import reconcile_agent
 from pallas_operator.reconcile.deployment import reconcile_deployment
+from pallas_operator.reconcile.trigger import reconcile_trigger
 
 MANAGED: dict[str, Any] = {names.LABEL_MANAGED_BY: names.MANAGED_BY}
 LIST_PAGE = 500
@@ -36,7 +37,7 @@ continually, O(N) each time (32 ms at 5,000 agents): the asks within this window
 reconcile, so it runs at most about once a second whatever N is, and the deployment's status
 trails its agents' by about a second."""
 G, V = names.GROUP, names.VERSION
-AGENTS, DEPLOYMENTS = names.AGENT_PLURAL, names.DEPLOYMENT_PLURAL
+AGENTS, DEPLOYMENTS, TRIGGERS = names.AGENT_PLURAL, names.DEPLOYMENT_PLURAL, names.TRIGGER_PLURAL
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,7 @@ class Watched:
 WATCHED: dict[str, Watched] = {
     names.AGENT_KIND: Watched((G, V, AGENTS)),
     names.DEPLOYMENT_KIND: Watched((G, V, DEPLOYMENTS)),
+    names.TRIGGER_KIND: Watched((G, V, TRIGGERS)),
     **{
         kind: Watched((group, version, plural) if group else (version, plural), MANAGED)
         for kind, (group, version, plural) in CHILD_RESOURCES.items()
@@ -127,6 +129,8 @@ class _Generations:
         if kw["type"] == "DELETED":
             self._seen.pop(key, None)
             return True
+        if kw["meta"].get("deletionTimestamp"):  # a finalizer's work: each change may be its step
+            return True
         generation = int(kw["meta"].get("generation") or 0)
         if kw["type"] is None or self._seen.get(key) != generation:  # listed, created or edited
             self._seen[key] = generation
@@ -151,6 +155,8 @@ def _register_agents(reg: kopf.OperatorRegistry, op: Operator) -> None:
         deployment = kw["spec"].get("deployment")
         if deployment:  # required by the CRD; an object that slipped past it belongs to nobody
             op.enqueue(DEPLOYMENT, namespace, str(deployment), AGENT_COUNTS_DELAY)
+        for trigger in op.world.triggers_of(namespace, name):  # its URL is where they send runs
+            op.enqueue(TRIGGER, namespace, trigger)
 
 
 def _register_deployments(reg: kopf.OperatorRegistry, op: Operator) -> None:
@@ -167,6 +173,17 @@ def _register_deployments(reg: kopf.OperatorRegistry, op: Operator) -> None:
         op.enqueue(DEPLOYMENT, namespace, name)
         for agent in op.world.agents_of(namespace, name):
             op.enqueue(AGENT, namespace, agent.name)
+
+
+def _register_triggers(reg: kopf.OperatorRegistry, op: Operator) -> None:
+    generations = _Generations()
+
+    @kopf.on.event(G, V, TRIGGERS, registry=reg, id="trigger-events")
+    async def trigger_event(**kw: Any) -> None:
+        # Its own status writes (every run) need no reconcile: only a new generation does.
+        _record(op, names.TRIGGER_KIND, kw)
+        if generations.changed(kw):
+            op.enqueue(TRIGGER, kw["namespace"], kw["name"])
 
 
 def _register_children(reg: kopf.OperatorRegistry, op: Operator) -> None:
@@ -212,7 +229,7 @@ def in_cluster_login() -> kopf.ConnectionInfo | None:
     )
 
 
-RECONCILERS = {AGENT: reconcile_agent, DEPLOYMENT: reconcile_deployment}
+RECONCILERS = {AGENT: reconcile_agent, DEPLOYMENT: reconcile_deployment, TRIGGER: reconcile_trigger}
 """The reconcile of each kind of key on the work queue."""
 
 
@@ -230,5 +247,6 @@ def build_kopf_registry(op: Operator) -> kopf.OperatorRegistry:
 
     _register_agents(reg, op)
     _register_deployments(reg, op)
+    _register_triggers(reg, op)
     _register_children(reg, op)
     return reg

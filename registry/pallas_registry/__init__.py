@@ -13,8 +13,10 @@ Layers, from pure to I/O:
   `pallas_io.serving.serve(app, sock)`, stopped by cancelling.
 - `fleet.Fleet` — the fleet as one MCP server, which the app serves at `/mcp`: the read-only
   tools of `fleet_facts` (`list_agents`, `get_agent_health`, `registry_health`) and one tool per
-  agent relaying a message to it through the runtime's peer relay (the one runtime part the
-  registry uses, `pallas_runtime.downstream.peer_agent`).
+  agent relaying a message to it through the runtime's peer relay
+  (`pallas_runtime.downstream.peer_agent`), behind `fleet_access` (the caller checked by the
+  agents' own rules with the runtime's verifiers, `pallas_runtime.auth`: those two are all the
+  registry takes from the runtime).
 - Around them: `objects` (PallasDeployment / PallasAgent objects → states, pure), `reflector`
   (list-then-watch that survives expiry and outages), `naming` (server names and URLs in the
   schema's shapes), `query` (filters and keyset pages), `responses` (bodies, ETags, the per-version

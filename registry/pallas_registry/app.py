@@ -9,8 +9,8 @@ Routes (docs/registry.md has the details):
 - `GET /a2a/agent-cards` — the A2A Agent Cards of the agents, read from them (`agent_cards.py`).
 - `GET /.well-known/mcp/catalog.json` — the MCP Catalog: the agents' MCP Server Cards, read from
   them (SEP-2127, a draft; `agent_cards.py`).
-- `/mcp` — the fleet as one MCP server (`fleet.py`): discovery and health tools, and one tool
-  per agent relaying a message to it.
+- `/mcp` — the fleet as one MCP server (`fleet.py`, its access check `fleet_access.py`): discovery
+  and health tools, and one tool per agent relaying a message to it.
 - `GET /healthz` (200 while the process runs, with the LLM provider checks: `providers.py`),
   `/readyz` (503 until the source's first full list), `/metrics`.
 
@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 from urllib.parse import unquote
 
 from starlette.applications import Starlette
@@ -202,6 +203,7 @@ def build_app(
     start_source: bool = True,
     cache_size: int = 256,
     providers: ProviderChecks | None = None,
+    kubernetes_config: Any = None,
 ) -> Guard:
     """The registry ASGI app over `source`.
 
@@ -213,6 +215,9 @@ def build_app(
         cache_size: Rendered responses kept per app.
         providers: The LLM provider checks (published on `/healthz` and `/metrics`, run with the
             source); default: checks of `source.provider_targets()`.
+        kubernetes_config: The lightkube `KubeConfig` the fleet endpoint asks the API server about
+            its callers with (`auth.mode: kubernetes`); default: the pod's ServiceAccount, else
+            the kubeconfig.
 
     Returns:
         An ASGI app (Starlette, wrapped by the size/metrics guard).
@@ -221,7 +226,7 @@ def build_app(
     checks = providers or ProviderChecks(source.provider_targets)
     metrics.watch_providers(checks)
     handlers = _Handlers(source, metrics, ResponseCache(cache_size), checks)
-    fleet = Fleet(source, checks)
+    fleet = Fleet(source, checks, kubernetes_config=kubernetes_config)
     fleet_app = fleet.mcp.http_app(path=FLEET, host_origin_protection="auto")
 
     @contextlib.asynccontextmanager
@@ -252,8 +257,9 @@ def build_app(
         Route("/healthz", handlers.healthz, methods=["GET"]),
         Route("/readyz", handlers.readyz, methods=["GET"]),
         Route("/metrics", handlers.metrics_text, methods=["GET"]),
-        # The fleet's MCP app as it is (its own middleware and routes): it answers at FLEET only.
-        Route(FLEET, fleet_app),
+        # The fleet's MCP app as it is (its own middleware and routes), behind its own access
+        # check (`fleet_access.FleetDoor`): it answers at FLEET only.
+        Route(FLEET, fleet.door(fleet_app)),
     ]
     app = Starlette(
         routes=routes,

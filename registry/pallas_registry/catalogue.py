@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from pallas_api.spec import AccessSpec, AuthSpec
 from pallas_registry.builder import InvalidAgent, build_response
 from pallas_registry.naming import cluster_url
 from pallas_registry.schema import OFFICIAL_META
@@ -53,6 +54,10 @@ class Entry:
     endpoint: str = ""
     """Where the registry itself reaches the agent's MCP endpoint (`status.url`, else cluster
     DNS): the fleet relays there, whatever public URL clients are given."""
+    auth: AuthSpec = dataclasses.field(default_factory=AuthSpec)
+    """Its deployment's `spec.auth`: how the fleet endpoint checks a caller for it."""
+    access: AccessSpec = dataclasses.field(default_factory=AccessSpec)
+    """Its `spec.access`: which authenticated callers it admits."""
 
     @classmethod
     def build(cls, state: AgentState) -> Entry:
@@ -75,6 +80,8 @@ class Entry:
             document=document,
             body=encode(document),
             endpoint=state.url or cluster_url(state),
+            auth=state.auth_spec,
+            access=state.access,
         )
 
 

@@ -121,7 +121,12 @@ class RegistryCommand:
             with sock:
                 run_server_loop(
                     until_signalled(
-                        serve(http_server_spans(build_app(source)), sock, graceful_timeout=2, limits=limits)
+                        serve(
+                            http_server_spans(build_app(source, kubernetes_config=config)),
+                            sock,
+                            graceful_timeout=2,
+                            limits=limits,
+                        )
                     )
                 )
         except OSError as exc:

@@ -15,6 +15,12 @@ HTTP catalogue or connecting to each agent:
   client (elicitation), its result comes back as it was given (coded errors included), and a
   cancelled call closes the agent's request.
 
+Access (`fleet_access`): while any agent checks its callers, the endpoint needs a bearer those
+agents accept (401 otherwise), and a caller sees in `tools/list`, `list_agents` and
+`get_agent_health` only the agents it may `invoke` by their own rules; calling another's tool is
+a `DENIED_BY_POLICY` error result. The caller's credential is what the relay forwards, so the
+agent checks it again itself.
+
 The agent tools follow the catalogue: they are brought in line before every `tools/list` and
 `tools/call`, and a watcher does the same every `watch_interval` seconds and sends
 `notifications/tools/list_changed` to every session that listed tools when the set changed.
@@ -36,14 +42,18 @@ from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from fastmcp.tools import Tool, ToolResult
 from mcp.server.session import ServerSession
 from mcp_types import ListToolsRequest, ToolAnnotations
+from starlette.types import ASGIApp
 
 from pallas_api.config import PeerAgent
 from pallas_api.errors import ErrorCode
+from pallas_registry.catalogue import Entry
+from pallas_registry.fleet_access import FleetDoor, FleetGate, bearer
 from pallas_registry.fleet_facts import FleetFacts, agent_name
 from pallas_registry.providers import ProviderChecks
 from pallas_registry.source import CatalogueSource
 from pallas_runtime.approval.elicit import caller_approver
 from pallas_runtime.approval.question import NO_CHANNEL
+from pallas_runtime.auth.identity import AuthUnavailable
 from pallas_runtime.conversations.caller import one_turn_key
 from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.downstream.content import outcome_blocks
@@ -81,6 +91,11 @@ def fleet_conversation(credential: str | None, session: str | None) -> Conversat
     return ConversationKey(FLEET, owner, f"fleet-session-{session}")
 
 
+def _caller_token() -> str | None:
+    """The bearer of the current request (None: none sent)."""
+    return bearer(get_http_headers(include={"authorization"}).get("authorization"))
+
+
 def _wants_progress(ctx: Context) -> bool:
     """The caller sent a progress token: the agent is then asked to stream (else it is not)."""
     meta = ctx.request_context.meta if ctx.request_context is not None else None
@@ -101,7 +116,9 @@ class _Subscribers(Middleware):
         if ctx is not None:
             with contextlib.suppress(RuntimeError):  # no session: nothing to notify later
                 self._fleet.subscribe(ctx.session)
-        return await call_next(context)
+        tools = await call_next(context)
+        shown = await self._fleet.visible_tools()
+        return [tool for tool in tools if tool.name in FIXED_TOOLS or tool.name in shown]
 
     async def on_call_tool(self, context: MiddlewareContext[Any], call_next: CallNext[Any, Any]) -> Any:
         await self._fleet.sync()
@@ -112,10 +129,20 @@ class Fleet:
     """The fleet MCP server over a catalogue source; `mcp` is its FastMCP instance."""
 
     def __init__(
-        self, source: CatalogueSource, checks: ProviderChecks, *, watch_interval: float = 0.5
+        self,
+        source: CatalogueSource,
+        checks: ProviderChecks,
+        *,
+        watch_interval: float = 0.5,
+        kubernetes_config: Any = None,
     ) -> None:
-        """Serve the agents of `source`; `checks` are the provider checks `registry_health` reports."""
-        self._facts = FleetFacts(source, checks)
+        """Serve the agents of `source`; `checks` are the provider checks `registry_health` reports.
+
+        `kubernetes_config` (a lightkube `KubeConfig`) is what asks the API server about callers of
+        `kubernetes`-mode agents; default: the pod's ServiceAccount, else the kubeconfig.
+        """
+        self.gate = FleetGate(kubernetes_config=kubernetes_config)
+        self._facts = FleetFacts(source, checks, self._visible)
         self._source = source
         self._watch_interval = watch_interval
         self._peers: dict[str, PeerAgentSource] = {}
@@ -148,6 +175,19 @@ class Fleet:
                     annotations=READ_ONLY,
                 )
             )
+
+    def door(self, app: ASGIApp) -> ASGIApp:
+        """`app` (this fleet's HTTP app) behind the fleet's own authentication (`FleetDoor`)."""
+        return FleetDoor(app, self.gate, lambda: self._source.store.snapshot().entries)
+
+    async def _visible(self, entries: Sequence[Entry]) -> list[Entry]:
+        """The `entries` whose agents the current request's caller may invoke."""
+        return await self.gate.visible(_caller_token(), entries)
+
+    async def visible_tools(self) -> set[str]:
+        """The agent tools the current request's caller may call (by the agents' access rules)."""
+        live = [e for e in self._source.store.snapshot().entries if e.status != "deleted"]
+        return {agent_name(entry) for entry in await self._visible(live)}
 
     def subscribe(self, session: ServerSession) -> None:
         """Notify `session`'s connection of changes to the tool list from now on, while it lasts.
@@ -214,6 +254,8 @@ class Fleet:
             return error_result(ErrorCode.NOT_FOUND, f"agent {name} is no longer in the fleet")
         headers = get_http_headers(include={"authorization", SESSION_HEADER})
         credential = headers.get("authorization")
+        if (refusal := await self._admission(name, bearer(credential))) is not None:
+            return refusal
         onward = Onward(
             credential=credential,
             on_progress=ctx.report_progress if _wants_progress(ctx) else None,
@@ -227,6 +269,27 @@ class Fleet:
         return ToolResult(
             content=outcome_blocks(outcome), structured_content=outcome.structured, is_error=outcome.is_error
         )
+
+    async def _admission(self, name: str, token: str | None) -> ToolResult | None:
+        """None when the caller may invoke agent `name`, else the error result saying why not."""
+        live = (e for e in self._source.store.snapshot().entries if e.status != "deleted")
+        entry = next((e for e in live if agent_name(e) == name), None)
+        if entry is None:
+            return error_result(ErrorCode.NOT_FOUND, f"agent {name} is no longer in the fleet")
+        try:
+            allowed = await self.gate.may_invoke(token, entry)
+        except AuthUnavailable as exc:
+            return error_result(ErrorCode.SERVER_UNAVAILABLE, f"agent {name}: {exc}")
+        if allowed:
+            return None
+        namespace = entry.key[0]
+        rules = {
+            "kubernetes": f"RBAC verb invoke on pallasagents/{name} in namespace {namespace}, "
+            "and its spec.access lists",
+            "oidc": "its spec.access lists (subjects, groups)",
+        }.get(entry.auth.mode, "its access rules")
+        why = "no credential was sent" if token is None else f"{rules} do not admit this caller"
+        return error_result(ErrorCode.DENIED_BY_POLICY, f"you may not invoke agent {name}: {why}")
 
     async def _notify(self, sessions: Sequence[ServerSession]) -> None:
         for session in sessions:
@@ -243,7 +306,8 @@ class Fleet:
             await asyncio.sleep(self._watch_interval)
 
     async def aclose(self) -> None:
-        """Close the connections to the agents."""
+        """Close the connections to the agents and the access checks'."""
         peers, self._peers = list(self._peers.values()), {}
         for peer in peers:
             await peer.aclose()
+        await self.gate.aclose()

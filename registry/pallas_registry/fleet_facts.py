@@ -8,6 +8,7 @@ before the first full list: an empty list then would tell the client there are n
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from pallas_api.errors import ErrorCode
@@ -20,6 +21,14 @@ from pallas_registry.source import CatalogueSource
 from pallas_runtime.server.tool_errors import CodedToolError
 
 NOT_LOADED = "the catalogue is not loaded yet; retry shortly"
+
+Visible = Callable[[Sequence[Entry]], Awaitable[list[Entry]]]
+"""The entries whose agents the current request's caller may invoke (`FleetGate.visible`)."""
+
+
+async def everyone(entries: Sequence[Entry]) -> list[Entry]:
+    """Every entry: a view without access control (the facts served to any caller)."""
+    return list(entries)
 
 
 def agent_name(entry: Entry) -> str:
@@ -51,10 +60,15 @@ def agent_facts(entry: Entry) -> dict[str, Any]:
 class FleetFacts:
     """The read-only fleet tools over a catalogue source and its provider checks."""
 
-    def __init__(self, source: CatalogueSource, checks: ProviderChecks) -> None:
-        """Answer from `source`'s catalogue and `checks`' last results."""
+    def __init__(self, source: CatalogueSource, checks: ProviderChecks, visible: Visible = everyone) -> None:
+        """Answer from `source`'s catalogue and `checks`' last results.
+
+        Only about the agents `visible` lets the caller see: an agent it may not invoke is, to
+        it, not in the fleet.
+        """
         self._source = source
         self._checks = checks
+        self._visible = visible
 
     def _live(self) -> list[Entry]:
         if not self._source.ready:
@@ -73,11 +87,12 @@ class FleetFacts:
             raise CodedToolError(str(exc), ErrorCode.INVALID_ARGUMENTS) from None
         if not self._source.ready:
             raise CodedToolError(NOT_LOADED, ErrorCode.SERVER_UNAVAILABLE)
-        return [agent_facts(entry) for entry in select(self._source.store.snapshot(), query)]
+        matching = select(self._source.store.snapshot(), query)
+        return [agent_facts(entry) for entry in await self._visible(matching)]
 
     async def get_agent_health(self, agent: str) -> dict[str, Any]:
         """Agent `agent`'s phase, readiness and last health report."""
-        entry = next((e for e in self._live() if agent_name(e) == agent), None)
+        entry = next((e for e in await self._visible(self._live()) if agent_name(e) == agent), None)
         if entry is None:
             problem = f"no agent {agent!r} in the fleet; list_agents lists them"
             raise CodedToolError(problem, ErrorCode.NOT_FOUND)

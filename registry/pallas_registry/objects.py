@@ -20,13 +20,23 @@ from pydantic import ValidationError
 from pallas_api import names
 from pallas_api.fields import ModelCapabilities
 from pallas_api.health import HEALTH_STATUSES
-from pallas_api.spec import UNDECLARED_MODEL, AuthSpec, CallerAuth, Icon, ProviderSpec, RegistrySpec
+from pallas_api.spec import (
+    UNDECLARED_MODEL,
+    AccessSpec,
+    AuthSpec,
+    CallerAuth,
+    Icon,
+    ProviderSpec,
+    RegistrySpec,
+)
 from pallas_api.spending import SpendReport
 from pallas_api.status import PHASES
 from pallas_api.workflow import WORKFLOW_TYPES
 from pallas_registry.state import AgentState, HealthView, ProviderView
 
 _TAG = re.compile(names.DNS_LABEL)
+UNREADABLE_ACCESS = "pallas.dev/unreadable-access"
+"""The one subject of access lists the registry cannot read: no caller has that name."""
 
 
 class MissingStatus(ValueError):
@@ -52,6 +62,8 @@ class DeploymentSettings:
     provider_specs: Mapping[str, ProviderSpec] = field(default_factory=dict)
     """The providers this version can read whole (what the registry checks)."""
     auth: CallerAuth = field(default_factory=CallerAuth)
+    auth_spec: AuthSpec = field(default_factory=AuthSpec)
+    """`spec.auth` whole, for the fleet endpoint's checks of its callers."""
 
 
 def _map(value: Any) -> Mapping[str, Any]:
@@ -111,9 +123,10 @@ def deployment_settings(obj: Mapping[str, Any]) -> DeploymentSettings:
     specs = {name: _provider_spec(raw) for name, raw in raw_providers.items()}
     providers = {name: _provider(name, specs[name], raw) for name, raw in raw_providers.items()}
     try:
-        auth = CallerAuth.of(AuthSpec.model_validate(_map(spec.get("auth"))))
+        auth_spec = AuthSpec.model_validate(_map(spec.get("auth")))
     except ValidationError:  # a spec the CRD let through but this version cannot read
-        auth = CallerAuth()
+        auth_spec = AuthSpec()
+    auth = CallerAuth.of(auth_spec)
     meta = _map(obj.get("metadata"))
     name = _text(meta.get("name"))
     port = registry.get("port", RegistrySpec().port)
@@ -132,7 +145,16 @@ def deployment_settings(obj: Mapping[str, Any]) -> DeploymentSettings:
         providers={name: view for name, view in providers.items() if view.type},
         provider_specs={name: s for name, s in specs.items() if s is not None},
         auth=auth,
+        auth_spec=auth_spec,
     )
+
+
+def _access(raw: Any) -> AccessSpec:
+    """`spec.access`; one this version cannot read admits nobody (the fleet fails closed)."""
+    try:
+        return AccessSpec.model_validate(_map(raw))
+    except ValidationError:
+        return AccessSpec(subjects=[UNREADABLE_ACCESS])
 
 
 def _icons(raw: Any) -> tuple[Icon, ...]:
@@ -233,6 +255,8 @@ def agent_state(obj: Mapping[str, Any], deployment: DeploymentSettings | None) -
         public_url_template=settings.public_url_template,
         registry_url=settings.registry_url,
         auth=settings.auth,
+        auth_spec=settings.auth_spec,
+        access=_access(spec.get("access")),
         service_port=port if isinstance(port, int) and 0 < port < 65536 else 8000,
         phase=phase,
         ready=ready,

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 from pallas_api.fields import ModelCapabilities
 from pallas_api.health import HealthStatus
-from pallas_api.spec import CallerAuth, Icon, ProviderSpec
+from pallas_api.spec import AccessSpec, AuthSpec, CallerAuth, Icon, ProviderSpec
 from pallas_api.spending import SpendReport
 
 
@@ -105,6 +105,9 @@ class AgentState:
             which relative icon `src` values resolve against; "" leaves them out.
         service_port: The agent Service port, for the cluster DNS URL when status has none yet.
         auth: What a client must present to talk to the agent.
+        auth_spec: Its deployment's `spec.auth` whole: how the fleet endpoint checks a caller as
+            the agent itself does.
+        access: Its `spec.access`: who among authenticated callers may talk to it.
         phase: `status.phase`.
         ready: Whether clients should use the agent now (what `?ready=true` keeps).
         status_message: Why it is not ready (the Ready condition's message), for `statusMessage`.
@@ -138,6 +141,8 @@ class AgentState:
     registry_url: str = ""
     service_port: int = 8000
     auth: CallerAuth = field(default_factory=CallerAuth)
+    auth_spec: AuthSpec = field(default_factory=AuthSpec)
+    access: AccessSpec = field(default_factory=AccessSpec)
     phase: str = "Pending"
     ready: bool = False
     status_message: str = ""

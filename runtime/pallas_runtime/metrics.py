@@ -22,6 +22,8 @@ from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
+from pallas_io.triggers.metrics import trigger_metrics
+
 # `*_created` series double the exposition size and nothing in our dashboards reads them.
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
@@ -153,6 +155,8 @@ class RuntimeMetrics:
             "Turns ended with BUDGET_EXCEEDED, by budget (agent, caller, chain).",
             ["agent", "budget"],
         )
+        self.triggers = trigger_metrics(self.registry)
+        """The runs of the PallasTriggers `pallas run` hosts."""
 
     def exposition(self) -> bytes:
         """The registry in Prometheus text format."""

@@ -246,6 +246,35 @@ async def threads_can_be_limited_to_the_ids_a_session_named(factory: StoreFactor
 CONTRACT.append(threads_can_be_limited_to_the_ids_a_session_named)
 
 
+async def a_created_conversation_is_listed_empty_keeps_its_settings_and_outlives_a_failed_first_turn(
+    factory: StoreFactory,
+) -> None:
+    async with factory() as store:
+        created, started = key("created"), key("started")
+        await store.create(created, {"model": "claude.claude-fake"}, "made first")
+        assert await store.settings(created) == {"model": "claude.claude-fake"}
+        assert [(t.id, t.title, t.message_count) for t in await store.threads("harper", "anonymous")] == [
+            ("created", "made first", 0)
+        ]
+        assert await store.count("harper") == 1
+        async with store.turn(created):
+            pass  # a first turn that failed: stored nothing, and the conversation stays
+        async with store.turn(started):
+            pass  # a turn-started one that stored nothing leaves nothing
+        assert [t.id for t in await store.threads("harper", "anonymous")] == ["created"]
+        await commit(store, created, turn(1))
+        assert await store.history(created) == turn(1)
+        assert await store.settings(created) == {"model": "claude.claude-fake"}
+        assert await store.settings(started) is None
+        await commit(store, started, turn(2))
+        assert await store.settings(started) is None
+        assert await store.delete(created)
+        assert await store.settings(created) is None
+
+
+CONTRACT.append(a_created_conversation_is_listed_empty_keeps_its_settings_and_outlives_a_failed_first_turn)
+
+
 async def agents_stay_apart_adopt_legacy_rows_and_lose_predecessors_and_abandoned_ones(
     make: Callable[..., SqlStore], suffix: str
 ) -> None:

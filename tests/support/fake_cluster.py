@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pallas_api import names
-from pallas_operator.engine.context import AGENT, DEPLOYMENT, Operator
+from pallas_operator.engine.context import AGENT, DEPLOYMENT, TRIGGER, Operator
 from pallas_operator.engine.world import CHILD_RESOURCES, World
 from pallas_operator.k8s.apply import Seen, seen
 from pallas_operator.k8s.cluster import Cluster, OwnerEvent
@@ -26,11 +26,12 @@ from pallas_operator.k8s.listing import ALL_NAMESPACES
 from pallas_operator.metrics import OperatorMetrics
 from pallas_operator.reconcile.agent import reconcile_agent
 from pallas_operator.reconcile.deployment import reconcile_deployment
+from pallas_operator.reconcile.trigger import reconcile_trigger
 from pallas_operator.settings import OperatorSettings
 
 ObjectKey = tuple[str, str, str]
 """(kind, namespace, name); the namespace is "" for a cluster-scoped object."""
-WATCHED_KINDS = (names.AGENT_KIND, names.DEPLOYMENT_KIND, *CHILD_RESOURCES)
+WATCHED_KINDS = (names.AGENT_KIND, names.DEPLOYMENT_KIND, names.TRIGGER_KIND, *CHILD_RESOURCES)
 
 
 def key_of(body: Mapping[str, Any]) -> ObjectKey:
@@ -58,6 +59,8 @@ class FakeCluster:
     synced: list[tuple[str, dict[str, str], str]] = field(default_factory=list)
     """(namespace, labels, config hash) of every pod sync asked for."""
     tokens: list[tuple[str, str]] = field(default_factory=list)
+    finalizer_writes: list[tuple[ObjectKey, list[str]]] = field(default_factory=list)
+    """Every finalizer list written, with its owner."""
     service_monitor_crd: bool = True
     """Whether the ServiceMonitor kind is served (the Prometheus Operator installed)."""
     _versions: Iterator[int] = field(default_factory=lambda: itertools.count(1), repr=False)
@@ -79,8 +82,11 @@ class FakeCluster:
                 world.record(kind, copy.deepcopy(body))
 
     def writes(self) -> int:
-        """How many write requests were made (applies, deletes, status writes, Events)."""
-        return len(self.applied) + len(self.deleted) + len(self.statuses) + len(self.events)
+        """How many write requests were made (applies, deletes, status writes, Events, finalizers)."""
+        return (
+            len(self.applied) + len(self.deleted) + len(self.statuses) + len(self.events)
+            + len(self.finalizer_writes)
+        )  # fmt: skip
 
     def _version(self) -> str:
         return str(next(self._versions))
@@ -128,6 +134,27 @@ class FakeCluster:
             self.objects[key]["status"] = copy.deepcopy(dict(status))
             self.objects[key]["metadata"]["resourceVersion"] = version
         return version
+
+    async def set_finalizers(
+        self, kind: str, namespace: str, name: str, finalizers: Sequence[str], resource_version: str
+    ) -> bool:
+        """Record the finalizers (False: a stale `resource_version`, the API server's 409).
+
+        Removing the last finalizer of a deleted object lets it go, as the API server does.
+        """
+        key = (kind, namespace, name)
+        body = self.objects.get(key)
+        if body is None:
+            return True
+        meta = body["metadata"]
+        if meta["resourceVersion"] != resource_version:
+            return False
+        self.finalizer_writes.append((key, list(finalizers)))
+        meta["finalizers"] = list(finalizers)
+        meta["resourceVersion"] = self._version()
+        if meta.get("deletionTimestamp") and not finalizers:
+            del self.objects[key]
+        return True
 
     async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         """A copy of the stored object, or None."""
@@ -226,5 +253,5 @@ def in_memory_operator(cluster: FakeCluster, **settings: Any) -> Operator:
     """
     values: dict[str, Any] = {"namespaces": ("default",), "runtime_image": "pallas:test", "http_port": None}
     values.update(settings)
-    reconcilers = {AGENT: reconcile_agent, DEPLOYMENT: reconcile_deployment}
+    reconcilers = {AGENT: reconcile_agent, DEPLOYMENT: reconcile_deployment, TRIGGER: reconcile_trigger}
     return Operator(OperatorSettings(**values), cluster, OperatorMetrics(), reconcilers)

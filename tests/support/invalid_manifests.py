@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tests.support.operator import Manifest, agent, at, deployment, spec, unchecked, without
+from tests.support.operator import Manifest, agent, at, deployment, spec, trigger, unchecked, without
 
 LONG_NAME = "d" + "x" * 55
 PASSWORD = "hunter2-in-a-url"
@@ -488,5 +488,23 @@ INVALID = [
         agent("a1", at("spec.access.subjects", ["alice", "alice"])),
         refused_with=["spec.access.subjects[1]", "Duplicate value"],
         reported_as=["spec.access.subjects: ", "duplicate value 'alice'"],
+    ),
+    Case(
+        "trigger-two-sources",
+        trigger("t1", spec(webhook={"signature": "github", "secretRef": {"name": "gh", "key": "secret"}})),
+        refused_with=["a trigger needs exactly one of schedule, webhook, event"],
+        reported_as=["spec: ", "a trigger needs exactly one of schedule, webhook, event"],
+    ),
+    Case(
+        "trigger-conversation-id-without-continue",
+        trigger("t1", spec(conversation={"mode": "new", "id": "ops"})),
+        refused_with=["spec.conversation.id", "conversation.id is only used with mode continue"],
+        reported_as=["spec.conversation: ", "conversation.id is only used with mode continue"],
+    ),
+    Case(
+        "trigger-unknown-concurrency-policy",
+        trigger("t1", spec(concurrencyPolicy="Sometimes")),
+        refused_with=["spec.concurrencyPolicy", 'Unsupported value: "Sometimes"'],
+        reported_as=["spec.concurrencyPolicy: ", "'Allow', 'Forbid' or 'Replace'"],
     ),
 ]

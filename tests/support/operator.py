@@ -30,7 +30,7 @@ from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 from pydantic import BaseModel, ValidationError
 
-from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec
+from pallas_api.spec import PallasAgentSpec, PallasDeploymentSpec, PallasTriggerSpec
 from pallas_operator.metrics import OperatorMetrics
 from pallas_operator.runner import Runner
 from pallas_operator.settings import OperatorSettings
@@ -85,6 +85,7 @@ def in_namespace(namespace: str) -> Mod:
 SPEC_MODELS: dict[str, type[BaseModel]] = {
     "PallasDeployment": PallasDeploymentSpec,
     "PallasAgent": PallasAgentSpec,
+    "PallasTrigger": PallasTriggerSpec,
 }
 
 
@@ -159,6 +160,20 @@ def agent(name: str = "research", *mods: Mod) -> Manifest:
         },
         mods,
     )
+
+
+TRIGGER_SPEC: Manifest = {
+    "agent": "research",
+    "message": "Summarise yesterday for {{ .trigger.namespace }}.",
+    "schedule": {"cron": "0 7 * * 1-5", "timeZone": "Europe/Paris"},
+}
+
+
+def trigger(name: str = "nightly", *mods: Mod) -> Manifest:
+    """A valid PallasTrigger (`TRIGGER_SPEC`): agent `research` every weekday at 07:00 in Paris."""
+    meta = {"name": name, "namespace": "default"}
+    body = {"apiVersion": "pallas.dev/v1alpha1", "kind": "PallasTrigger", "metadata": meta}
+    return _build({**body, "spec": copy.deepcopy(TRIGGER_SPEC)}, mods)
 
 
 def secret(name: str = "llm", data: dict[str, str] | None = None, *mods: Mod) -> Manifest:
@@ -429,7 +444,7 @@ def fake_agent_mcp(name: str, agent: FakeAgent) -> FastMCP:
     mcp = FastMCP(name, version="1.0.0")
 
     @mcp.tool(output_schema=None)
-    def send_message(message: str) -> str:
+    def send_message(message: str, conversation_id: str | None = None) -> str:
         """Talk to the agent."""
         return f"echo: {message}"
 

@@ -8,6 +8,7 @@ CloudNativePG keeps `api/v1/*_types.go`); every public name is importable from h
 
 - `deployment`: `PallasDeploymentSpec` and its parts (providers, servers, auth, telemetry…);
 - `agent`: `PallasAgentSpec` and its parts (pods, access, topology spread…);
+- `trigger`: `PallasTriggerSpec` and its sources (schedule, webhook, event);
 - `common`: the patterns, Secret references, headers and selectors both kinds use (and the list
   validators `SET` and `ONCE` the kinds' modules build with, not re-exported).
 
@@ -84,6 +85,16 @@ from pallas_api.spec.deployment import (
     StdioSpec,
     TelemetrySpec,
 )
+from pallas_api.spec.trigger import (
+    DeliverWebhook,
+    HistoryLimit,
+    PallasTriggerSpec,
+    TriggerConversation,
+    TriggerDeliver,
+    TriggerEvent,
+    TriggerSchedule,
+    TriggerWebhook,
+)
 
 __all__ = [
     "AGENT_SELECTOR_KEYS",
@@ -110,9 +121,11 @@ __all__ = [
     "CallerAuth",
     "CallerList",
     "ConversationsSpec",
+    "DeliverWebhook",
     "EnvVar",
     "HeaderSpec",
     "HealthCheckSpec",
+    "HistoryLimit",
     "Icon",
     "JwtAlgorithm",
     "KubernetesAuthSpec",
@@ -130,6 +143,7 @@ __all__ = [
     "OidcSpec",
     "PallasAgentSpec",
     "PallasDeploymentSpec",
+    "PallasTriggerSpec",
     "PostgresSpec",
     "ProviderCapabilities",
     "ProviderSpec",
@@ -148,5 +162,10 @@ __all__ = [
     "ToolExposureSpec",
     "TopologySpreadConstraint",
     "TopologySpreadConstraints",
+    "TriggerConversation",
+    "TriggerDeliver",
+    "TriggerEvent",
+    "TriggerSchedule",
+    "TriggerWebhook",
     "agent_dependencies",
 ]

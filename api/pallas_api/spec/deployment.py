@@ -362,6 +362,13 @@ class ConversationsSpec(SpecModel):
     """A database store deletes the conversations of an agent that has not run for this long (it
     was deleted, or scaled to zero that long); null keeps them. A re-created agent starts empty
     and its predecessor's conversations go at once. Default: 7 days."""
+    retain_after_delete_seconds: Annotated[int | None, Field(ge=0, le=31_536_000)] = 0
+    """`store: postgres`: how long a deleted PallasAgent's conversations are kept. 0 deletes
+    them with the agent (its finalizer runs `pallas conversations purge` in a Job before the
+    agent goes); N keeps them N seconds more, after which any agent on the database deletes
+    them; null keeps them until `abandonedAfterSeconds` (no finalizer). Memory and SQLite stores
+    live in the agent's pods, so their conversations go with the pods (docs/operator.md
+    "Deleting an agent"). Default: 0."""
 
     @model_validator(mode="after")
     def _postgres_needs_a_dsn(self) -> Self:

@@ -6,10 +6,16 @@ ClusterRole with rbac.scope=cluster, a Role in each watched namespace with rbac.
 */}}
 {{- define "pallas.rbac.namespacedRules" -}}
 - apiGroups: [pallas.dev]
-  resources: [pallasagents, pallasdeployments]
+  resources: [pallasagents, pallasdeployments, pallastriggers]
   verbs: [get, list, watch]
 - apiGroups: [pallas.dev]
-  resources: [pallasagents/status, pallasdeployments/status]
+  resources: [pallasagents]
+  verbs: [patch]
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [get, create, patch, delete]
+- apiGroups: [pallas.dev]
+  resources: [pallasagents/status, pallasdeployments/status, pallastriggers/status]
   verbs: [get, patch]
 - apiGroups: ['']
   resources: [configmaps, services, serviceaccounts]
@@ -107,7 +113,7 @@ edit and admin ClusterRoles.
 */}}
 {{- define "pallas.rbac.viewRules" -}}
 - apiGroups: [pallas.dev]
-  resources: [pallasagents, pallasdeployments]
+  resources: [pallasagents, pallasdeployments, pallastriggers]
   verbs: [get, list, watch]
 {{- end }}
 
@@ -117,10 +123,10 @@ what auth.mode kubernetes checks). Aggregated into the built-in edit and admin C
 */}}
 {{- define "pallas.rbac.editRules" -}}
 - apiGroups: [pallas.dev]
-  resources: [pallasagents, pallasdeployments]
+  resources: [pallasagents, pallasdeployments, pallastriggers]
   verbs: [get, list, watch]
 - apiGroups: [pallas.dev]
-  resources: [pallasagents, pallasdeployments]
+  resources: [pallasagents, pallasdeployments, pallastriggers]
   verbs: [create, update, patch, delete, deletecollection]
 - apiGroups: [pallas.dev]
   resources: [pallasagents]

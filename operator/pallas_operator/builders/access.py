@@ -65,7 +65,7 @@ def agents_invoke_binding(owner: Owner) -> Manifest:
 
 
 def auth_delegation_binding(owner: Owner) -> Manifest:
-    """The ClusterRoleBinding of `system:auth-delegator` to the agents' ServiceAccount.
+    """The ClusterRoleBinding of `system:auth-delegator` to the agents' and the registry's ServiceAccounts.
 
     Cluster-scoped, so it cannot be owned by the (namespaced) PallasDeployment: the operator
     deletes it itself when the deployment goes or leaves `kubernetes` mode. Its labels say
@@ -80,12 +80,20 @@ def auth_delegation_binding(owner: Owner) -> Manifest:
             "labels": labels,
         },
         "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": AUTH_DELEGATOR},
+        # The registry checks the callers of its fleet endpoint (`/mcp`) as the agents do, so it
+        # makes the same two reviews; a subject whose ServiceAccount does not exist (no
+        # registry) grants nothing.
         "subjects": [
             {
                 "kind": "ServiceAccount",
                 "name": names.agents_service_account(owner.name),
                 "namespace": owner.namespace,
-            }
+            },
+            {
+                "kind": "ServiceAccount",
+                "name": names.registry_name(owner.name),
+                "namespace": owner.namespace,
+            },
         ],
     }
 

@@ -15,6 +15,7 @@ from pallas_operator.engine.prober import ProbeAccess, Prober
 from pallas_operator.engine.provider_reports import ProviderReports
 from pallas_operator.engine.queue import WorkQueue
 from pallas_operator.engine.startup import StartupTracker
+from pallas_operator.engine.triggers import TriggerRunners
 from pallas_operator.engine.world import World
 from pallas_operator.k8s.apply import Applier
 from pallas_operator.k8s.cluster import Cluster
@@ -27,8 +28,9 @@ if TYPE_CHECKING:
 
 AGENT = "agent"
 DEPLOYMENT = "deployment"
+TRIGGER = "trigger"
 Key = tuple[str, str, str]
-"""(AGENT | DEPLOYMENT, namespace, name)"""
+"""(AGENT | DEPLOYMENT | TRIGGER, namespace, name)"""
 
 
 def key_fields(key: Hashable) -> dict[str, str]:
@@ -74,6 +76,8 @@ class Operator:
         self.unauthenticated_warned: dict[tuple[str, str], str] = {}
         """(namespace, deployment) → uid of the deployment the Unauthenticated Warning was posted
         for: two reconciles can both see the status from before the first one's write."""
+        self.triggers = TriggerRunners(cluster, metrics.triggers)
+        """The PallasTriggers this operator fires (`reconcile.trigger` decides which)."""
         self.reconcilers = dict(reconcilers)
         """Kind → its reconcile (the reconciles live above the engine, so they are handed in)."""
 
@@ -106,5 +110,6 @@ class Operator:
     async def close(self) -> None:
         """Stop the work queue and every probe task."""
         await self.queue.stop()
+        await self.triggers.close()
         await self.prober.stop()
         await self.provider_reports.stop()

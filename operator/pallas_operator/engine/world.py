@@ -37,7 +37,7 @@ CHILD_RESOURCES: dict[str, tuple[str, str, str]] = {
 
 @dataclass(frozen=True, slots=True)
 class OwnerRecord:
-    """A PallasAgent or PallasDeployment as last seen."""
+    """A PallasAgent, PallasDeployment or PallasTrigger as last seen."""
 
     namespace: str
     name: str
@@ -46,6 +46,11 @@ class OwnerRecord:
     resource_version: str
     spec: Mapping[str, Any]
     status: Mapping[str, Any]
+    finalizers: tuple[str, ...] = ()
+    deleting_since: str | None = None
+    """`metadata.deletionTimestamp`: set once a delete waits for finalizers."""
+    created: str = ""
+    """metadata.creationTimestamp (RFC 3339): where a new PallasTrigger's schedule counts from."""
 
     def condition(self, type_: str) -> str | None:
         """The status (`True`/`False`/`Unknown`) of a condition, or None when absent."""
@@ -77,6 +82,9 @@ def owner_record(body: Mapping[str, Any]) -> OwnerRecord:
         resource_version=str(meta.get("resourceVersion", "")),
         spec=dict(body.get("spec") or {}),
         status=dict(body.get("status") or {}),
+        finalizers=tuple(str(f) for f in meta.get("finalizers") or ()),
+        deleting_since=str(meta["deletionTimestamp"]) if meta.get("deletionTimestamp") else None,
+        created=str(meta.get("creationTimestamp") or ""),
     )
 
 
@@ -172,6 +180,8 @@ INDEXES = (
     "agents_by_dependency",
     "agents_by_deployment",
     "deployments",
+    "triggers",
+    "triggers_by_agent",
     *(f"children-{kind}" for kind in CHILD_RESOURCES),
 )
 
@@ -190,6 +200,12 @@ def contributions(kind: str, body: Mapping[str, Any]) -> dict[str, dict[Any, Any
         }
     if kind == names.DEPLOYMENT_KIND:
         return {"deployments": {(namespace, name): owner_record(body)}}
+    if kind == names.TRIGGER_KIND:
+        agent = (body.get("spec") or {}).get("agent")
+        return {
+            "triggers": {(namespace, name): owner_record(body)},
+            "triggers_by_agent": {(namespace, str(agent)): name} if agent else None,
+        }
     child, owner = child_record(body), controller_of(body)
     filed = {(namespace, owner[2]): child} if child is not None and owner is not None else None
     return {f"children-{kind}": filed}
@@ -221,6 +237,15 @@ class World:
         """The PallasDeployment as last seen, or None."""
         record: OwnerRecord | None = _one(self._indexes["deployments"], (namespace, name))
         return record
+
+    def trigger(self, namespace: str, name: str) -> OwnerRecord | None:
+        """The PallasTrigger as last seen, or None."""
+        record: OwnerRecord | None = _one(self._indexes["triggers"], (namespace, name))
+        return record
+
+    def triggers_of(self, namespace: str, agent: str) -> set[str]:
+        """Triggers that name `agent` (its URL and readiness are theirs to read)."""
+        return set(self._indexes["triggers_by_agent"].get((namespace, agent), ()))
 
     def records_in(self, namespace: str) -> Iterable[OwnerRecord]:
         """Every agent of the namespace as last seen."""

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class OwnerEvent:
-    """An Event about a PallasAgent or PallasDeployment (what `kubectl describe` shows)."""
+    """An Event about a PallasAgent, PallasDeployment or PallasTrigger (what `kubectl describe` shows)."""
 
     kind: str
     namespace: str
@@ -62,6 +62,17 @@ class Cluster(Protocol):
 
         Returns:
             The resourceVersion the write produced (None if the answer carried none).
+        """
+        ...
+
+    async def set_finalizers(
+        self, kind: str, namespace: str, name: str, finalizers: Sequence[str], resource_version: str
+    ) -> bool:
+        """Replace the finalizers of a PallasAgent or PallasDeployment seen at `resource_version`.
+
+        Returns:
+            False when the object changed since (a conflict: nothing was written; the caller
+            looks again once the watch shows the change).
         """
         ...
 

@@ -19,9 +19,9 @@ from pallas_operator.k8s import delegations, events, listing, monitoring, pods, 
 from pallas_operator.k8s.apply import Seen, child_key
 from pallas_operator.k8s.cluster import OwnerEvent
 from pallas_operator.k8s.delegations import DelegationBinding
-from pallas_operator.k8s.resources import CHILD_KINDS, OWNER_KINDS
+from pallas_operator.k8s.resources import CHILD_KINDS, OWNER_KINDS, READ_KINDS
 
-RESOURCES: dict[str, Any] = {**CHILD_KINDS, **OWNER_KINDS}
+RESOURCES: dict[str, Any] = {**CHILD_KINDS, **OWNER_KINDS, **READ_KINDS}
 """Every kind the operator reads or writes by name, as its lightkube resource class."""
 
 
@@ -74,6 +74,23 @@ class LightkubeCluster:
             field_manager=names.FIELD_MANAGER, force=True,
         )  # fmt: skip
         return obj.metadata.resourceVersion if obj.metadata else None
+
+    async def set_finalizers(
+        self, kind: str, namespace: str, name: str, finalizers: Sequence[str], resource_version: str
+    ) -> bool:
+        """A merge patch of `metadata.finalizers`; False on a 409 (the object changed since)."""
+        body = {"metadata": {"finalizers": list(finalizers), "resourceVersion": resource_version}}
+        try:
+            await self.client.patch(
+                OWNER_KINDS[kind], name, body, namespace=namespace, patch_type=PatchType.MERGE
+            )
+        except ApiError as exc:
+            if exc.status.code == 409:
+                return False
+            if exc.status.code == 404:  # gone already: nothing holds it
+                return True
+            raise
+        return True
 
     async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         """The object now (a GET); None on a 404."""

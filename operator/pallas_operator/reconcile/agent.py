@@ -11,6 +11,7 @@ from pallas_operator.engine.prober import OPEN, ProbeAccess, ProbeTarget
 from pallas_operator.engine.world import OwnerRecord
 from pallas_operator.k8s.cluster import OwnerEvent
 from pallas_operator.reconcile.children import apply_children, stored_status
+from pallas_operator.reconcile.conversation_purge import finalize, keep_finalizer
 from pallas_operator.reconcile.plan import AgentPlan, plan_agent
 from pallas_operator.status import AgentObservation, Workload, agent_status
 
@@ -21,6 +22,8 @@ async def reconcile_agent(op: Operator, namespace: str, name: str) -> float | No
     if record is None:  # deleted: the garbage collector removes the children
         _forget(op, namespace, name)
         return None
+    if record.deleting_since is not None:  # held by finalizers: the conversations' purge, if ours
+        return await finalize(op, record)
     children = op.world.children(namespace, record.uid)
     settings = op.settings
     plan = plan_agent(
@@ -47,6 +50,9 @@ async def reconcile_agent(op: Operator, namespace: str, name: str) -> float | No
         seen = children.get(("Deployment", name))
         current = seen.workload if seen is not None else None
     op.prober.track((AGENT, namespace, name), _probe_target(op, plan, record, current))
+    # A deployment that is missing or cannot be read decides nothing: the finalizer stays as it is.
+    wanted = plan.purges_on_delete
+    again = None if wanted is None else await keep_finalizer(op, record, wanted)
     old = stored_status(PallasAgentStatus, record)
     new = agent_status(_observation(op, plan, record, current), old, now())
     await op.applier.write_status(
@@ -54,7 +60,7 @@ async def reconcile_agent(op: Operator, namespace: str, name: str) -> float | No
     )
     await _report(op, record, old, new)
     op.metrics.set_phase(names.AGENT_KIND, namespace, name, new.phase)
-    return None
+    return again
 
 
 async def _deliver_config(op: Operator, namespace: str, name: str, plan: AgentPlan) -> None:

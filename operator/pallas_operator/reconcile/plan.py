@@ -31,6 +31,7 @@ from pallas_operator.builders import (
     agent_disruption_budget,
     agent_service,
 )
+from pallas_operator.builders.purge import purges_on_delete
 from pallas_operator.engine.world import ChildRecord, OwnerRecord, World
 from pallas_operator.status import Problem, check_agent, waiting_for
 
@@ -57,6 +58,9 @@ class AgentPlan:
     health_timeout: float = 3.0
     auth: AuthSpec = field(default_factory=AuthSpec)
     """The deployment's auth: how the operator's probes authenticate."""
+    purges_on_delete: bool | None = None
+    """Deleting the agent purges its conversations (the `pallas.dev/conversations` finalizer);
+    None when the deployment could not be read (the finalizer is left as it is)."""
 
 
 def _invalid(what: str, exc: ValidationError) -> Problem:
@@ -92,6 +96,7 @@ def plan_agent(
         plan.health_interval = float(deployment.health_check.interval_seconds)
         plan.health_timeout = deployment.health_check.timeout_seconds
         plan.auth = deployment.auth
+        plan.purges_on_delete = purges_on_delete(deployment)
     peers = world.agents_in(ns)
     plan.problem = check_agent(name, spec, deployment, peers)
     if plan.problem is not None or deployment is None:

@@ -105,3 +105,51 @@ def turn_choice(
         system_override=override,
         tools_allowlist=None if allowlist is None else tuple(allowlist),
     )
+
+
+def _providers(config: AgentConfig) -> list[str]:
+    """The providers whose models the agent offers, its own first."""
+    others = [option.provider.name for option in config.models if option.provider is not None]
+    return list(dict.fromkeys([config.provider.name, *others]))
+
+
+def conversation_model(config: AgentConfig, provider: str | None, model: str | None) -> str | None:
+    """The model a conversation created with `metadata.provider`/`metadata.model` runs on.
+
+    Checked by `params.model`'s rules (`turn_choice`): only models the agent offers, named as
+    `params.model` names them (the result is such a name). `provider` alone picks that
+    provider's first offered model (the agent's own model for its own provider); with `model`,
+    the model may be named by its bare id on that provider.
+
+    Returns:
+        The choice to keep with the conversation; None when nothing was chosen.
+
+    Raises:
+        ChoiceRefused: an undeclared provider or model (the message lists what is offered).
+    """
+    if provider is None and model is None:
+        return None
+    if provider is not None and provider not in _providers(config):
+        offered = ", ".join(_providers(config))
+        raise ChoiceRefused(
+            f"metadata.provider {provider!r} is not a provider this agent offers (offered: {offered})"
+        )
+    if model is None:
+        if provider == config.provider.name:
+            return config.model
+        return next(
+            option.choice for option in config.models if option.provider and option.provider.name == provider
+        )
+    candidates = [model]
+    if provider is not None and provider != config.provider.name:
+        candidates.insert(0, f"{provider}.{model}")
+    for name in candidates:
+        option = config.model_option(name)
+        serving = option.provider.name if option is not None and option.provider else config.provider.name
+        if option is not None and (provider is None or serving == provider):
+            return option.choice
+    offered = ", ".join(config.offered_models)
+    where = f" of provider {provider!r}" if provider is not None else ""
+    raise ChoiceRefused(
+        f"metadata.model {model!r} is not a model{where} this agent offers (offered: {offered})"
+    )

@@ -12,8 +12,11 @@ as the rounds it ran (its user message, then each assistant and tool message) an
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+
+from cachetools import LRUCache
 
 from pallas_api.fields import ConversationScope
 from pallas_runtime.agent.failure import failure_of
@@ -37,6 +40,9 @@ from pallas_runtime.conversations.scope import (
 )
 from pallas_runtime.inflight import InFlight, ShuttingDown
 from pallas_runtime.messages import Message, TurnFailure, UserMessage
+
+SETTINGS_REMEMBERED = 4096
+"""Conversations whose settings (or their absence) a process remembers (a few hundred bytes each)."""
 
 
 class NoConversation(ValueError):
@@ -81,6 +87,7 @@ class Conversations:
         self._forget = forget
         # As many sessions as the agent keeps open: a closed one's entry is the oldest to go.
         self._ledger = SessionLedger(sessions=sessions)
+        self._settings: LRUCache[ConversationKey, dict[str, str]] = LRUCache(maxsize=SETTINGS_REMEMBERED)
 
     def _key(
         self, caller: Caller, conversation_id: str | None, session_id: str | None
@@ -170,6 +177,42 @@ class Conversations:
             raise NoConversation(f"no stored conversation for {what} yet")
         return messages
 
+    async def create(
+        self, caller: Caller, session_id: str | None, settings: Mapping[str, str], title: str
+    ) -> str:
+        """A new conversation of the caller, kept with its settings; its id.
+
+        The id is made here (never the client's), so no id a turn already used, or another
+        replica cached as having no settings, can ever be created again with some.
+
+        Raises:
+            NoConversation: the scope keeps nothing (`request`).
+            StoreUnavailable: from the store.
+        """
+        if self._scope == "request":
+            raise NoConversation("this agent keeps no conversations (its conversation scope is request)")
+        conversation_id = f"c-{uuid.uuid4().hex}"
+        key = ConversationKey(self._identity, caller.owner, conversation_id)
+        await self.store.create(key, settings, title)
+        self._settings[key] = dict(settings)
+        if session_id:
+            self._ledger.note(session_id, conversation_id)
+        return conversation_id
+
+    async def settings(self, caller: Caller, conversation_id: str) -> dict[str, str]:
+        """What the caller's conversation was created with (empty: nothing, or not created).
+
+        Settings never change once created and ids are never created twice (`create`), so what
+        was read (also that there are none) is remembered: a turn of a database store pays no
+        extra round trip after the first.
+        """
+        key = ConversationKey(self._identity, caller.owner, conversation_id)
+        found = self._settings.get(key)
+        if found is None:
+            found = await self.store.settings(key) or {}
+            self._settings[key] = found
+        return found
+
     async def threads(self, caller: Caller, session_id: str | None) -> list[ThreadInfo]:
         """The conversations the caller may see, most recent first."""
         if self._scope == "request":
@@ -190,6 +233,7 @@ class Conversations:
         if sees_only_its_session(self._scope, caller) and not self._ledger.knows(session_id, conversation_id):
             raise missing
         key = ConversationKey(self._identity, caller.owner, conversation_id)
+        self._settings.pop(key, None)
         if not await self.store.delete(key):
             raise missing
         if session_id:

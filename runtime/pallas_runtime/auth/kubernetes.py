@@ -18,6 +18,7 @@ import base64
 import json
 import logging
 import os
+from dataclasses import dataclass
 from typing import TypeVar
 
 import httpx2
@@ -79,6 +80,15 @@ def _refused(what: str, exc: ApiError) -> AuthUnavailable:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Reviewed:
+    """A caller the API server authenticated, with what a SubjectAccessReview about them needs."""
+
+    caller: Caller
+    extra: dict[str, list[str]] | None = None
+    uid: str | None = None
+
+
 class KubernetesJudge:
     """Decides with a TokenReview and a SubjectAccessReview per (uncached) bearer."""
 
@@ -124,40 +134,53 @@ class KubernetesJudge:
         Raises:
             AuthUnavailable: The API server could not be asked.
         """
-        caller, extra, uid = await self._authenticate(token)
-        if caller is None:
+        reviewed = await self.authenticate(token)
+        if reviewed is None:
             return None
-        allowed = admits(self.access, caller) and await self._authorize(caller, uid, extra)
-        return Decision(caller, allowed, token_expiry(token))
+        allowed = admits(self.access, reviewed.caller) and await self.may_invoke(
+            reviewed, self._agent, self._namespace
+        )
+        return Decision(reviewed.caller, allowed, token_expiry(token))
 
-    async def _authenticate(
-        self, token: str
-    ) -> tuple[Caller | None, dict[str, list[str]] | None, str | None]:
+    async def authenticate(self, token: str) -> Reviewed | None:
+        """Who `token` is (a TokenReview), or None when the API server does not accept it for us.
+
+        Raises:
+            AuthUnavailable: The API server could not be asked.
+        """
         review = TokenReview(spec=TokenReviewSpec(token=token, audiences=self._audiences or None))
         result = await self._review(review, "TokenReview")
         status = result.status
         if status is None or not status.authenticated or status.user is None or not status.user.username:
-            return None, None, None
+            return None
         if self._audiences and not set(status.audiences or ()) & set(self._audiences):
             # An authenticator that ignores audiences said yes; the token is not meant for us.
-            return None, None, None
+            return None
         user = status.user
         caller = Caller(subject=str(user.username), groups=tuple(user.groups or ()))
-        return caller, user.extra, user.uid
+        return Reviewed(caller, user.extra, user.uid)
 
-    async def _authorize(self, caller: Caller, uid: str | None, extra: dict[str, list[str]] | None) -> bool:
+    async def may_invoke(self, reviewed: Reviewed, agent: str, namespace: str) -> bool:
+        """Whether RBAC lets `reviewed` `invoke` agent `namespace/agent` (a SubjectAccessReview).
+
+        The agent asks this about itself; the registry's fleet endpoint about each agent it lists.
+
+        Raises:
+            AuthUnavailable: The API server could not be asked.
+        """
+        caller = reviewed.caller
         review = SubjectAccessReview(
             spec=SubjectAccessReviewSpec(
                 user=caller.subject,
                 groups=list(caller.groups),
-                uid=uid,
-                extra=extra,
+                uid=reviewed.uid,
+                extra=reviewed.extra,
                 resourceAttributes=ResourceAttributes(
                     group=names.GROUP,
                     resource=names.AGENT_PLURAL,
                     verb=INVOKE_VERB,
-                    name=self._agent,
-                    namespace=self._namespace,
+                    name=agent,
+                    namespace=namespace,
                 ),
             )
         )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -30,6 +30,8 @@ class _Conversation:
     """Each message's `footprint`, measured once when it was stored."""
     updated_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     touched: float = field(default_factory=time.monotonic)
+    settings: dict[str, str] | None = None
+    """What `create_conversation` chose; None when a turn started it."""
 
 
 @dataclass
@@ -121,6 +123,19 @@ class MemoryStore:
         # hold, so a turn pays for what it evicts, not for every conversation kept.
         for evicted in self._items.evict(keep=self._locks.held):
             self._counts[evicted.agent] -= 1
+
+    async def create(self, key: ConversationKey, settings: Mapping[str, str], title: str) -> None:
+        """Keep an empty conversation with its settings (ids are new: nothing is replaced)."""
+        if self._get(key) is None:
+            self._counts[key.agent] += 1
+        self._items.put(key, _Conversation(title, settings=dict(settings)), 0)
+        for evicted in self._items.evict(keep=lambda k: k == key or self._locks.held(k)):
+            self._counts[evicted.agent] -= 1
+
+    async def settings(self, key: ConversationKey) -> dict[str, str] | None:
+        """What the conversation was created with."""
+        conversation = self._get(key)
+        return dict(conversation.settings) if conversation is not None and conversation.settings else None
 
     def _forget(self, key: ConversationKey) -> bool:
         if self._items.pop(key) is None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -85,6 +85,15 @@ class ConversationStore(Protocol):
 
     async def history(self, key: ConversationKey) -> list[Message] | None:
         """The stored messages, or None when there is no such conversation."""
+
+    async def create(self, key: ConversationKey, settings: Mapping[str, str], title: str) -> None:
+        """Store a conversation before its first turn, with the settings it was created with.
+
+        It exists (listed, deletable) with no message; a failed first turn leaves it in place.
+        """
+
+    async def settings(self, key: ConversationKey) -> dict[str, str] | None:
+        """What the conversation was created with (`create`); None when it was not, or is not there."""
 
     async def threads(self, agent: str, owner: str, only: Collection[str] | None = None) -> list[ThreadInfo]:
         """The caller's conversations with the agent, most recently updated first.

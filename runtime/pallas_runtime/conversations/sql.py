@@ -19,7 +19,7 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, and_, bindparam, case, delete, func, or_, select, text, update
+from sqlalchemy import Connection, and_, bindparam, case, delete, func, insert, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
@@ -96,6 +96,11 @@ def _pk(key: ConversationKey) -> Any:
 
 def _messages_of(key: ConversationKey) -> Any:
     return and_(msg.c.agent == key.agent, msg.c.owner == key.owner, msg.c.conversation_id == key.id)
+
+
+_kept = or_(conv.c.message_count > 0, conv.c.meta.is_not(None))
+"""A conversation as callers see it: one with a message, or one `create` made (an empty row
+without settings is a first turn in progress, or one that stored nothing)."""
 
 
 def _key_params(key: ConversationKey) -> dict[str, str]:
@@ -526,7 +531,8 @@ class SqlStore:
         held = and_(_pk(turn.key), conv.c.holder == turn.holder)
 
         def release(connection: Connection) -> None:
-            connection.execute(delete(conv).where(held, conv.c.message_count == 0))
+            # A created conversation (settings kept) stays, empty, as `create` made it.
+            connection.execute(delete(conv).where(held, conv.c.message_count == 0, conv.c.meta.is_(None)))
             connection.execute(update(conv).where(held).values(holder=None, held_until=None))
 
         try:
@@ -544,12 +550,30 @@ class SqlStore:
     async def threads(self, agent: str, owner: str, only: Collection[str] | None = None) -> list[ThreadInfo]:
         """The caller's conversations (those of `only`, when given), most recently updated first."""
         query = select(conv.c.id, conv.c.title, conv.c.updated_at, conv.c.message_count).where(
-            conv.c.agent == agent, conv.c.owner == owner, conv.c.message_count > 0
+            conv.c.agent == agent, conv.c.owner == owner, _kept
         )
         if only is not None:
             query = query.where(conv.c.id.in_(list(only)))
         rows = await self._rows(query.order_by(conv.c.updated_at.desc()).limit(1000))
         return [ThreadInfo(r.id, r.title, _aware(r.updated_at), r.message_count) for r in rows]
+
+    async def create(self, key: ConversationKey, settings: Mapping[str, str], title: str) -> None:
+        """Insert the empty conversation with its settings (JSON in `meta`)."""
+        now = _now()
+        row = {
+            "agent": key.agent, "owner": key.owner, "id": key.id, "title": title[:200], "created_at": now,
+            "updated_at": now, "message_count": 0, "next_seq": 0, "version": "",
+            "meta": json.dumps(dict(settings), sort_keys=True),
+        }  # fmt: skip
+        await self._single(lambda c: c.execute(insert(conv).values(row)), retry=False)
+
+    async def settings(self, key: ConversationKey) -> dict[str, str] | None:
+        """The settings `create` kept, or None."""
+        rows = await self._rows(select(conv.c.meta).where(_pk(key)))
+        if not rows or rows[0].meta is None:
+            return None
+        found: dict[str, str] = json.loads(rows[0].meta)
+        return found
 
     async def delete(self, key: ConversationKey) -> bool:
         """Forget one conversation and its messages."""
@@ -557,15 +581,13 @@ class SqlStore:
 
         def forget(connection: Connection) -> bool:
             connection.execute(delete(msg).where(_messages_of(key)))
-            return bool(connection.execute(delete(conv).where(_pk(key), conv.c.message_count > 0)).rowcount)
+            return bool(connection.execute(delete(conv).where(_pk(key), _kept)).rowcount)
 
         return await self._transaction(forget)
 
     async def count(self, agent: str) -> int:
         """Conversations kept for `agent`."""
-        rows = await self._rows(
-            select(func.count()).select_from(conv).where(conv.c.agent == agent, conv.c.message_count > 0)
-        )
+        rows = await self._rows(select(func.count()).select_from(conv).where(conv.c.agent == agent, _kept))
         return int(rows[0][0] or 0)
 
     async def sweep(self) -> int:
@@ -606,11 +628,20 @@ class SqlStore:
             return
         identity, now = self._identity, _now()
         await self._transaction(lambda c: tenancy.heartbeat(c, identity, now))
-        if self._abandoned_after is not None:
-            cutoff = now - self._abandoned_after
-            abandoned = await self._transaction(lambda c: tenancy.purge_abandoned(c, cutoff))
-            if abandoned:
-                log.info("deleted %d conversations of agents gone for longer than allowed", abandoned)
+        # Deleted agents whose retention ran out (`purge --after`) go whatever the setting.
+        cutoff = now - self._abandoned_after if self._abandoned_after is not None else None
+        abandoned = await self._transaction(lambda c: tenancy.purge_abandoned(c, cutoff, now))
+        if abandoned:
+            log.info("deleted %d conversations of agents deleted or gone for longer than allowed", abandoned)
+
+    async def purge(self, identity: str, after: float = 0) -> int:
+        """A deleted agent's conversations: gone now (`after` 0) or marked to go `after` seconds on.
+
+        Returns:
+            How many conversations were deleted now.
+        """
+        expires_at = _now() + timedelta(seconds=after) if after > 0 else None
+        return await self._transaction(lambda c: tenancy.purge(c, identity, expires_at))
 
     def _housekeeping_every(self) -> float:
         periods = [HEARTBEAT_EVERY]

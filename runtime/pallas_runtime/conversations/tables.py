@@ -41,6 +41,9 @@ conversations = Table(
     # Who holds the conversation for a turn, until when: turns never interleave across replicas.
     Column("holder", String(100), nullable=True),
     Column("held_until", DateTime(timezone=True), nullable=True),
+    # The settings `create_conversation` chose (JSON: provider, model); NULL when a turn started
+    # it. A created conversation exists before its first message.
+    Column("meta", Text, nullable=True),
     PrimaryKeyConstraint("agent", "owner", "id", name="pk_pallas_conversations"),
     Index("ix_pallas_conversations_updated", "agent", "owner", "updated_at"),
 )
@@ -70,6 +73,8 @@ agents = Table(
     # `conversations.abandonedAfterSeconds` was deleted (or parked), and its conversations go.
     Column("identity", String(MAX_AGENT_IDENTITY), nullable=False),
     Column("last_seen", DateTime(timezone=True), nullable=False),
+    # A deleted agent's retention (`retainAfterDeleteSeconds`): its conversations go after this.
+    Column("expires_at", DateTime(timezone=True), nullable=True),
     PrimaryKeyConstraint("identity", name="pk_pallas_agents"),
 )
 

@@ -9,7 +9,10 @@ pieces of housekeeping keep the rows of agents that no longer exist from lingeri
 - `heartbeat`, every few minutes while it runs.
 - `purge_abandoned`, run by every agent on the database: the conversations of identities that
   have not run for the deployment's `abandonedAfterSeconds` (deleted agents, or agents scaled to
-  zero that long) are deleted, with their `pallas_agents` row.
+  zero that long) are deleted, with their `pallas_agents` row; so are those of identities whose
+  retention after deletion (`expires_at`) has run out.
+- `purge`, when an agent is deleted (`pallas conversations purge`, the operator's finalizer): its
+  conversations go at once, or it is marked to go after its retention.
 
 Each is one synchronous function over a connection, run in one transaction by the store.
 """
@@ -20,7 +23,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, and_, delete, exists, insert, literal, select, update
+from sqlalchemy import ColumnElement, Connection, and_, delete, exists, insert, literal, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -98,12 +101,41 @@ def claim(connection: Connection, identity: str, legacy_name: str | None, now: d
     return adopted, removed
 
 
-def purge_abandoned(connection: Connection, cutoff: datetime) -> int:
-    """Delete the conversations of identities last seen before `cutoff`; how many went."""
-    gone = [
-        row.identity
-        for row in connection.execute(select(agents.c.identity).where(agents.c.last_seen < cutoff))
-    ]
+def purge(connection: Connection, identity: str, expires_at: datetime | None) -> int:
+    """A deleted agent: forget its conversations now (`expires_at` None), or mark when they go.
+
+    Returns:
+        How many conversations were deleted (0 when only marked).
+    """
+    if expires_at is not None:
+        if not connection.execute(
+            update(agents).where(agents.c.identity == identity).values(expires_at=expires_at)
+        ).rowcount:
+            # It never ran on this database, or it was purged as abandoned already: the mark
+            # still makes its rows go (a pod still draining may have written some since).
+            connection.execute(
+                insert(agents).values(identity=identity, last_seen=expires_at, expires_at=expires_at)
+            )
+        return 0
+    removed = _forget_agents(connection, lambda column: column == identity)
+    connection.execute(delete(agents).where(agents.c.identity == identity))
+    return removed
+
+
+def purge_abandoned(connection: Connection, cutoff: datetime | None, now: datetime | None = None) -> int:
+    """Delete the conversations of identities last seen before `cutoff`, or expired by `now`; how many went.
+
+    None for either checks nothing of that kind.
+    """
+    conditions = []
+    if cutoff is not None:
+        conditions.append(agents.c.last_seen < cutoff)
+    if now is not None:
+        conditions.append(and_(agents.c.expires_at.is_not(None), agents.c.expires_at <= now))
+    if not conditions:
+        return 0
+    due = or_(*conditions)
+    gone = [row.identity for row in connection.execute(select(agents.c.identity).where(due))]
     if not gone:
         return 0
     removed = _forget_agents(connection, lambda column: column.in_(gone))

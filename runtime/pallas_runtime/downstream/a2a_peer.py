@@ -44,6 +44,7 @@ from google.protobuf.json_format import MessageToDict
 
 from pallas_api.config import A2APeer
 from pallas_api.errors import ErrorCode
+from pallas_api.spending import SPEND_META
 from pallas_runtime.conversations.caller import peer_conversation_id
 from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.downstream.call_path import CallRefused
@@ -62,7 +63,6 @@ from pallas_runtime.downstream.source import (
 from pallas_runtime.messages import TextPart
 from pallas_runtime.sizes import human_bytes, utf8_size
 from pallas_runtime.spending import guard as spending
-from pallas_runtime.spending.chain import SPEND_META
 
 log = logging.getLogger("pallas.downstream")
 

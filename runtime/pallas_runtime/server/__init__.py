@@ -3,7 +3,7 @@
 - `agent_server`: `AgentServer` (owns the FastMCP instance, the metrics, the calls in flight,
   the session limits, the refusal count and readiness; runs the lifespan) and `build_server`.
 - The surface, one part each: `send_message` (the tool, its alias `<agent>` and their metrics),
-  `get_health`, `conversation_tools` (`list_conversations`, `delete_conversation`),
+  `get_health`, `conversation_tools` (`create_conversation`, `list_conversations`, `delete_conversation`),
   `history_prompt` (`<agent>_history`), `instruction_resource` (`pallas://instruction`),
   `probe_routes` (`/healthz`, `/readyz`, `/metrics`), `server_card` (the MCP Server Card at
   `/mcp/server-card`), `gateway_tools` (`list_servers`,

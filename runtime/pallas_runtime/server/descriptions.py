@@ -41,6 +41,11 @@ LIST_CONVERSATIONS_ANONYMOUS = (
     "started or named."
 )
 DELETE_CONVERSATION_DESCRIPTION = "Delete one of your conversations with this agent, by id."
+CREATE_CONVERSATION_DESCRIPTION = (
+    "Start a new conversation with this agent and get its id, to pass as send_message's "
+    "conversation_id. metadata.provider and metadata.model choose the model every turn of it "
+    "runs on (among those this agent offers); metadata.title names it in list_conversations."
+)
 GET_HEALTH_DESCRIPTION = "Returns the health status of this agent and its downstream dependencies."
 
 

@@ -18,7 +18,7 @@ from fastmcp.tools import Tool, ToolResult
 from mcp_types import CallToolRequestParams
 
 from pallas_api.config import SendParams
-from pallas_api.names import HISTORY_TRIMMED_META, TOOL_CALLS_META
+from pallas_api.names import CONVERSATION_META, HISTORY_TRIMMED_META, TOOL_CALLS_META
 from pallas_io.tracing import exemplar
 from pallas_runtime.agent.inputs import ImageInput
 from pallas_runtime.agent.live import LiveAgent
@@ -40,9 +40,6 @@ from pallas_runtime.server.request import (
 from pallas_runtime.server.tool_errors import CodedToolError
 from pallas_runtime.server.turn_entry import TurnEntry, TurnFailed, TurnRequest
 from pallas_runtime.spending.chain import spend_meta
-
-CONVERSATION_META = "pallas.dev/conversationId"
-"""The `_meta` key of a send_message result naming the conversation the turn was stored in."""
 
 
 class SendMessageMetrics(Middleware):

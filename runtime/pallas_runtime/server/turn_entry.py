@@ -28,7 +28,7 @@ from pallas_runtime.agent.turn import Turn
 from pallas_runtime.agent.turns import Conversations, Reply
 from pallas_runtime.agent.workflow import StepFailed, WorkflowFailed
 from pallas_runtime.approval.question import NO_CHANNEL, Approver
-from pallas_runtime.conversations.caller import Caller, checked_id
+from pallas_runtime.conversations.caller import Caller, checked_id, keeps_nothing
 from pallas_runtime.conversations.model import ConversationBusy, StoreUnavailable, TurnLost
 from pallas_runtime.downstream.call_path import CallPath, CallRefused
 from pallas_runtime.inflight import InFlight, ShuttingDown
@@ -142,13 +142,16 @@ class TurnEntry:
             call_path = CallPath.inbound(request.call_meta, self._agent, config.max_depth)
         except CallRefused as exc:
             raise self.failed(exc, exc.code, via=via) from None
-        params = request.params
         request_params: RequestParams | None = None
+        try:
+            checked = checked_id(request.conversation_id) if request.conversation_id else None
+        except ValueError as exc:
+            raise self.failed(exc, ErrorCode.INVALID_ARGUMENTS, via=via) from None
+        params, chosen_at_create = await self._conversation_model(request, checked, via)
         try:
             user = user_message(
                 config, request.message, request.images, model=params.model if params is not None else None
             )
-            checked = checked_id(request.conversation_id) if request.conversation_id else None
             if params is not None and (refusal := config.call_params.refusal(params)):
                 raise InvalidInput(refusal)
             history = given_history(params, checked)
@@ -161,6 +164,12 @@ class TurnEntry:
         except BearerMissing as exc:
             raise self.failed(exc, ErrorCode.DENIED_BY_POLICY, via=via) from None
         except (InvalidInput, ValueError) as exc:
+            if (
+                chosen_at_create is not None
+            ):  # the caller did not name it in this call: say where it came from
+                exc = ValueError(
+                    f"conversation {checked!r} was created with model {chosen_at_create!r}: {exc}"
+                )
             raise self.failed(exc, ErrorCode.INVALID_ARGUMENTS, via=via) from None
         try:
             budget = await self._open_budget(config, request, via)
@@ -186,6 +195,28 @@ class TurnEntry:
         finally:
             if choice is not None and choice.provider is not generation.provider:
                 await choice.provider.aclose()  # a caller-keyed client is that call's alone
+
+    async def _conversation_model(
+        self, request: TurnRequest, conversation_id: str | None, via: str
+    ) -> tuple[SendParams | None, str | None]:
+        """The call's params with the model its conversation was created with, and that model.
+
+        A conversation made by `create_conversation` with a provider or model runs every turn on
+        it; a call's own `params.model` still wins for that turn. The model is checked again at
+        each turn by `params.model`'s rules (the deployment may have dropped it since).
+        """
+        params = request.params
+        if conversation_id is None or keeps_nothing(conversation_id) or (params and params.model):
+            return params, None
+        try:
+            settings = await self._conversations.settings(request.caller, conversation_id)
+        except StoreUnavailable as exc:
+            reason = f"the conversation's settings could not be read: {exc}"
+            raise self.failed(reason, ErrorCode.SERVER_UNAVAILABLE, via=via) from None
+        model = settings.get("model")
+        if model is None:
+            return params, None
+        return (params or SendParams()).model_copy(update={"model": model}), model
 
     async def _open_budget(self, config: AgentConfig, request: TurnRequest, via: str) -> TurnBudget:
         """The turn's budgets (`spending.guard`), or the failure of a spent or malformed one."""

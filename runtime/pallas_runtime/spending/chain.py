@@ -26,25 +26,11 @@ from datetime import datetime
 from typing import Any
 
 from pallas_api.health import utc_timestamp
-from pallas_api.spending import MICROS
+from pallas_api.spending import MICROS, SPEND_META, whole_count
 
 BUDGET_META = "pallas.dev/budget"
 """`_meta` key of a delegated call: what the root caller has left."""
-SPEND_META = "pallas.dev/spend"
-"""`_meta` key of a `send_message` result: what its turn spent."""
 MAX_ROOT = 512
-
-
-def _whole(value: Any) -> int | None:
-    """A count >= 0 as a whole number, or None.
-
-    A whole float counts: A2A metadata travels as a protobuf Struct, whose numbers are all doubles.
-    """
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        return None
-    return value
 
 
 class BadChainBudget(ValueError):
@@ -75,7 +61,7 @@ class ChainBudget:
         root, tokens, cost, resets = (raw.get(k) for k in ("rootCaller", "tokens", "cost", "resetsAt"))
         if not isinstance(root, str) or not 0 < len(root) <= MAX_ROOT:
             raise BadChainBudget(f"_meta {BUDGET_META}.rootCaller must be 1 to {MAX_ROOT} characters")
-        if tokens is not None and (tokens := _whole(tokens)) is None:
+        if tokens is not None and (tokens := whole_count(tokens)) is None:
             raise BadChainBudget(f"_meta {BUDGET_META}.tokens must be a whole number >= 0")
         if cost is not None and (
             isinstance(cost, bool) or not isinstance(cost, int | float) or not math.isfinite(cost) or cost < 0
@@ -110,16 +96,3 @@ class ChainBudget:
 def spend_meta(tokens: int, micros: int) -> dict[str, Any]:
     """The `_meta` entry of a result: what its turn spent."""
     return {SPEND_META: {"tokens": tokens, "cost": micros / MICROS}}
-
-
-def reported_spend(meta: Mapping[str, Any] | None) -> tuple[int, int] | None:
-    """(tokens, micros) a peer's result says its turn spent; None when it says nothing usable."""
-    raw = (meta or {}).get(SPEND_META)
-    if not isinstance(raw, Mapping):
-        return None
-    tokens, cost = _whole(raw.get("tokens", 0)), raw.get("cost", 0)
-    if tokens is None:
-        return None
-    if isinstance(cost, bool) or not isinstance(cost, int | float) or not math.isfinite(cost) or cost < 0:
-        return None
-    return tokens, math.ceil(cost * MICROS)

@@ -37,11 +37,11 @@ from typing import Any, Literal, Protocol
 
 from pallas_api.config import AgentConfig
 from pallas_api.health import utc_timestamp
-from pallas_api.spending import BudgetLimit, ModelPrice, format_cost, window_end, window_start
+from pallas_api.spending import BudgetLimit, ModelPrice, format_cost, reported_spend, window_end, window_start
 from pallas_runtime.conversations.caller import Caller
 from pallas_runtime.messages import Usage
 from pallas_runtime.metrics import RuntimeMetrics
-from pallas_runtime.spending.chain import ChainBudget, reported_spend
+from pallas_runtime.spending.chain import ChainBudget
 from pallas_runtime.spending.ledger import AGENT_SUBJECT, Bucket, Ledger, Spent
 
 log = logging.getLogger("pallas.budgets")

@@ -64,6 +64,7 @@ EXPECTED_ALERTS = {
     "PallasAgentErrorRateHigh",
     "PallasAgentLatencyHigh",
     "PallasTokenBurnHigh",
+    "PallasTriggerFailing",
 }
 SEVERITIES = {"critical", "warning", "info"}
 # Concrete values for Grafana's template variables, so the expressions are plain PromQL.

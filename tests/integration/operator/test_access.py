@@ -113,7 +113,9 @@ async def test_kubernetes_mode_gives_agents_an_identity_with_exactly_the_review_
             "name": "system:auth-delegator",
         }
         assert binding["subjects"] == [
-            {"kind": "ServiceAccount", "name": "ouranos-agents", "namespace": namespace}
+            {"kind": "ServiceAccount", "name": "ouranos-agents", "namespace": namespace},
+            # The registry checks the fleet endpoint's callers with the same reviews.
+            {"kind": "ServiceAccount", "name": "ouranos-registry", "namespace": namespace},
         ]
         assert binding["metadata"]["labels"]["pallas.dev/namespace"] == namespace
         assert await get_object(kube_client, ServiceAccount, namespace, "ouranos-agents") is not None

@@ -22,8 +22,9 @@ from fastmcp.exceptions import ToolError
 from tests.integration.runtime.test_run_command import manifests, pallas_run, registry_up
 from tests.integration.runtime.test_run_reload import pallas_run_reload
 from tests.integration.runtime.test_streaming import Progress
-from tests.support.fake_llm import FakeOpenAI, Text
+from tests.support.fake_llm import FakeOpenAI, Hold, Text
 from tests.support.mcp_peers import free_ports
+from tests.support.waiting import until
 
 MODES = [pytest.param({}, id="default"), pytest.param({"mode": "legacy"}, id="legacy")]
 WORKER_SAYS = "Six times seven is forty-two."
@@ -171,3 +172,25 @@ async def test_each_fleet_session_is_a_conversation_of_its_own_and_a_sessionless
                 (await sessionless.call_tool("worker", {"message": "hi"})).content[0].text for _ in range(2)
             ]
             assert said == ["heard 1", "heard 1"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_fleet_call_cancelled_by_its_client_cancels_the_agents_turn(
+    fake_openai: FakeOpenAI, tmp_path: Path, mode: dict[str, Any]
+) -> None:
+    fake_openai.default = lambda request: Text(f"{request['messages'][0]['content']} here")
+    base = free_ports(3)
+    async with pallas_run(manifest_file(tmp_path, fleet_manifests(fake_openai)), base):
+        await registry_up(base)
+        async with Client(f"http://127.0.0.1:{base}/mcp", **mode) as fleet:
+            await ready_agents(fleet, 2)
+            fake_openai.script(Hold(asyncio.Event()))  # the worker's model never answers
+            call = asyncio.create_task(fleet.call_tool("worker", {"message": "a long job"}))
+            await asyncio.wait_for(fake_openai.held.wait(), 15)
+            call.cancel()  # the client gives up: the fleet is told, and tells the worker
+            with pytest.raises(asyncio.CancelledError):
+                await call
+            await until("the worker's model call to be abandoned", lambda: fake_openai.abandoned, 10)
+            assert fake_openai.abandoned == 1, "the worker's turn went on after its caller cancelled"
+            answer = await fleet.call_tool("worker", {"message": "still there?"})
+            assert answer.content[0].text == "worker here"

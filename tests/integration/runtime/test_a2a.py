@@ -31,12 +31,16 @@ async def test_the_card_names_the_agent_its_endpoint_and_skill(fake_openai: Fake
         serve_agent(config(fake_openai, a2a={"tags": ["research"]})) as agent,
         httpx.AsyncClient() as http,
     ):
-        card = (await http.get(f"{agent.base_url}/.well-known/agent-card.json")).json()
+        card = (
+            await http.get(f"{agent.base_url}/.well-known/agent-card.json", headers={"A2A-Version": "1.0"})
+        ).json()
     assert card["name"] == "harper"
     assert card["description"] == "Answers questions."
     assert card["supportedInterfaces"] == [
-        {"url": f"{agent.base_url}/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+        {"url": f"{agent.base_url}/a2a", "protocolBinding": "JSONRPC", "protocolVersion": version}
+        for version in ("1.0", "0.3")
     ]
+    assert "url" not in card  # the 0.3 fields go to clients that do not say 1.0
     assert card["capabilities"]["streaming"] is True
     assert [(s["id"], s["tags"]) for s in card["skills"]] == [("harper", ["research"])]
     assert "securitySchemes" not in card  # an open agent asks for nothing

@@ -41,8 +41,10 @@ async def test_the_js_sdk_reads_the_card_and_continues_a_context(
             await a2a_js(mcp_peers, "send", agent.base_url, "Its population?", context_id=first["contextId"])
         ).only["task"]
     assert card["name"] == "harper"
+    # The SDK asks with `A2A-Version: 1.0`: the 1.0 card, naming both versions' interfaces.
     assert card["supportedInterfaces"] == [
-        {"url": f"{agent.base_url}/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+        {"url": f"{agent.base_url}/a2a", "protocolBinding": "JSONRPC", "protocolVersion": version}
+        for version in ("1.0", "0.3")
     ]
     assert card["capabilities"]["streaming"] is True
     assert [(s["id"], s["tags"]) for s in card["skills"]] == [("harper", ["research"])]

@@ -194,7 +194,8 @@ async def test_sdk_handshake_lists_exactly_the_agent_surface(agent: ServedAgent)
 
     assert init.server_info.name == AGENT
     assert init.protocol_version == "2025-11-25"
-    assert set(tools) == {"send_message", AGENT, "get_health", "list_conversations", "delete_conversation"}
+    conversation_tools = {"create_conversation", "list_conversations", "delete_conversation"}
+    assert set(tools) == {"send_message", AGENT, "get_health", *conversation_tools}
     # The alias the seeds' client snippets call: send_message under the agent's name.
     assert tools[AGENT].input_schema == tools["send_message"].input_schema
     assert tools[AGENT].description == tools["send_message"].description
@@ -383,6 +384,7 @@ async def test_inspector_cli_lists_and_calls(agent: ServedAgent, mcp_peers: McpP
     )
 
     assert sorted(t["name"] for t in tools["tools"]) == [
+        "create_conversation",
         "delete_conversation",
         "get_health",
         "list_conversations",

@@ -25,7 +25,7 @@ def _validate(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
 def test_the_example_is_valid() -> None:
     result = _validate("-f", str(REPO / "examples"))
     assert (result.returncode, result.stdout) == (0, ""), result.stderr
-    assert result.stderr.strip().endswith("11 objects valid")
+    assert result.stderr.strip().endswith("15 objects valid")
 
 
 def test_the_workflow_example_is_valid() -> None:

@@ -24,6 +24,7 @@ ALLOWED_LIBRARIES = {
     "yaml": "parsing and dumping the config and CRD documents",
     "typing_extensions": "pydantic's typing back-ports",
     "annotated_types": "pydantic's constraint markers (Ge, Le, MaxLen)",
+    "croniter": "reading PallasTrigger cron schedules (pure date arithmetic, no I/O)",
 }
 ALLOWED = frozenset(sys.stdlib_module_names) | ALLOWED_LIBRARIES.keys()
 

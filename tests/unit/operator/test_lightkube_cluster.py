@@ -126,3 +126,26 @@ async def test_a_secret_is_created_once_and_one_that_exists_is_kept() -> None:
     refused, _ = cluster(error=403)
     with pytest.raises(ApiError):
         await refused.create_secret(SECRET)
+
+
+async def test_finalizers_are_a_merge_patch_on_the_version_seen_and_a_conflict_is_false() -> None:
+    adapter, client = cluster()
+    written = await adapter.set_finalizers(
+        names.AGENT_KIND, "agents", "research", [names.CONVERSATIONS_FINALIZER], "41"
+    )
+    assert written is True
+    ((verb, resource, name, kw),) = client.calls
+    assert (verb, resource, name, kw["namespace"]) == ("patch", PallasAgent, "research", "agents")
+    assert kw["patch_type"] == PatchType.MERGE
+    # The resourceVersion makes it conditional: another controller's finalizer is never lost.
+    assert kw["body"] == {
+        "metadata": {"finalizers": [names.CONVERSATIONS_FINALIZER], "resourceVersion": "41"}
+    }
+
+    stale, _ = cluster(error=409)
+    assert await stale.set_finalizers(names.AGENT_KIND, "agents", "research", [], "40") is False
+    gone, _ = cluster(error=404)
+    assert await gone.set_finalizers(names.AGENT_KIND, "agents", "research", [], "40") is True
+    refused, _ = cluster(error=403)
+    with pytest.raises(ApiError):
+        await refused.set_finalizers(names.AGENT_KIND, "agents", "research", [], "40")

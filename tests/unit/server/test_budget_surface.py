@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from pallas_runtime.spending.chain import BUDGET_META, SPEND_META
+from pallas_api.spending import SPEND_META
+from pallas_runtime.spending.chain import BUDGET_META
 from tests.unit.agent.doubles import calls, text
 from tests.unit.server.test_surface import error_of, in_memory
 

@@ -144,6 +144,7 @@ async def test_the_surface_in_brief() -> None:
         "send_message",
         "harper",
         "get_health",
+        "create_conversation",
         "list_conversations",
         "delete_conversation",
     ]
@@ -153,6 +154,7 @@ async def test_the_surface_in_brief() -> None:
     assert tools["harper"].input_schema == send
     assert tools["harper"].description == tools["send_message"].description
     assert tools["delete_conversation"].input_schema["required"] == ["conversation_id"]
+    assert list(tools["create_conversation"].input_schema["properties"]) == ["metadata"]
     assert list(tools["get_health"].input_schema["properties"]) == ["diagnostics"]
     assert all(t.output_schema is None for t in tools.values())
     assert (prompt.name, [(a.name, a.required) for a in prompt.arguments or []]) == (

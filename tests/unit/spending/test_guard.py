@@ -11,7 +11,7 @@ import pytest
 
 from pallas_api.config import AgentConfig, parse_config
 from pallas_api.health import utc_timestamp
-from pallas_api.spending import ModelPrice, window_end, window_start
+from pallas_api.spending import ModelPrice, reported_spend, window_end, window_start
 from pallas_runtime.agent.progress import ProgressReporter
 from pallas_runtime.conversations.caller import ANONYMOUS, Caller
 from pallas_runtime.conversations.model import StoreUnavailable
@@ -22,7 +22,6 @@ from pallas_runtime.spending.chain import (
     BUDGET_META,
     BadChainBudget,
     ChainBudget,
-    reported_spend,
     spend_meta,
 )
 from pallas_runtime.spending.guard import BudgetExceeded, Budgets, micros_of, tokens_of

@@ -14,7 +14,13 @@ the current kubeconfig (TokenReview and SubjectAccessReview with its credentials
 manifests' namespace). `--token`, `$PALLAS_TOKEN` or `--as-serviceaccount` give the registry a
 bearer for its checks of the agents; without one it lists them as asking for a token.
 
-`--reload` applies edits of the files while running (see `reload`).
+`--reload` applies edits of the files while running (see `reload`); PallasTriggers are read
+at start only.
+
+PallasTriggers with a `schedule` fire on it; those with a `webhook` listen on
+`--triggers-port` (default: the base port less one) at `/triggers/<namespace>/<name>`; event
+triggers need a cluster (docs/triggers.md). Their runs call the agents with the same bearer as
+the registry's checks (`--token`).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from pallas_api.render import log_level, telemetry_environment
 from pallas_io.commands import EXIT_FAILURE, EXIT_USAGE, port_number
 from pallas_io.logs import LEVELS, log_format, setup_logging
 from pallas_io.tracing import setup_tracing
+from pallas_io.triggers.runs import TriggerTarget
 from pallas_runtime.commands.credentials import CredentialsError, add_token_arguments, bearer_token
 from pallas_runtime.commands.run.banner import StartupReport
 from pallas_runtime.commands.run.env_files import manifest_files, with_openai_base_url, working_directory_env
@@ -39,11 +46,15 @@ from pallas_runtime.commands.run.manifests import (
     LOOPBACK,
     LocalPlan,
     ManifestError,
+    Manifests,
     load_manifests,
     plan_local,
 )
 from pallas_runtime.commands.run.reload import Reload, watch
+from pallas_runtime.commands.run.triggers import plan_triggers
 from pallas_runtime.metrics import RuntimeMetrics
+from pallas_runtime.triggers.host import TriggerHost
+from pallas_runtime.triggers.webhook import WebhookTrigger
 
 log = logging.getLogger("pallas.run")
 DEFAULT_BASE_PORT = 24200
@@ -77,6 +88,11 @@ class RunCommand:
         )
         parser.add_argument("--agent", metavar="NAME", help="run only this agent, without a registry")
         parser.add_argument(
+            "--triggers-port",
+            type=port_number,
+            help="port of the webhook triggers' endpoint (default: --base-port less one)",
+        )
+        parser.add_argument(
             "--reload",
             action="store_true",
             help="watch the manifest files and apply edits: restart only the agents whose config changed",
@@ -95,10 +111,12 @@ class RunCommand:
         launch_environ = dict(os.environ)
         try:
             files = manifest_files(args.file, launch_environ)
+            manifests = load_manifests(files)
             plan = with_openai_base_url(
-                plan_local(load_manifests(files), args.base_port, args.agent, environ=launch_environ),
+                plan_local(manifests, args.base_port, args.agent, environ=launch_environ),
                 launch_environ,
             )
+            plan_triggers(manifests, plan.agents, launch_environ, {})  # refuse bad triggers before starting
         except ManifestError as exc:
             print(f"pallas run: {exc}", file=sys.stderr)
             return EXIT_USAGE
@@ -137,7 +155,7 @@ class RunCommand:
                     extra={"agent": agent.manifest.name},
                 )
         reload = Reload(files, args.base_port, args.agent, launch_environ) if args.reload else None
-        return asyncio.run(_run(plan, args, reload))
+        return asyncio.run(_run(plan, args, reload, manifests, launch_environ))
 
 
 def local_telemetry_env(plan: LocalPlan) -> dict[str, str]:
@@ -162,17 +180,33 @@ def with_log_level(plan: LocalPlan, environ: Mapping[str, str]) -> dict[str, str
     return {**environ, "PALLAS_LOG_LEVEL": min(levels, key=LEVELS.index)}
 
 
-async def _run(plan: LocalPlan, args: argparse.Namespace, reload: Reload | None) -> int:
+async def _run(
+    plan: LocalPlan,
+    args: argparse.Namespace,
+    reload: Reload | None,
+    manifests: Manifests,
+    environ: Mapping[str, str],
+) -> int:
     try:
         token = await bearer_token(args, os.environ, lifetime=RUN_TOKEN_LIFETIME)
     except CredentialsError as exc:
         print(f"pallas run: {exc}", file=sys.stderr)
         return EXIT_USAGE if exc.usage else EXIT_FAILURE
-    return await serve_plan(plan, {"Authorization": f"Bearer {token}"} if token else {}, reload)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    schedules, webhooks = plan_triggers(manifests, plan.agents, environ, headers)
+    triggers_port = args.triggers_port if args.triggers_port is not None else args.base_port - 1
+    return await serve_plan(plan, headers, reload, triggers=(schedules, webhooks, triggers_port))
+
+
+TriggerPlan = tuple[list[TriggerTarget], list[WebhookTrigger], int]
+"""The schedule triggers, the webhook triggers and the webhook listener's port."""
 
 
 async def serve_plan(
-    plan: LocalPlan, probe_headers: Mapping[str, str] | None = None, reload: Reload | None = None
+    plan: LocalPlan,
+    probe_headers: Mapping[str, str] | None = None,
+    reload: Reload | None = None,
+    triggers: TriggerPlan | None = None,
 ) -> int:
     """Start every agent in dependency order and serve until SIGINT/SIGTERM; stop them all.
 
@@ -180,7 +214,9 @@ async def serve_plan(
     `drainSeconds`); a second SIGINT/SIGTERM interrupts what is left at once. With `reload`, edits
     of its files are applied while serving (see `reload.watch`).
     """
-    run = LocalRun(plan, RuntimeMetrics(), probe_headers or {})
+    metrics = RuntimeMetrics()
+    run = LocalRun(plan, metrics, probe_headers or {})
+    host = TriggerHost(triggers[0], triggers[1], metrics) if triggers else None
     stop = asyncio.Event()
     report = StartupReport(table=log_format() == "console")
     loop = asyncio.get_running_loop()
@@ -213,6 +249,16 @@ async def serve_plan(
             report.started(
                 "registry", "", f"http://{LOOPBACK}:{plan.registry_port}/.well-known/mcp/server.json"
             )
+        if host is not None and triggers is not None:
+            try:
+                webhook_url = await host.start(LOOPBACK, triggers[2])
+            except OSError as exc:
+                print(f"pallas run: triggers: {exc} (try another --triggers-port)", file=sys.stderr)
+                return EXIT_FAILURE
+            if webhook_url is not None:
+                report.started("triggers", "", webhook_url)
+            if count := len(host.engines()):
+                log.info("running %d trigger(s)", count)
         await report.ready(probe_headers or {})
         log.info("running %d agent(s); stop with Ctrl-C", len(plan.agents))
         waiters = [asyncio.create_task(stop.wait()), asyncio.create_task(run.ended.wait())]
@@ -226,6 +272,8 @@ async def serve_plan(
             return EXIT_FAILURE
         return 0
     finally:
+        if host is not None:  # before the agents: a run in flight is interrupted, not left hanging
+            await host.close()
         # Stopping drains every agent (its turns in flight finish); a second signal cuts that short.
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, run.hurry)

@@ -1,4 +1,4 @@
-"""Reading PallasDeployment / PallasAgent / Secret manifests and planning a local run.
+"""Reading PallasDeployment / PallasAgent / PallasTrigger / Secret manifests and planning a local run.
 
 `pallas run -f` uses this to run the same manifests users apply to Kubernetes: the specs are
 validated with the same models and rendered with the same `render_agent` as the operator's.
@@ -24,7 +24,7 @@ from pallas_api import names
 from pallas_api.checks import reference_problem
 from pallas_api.fields import SessionLimits
 from pallas_api.render import RenderedAgent, RenderError, env_name, render_agent
-from pallas_api.spec import McpServerSpec, PallasAgentSpec, PallasDeploymentSpec, StdioSpec
+from pallas_api.spec import McpServerSpec, PallasAgentSpec, PallasDeploymentSpec, PallasTriggerSpec, StdioSpec
 from pallas_api.validation import describe
 
 PALLAS_API = names.API_VERSION_STRING
@@ -72,12 +72,20 @@ class AgentManifest(Resource):
     spec: PallasAgentSpec
 
 
+@dataclass(frozen=True, slots=True)
+class TriggerManifest(Resource):
+    """A PallasTrigger manifest, validated."""
+
+    spec: PallasTriggerSpec
+
+
 @dataclass
 class Manifests:
-    """Everything the files hold: deployments, agents and Secrets."""
+    """Everything the files hold: deployments, agents, triggers and Secrets."""
 
     deployments: dict[tuple[str, str], DeploymentManifest] = field(default_factory=dict)
     agents: list[AgentManifest] = field(default_factory=list)
+    triggers: list[TriggerManifest] = field(default_factory=list)
     secrets: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
     ignored: list[str] = field(default_factory=list)
     """Objects of other kinds, as `FILE: Kind/name`, so the command can say it skipped them."""
@@ -118,7 +126,7 @@ def _add(manifests: Manifests, doc: object, source: str) -> None:
         raise ManifestError(f"{source}: every object needs kind and metadata.name")
     namespace = str(metadata.get("namespace") or "default")
     where = _where(source, kind, name)
-    if kind in ("PallasDeployment", "PallasAgent") and api != PALLAS_API:
+    if kind in ("PallasDeployment", "PallasAgent", "PallasTrigger") and api != PALLAS_API:
         raise ManifestError(f"{where}: apiVersion must be {PALLAS_API} (got {api!r})")
     if kind == "PallasDeployment":
         spec = _validate(PallasDeploymentSpec, doc.get("spec"), where)
@@ -130,6 +138,11 @@ def _add(manifests: Manifests, doc: object, source: str) -> None:
         if any(a.namespace == namespace and a.name == name for a in manifests.agents):
             raise ManifestError(f"{where}: defined twice")
         manifests.agents.append(AgentManifest(kind, namespace, name, source, spec))
+    elif kind == "PallasTrigger":
+        spec = _validate(PallasTriggerSpec, doc.get("spec"), where)
+        if any(t.namespace == namespace and t.name == name for t in manifests.triggers):
+            raise ManifestError(f"{where}: defined twice")
+        manifests.triggers.append(TriggerManifest(kind, namespace, name, source, spec))
     elif kind == "Secret" and api == "v1":
         manifests.secrets[namespace, name] = _secret_data(doc, where)
     else:
@@ -343,9 +356,10 @@ def plan_local(
     return LocalPlan(planned, None if only_agent is not None else base_port, keys, bridges=bridges)
 
 
-def _secret_value(
+def secret_value(
     manifests: Manifests, namespace: str, ref_name: str, key: str, env: Mapping[str, str]
 ) -> str | None:
+    """A Secret manifest's key, else the environment variable named by the key (None: neither)."""
     return manifests.secrets.get((namespace, ref_name), {}).get(key, env.get(key))
 
 
@@ -393,7 +407,7 @@ def plan_bridges(
                 values[variable.name] = variable.value or ""
                 continue
             ref = variable.value_from.secret_key_ref
-            value = _secret_value(manifests, namespace, ref.name, ref.key, env)
+            value = secret_value(manifests, namespace, ref.name, ref.key, env)
             if value is None:
                 unresolved.append(f"secretKeyRef {ref.name}/{ref.key}")
                 continue

@@ -13,7 +13,7 @@ from a2a.types import (
     SecurityScheme,
     StringList,
 )
-from a2a.utils.constants import PROTOCOL_VERSION_CURRENT, TransportProtocol
+from a2a.utils.constants import PROTOCOL_VERSION_0_3, PROTOCOL_VERSION_1_0, TransportProtocol
 
 from pallas_api.config import AgentConfig
 
@@ -70,12 +70,14 @@ def agent_card(config: AgentConfig, url: str) -> AgentCard:
         name=config.name,
         description=config.description or skill.description,
         version=config.version,
+        # Both versions at the one endpoint (the request says which it speaks, `A2A-Version`):
+        # a 1.0 client picks the 1.0 interface; the 0.3 one is what gives the served card the
+        # 0.3 fields (`url`, `preferredTransport`, `protocolVersion`) a 0.3 client needs.
         supported_interfaces=[
             AgentInterface(
-                url=url,
-                protocol_binding=TransportProtocol.JSONRPC.value,
-                protocol_version=PROTOCOL_VERSION_CURRENT,
+                url=url, protocol_binding=TransportProtocol.JSONRPC.value, protocol_version=version
             )
+            for version in (PROTOCOL_VERSION_1_0, PROTOCOL_VERSION_0_3)
         ],
         capabilities=AgentCapabilities(streaming=True, push_notifications=False),
         security_schemes=schemes,

@@ -32,14 +32,13 @@ from pydantic import ValidationError
 
 from pallas_api.config import SendParams
 from pallas_api.errors import ErrorCode, error_content
-from pallas_api.names import HISTORY_TRIMMED_META
+from pallas_api.names import CONVERSATION_META, HISTORY_TRIMMED_META
 from pallas_api.validation import describe
 from pallas_runtime.agent.inputs import ImageInput
 from pallas_runtime.downstream.call_path import CALL_PATH_META, HOPS_META
 from pallas_runtime.metrics import RuntimeMetrics
 from pallas_runtime.server.a2a.inbound import inbound_of, streams
 from pallas_runtime.server.a2a.progress import A2AProgress
-from pallas_runtime.server.send_message import CONVERSATION_META
 from pallas_runtime.server.turn_entry import TurnEntry, TurnFailed, TurnRequest, TurnTimer
 from pallas_runtime.spending.chain import BUDGET_META, spend_meta
 

@@ -2,9 +2,11 @@
 
 The SDK's `DefaultRequestHandler` keeps the tasks (in memory, per caller) and runs each message
 through `TurnExecutor`; its JSON-RPC dispatcher speaks A2A 1.0 and, on the same endpoint, 0.3
-(the version most A2A platforms still send). The endpoint sits behind the agent's access
-control exactly like `/mcp` (401 with the RFC 9728 challenge, 403 for a caller not allowed);
-the card is open, like the registry's catalogue: it says how to call, not what was said.
+(the version most A2A platforms still send), chosen per request by its `A2A-Version` header (none:
+0.3). The card lists both interfaces and is answered per request the same way (`card_response`).
+The endpoint sits behind the agent's access control exactly like `/mcp` (401 with the RFC 9728
+challenge, 403 for a caller not allowed); the card is open, like the registry's catalogue: it says
+how to call, not what was said.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes import create_jsonrpc_routes
 from a2a.types import AgentCard, SendMessageRequest
+from a2a.utils.constants import A2A_JSON_MEDIA_TYPE, VERSION_HEADER
+from google.protobuf.json_format import MessageToDict
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route, request_response
@@ -42,6 +46,29 @@ class _Handler(DefaultRequestHandler):
         context.state[STREAMING] = True
         events: AsyncGenerator[Event, None] = super().on_message_send_stream(params, context)
         return events
+
+
+def speaks_1x(version: str | None) -> bool:
+    """Whether an `A2A-Version` header value names a 1.x protocol (absent: 0.3, as the spec says)."""
+    if not version:
+        return False
+    major = version.strip().split(".", 1)[0]
+    return major.isdigit() and int(major) >= 1
+
+
+def card_response(card: AgentCard, version: str | None) -> Response:
+    """The card as the asking client's protocol version reads it.
+
+    A client that says `A2A-Version: 1.x` (the JavaScript SDK does) gets the 1.0 card alone, as
+    `application/a2a+json`. Any other (a 0.3 client sends no version) gets the card with the
+    0.3 fields added beside the 1.0 ones, as the a2a-sdk serves it (`url`, `preferredTransport`,
+    `protocolVersion`, `security`, each security scheme in both shapes): a 1.0 reader that
+    sniffs shapes (the JavaScript SDK does) misreads those merged schemes, hence the split.
+    """
+    headers = {"Vary": VERSION_HEADER}
+    if speaks_1x(version):
+        return JSONResponse(MessageToDict(card), media_type=A2A_JSON_MEDIA_TYPE, headers=headers)
+    return JSONResponse(agent_card_to_dict(card), headers=headers)
 
 
 class A2ASurface:
@@ -73,7 +100,7 @@ class A2ASurface:
         return agent_card(config, url)
 
     async def _card(self, request: Request) -> Response:
-        return JSONResponse(agent_card_to_dict(self._card_now(request)))
+        return card_response(self._card_now(request), request.headers.get(VERSION_HEADER))
 
     def routes(self) -> list[BaseRoute]:
         """The card at the well-known path and the JSON-RPC endpoint at `/a2a`."""
