@@ -49,6 +49,7 @@ from pallas_api.spec.common import (
     LabelSelector,
     LogLevel,
     ResourceRequirements,
+    ScalingSpec,
     SecretSource,
     SpecModel,
     ToolExposureSpec,
@@ -671,6 +672,10 @@ class PallasDeploymentSpec(SpecModel):
     budgets: BudgetsSpec = BudgetsSpec()
     """Budgets of spend per window for each agent as a whole and for each caller (an agent's
     `budgets` override them field by field; docs/api.md §3, "Prices and budgets")."""
+    scaling: ScalingSpec | None = None
+    """The default scaling of its agents (`minReplicas`, `maxReplicas`, `idleSeconds`,
+    `targetInFlight`; docs/api.md "Scaling"); an agent's `scaling` or `replicas` overrides it.
+    Default: none, each agent runs its `replicas`."""
     log_level: LogLevel | None = None
     """Log level of the Pallas loggers in the agents' and the registry's pods
     (`PALLAS_LOG_LEVEL`); an agent's `logLevel` overrides it; default info."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
@@ -42,6 +43,7 @@ from pallas_runtime.llm.provider import LLMProvider
 from pallas_runtime.metrics import AUTH_OUTCOMES, RuntimeMetrics
 from pallas_runtime.server.conversation_gauge import ConversationGauge
 from pallas_runtime.server.conversation_tools import ConversationTools
+from pallas_runtime.server.deferred_a2a import DeferredA2A
 from pallas_runtime.server.gateway_tools import GatewayTools
 from pallas_runtime.server.get_health import HealthTool
 from pallas_runtime.server.held import HeldTurns
@@ -58,6 +60,7 @@ from pallas_runtime.spending.factory import ledger_for
 from pallas_runtime.spending.guard import Budgets
 
 if TYPE_CHECKING:
+    from pallas_runtime.auth import PallasAuth
     from pallas_runtime.server.a2a import A2ASurface
 
 log = logging.getLogger("pallas.server")
@@ -133,14 +136,11 @@ class AgentServer:
         )
         """Turns that outlive their request: MCP tasks and approvals over MRTR (`server.held`)."""
         self._send = SendMessage(live, self.turns, verified=self._auth is not None, held=self.held)
-        self.a2a: A2ASurface | None = None
-        """The A2A surface (`spec.a2a.enabled`, fixed at start), served beside MCP by `agent_app`."""
+        self.a2a: DeferredA2A | None = None
+        """The A2A surface (`spec.a2a.enabled`, fixed at start), served beside MCP by `agent_app`;
+        its SDK (~28 MB) is imported after ready, and never by an agent without A2A."""
         if config.a2a.enabled:
-            # Imported only here: the a2a-sdk (protobuf, google-api-core) costs ~28 MB and an
-            # import second an agent without A2A does not pay.
-            from pallas_runtime.server.a2a import A2ASurface
-
-            self.a2a = A2ASurface(live, self.turns, metrics, self._auth)
+            self.a2a = DeferredA2A(functools.partial(_a2a_surface, live, self.turns, metrics, self._auth))
         self._declare_series()
         self.mcp = FastMCP(
             agent,
@@ -264,10 +264,15 @@ class AgentServer:
     @asynccontextmanager
     async def _lifespan(self, _: FastMCP) -> AsyncIterator[dict[str, Any]]:
         await self._store.start()
-        tasks = [asyncio.create_task(self._preflight()), asyncio.create_task(self._gauge.keep())]
+        tasks = [asyncio.create_task(self._gauge.keep())]
         try:
             await asyncio.to_thread(import_what_fastmcp_defers)
             self.ready = True
+            # After ready: the preflight loads the provider's SDK (`llm.deferred`), which no
+            # request but a turn needs; a turn that comes first waits for that same load.
+            tasks.append(asyncio.create_task(self._preflight()))
+            if self.a2a is not None:
+                tasks.append(asyncio.create_task(self.a2a.load()))
             yield {}
         finally:
             self.ready = False
@@ -282,6 +287,15 @@ class AgentServer:
             if self._auth is not None:
                 closing.append(self._auth.verifier.aclose())
             await asyncio.gather(*closing, return_exceptions=True)
+
+
+def _a2a_surface(
+    live: LiveAgent, turns: TurnEntry, metrics: RuntimeMetrics, auth: PallasAuth | None
+) -> A2ASurface:
+    # Imported only here, after the SDK's module was imported in a thread (`DeferredA2A.load`).
+    from pallas_runtime.server.a2a import A2ASurface
+
+    return A2ASurface(live, turns, metrics, auth)
 
 
 def build_server(
