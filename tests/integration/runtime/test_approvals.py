@@ -124,6 +124,27 @@ async def ops() -> AsyncIterator[tuple[RunningServer, list[str]]]:
         yield server, ran
 
 
+class ProgressLog(list[str]):
+    """The progress messages a client saw, in order; `handler` is its progress handler."""
+
+    async def handler(self, value: float, total: float | None, message: str | None) -> None:
+        self.append(message or "")
+
+
+ApprovedDelete = tuple[RunningServer, list[str], Caller, ProgressLog]
+
+
+@pytest.fixture
+def approved_delete(
+    fake_openai: FakeOpenAI, ops: tuple[RunningServer, list[str]], caplog: pytest.LogCaptureFixture
+) -> ApprovedDelete:
+    """The model deletes a file through `ops`, a caller approves when asked, its progress is kept."""
+    server, ran = ops
+    fake_openai.default = script([Call("ops__delete_file", {"path": "/tmp/x"})])
+    caplog.set_level(logging.INFO, logger="pallas.audit")
+    return server, ran, Caller(ElicitResult(action="accept", content={"approve": True})), ProgressLog()
+
+
 def approvals(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
     """The approval audit lines so far: their verdict, reason and why."""
     return [
@@ -134,21 +155,13 @@ def approvals(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
 
 
 async def test_an_approved_call_runs_after_the_question_went_up_the_chain(
-    fake_openai: FakeOpenAI, ops: tuple[RunningServer, list[str]], caplog: pytest.LogCaptureFixture
+    fake_openai: FakeOpenAI, approved_delete: ApprovedDelete, caplog: pytest.LogCaptureFixture
 ) -> None:
-    server, ran = ops
-    fake_openai.default = script([Call("ops__delete_file", {"path": "/tmp/x"})])
-    caller = Caller(ElicitResult(action="accept", content={"approve": True}))
-    progress: list[str] = []
-
-    async def on_progress(value: float, total: float | None, message: str | None) -> None:
-        progress.append(message or "")
-
-    caplog.set_level(logging.INFO, logger="pallas.audit")
+    server, ran, caller, progress = approved_delete
     async with (
         chain(fake_openai, server.url, {"tools": ["delete_*"]}) as served,
         Client(
-            served["boss"].url, mode="legacy", elicitation_handler=caller, progress_handler=on_progress
+            served["boss"].url, mode="legacy", elicitation_handler=caller, progress_handler=progress.handler
         ) as client,
     ):
         result = await client.call_tool_mcp("send_message", {"message": "start"})
@@ -266,21 +279,13 @@ async def test_a_client_without_elicitation_gets_denied_by_policy_with_the_reaso
 
 
 async def test_an_approval_answered_over_mrtr_runs_the_tool_exactly_once_in_the_same_turn(
-    fake_openai: FakeOpenAI, ops: tuple[RunningServer, list[str]], caplog: pytest.LogCaptureFixture
+    fake_openai: FakeOpenAI, approved_delete: ApprovedDelete, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A 2026-07-28 client: the question is an `input_required` result, the retry resumes the turn."""
-    server, ran = ops
-    fake_openai.default = script([Call("ops__delete_file", {"path": "/tmp/x"})])
-    caller = Caller(ElicitResult(action="accept", content={"approve": True}))
-    progress: list[str] = []
-
-    async def on_progress(value: float, total: float | None, message: str | None) -> None:
-        progress.append(message or "")
-
-    caplog.set_level(logging.INFO, logger="pallas.audit")
+    server, ran, caller, progress = approved_delete
     async with (
         chain(fake_openai, server.url, {"tools": ["delete_*"]}, worker_alone=True) as served,
-        Client(served["worker"].url, elicitation_handler=caller, progress_handler=on_progress) as client,
+        Client(served["worker"].url, elicitation_handler=caller, progress_handler=progress.handler) as client,
     ):  # mode auto: 2026-07-28
         result = await client.call_tool_mcp("send_message", {"message": "start"})
     assert not result.is_error
