@@ -36,6 +36,10 @@ class LoadOnce:
 
     async def __call__(self) -> None:
         """Run the job, or wait for the run under way or done."""
+        if self._task is not None and self._task.done():
+            # Every turn and every model call passes here: after the load, no shield, no await.
+            self._task.result()
+            return
         if self._task is None:
             self._task = asyncio.ensure_future(self._job())
         await asyncio.shield(self._task)
