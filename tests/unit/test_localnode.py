@@ -230,6 +230,14 @@ def test_the_monitoring_stack_pulls_nothing_and_selects_by_its_label() -> None:
     for kind in ("serviceMonitor", "rule"):
         assert prometheus[f"{kind}Selector"] == {"matchLabels": monitoring.SELECTOR}
         assert prometheus[f"{kind}NamespaceSelector"] == {}, "every namespace"
+    # A new configuration is re-read within seconds, not the reloader's default 3 minutes.
+    (reloader,) = prometheus["containers"]
+    assert reloader["name"] == "config-reloader"
+    assert "--watch-interval=5s" in reloader["args"]
+    assert (
+        f"--watched-dir=/etc/prometheus/rules/prometheus-{monitoring.PROMETHEUS}-rulefiles-0"
+        in reloader["args"]
+    )
 
 
 def test_older_project_archives_go_but_the_other_images_stay(

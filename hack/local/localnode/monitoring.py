@@ -38,6 +38,21 @@ INTERVAL = "5s"
 OPERATOR_LABELS = {"app.kubernetes.io/name": OPERATOR, "app.kubernetes.io/component": "controller"}
 PROMETHEUS_POD_LABELS = {"app.kubernetes.io/name": "prometheus", "operator.prometheus.io/name": PROMETHEUS}
 """Labels the Prometheus Operator puts on the Prometheus pods (what a NetworkPolicy names)."""
+RELOADER_ARGS = [
+    "--listen-address=:8080",
+    f"--reload-url=http://localhost:{PORT}/-/reload",
+    "--config-file=/etc/prometheus/config/prometheus.yaml.gz",
+    "--config-envsubst-file=/etc/prometheus/config_out/prometheus.env.yaml",
+    f"--watched-dir=/etc/prometheus/rules/prometheus-{PROMETHEUS}-rulefiles-0",
+    # The reloader watches its config file itself, and the kubelet replaces a Secret's files by
+    # a symlink swap: after the first change the watch is gone and a new configuration waits for
+    # the 3-minute re-read (prometheus-operator PR #7366, open). Measured here: a new
+    # ServiceMonitor reached Prometheus after 178 s, and after 4-16 s with a 5 s re-read.
+    "--watch-interval=5s",
+]
+"""The config-reloader's arguments as operator 0.85.0 makes them, plus `--watch-interval`. The
+Prometheus's `containers` entry replaces the generated list whole (a strategic merge of a list
+without a merge key), so it repeats the rest."""
 UPSTREAM_ROLES = ("prometheus-operator-cluster-role.yaml", "prometheus-cluster-role.yaml")
 """The ClusterRoles of the module's example/rbac, copied by hack/build/cluster-addons.sh."""
 
@@ -144,6 +159,7 @@ def manifests(images: Images, version: str) -> list[dict[str, Any]]:
                 "scrapeInterval": INTERVAL,
                 "evaluationInterval": INTERVAL,
                 "retention": "2h",
+                "containers": [{"name": "config-reloader", "args": RELOADER_ARGS}],
                 # Every namespace, only what carries the label.
                 "serviceMonitorSelector": {"matchLabels": SELECTOR},
                 "serviceMonitorNamespaceSelector": {},
