@@ -363,3 +363,72 @@ async def test_converse_errors_retries_and_a_bedrock_api_key(converse, converse_
     no_credentials = converse_providers(converse.url)
     with pytest.raises(LLMError, match="no AWS credentials"):
         await no_credentials.complete(system="", messages=HI, tools=[])
+
+
+# --- Claude's Messages API on Bedrock (type: anthropic, platform: bedrock) without a key -----
+
+
+@pytest.fixture
+async def signed_bedrock():
+    async with FakeBedrock(keys=[STATIC, SESSION, EXPIRED], region="eu-central-1") as fake:
+        yield fake
+
+
+@pytest.fixture
+def signed_providers(closing):
+    def make(url: str, *, region: str = "eu-central-1") -> AnthropicBedrockProvider:
+        provider = {"name": "bedrock", "type": "anthropic", "platform": "bedrock", "region": region}
+        provider |= {"baseURL": url, "maxRetries": 0, "timeoutSeconds": 5}
+        closing.append(create_provider(parse_config({"name": "a", "model": MODEL, "provider": provider}), {}))
+        assert isinstance(closing[-1], AnthropicBedrockProvider)
+        return closing[-1]
+
+    return make
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_claude_on_bedrock_without_a_key_signs_with_sigv4_from_the_aws_chain(
+    signed_bedrock, signed_providers, aws_env, streamed
+):
+    aws_env(SESSION)
+    provider = signed_providers(signed_bedrock.url)
+    signed_bedrock.script(Text("Signed."))
+    completion, streamed_text = await answered(provider, streamed=streamed, system="", messages=HI, tools=[])
+    assert signed_bedrock.refusals == []
+    assert completion.text == "Signed."
+    assert streamed_text == ("Signed." if streamed else "")
+    [request] = signed_bedrock.completions
+    assert request.path == f"/model/{MODEL}/{'invoke-with-response-stream' if streamed else 'invoke'}"
+    scope = f"AWS4-HMAC-SHA256 Credential={SESSION.access_key}/{time.strftime('%Y%m%d', time.gmtime())}"
+    assert request.headers["authorization"].startswith(f"{scope}/eu-central-1/bedrock/aws4_request, ")
+    assert request.headers["x-amz-security-token"] == SESSION.token
+    assert request.json["anthropic_version"] == ANTHROPIC_API_VERSION
+
+
+async def test_claude_on_bedrock_health_check_reaches_bedrock_so_an_expired_token_or_wrong_region_shows(
+    signed_bedrock, signed_providers, aws_env, bedrock, providers
+):
+    aws_env(EXPIRED)
+    expired = await signed_providers(signed_bedrock.url).preflight()
+    assert not expired.ok
+    assert expired.message.startswith(
+        "anthropic provider 'bedrock': HTTP 403: The security token included in the request is expired"
+    )
+    aws_env(STATIC)
+    wrong_region = await signed_providers(signed_bedrock.url, region="us-west-2").preflight()
+    assert not wrong_region.ok
+    assert "Credential should be scoped to a valid region" in wrong_region.message
+    assert "region us-west-2" in wrong_region.message
+    good = await signed_providers(signed_bedrock.url).preflight()
+    assert good.ok, good.message
+    assert "model 'anthropic.claude-opus-4-7-20260101-v1:0' answers" in good.message
+    probe = signed_bedrock.completions[-1]
+    assert probe.path == f"/model/{MODEL}/invoke"
+    assert probe.json["max_tokens"] == 1  # one output token: the cheapest call that reaches the model
+    # With a Bedrock API key the check reaches Bedrock too: an expired key shows.
+    stale = await providers(bedrock.url, {"KEY": "ABSK-expired"}).preflight()
+    assert not stale.ok
+    assert "HTTP 401" in stale.message
+    for check in (expired, wrong_region, stale):
+        for secret in (EXPIRED.secret_key, EXPIRED.token, STATIC.secret_key, "ABSK-expired"):
+            assert secret not in check.message
