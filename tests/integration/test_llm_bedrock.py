@@ -62,9 +62,18 @@ async def bedrock():
 def providers(closing):
     made = closing
 
-    def make(base_url: str, environ: dict[str, str] | None = None) -> AnthropicBedrockProvider:
-        provider = {"name": "bedrock", "type": "anthropic", "platform": "bedrock", "region": "eu-central-1"}
-        provider |= {"baseURL": base_url, "apiKeyEnv": "KEY", "maxRetries": 1, "timeoutSeconds": 5}
+    def make(
+        base_url: str,
+        environ: dict[str, str] | None = None,
+        *,
+        keyless: bool = False,
+        region: str = "eu-central-1",
+    ) -> AnthropicBedrockProvider:
+        """A provider with the Bedrock API key in `environ`; with `keyless`, none (the AWS chain signs)."""
+        provider = {"name": "bedrock", "type": "anthropic", "platform": "bedrock", "region": region}
+        provider |= {"baseURL": base_url, "maxRetries": 0 if keyless else 1, "timeoutSeconds": 5}
+        if not keyless:
+            provider["apiKeyEnv"] = "KEY"
         cfg = parse_config({"name": "a", "model": MODEL, "provider": provider})
         made.append(create_provider(cfg, {"KEY": KEY} if environ is None else environ))
         assert isinstance(made[-1], AnthropicBedrockProvider)
@@ -374,24 +383,12 @@ async def signed_bedrock():
         yield fake
 
 
-@pytest.fixture
-def signed_providers(closing):
-    def make(url: str, *, region: str = "eu-central-1") -> AnthropicBedrockProvider:
-        provider = {"name": "bedrock", "type": "anthropic", "platform": "bedrock", "region": region}
-        provider |= {"baseURL": url, "maxRetries": 0, "timeoutSeconds": 5}
-        closing.append(create_provider(parse_config({"name": "a", "model": MODEL, "provider": provider}), {}))
-        assert isinstance(closing[-1], AnthropicBedrockProvider)
-        return closing[-1]
-
-    return make
-
-
 @pytest.mark.parametrize("streamed", [False, True])
 async def test_claude_on_bedrock_without_a_key_signs_with_sigv4_from_the_aws_chain(
-    signed_bedrock, signed_providers, aws_env, streamed
+    signed_bedrock, providers, aws_env, streamed
 ):
     aws_env(SESSION)
-    provider = signed_providers(signed_bedrock.url)
+    provider = providers(signed_bedrock.url, keyless=True)
     signed_bedrock.script(Text("Signed."))
     completion, streamed_text = await answered(provider, streamed=streamed, system="", messages=HI, tools=[])
     assert signed_bedrock.refusals == []
@@ -406,20 +403,20 @@ async def test_claude_on_bedrock_without_a_key_signs_with_sigv4_from_the_aws_cha
 
 
 async def test_claude_on_bedrock_health_check_reaches_bedrock_so_an_expired_token_or_wrong_region_shows(
-    signed_bedrock, signed_providers, aws_env, bedrock, providers
+    signed_bedrock, aws_env, bedrock, providers
 ):
     aws_env(EXPIRED)
-    expired = await signed_providers(signed_bedrock.url).preflight()
+    expired = await providers(signed_bedrock.url, keyless=True).preflight()
     assert not expired.ok
     assert expired.message.startswith(
         "anthropic provider 'bedrock': HTTP 403: The security token included in the request is expired"
     )
     aws_env(STATIC)
-    wrong_region = await signed_providers(signed_bedrock.url, region="us-west-2").preflight()
+    wrong_region = await providers(signed_bedrock.url, keyless=True, region="us-west-2").preflight()
     assert not wrong_region.ok
     assert "Credential should be scoped to a valid region" in wrong_region.message
     assert "region us-west-2" in wrong_region.message
-    good = await signed_providers(signed_bedrock.url).preflight()
+    good = await providers(signed_bedrock.url, keyless=True).preflight()
     assert good.ok, good.message
     assert "model 'anthropic.claude-opus-4-7-20260101-v1:0' answers" in good.message
     probe = signed_bedrock.completions[-1]

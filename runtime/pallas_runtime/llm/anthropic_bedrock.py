@@ -18,16 +18,16 @@ from __future__ import annotations
 
 import base64
 from collections.abc import AsyncIterator
-from typing import Any, Self
+from typing import Any
 
 import anthropic
 import httpx2
 from pydantic_core import from_json
 
 from pallas_api.config import AgentConfig, ProviderConfig
-from pallas_runtime.http_transport import AiohttpTransport
 from pallas_runtime.llm.anthropic_messages import AnthropicMessagesProvider
-from pallas_runtime.llm.aws_signing import AwsCredentialsError, AwsSigner
+from pallas_runtime.llm.aws_signing import AwsSigner
+from pallas_runtime.llm.cloud_auth import Authorize, CloudAuthClient, client_options
 from pallas_runtime.llm.event_stream import Frame, FrameReader
 from pallas_runtime.llm.provider import ProviderCheck
 
@@ -87,33 +87,22 @@ class BedrockEvents(anthropic.AsyncStream[list[object]]):
         )
 
 
-class SignedBedrockClient(anthropic.AsyncAnthropicBedrock):
-    """The SDK's Bedrock client signing each request with SigV4 (the AWS chain's credentials).
+class SignedBedrockClient(CloudAuthClient, anthropic.AsyncAnthropicBedrock):
+    """The SDK's Bedrock client signing each request with SigV4 (the AWS chain's credentials)."""
 
-    Only `Content-Type` and `Accept` are signed besides what SigV4 adds (`host`, `x-amz-date`):
-    the other headers are the SDK's and the transport's, which a proxy or the transport may
-    rewrite after signing.
+
+def sigv4(signer: AwsSigner) -> Authorize:
+    """Signs a request with `signer`.
+
+    Only `content-type` and `accept` are signed besides what SigV4 adds (`host`, `x-amz-date`):
+    the other headers are the SDK's and the transport's, which may be rewritten after signing.
     """
 
-    def __init__(self, *, signer: AwsSigner, **options: Any) -> None:
-        super().__init__(**options)
-        self._signer = signer
+    async def authorize(request: httpx2.Request) -> None:
+        kept = {name: request.headers[name] for name in ("content-type", "accept") if name in request.headers}
+        request.headers.update(await signer.sign(request.method, str(request.url), kept, request.read()))
 
-    def copy(self, **options: Any) -> Self:
-        """The SDK's copy (`with_options`), keeping the signer."""
-        return super().copy(**options, _extra_kwargs={"signer": self._signer})
-
-    with_options = copy
-
-    async def _prepare_request(self, request: httpx2.Request) -> None:
-        signed = {
-            name: request.headers[name] for name in ("content-type", "accept") if name in request.headers
-        }
-        try:
-            headers = await self._signer.sign(request.method, str(request.url), signed, request.read())
-        except AwsCredentialsError as exc:
-            raise anthropic.APIConnectionError(message=str(exc), request=request) from None
-        request.headers.update(headers)
+    return authorize
 
 
 class AnthropicBedrockProvider(AnthropicMessagesProvider):
@@ -127,9 +116,8 @@ class AnthropicBedrockProvider(AnthropicMessagesProvider):
         super().__init__(config, api_key=api_key)
         if self._client is None and self._key_problem is None:
             # No key named: the AWS credential chain signs each request.
-            self._client = SignedBedrockClient(
-                signer=AwsSigner(self._region), **self._client_options(config.provider)
-            )
+            signed = sigv4(AwsSigner(self._region))
+            self._client = SignedBedrockClient(authorize=signed, **self._client_options(config.provider))
 
     def _default_base_url(self) -> str:
         return bedrock_base_url(self._region)
@@ -138,13 +126,7 @@ class AnthropicBedrockProvider(AnthropicMessagesProvider):
         return anthropic.AsyncAnthropicBedrock(api_key=api_key, **self._client_options(provider))
 
     def _client_options(self, provider: ProviderConfig) -> dict[str, Any]:
-        return {
-            "aws_region": self._region,
-            "base_url": self._base_url,
-            "timeout": provider.timeout_seconds,
-            "max_retries": provider.max_retries,
-            "http_client": anthropic.DefaultAsyncHttpxClient(transport=AiohttpTransport()),
-        }
+        return client_options(provider, self._base_url, aws_region=self._region)
 
     async def preflight(self) -> ProviderCheck:
         """A Messages call of one output token on the model; never raises."""

@@ -16,43 +16,20 @@ or a wrong region shows in `get_health` rather than only as failed turns.
 
 from __future__ import annotations
 
-from typing import Any, Self
+from typing import Any
 
 import anthropic
-import httpx2
 
 from pallas_api.config import AgentConfig, ProviderConfig
-from pallas_runtime.http_transport import AiohttpTransport
 from pallas_runtime.llm.anthropic_messages import AnthropicMessagesProvider
-from pallas_runtime.llm.google_token import GoogleCredentialsError, GoogleToken
+from pallas_runtime.llm.cloud_auth import CloudAuthClient, client_options
+from pallas_runtime.llm.google_token import GoogleToken
 from pallas_runtime.llm.provider import ProviderCheck
 from pallas_runtime.llm.vertex import vertex_base_url
 
 
-class AdcVertexClient(anthropic.AsyncAnthropicVertex):
-    """The SDK's Vertex client sending a token from Application Default Credentials.
-
-    Not the SDK's own ADC support: it mints through google-auth too, but its failures escape as
-    google-auth's exceptions, which the adapter would not read as a failed request. Here they are
-    the SDK's connection error, so a turn fails with an LLM error and `get_health` shows why.
-    """
-
-    def __init__(self, *, token: GoogleToken, **options: Any) -> None:
-        super().__init__(**options)
-        self._token = token
-
-    def copy(self, **options: Any) -> Self:
-        """The SDK's copy (`with_options`), keeping the token source."""
-        return super().copy(**options, _extra_kwargs={"token": self._token})
-
-    with_options = copy
-
-    async def _prepare_request(self, request: httpx2.Request) -> None:
-        try:
-            bearer = await self._token.bearer()
-        except GoogleCredentialsError as exc:
-            raise anthropic.APIConnectionError(message=str(exc), request=request) from None
-        request.headers["Authorization"] = f"Bearer {bearer}"
+class AdcVertexClient(CloudAuthClient, anthropic.AsyncAnthropicVertex):
+    """The SDK's Vertex client sending tokens from Application Default Credentials."""
 
 
 class AnthropicVertexProvider(AnthropicMessagesProvider):
@@ -66,7 +43,8 @@ class AnthropicVertexProvider(AnthropicMessagesProvider):
         super().__init__(config, api_key=api_key)
         if self._client is None and self._key_problem is None:
             # No key named: tokens come from Application Default Credentials.
-            self._client = AdcVertexClient(token=GoogleToken(), **self._client_options(config.provider))
+            token = GoogleToken()
+            self._client = AdcVertexClient(authorize=token.authorize, **self._client_options(config.provider))
 
     def _default_base_url(self) -> str:
         return vertex_base_url(self._region)
@@ -75,14 +53,7 @@ class AnthropicVertexProvider(AnthropicMessagesProvider):
         return anthropic.AsyncAnthropicVertex(access_token=api_key, **self._client_options(provider))
 
     def _client_options(self, provider: ProviderConfig) -> dict[str, Any]:
-        return {
-            "region": self._region,
-            "project_id": self._project,
-            "base_url": self._base_url,
-            "timeout": provider.timeout_seconds,
-            "max_retries": provider.max_retries,
-            "http_client": anthropic.DefaultAsyncHttpxClient(transport=AiohttpTransport()),
-        }
+        return client_options(provider, self._base_url, region=self._region, project_id=self._project)
 
     async def preflight(self) -> ProviderCheck:
         """Count a one-word message's tokens on the model; never raises.

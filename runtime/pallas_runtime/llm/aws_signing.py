@@ -20,11 +20,13 @@ from botocore.awsrequest import AWSRequest
 from botocore.exceptions import BotoCoreError, ClientError
 from botocore.session import Session
 
+from pallas_runtime.llm.errors import CredentialsUnavailable
+
 SIGNING_NAME = "bedrock"
 """The service name Bedrock's runtime signs requests under (its endpoint is `bedrock-runtime`)."""
 
 
-class AwsCredentialsError(Exception):
+class AwsCredentialsError(CredentialsUnavailable):
     """The chain gave no credentials, or resolving them failed; the text holds no secret."""
 
 

@@ -21,11 +21,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from pallas_runtime.llm.errors import CredentialsUnavailable
+
 CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
 """The scope Vertex AI's prediction API takes."""
 
 
-class GoogleCredentialsError(Exception):
+class GoogleCredentialsError(CredentialsUnavailable):
     """No access token could be had; the text is safe to show (no key, no token)."""
 
 
@@ -60,6 +62,10 @@ class GoogleToken:
                 f"no Google access token from Application Default Credentials: {_reason(exc)}"
             ) from None
         return str(self._credentials.token)
+
+    async def authorize(self, request: Any) -> None:
+        """Send `request` (an httpx2 request) with the token as its bearer."""
+        request.headers["Authorization"] = f"Bearer {await self.bearer()}"
 
 
 def _reason(exc: Exception) -> str:
