@@ -4,6 +4,7 @@ fakes speaking Bedrock's and STS's wire formats (paths, event-stream frames, Sig
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -311,9 +312,14 @@ async def test_converse_image(converse, converse_providers, aws_env):
         )
 
 
+@pytest.mark.parametrize("api", ["converse", "messages"])
 async def test_converse_credentials_from_a_web_identity_token_file(
-    converse, converse_providers, aws_env, monkeypatch, tmp_path
+    converse, converse_providers, signed_bedrock, providers, aws_env, monkeypatch, tmp_path, api
 ):
+    # The same chain signs Claude's Messages API on Bedrock (type: anthropic, platform: bedrock).
+    if api == "messages":
+        converse = signed_bedrock
+        converse_providers = functools.partial(providers, keyless=True)
     role = "arn:aws:iam::123456789012:role/pallas-agent"
     token_file = tmp_path / "token"
     token_file.write_text("projected-service-account-token")
