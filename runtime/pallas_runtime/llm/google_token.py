@@ -21,6 +21,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import httpx2
+
 from pallas_runtime.llm.errors import CredentialsUnavailable
 
 CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
@@ -63,8 +65,8 @@ class GoogleToken:
             ) from None
         return str(self._credentials.token)
 
-    async def authorize(self, request: Any) -> None:
-        """Send `request` (an httpx2 request) with the token as its bearer."""
+    async def authorize(self, request: httpx2.Request) -> None:
+        """Send `request` with the token as its bearer."""
         request.headers["Authorization"] = f"Bearer {await self.bearer()}"
 
 
