@@ -120,9 +120,10 @@ class ProviderConfig(_Model):
     bearer token is the key, for that call only (never logged, never kept across calls)."""
     platform: ProviderPlatform = "direct"
     """For `type: anthropic`: `direct` (the Messages API at `baseURL`), `bedrock` (Amazon
-    Bedrock's runtime in `region`, the key a Bedrock API key) or `vertex` (Vertex AI in `region`
-    and `projectId`, the key an OAuth access token). For `type: gemini`: `direct` (the Gemini
-    API) or `vertex` (the same wire format on Vertex AI)."""
+    Bedrock's runtime in `region`, the key a Bedrock API key, else SigV4 with the AWS chain) or
+    `vertex` (Vertex AI in `region` and `projectId`, the key an OAuth access token, else one
+    minted from Application Default Credentials). For `type: gemini`: `direct` (the Gemini API)
+    or `vertex` (the same wire format on Vertex AI)."""
     region: Annotated[str | None, Field(pattern=CLOUD_REGION, max_length=32)] = None
     """The cloud region of a `bedrock` or `vertex` provider."""
     project_id: Annotated[str | None, Field(pattern=GCP_PROJECT)] = None

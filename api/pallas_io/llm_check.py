@@ -227,7 +227,10 @@ async def check_provider(
         # Neither bedrock-runtime nor Vertex AI's prediction API has a models endpoint, and
         # listing models is another service a key for calls only may not reach: the first call tells.
         where = endpoint.base_url or f"region {endpoint.region}"
-        return Verdict(True, f"{endpoint.label}: cloud platform ({where}); key set, not probed")
+        # Without a key the agent's pod signs or mints with its cloud identity, which only the
+        # agent's own check (get_health) goes through.
+        credentials = "key set" if endpoint.key_source is not None else "the pod's cloud credentials"
+        return Verdict(True, f"{endpoint.label}: cloud platform ({where}); {credentials}, not probed")
     if client is None:
         async with httpx2.AsyncClient(timeout=httpx2.Timeout(time_limit)) as own:
             return await check_provider(endpoint, time_limit=time_limit, client=own)

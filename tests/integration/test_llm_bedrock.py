@@ -4,6 +4,7 @@ fakes speaking Bedrock's and STS's wire formats (paths, event-stream frames, Sig
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -62,9 +63,18 @@ async def bedrock():
 def providers(closing):
     made = closing
 
-    def make(base_url: str, environ: dict[str, str] | None = None) -> AnthropicBedrockProvider:
-        provider = {"name": "bedrock", "type": "anthropic", "platform": "bedrock", "region": "eu-central-1"}
-        provider |= {"baseURL": base_url, "apiKeyEnv": "KEY", "maxRetries": 1, "timeoutSeconds": 5}
+    def make(
+        base_url: str,
+        environ: dict[str, str] | None = None,
+        *,
+        keyless: bool = False,
+        region: str = "eu-central-1",
+    ) -> AnthropicBedrockProvider:
+        """A provider with the Bedrock API key in `environ`; with `keyless`, none (the AWS chain signs)."""
+        provider = {"name": "bedrock", "type": "anthropic", "platform": "bedrock", "region": region}
+        provider |= {"baseURL": base_url, "maxRetries": 0 if keyless else 1, "timeoutSeconds": 5}
+        if not keyless:
+            provider["apiKeyEnv"] = "KEY"
         cfg = parse_config({"name": "a", "model": MODEL, "provider": provider})
         made.append(create_provider(cfg, {"KEY": KEY} if environ is None else environ))
         assert isinstance(made[-1], AnthropicBedrockProvider)
@@ -302,9 +312,14 @@ async def test_converse_image(converse, converse_providers, aws_env):
         )
 
 
+@pytest.mark.parametrize("api", ["converse", "messages"])
 async def test_converse_credentials_from_a_web_identity_token_file(
-    converse, converse_providers, aws_env, monkeypatch, tmp_path
+    converse, converse_providers, signed_bedrock, providers, aws_env, monkeypatch, tmp_path, api
 ):
+    # The same chain signs Claude's Messages API on Bedrock (type: anthropic, platform: bedrock).
+    if api == "messages":
+        converse = signed_bedrock
+        converse_providers = functools.partial(providers, keyless=True)
     role = "arn:aws:iam::123456789012:role/pallas-agent"
     token_file = tmp_path / "token"
     token_file.write_text("projected-service-account-token")
@@ -363,3 +378,60 @@ async def test_converse_errors_retries_and_a_bedrock_api_key(converse, converse_
     no_credentials = converse_providers(converse.url)
     with pytest.raises(LLMError, match="no AWS credentials"):
         await no_credentials.complete(system="", messages=HI, tools=[])
+
+
+# --- Claude's Messages API on Bedrock (type: anthropic, platform: bedrock) without a key -----
+
+
+@pytest.fixture
+async def signed_bedrock():
+    async with FakeBedrock(keys=[STATIC, SESSION, EXPIRED], region="eu-central-1") as fake:
+        yield fake
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_claude_on_bedrock_without_a_key_signs_with_sigv4_from_the_aws_chain(
+    signed_bedrock, providers, aws_env, streamed
+):
+    aws_env(SESSION)
+    provider = providers(signed_bedrock.url, keyless=True)
+    signed_bedrock.script(Text("Signed."))
+    completion, streamed_text = await answered(provider, streamed=streamed, system="", messages=HI, tools=[])
+    assert signed_bedrock.refusals == []
+    assert completion.text == "Signed."
+    assert streamed_text == ("Signed." if streamed else "")
+    [request] = signed_bedrock.completions
+    assert request.path == f"/model/{MODEL}/{'invoke-with-response-stream' if streamed else 'invoke'}"
+    scope = f"AWS4-HMAC-SHA256 Credential={SESSION.access_key}/{time.strftime('%Y%m%d', time.gmtime())}"
+    assert request.headers["authorization"].startswith(f"{scope}/eu-central-1/bedrock/aws4_request, ")
+    assert request.headers["x-amz-security-token"] == SESSION.token
+    assert request.json["anthropic_version"] == ANTHROPIC_API_VERSION
+
+
+async def test_claude_on_bedrock_health_check_reaches_bedrock_so_an_expired_token_or_wrong_region_shows(
+    signed_bedrock, aws_env, bedrock, providers
+):
+    aws_env(EXPIRED)
+    expired = await providers(signed_bedrock.url, keyless=True).preflight()
+    assert not expired.ok
+    assert expired.message.startswith(
+        "anthropic provider 'bedrock': HTTP 403: The security token included in the request is expired"
+    )
+    aws_env(STATIC)
+    wrong_region = await providers(signed_bedrock.url, keyless=True, region="us-west-2").preflight()
+    assert not wrong_region.ok
+    assert "Credential should be scoped to a valid region" in wrong_region.message
+    assert "region us-west-2" in wrong_region.message
+    good = await providers(signed_bedrock.url, keyless=True).preflight()
+    assert good.ok, good.message
+    assert "model 'anthropic.claude-opus-4-7-20260101-v1:0' answers" in good.message
+    probe = signed_bedrock.completions[-1]
+    assert probe.path == f"/model/{MODEL}/invoke"
+    assert probe.json["max_tokens"] == 1  # one output token: the cheapest call that reaches the model
+    # With a Bedrock API key the check reaches Bedrock too: an expired key shows.
+    stale = await providers(bedrock.url, {"KEY": "ABSK-expired"}).preflight()
+    assert not stale.ok
+    assert "HTTP 401" in stale.message
+    for check in (expired, wrong_region, stale):
+        for secret in (EXPIRED.secret_key, EXPIRED.token, STATIC.secret_key, "ABSK-expired"):
+            assert secret not in check.message

@@ -59,10 +59,130 @@ def chunk_frame(event: dict[str, Any]) -> bytes:
     return encode_frame(headers, payload)
 
 
-class FakeBedrock(FakeAnthropic):
-    """Bedrock's runtime API for Anthropic models (`anthropic.claude-…` ids)."""
+SIGV4 = re.compile(
+    r"^AWS4-HMAC-SHA256 Credential=(?P<key>[A-Z0-9]{16,128})/(?P<date>\d{8})/(?P<region>[a-z0-9-]+)"
+    r"/(?P<service>[a-z0-9-]+)/aws4_request, SignedHeaders=(?P<signed>[a-z0-9;-]+), "
+    r"Signature=(?P<signature>[0-9a-f]{64})$"
+)
+"""The shape of a SigV4 `Authorization` header (AWS General Reference, "Signature Version 4")."""
+
+
+@dataclass(frozen=True, slots=True)
+class AwsKey:
+    """Credentials the fake accepts: an access key, its secret, and its session token if any."""
+
+    access_key: str
+    secret_key: str
+    token: str | None = None
+    expired: bool = False
+    """Bedrock answers 403 ExpiredTokenException for this key (its session has ended)."""
+
+
+class SigV4Signed:
+    """A fake whose completion requests must be SigV4-signed with one of `keys` (or carry the
+    Bedrock API key `api_key` as a bearer); a refused request is answered as Bedrock does, and
+    why it was refused is kept in `refusals`."""
+
+    keys: dict[str, AwsKey]
+    region: str
+    api_key: str | None
+    refusals: list[str]
+
+    def _signed(self) -> bool:
+        """Whether requests are checked here (else by the fake's own `_authorized`)."""
+        return True
+
+    async def _handle_completion(self, request: Request) -> Response:
+        if self._signed() and (denied := self._signature_problem(request, await request.body())) is not None:
+            await self._record(request)  # type: ignore[attr-defined]
+            self.refusals.append(denied[1])
+            return self._error(HttpError(denied[0], denied[1], type=denied[2], headers={}))  # type: ignore[attr-defined]
+        return await super()._handle_completion(request)  # type: ignore[misc]
+
+    def _authorized(self, recorded: RecordedRequest) -> bool:
+        # Checked before (the signature needs the raw request).
+        return True if self._signed() else super()._authorized(recorded)  # type: ignore[misc]
+
+    def _signature_problem(self, request: Request, body: bytes) -> tuple[int, str, str] | None:
+        authorization = request.headers.get("authorization", "")
+        if self.api_key is not None and authorization == f"Bearer {self.api_key}":
+            return None
+        match = SIGV4.match(authorization)
+        if match is None:
+            return (
+                403,
+                f"the Authorization header is not SigV4's: {authorization[:40]!r}",
+                "IncompleteSignatureException",
+            )
+        key = self.keys.get(match["key"])
+        if key is None:
+            return (
+                403,
+                "The security token included in the request is invalid.",
+                "UnrecognizedClientException",
+            )
+        if match["service"] != "bedrock":
+            return (
+                403,
+                f"Credential should be scoped to correct service: 'bedrock', not {match['service']!r}",
+                "InvalidSignatureException",
+            )
+        if match["region"] != self.region:
+            return (
+                403,
+                f"Credential should be scoped to a valid region, not {match['region']!r}.",
+                "InvalidSignatureException",
+            )
+        signed = match["signed"].split(";")
+        for needed in ("host", "x-amz-date"):
+            if needed not in signed:
+                return 403, f"SignedHeaders must include {needed}", "InvalidSignatureException"
+        if key.token is not None and request.headers.get("x-amz-security-token") != key.token:
+            return (
+                403,
+                "The security token included in the request is invalid.",
+                "UnrecognizedClientException",
+            )
+        if not hmac.compare_digest(self._signature(request, body, key, match), match["signature"]):
+            return (
+                403,
+                "The request signature we calculated does not match the signature you provided.",
+                "InvalidSignatureException",
+            )
+        if key.expired:
+            return 403, "The security token included in the request is expired", "ExpiredTokenException"
+        return None
+
+    def _signature(self, request: Request, body: bytes, key: AwsKey, match: re.Match[str]) -> str:
+        """The signature botocore's SigV4 signer gives for this request as received."""
+        raw = request.scope["raw_path"].decode()
+        url = f"http://{request.headers['host']}{raw}"
+        headers = {name: request.headers[name] for name in match["signed"].split(";")}
+        signed = AWSRequest(method=request.method, url=url, data=body, headers=headers)
+        signed.context["timestamp"] = request.headers["x-amz-date"]
+        signer = SigV4Auth(
+            Credentials(key.access_key, key.secret_key, key.token), match["service"], self.region
+        )
+        return signer.signature(signer.string_to_sign(signed, signer.canonical_request(signed)), signed)
+
+
+class FakeBedrock(SigV4Signed, FakeAnthropic):
+    """Bedrock's runtime API for Anthropic models (`anthropic.claude-…` ids).
+
+    With `keys` its requests must be SigV4-signed with one of them (or carry `api_key` as a
+    bearer), as `FakeConverse`'s are; without, `api_key` alone is checked.
+    """
 
     completion_path = "/model"
+
+    def __init__(self, *, keys: Sequence[AwsKey] = (), region: str = "us-east-1", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.keys = {key.access_key: key for key in keys}
+        self.region = region
+        self.refusals: list[str] = []
+
+    def _signed(self) -> bool:
+        return bool(self.keys)
 
     def _routes(self) -> list[Route]:
         return [
@@ -150,12 +270,6 @@ def bedrock_error(error: HttpError) -> Response:
 
 # --- the Converse API, SigV4-signed, and STS for web identity -------------------------------
 
-SIGV4 = re.compile(
-    r"^AWS4-HMAC-SHA256 Credential=(?P<key>[A-Z0-9]{16,128})/(?P<date>\d{8})/(?P<region>[a-z0-9-]+)"
-    r"/(?P<service>[a-z0-9-]+)/aws4_request, SignedHeaders=(?P<signed>[a-z0-9;-]+), "
-    r"Signature=(?P<signature>[0-9a-f]{64})$"
-)
-"""The shape of a SigV4 `Authorization` header (AWS General Reference, "Signature Version 4")."""
 CONVERSE = re.compile(r"^/model/(?P<model>[^/]+)/(?P<action>converse|converse-stream)$")
 ROLES = ("user", "assistant")
 BLOCKS = ("text", "image", "document", "video", "toolUse", "toolResult", "reasoningContent", "cachePoint")
@@ -163,17 +277,6 @@ INFERENCE = ("maxTokens", "temperature", "topP", "stopSequences")
 CONVERSE_FIELDS = ("messages", "system", "inferenceConfig", "toolConfig", "guardrailConfig",
                    "additionalModelRequestFields", "additionalModelResponseFieldPaths",
                    "promptVariables", "requestMetadata", "performanceConfig")  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True)
-class AwsKey:
-    """Credentials the fake accepts: an access key, its secret, and its session token if any."""
-
-    access_key: str
-    secret_key: str
-    token: str | None = None
-    expired: bool = False
-    """Bedrock answers 403 ExpiredTokenException for this key (its session has ended)."""
 
 
 def converse_shape_problem(body: Any) -> str | None:
@@ -216,7 +319,7 @@ def converse_shape_problem(body: Any) -> str | None:
     return None
 
 
-class FakeConverse(fake_llm._FakeServer):
+class FakeConverse(SigV4Signed, fake_llm._FakeServer):
     """Bedrock's runtime Converse API for any model family, requests signed with SigV4.
 
     `POST /model/{modelId}/converse` answers `{output: {message}, stopReason, usage, metrics}`;
@@ -242,78 +345,6 @@ class FakeConverse(fake_llm._FakeServer):
     @property
     def completions(self) -> list[RecordedRequest]:
         return [r for r in self.requests if CONVERSE.match(r.path)]
-
-    async def _handle_completion(self, request: Request) -> Response:
-        if (denied := self._signature_problem(request, await request.body())) is not None:
-            await self._record(request)
-            self.refusals.append(denied[1])
-            return self._error(HttpError(denied[0], denied[1], type=denied[2], headers={}))
-        return await super()._handle_completion(request)
-
-    def _authorized(self, recorded: RecordedRequest) -> bool:
-        return True  # checked before (the signature needs the raw request)
-
-    def _signature_problem(self, request: Request, body: bytes) -> tuple[int, str, str] | None:
-        authorization = request.headers.get("authorization", "")
-        if self.api_key is not None and authorization == f"Bearer {self.api_key}":
-            return None
-        match = SIGV4.match(authorization)
-        if match is None:
-            return (
-                403,
-                f"the Authorization header is not SigV4's: {authorization[:40]!r}",
-                "IncompleteSignatureException",
-            )
-        key = self.keys.get(match["key"])
-        if key is None:
-            return (
-                403,
-                "The security token included in the request is invalid.",
-                "UnrecognizedClientException",
-            )
-        if match["service"] != "bedrock":
-            return (
-                403,
-                f"Credential should be scoped to correct service: 'bedrock', not {match['service']!r}",
-                "InvalidSignatureException",
-            )
-        if match["region"] != self.region:
-            return (
-                403,
-                f"Credential should be scoped to a valid region, not {match['region']!r}.",
-                "InvalidSignatureException",
-            )
-        signed = match["signed"].split(";")
-        for needed in ("host", "x-amz-date"):
-            if needed not in signed:
-                return 403, f"SignedHeaders must include {needed}", "InvalidSignatureException"
-        if key.token is not None and request.headers.get("x-amz-security-token") != key.token:
-            return (
-                403,
-                "The security token included in the request is invalid.",
-                "UnrecognizedClientException",
-            )
-        if not hmac.compare_digest(self._signature(request, body, key, match), match["signature"]):
-            return (
-                403,
-                "The request signature we calculated does not match the signature you provided.",
-                "InvalidSignatureException",
-            )
-        if key.expired:
-            return 403, "The security token included in the request is expired", "ExpiredTokenException"
-        return None
-
-    def _signature(self, request: Request, body: bytes, key: AwsKey, match: re.Match[str]) -> str:
-        """The signature botocore's SigV4 signer gives for this request as received."""
-        raw = request.scope["raw_path"].decode()
-        url = f"http://{request.headers['host']}{raw}"
-        headers = {name: request.headers[name] for name in match["signed"].split(";")}
-        signed = AWSRequest(method=request.method, url=url, data=body, headers=headers)
-        signed.context["timestamp"] = request.headers["x-amz-date"]
-        signer = SigV4Auth(
-            Credentials(key.access_key, key.secret_key, key.token), match["service"], self.region
-        )
-        return signer.signature(signer.string_to_sign(signed, signer.canonical_request(signed)), signed)
 
     def _render_reply(self, step: Text | ToolCalls, recorded: RecordedRequest) -> Response:
         if (problem := converse_shape_problem(recorded.json)) is not None:

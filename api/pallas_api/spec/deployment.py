@@ -156,7 +156,8 @@ class ProviderSpec(SpecModel):
     platform: ProviderPlatform = "direct"
     """For `type: anthropic`, where the Messages API is served: `direct` (Anthropic's API, or
     `baseURL`), `bedrock` (Amazon Bedrock's runtime in `region`, through the anthropic SDK's
-    Bedrock client; `apiKey` is a Bedrock API key, sent as a bearer token; model ids are
+    Bedrock client; `apiKey` is a Bedrock API key, sent as a bearer token, and without it each
+    request is signed with SigV4 using the pod's standard AWS credential chain; model ids are
     Bedrock's, e.g. `anthropic.claude-sonnet-4-5-20250929-v1:0`) or `vertex` (Vertex AI in
     `region` and `projectId`, through the SDK's Vertex client; model ids are Vertex's, e.g.
     `claude-sonnet-4-5@20250929`). For `type: gemini`: `direct` (the Gemini API, `apiKey` a
@@ -168,7 +169,10 @@ class ProviderSpec(SpecModel):
     project_id: Annotated[str | None, Field(pattern=GCP_PROJECT)] = None
     """The Google Cloud project of a `vertex` provider (required there). Its `apiKey` is an OAuth
     access token (`gcloud auth print-access-token`, or one a token refresher writes into the
-    Secret: agents read the key anew for each turn)."""
+    Secret: agents read the key anew for each turn). Without `apiKey` the agent mints tokens from
+    Application Default Credentials and refreshes them before they expire: a key file named by
+    `GOOGLE_APPLICATION_CREDENTIALS`, else the metadata server (GKE Workload Identity: the Google
+    service account of the agents' ServiceAccount annotation `iam.gke.io/gcp-service-account`)."""
     credentials: ProviderCredentials = "apiKey"
     """Where the key sent to the provider comes from: `apiKey` (the Secret in `apiKey`, or none
     for a local server) or `callerBearer`: the bearer token each `send_message` call came with

@@ -2,11 +2,14 @@
 
 The anthropic SDK's `AsyncAnthropicBedrock` sends the requests: it moves the model into the
 path (`POST /model/{model}/invoke`, `…/invoke-with-response-stream` for a stream), adds
-Bedrock's `anthropic_version`, and sends the key, a Bedrock API key, as a bearer token (with
-AWS access keys it would sign with SigV4 through boto3, which the agent does not ship; signed
-requests are `type: bedrock`'s, the Converse API in `llm/bedrock_converse.py`). Bodies
-and answers are the Messages API's, so the Anthropic adapter's translation, parameter plan and
-stream reader are used as they are. What differs is the stream's framing: Bedrock sends AWS
+Bedrock's `anthropic_version`, and sends the key, a Bedrock API key, as a bearer token. With no
+`apiKey` each request is signed with SigV4 with the pod's AWS credential chain instead
+(`llm/aws_signing.py`, botocore's signer: the SDK's own signing goes through boto3, which the
+agent does not ship). The health check is a Messages call of one output token on the model
+(`/model/{model}/invoke`), as `type: bedrock`'s is a Converse call: bedrock-runtime has no models
+endpoint, and Bedrock refuses token counting through the SDK. Bodies and answers are the
+Messages API's, so the Anthropic adapter's translation, parameter plan and stream reader are used
+as they are. What differs is the stream's framing: Bedrock sends AWS
 event-stream frames (`llm/event_stream.py`) whose `chunk` events carry each Messages stream
 event base64-encoded, and an `exception` frame for a failure mid-stream.
 """
@@ -14,7 +17,6 @@ event base64-encoded, and an `exception` frame for a failure mid-stream.
 from __future__ import annotations
 
 import base64
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -23,8 +25,9 @@ import httpx2
 from pydantic_core import from_json
 
 from pallas_api.config import AgentConfig, ProviderConfig
-from pallas_runtime.http_transport import AiohttpTransport
 from pallas_runtime.llm.anthropic_messages import AnthropicMessagesProvider
+from pallas_runtime.llm.aws_signing import AwsSigner
+from pallas_runtime.llm.cloud_auth import Authorize, CloudAuthClient, client_options
 from pallas_runtime.llm.event_stream import Frame, FrameReader
 from pallas_runtime.llm.provider import ProviderCheck
 
@@ -84,8 +87,26 @@ class BedrockEvents(anthropic.AsyncStream[list[object]]):
         )
 
 
+class SignedBedrockClient(CloudAuthClient, anthropic.AsyncAnthropicBedrock):
+    """The SDK's Bedrock client signing each request with SigV4 (the AWS chain's credentials)."""
+
+
+def sigv4(signer: AwsSigner) -> Authorize:
+    """Signs a request with `signer`.
+
+    Only `content-type` and `accept` are signed besides what SigV4 adds (`host`, `x-amz-date`):
+    the other headers are the SDK's and the transport's, which may be rewritten after signing.
+    """
+
+    async def authorize(request: httpx2.Request) -> None:
+        kept = {name: request.headers[name] for name in ("content-type", "accept") if name in request.headers}
+        request.headers.update(await signer.sign(request.method, str(request.url), kept, request.read()))
+
+    return authorize
+
+
 class AnthropicBedrockProvider(AnthropicMessagesProvider):
-    """One Claude model on Amazon Bedrock, with a Bedrock API key."""
+    """One Claude model on Amazon Bedrock, with a Bedrock API key or the AWS credential chain."""
 
     sdk_client = anthropic.AsyncAnthropicBedrock
     sdk_stream = BedrockEvents
@@ -93,25 +114,22 @@ class AnthropicBedrockProvider(AnthropicMessagesProvider):
     def __init__(self, config: AgentConfig, *, api_key: str | None) -> None:
         self._region = config.provider.region or ""
         super().__init__(config, api_key=api_key)
+        if self._client is None and self._key_problem is None:
+            # No key named: the AWS credential chain signs each request.
+            signed = sigv4(AwsSigner(self._region))
+            self._client = SignedBedrockClient(authorize=signed, **self._client_options(config.provider))
 
     def _default_base_url(self) -> str:
         return bedrock_base_url(self._region)
 
     def _make_client(self, api_key: str, provider: ProviderConfig) -> Any:
-        return anthropic.AsyncAnthropicBedrock(
-            api_key=api_key,
-            aws_region=self._region,
-            base_url=self._base_url,
-            timeout=provider.timeout_seconds,
-            max_retries=provider.max_retries,
-            http_client=anthropic.DefaultAsyncHttpxClient(transport=AiohttpTransport()),
-        )
+        return anthropic.AsyncAnthropicBedrock(api_key=api_key, **self._client_options(provider))
+
+    def _client_options(self, provider: ProviderConfig) -> dict[str, Any]:
+        return client_options(provider, self._base_url, aws_region=self._region)
 
     async def preflight(self) -> ProviderCheck:
-        """bedrock-runtime has no models endpoint: the key's presence is all that is checked."""
-        if self._key_problem is not None:
-            return ProviderCheck(False, self._key_problem, time.monotonic())
-        where = self._base_url
-        return ProviderCheck(
-            True, f"{self._label}: Amazon Bedrock ({where}); key set, not probed", time.monotonic()
-        )
+        """A Messages call of one output token on the model; never raises."""
+        where = f"Amazon Bedrock ({self._base_url}, region {self._region})"
+        probe = {"messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
+        return await self._probe("/v1/messages", probe, where)

@@ -9,11 +9,10 @@ does for Converse what the SDKs' clients do for the others (`post`, retries, err
 Credentials: a Bedrock API key when the provider names one (`apiKey`, sent as a bearer token),
 else the standard AWS chain as botocore resolves it (environment keys, a web-identity token file
 with `AWS_ROLE_ARN` as IRSA mounts it, EKS Pod Identity's container endpoint, a shared config
-file, the instance role), each request signed with SigV4 by botocore's `SigV4Auth`. The chain's
-credentials refresh themselves before they expire; resolving them may call STS, which botocore
-does synchronously, so it runs in a worker thread. The request itself goes over httpx2 on the
-agent's transport. The endpoint is `baseURL`, else AWS's standard override
-(`AWS_ENDPOINT_URL_BEDROCK_RUNTIME`, then `AWS_ENDPOINT_URL`), else the region's.
+file, the instance role), each request signed with SigV4 by botocore's `SigV4Auth`
+(`llm/aws_signing.py`). The request itself goes over httpx2 on the agent's transport. The
+endpoint is `baseURL`, else AWS's standard override (`AWS_ENDPOINT_URL_BEDROCK_RUNTIME`, then
+`AWS_ENDPOINT_URL`), else the region's.
 
 The health check is a Converse call of one output token on the model: it goes through the
 credentials, the region and the model, so an expired token or a wrong region shows in
@@ -30,10 +29,6 @@ from typing import Any, ClassVar
 from urllib.parse import quote
 
 import httpx2
-from botocore.auth import SigV4Auth
-from botocore.awsrequest import AWSRequest
-from botocore.exceptions import BotoCoreError, ClientError
-from botocore.session import Session
 from pydantic_core import from_json, to_json
 
 from pallas_api.config import AgentConfig, ProviderConfig
@@ -42,6 +37,7 @@ from pallas_io.llm_check import error_detail
 from pallas_runtime.http_transport import AiohttpTransport
 from pallas_runtime.llm.adapter import SdkProvider
 from pallas_runtime.llm.anthropic_bedrock import bedrock_base_url
+from pallas_runtime.llm.aws_signing import AwsCredentialsError, AwsSigner
 from pallas_runtime.llm.converse_wire import (
     ConverseStreamReader,
     converse_completion,
@@ -54,9 +50,6 @@ from pallas_runtime.llm.params import ParamPlan
 from pallas_runtime.llm.provider import LLMError, ProviderCheck
 from pallas_runtime.llm.retries import RETRIED, retry_pause
 from pallas_runtime.messages import Message, ToolSpec
-
-SIGNING_NAME = "bedrock"
-"""The service name Bedrock's runtime signs requests under (its endpoint is `bedrock-runtime`)."""
 
 
 class ConverseError(Exception):
@@ -123,9 +116,7 @@ class ConverseClient:
         self._key = key
         self._timeout = timeout
         self._retries = retries
-        # The chain is resolved once and its credentials refresh themselves (web identity, pod
-        # identity and instance roles expire): a botocore session per client, not per call.
-        self._session = Session() if key is None else None
+        self._signer = AwsSigner(region) if key is None else None
         self._http = httpx2.AsyncClient(
             transport=AiohttpTransport(trace_headers=True), timeout=httpx2.Timeout(timeout)
         )
@@ -221,31 +212,12 @@ class ConverseClient:
 
     async def _headers(self, url: str, payload: bytes, accept: str) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "Accept": accept}
-        if self._key is not None:
+        if self._signer is None:  # a Bedrock API key
             return {**headers, "Authorization": f"Bearer {self._key}"}
-        request = AWSRequest(method="POST", url=url, data=payload, headers=headers)
-        SigV4Auth(await self._credentials(), SIGNING_NAME, self._region).add_auth(request)
-        return dict(request.headers.items())
-
-    async def _credentials(self) -> Any:
-        session = self._session
-
-        def resolve() -> Any:
-            # Frozen: one consistent key, secret and token, refreshed first when near expiry.
-            found = session.get_credentials() if session is not None else None
-            return found.get_frozen_credentials() if found is not None else None
-
         try:
-            credentials = await asyncio.to_thread(resolve)
-        except (BotoCoreError, ClientError) as exc:
-            raise ConverseConnectionError(f"AWS credentials could not be resolved: {exc}") from None
-        if credentials is None:
-            raise ConverseConnectionError(
-                "no AWS credentials: none of the standard chain's sources (AWS_ACCESS_KEY_ID, a "
-                "web-identity token file with AWS_ROLE_ARN, EKS Pod Identity, an instance role) "
-                "gave any, and no apiKey is set"
-            )
-        return credentials
+            return await self._signer.sign("POST", url, headers, payload)
+        except AwsCredentialsError as exc:
+            raise ConverseConnectionError(str(exc)) from None
 
     async def close(self) -> None:
         """Close the connections."""

@@ -14,6 +14,10 @@ from pallas_runtime.llm.provider import LLMError
 MAX_ERROR_TEXT = 400
 
 
+class CredentialsUnavailable(Exception):
+    """The pod's cloud identity gave no credentials (AWS chain, Google ADC); the text is safe."""
+
+
 @dataclass(frozen=True, slots=True)
 class SdkErrors:
     """One SDK's exception classes."""

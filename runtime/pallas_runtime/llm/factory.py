@@ -55,8 +55,10 @@ def create_provider(config: AgentConfig, environ: Mapping[str, str] | None = Non
     # Each SDK costs over a second of imports; an agent loads only the one it uses.
     module, name = adapter_of(config)
     adapter: Callable[..., LLMProvider] = getattr(importlib.import_module(module), name)
-    if config.provider.type == "bedrock":
-        return adapter(config, api_key=api_key if config.provider.api_key_env else None)
+    provider = config.provider
+    if provider.type == "bedrock" or provider.platform in ("bedrock", "vertex"):
+        # Without a key the cloud's own credential chain signs or mints (never a placeholder).
+        return adapter(config, api_key=api_key if provider.api_key_env else None)
     return adapter(config, api_key=api_key)
 
 

@@ -9,7 +9,8 @@ and broken connections, the errors as exception classes, a stream of decoded eve
   `https://generativelanguage.googleapis.com/v1beta`), the key in `x-goog-api-key`.
 - `platform: vertex`: the same bodies at
   `{endpoint}/projects/{project}/locations/{region}/publishers/google/models/{model}:generateContent`,
-  the key an OAuth access token sent as a bearer (as the Anthropic-on-Vertex adapter takes it).
+  the key an OAuth access token sent as a bearer (as the Anthropic-on-Vertex adapter takes it),
+  or with no `apiKey` one minted from Application Default Credentials (`llm/google_token.py`).
 
 A stream is `:streamGenerateContent?alt=sse`: server-sent events, each a whole response chunk.
 The health check counts the tokens of a one-word message (`:countTokens`, free): it goes through
@@ -34,6 +35,7 @@ from pallas_runtime.llm.adapter import SdkProvider
 from pallas_runtime.llm.errors import SdkErrors
 from pallas_runtime.llm.gemini_request import gemini_plan, gemini_request
 from pallas_runtime.llm.gemini_response import GeminiStreamReader, completion_from_gemini
+from pallas_runtime.llm.google_token import GoogleCredentialsError, GoogleToken
 from pallas_runtime.llm.params import ParamPlan
 from pallas_runtime.llm.provider import ProviderCheck
 from pallas_runtime.llm.retries import RETRIED, retry_pause
@@ -69,6 +71,8 @@ class GeminiClient:
     Args:
         models_url: The URL under which a model's methods are (`…/models`).
         headers: The authentication header.
+        token: Where a bearer token comes from for each request, instead of `headers` (Vertex
+            with Application Default Credentials).
         timeout: Seconds for one request.
         max_retries: Further attempts after a retryable failure.
     """
@@ -81,9 +85,11 @@ class GeminiClient:
         timeout: float,
         max_retries: int,
         http: httpx2.AsyncClient | None = None,
+        token: GoogleToken | None = None,
     ) -> None:
         self._models_url = models_url
         self._headers = headers
+        self._token = token
         self._timeout = timeout
         self._max_retries = max_retries
         self._http = http or httpx2.AsyncClient(transport=AiohttpTransport(trace_headers=True))
@@ -126,7 +132,7 @@ class GeminiClient:
         attempt = 0
         while True:
             request = self._http.build_request(
-                "POST", url, json=payload, params=params, headers=self._headers, timeout=self._timeout
+                "POST", url, json=payload, params=params, headers=await self._auth(), timeout=self._timeout
             )
             retry_after: float | None = None
             try:
@@ -149,6 +155,15 @@ class GeminiClient:
                 raise failure
             await asyncio.sleep(retry_pause(attempt, retry_after))
             attempt += 1
+
+    async def _auth(self) -> dict[str, str]:
+        """The authentication header: the key's, or a bearer token fresh enough for this request."""
+        if self._token is None:
+            return self._headers
+        try:
+            return {"Authorization": f"Bearer {await self._token.bearer()}"}
+        except GoogleCredentialsError as exc:
+            raise GeminiConnection(str(exc)) from None
 
     async def close(self) -> None:
         """Close the connections."""
@@ -203,6 +218,15 @@ class GeminiProvider(SdkProvider):
         self._region = config.provider.region or ""
         self._project = config.provider.project_id or ""
         super().__init__(config, api_key=api_key)
+        if self._vertex and self._client is None and self._key_problem is None:
+            # No key named: tokens come from Application Default Credentials.
+            self._client = GeminiClient(
+                self._vertex_models(),
+                {},
+                timeout=config.provider.timeout_seconds,
+                max_retries=config.provider.max_retries,
+                token=GoogleToken(),
+            )
 
     def _default_base_url(self) -> str:
         return vertex_base_url(self._region) if self._vertex else PUBLIC_APIS["gemini"]
@@ -214,9 +238,7 @@ class GeminiProvider(SdkProvider):
 
     def _make_client(self, api_key: str, provider: ProviderConfig) -> GeminiClient:
         if self._vertex:
-            models = (
-                f"{self._base_url}/projects/{self._project}/locations/{self._region}/publishers/google/models"
-            )
+            models = self._vertex_models()
             headers = {"Authorization": f"Bearer {api_key}"}
         else:
             models = f"{self._base_url}/models"
@@ -224,6 +246,9 @@ class GeminiProvider(SdkProvider):
         return GeminiClient(
             models, headers, timeout=provider.timeout_seconds, max_retries=provider.max_retries
         )
+
+    def _vertex_models(self) -> str:
+        return f"{self._base_url}/projects/{self._project}/locations/{self._region}/publishers/google/models"
 
     def _request_body(
         self, system: str, messages: Sequence[Message], tools: Sequence[ToolSpec]

@@ -197,3 +197,10 @@ async def test_a_cloud_platform_provider_is_not_probed_but_its_key_is_required()
         "b", "anthropic", None, key_source="Secret aws key K", key=None, region="eu-central-1"
     )
     assert not (await check_provider(unset)).ok
+    # No key at all: the agent's pod signs (AWS) or mints tokens (Google) with its own identity.
+    keyless = ProviderEndpoint("v", "gemini", None, models=("gemini-3-pro-preview",), region="us-central1")
+    verdict = await check_provider(keyless, time_limit=0.01)
+    assert verdict == (
+        True,
+        "gemini provider 'v': cloud platform (region us-central1); the pod's cloud credentials, not probed",
+    )
