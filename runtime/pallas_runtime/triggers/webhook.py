@@ -87,6 +87,10 @@ class WebhookEndpoint:
     """The routes of the webhook triggers of one process, keyed by namespace and name."""
 
     def __init__(self, triggers: Sequence[tuple[WebhookTrigger, TriggerEngine]]) -> None:
+        self.route(triggers)
+
+    def route(self, triggers: Sequence[tuple[WebhookTrigger, TriggerEngine]]) -> None:
+        """Serve these triggers from the next request on (`pallas run --reload`)."""
         self._by_key = {(w.target.namespace, w.target.name): (w, engine) for w, engine in triggers}
 
     def app(self) -> Starlette:

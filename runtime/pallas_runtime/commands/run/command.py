@@ -51,7 +51,7 @@ from pallas_runtime.commands.run.manifests import (
     plan_local,
 )
 from pallas_runtime.commands.run.reload import Reload, watch
-from pallas_runtime.commands.run.triggers import plan_triggers
+from pallas_runtime.commands.run.triggers import TriggerReload, plan_triggers
 from pallas_runtime.metrics import RuntimeMetrics
 from pallas_runtime.triggers.host import TriggerHost
 from pallas_runtime.triggers.webhook import WebhookTrigger
@@ -262,7 +262,8 @@ async def serve_plan(
         await report.ready(probe_headers or {})
         log.info("running %d agent(s); stop with Ctrl-C", len(plan.agents))
         waiters = [asyncio.create_task(stop.wait()), asyncio.create_task(run.ended.wait())]
-        watcher = asyncio.create_task(watch(run, reload, stop)) if reload is not None else None
+        moves = TriggerReload(host, reload.environ, probe_headers or {}) if host and reload else None
+        watcher = asyncio.create_task(watch(run, reload, stop, moves)) if reload is not None else None
         await asyncio.wait([*waiters, *([watcher] if watcher else [])], return_when=asyncio.FIRST_COMPLETED)
         stop.set()  # the watcher's stop event: it ends within its 50 ms step
         for waiter in waiters:

@@ -39,10 +39,12 @@ from pallas_runtime.commands.run.manifests import (
     BridgeKey,
     LocalPlan,
     ManifestError,
+    Manifests,
     PlannedAgent,
     load_manifests,
     plan_local,
 )
+from pallas_runtime.commands.run.triggers import TriggerReload
 from pallas_runtime.commands.validate import UnreadableError, read_documents
 
 log = logging.getLogger("pallas.run")
@@ -145,6 +147,22 @@ def checked_plan(
     Raises:
         ReloadRefused: a file cannot be read, or the manifests have problems.
     """
+    return checked_run(files, base_port, only_agent, keep_ports, keep_bridge_ports, environ)[1]
+
+
+def checked_run(
+    files: Sequence[str],
+    base_port: int,
+    only_agent: str | None,
+    keep_ports: dict[AgentKey, int],
+    keep_bridge_ports: dict[BridgeKey, int] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> tuple[Manifests, LocalPlan]:
+    """The manifests and `checked_plan`'s plan of them, read once (the triggers plan from both).
+
+    Raises:
+        ReloadRefused: a file cannot be read, or the manifests have problems.
+    """
     try:
         report = check_documents(read_documents(files), local=True)
     except UnreadableError as exc:
@@ -152,15 +170,16 @@ def checked_plan(
     if report.problems:
         raise ReloadRefused([str(problem) for problem in report.problems])
     try:
+        manifests = load_manifests(files)
         plan = plan_local(
-            load_manifests(files),
+            manifests,
             base_port,
             only_agent,
             keep_ports=keep_ports,
             keep_bridge_ports=keep_bridge_ports,
             environ=environ,
         )
-        return with_openai_base_url(plan, os.environ if environ is None else environ)
+        return manifests, with_openai_base_url(plan, os.environ if environ is None else environ)
     except ManifestError as exc:
         raise ReloadRefused([str(exc)]) from None
 
@@ -247,10 +266,14 @@ def _redact_new_secrets(old: LocalPlan, new: LocalPlan) -> None:
             handler.addFilter(redactor)
 
 
-async def reload_once(run: LocalRun, reload: Reload) -> None:
-    """Apply the files as they are now, or say why not; one summary line on stdout."""
+async def reload_once(run: LocalRun, reload: Reload, triggers: TriggerReload | None = None) -> None:
+    """Apply the files as they are now, or say why not; one summary line on stdout.
+
+    With `triggers`, the PallasTriggers of the files replace the running ones too (after the
+    agents, so a new trigger's first run finds its agent).
+    """
     try:
-        plan = checked_plan(
+        manifests, plan = checked_run(
             reload.files,
             reload.base_port,
             reload.only_agent,
@@ -258,6 +281,10 @@ async def reload_once(run: LocalRun, reload: Reload) -> None:
             run.bridge_ports(),
             environ=reload.environ,
         )
+        try:
+            planned = triggers.plan(manifests, plan.agents) if triggers is not None else None
+        except ManifestError as exc:
+            raise ReloadRefused([str(exc)]) from None
     except ReloadRefused as exc:
         for problem in exc.problems:
             print(f"pallas run: reload: {problem}", file=sys.stderr)
@@ -283,6 +310,14 @@ async def reload_once(run: LocalRun, reload: Reload) -> None:
         )
         if keys
     ]
+    if triggers is not None and planned is not None:
+        try:
+            moved = await triggers.host.update(*planned)
+        except OSError as exc:
+            parts.append(f"triggers: {exc}")
+        else:
+            if summary := moved.summary():
+                parts.append(summary)
     print(f"reloaded: {'; '.join(parts) or 'nothing changed'}", flush=True)
 
 
@@ -290,8 +325,10 @@ def _resolved(files: Sequence[str]) -> set[Path]:
     return {Path(f).resolve() for f in files}
 
 
-async def watch(run: LocalRun, reload: Reload, stop: asyncio.Event) -> None:
-    """Reload on every change of the files until `stop` is set."""
+async def watch(
+    run: LocalRun, reload: Reload, stop: asyncio.Event, triggers: TriggerReload | None = None
+) -> None:
+    """Reload on every change of the files until `stop` is set (the triggers too, when given)."""
     paths = _resolved(reload.files)
 
     def ours(_: Change, path: str) -> bool:
@@ -300,4 +337,4 @@ async def watch(run: LocalRun, reload: Reload, stop: asyncio.Event) -> None:
     folders = sorted({str(p.parent) for p in paths})
     log.info("watching %s for changes", ", ".join(map(str, sorted(paths))))
     async for _ in awatch(*folders, watch_filter=ours, stop_event=stop, step=50):
-        await reload_once(run, reload)
+        await reload_once(run, reload, triggers)

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from pallas_io.triggers.runs import TriggerTarget
 from pallas_runtime.commands.run.manifests import ManifestError, Manifests, PlannedAgent, secret_value
+from pallas_runtime.triggers.host import TriggerHost
 from pallas_runtime.triggers.webhook import WebhookTrigger
 
 log = logging.getLogger("pallas.run")
@@ -76,3 +78,20 @@ def plan_triggers(
             raise ManifestError(_no_value(where, "spec.webhook.secretRef", ref.name, ref.key))
         webhooks.append(WebhookTrigger(target, secret.encode()))
     return schedules, webhooks
+
+
+@dataclass(frozen=True)
+class TriggerReload:
+    """What `pallas run --reload` needs to move the triggers to edited manifests."""
+
+    host: TriggerHost
+    environ: Mapping[str, str]
+    """The environment the run was planned from (`Reload.environ`)."""
+    headers: Mapping[str, str]
+    """What the runs' calls carry (the run's bearer)."""
+
+    def plan(
+        self, manifests: Manifests, agents: Sequence[PlannedAgent]
+    ) -> tuple[list[TriggerTarget], list[WebhookTrigger]]:
+        """`plan_triggers` of the edited manifests (ManifestError refuses the edit)."""
+        return plan_triggers(manifests, agents, self.environ, self.headers)
