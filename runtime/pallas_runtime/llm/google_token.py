@@ -46,6 +46,9 @@ class GoogleToken:
         Raises:
             GoogleCredentialsError: The chain found no credentials, or minting was refused.
         """
+        credentials = self._credentials
+        if credentials is not None and credentials.valid:  # most calls: no thread, no lock
+            return str(credentials.token)
         async with self._lock:
             return await asyncio.to_thread(self._fresh)
 
