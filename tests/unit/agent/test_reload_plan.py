@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from pallas_runtime.commands.run.manifests import load_manifests, plan_local
-from pallas_runtime.commands.run.reload import ReloadRefused, checked_plan, plan_changes
+from pallas_runtime.commands.run.reload import ReloadRefused, checked_run, plan_changes
 from tests.unit.agent.test_manifests import DEPLOYMENT, agent
 
 BASE = 25000
@@ -91,7 +91,7 @@ def test_a_bad_edit_is_refused_naming_file_object_and_field(tmp_path: Path, edit
     head = "apiVersion: pallas.dev/v1alpha1\nkind: PallasAgent\nmetadata:\n  name: a\n"
     path.write_text(yaml.safe_dump(DEPLOYMENT) + "---\n" + head + edit)
     with pytest.raises(ReloadRefused) as refused:
-        checked_plan([str(path)], BASE, None, {})
+        checked_run([str(path)], BASE, None, {})
     assert any(line.startswith(str(path)) and problem in line for line in refused.value.problems), (
         refused.value.problems
     )

@@ -134,22 +134,6 @@ def plan_changes(old: LocalPlan, new: LocalPlan) -> Changes:
     )
 
 
-def checked_plan(
-    files: Sequence[str],
-    base_port: int,
-    only_agent: str | None,
-    keep_ports: dict[AgentKey, int],
-    keep_bridge_ports: dict[BridgeKey, int] | None = None,
-    environ: Mapping[str, str] | None = None,
-) -> LocalPlan:
-    """The plan of the files as they are now, checked as `pallas validate` checks them.
-
-    Raises:
-        ReloadRefused: a file cannot be read, or the manifests have problems.
-    """
-    return checked_run(files, base_port, only_agent, keep_ports, keep_bridge_ports, environ)[1]
-
-
 def checked_run(
     files: Sequence[str],
     base_port: int,
@@ -158,7 +142,8 @@ def checked_run(
     keep_bridge_ports: dict[BridgeKey, int] | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> tuple[Manifests, LocalPlan]:
-    """The manifests and `checked_plan`'s plan of them, read once (the triggers plan from both).
+    """The manifests and their plan as they are now, checked as `pallas validate` checks them; read
+    once, since the triggers are planned from both.
 
     Raises:
         ReloadRefused: a file cannot be read, or the manifests have problems.
