@@ -261,7 +261,7 @@ def _check_agent(agent: _Object, objects: Sequence[_Object], report: Report, *, 
 
 EVENT_NOT_RUN = (
     "event triggers are accepted but not run yet: neither `pallas run` nor this version of the operator "
-    "watches objects (docs/triggers.md); `when` is not checked (no CEL library is pinned)"
+    "watches objects (docs/triggers.md); `when` is compiled and checked"
 )
 
 
