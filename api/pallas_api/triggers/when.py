@@ -5,7 +5,7 @@ rules, admission policies); `cel-python` (module `celpy`, pure Python) evaluates
 expression can read only the variables it is given (`object`, `oldObject`, `type`) and call
 CEL's standard functions: it cannot run code or reach the network.
 
-celpy is imported on first use: building its grammar takes about a second, which every
+celpy is imported on first use: importing it and building its grammar take 0.5 to 1 s, which every
 `pallas` command that never meets a `when` should not pay.
 """
 
