@@ -1,6 +1,6 @@
 """Cold start: how long `pallas agent` takes to be ready, its idle RSS, and where the time goes.
 
-    .venv/bin/python bench/cold_start.py [--starts 7] [--imports 14]
+    .venv/bin/python bench/cold_start.py [--starts 7] [--imports 14] [--baseline CHECKOUT]
 
 Starts the bench agent of `bench/agent_bench.py` (OpenAI provider against the fake, one echo
 downstream, memory store, A2A on by default) `--starts` times, pinned to CPU 0 as there, and
@@ -9,7 +9,12 @@ later. Then one more start with `PYTHONPROFILEIMPORTTIME=1` prints the `--import
 packages with the most import time of their own (what `python -X importtime` reports, summed per
 package; it inflates every figure a little).
 
-Targets (issue 35): start to ready <= 1.5 s; idle RSS <= 90 MB.
+With `--baseline` (another checkout of the product, e.g. `git worktree add --detach ../base main`)
+the starts alternate, baseline then this tree, on the same interpreter and libraries (the
+baseline's packages put first on `PYTHONPATH`), so a loaded machine's drift falls on both alike;
+each side gets its figures and its import profile.
+
+Targets (issue 53): start to ready <= 1.5 s; idle RSS <= 100 MB.
 """
 
 from __future__ import annotations
@@ -45,32 +50,54 @@ def import_profile(log: str, top: int) -> list[tuple[str, float]]:
     return [("(all)", sum(own.values())), *most]
 
 
+PACKAGE_FOLDERS = ("api", "runtime", "registry", "operator")
+"""Where a checkout keeps its packages (pyproject's `packages.find`)."""
+
+
+def checkout_env(checkout: Path | None) -> dict[str, str]:
+    """The environment that runs `checkout`'s code instead of the installed tree (none: this tree)."""
+    if checkout is None:
+        return {}
+    return {"PYTHONPATH": os.pathsep.join(str(checkout / folder) for folder in PACKAGE_FOLDERS)}
+
+
 async def main(args: argparse.Namespace) -> None:
     os.sched_setaffinity(0, {1})
-    starts: list[float] = []
-    rss: list[float] = []
+    sides = {"this tree": None} if args.baseline is None else {"baseline": args.baseline, "this tree": None}
+    starts: dict[str, list[float]] = {side: [] for side in sides}
+    rss: dict[str, list[float]] = {side: [] for side in sides}
+    logs: dict[str, str] = {}
     async with contextlib.AsyncExitStack() as stack:
         llm = await stack.enter_async_context(ab.BenchLLM())
         echo = await stack.enter_async_context(header_echo_server())
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="cold-start-")))
         servers = {"echo0": echo.url}
         for _ in range(args.starts):
-            async with ab.pallas(tmp, llm, servers) as target:
-                await asyncio.sleep(1)
-                starts.append(target.start)
-                rss.append(ab.rss_mb(target.pid))
-        async with ab.pallas(tmp, llm, servers, "profiled", env={"PYTHONPROFILEIMPORTTIME": "1"}):
-            log = (tmp / "profiled.log").read_text()
-    print(f"start to ready: {statistics.median(starts):.2f} s (median of {len(starts)}; target <= 1.5 s)")
-    print(f"  each: {', '.join(f'{s:.2f}' for s in starts)}")
-    print(f"idle RSS: {statistics.median(rss):.1f} MB (median; target <= 90 MB)")
-    print("import time of their own, per top-level package (python -X importtime):")
-    for package, seconds in import_profile(log, args.imports):
-        print(f"  {seconds:6.2f} s  {package}")
+            for side, checkout in sides.items():
+                async with ab.pallas(tmp, llm, servers, env=checkout_env(checkout)) as target:
+                    await asyncio.sleep(1)
+                    starts[side].append(target.start)
+                    rss[side].append(ab.rss_mb(target.pid))
+        for side, checkout in sides.items():
+            env = {"PYTHONPROFILEIMPORTTIME": "1", **checkout_env(checkout)}
+            async with ab.pallas(tmp, llm, servers, "profiled", env=env):
+                logs[side] = (tmp / "profiled.log").read_text()  # up to ready: the deferred come after
+    for side in sides:
+        print(f"{side}:")
+        print(
+            f"  start to ready: {statistics.median(starts[side]):.2f} s "
+            f"(median of {len(starts[side])}; target <= 1.5 s)"
+        )
+        print(f"    each: {', '.join(f'{s:.2f}' for s in starts[side])}")
+        print(f"  idle RSS: {statistics.median(rss[side]):.1f} MB (median; target <= 100 MB)")
+        print("  import time of their own, per top-level package (python -X importtime, up to ready):")
+        for package, seconds in import_profile(logs[side], args.imports):
+            print(f"    {seconds:6.2f} s  {package}")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--starts", type=int, default=7, help="timed starts")
     parser.add_argument("--imports", type=int, default=14, help="packages in the import profile")
+    parser.add_argument("--baseline", type=Path, help="a checkout to alternate starts with (before/after)")
     asyncio.run(main(parser.parse_args()))

@@ -29,6 +29,7 @@ from pallas_api.fields import (
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_RESULT_BYTES,
+    DEFAULT_TASK_TTL_SECONDS,
     ENV_VAR_NAME,
     GCP_PROJECT,
     HEADER_NAME,
@@ -53,6 +54,7 @@ from pallas_api.fields import (
     ServerSessionLimits,
     SessionLimits,
     StoreType,
+    TaskTtl,
     ToolExposureMode,
     ToolPolicy,
 )
@@ -331,6 +333,8 @@ class ConversationStoreConfig(_Model):
     """Conversations untouched this long are deleted; None keeps them."""
     turn_wait_seconds: Annotated[float, Field(gt=0, le=3600)] = 600.0
     """How long a turn waits for the previous turn of its conversation before failing."""
+    task_ttl_seconds: TaskTtl = DEFAULT_TASK_TTL_SECONDS
+    """How long a finished MCP task (a `send_message` run as a task) keeps its result."""
     scope: ConversationScope | None = None
     """`caller`, `session` or `request`; None: `caller` with inbound auth, else `session`."""
     agent_identity: Annotated[str | None, Field(max_length=MAX_AGENT_IDENTITY)] = None

@@ -60,6 +60,9 @@ MAX_SCHEMA_BUDGET = 10_000_000
 
 StoreType = Literal["memory", "sqlite", "postgres"]
 ConversationScope = Literal["caller", "session", "request"]
+DEFAULT_TASK_TTL_SECONDS = 3600
+TaskTtl = Annotated[int, Field(gt=0, le=604_800)]
+"""Seconds a finished MCP task is kept (at most a week)."""
 """What a `send_message` without `conversation_id` continues (docs/api.md §3)."""
 
 

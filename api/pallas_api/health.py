@@ -19,9 +19,9 @@ from typing import Annotated, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from pallas_api.conditions import HEALTH_STATUSES, HealthStatus
 from pallas_api.fields import ToolPolicy
 from pallas_api.spending import SpendReport
-from pallas_api.status import HEALTH_STATUSES, HealthStatus
 from pallas_api.validation import describe
 
 __all__ = ["HEALTH_STATUSES", "HealthReport", "HealthReportError", "HealthStatus", "utc_timestamp"]

@@ -61,6 +61,12 @@ CHUNK_META: Final = "pallas.dev/chunk"
 the turn's end) for a request that asked for chunks (docs/api.md §3, progress)."""
 CHUNKS_META: Final = "pallas.dev/chunks"
 """`send_message`'s `_meta` key: `true` in a request asks for typed chunks with its progress."""
+RESUMABLE_META: Final = "pallas.dev/resumable"
+"""`send_message`'s `_meta` key: `true` in a request keeps the turn running as an MCP task when
+the request's connection drops; its first progress notification names the task
+(`TASK_PROGRESS_PREFIX` + id), which `tasks/get` follows to the answer (`pallas chat` does)."""
+TASK_PROGRESS_PREFIX: Final = "pallas task "
+"""The message of a resumable turn's first progress notification: this, then the task's id."""
 HISTORY_TRIMMED_META: Final = "pallas.dev/historyTrimmed"
 """`send_message` result `_meta` key: `{"droppedMessages": N}` when the turn's model calls left out
 the N oldest stored messages to fit the model's context window (docs/api.md §3)."""

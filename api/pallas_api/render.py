@@ -211,6 +211,7 @@ def _store(
         "scope": agent.conversations.scope or spec.scope,
         "agent_identity": identity,
         "abandoned_after_seconds": spec.abandoned_after_seconds,
+        **({"task_ttl_seconds": spec.task_ttl_seconds} if spec.task_ttl_seconds is not None else {}),
     }
     if store != "postgres" or spec.postgres is None:
         return ConversationStoreConfig.model_validate(common), ()

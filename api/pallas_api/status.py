@@ -11,6 +11,7 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, Field
 
+from pallas_api.conditions import HealthStatus
 from pallas_api.spending import SpendReport
 from pallas_api.wire import camel_config
 from pallas_api.workflow import WorkflowType
@@ -18,8 +19,6 @@ from pallas_api.workflow import WorkflowType
 Phase = Literal["Pending", "Waiting", "Progressing", "Ready", "Degraded", "Failed"]
 PHASES: tuple[Phase, ...] = get_args(Phase)
 ConditionStatus = Literal["True", "False", "Unknown"]
-HealthStatus = Literal["ok", "degraded", "error"]
-HEALTH_STATUSES: tuple[HealthStatus, ...] = get_args(HealthStatus)
 ProviderCheckStatus = Literal["ok", "error"]
 
 

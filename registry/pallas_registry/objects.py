@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from pallas_api import names
 from pallas_api.fields import ModelCapabilities
+from pallas_api.health import HEALTH_STATUSES
 from pallas_api.spec import (
     UNDECLARED_MODEL,
     AccessSpec,
@@ -29,7 +30,7 @@ from pallas_api.spec import (
     RegistrySpec,
 )
 from pallas_api.spending import SpendReport
-from pallas_api.status import HEALTH_STATUSES, PHASES
+from pallas_api.status import PHASES
 from pallas_api.workflow import WORKFLOW_TYPES
 from pallas_registry.state import AgentState, HealthView, ProviderView
 

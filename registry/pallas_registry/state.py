@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from pallas_api.fields import ModelCapabilities
+from pallas_api.health import HealthStatus
 from pallas_api.spec import AccessSpec, AuthSpec, CallerAuth, Icon, ProviderSpec
 from pallas_api.spending import SpendReport
-from pallas_api.status import HealthStatus
 
 
 def utcnow() -> datetime:

@@ -126,6 +126,11 @@ class RuntimeMetrics:
             "send_message calls running now (what busyAt is compared with).",
             ["agent"],
         )
+        self.last_turn_time = gauge(
+            "pallas_last_turn_timestamp_seconds",
+            "When this process last started a turn (Unix seconds; absent before the first): the idle signal.",
+            ["agent"],
+        )
         self.active_conversations = gauge(
             "pallas_active_conversations", "Conversations held in memory.", ["agent"]
         )

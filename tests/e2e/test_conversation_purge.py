@@ -117,7 +117,15 @@ def purging(pallas_crds: LocalCluster) -> Iterator[Purging]:
             llm = loop.enter(FakeOpenAI(default=lambda _: Text("noted"), models=[MODEL], host=node.ip))
             operator = e2e.install_operator(pallas_crds, namespace, node.image)
             kubectl_apply(pallas_crds, *manifests(namespace, node, llm, postgres))
-            yield Purging(postgres, kube, pallas_crds, namespace)
+            try:
+                yield Purging(postgres, kube, pallas_crds, namespace)
+            finally:
+                # The agents left carry the finalizer: they must go while the operator that removes
+                # it (and the store it purges) still run, or the namespace would wait for them
+                # forever (docs/operator.md, "Deleting an agent": delete agents before the chart).
+                pallas_crds.kubectl(
+                    "delete", "pallasagents", "--all", "-n", namespace, "--timeout=110s", check=False
+                )
     finally:
         kube.close()
         if operator is not None:

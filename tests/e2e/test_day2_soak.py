@@ -21,6 +21,7 @@ from tests.support.cluster import LocalCluster
 from tests.support.e2e import local_node
 from tests.support.soak.events import EVENTS
 from tests.support.soak.run import Plan, SoakResult, run_soak
+from tests.support.soak.script import ORCHESTRATOR
 from tests.support.soak.world import soak_world
 
 pytestmark = pytest.mark.timeout(900)
@@ -57,10 +58,14 @@ async def test_graceful_day2_changes_under_traffic_lose_no_turn_and_fail_no_send
     node = await asyncio.to_thread(local_node)
     async with soak_world(pallas_crds, node, llm_latency=PLAN.llm_latency) as world:
         result = await run_soak(world, PLAN, [EVENTS[name] for name in GRACEFUL_EVENTS])
+        if result.history.lost:  # what the agent said meanwhile, while its pod is there to ask
+            result.notes.append(await world.kubectl("logs", f"deployment/{ORCHESTRATOR}", "--tail=400"))
     baseline = result.rows[0]
     # The instrument works: the undisturbed traffic flowed, answered and checked.
     assert baseline.sends >= 4, result.table()
     assert baseline.failed == 0, result.table()
     assert [r.event for r in result.rows[1:-1]] == list(GRACEFUL_EVENTS), result.table()
     found = problems(result)
-    assert not found, "\n".join(["day-2 events under traffic:", *found, "", result.table(), *result.notes])
+    assert not found, "\n".join(
+        ["day-2 events under traffic:", *found, "", result.table(), *result.notes, *result.losses()]
+    )

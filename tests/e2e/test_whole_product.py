@@ -829,7 +829,8 @@ async def test_an_a2a_client_finds_the_cards_and_its_bearer_reaches_the_tools(sh
 
 async def test_discovery_by_the_drafts_and_both_protocol_eras_on_the_pods(shared: World) -> None:
     """The registry's MCP Catalog lists each agent's Server Card, read by the registry pod from the
-    agent over cluster DNS; the card is open while /mcp asks for a bearer; a 2026-07-28 client
+    agent over cluster DNS; the card says what /mcp asks (here nothing: the deployment's auth.mode is
+    none, the bearer a caller sends is only forwarded); a 2026-07-28 client
     negotiates with server/discover and a legacy one with the handshake, on the same endpoint."""
     world = shared
     catalogue = world.catalogue()
@@ -847,7 +848,7 @@ async def test_discovery_by_the_drafts_and_both_protocol_eras_on_the_pods(shared
         server["version"],
         server["remotes"][0]["url"],
     )
-    assert card["remotes"][0]["authentication"]["required"] is True
+    assert card["remotes"][0]["authentication"] == {"required": False, "schemes": []}
     transport = StreamableHttpTransport(url, headers={"Authorization": BEARER})
     async with Client(transport, timeout=60) as modern:
         assert modern.protocol_version == "2026-07-28"

@@ -37,6 +37,7 @@ from pallas_api.spec.common import (
     LogLevel,
     NameList,
     ResourceRequirements,
+    ScalingSpec,
     SpecModel,
     Toleration,
     ToolExposureSpec,
@@ -266,8 +267,12 @@ class PallasAgentSpec(SpecModel):
         ONCE,
     ] = Field(default_factory=list)
     """Discovery tags (registry `?capability=`)."""
-    replicas: Annotated[int, Field(ge=0, le=100)] = 1
-    """Pods serving this agent."""
+    replicas: Annotated[int | None, Field(ge=0, le=100)] = None
+    """Pods serving this agent, a fixed number (default 1, or the deployment's `scaling` when it
+    has one); not together with `scaling`."""
+    scaling: ScalingSpec | None = None
+    """Pods that follow the agent's use, between `minReplicas` and `maxReplicas` (docs/api.md
+    "Scaling"); replaces the deployment's `scaling` as a whole. Not together with `replicas`."""
     busy_at: Annotated[int | None, Field(ge=1, le=100_000)] = None
     """A pod with at least this many send_message calls in flight reports itself busy (in
     `get_health` and as the registry status `busy`); it still takes calls. Default: never busy."""
@@ -295,6 +300,30 @@ class PallasAgentSpec(SpecModel):
     LLM/tool loop: exactly one of `chain`, `parallel`, `router`, `evaluator`, `planner`
     (docs/api.md "Workflows"). Its steps are PallasAgents of the deployment (implied
     dependencies) or names from `a2aAgents`."""
+
+    @model_validator(mode="after")
+    def _one_size(self) -> Self:
+        if self.replicas is not None and self.scaling is not None:
+            raise ValueError(
+                "set either replicas (a fixed number of pods) or scaling (pods that follow the "
+                "agent's use), not both; remove one of them"
+            )
+        return self
+
+    @property
+    def fixed_replicas(self) -> int:
+        """The pods of an agent of fixed size: `replicas`, default 1."""
+        return 1 if self.replicas is None else self.replicas
+
+    def scaling_with(self, default: ScalingSpec | None) -> ScalingSpec | None:
+        """The scaling that applies, given the deployment's `default`.
+
+        The agent's own; none when it sets `replicas` (a fixed size overrides the deployment's
+        scaling); else the deployment's.
+        """
+        if self.scaling is not None or self.replicas is not None:
+            return self.scaling
+        return default
 
     def peers(self) -> list[str]:
         """The PallasAgents this agent calls: `agents`, then workflow steps not in `a2aAgents`."""

@@ -131,3 +131,32 @@ class ToolExposureSpec(SpecModel):
     """Also offer `list_servers`, `get_server_tools` and `execute_tool` to the agent's own MCP
     clients, so a client can use the agent as a policy-enforcing gateway to its servers (same
     tool policy, audit lines, metrics and error codes as the model's calls). Default false."""
+
+
+class ScalingSpec(SpecModel):
+    """Replicas that follow the agent's use: none while idle, more under load (issue 53).
+
+    The operator's own loop sizes the agent (docs/operator.md, "Scaling"): after `idleSeconds`
+    without a turn it goes to `minReplicas` (with 0 it sleeps and the activator wakes it at the
+    next request); under load, replicas follow the turns in flight per ready pod against
+    `targetInFlight`, between `minReplicas` (at least 1 while awake) and `maxReplicas`.
+    """
+
+    min_replicas: Annotated[int, Field(ge=0, le=100)] = 0
+    """Pods kept when the agent is idle; 0 lets it sleep (no pods)."""
+    max_replicas: Annotated[int, Field(ge=1, le=100)] = 5
+    """The most pods load may add."""
+    idle_seconds: Annotated[int, Field(ge=30, le=604_800)] = 900
+    """Seconds without a turn (send_message, A2A message, task, trigger run) before the agent goes
+    to `minReplicas`, 30 to 604800 (a week)."""
+    target_in_flight: Annotated[int, Field(ge=1, le=10_000)] = 4
+    """Turns in flight per ready pod the loop aims at; more adds pods, fewer removes them."""
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Self:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(
+                f"scaling.minReplicas ({self.min_replicas}) is more than "
+                f"scaling.maxReplicas ({self.max_replicas})"
+            )
+        return self

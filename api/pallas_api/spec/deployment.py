@@ -36,6 +36,7 @@ from pallas_api.fields import (
     ProviderPlatform,
     ServerSessionLimits,
     StoreType,
+    TaskTtl,
 )
 from pallas_api.names import DNS_LABEL
 from pallas_api.spec.common import (
@@ -48,6 +49,7 @@ from pallas_api.spec.common import (
     LabelSelector,
     LogLevel,
     ResourceRequirements,
+    ScalingSpec,
     SecretSource,
     SpecModel,
     ToolExposureSpec,
@@ -350,6 +352,11 @@ class ConversationsSpec(SpecModel):
     (default 200)."""
     ttl_seconds: Annotated[int | None, Field(gt=0)] = None
     """Conversations untouched this long are deleted; default: kept."""
+    task_ttl_seconds: TaskTtl | None = None
+    """How long a finished MCP task (a `send_message` a 2026-07-28 client ran as a task) keeps its
+    status and result for `tasks/get`; default 3600 (an hour), at most a week. Tasks are kept in
+    the store: with `postgres` every replica answers `tasks/get`, with `memory` only the pod that
+    ran the turn."""
     scope: ConversationScope | None = None
     """What a `send_message` without `conversation_id` continues (the original Pallas's
     `instance_scope`): `caller` — each caller's one default conversation, across sessions,
@@ -665,6 +672,10 @@ class PallasDeploymentSpec(SpecModel):
     budgets: BudgetsSpec = BudgetsSpec()
     """Budgets of spend per window for each agent as a whole and for each caller (an agent's
     `budgets` override them field by field; docs/api.md §3, "Prices and budgets")."""
+    scaling: ScalingSpec | None = None
+    """The default scaling of its agents (`minReplicas`, `maxReplicas`, `idleSeconds`,
+    `targetInFlight`; docs/api.md "Scaling"); an agent's `scaling` or `replicas` overrides it.
+    Default: none, each agent runs its `replicas`."""
     log_level: LogLevel | None = None
     """Log level of the Pallas loggers in the agents' and the registry's pods
     (`PALLAS_LOG_LEVEL`); an agent's `logLevel` overrides it; default info."""

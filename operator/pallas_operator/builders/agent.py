@@ -158,7 +158,7 @@ def agent_deployment(w: AgentWorkload) -> Manifest:
         pod_spec["nodeSelector"] = dict(w.agent.pod.node_selector)
     pod_spec["tolerations"] = tolerations(w.agent.pod.tolerations, toleration_seconds(w))
     if spread := spread_constraints(
-        w.agent.pod.topology_spread_constraints, w.agent.replicas, agent_selector(w.owner.name)
+        w.agent.pod.topology_spread_constraints, w.agent.fixed_replicas, agent_selector(w.owner.name)
     ):
         pod_spec["topologySpreadConstraints"] = spread
     return {
@@ -166,7 +166,7 @@ def agent_deployment(w: AgentWorkload) -> Manifest:
         "kind": "Deployment",
         "metadata": metadata(w.owner.name, w.owner, labels),
         "spec": {
-            "replicas": w.agent.replicas,
+            "replicas": w.agent.fixed_replicas,
             "revisionHistoryLimit": 3,
             "strategy": rolling_update(),
             "selector": {"matchLabels": agent_selector(w.owner.name)},
@@ -215,7 +215,7 @@ def agent_disruption_budget(owner: Owner, deployment_name: str, agent: PallasAge
     way a pod goes before its successor is ready (rollouts surge first, `rolling_update`); each
     evicted pod still drains.
     """
-    if agent.replicas <= 1:
+    if agent.fixed_replicas <= 1:
         return None
     return {
         "apiVersion": "policy/v1",

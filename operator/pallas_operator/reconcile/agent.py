@@ -98,7 +98,7 @@ def _observation(
         url=names.agent_url(record.name, record.namespace, spec.service.port) if spec else None,
         model=plan.model,
         workflow=spec.workflow.type if spec and spec.workflow else None,
-        replicas=spec.replicas if spec else 0,
+        replicas=spec.fixed_replicas if spec else 0,
         dependencies=tuple(spec.dependencies()) if spec else (),
         config_hash=plan.config_hash,
     )

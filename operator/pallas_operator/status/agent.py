@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from typing import Final
 
 from pallas_api import conditions as r
+from pallas_api.health import HealthStatus
 from pallas_api.spending import SpendReport
-from pallas_api.status import Health, HealthStatus, PallasAgentStatus, Phase, ServerInfo
+from pallas_api.status import Health, PallasAgentStatus, Phase, ServerInfo
 from pallas_api.workflow import WorkflowType
 from pallas_operator.status import conditions as c
 from pallas_operator.status.references import Problem

@@ -41,7 +41,7 @@ from pallas_runtime.agent.loop import AgentLoop
 from pallas_runtime.downstream.mcp_server import McpServerSource
 from pallas_runtime.downstream.peer_agent import PeerAgentSource
 from pallas_runtime.downstream.source import ToolSource
-from pallas_runtime.llm.factory import create_provider
+from pallas_runtime.llm.factory import deferred_provider
 from pallas_runtime.llm.provider import LLMProvider
 from pallas_runtime.metrics import RuntimeMetrics
 
@@ -108,7 +108,7 @@ def default_parts(config: AgentConfig, values: Mapping[str, str]) -> PartsPlan:
     """The real parts: the provider adapter and one source per server, peer agent and A2A agent."""
     key = values.get(config.provider.api_key_env or "")
     provider: Part[LLMProvider] = Part(
-        ("provider", _provider_inputs(config), key), functools.partial(create_provider, config, values)
+        ("provider", _provider_inputs(config), key), functools.partial(deferred_provider, config, values)
     )
     timeout = config.health.probe_timeout_seconds
     sources: list[Part[ToolSource]] = []

@@ -45,6 +45,10 @@ NO_ELICITATION = (
     "the caller's MCP client does not support elicitation (its initialize declared no `elicitation` "
     "capability), so nobody can approve the call"
 )
+NO_ELICITATION_DECLARED = (
+    "the caller's MCP client declared no `elicitation` capability in its request, so nobody can "
+    "approve the call"
+)
 NO_BACK_CHANNEL = (
     "the caller's MCP connection (protocol {version}) carries no requests from server to client, so "
     "nobody can approve the call (approvals need a session of the 2025-06-18 or 2025-11-25 protocol)"

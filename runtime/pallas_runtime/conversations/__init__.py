@@ -13,7 +13,8 @@
 - `weight`: what a kept message weighs, and the byte bound (`history.maxBytes`) of what a process keeps;
 - `scope`: which conversation a request continues (caller, session or request scope);
 - `tenancy`: whose rows are whose in a database shared by agents, deployments and namespaces;
-- `factory`: the store an agent's config asks for.
+- `factory`: the store an agent's config asks for;
+- `tasks`, `sql_tasks`: MCP tasks kept beside the conversations (memory, or the database's table).
 
 A turn holds its conversation exclusively from reading the history to storing the new
 messages, so turns of one conversation never interleave, in one process or across replicas; a

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     DateTime,
     ForeignKeyConstraint,
@@ -90,4 +91,25 @@ spend = Table(
     Column("tokens", BigInteger, nullable=False, default=0),
     Column("cost_micros", BigInteger, nullable=False, default=0),
     PrimaryKeyConstraint("agent", "subject", "window", "window_start", name="pk_pallas_spend"),
+)
+
+tasks = Table(
+    "pallas_tasks",
+    metadata,
+    # MCP tasks (`conversations.tasks`): one turn that outlives its request, polled by any replica.
+    Column("agent", String(MAX_AGENT_IDENTITY), nullable=False),
+    Column("id", String(64), nullable=False),
+    Column("owner", String(512), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("status_message", Text, nullable=True),
+    Column("result", Text, nullable=True),
+    Column("error", Text, nullable=True),
+    Column("input_requests", Text, nullable=True),
+    Column("input_responses", Text, nullable=True),
+    Column("cancel_requested", Boolean, nullable=False, default=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=True),
+    PrimaryKeyConstraint("agent", "id", name="pk_pallas_tasks"),
+    Index("ix_pallas_tasks_expires", "expires_at"),
 )

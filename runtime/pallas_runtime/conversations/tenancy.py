@@ -27,7 +27,7 @@ from sqlalchemy import ColumnElement, Connection, and_, delete, exists, insert, 
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from pallas_runtime.conversations.tables import agents, spend
+from pallas_runtime.conversations.tables import agents, spend, tasks
 from pallas_runtime.conversations.tables import conversations as conv
 from pallas_runtime.conversations.tables import messages as msg
 
@@ -54,6 +54,7 @@ def _forget_agents(connection: Connection, condition: Selects) -> int:
     """Delete the conversations (and messages) of the identities `condition` selects."""
     connection.execute(delete(msg).where(condition(msg.c.agent)))
     connection.execute(delete(spend).where(condition(spend.c.agent)))  # their budgets' spend too
+    connection.execute(delete(tasks).where(condition(tasks.c.agent)))  # and their tasks
     return int(connection.execute(delete(conv).where(condition(conv.c.agent))).rowcount)
 
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+import importlib
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from pallas_api.config import AgentConfig, ProviderConfig
+from pallas_runtime.llm.deferred import DeferredProvider
 from pallas_runtime.llm.provider import LLMProvider
 
 NO_KEY_PLACEHOLDER = "not-needed"
@@ -49,32 +52,34 @@ def create_provider(config: AgentConfig, environ: Mapping[str, str] | None = Non
         credential chain).
     """
     api_key = resolve_api_key(config.provider, environ)
-    # Each SDK costs over a second of imports; an agent loads only the one it uses, which keeps
-    # process start to /readyz well under 3 s.
-    if config.provider.type == "gemini":
-        from pallas_runtime.llm.gemini import GeminiProvider
-
-        return GeminiProvider(config, api_key=api_key)
+    # Each SDK costs over a second of imports; an agent loads only the one it uses.
+    module, name = adapter_of(config)
+    adapter: Callable[..., LLMProvider] = getattr(importlib.import_module(module), name)
     if config.provider.type == "bedrock":
-        from pallas_runtime.llm.bedrock_converse import BedrockConverseProvider
+        return adapter(config, api_key=api_key if config.provider.api_key_env else None)
+    return adapter(config, api_key=api_key)
 
-        return BedrockConverseProvider(config, api_key=api_key if config.provider.api_key_env else None)
-    if config.provider.type == "anthropic" and config.provider.platform == "bedrock":
-        from pallas_runtime.llm.anthropic_bedrock import AnthropicBedrockProvider
 
-        return AnthropicBedrockProvider(config, api_key=api_key)
-    if config.provider.type == "anthropic" and config.provider.platform == "vertex":
-        from pallas_runtime.llm.anthropic_vertex import AnthropicVertexProvider
+def adapter_of(config: AgentConfig) -> tuple[str, str]:
+    """The module and class of the adapter for `config.provider` (importing the module loads its SDK)."""
+    provider = config.provider
+    if provider.type == "gemini":
+        return "pallas_runtime.llm.gemini", "GeminiProvider"
+    if provider.type == "bedrock":
+        return "pallas_runtime.llm.bedrock_converse", "BedrockConverseProvider"
+    if provider.type == "anthropic" and provider.platform == "bedrock":
+        return "pallas_runtime.llm.anthropic_bedrock", "AnthropicBedrockProvider"
+    if provider.type == "anthropic" and provider.platform == "vertex":
+        return "pallas_runtime.llm.anthropic_vertex", "AnthropicVertexProvider"
+    if provider.type == "anthropic":
+        return "pallas_runtime.llm.anthropic_messages", "AnthropicMessagesProvider"
+    if provider.api == "responses":
+        return "pallas_runtime.llm.openai_responses", "OpenAIResponsesProvider"
+    return "pallas_runtime.llm.openai_chat", "OpenAIChatProvider"
 
-        return AnthropicVertexProvider(config, api_key=api_key)
-    if config.provider.type == "anthropic":
-        from pallas_runtime.llm.anthropic_messages import AnthropicMessagesProvider
 
-        return AnthropicMessagesProvider(config, api_key=api_key)
-    if config.provider.api == "responses":
-        from pallas_runtime.llm.openai_responses import OpenAIResponsesProvider
-
-        return OpenAIResponsesProvider(config, api_key=api_key)
-    from pallas_runtime.llm.openai_chat import OpenAIChatProvider
-
-    return OpenAIChatProvider(config, api_key=api_key)
+def deferred_provider(config: AgentConfig, environ: Mapping[str, str] | None = None) -> LLMProvider:
+    """`create_provider(config, environ)`, with its SDK imported at first use (`llm.deferred`)."""
+    return DeferredProvider(
+        config, adapter_of(config)[0], functools.partial(create_provider, config, environ)
+    )

@@ -8,10 +8,15 @@
   `probe_routes` (`/healthz`, `/readyz`, `/metrics`), `server_card` (the MCP Server Card at
   `/mcp/server-card`), `gateway_tools` (`list_servers`,
   `get_server_tools`, `execute_tool` for the agent's clients, with `toolExposure.gateway`).
+- `tasks`: the MCP tasks extension on `send_message` (`tasks/get`, `tasks/update`,
+  `tasks/cancel`); `held`: turns that outlive their request (tasks, approvals over MRTR,
+  resumable calls).
 - `turn_entry`: `TurnEntry`, where every turn starts whichever protocol asked for it (MCP's
   `send_message`, A2A's `SendMessage`): the checks, the turn in flight, the coded failure.
 - `a2a`: the A2A surface beside MCP (the Agent Card, the JSON-RPC binding at `/a2a`, the
   executor mapping an A2A message onto a turn, the bounded per-caller task store).
+- `deferred_a2a`: `DeferredA2A`, the A2A routes served from the start with the SDK and the
+  surface loaded after ready (issue 53).
 - What the parts share: `descriptions` (names and texts), `tool_errors` (coded error results),
   `request` (what a call reads from its request), `conversation_gauge`.
 - `edge`: `agent_app`, the HTTP app with its guards (body limit, one credential, one request

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
@@ -34,6 +35,7 @@ from pallas_runtime.agent.turns import Conversations
 from pallas_runtime.auth import build_auth
 from pallas_runtime.conversations.factory import build_store
 from pallas_runtime.conversations.model import ConversationStore
+from pallas_runtime.conversations.tasks import task_store_for
 from pallas_runtime.downstream.source import ToolSource
 from pallas_runtime.edge.sessions import SessionTable
 from pallas_runtime.inflight import DrainOutcome, InFlight
@@ -41,13 +43,16 @@ from pallas_runtime.llm.provider import LLMProvider
 from pallas_runtime.metrics import AUTH_OUTCOMES, RuntimeMetrics
 from pallas_runtime.server.conversation_gauge import ConversationGauge
 from pallas_runtime.server.conversation_tools import ConversationTools
+from pallas_runtime.server.deferred_a2a import DeferredA2A
 from pallas_runtime.server.gateway_tools import GatewayTools
 from pallas_runtime.server.get_health import HealthTool
+from pallas_runtime.server.held import HeldTurns
 from pallas_runtime.server.history_prompt import HistoryPrompt
 from pallas_runtime.server.instruction_resource import InstructionResource
 from pallas_runtime.server.probe_routes import ProbeRoutes
 from pallas_runtime.server.send_message import SendMessage, SendMessageMetrics
 from pallas_runtime.server.server_card import ServerCardRoute
+from pallas_runtime.server.tasks import SendMessageTasks
 from pallas_runtime.server.tool_errors import CodedErrors
 from pallas_runtime.server.turn_entry import TurnEntry
 from pallas_runtime.server.warm_up import import_what_fastmcp_defers, skip_key_value_type_checks
@@ -55,6 +60,7 @@ from pallas_runtime.spending.factory import ledger_for
 from pallas_runtime.spending.guard import Budgets
 
 if TYPE_CHECKING:
+    from pallas_runtime.auth import PallasAuth
     from pallas_runtime.server.a2a import A2ASurface
 
 log = logging.getLogger("pallas.server")
@@ -125,15 +131,16 @@ class AgentServer:
         self._gauge = ConversationGauge(agent, store, metrics)
         self.turns = TurnEntry(live, conversations, self.inflight, self._gauge, metrics, self.budgets)
         """Where every turn starts, whichever protocol asked for it."""
-        self._send = SendMessage(live, self.turns, verified=self._auth is not None)
-        self.a2a: A2ASurface | None = None
-        """The A2A surface (`spec.a2a.enabled`, fixed at start), served beside MCP by `agent_app`."""
+        self.held = HeldTurns(
+            config.identity, task_store_for(store), ttl_seconds=config.conversations.task_ttl_seconds
+        )
+        """Turns that outlive their request: MCP tasks and approvals over MRTR (`server.held`)."""
+        self._send = SendMessage(live, self.turns, verified=self._auth is not None, held=self.held)
+        self.a2a: DeferredA2A | None = None
+        """The A2A surface (`spec.a2a.enabled`, fixed at start), served beside MCP by `agent_app`;
+        its SDK (~28 MB) is imported after ready, and never by an agent without A2A."""
         if config.a2a.enabled:
-            # Imported only here: the a2a-sdk (protobuf, google-api-core) costs ~28 MB and an
-            # import second an agent without A2A does not pay.
-            from pallas_runtime.server.a2a import A2ASurface
-
-            self.a2a = A2ASurface(live, self.turns, metrics, self._auth)
+            self.a2a = DeferredA2A(functools.partial(_a2a_surface, live, self.turns, metrics, self._auth))
         self._declare_series()
         self.mcp = FastMCP(
             agent,
@@ -147,6 +154,7 @@ class AgentServer:
         self._conversations = conversations
         self._instruction = InstructionResource(lambda: self.live.config)
         self._send.add_to(self.mcp)
+        self.mcp.add_extension(SendMessageTasks(self.held, lambda: self._send.names))
         HealthTool(self._health).add_to(self.mcp)
         HistoryPrompt(config, conversations).add_to(self.mcp)
         ConversationTools(config, conversations, self._gauge).add_to(self.mcp)
@@ -256,10 +264,15 @@ class AgentServer:
     @asynccontextmanager
     async def _lifespan(self, _: FastMCP) -> AsyncIterator[dict[str, Any]]:
         await self._store.start()
-        tasks = [asyncio.create_task(self._preflight()), asyncio.create_task(self._gauge.keep())]
+        tasks = [asyncio.create_task(self._gauge.keep())]
         try:
             await asyncio.to_thread(import_what_fastmcp_defers)
             self.ready = True
+            # After ready: the preflight loads the provider's SDK (`llm.deferred`), which no
+            # request but a turn needs; a turn that comes first waits for that same load.
+            tasks.append(asyncio.create_task(self._preflight()))
+            if self.a2a is not None:
+                tasks.append(asyncio.create_task(self.a2a.load()))
             yield {}
         finally:
             self.ready = False
@@ -267,12 +280,22 @@ class AgentServer:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            await self.held.aclose()  # before the store: a cancelled task writes its end there
             closing = [self.live.aclose(), self._store.aclose()]
             if self.a2a is not None:
                 closing.append(self.a2a.aclose())
             if self._auth is not None:
                 closing.append(self._auth.verifier.aclose())
             await asyncio.gather(*closing, return_exceptions=True)
+
+
+def _a2a_surface(
+    live: LiveAgent, turns: TurnEntry, metrics: RuntimeMetrics, auth: PallasAuth | None
+) -> A2ASurface:
+    # Imported only here, after the SDK's module was imported in a thread (`DeferredA2A.load`).
+    from pallas_runtime.server.a2a import A2ASurface
+
+    return A2ASurface(live, turns, metrics, auth)
 
 
 def build_server(

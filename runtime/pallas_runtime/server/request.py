@@ -32,6 +32,9 @@ def progress_sender(ctx: Context) -> Send | None:
     token = meta.get("progressToken") if meta else None
     if token is None:
         return None
+    # Read now: `ctx` answers from the request context current where it is asked, and a held
+    # turn (`server.held`) sends this request's progress from a task started by another request.
+    session, request_id = ctx.session, ctx.request_id
 
     async def send(
         progress: float, total: float | None, message: str, /, *, meta: Mapping[str, Any] | None = None
@@ -43,7 +46,7 @@ def progress_sender(ctx: Context) -> Send | None:
             message=message,
             _meta=dict(meta) if meta else None,
         )
-        await ctx.session.send_notification(mcp_types.ProgressNotification(params=params), ctx.request_id)
+        await session.send_notification(mcp_types.ProgressNotification(params=params), request_id)
 
     return send
 

@@ -32,6 +32,7 @@ from pallas_runtime.conversations.caller import Caller, checked_id, keeps_nothin
 from pallas_runtime.conversations.model import ConversationBusy, StoreUnavailable, TurnLost
 from pallas_runtime.downstream.call_path import CallPath, CallRefused
 from pallas_runtime.inflight import InFlight, ShuttingDown
+from pallas_runtime.llm.deferred import loaded
 from pallas_runtime.llm.provider import LLMError
 from pallas_runtime.messages import Message, UserMessage
 from pallas_runtime.metrics import RuntimeMetrics
@@ -136,6 +137,7 @@ class TurnEntry:
 
     async def _run(self, generation: Generation, request: TurnRequest, via: str) -> Reply:
         config = generation.config
+        await loaded(generation.provider)  # a turn right after the start waits for the SDK's import
         try:
             call_path = CallPath.inbound(request.call_meta, self._agent, config.max_depth)
         except CallRefused as exc:
@@ -248,6 +250,8 @@ class TurnEntry:
         if model != generation.config.model or appended:  # the call chose: who chose what is audited
             audit_turn(self._agent, model, len(choice.system_append) if choice is not None else 0)
         reply: Reply | None = None
+        # Scaling's activity signal (docs/operator.md "Scaling"): every protocol's turn passes here.
+        self._metrics.last_turn_time.labels(self._agent).set_to_current_time()
         try:
             with self._inflight.track():
                 reply = await self._conversations.send(

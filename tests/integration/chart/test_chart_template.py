@@ -28,7 +28,7 @@ NAMESPACE = "pallas-system"
 RELEASE = "pallas"
 OPERATOR = "pallas-operator"
 KUBE_VERSION = "1.34.0"
-CRD_NAMES = {"pallasagents.pallas.dev", "pallasdeployments.pallas.dev"}
+CRD_NAMES = {"pallasagents.pallas.dev", "pallasdeployments.pallas.dev", "pallastriggers.pallas.dev"}
 NAMESPACES_RULE = {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]}
 CRD_RULE = {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"]}
 AUTH_RESOURCES = {"tokenreviews", "subjectaccessreviews", "clusterrolebindings"}
@@ -161,6 +161,7 @@ def test_defaults_make_the_operator_its_rbac_the_crds_and_the_metrics_service(re
             ("ClusterRoleBinding", OPERATOR),
             ("CustomResourceDefinition", "pallasagents.pallas.dev"),
             ("CustomResourceDefinition", "pallasdeployments.pallas.dev"),
+            ("CustomResourceDefinition", "pallastriggers.pallas.dev"),
             ("Deployment", OPERATOR),
             ("Role", f"{OPERATOR}-leader-election"),
             ("RoleBinding", f"{OPERATOR}-leader-election"),
@@ -412,7 +413,7 @@ def test_crds_are_the_generated_ones_and_kept_on_uninstall_by_default(render: Re
 
 def test_crds_keep_false_drops_the_annotation(render: Render) -> None:
     crds = [d for d in render({"crds": {"keep": False}}) if d["kind"] == "CustomResourceDefinition"]
-    assert len(crds) == 2
+    assert len(crds) == len(CRD_NAMES)
     assert all("annotations" not in d["metadata"] for d in crds)
 
 
@@ -478,9 +479,9 @@ def test_rules_grant_nothing_on_secrets_and_allow_the_registry_role_without_esca
         assert "*" not in rule["verbs"]
         assert "*" not in rule["resources"]
         assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
-    # The registry Role the operator creates grants get/list/watch on both kinds: RBAC lets it
+    # The registry Role the operator creates grants get/list/watch on the kinds: RBAC lets it
     # only because the operator holds those itself.
-    pallas = next(r for r in rules if r["resources"] == ["pallasagents", "pallasdeployments"])
+    pallas = next(r for r in rules if {"pallasagents", "pallasdeployments"} <= set(r["resources"]))
     assert {"get", "list", "watch"} <= set(pallas["verbs"])
 
 

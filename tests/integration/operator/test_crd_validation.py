@@ -47,7 +47,9 @@ def test_valid_manifests_are_accepted_and_defaulted(pallas_crds: LocalCluster, n
         assert result.returncode == 0, result.stderr
     created = json.loads(result.stdout)
     assert created["spec"]["service"] == {"port": 8000, "sessionAffinity": "ClientIP"}
-    assert created["spec"]["replicas"] == 1
+    # No default written: an agent of fixed size has 1 pod unless it says otherwise, and one that
+    # follows the deployment's `scaling` must not carry a `replicas` it never set.
+    assert "replicas" not in created["spec"]
     # maxMessages: the deployment's
     assert created["spec"]["history"] == {"maxConversations": 1000, "maxBytes": 64 * 1024 * 1024}
     assert "servers" in created["spec"]
@@ -66,7 +68,7 @@ def test_deployment_of_an_agent_cannot_change(pallas_crds: LocalCluster, namespa
 def test_kubectl_explain_shows_the_field_descriptions(pallas_crds: LocalCluster) -> None:
     out = pallas_crds.kubectl("explain", "pallasagents.spec").stdout
     assert "The PallasDeployment in the same namespace this agent belongs to" in out
-    assert "Pods serving this agent." in out
+    assert "Pods serving this agent, a fixed number" in out
     out = pallas_crds.kubectl("explain", "pd.spec.registry").stdout
     assert "Service port of the registry." in out
 

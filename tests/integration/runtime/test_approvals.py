@@ -124,6 +124,27 @@ async def ops() -> AsyncIterator[tuple[RunningServer, list[str]]]:
         yield server, ran
 
 
+class ProgressLog(list[str]):
+    """The progress messages a client saw, in order; `handler` is its progress handler."""
+
+    async def handler(self, value: float, total: float | None, message: str | None) -> None:
+        self.append(message or "")
+
+
+ApprovedDelete = tuple[RunningServer, list[str], Caller, ProgressLog]
+
+
+@pytest.fixture
+def approved_delete(
+    fake_openai: FakeOpenAI, ops: tuple[RunningServer, list[str]], caplog: pytest.LogCaptureFixture
+) -> ApprovedDelete:
+    """The model deletes a file through `ops`, a caller approves when asked, its progress is kept."""
+    server, ran = ops
+    fake_openai.default = script([Call("ops__delete_file", {"path": "/tmp/x"})])
+    caplog.set_level(logging.INFO, logger="pallas.audit")
+    return server, ran, Caller(ElicitResult(action="accept", content={"approve": True})), ProgressLog()
+
+
 def approvals(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
     """The approval audit lines so far: their verdict, reason and why."""
     return [
@@ -134,21 +155,13 @@ def approvals(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
 
 
 async def test_an_approved_call_runs_after_the_question_went_up_the_chain(
-    fake_openai: FakeOpenAI, ops: tuple[RunningServer, list[str]], caplog: pytest.LogCaptureFixture
+    fake_openai: FakeOpenAI, approved_delete: ApprovedDelete, caplog: pytest.LogCaptureFixture
 ) -> None:
-    server, ran = ops
-    fake_openai.default = script([Call("ops__delete_file", {"path": "/tmp/x"})])
-    caller = Caller(ElicitResult(action="accept", content={"approve": True}))
-    progress: list[str] = []
-
-    async def on_progress(value: float, total: float | None, message: str | None) -> None:
-        progress.append(message or "")
-
-    caplog.set_level(logging.INFO, logger="pallas.audit")
+    server, ran, caller, progress = approved_delete
     async with (
         chain(fake_openai, server.url, {"tools": ["delete_*"]}) as served,
         Client(
-            served["boss"].url, mode="legacy", elicitation_handler=caller, progress_handler=on_progress
+            served["boss"].url, mode="legacy", elicitation_handler=caller, progress_handler=progress.handler
         ) as client,
     ):
         result = await client.call_tool_mcp("send_message", {"message": "start"})
@@ -265,25 +278,100 @@ async def test_a_client_without_elicitation_gets_denied_by_policy_with_the_reaso
     assert [(r.outcome, r.code) for r in refused] == [("DENY", "DENIED_BY_POLICY")] * 2  # type: ignore[attr-defined]
 
 
-async def test_a_sessionless_client_cannot_be_asked_and_is_told_why(
+async def test_an_approval_answered_over_mrtr_runs_the_tool_exactly_once_in_the_same_turn(
+    fake_openai: FakeOpenAI, approved_delete: ApprovedDelete, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 2026-07-28 client: the question is an `input_required` result, the retry resumes the turn."""
+    server, ran, caller, progress = approved_delete
+    async with (
+        chain(fake_openai, server.url, {"tools": ["delete_*"]}, worker_alone=True) as served,
+        Client(served["worker"].url, elicitation_handler=caller, progress_handler=progress.handler) as client,
+    ):  # mode auto: 2026-07-28
+        result = await client.call_tool_mcp("send_message", {"message": "start"})
+    assert not result.is_error
+    assert result.content[0].text == "worker got: deleted /tmp/x"
+    assert ran == ["delete_file /tmp/x"]
+    [question] = caller.asked
+    assert question.message.startswith("Agent worker wants to call ops/delete_file")
+    assert len(fake_openai.completions) == 2  # the tool call, then the answer: the turn was not re-run
+    assert "ops/delete_file: awaiting approval" in progress  # on the first leg
+    assert "ops/delete_file: completed" in progress  # on the retry: the held turn's progress follows it
+    assert [a["approval"] for a in approvals(caplog)] == ["APPROVED"]
+
+
+async def test_a_refusal_over_mrtr_never_runs_the_tool(
     fake_openai: FakeOpenAI, ops: tuple[RunningServer, list[str]]
 ) -> None:
-    """The 2026-07-28 protocol has no requests from server to client: no question, a clear refusal."""
     server, ran = ops
-    fake_openai.default = script([Call("ops__delete_file", {"path": "/opt"})])
-    caller = Caller(ElicitResult(action="accept", content={"approve": True}))
+    fake_openai.default = script([Call("ops__delete_file", {"path": "/etc"})])
+    caller = Caller(ElicitResult(action="accept", content={"approve": False, "reason": "not /etc"}))
     async with (
-        chain(fake_openai, server.url, {"tools": ["delete_*"]}) as served,
-        Client(served["boss"].url, elicitation_handler=caller) as client,  # mode auto: 2026-07-28
+        chain(fake_openai, server.url, {"tools": ["delete_*"]}, worker_alone=True) as served,
+        Client(served["worker"].url, elicitation_handler=caller) as client,
     ):
         result = await client.call_tool_mcp("send_message", {"message": "start"})
     assert result.content[0].text == (
-        "boss got: worker got: Error: ops__delete_file needs the caller's approval: the caller's MCP "
-        "connection (protocol 2026-07-28) carries no requests from server to client, so nobody can "
-        "approve the call (approvals need a session of the 2025-06-18 or 2025-11-25 protocol); "
+        "worker got: Error: the caller rejected calling ops__delete_file: not /etc; the tool was not run"
+    )
+    assert ran == []
+    assert len(caller.asked) == 1
+
+
+async def test_a_peers_question_reaches_a_sessionless_client_over_mrtr_through_the_chain(
+    fake_openai: FakeOpenAI, ops: tuple[RunningServer, list[str]]
+) -> None:
+    server, ran = ops
+    fake_openai.default = script([Call("ops__delete_file", {"path": "/tmp/y"})])
+    caller = Caller(ElicitResult(action="accept", content={"approve": True}))
+    async with (
+        chain(fake_openai, server.url, {"tools": ["delete_*"]}) as served,
+        Client(served["boss"].url, elicitation_handler=caller) as client,
+    ):
+        result = await client.call_tool_mcp("send_message", {"message": "start"})
+    assert result.content[0].text == "boss got: worker got: deleted /tmp/y"
+    assert ran == ["delete_file /tmp/y"]
+    [question] = caller.asked
+    assert question.message.startswith("Agent worker wants to call ops/delete_file")
+
+
+async def test_a_sessionless_client_that_declared_no_elicitation_is_not_asked_and_is_told_why(
+    fake_openai: FakeOpenAI, ops: tuple[RunningServer, list[str]]
+) -> None:
+    server, ran = ops
+    fake_openai.default = script([Call("ops__delete_file", {"path": "/opt"})])
+    async with (
+        chain(fake_openai, server.url, {"tools": ["delete_*"]}, worker_alone=True) as served,
+        Client(served["worker"].url) as client,  # 2026-07-28, no elicitation handler
+    ):
+        result = await client.call_tool_mcp("send_message", {"message": "start"})
+    assert result.content[0].text == (
+        "worker got: Error: ops__delete_file needs the caller's approval: the caller's MCP client "
+        "declared no `elicitation` capability in its request, so nobody can approve the call; "
         "the tool was not run"
     )
-    assert caller.asked == []
+    assert ran == []
+
+
+async def test_an_mrtr_question_unanswered_within_timeout_seconds_times_out_and_runs_nothing(
+    fake_openai: FakeOpenAI, ops: tuple[RunningServer, list[str]]
+) -> None:
+    server, ran = ops
+    fake_openai.default = script([Call("ops__delete_file", {"path": "/var"})])
+    hold = asyncio.Event()
+    caller = Caller(ElicitResult(action="accept", content={"approve": True}), hold=hold)
+    async with (
+        chain(
+            fake_openai, server.url, {"tools": ["delete_*"], "timeoutSeconds": 1}, worker_alone=True
+        ) as served,
+        Client(served["worker"].url, elicitation_handler=caller) as client,
+    ):
+        call = asyncio.create_task(client.call_tool_mcp("send_message", {"message": "start"}))
+        await asyncio.sleep(1.5)  # the server gave up on the question meanwhile
+        hold.set()  # a late yes: the turn has moved on, the retry gets its end
+        result = await call
+    assert result.content[0].text == (
+        "worker got: Error: no approval to call ops__delete_file within 1s; the tool was not run"
+    )
     assert ran == []
 
 

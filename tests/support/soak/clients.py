@@ -325,7 +325,10 @@ class Caller:
         acknowledged; a history that cannot be read is tried again, then left unverified."""
         found = HistoryCheck()
         for conversation in conversations:
-            if not conversation.acked:
+            # What was acknowledged before the read starts: the traffic goes on meanwhile, and a
+            # turn answered while the history request is in flight need not be in its answer.
+            acked = dict(conversation.acked)
+            if not acked:
                 continue
             texts: list[str] | None = None
             for attempt in range(attempts):
@@ -343,9 +346,7 @@ class Caller:
                 if t is not None and (t.caller, t.conversation) == (self.name, conversation.id)
             }
             found.lost += [
-                Loss(self.name, conversation.id, n, at)
-                for n, at in conversation.acked.items()
-                if n not in present
+                Loss(self.name, conversation.id, n, at) for n, at in acked.items() if n not in present
             ]
             owners = secret_owners("\n".join(texts)) - {self.name}
             found.leaks += [(self.name, owner, conversation.touched) for owner in sorted(owners)]

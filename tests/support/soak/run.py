@@ -81,6 +81,29 @@ class SoakResult:
     def table(self) -> str:
         return table(self.rows)
 
+    def losses(self) -> list[str]:
+        """Each turn found missing, with the sends of its conversation (for a failure's message)."""
+        origin = self.windows[0].started if self.windows else 0.0
+        final = {(loss.caller, loss.conversation, loss.turn) for loss in self.still_lost}
+        lines = []
+        for loss in self.history.lost:
+            end = (
+                "still missing at the end"
+                if (loss.caller, loss.conversation, loss.turn) in final
+                else ("there at the end")
+            )
+            lines.append(
+                f"lost: {loss.caller} {loss.conversation} turn {loss.turn}, acknowledged at "
+                f"{loss.acked_at - origin:.1f}s, {end}; its conversation's sends:"
+            )
+            lines += [
+                f"  turn {s.turn}: {s.started - origin:.1f}s to {s.ended - origin:.1f}s "
+                f"{s.code or 'answered'}{' (resumed)' if s.resumed else ''} {s.detail[:120]}"
+                for s in self.sends
+                if (s.caller, s.conversation) == (loss.caller, loss.conversation)
+            ]
+        return lines
+
     def raw(self) -> dict[str, Any]:
         """Everything measured, times in seconds from the traffic's start (for `--json`)."""
         origin = self.windows[0].started if self.windows else 0.0

@@ -62,6 +62,16 @@ class AgentLink:
         the request that got the 404 never ran."""
 
     @property
+    def headers(self) -> dict[str, str]:
+        """The headers every request carries (the bearer token, `--header`s)."""
+        return dict(self._headers)
+
+    @property
+    def elicitation(self) -> ElicitationHandler | None:
+        """What answers the agent's questions (the terminal's approver)."""
+        return self._elicitation
+
+    @property
     def client(self) -> Client[Any]:
         """The connected client.
 

@@ -17,6 +17,7 @@ the agent worked and the conversation, read after reconnecting, holds no answer 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import sys
@@ -27,15 +28,19 @@ from typing import Any, TypeVar
 
 import mcp_types
 from fastmcp import Client
+from fastmcp.client.transports import StreamableHttpTransport
 from mcp import MCPError
+from mcp_types import CONNECTION_CLOSED
 
 from pallas_api.errors import ErrorCode, error_code_of
-from pallas_api.names import INSTRUCTION_URI, TOOL_CALLS_META
+from pallas_api.names import INSTRUCTION_URI, RESUMABLE_META, TASK_PROGRESS_PREFIX, TOOL_CALLS_META
 from pallas_io.probe import probe
+from pallas_runtime.commands.chat import tasks
 from pallas_runtime.commands.chat.approve import TerminalApprover
 from pallas_runtime.commands.chat.display import TurnDisplay
-from pallas_runtime.commands.chat.link import TRANSPORT_ERRORS, AgentLink, LinkError, reason
+from pallas_runtime.commands.chat.link import RETRY_DELAYS, TRANSPORT_ERRORS, AgentLink, LinkError, reason
 from pallas_runtime.commands.chat.params import PARAMS_ARGUMENT, accepted_params, checked, wire_params
+from pallas_runtime.task_wire import TASK_LOST
 
 SEND_MESSAGE = "send_message"
 RESENDS = 3
@@ -109,6 +114,8 @@ class ChatSession:
     params: dict[str, Any] = field(default_factory=dict)
     """Per-call LLM parameters set with `/set` (field names of `RequestParams`)."""
     _tools: list[mcp_types.Tool] | None = None
+    _task_id: str | None = None
+    """The task the agent runs the message being sent as (its first progress names it)."""
 
     @property
     def client(self) -> Client[Any]:
@@ -179,6 +186,12 @@ class ChatSession:
                 unknown, failure = False, Turn(result).text
             if attempt == RESENDS:
                 break
+            if unknown and self._task_id is not None:
+                # The agent keeps the turn running as a task: follow it instead of sending again
+                # (unless its process died with it: then as without a task, below).
+                followed = await self._follow(self._task_id)
+                if followed is not None:
+                    return followed
             await self.reconnect()
             if unknown and (answer := await self._stored_answer(message)) is not None:
                 self.display.note("pallas chat: the agent had answered before the connection dropped")
@@ -187,14 +200,62 @@ class ChatSession:
         raise ChatError(f"lost the connection to {self.agent}: {failure}")
 
     async def _send_once(self, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
+        self._task_id = None
+
+        async def progress(progress: float, total: float | None, message: str | None) -> None:
+            if message is not None and message.startswith(TASK_PROGRESS_PREFIX):
+                self._task_id = message.removeprefix(TASK_PROGRESS_PREFIX)  # the turn's task, not news
+                return
+            await self.display.progress(progress, total, message)
+
         with self.display.working():
             return await self.client.call_tool_mcp(
                 SEND_MESSAGE,
                 arguments,
-                progress_handler=self.display.progress,
+                progress_handler=progress,
                 timeout=self.timeout,
-                meta={TOOL_CALLS_META: True},
+                meta={TOOL_CALLS_META: True, RESUMABLE_META: True},
             )
+
+    async def _follow(self, task_id: str) -> Turn | None:
+        """The answer of the turn the agent kept running as task `task_id`, polled on new connections.
+
+        None when the turn was lost with the process that ran it (`TASK_LOST`).
+
+        Raises:
+            ChatError: the task could not be followed within the link's retries.
+        """
+        self.display.note(f"pallas chat: the connection dropped; following the turn (task {task_id})")
+        approver: Any = self.link.elicitation  # the terminal's, called as fastmcp calls it
+
+        async def ask(params: mcp_types.ElicitRequestParams) -> mcp_types.ElicitResult:
+            if approver is None:
+                return mcp_types.ElicitResult(action="cancel")
+            said = await approver(params.message, None, params, None)
+            return mcp_types.ElicitResult(action=said.action, content=said.content)
+
+        async def seen(state: tasks.TaskState) -> None:
+            if state.status_message:
+                await self.display.progress(0, None, state.status_message)
+
+        last = ""
+        for delay in (0.0, *RETRY_DELAYS):
+            await asyncio.sleep(delay)
+            try:
+                transport = StreamableHttpTransport(self.link.url, headers=self.link.headers)
+                async with Client(transport, timeout=self.timeout) as client:  # 2026-07-28: no session
+                    with self.display.working():
+                        final = await tasks.poll(client.session, task_id, ask=ask, seen=seen)
+                if final.status == "failed" and (final.error or {}).get("message") == TASK_LOST:
+                    return None
+                return Turn(tasks.outcome(final))
+            except MCPError as exc:
+                if exc.error.code != CONNECTION_CLOSED:
+                    raise ChatError(f"following task {task_id} failed: {exc.error.message}") from None
+                last = exc.error.message
+            except TRANSPORT_ERRORS as exc:
+                last = reason(exc)
+        raise ChatError(f"lost the connection to {self.agent} while following task {task_id}: {last}")
 
     async def _stored_answer(self, message: str) -> str | None:
         """The agent's stored answer to `message` if it is the conversation's last user message.
