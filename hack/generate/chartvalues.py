@@ -200,6 +200,25 @@ class Probe(Values):
     """Consecutive failures before the probe counts as failed."""
 
 
+class EventKindValue(Values):
+    api_group: str = Field(pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$")
+    """API group of the kind: `""` for the core group (Pods, Services), `apps`, `batch`…"""
+    resource: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    """The kind's resource (its plural, lower case): `pods`, `deployments`, `jobs`."""
+
+
+class Triggers(Values):
+    event_kinds: list[EventKindValue] = Field(
+        default=[],
+        examples=[[{"apiGroup": "", "resource": "pods"}, {"apiGroup": "apps", "resource": "deployments"}]],
+    )
+    """Kinds PallasTriggers may watch for events (`spec.event`), e.g. `[{apiGroup: "", resource:
+    pods}]`. Each entry adds `list` and `watch` on that resource to the operator's rules (its
+    ClusterRole, or its Role in each of `watchNamespaces`) and `--event-kind` to its arguments;
+    a trigger on a kind not listed is not accepted (`EventKindNotAllowed`, naming the entry to
+    add). Namespaced kinds only. Empty: no event trigger runs, and the operator reads nothing more."""
+
+
 class Telemetry(Values):
     endpoint: str = Field(
         default="", pattern=r"^(https?://[^\s@]+)?$", examples=["http://otel-collector.observability:4318"]
@@ -265,6 +284,8 @@ class ChartValues(Values):
     """Extra environment variables of the operator container (Kubernetes `EnvVar` objects)."""
     telemetry: Telemetry = Telemetry()
     """Traces: one collector for the operator and every deployment that names none."""
+    triggers: Triggers = Triggers()
+    """PallasTriggers the operator runs (docs/triggers.md)."""
 
     rbac: Rbac = Rbac()
     """What the operator may do: exactly what it reads and writes (docs/helm.md lists it)."""

@@ -1,15 +1,131 @@
 """Whether a watch event fires an event trigger, and the values its message is rendered from.
 
 Pure: the operator's watch hands each event (its type, the object, and the object as last seen
-when it has it) to `decide`; what it returns says whether a run starts and why not.
+when it has it) to `decide`; what it returns says whether a run starts and why not. `in_scope`
+says first whether the object is one the trigger looks at (its namespace, its labels), and
+`EventKind` names the kinds the chart lets the operator watch (`triggers.eventKinds`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+import re
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from pallas_api.triggers.when import Condition, ConditionError
+
+_RESOURCE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_GROUP = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$")
+
+
+@dataclass(frozen=True, slots=True)
+class EventKind:
+    """A kind the operator may watch for event triggers: its API group ("" for core) and resource."""
+
+    api_group: str
+    resource: str
+
+    def __str__(self) -> str:
+        """`pods`, `apps/deployments`: what `--event-kind` takes."""
+        return f"{self.api_group}/{self.resource}" if self.api_group else self.resource
+
+    def value(self) -> str:
+        """The entry of the chart's `triggers.eventKinds` that allows it (for a message)."""
+        return f'{{apiGroup: "{self.api_group}", resource: {self.resource}}}'
+
+    @classmethod
+    def parse(cls, text: str) -> EventKind:
+        """`pods` (core), `apps/deployments`.
+
+        Raises:
+            ValueError: not `[group/]resource` in Kubernetes' lower-case form.
+        """
+        group, _, resource = text.strip().rpartition("/")
+        if not _RESOURCE.match(resource) or not _GROUP.match(group):
+            raise ValueError(f"{text!r} is not [apiGroup/]resource, e.g. pods or apps/deployments")
+        return cls(group, resource)
+
+
+def split_api_version(api_version: str) -> tuple[str, str]:
+    """(group, version) of `apps/v1`; ("", "v1") for the core group's `v1`."""
+    group, _, version = api_version.rpartition("/")
+    return group, version
+
+
+def kind_resource(kind: str) -> str:
+    """The resource (plural) of a kind, guessed as the API machinery guesses it.
+
+    Kubernetes' own `UnsafeGuessKindToResource`: lower-cased, then `-s`, `-x`, `-z`, `-ch`, `-sh`
+    take `es`, a consonant's `-y` becomes `ies`, else `s` (Pod → pods, Ingress → ingresses,
+    NetworkPolicy → networkpolicies). Every built-in namespaced kind follows it.
+    """
+    lower = kind.lower()
+    if lower.endswith(("s", "x", "z", "ch", "sh")):
+        return lower + "es"
+    if lower.endswith("y") and len(lower) > 1 and lower[-2] not in "aeiou":
+        return lower[:-1] + "ies"
+    return lower + "s"
+
+
+def allowed_kind(api_version: str, kind: str, allowed: Collection[EventKind]) -> EventKind | None:
+    """The allowed entry a trigger's `apiVersion` and `kind` fall under, or None."""
+    wanted = EventKind(split_api_version(api_version)[0], kind_resource(kind))
+    return wanted if wanted in allowed else None
+
+
+class _Requirement(Protocol):
+    @property
+    def key(self) -> str: ...
+    @property
+    def operator(self) -> str: ...
+    @property
+    def values(self) -> Sequence[str]: ...
+
+
+class Selector(Protocol):
+    """A label selector (`pallas_api.spec.common.LabelSelector`)."""
+
+    @property
+    def match_labels(self) -> Mapping[str, str]:
+        """Labels that must all be present with these values."""
+        ...
+
+    @property
+    def match_expressions(self) -> Sequence[_Requirement]:
+        """Expressions that must all hold."""
+        ...
+
+
+def selects(selector: Selector | None, labels: Mapping[str, str]) -> bool:
+    """Whether `labels` satisfy a Kubernetes label selector (None selects everything)."""
+    if selector is None:
+        return True
+    if any(labels.get(key) != value for key, value in selector.match_labels.items()):
+        return False
+    for expr in selector.match_expressions:
+        present = expr.key in labels
+        held = {
+            "In": present and labels[expr.key] in expr.values,
+            "NotIn": not present or labels[expr.key] not in expr.values,
+            "Exists": present,
+            "DoesNotExist": not present,
+        }.get(expr.operator, False)
+        if not held:
+            return False
+    return True
+
+
+def in_scope(namespace: str | None, selector: Selector | None, obj: Mapping[str, object]) -> bool:
+    """Whether the object is one the trigger looks at: in `namespace` (None: any), its labels selected."""
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    if namespace is not None and meta.get("namespace") != namespace:
+        return False
+    labels = meta.get("labels")
+    return selects(
+        selector, {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {}
+    )
 
 
 @dataclass(frozen=True, slots=True)
