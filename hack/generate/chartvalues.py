@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from pallas_api.fields import HttpLimits
-from pallas_api.names import DNS_LABEL, DNS_LABEL_FORM
+from pallas_api.names import API_GROUP, DNS_LABEL, DNS_LABEL_FORM
 from pallas_api.spec import DURATION
 from pallas_api.wire import camel_config
 
@@ -201,9 +201,9 @@ class Probe(Values):
 
 
 class EventKindValue(Values):
-    api_group: str = Field(pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$")
+    api_group: str = Field(pattern=API_GROUP)
     """API group of the kind: `""` for the core group (Pods, Services), `apps`, `batch`…"""
-    resource: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    resource: str = Field(pattern=DNS_LABEL)
     """The kind's resource (its plural, lower case): `pods`, `deployments`, `jobs`."""
 
 

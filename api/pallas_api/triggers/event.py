@@ -13,10 +13,11 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from pallas_api.names import API_GROUP, DNS_LABEL
 from pallas_api.triggers.when import Condition, ConditionError
 
-_RESOURCE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_GROUP = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$")
+_RESOURCE = re.compile(DNS_LABEL)
+_GROUP = re.compile(API_GROUP)
 
 
 @dataclass(frozen=True, slots=True)
