@@ -201,8 +201,9 @@ class Probe(Values):
 
 
 class EventKindValue(Values):
-    api_group: str = Field(pattern=API_GROUP)
-    """API group of the kind: `""` for the core group (Pods, Services), `apps`, `batch`…"""
+    api_group: str = Field(default="", pattern=API_GROUP)
+    """API group of the kind: `""` (the default: `--set` cannot give an empty string) for the core
+    group (Pods, Services), `apps`, `batch`…"""
     resource: str = Field(pattern=DNS_LABEL)
     """The kind's resource (its plural, lower case): `pods`, `deployments`, `jobs`."""
 

@@ -100,7 +100,7 @@ namespaced rules are granted: the ClusterRole, or the Role in each watched names
 */}}
 {{- define "pallas.rbac.eventRules" -}}
 {{- range .Values.triggers.eventKinds }}
-- apiGroups: [{{ .apiGroup | quote }}]
+- apiGroups: [{{ .apiGroup | default "" | quote }}]
   resources: [{{ .resource }}]
   verbs: [list, watch]
 {{- end }}

@@ -469,6 +469,26 @@ def test_namespace_scope_grants_a_role_in_each_watched_namespace_only(render: Re
     assert "--all-namespaces" not in container(docs)["args"]
 
 
+def test_event_kinds_grant_list_and_watch_and_reach_the_operators_flags(render: Render) -> None:
+    kinds_ = {
+        "triggers": {"eventKinds": [{"resource": "pods"}, {"apiGroup": "apps", "resource": "deployments"}]}
+    }
+    wanted = [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
+        {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list", "watch"]},
+    ]
+    docs = render(kinds_)
+    assert one(docs, "ClusterRole", OPERATOR)["rules"][len(namespaced_rules()) :][:2] == wanted
+    assert [a for a in container(docs)["args"] if a.startswith("--event-kind")] == [
+        "--event-kind=pods",
+        "--event-kind=apps/deployments",
+    ]
+    scoped = render({**kinds_, "rbac": {"scope": "namespace"}, "watchNamespaces": ["agents"]})
+    assert one(scoped, "Role", OPERATOR, "agents")["rules"] == [*namespaced_rules(), *wanted]
+    # None by default: the operator lists and watches nothing more.
+    assert not [a for a in container(render())["args"] if a.startswith("--event-kind")]
+
+
 def test_rules_grant_nothing_on_secrets_and_allow_the_registry_role_without_escalate(render: Render) -> None:
     rules = one(render(), "ClusterRole", OPERATOR)["rules"]
     for rule in rules:
