@@ -13,7 +13,7 @@ Run alone (it starts the real node):
 
 from __future__ import annotations
 
-import secrets
+import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -77,16 +77,9 @@ def manifests(namespace: str, node: e2e.LocalNode, llm: FakeOpenAI) -> list[dict
     meta = {"namespace": namespace}
     return [
         *e2e.quiet_deployment(namespace, DEPLOYMENT, llm.base_url, MODEL),
-        {
-            "apiVersion": "pallas.dev/v1alpha1",
-            "kind": "PallasAgent",
-            "metadata": {"name": AGENT, **meta},
-            "spec": {
-                "deployment": DEPLOYMENT,
-                "instruction": "Find out why a pod fails. Answer briefly.",
-                "pod": {"nodeSelector": {"kubernetes.io/hostname": node.name}},
-            },
-        },
+        e2e.agent_on_node(
+            namespace, AGENT, DEPLOYMENT, node.name, instruction="Find out why a pod fails. Answer briefly."
+        ),
         {
             "apiVersion": "pallas.dev/v1alpha1",
             "kind": "PallasTrigger",
@@ -140,25 +133,18 @@ def crasher(namespace: str, node: e2e.LocalNode) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def crashing(pallas_crds: LocalCluster) -> Iterator[Crashing]:
     node = e2e.local_node()
-    namespace = f"t-e2e-events-{secrets.token_hex(3)}"
-    e2e.create_namespace(pallas_crds, namespace)
-    loop = e2e.LoopThread()
-    operator: e2e.OperatorRelease | None = None
-    kube = KubeClient(config=pallas_crds.config(), field_manager="pallas-tests")
-    try:
+    with contextlib.ExitStack() as stack:
+        namespace = stack.enter_context(e2e.module_namespace(pallas_crds, "events"))
+        loop = stack.enter_context(contextlib.closing(e2e.LoopThread()))
         llm = loop.enter(FakeOpenAI(default=Text(ANSWER), models=[MODEL], host=node.ip))
         # `apiGroup` is left to its default "" (the core group): `--set` cannot give an empty string.
         operator = e2e.install_operator(
             pallas_crds, namespace, node.image, extra={"triggers.eventKinds[0].resource": "pods"}
         )
+        stack.callback(operator.uninstall)
+        kube = stack.enter_context(KubeClient(config=pallas_crds.config(), field_manager="pallas-tests"))
         kubectl_apply(pallas_crds, *manifests(namespace, node, llm))
         yield Crashing(kube, pallas_crds, namespace, node, llm, operator)
-    finally:
-        kube.close()
-        if operator is not None:
-            operator.uninstall()
-        e2e.delete_namespace(pallas_crds, namespace)
-        loop.close()
 
 
 async def test_a_crash_looping_pod_starts_a_triage_run_whose_answer_is_in_status(crashing: Crashing) -> None:

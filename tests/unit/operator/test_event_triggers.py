@@ -8,7 +8,6 @@ engine, the status writes and the Events are the operator's own. The agent's cal
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -20,6 +19,7 @@ from pallas_io.triggers.call import Answer
 from pallas_operator.engine.context import Operator
 from pallas_operator.engine.triggers import TriggerRunners
 from pallas_operator.reconcile.trigger import reconcile_trigger
+from tests.support import waiting
 from tests.support.fake_cluster import FakeCluster, condition, operator_with
 from tests.support.operator import Manifest, agent, at, deployment, trigger
 
@@ -81,11 +81,8 @@ def newest(cluster: FakeCluster, name: str) -> dict[str, Any]:
     return ([{}, *statuses(cluster, name)])[-1]
 
 
-async def until(check: Callable[[], bool], seconds: float = 5.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.01)
+async def until(check: Callable[[], bool]) -> None:
+    await waiting.until("the condition", check, 5.0, interval=0.01)
 
 
 async def settle() -> None:
