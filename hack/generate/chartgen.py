@@ -195,7 +195,7 @@ def event_rules(verbs: list[str]) -> str:
     return "\n".join(
         [
             "{{- range .Values.triggers.eventKinds }}",
-            "- apiGroups: [{{ .apiGroup | default \"\" | quote }}]",
+            '- apiGroups: [{{ .apiGroup | default "" | quote }}]',
             "  resources: [{{ .resource }}]",
             f"  verbs: [{', '.join(verbs)}]",
             "{{- end }}",
