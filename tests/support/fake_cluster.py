@@ -67,6 +67,8 @@ class FakeCluster:
     """Whether the ServiceMonitor kind is served (the Prometheus Operator installed)."""
     watches_opened: list[tuple[WatchedKind, str]] = field(default_factory=list)
     """Every watch of `watch_objects` opened, with its namespace ("*": all)."""
+    broken_watches: int = 0
+    """How many of the next watches fail (a RuntimeError) right after their list."""
     _watchers: list[tuple[WatchedKind, str, asyncio.Queue[WatchEvent]]] = field(default_factory=list)
     _versions: Iterator[int] = field(default_factory=lambda: itertools.count(1), repr=False)
 
@@ -232,6 +234,9 @@ class FakeCluster:
         try:
             for body in [b for _, b in sorted(self.objects.items()) if _of_kind(kind, namespace, b)]:
                 yield WatchEvent("LISTED", copy.deepcopy(body))
+            if self.broken_watches:
+                self.broken_watches -= 1
+                raise RuntimeError("the watch broke")
             while True:
                 yield await queue.get()
         finally:

@@ -29,6 +29,7 @@ from pallas_operator.k8s.listing import ALL_NAMESPACES
 
 log = logging.getLogger(__name__)
 TriggerKey = tuple[str, str]
+RESTART_SECONDS = 5.0
 WatchKey = tuple[WatchedKind, str]
 """(the kind, the namespace watched: "*" when the operator watches every namespace)"""
 
@@ -117,8 +118,15 @@ class EventWatches:
             await self.unsubscribe(key)
 
     async def _follow(self, wkey: WatchKey, watch: _Watch) -> None:
-        async for event in self._cluster.watch_objects(*wkey):
-            await self._dispatch(watch, event)
+        # The seam's watch retries the API's failures itself; anything else (a bug, an object
+        # it cannot read) must not leave the triggers Ready with no watch behind them.
+        while True:
+            try:
+                async for event in self._cluster.watch_objects(*wkey):
+                    await self._dispatch(watch, event)
+            except Exception:
+                log.exception("the watch of %s in %s failed: starting it again", wkey[0].plural, wkey[1])
+            await asyncio.sleep(RESTART_SECONDS)
 
     async def _dispatch(self, watch: _Watch, event: WatchEvent) -> None:
         obj = event.object

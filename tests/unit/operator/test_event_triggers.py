@@ -16,6 +16,7 @@ import pytest
 from pallas_api import conditions, names
 from pallas_api.triggers.event import EventKind
 from pallas_io.triggers.call import Answer
+from pallas_operator.engine import event_watches
 from pallas_operator.engine.context import Operator
 from pallas_operator.engine.triggers import TriggerRunners
 from pallas_operator.reconcile.trigger import reconcile_trigger
@@ -240,6 +241,19 @@ async def test_one_watch_per_kind_is_shared_and_stops_with_the_last_trigger() ->
         await op.triggers.close()
     assert len(cluster.watches_opened) == 1
     assert op.triggers.watches.watching() == set()
+
+
+async def test_a_watch_that_fails_is_started_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(event_watches, "RESTART_SECONDS", 0.01)
+    op, cluster, called = world(on_pods())
+    cluster.broken_watches = 1
+    try:
+        await reconcile_trigger(op, NS, "crashes")
+        await until(lambda: len(cluster.watches_opened) == 2 and bool(cluster.watching()))
+        cluster.emit("MODIFIED", pod("web", 2))
+        await until(lambda: len(called.messages) == 1)
+    finally:
+        await op.triggers.close()
 
 
 @pytest.mark.parametrize("spec_change", [{"suspend": True}])
