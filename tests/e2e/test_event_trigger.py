@@ -161,7 +161,7 @@ async def test_a_crash_looping_pod_starts_a_triage_run_whose_answer_is_in_status
     run = await e2e.until("a succeeded run", crashing.succeeded_run, RUN_WITHIN, diagnose=crashing.diagnose)
 
     assert run["answerExcerpt"] == ANSWER
-    assert run["conversationId"]
+    assert run["conversationID"]
     asked = [text for r in crashing.llm.requests if isinstance(r.json, dict) for text in user_texts(r.json)]
     assert any(f"Pod {CRASHER} is " in str(text) for text in asked), asked
     status = crashing.trigger()["status"]
