@@ -36,6 +36,11 @@ class EventKind:
         return f'{{apiGroup: "{self.api_group}", resource: {self.resource}}}'
 
     @classmethod
+    def of(cls, api_version: str, kind: str) -> EventKind:
+        """The entry a trigger's `apiVersion` and `kind` need (`apps/v1`, `Deployment` → apps/deployments)."""
+        return cls(split_api_version(api_version)[0], kind_resource(kind))
+
+    @classmethod
     def parse(cls, text: str) -> EventKind:
         """`pods` (core), `apps/deployments`.
 
@@ -67,12 +72,6 @@ def kind_resource(kind: str) -> str:
     if lower.endswith("y") and len(lower) > 1 and lower[-2] not in "aeiou":
         return lower[:-1] + "ies"
     return lower + "s"
-
-
-def allowed_kind(api_version: str, kind: str, allowed: Collection[EventKind]) -> EventKind | None:
-    """The allowed entry a trigger's `apiVersion` and `kind` fall under, or None."""
-    wanted = EventKind(split_api_version(api_version)[0], kind_resource(kind))
-    return wanted if wanted in allowed else None
 
 
 class _Requirement(Protocol):

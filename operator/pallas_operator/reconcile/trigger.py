@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from pallas_api import names
 from pallas_api.spec import CallerAuth, PallasDeploymentSpec, PallasTriggerSpec
 from pallas_api.status import PallasTriggerStatus
-from pallas_api.triggers.event import EventKind, allowed_kind, kind_resource, split_api_version
+from pallas_api.triggers.event import EventKind
 from pallas_api.validation import describe
 from pallas_io.triggers.runs import Credentials, TriggerTarget
 from pallas_operator.engine.context import Operator, now
@@ -110,9 +110,8 @@ def _event_scope(op: Operator, namespace: str, spec: PallasTriggerSpec) -> tuple
     if event is None:
         return None, ""
     where = event.namespace or namespace
-    resource = kind_resource(event.kind)
-    kind = EventKind(split_api_version(event.api_version)[0], resource)
-    if allowed_kind(event.api_version, event.kind, op.settings.event_kinds) is None:
+    kind = EventKind.of(event.api_version, event.kind)
+    if kind not in op.settings.event_kinds:
         allowed = ", ".join(str(k) for k in op.settings.event_kinds) or "none"
         return (
             f"the operator may not watch {event.kind} ({kind}); add {kind.value()} to the chart's "
@@ -120,7 +119,7 @@ def _event_scope(op: Operator, namespace: str, spec: PallasTriggerSpec) -> tuple
         ), ""
     if op.settings.namespaces and where not in op.settings.namespaces:
         return f"the operator does not watch namespace {where!r} (the chart's watchNamespaces)", ""
-    return None, f"{resource} in {where}"
+    return None, f"{kind.resource} in {where}"
 
 
 async def _report(

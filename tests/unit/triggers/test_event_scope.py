@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pallas_api.spec.common import LabelSelector
-from pallas_api.triggers.event import EventKind, allowed_kind, in_scope, kind_resource, selects
+from pallas_api.triggers.event import EventKind, in_scope, kind_resource, selects
 
 
 @pytest.mark.parametrize(
@@ -17,12 +17,12 @@ def test_a_kind_s_resource_is_guessed_as_the_api_machinery_guesses(kind: str, re
     assert kind_resource(kind) == resource
 
 
-def test_an_allowed_kind_matches_group_and_resource() -> None:
-    allowed = [EventKind("", "pods"), EventKind("apps", "deployments")]
-    assert allowed_kind("v1", "Pod", allowed) == EventKind("", "pods")
-    assert allowed_kind("apps/v1", "Deployment", allowed) == EventKind("apps", "deployments")
-    assert allowed_kind("batch/v1", "Job", allowed) is None
-    assert allowed_kind("apps/v1", "Pod", allowed) is None  # the group counts
+def test_a_triggers_kind_is_named_by_group_and_resource() -> None:
+    allowed = {EventKind("", "pods"), EventKind("apps", "deployments")}
+    assert EventKind.of("v1", "Pod") == EventKind("", "pods")
+    assert EventKind.of("apps/v1", "Deployment") in allowed
+    assert EventKind.of("batch/v1", "Job") not in allowed
+    assert EventKind.of("apps/v1", "Pod") not in allowed  # the group counts
 
 
 def test_event_kinds_parse_as_the_flag_takes_them_and_refuse_others() -> None:
