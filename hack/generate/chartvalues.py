@@ -201,6 +201,15 @@ class Probe(Values):
 
 
 class EventKindValue(Values):
+    # Never core Secrets: a watch would hand the operator (and a trigger's message, and so an
+    # LLM) every value, where the operator holds no right on Secrets at all (docs/operator.md).
+    model_config = ConfigDict(
+        **Values.model_config,
+        json_schema_extra={
+            "not": {"properties": {"apiGroup": {"const": ""}, "resource": {"const": "secrets"}}},
+        },
+    )
+
     api_group: str = Field(default="", pattern=API_GROUP)
     """API group of the kind: `""` (the default: `--set` cannot give an empty string) for the core
     group (Pods, Services), `apps`, `batch`…"""
@@ -214,7 +223,7 @@ class Triggers(Values):
         examples=[[{"apiGroup": "", "resource": "pods"}, {"apiGroup": "apps", "resource": "deployments"}]],
     )
     """Kinds PallasTriggers may watch for events (`spec.event`), e.g. `[{apiGroup: "", resource:
-    pods}]`. Each entry adds `list` and `watch` on that resource to the operator's rules (its
+    pods}]`; never core `secrets` (refused: a watch would hand the operator every value). Each entry adds `list` and `watch` on that resource to the operator's rules (its
     ClusterRole, or its Role in each of `watchNamespaces`) and `--event-kind` to its arguments;
     a trigger on a kind not listed is not accepted (`EventKindNotAllowed`, naming the entry to
     add). Namespaced kinds only. Empty: no event trigger runs, and the operator reads nothing more."""

@@ -50,6 +50,8 @@ class EventKind:
         group, _, resource = text.strip().rpartition("/")
         if not _RESOURCE.match(resource) or not _GROUP.match(group):
             raise ValueError(f"{text!r} is not [apiGroup/]resource, e.g. pods or apps/deployments")
+        if (group, resource) == ("", "secrets"):  # the operator holds no right on Secrets at all
+            raise ValueError("Secrets cannot be watched for triggers: a watch would read every value")
         return cls(group, resource)
 
 

@@ -727,9 +727,12 @@ def test_pod_disruption_budget_on_request_with_max_unavailable(render: Render) -
         ({"prometheusRule": {"alertFor": {"PallasDown": "1m"}}}, "invalid propertyName 'PallasDown'"),
         ({"prometheusRule": {"alertFor": {"PallasProcessDown": "soon"}}},
          "at '/prometheusRule/alertFor/PallasProcessDown'"),
+        ({"triggers": {"eventKinds": [{"resource": "secrets"}]}}, "at '/triggers/eventKinds/0': 'not' failed"),
+        ({"triggers": {"eventKinds": [{"resource": "Pods"}]}}, "at '/triggers/eventKinds/0/resource'"),
     ],
     ids=["unknown-key", "nested-typo", "bad-scope", "bad-pull-policy", "bad-digest", "namespace-scope-no-ns",
-         "bad-namespace", "negative-replicas", "long-node-failure", "unknown-alert", "bad-duration"],
+         "bad-namespace", "negative-replicas", "long-node-failure", "unknown-alert", "bad-duration",
+         "event-kind-secrets", "event-kind-not-a-resource"],
 )  # fmt: skip
 def test_the_schema_refuses_bad_values_with_a_clear_message(
     render_error: Callable[[dict[str, Any]], str], values: dict[str, Any], message: str

@@ -31,6 +31,8 @@ def test_event_kinds_parse_as_the_flag_takes_them_and_refuse_others() -> None:
     assert EventKind("", "pods").value() == '{apiGroup: "", resource: pods}'
     with pytest.raises(ValueError, match="Pods"):
         EventKind.parse("Pods")
+    with pytest.raises(ValueError, match="Secrets cannot be watched"):
+        EventKind.parse("secrets")
 
 
 def test_label_selectors_hold_as_kubernetes_reads_them() -> None:
