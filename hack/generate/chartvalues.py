@@ -223,10 +223,11 @@ class Triggers(Values):
         examples=[[{"apiGroup": "", "resource": "pods"}, {"apiGroup": "apps", "resource": "deployments"}]],
     )
     """Kinds PallasTriggers may watch for events (`spec.event`), e.g. `[{apiGroup: "", resource:
-    pods}]`; never core `secrets` (refused: a watch would hand the operator every value). Each entry adds `list` and `watch` on that resource to the operator's rules (its
-    ClusterRole, or its Role in each of `watchNamespaces`) and `--event-kind` to its arguments;
-    a trigger on a kind not listed is not accepted (`EventKindNotAllowed`, naming the entry to
-    add). Namespaced kinds only. Empty: no event trigger runs, and the operator reads nothing more."""
+    pods}]`; never core `secrets` (refused: a watch would hand the operator every value). Each
+    entry adds `list` and `watch` on that resource to the operator's rules (its ClusterRole, or
+    its Role in each of `watchNamespaces`) and `--event-kind` to its arguments; a trigger on a
+    kind not listed is not accepted (`EventKindNotAllowed`, naming the entry to add). Namespaced
+    kinds only. Empty: no event trigger runs, and the operator reads nothing more."""
 
 
 class Telemetry(Values):
