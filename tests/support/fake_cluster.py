@@ -112,7 +112,7 @@ class FakeCluster:
         """Store the body with the operator's managedFields entry; the stored object."""
         body = copy.deepcopy(dict(manifest))
         self.applied.append(copy.deepcopy(body))
-        entry = {
+        entry: dict[str, Any] = {
             "manager": names.FIELD_MANAGER,
             "operation": "Apply",
             "apiVersion": body.get("apiVersion"),
@@ -228,7 +228,7 @@ class FakeCluster:
     async def watch_objects(self, kind: WatchedKind, namespace: str) -> AsyncIterator[WatchEvent]:
         """The stored objects of `kind` as LISTED, then every matching `emit`, until cancelled."""
         queue: asyncio.Queue[WatchEvent] = asyncio.Queue()
-        entry = (kind, namespace, queue)
+        entry: tuple[WatchedKind, str, asyncio.Queue[WatchEvent]] = (kind, namespace, queue)
         self.watches_opened.append((kind, namespace))
         self._watchers.append(entry)
         try:
@@ -253,6 +253,10 @@ class FakeCluster:
         for kind, namespace, queue in self._watchers:
             if _of_kind(kind, namespace, obj):
                 queue.put_nowait(WatchEvent(type_, copy.deepcopy(obj)))
+
+    def undelivered(self) -> int:
+        """Events emitted that an open watch has not handed on yet."""
+        return sum(queue.qsize() for _, _, queue in self._watchers)
 
     def watching(self) -> list[tuple[str, str]]:
         """(resource, namespace) of every watch open now."""
