@@ -260,8 +260,8 @@ def _check_agent(agent: _Object, objects: Sequence[_Object], report: Report, *, 
 
 
 EVENT_NOT_RUN = (
-    "event triggers are accepted but not run yet: neither `pallas run` nor this version of the operator "
-    "watches objects (docs/triggers.md); `when` is not checked (no CEL library is pinned)"
+    "event triggers are run by the operator only (`pallas run` watches no objects), on kinds the "
+    "chart's triggers.eventKinds allows (docs/triggers.md); `when` is compiled and checked"
 )
 
 

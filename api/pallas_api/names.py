@@ -33,6 +33,8 @@ DNS_LABEL: Final = f"^{DNS_LABEL_FORM}$"
 capability tag): lower-case letters, digits and '-', a letter or digit at each end. The one
 definition: the models, the CRDs' CEL rules, the registry's query checks and the chart's values
 all use it; the length (at most 63) is checked beside it."""
+API_GROUP: Final = rf"^({DNS_LABEL_FORM}(\.{DNS_LABEL_FORM})*)?$"
+"""A Kubernetes API group: "" (the core group) or a DNS subdomain (`apps`, `networking.k8s.io`)."""
 
 FIELD_MANAGER: Final = "pallas-operator"
 """The one field manager of every server-side apply the operator makes."""

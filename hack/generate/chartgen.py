@@ -129,6 +129,10 @@ HELPERS = {
         "lets a subject bind only what it holds. Bindings are read and written by name; they are listed\n"
         "once per start, by their labels, to delete those whose deployment went while no operator ran."
     ),
+    "pallas.rbac.eventRules": (
+        "Event triggers: list and watch on each kind of the values' triggers.eventKinds (where the\n"
+        "namespaced rules are granted: the ClusterRole, or the Role in each watched namespace)."
+    ),
     "pallas.rbac.leaseRules": (
         "Leader election, in the Lease's namespace only; reads and writes of the one Lease by name."
     ),
@@ -186,9 +190,28 @@ def _lease_rules(rules: list[dict[str, Any]], lease_name: str) -> list[dict[str,
     return out
 
 
+def event_rules(verbs: list[str]) -> str:
+    """The rules of `triggers.eventKinds`: a range over the values, rendered at install."""
+    return "\n".join(
+        [
+            "{{- range .Values.triggers.eventKinds }}",
+            '- apiGroups: [{{ .apiGroup | default "" | quote }}]',
+            "  resources: [{{ .resource }}]",
+            f"  verbs: [{', '.join(verbs)}]",
+            "{{- end }}",
+        ]
+    )
+
+
 def rbac_template() -> str:
     """Helpers with the rules of `pallas_operator.operator_rbac`, by where they can be granted."""
-    from pallas_operator.operator_rbac import CLUSTER_RULES, LEASE_RULES, USER_EDIT_RULES, USER_VIEW_RULES
+    from pallas_operator.operator_rbac import (
+        CLUSTER_RULES,
+        EVENT_KIND_VERBS,
+        LEASE_RULES,
+        USER_EDIT_RULES,
+        USER_VIEW_RULES,
+    )
     from pallas_operator.settings import OperatorSettings
 
     groups: dict[str, list[dict[str, Any]]] = {name: [] for name in HELPERS}
@@ -209,6 +232,8 @@ def rbac_template() -> str:
         rules = groups[name]
         dumped = yaml.dump(rules, Dumper=_PlainDumper, sort_keys=False, default_flow_style=None, width=200)
         out += ["", "{{/*", why, "*/}}", f'{{{{- define "{name}" -}}}}']
+        if name == "pallas.rbac.eventRules":
+            out.append(event_rules(EVENT_KIND_VERBS))
         out += [dumped.rstrip()] if rules else []
         out.append("{{- end }}")
     return "\n".join(out) + "\n"

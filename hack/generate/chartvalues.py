@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from pallas_api.fields import HttpLimits
-from pallas_api.names import DNS_LABEL, DNS_LABEL_FORM
+from pallas_api.names import API_GROUP, DNS_LABEL, DNS_LABEL_FORM
 from pallas_api.spec import DURATION
 from pallas_api.wire import camel_config
 
@@ -200,6 +200,36 @@ class Probe(Values):
     """Consecutive failures before the probe counts as failed."""
 
 
+class EventKindValue(Values):
+    # Never core Secrets: a watch would hand the operator (and a trigger's message, and so an
+    # LLM) every value, where the operator holds no right on Secrets at all (docs/operator.md).
+    model_config = ConfigDict(
+        **Values.model_config,
+        json_schema_extra={
+            "not": {"properties": {"apiGroup": {"const": ""}, "resource": {"const": "secrets"}}},
+        },
+    )
+
+    api_group: str = Field(default="", pattern=API_GROUP)
+    """API group of the kind: `""` (the default: `--set` cannot give an empty string) for the core
+    group (Pods, Services), `apps`, `batch`…"""
+    resource: str = Field(pattern=DNS_LABEL)
+    """The kind's resource (its plural, lower case): `pods`, `deployments`, `jobs`."""
+
+
+class Triggers(Values):
+    event_kinds: list[EventKindValue] = Field(
+        default=[],
+        examples=[[{"apiGroup": "", "resource": "pods"}, {"apiGroup": "apps", "resource": "deployments"}]],
+    )
+    """Kinds PallasTriggers may watch for events (`spec.event`), e.g. `[{apiGroup: "", resource:
+    pods}]`; never core `secrets` (refused: a watch would hand the operator every value). Each
+    entry adds `list` and `watch` on that resource to the operator's rules (its ClusterRole, or
+    its Role in each of `watchNamespaces`) and `--event-kind` to its arguments; a trigger on a
+    kind not listed is not accepted (`EventKindNotAllowed`, naming the entry to add). Namespaced
+    kinds only. Empty: no event trigger runs, and the operator reads nothing more."""
+
+
 class Telemetry(Values):
     endpoint: str = Field(
         default="", pattern=r"^(https?://[^\s@]+)?$", examples=["http://otel-collector.observability:4318"]
@@ -265,6 +295,8 @@ class ChartValues(Values):
     """Extra environment variables of the operator container (Kubernetes `EnvVar` objects)."""
     telemetry: Telemetry = Telemetry()
     """Traces: one collector for the operator and every deployment that names none."""
+    triggers: Triggers = Triggers()
+    """PallasTriggers the operator runs (docs/triggers.md)."""
 
     rbac: Rbac = Rbac()
     """What the operator may do: exactly what it reads and writes (docs/helm.md lists it)."""

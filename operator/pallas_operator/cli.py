@@ -11,6 +11,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from pallas_api.spec import DEFAULT_NODE_FAILURE_SECONDS, TelemetrySpec
+from pallas_api.triggers.event import EventKind
 from pallas_api.validation import describe
 from pallas_io.commands import EXIT_USAGE, add_http_limit_flags, http_limits, port_number
 from pallas_io.logs import setup_logging
@@ -50,6 +51,14 @@ def toleration_seconds(text: str) -> int:
     return seconds
 
 
+def event_kind(text: str) -> EventKind:
+    """`--event-kind`: `[apiGroup/]resource`, e.g. `pods` or `apps/deployments`."""
+    try:
+        return EventKind.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 class OperatorCommand:
     """Run the operator against the current kubeconfig or in-cluster credentials."""
 
@@ -85,6 +94,15 @@ class OperatorCommand:
             help="seconds agent and registry pods stay on a node that stopped reporting before "
             "they are evicted, unless a PallasDeployment's spec.runtime.nodeFailureTolerationSeconds "
             "says (default %(default)s; Kubernetes' own is 300)",
+        )
+        parser.add_argument(
+            "--event-kind",
+            type=event_kind,
+            action="append",
+            default=[],
+            metavar="[GROUP/]RESOURCE",
+            help="a kind PallasTriggers may watch for events (repeatable; e.g. pods, apps/deployments; "
+            "the chart's triggers.eventKinds, which also grants list and watch on it)",
         )
         parser.add_argument(
             "--http-port",
@@ -147,5 +165,6 @@ class OperatorCommand:
             pod_labels=args.pod_labels,
             default_telemetry=args.default_telemetry,
             node_failure_toleration_seconds=args.node_failure_toleration_seconds,
+            event_kinds=tuple(args.event_kind),
         )
         return asyncio.run(run_operator(settings))

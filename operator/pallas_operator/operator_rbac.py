@@ -113,6 +113,11 @@ CLUSTER_RULES: Final[list[dict[str, Any]]] = [
 ]
 """Bound cluster-wide (ClusterRoleBinding) or per watched namespace (RoleBindings)."""
 
+EVENT_KIND_VERBS: Final = ["list", "watch"]
+"""On each kind of the chart's `triggers.eventKinds`: an event trigger's watch lists, then watches.
+The rules are made from the values (`pallas.rbac.eventRules`), not listed here: which kinds is
+the installer's choice."""
+
 LEASE_RULES: Final[list[dict[str, Any]]] = [
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
 ]

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from pallas_api.fields import HttpLimits
 from pallas_api.spec import DEFAULT_NODE_FAILURE_SECONDS, TelemetrySpec
+from pallas_api.triggers.event import EventKind
 from pallas_operator import DEFAULT_RUNTIME_IMAGE
 from pallas_operator.service_resolver import ServiceResolver
 
@@ -58,3 +59,6 @@ class OperatorSettings:
     """How long agent and registry pods stay on a node that stopped reporting before they are
     evicted, unless a deployment's `runtime.nodeFailureTolerationSeconds` says
     (`--node-failure-toleration-seconds`, the chart's `nodeFailureTolerationSeconds`)."""
+    event_kinds: tuple[EventKind, ...] = ()
+    """Kinds event triggers may watch (`--event-kind`, the chart's `triggers.eventKinds`, whose
+    RBAC lets the operator list and watch them); a trigger on another kind is not accepted."""

@@ -23,11 +23,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import secrets
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -294,6 +295,14 @@ def quiet_deployment(
     ]
 
 
+def agent_on_node(namespace: str, name: str, deployment: str, node: str, **spec: Any) -> dict[str, Any]:
+    """A PallasAgent of `deployment` whose pods run on `node` (by hostname); `spec` adds fields."""
+    placement = {"nodeSelector": {"kubernetes.io/hostname": node}}
+    body = {"deployment": deployment, "pod": placement, **spec}
+    meta = {"name": name, "namespace": namespace}
+    return {"apiVersion": "pallas.dev/v1alpha1", "kind": "PallasAgent", "metadata": meta, "spec": body}
+
+
 # --- a namespace for a module ---------------------------------------------------------------
 
 
@@ -310,6 +319,17 @@ def create_namespace(cluster: LocalCluster, name: str) -> None:
             return True
 
         wait_for(f"the default ServiceAccount of {name}", has_default_account, 30, interval=0.1)
+
+
+@contextlib.contextmanager
+def module_namespace(cluster: LocalCluster, prefix: str) -> Iterator[str]:
+    """A new namespace `t-e2e-<prefix>-<hex>` for a module, deleted (later) when it ends."""
+    name = f"t-e2e-{prefix}-{secrets.token_hex(3)}"
+    create_namespace(cluster, name)
+    try:
+        yield name
+    finally:
+        delete_namespace(cluster, name)
 
 
 def delete_namespace(cluster: LocalCluster, name: str) -> None:

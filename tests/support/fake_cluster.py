@@ -5,14 +5,16 @@ deletions, status writes, Events, pod syncs and minted tokens. An apply stores t
 as it is (no merge: server-side apply's field ownership is the integration tier's subject) with
 a managedFields entry of the operator's field manager, as the API server answers, so the
 applier's no-op check works on it as on the real thing. `load` pre-loads objects; `watch`
-files what is stored into a `World` the way the operator's watches would.
+files what is stored into a `World` the way the operator's watches would. `watch_objects` (the
+event triggers' watches) lists what is stored, then yields what a test `emit`s.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +22,7 @@ from pallas_api import names
 from pallas_operator.engine.context import AGENT, DEPLOYMENT, TRIGGER, Operator
 from pallas_operator.engine.world import CHILD_RESOURCES, World
 from pallas_operator.k8s.apply import Seen, seen
-from pallas_operator.k8s.cluster import Cluster, OwnerEvent
+from pallas_operator.k8s.cluster import Cluster, OwnerEvent, WatchedKind, WatchEvent, WatchType
 from pallas_operator.k8s.delegations import DelegationBinding
 from pallas_operator.k8s.listing import ALL_NAMESPACES
 from pallas_operator.metrics import OperatorMetrics
@@ -63,6 +65,11 @@ class FakeCluster:
     """Every finalizer list written, with its owner."""
     service_monitor_crd: bool = True
     """Whether the ServiceMonitor kind is served (the Prometheus Operator installed)."""
+    watches_opened: list[tuple[WatchedKind, str]] = field(default_factory=list)
+    """Every watch of `watch_objects` opened, with its namespace ("*": all)."""
+    broken_watches: int = 0
+    """How many of the next watches fail (a RuntimeError) right after their list."""
+    _watchers: list[tuple[WatchedKind, str, asyncio.Queue[WatchEvent]]] = field(default_factory=list)
     _versions: Iterator[int] = field(default_factory=lambda: itertools.count(1), repr=False)
 
     def load(self, *bodies: Mapping[str, Any]) -> None:
@@ -105,7 +112,7 @@ class FakeCluster:
         """Store the body with the operator's managedFields entry; the stored object."""
         body = copy.deepcopy(dict(manifest))
         self.applied.append(copy.deepcopy(body))
-        entry = {
+        entry: dict[str, Any] = {
             "manager": names.FIELD_MANAGER,
             "operation": "Apply",
             "apiVersion": body.get("apiVersion"),
@@ -218,12 +225,55 @@ class FakeCluster:
             if k == kind and (ALL_NAMESPACES in namespaces or ns in namespaces) and _matches(body, labels)
         ]
 
+    async def watch_objects(self, kind: WatchedKind, namespace: str) -> AsyncIterator[WatchEvent]:
+        """The stored objects of `kind` as LISTED, then every matching `emit`, until cancelled."""
+        queue: asyncio.Queue[WatchEvent] = asyncio.Queue()
+        entry: tuple[WatchedKind, str, asyncio.Queue[WatchEvent]] = (kind, namespace, queue)
+        self.watches_opened.append((kind, namespace))
+        self._watchers.append(entry)
+        try:
+            for body in [b for _, b in sorted(self.objects.items()) if _of_kind(kind, namespace, b)]:
+                yield WatchEvent("LISTED", copy.deepcopy(body))
+            if self.broken_watches:
+                self.broken_watches -= 1
+                raise RuntimeError("the watch broke")
+            while True:
+                yield await queue.get()
+        finally:
+            self._watchers.remove(entry)
+
+    def emit(self, type_: WatchType, body: Mapping[str, Any]) -> None:
+        """A change made by someone else: stored (or forgotten), and sent to the open watches."""
+        obj = copy.deepcopy(dict(body))
+        obj["metadata"] = {**obj["metadata"], "resourceVersion": self._version()}
+        if type_ == "DELETED":
+            self.objects.pop(key_of(obj), None)
+        else:
+            self.objects[key_of(obj)] = obj
+        for kind, namespace, queue in self._watchers:
+            if _of_kind(kind, namespace, obj):
+                queue.put_nowait(WatchEvent(type_, copy.deepcopy(obj)))
+
+    def undelivered(self) -> int:
+        """Events emitted that an open watch has not handed on yet."""
+        return sum(queue.qsize() for _, _, queue in self._watchers)
+
+    def watching(self) -> list[tuple[str, str]]:
+        """(resource, namespace) of every watch open now."""
+        return [(kind.plural, namespace) for kind, namespace, _ in self._watchers]
+
     async def mint_token(
         self, namespace: str, service_account: str, audiences: Sequence[str], seconds: int
     ) -> str:
         """A made-up token naming the ServiceAccount."""
         self.tokens.append((namespace, service_account))
         return f"token-of-{namespace}-{service_account}"
+
+
+def _of_kind(kind: WatchedKind, namespace: str, body: Mapping[str, Any]) -> bool:
+    group = str(body.get("apiVersion", "")).rpartition("/")[0]
+    where = str((body.get("metadata") or {}).get("namespace", ""))
+    return body.get("kind") == kind.kind and group == kind.group and namespace in (ALL_NAMESPACES, where)
 
 
 def _conforms(cluster: FakeCluster) -> Cluster:

@@ -18,13 +18,14 @@ from pallas_api.triggers.policy import ConcurrencyPolicy
 from pallas_api.triggers.schedule import ScheduleError, parse_schedule
 from pallas_api.triggers.signature import SignatureKind
 from pallas_api.triggers.template import Template, TemplateError, parse_template
+from pallas_api.triggers.when import ConditionError, compile_condition
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 MAX_MAX_BODY_BYTES = 16 * 1024 * 1024
 DEFAULT_TIMEOUT_SECONDS = 600
 SCHEDULE_VARIABLES = frozenset({"trigger", "run"})
 WEBHOOK_VARIABLES = SCHEDULE_VARIABLES | {"body"}
-EVENT_VARIABLES = SCHEDULE_VARIABLES | {"object", "type"}
+EVENT_VARIABLES = SCHEDULE_VARIABLES | {"object", "type", "reason"}
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
 
@@ -81,7 +82,19 @@ class TriggerEvent(SpecModel):
     )
     """Which changes fire: ADDED, MODIFIED, DELETED. Default ADDED and MODIFIED."""
     when: Annotated[str | None, Field(min_length=1, max_length=4096)] = None
-    """A CEL expression over `object` (and `oldObject`, `type`) that must be true to fire."""
+    """A CEL expression over `object` (and `oldObject`, `type`) that must be true to fire, e.g.
+    `object.status.containerStatuses.exists(c, c.restartCount > 3)`. One that fails on an object
+    (a field it lacks) does not fire."""
+
+    @field_validator("when")
+    @classmethod
+    def _compiles(cls, when: str | None) -> str | None:
+        if when is not None:
+            try:
+                compile_condition(when)
+            except ConditionError as exc:
+                raise ValueError(str(exc)) from None
+        return when
 
 
 class TriggerConversation(SpecModel):
@@ -132,7 +145,7 @@ class PallasTriggerSpec(SpecModel):
     """The PallasAgent (same namespace) each run sends the message to."""
     message: Annotated[str, Field(min_length=1, max_length=16384)]
     """The message, a template: `{{ .path }}` inserts a value (`.trigger.name`, `.run.id`,
-    `.run.scheduledTime`; a webhook's `.body`; an event's `.object` and `.type`)."""
+    `.run.scheduledTime`; a webhook's `.body`; an event's `.object`, `.type` and `.reason`)."""
     schedule: TriggerSchedule | None = None
     """Fire on a schedule."""
     webhook: TriggerWebhook | None = None

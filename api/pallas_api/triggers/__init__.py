@@ -8,7 +8,9 @@ Shared by `pallas run` (the runtime) and the operator, neither of which imports 
 - `signature`: webhook signatures (GitHub, Slack, plain HMAC-SHA256, bearer), checked on the raw
   body before anything parses it;
 - `policy`: concurrency policies, the per-minute bound and the pruning of run history;
-- `restart`: closing the runs a stopped process left `Running` (never run twice).
+- `restart`: closing the runs a stopped process left `Running` (never run twice);
+- `when`: an event trigger's CEL condition (cel-python), compiled at validation;
+- `event`: whether a watch event fires an event trigger, and its template's values.
 
 No I/O: times come in as arguments, so every rule is unit-tested without sleeping.
 """

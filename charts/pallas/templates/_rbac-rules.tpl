@@ -95,6 +95,18 @@ once per start, by their labels, to delete those whose deployment went while no 
 {{- end }}
 
 {{/*
+Event triggers: list and watch on each kind of the values' triggers.eventKinds (where the
+namespaced rules are granted: the ClusterRole, or the Role in each watched namespace).
+*/}}
+{{- define "pallas.rbac.eventRules" -}}
+{{- range .Values.triggers.eventKinds }}
+- apiGroups: [{{ .apiGroup | default "" | quote }}]
+  resources: [{{ .resource }}]
+  verbs: [list, watch]
+{{- end }}
+{{- end }}
+
+{{/*
 Leader election, in the Lease's namespace only; reads and writes of the one Lease by name.
 */}}
 {{- define "pallas.rbac.leaseRules" -}}

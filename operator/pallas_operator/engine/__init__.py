@@ -8,8 +8,9 @@
 - `loops`, `prober`, `verification`, `provider_reports`: one task per available agent verifying it
   and calling its `get_health` (through the one MCP probe, `pallas_io.probe`), one per registry
   reading its provider checks;
-- `triggers`: the PallasTriggers it fires, a schedule loop and a run engine
-  (`pallas_io.triggers`) each, their status written at every change;
+- `triggers`: the PallasTriggers it fires, a run engine (`pallas_io.triggers`) and a schedule
+  loop each, their status written at every change; `event_watches`: the watch of each kind
+  event triggers name, shared by the triggers on it;
 - `delegations`, `monitoring_checks`: what reconciles remember between runs (whether each
   auth-delegator binding exists; when each deployment's ServiceMonitors were last listed);
 - `context`: the `Operator` tying them together for one run.

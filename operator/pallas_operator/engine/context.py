@@ -76,7 +76,7 @@ class Operator:
         self.unauthenticated_warned: dict[tuple[str, str], str] = {}
         """(namespace, deployment) → uid of the deployment the Unauthenticated Warning was posted
         for: two reconciles can both see the status from before the first one's write."""
-        self.triggers = TriggerRunners(cluster, metrics.triggers)
+        self.triggers = TriggerRunners(cluster, metrics.triggers, namespaces=settings.namespaces)
         """The PallasTriggers this operator fires (`reconcile.trigger` decides which)."""
         self.reconcilers = dict(reconcilers)
         """Kind → its reconcile (the reconciles live above the engine, so they are handed in)."""

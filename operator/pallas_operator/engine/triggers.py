@@ -1,8 +1,10 @@
-"""The PallasTriggers this operator fires: a run engine and a schedule loop for each.
+"""The PallasTriggers this operator fires: a run engine each, and a schedule loop or an event watch.
 
-The reconcile (`reconcile.trigger`) decides whether a trigger fires and hands it here; each
-change of its status (a run recorded, a run ended, the next time planned) is written through
-the `Cluster` seam, the newest one only when writes queue up. Each run is recorded `Running`
+A schedule trigger gets a loop of its own; an event trigger joins the watch of its kind
+(`engine.event_watches`, shared by every trigger on that kind). The reconcile
+(`reconcile.trigger`) decides whether a trigger fires and hands it here; each change of
+its status (a run recorded, a run ended, the next time planned) is written through the
+`Cluster` seam, the newest one only when writes queue up. Each run is recorded `Running`
 (written) before its call starts, and an operator that starts finds the runs a predecessor left
 `Running` and closes them `Interrupted` (`pallas_api.triggers.restart`): a run is never made
 twice. The schedule goes on from `status.lastScheduleTime`, so times missed while no operator
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -23,6 +26,7 @@ from pallas_io.triggers.call import call_agent
 from pallas_io.triggers.clock import run_schedule
 from pallas_io.triggers.metrics import TriggerMetrics
 from pallas_io.triggers.runs import AgentCall, TriggerEngine, TriggerTarget
+from pallas_operator.engine.event_watches import EventWatches
 from pallas_operator.k8s.cluster import Cluster, OwnerEvent
 
 log = logging.getLogger(__name__)
@@ -54,11 +58,19 @@ class _Fired:
 class TriggerRunners:
     """Every trigger this operator fires, keyed by (namespace, name)."""
 
-    def __init__(self, cluster: Cluster, metrics: TriggerMetrics, call: AgentCall | None = None) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        metrics: TriggerMetrics,
+        call: AgentCall | None = None,
+        namespaces: Sequence[str] = (),
+    ) -> None:
         self._cluster = cluster
         self._metrics = metrics
         self._call = call
         self._fired: dict[TriggerKey, _Fired] = {}
+        self.watches = EventWatches(cluster, namespaces)
+        """The event watches (`namespaces`: the operator's, empty for all: one watch per kind)."""
 
     def engine(self, key: TriggerKey) -> TriggerEngine | None:
         """The engine of a trigger that fires, or None."""
@@ -74,7 +86,7 @@ class TriggerRunners:
         uid: str,
         created: datetime,
     ) -> TriggerEngine:
-        """Fire `target` on its schedule from now on (restarted when its generation changed).
+        """Fire `target` on its schedule or its events from now on (restarted when its generation changed).
 
         `status` is the trigger's as stored: its runs left Running are closed, and its
         `lastScheduleTime` is where missed times are counted from.
@@ -92,6 +104,9 @@ class TriggerRunners:
         engine = self._engine(target, status, key, uid)
         fired = _Fired(engine, generation, uid)
         self._fired[key] = fired
+        if target.spec.event is not None:
+            self.watches.subscribe(key, engine, target.spec.event)
+            return engine
         last = parse_time(engine.status.last_schedule_time)
         fired.loop = asyncio.create_task(
             run_schedule(engine, fired.stop, created, last), name=f"trigger {key}"
@@ -154,6 +169,7 @@ class TriggerRunners:
         if fired is None:
             return None
         fired.stop.set()
+        await self.watches.unsubscribe(key)
         if fired.loop is not None:
             fired.loop.cancel()
             await asyncio.gather(fired.loop, return_exceptions=True)

@@ -10,9 +10,9 @@ no Kubernetes client.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     from pallas_operator.k8s.apply import Seen
@@ -30,6 +30,28 @@ class OwnerEvent:
     reason: str
     message: str
     warning: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class WatchedKind:
+    """A kind an event trigger watches: its group ("" for core), version, kind and resource."""
+
+    group: str
+    version: str
+    kind: str
+    plural: str
+
+
+WatchType = Literal["LISTED", "ADDED", "MODIFIED", "DELETED"]
+"""`LISTED`: the object was there when the watch (re)started (its initial list), not a change."""
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    """One event of a watch: its type and the object as it is now (as it was, for DELETED)."""
+
+    type: WatchType
+    object: dict[str, Any]
 
 
 class Cluster(Protocol):
@@ -109,5 +131,14 @@ class Cluster(Protocol):
 
         Raises:
             TokenUnavailable: The TokenRequest was refused or returned no token.
+        """
+        ...
+
+    def watch_objects(self, kind: WatchedKind, namespace: str) -> AsyncIterator[WatchEvent]:
+        """Every object of `kind` in `namespace` ("*": all) as `LISTED`, then its changes, forever.
+
+        After a gap (the watch expired, the connection failed) the objects are listed again as
+        `LISTED`: changes made during a gap are not replayed. Ends only when the caller stops
+        iterating (cancels).
         """
         ...

@@ -7,7 +7,7 @@ in their own `k8s` modules, which this delegates to.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, cast
 
 from lightkube import ApiError, AsyncClient
@@ -15,9 +15,9 @@ from lightkube.resources.core_v1 import Secret
 from lightkube.types import PatchType
 
 from pallas_api import names
-from pallas_operator.k8s import delegations, events, listing, monitoring, pods, tokens
+from pallas_operator.k8s import delegations, events, listing, monitoring, pods, tokens, watches
 from pallas_operator.k8s.apply import Seen, child_key
-from pallas_operator.k8s.cluster import OwnerEvent
+from pallas_operator.k8s.cluster import OwnerEvent, WatchedKind, WatchEvent
 from pallas_operator.k8s.delegations import DelegationBinding
 from pallas_operator.k8s.resources import CHILD_KINDS, OWNER_KINDS, READ_KINDS
 
@@ -130,3 +130,7 @@ class LightkubeCluster:
     ) -> str:
         """See `k8s.tokens.mint_token`."""
         return await tokens.mint_token(self.client, namespace, service_account, audiences, seconds)
+
+    def watch_objects(self, kind: WatchedKind, namespace: str) -> AsyncIterator[WatchEvent]:
+        """See `k8s.watches.watch_objects`."""
+        return watches.watch_objects(self.client, kind, namespace)

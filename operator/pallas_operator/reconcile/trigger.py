@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from pallas_api import names
 from pallas_api.spec import CallerAuth, PallasDeploymentSpec, PallasTriggerSpec
 from pallas_api.status import PallasTriggerStatus
+from pallas_api.triggers.event import EventKind
 from pallas_api.validation import describe
 from pallas_io.triggers.runs import Credentials, TriggerTarget
 from pallas_operator.engine.context import Operator, now
@@ -88,6 +89,7 @@ def _observe(op: Operator, record: OwnerRecord) -> tuple[TriggerObservation, Pal
         return TriggerObservation(record.generation, describe(exc, prefix="spec", limit=1)), None
     agent = op.world.agent(record.namespace, spec.agent)
     url = agent.status.get("url") if agent is not None else None
+    event_problem, watched = _event_scope(op, record.namespace, spec)
     seen = TriggerObservation(
         record.generation,
         None,
@@ -96,8 +98,28 @@ def _observe(op: Operator, record: OwnerRecord) -> tuple[TriggerObservation, Pal
         agent_found=agent is not None,
         agent_url=str(url) if url else None,
         suspend=spec.suspend,
+        event_problem=event_problem,
+        watched=watched,
     )
     return seen, spec
+
+
+def _event_scope(op: Operator, namespace: str, spec: PallasTriggerSpec) -> tuple[str | None, str]:
+    """(why the operator may not watch an event trigger's objects or None, what it watches)."""
+    event = spec.event
+    if event is None:
+        return None, ""
+    where = event.namespace or namespace
+    kind = EventKind.of(event.api_version, event.kind)
+    if kind not in op.settings.event_kinds:
+        allowed = ", ".join(str(k) for k in op.settings.event_kinds) or "none"
+        return (
+            f"the operator may not watch {event.kind} ({kind}); add {kind.value()} to the chart's "
+            f"triggers.eventKinds (allowed now: {allowed})"
+        ), ""
+    if op.settings.namespaces and where not in op.settings.namespaces:
+        return f"the operator does not watch namespace {where!r} (the chart's watchNamespaces)", ""
+    return None, f"{kind.resource} in {where}"
 
 
 async def _report(

@@ -26,12 +26,18 @@ class TriggerObservation:
     agent_url: str | None = None
     """The agent's MCP URL from its status; None until it has one."""
     suspend: bool = False
+    event_problem: str | None = None
+    """Why the operator may not watch an event trigger's kind (or namespace); None when it may."""
+    watched: str = ""
+    """What an event trigger watches, for its Ready message (`pods in team-a`)."""
 
 
 def trigger_verdicts(seen: TriggerObservation) -> list[Verdict]:
     """Accepted, then Ready."""
     if seen.problem is not None:
         accepted = false(ACCEPTED, conditions.INVALID_SPEC, seen.problem)
+    elif seen.event_problem is not None:
+        accepted = false(ACCEPTED, conditions.EVENT_KIND_NOT_ALLOWED, seen.event_problem)
     elif not seen.agent_found:
         message = f"PallasAgent {seen.agent!r} not found in this namespace"
         accepted = false(ACCEPTED, conditions.AGENT_NOT_FOUND, message)
@@ -43,16 +49,18 @@ def trigger_verdicts(seen: TriggerObservation) -> list[Verdict]:
 def _ready(seen: TriggerObservation, accepted: Verdict) -> Verdict:
     if not accepted.true:
         return false(READY, conditions.NOT_ACCEPTED, accepted.message)
-    if seen.source != "schedule":
+    if seen.source == "webhook":
         message = (
-            f"{seen.source} triggers are not run by this version of the operator; `pallas run` runs "
-            "webhook triggers (docs/triggers.md)"
+            "webhook triggers are not served by this version of the operator; `pallas run` runs "
+            "them (docs/triggers.md)"
         )
         return false(READY, conditions.SOURCE_NOT_RUN, message)
     if seen.suspend:
         return false(READY, conditions.SUSPENDED, "spec.suspend is true: nothing fires")
     if seen.agent_url is None:
         return false(READY, conditions.AGENT_NOT_READY, f"PallasAgent {seen.agent!r} has no URL yet")
+    if seen.source == "event":
+        return true(READY, conditions.WATCHING, f"watches {seen.watched}; runs call {seen.agent_url}")
     return true(READY, conditions.SCHEDULED, f"runs call {seen.agent_url}")
 
 

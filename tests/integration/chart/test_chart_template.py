@@ -469,6 +469,26 @@ def test_namespace_scope_grants_a_role_in_each_watched_namespace_only(render: Re
     assert "--all-namespaces" not in container(docs)["args"]
 
 
+def test_event_kinds_grant_list_and_watch_and_reach_the_operators_flags(render: Render) -> None:
+    kinds_ = {
+        "triggers": {"eventKinds": [{"resource": "pods"}, {"apiGroup": "apps", "resource": "deployments"}]}
+    }
+    wanted = [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
+        {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list", "watch"]},
+    ]
+    docs = render(kinds_)
+    assert one(docs, "ClusterRole", OPERATOR)["rules"][len(namespaced_rules()) :][:2] == wanted
+    assert [a for a in container(docs)["args"] if a.startswith("--event-kind")] == [
+        "--event-kind=pods",
+        "--event-kind=apps/deployments",
+    ]
+    scoped = render({**kinds_, "rbac": {"scope": "namespace"}, "watchNamespaces": ["agents"]})
+    assert one(scoped, "Role", OPERATOR, "agents")["rules"] == [*namespaced_rules(), *wanted]
+    # None by default: the operator lists and watches nothing more.
+    assert not [a for a in container(render())["args"] if a.startswith("--event-kind")]
+
+
 def test_rules_grant_nothing_on_secrets_and_allow_the_registry_role_without_escalate(render: Render) -> None:
     rules = one(render(), "ClusterRole", OPERATOR)["rules"]
     for rule in rules:
@@ -707,9 +727,14 @@ def test_pod_disruption_budget_on_request_with_max_unavailable(render: Render) -
         ({"prometheusRule": {"alertFor": {"PallasDown": "1m"}}}, "invalid propertyName 'PallasDown'"),
         ({"prometheusRule": {"alertFor": {"PallasProcessDown": "soon"}}},
          "at '/prometheusRule/alertFor/PallasProcessDown'"),
+        ({"triggers": {"eventKinds": [{"resource": "secrets"}]}},
+         "at '/triggers/eventKinds/0': 'not' failed"),
+        ({"triggers": {"eventKinds": [{"resource": "Pods"}]}},
+         "at '/triggers/eventKinds/0/resource'"),
     ],
     ids=["unknown-key", "nested-typo", "bad-scope", "bad-pull-policy", "bad-digest", "namespace-scope-no-ns",
-         "bad-namespace", "negative-replicas", "long-node-failure", "unknown-alert", "bad-duration"],
+         "bad-namespace", "negative-replicas", "long-node-failure", "unknown-alert", "bad-duration",
+         "event-kind-secrets", "event-kind-not-a-resource"],
 )  # fmt: skip
 def test_the_schema_refuses_bad_values_with_a_clear_message(
     render_error: Callable[[dict[str, Any]], str], values: dict[str, Any], message: str

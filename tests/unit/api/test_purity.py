@@ -25,6 +25,8 @@ ALLOWED_LIBRARIES = {
     "typing_extensions": "pydantic's typing back-ports",
     "annotated_types": "pydantic's constraint markers (Ge, Le, MaxLen)",
     "croniter": "reading PallasTrigger cron schedules (pure date arithmetic, no I/O)",
+    "celpy": "compiling and evaluating an event trigger's `when` (a CEL interpreter, no I/O)",
+    "lark": "celpy's parser: reading the tree of a `when` for the variables it names",
 }
 ALLOWED = frozenset(sys.stdlib_module_names) | ALLOWED_LIBRARIES.keys()
 

@@ -94,7 +94,7 @@ async def test_an_agent_without_a_url_yet_holds_the_trigger_back() -> None:
     assert condition(status, conditions.READY)["reason"] == conditions.AGENT_NOT_READY
 
 
-async def test_webhook_and_event_triggers_are_accepted_but_not_fired_here() -> None:
+async def test_webhook_triggers_are_accepted_but_not_served_here() -> None:
     webhook = {"signature": "github", "secretRef": {"name": "gh", "key": "secret"}}
     hook = trigger("hook", at("spec", {"agent": "research", "message": "{{ .body.x }}", "webhook": webhook}))
     op, cluster = operator_with(deployment(), ready_agent(), hook)

@@ -37,6 +37,14 @@ def test_defaults() -> None:
         ((spec(message="{{ .trigger.name | upper }}"),), "a template action is a dotted path"),
         ((spec(conversation={"id": "x"}),), "only used with mode continue"),
         ((spec(maxRunsPerMinute=0),), "greater than or equal to 1"),
+        (
+            (spec(schedule=None, event={"apiVersion": "v1", "kind": "Pod", "when": "object.status.("}),),
+            "when: not CEL: line 1, column 15",
+        ),
+        (
+            (spec(schedule=None, event={"apiVersion": "v1", "kind": "Pod", "when": "pod.x == 1"}),),
+            "'pod' is not a variable here",
+        ),
     ],
 )
 def test_bad_specs_say_what_is_wrong(mods: tuple[object, ...], says: str) -> None:
@@ -100,3 +108,20 @@ def test_validate_warns_that_event_triggers_are_not_run_yet() -> None:
     report = _check(deployment(), agent(), event)
     assert not report.problems
     assert [w.field for w in report.warnings] == ["spec.event"]
+
+
+def test_validate_names_a_when_that_is_not_cel() -> None:
+    event = trigger("crashes", spec(schedule=None))
+    event["spec"] = {
+        **{k: v for k, v in event["spec"].items() if v is not None},
+        "message": "{{ .object.metadata.name }} is {{ .reason }}",
+        "event": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "when": "object.status.containerStatuses.exists(c, c.restartCount >)",
+        },
+    }
+    problems = [str(p) for p in _check(deployment(), agent(), event).problems]
+    assert len(problems) == 1
+    assert "PallasTrigger/crashes" in problems[0]
+    assert "when: not CEL: line 1" in problems[0]
