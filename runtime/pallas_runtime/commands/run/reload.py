@@ -142,8 +142,9 @@ def checked_run(
     keep_bridge_ports: dict[BridgeKey, int] | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> tuple[Manifests, LocalPlan]:
-    """The manifests and their plan as they are now, checked as `pallas validate` checks them; read
-    once, since the triggers are planned from both.
+    """The manifests and their plan as they are now, checked as `pallas validate` checks them.
+
+    The files are read once: the triggers are planned from both.
 
     Raises:
         ReloadRefused: a file cannot be read, or the manifests have problems.
