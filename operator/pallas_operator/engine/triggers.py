@@ -125,6 +125,12 @@ class TriggerRunners:
             status=status,
         )
 
+    def publish(self, key: TriggerKey) -> None:
+        """Write a firing trigger's status as its engine has it (the API's copy is older)."""
+        fired = self._fired.get(key)
+        if fired is not None:
+            self._write(key, fired.engine.status)
+
     def _write(self, key: TriggerKey, status: PallasTriggerStatus) -> None:
         """Write the newest status; one write at a time per trigger, the newest wins."""
         fired = self._fired.get(key)

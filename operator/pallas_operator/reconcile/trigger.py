@@ -43,6 +43,11 @@ async def reconcile_trigger(op: Operator, namespace: str, name: str) -> float | 
             target, new, generation=record.generation, uid=record.uid, created=created
         )
         engine.amend(with_conditions(engine.status, seen, now()))  # written by the engine's writer
+        if engine.status != stored_status(PallasTriggerStatus, record):
+            # A new engine starts with this reconcile's status, so amending it changed nothing,
+            # yet the API may still hold the one before (AgentNotReady): an event trigger, which
+            # writes only when an event runs it, would say so until then.
+            op.triggers.publish(key)
     else:  # a trigger that fired until now: its runs in flight are closed, and kept in status
         if (last := await op.triggers.stop(key)) is not None:
             new = with_conditions(last, seen, now())

@@ -271,3 +271,29 @@ async def test_a_suspended_event_trigger_stops_its_watch(spec_change: dict[str, 
     finally:
         await op.triggers.close()
     assert condition(statuses(cluster, "crashes")[-1], conditions.READY)["reason"] == conditions.SUSPENDED
+
+
+async def test_a_trigger_made_before_its_agent_had_a_url_says_watching_once_it_has_one() -> None:
+    # The engine starts with the conditions the reconcile computed, so they are no change to it:
+    # yet the API's copy still says AgentNotReady and must be written once (no run writes it).
+    op, cluster = operator_with(deployment(), agent("research"), on_pods(), event_kinds=(PODS,))
+    op.triggers = TriggerRunners(
+        cluster, op.metrics.triggers, call=Agent(), namespaces=op.settings.namespaces
+    )
+    try:
+        await reconcile_trigger(op, NS, "crashes")
+        ready = condition(newest(cluster, "crashes"), conditions.READY)
+        assert (ready["status"], ready["reason"]) == ("False", conditions.AGENT_NOT_READY)
+        op.world.record(names.AGENT_KIND, agent("research", at("status", {"url": URL})))
+        await reconcile_trigger(op, NS, "crashes")
+        await until(
+            lambda: condition(newest(cluster, "crashes"), conditions.READY)["reason"] == conditions.WATCHING
+        )
+        writes = len(statuses(cluster, "crashes"))
+        # The watch shows the written status; a reconcile of the unchanged trigger writes nothing.
+        op.world.record(names.TRIGGER_KIND, cluster.objects[(names.TRIGGER_KIND, NS, "crashes")])
+        await reconcile_trigger(op, NS, "crashes")
+        await settle()
+        assert len(statuses(cluster, "crashes")) == writes
+    finally:
+        await op.triggers.close()
