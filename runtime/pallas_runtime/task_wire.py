@@ -12,6 +12,9 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import mcp_types
+from fastmcp.server.extensions import read_client_extension_settings
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
 from mcp_types import RequestParams, Result
 from pydantic import ConfigDict, Field
 
@@ -90,3 +93,25 @@ class CancelTask(mcp_types.Request[TaskParams, Literal["tasks/cancel"]]):
 
     method: Literal["tasks/cancel"] = "tasks/cancel"
     params: TaskParams
+
+
+def require_extension(ctx: ServerRequestContext[Any, Any], method: str) -> None:
+    """Refuse `method` unless the request opts the tasks extension in (SEP-2663, SEP-2575).
+
+    The extension is negotiated per request (its `_meta` client capabilities), so a `tasks/*`
+    request that does not name it is -32021 MissingRequiredClientCapability, not "no task": the
+    conformance suite (0.2.0-alpha, `tasks-capability-negotiation`) checks it.
+
+    Raises:
+        MCPError: -32021, its data the capabilities the request needs.
+    """
+    if read_client_extension_settings(ctx, TASKS_EXTENSION) is not None:
+        return
+    needed = mcp_types.MissingRequiredClientCapabilityErrorData(
+        required_capabilities=mcp_types.ClientCapabilities(extensions={TASKS_EXTENSION: {}})
+    )
+    raise MCPError(
+        mcp_types.MISSING_REQUIRED_CLIENT_CAPABILITY,
+        f"{method} needs the {TASKS_EXTENSION} extension in the request's client capabilities",
+        needed.model_dump(by_alias=True, exclude_none=True),
+    )

@@ -41,6 +41,7 @@ from pallas_runtime.task_wire import (
     GetTaskResult,
     TaskParams,
     UpdateParams,
+    require_extension,
 )
 
 MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
@@ -116,6 +117,7 @@ class SendMessageTasks(ServerExtension):
         return CreateTaskResult(**fields_of(record, self._held.ttl_seconds))
 
     async def _get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> GetTaskResult:
+        require_extension(ctx, "tasks/get")
         record = await self._found(params.task_id, self._held.get)
         return GetTaskResult(
             **fields_of(record, self._held.ttl_seconds),
@@ -125,6 +127,7 @@ class SendMessageTasks(ServerExtension):
         )
 
     async def _update(self, ctx: ServerRequestContext[Any, Any], params: UpdateParams) -> Ack:
+        require_extension(ctx, "tasks/update")
         owner = current_caller().owner
         try:
             await self._held.answer(owner, params.task_id, params.input_responses)
@@ -133,6 +136,7 @@ class SendMessageTasks(ServerExtension):
         return Ack()
 
     async def _cancel(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> Ack:
+        require_extension(ctx, "tasks/cancel")
         await self._found(params.task_id, self._held.cancel)
         return Ack()
 

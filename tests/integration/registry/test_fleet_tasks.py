@@ -1,0 +1,115 @@
+"""The fleet's agent tools as MCP tasks (`io.modelcontextprotocol/tasks`): issue 51, item 2.
+
+`pallas run` hosts boss and worker on the scripted fake OpenAI server and the registry on the base
+port; fastmcp's Client with the tasks extension (`commands.chat.tasks.TasksClient`) calls the
+worker's tool on the registry's `/mcp`. The call is relayed as a task of the worker: its id names
+the agent (`worker.<id>`), it outlives the fleet client's connections, the worker itself knows
+it by the rest of the id, and `tasks/get` and `tasks/cancel` work through the fleet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastmcp import Client
+from mcp import MCPError
+
+from pallas_runtime.commands.chat.tasks import TaskHandle, TasksClient, cancel, get, outcome, poll
+from tests.integration.registry.test_fleet import fleet_manifests, manifest_file, ready_agents
+from tests.integration.runtime.test_run_command import pallas_run, registry_up
+from tests.support.fake_llm import Delay, FakeOpenAI, Hold, Text
+from tests.support.mcp_peers import free_ports
+from tests.support.waiting import until
+
+WORKER_SAYS = "Six times seven is forty-two."
+
+
+@contextlib.asynccontextmanager
+async def connected(url: str) -> AsyncIterator[Client[Any]]:
+    """A fresh 2026-07-28 connection that speaks the tasks extension."""
+    async with Client(url, extensions=[TasksClient()]) as client:
+        yield client
+
+
+@contextlib.asynccontextmanager
+async def fleet_up(fake_openai: FakeOpenAI, tmp_path: Path) -> AsyncIterator[tuple[str, str]]:
+    """`pallas run` with both agents ready: the fleet's URL and the worker's."""
+    path = manifest_file(tmp_path, fleet_manifests(fake_openai))
+    base = free_ports(3)
+    async with pallas_run(path, base):
+        await registry_up(base)
+        fleet_url = f"http://127.0.0.1:{base}/mcp"
+        async with connected(fleet_url) as fleet:
+            await ready_agents(fleet, 2)
+        yield fleet_url, f"http://127.0.0.1:{base + 2}/mcp"
+
+
+def worker_turns(fake_openai: FakeOpenAI) -> int:
+    return sum(1 for c in fake_openai.completions if c.json["messages"][0]["content"] == "worker")
+
+
+async def test_a_fleet_call_as_a_task_outlives_its_connections_and_is_the_agents_own_task(
+    fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    fake_openai.default = lambda request: Delay(3.0, Text(WORKER_SAYS))
+    async with fleet_up(fake_openai, tmp_path) as (fleet_url, worker_url):
+        async with connected(fleet_url) as fleet:
+            handle = await fleet.session.call_tool("worker", {"message": "6*7?"}, allow_claimed=True)
+        assert isinstance(handle, TaskHandle), handle
+        assert handle.status == "working"
+        agent, _, own_id = handle.task_id.partition(".")
+        assert agent == "worker"
+        await asyncio.sleep(0.5)
+        async with connected(fleet_url) as fleet:  # the first connection is gone: a new one
+            state = await get(fleet.session, handle.task_id)
+        assert (state.status, state.task_id) == ("working", handle.task_id)
+        async with connected(fleet_url) as fleet:  # cut again; the third polls to the end
+            final = await poll(fleet.session, handle.task_id)
+        assert final.status == "completed"
+        assert outcome(final).content[0].text == WORKER_SAYS  # type: ignore[union-attr]
+        async with connected(worker_url) as direct:  # the task is the worker's, kept by the worker
+            kept = await get(direct.session, own_id)
+        assert (kept.status, kept.task_id) == ("completed", own_id)
+    assert worker_turns(fake_openai) == 1  # the turn ran once: nothing was sent again
+
+
+async def test_a_fastmcp_client_with_the_extension_gets_the_fleet_tools_answer_transparently(
+    fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    fake_openai.default = lambda request: Delay(0.3, Text(WORKER_SAYS))
+    async with fleet_up(fake_openai, tmp_path) as (fleet_url, _):
+        async with connected(fleet_url) as fleet:
+            result = await fleet.call_tool("worker", {"message": "6*7?"})
+        async with Client(fleet_url) as in_place:  # without the extension: answered in place
+            direct = await in_place.call_tool_mcp("worker", {"message": "again"})
+    assert result.content[0].text == WORKER_SAYS  # type: ignore[union-attr]
+    assert direct.content[0].text == WORKER_SAYS  # type: ignore[union-attr]
+
+
+async def test_tasks_cancel_through_the_fleet_stops_the_agents_turn(
+    fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    release = asyncio.Event()
+    async with fleet_up(fake_openai, tmp_path) as (fleet_url, _), connected(fleet_url) as fleet:
+        fake_openai.script(Hold(release, Text("never seen")))  # the worker's model call
+        handle = await fleet.session.call_tool("worker", {"message": "wait"}, allow_claimed=True)
+        assert isinstance(handle, TaskHandle), handle
+        await fake_openai.holding_at_least(1)
+        await cancel(fleet.session, handle.task_id)
+        state = await get(fleet.session, handle.task_id)
+        assert state.status == "cancelled"
+        # The worker's model call was closed (the fake answers it 499): its turn itself stopped.
+        await until("the worker's model call is closed", lambda: fake_openai.holding == 0, 10)
+        release.set()
+
+
+async def test_an_unknown_task_through_the_fleet_is_named(fake_openai: FakeOpenAI, tmp_path: Path) -> None:
+    async with fleet_up(fake_openai, tmp_path) as (fleet_url, _), connected(fleet_url) as fleet:
+        for task_id in ("worker.nope", "nobody.abc", "no-agent-named"):
+            with pytest.raises(MCPError, match=f"no task '{task_id}' of this caller"):
+                await get(fleet.session, task_id)
