@@ -70,6 +70,28 @@ async def test_a_turn_survives_its_clients_connection_cut_twice_and_the_result_c
     assert len(fake_openai.completions) == 1  # the turn ran once: nothing was sent again
 
 
+async def test_a_60_second_turn_survives_its_clients_connection_cut_twice(fake_openai: FakeOpenAI) -> None:
+    """Issue 51's Done-when at full length: a 60 s model call outlives two dropped connections."""
+    fake_openai.script(Delay(60.0, Text("a minute later")))
+    # The model may take its minute: agent_config's provider times a model request out after 10 s.
+    provider = {"name": "fake", "type": "openai", "baseURL": fake_openai.base_url, "maxRetries": 0,
+                "timeoutSeconds": 90}  # fmt: skip
+    async with agent(fake_openai, provider=provider) as served:
+        async with connected(served.url) as client:
+            handle = await start(client, "think for a minute")
+        for _ in range(2):  # each connection polls a while mid-turn and is then cut
+            await asyncio.sleep(15)
+            async with connected(served.url) as client:
+                state = await get(client.session, handle.task_id)
+            assert state.status == "working", state
+            assert len(fake_openai.completions) == 1  # the model is still on its one call
+        async with connected(served.url) as client:
+            final = await poll(client.session, handle.task_id)
+    assert final.status == "completed"
+    assert outcome(final).content[0].text == "a minute later"  # type: ignore[union-attr]
+    assert len(fake_openai.completions) == 1  # the turn ran once, for its whole minute
+
+
 async def test_a_fastmcp_client_with_the_extension_gets_the_answer_transparently(
     fake_openai: FakeOpenAI,
 ) -> None:
