@@ -94,6 +94,11 @@ class McpPeers:
         return self.dir / "conformance/node_modules/@modelcontextprotocol/conformance/dist/index.js"
 
     @property
+    def conformance_2026(self) -> Path:
+        """The suite's 0.2.0 pre-release, with the 2026-07-28, tasks and MRTR scenarios (Node 22)."""
+        return self.dir / "conformance-2026/node_modules/@modelcontextprotocol/conformance/dist/index.js"
+
+    @property
     def a2a_js(self) -> Path:
         """The install of @a2a-js/sdk (its node_modules): tests/support/a2a_js_client.mjs --sdk <this>."""
         return self.dir / "a2a-js"
