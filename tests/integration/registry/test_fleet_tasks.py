@@ -15,15 +15,19 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import mcp_types
 import pytest
 from fastmcp import Client
+from fastmcp.client.transports import StreamableHttpTransport
 from mcp import MCPError
 
 from pallas_runtime.commands.chat.tasks import TaskHandle, TasksClient, cancel, get, outcome, poll
 from tests.integration.registry.test_fleet import fleet_manifests, manifest_file, ready_agents
+from tests.integration.registry.test_fleet_access import QUIET
 from tests.integration.runtime.test_run_command import pallas_run, registry_up
 from tests.support.fake_llm import Delay, FakeOpenAI, Hold, Text
 from tests.support.mcp_peers import free_ports
+from tests.support.oidc import AUDIENCE, oidc_issuer
 from tests.support.waiting import until
 
 WORKER_SAYS = "Six times seven is forty-two."
@@ -113,3 +117,47 @@ async def test_an_unknown_task_through_the_fleet_is_named(fake_openai: FakeOpenA
         for task_id in ("worker.nope", "nobody.abc", "no-agent-named"):
             with pytest.raises(MCPError, match=f"no task '{task_id}' of this caller"):
                 await get(fleet.session, task_id)
+
+
+async def test_a_fleet_task_is_its_callers_alone_and_the_fleets_access_rules_hold_for_tasks(
+    fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    """OIDC: the worker admits researchers only. alice (research) starts tasks of the worker and the
+    boss; eve (sales) may invoke the boss alone: she cannot start a worker task, and neither of
+    alice's tasks is hers to read (the worker's by the fleet's rules, the boss's by the owner)."""
+    fake_openai.default = lambda request: Delay(1.0, Text(f"{request['messages'][0]['content']} here"))
+    async with oidc_issuer() as issuer:
+        docs = fleet_manifests(fake_openai)
+        docs[1]["spec"]["auth"] = {"mode": "oidc", "oidc": {"issuer": issuer.url, "audience": AUDIENCE}}
+        docs[3]["spec"]["access"] = {"groups": ["research"]}
+        base = free_ports(3)
+        alice, eve = issuer.token(sub="alice"), issuer.token(sub="eve", groups=["sales"])
+        path = manifest_file(tmp_path, docs)
+        async with pallas_run(path, base, env={"PALLAS_TOKEN": alice, **QUIET}):
+            await registry_up(base)
+            async with as_caller(base, alice) as client:
+                await ready_agents(client, 2)
+                started = [
+                    await client.session.call_tool(agent, {"message": "hi"}, allow_claimed=True)
+                    for agent in ("worker", "boss")
+                ]
+                worker_task, boss_task = (h.task_id for h in started if isinstance(h, TaskHandle))
+            async with as_caller(base, eve) as client:
+                refused = await client.session.call_tool("worker", {"message": "hi"}, allow_claimed=True)
+                assert isinstance(refused, mcp_types.CallToolResult)
+                assert refused.is_error
+                assert "you may not invoke agent worker" in refused.content[0].text  # type: ignore[union-attr]
+                for task_id in (worker_task, boss_task):
+                    with pytest.raises(MCPError, match=r"no task .* of this caller"):
+                        await get(client.session, task_id)
+            async with as_caller(base, alice) as client:
+                finals = [await poll(client.session, task_id) for task_id in (worker_task, boss_task)]
+    assert [outcome(f).content[0].text for f in finals] == ["worker here", "boss here"]  # type: ignore[union-attr]
+    assert worker_turns(fake_openai) == 1  # eve's refused call never reached the worker
+
+
+def as_caller(base: int, token: str) -> Client[Any]:
+    transport = StreamableHttpTransport(
+        f"http://127.0.0.1:{base}/mcp", headers={"Authorization": f"Bearer {token}"}
+    )
+    return Client(transport, extensions=[TasksClient()])
