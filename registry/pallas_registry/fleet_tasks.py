@@ -32,24 +32,12 @@ from mcp.client.session import ClientSession
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolRequestParams, RequestParams
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ConfigDict, Field
 
+from pallas_runtime import task_wire as wire
 from pallas_runtime.downstream.peer_agent import SEND_MESSAGE
-from pallas_runtime.task_wire import (
-    TASKS_EXTENSION,
-    Ack,
-    CancelTask,
-    CreateTaskResult,
-    GetTask,
-    GetTaskResult,
-    TaskParams,
-    UpdateParams,
-    UpdateTask,
-    require_extension,
-)
+from pallas_runtime.task_wire import MODERN, TASKS_EXTENSION, CreateTaskResult, require_extension
 
-MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
 SEPARATOR = "."
 """Between the agent's name and its task id: never in an agent's name (a DNS label)."""
 AGENT_TASK_ID_MAX = 64
@@ -115,10 +103,8 @@ class FleetTasks(ServerExtension):
 
     def methods(self) -> Sequence[MethodBinding]:
         """`tasks/get`, `tasks/update`, `tasks/cancel`, at the 2026-07-28 revision (the extension's)."""
-        return (
-            MethodBinding("tasks/get", FleetTaskParams, self._get, MODERN),
-            MethodBinding("tasks/update", FleetUpdateParams, self._update, MODERN),
-            MethodBinding("tasks/cancel", FleetTaskParams, self._cancel, MODERN),
+        return wire.task_methods(
+            self._get, self._update, self._cancel, params=FleetTaskParams, update_params=FleetUpdateParams
         )
 
     async def intercept_tool_call(
@@ -166,21 +152,25 @@ class FleetTasks(ServerExtension):
     async def _get(self, ctx: ServerRequestContext[Any, Any], params: FleetTaskParams) -> Any:
         require_extension(ctx, "tasks/get")
         async with self._task(params.task_id) as (session, task_id):
-            state = await session.send_request(GetTask(params=TaskParams(taskId=task_id)), GetTaskResult)
+            state = await session.send_request(
+                wire.GetTask(params=wire.TaskParams(taskId=task_id)), wire.GetTaskResult
+            )
         return state.model_copy(update={"task_id": params.task_id, "meta": None})
 
-    async def _update(self, ctx: ServerRequestContext[Any, Any], params: FleetUpdateParams) -> Ack:
+    async def _update(self, ctx: ServerRequestContext[Any, Any], params: FleetUpdateParams) -> wire.Ack:
         require_extension(ctx, "tasks/update")
         async with self._task(params.task_id) as (session, task_id):
-            update = UpdateParams(taskId=task_id, inputResponses=params.input_responses)
-            await session.send_request(UpdateTask(params=update), mcp_types.Result)
-        return Ack()
+            update = wire.UpdateParams(taskId=task_id, inputResponses=params.input_responses)
+            await session.send_request(wire.UpdateTask(params=update), mcp_types.Result)
+        return wire.Ack()
 
-    async def _cancel(self, ctx: ServerRequestContext[Any, Any], params: FleetTaskParams) -> Ack:
+    async def _cancel(self, ctx: ServerRequestContext[Any, Any], params: FleetTaskParams) -> wire.Ack:
         require_extension(ctx, "tasks/cancel")
         async with self._task(params.task_id) as (session, task_id):
-            await session.send_request(CancelTask(params=TaskParams(taskId=task_id)), mcp_types.Result)
-        return Ack()
+            await session.send_request(
+                wire.CancelTask(params=wire.TaskParams(taskId=task_id)), mcp_types.Result
+            )
+        return wire.Ack()
 
     @contextlib.asynccontextmanager
     async def _task(self, fleet_id: str) -> AsyncIterator[tuple[ClientSession, str]]:

@@ -9,16 +9,20 @@ not the SDK's `mcp_types.Task` (the 2025-11-25 experiment, with `ttl`/`pollInter
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 import mcp_types
-from fastmcp.server.extensions import read_client_extension_settings
+from fastmcp.server.extensions import MethodBinding, read_client_extension_settings
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import RequestParams, Result
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ConfigDict, Field
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
+"""The revisions the extension lives at (2026-07-28)."""
 TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]
 TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
 TASK_LOST = "the agent process that ran the turn stopped before it finished (the turn is lost)"
@@ -114,4 +118,20 @@ def require_extension(ctx: ServerRequestContext[Any, Any], method: str) -> None:
         mcp_types.MISSING_REQUIRED_CLIENT_CAPABILITY,
         f"{method} needs the {TASKS_EXTENSION} extension in the request's client capabilities",
         needed.model_dump(by_alias=True, exclude_none=True),
+    )
+
+
+def task_methods(
+    get: Callable[..., Any],
+    update: Callable[..., Any],
+    cancel: Callable[..., Any],
+    *,
+    params: type[RequestParams] = TaskParams,
+    update_params: type[RequestParams] = UpdateParams,
+) -> tuple[MethodBinding, ...]:
+    """`tasks/get`, `tasks/update`, `tasks/cancel` bound to their handlers, at the extension's revisions."""
+    return (
+        MethodBinding("tasks/get", params, get, MODERN),
+        MethodBinding("tasks/update", update_params, update, MODERN),
+        MethodBinding("tasks/cancel", params, cancel, MODERN),
     )

@@ -26,7 +26,6 @@ from fastmcp.tools import ToolResult
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolRequestParams
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from pallas_api.names import CHUNKS_META
 from pallas_runtime.approval.elicit import RELAY_META
@@ -35,6 +34,7 @@ from pallas_runtime.conversations.model import StoreUnavailable
 from pallas_runtime.conversations.tasks import TaskRecord
 from pallas_runtime.server.held import POLL_INTERVAL_MS, HeldTurns, TaskNotFound
 from pallas_runtime.task_wire import (
+    MODERN,
     TASKS_EXTENSION,
     Ack,
     CreateTaskResult,
@@ -42,9 +42,8 @@ from pallas_runtime.task_wire import (
     TaskParams,
     UpdateParams,
     require_extension,
+    task_methods,
 )
-
-MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
 
 
 def _stamp(record: TaskRecord) -> str:
@@ -79,11 +78,7 @@ class SendMessageTasks(ServerExtension):
 
     def methods(self) -> Sequence[MethodBinding]:
         """`tasks/get`, `tasks/update`, `tasks/cancel`, at the 2026-07-28 revision (the extension's)."""
-        return (
-            MethodBinding("tasks/get", TaskParams, self._get, MODERN),
-            MethodBinding("tasks/update", UpdateParams, self._update, MODERN),
-            MethodBinding("tasks/cancel", TaskParams, self._cancel, MODERN),
-        )
+        return task_methods(self._get, self._update, self._cancel)
 
     async def intercept_tool_call(
         self, params: CallToolRequestParams, context: Context, call_next: ToolCallContinuation

@@ -32,7 +32,7 @@ import pytest_asyncio
 
 from tests.support.agents import ServedAgent, agent_config, serve_agent
 from tests.support.fake_llm import FakeOpenAI, Text
-from tests.support.mcp_peers import McpPeers
+from tests.support.mcp_peers import McpPeers, run_node
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -121,30 +121,12 @@ async def agent() -> AsyncIterator[ServedAgent]:
         yield served
 
 
-async def _node(peers: McpPeers, *args: str, cwd: Path, time_limit: float = 120) -> tuple[int, str, str]:
-    """Run the suite with Node 22 without blocking the loop the agent is served from."""
-    proc = await asyncio.create_subprocess_exec(
-        str(peers.node),
-        str(peers.conformance_2026),
-        *args,
-        cwd=cwd,
-        env={"PATH": f"{peers.node_bin_dir}:/usr/bin:/bin", "HOME": str(cwd), "NO_COLOR": "1"},
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), time_limit)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+async def _suite(peers: McpPeers, *args: str, cwd: Path) -> tuple[int, str, str]:
+    return await run_node(peers, str(peers.conformance_2026), *args, cwd=cwd, time_limit=120)
 
 
 async def test_the_suite_lists_exactly_the_2026_scenarios_we_classified(mcp_peers: McpPeers, tmp_path: Path):
-    rc, out, err = await _node(mcp_peers, "list", "--server", cwd=tmp_path)
+    rc, out, err = await _suite(mcp_peers, "list", "--server", cwd=tmp_path)
     assert rc == 0, err
     listed = re.findall(r"^\s+- (\S+) \[([^\]]*)\]", out, re.MULTILINE)
     assert listed, out
@@ -163,7 +145,7 @@ async def results(agent: ServedAgent, mcp_peers: McpPeers, tmp_path_factory: Any
         out_dir = out_root / scenario
         async with gate:
             args = ("server", "--url", agent.url, "--scenario", scenario, "-o", str(out_dir))
-            rc, out, err = await _node(mcp_peers, *args, cwd=out_root)
+            rc, out, err = await _suite(mcp_peers, *args, cwd=out_root)
         files = sorted(out_dir.glob("*/checks.json"))
         checks = json.loads(files[0].read_text()) if files else []
         return scenario, {"rc": rc, "checks": checks, "output": out + err}
