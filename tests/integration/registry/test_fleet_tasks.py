@@ -4,7 +4,8 @@
 port; fastmcp's Client with the tasks extension (`commands.chat.tasks.TasksClient`) calls the
 worker's tool on the registry's `/mcp`. The call is relayed as a task of the worker: its id names
 the agent (`worker.<id>`), it outlives the fleet client's connections, the worker itself knows
-it by the rest of the id, and `tasks/get` and `tasks/cancel` work through the fleet.
+it by the rest of the id, and `tasks/get`, `tasks/update` (an approval's answer) and
+`tasks/cancel` work through the fleet; under OIDC the fleet's access rules hold for tasks too.
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ from mcp import MCPError
 from pallas_runtime.commands.chat.tasks import TaskHandle, TasksClient, cancel, get, outcome, poll
 from tests.integration.registry.test_fleet import fleet_manifests, manifest_file, ready_agents
 from tests.integration.registry.test_fleet_access import QUIET
+from tests.integration.runtime.test_approvals import ops_mcp, script
 from tests.integration.runtime.test_run_command import pallas_run, registry_up
-from tests.support.fake_llm import Delay, FakeOpenAI, Hold, Text
+from tests.support.fake_llm import Call, Delay, FakeOpenAI, Hold, Text
 from tests.support.mcp_peers import free_ports
+from tests.support.mcp_servers import serve
 from tests.support.oidc import AUDIENCE, oidc_issuer
 from tests.support.waiting import until
 
@@ -155,3 +158,42 @@ def as_caller(base: int, token: str) -> Client[Any]:
         f"http://127.0.0.1:{base}/mcp", headers={"Authorization": f"Bearer {token}"}
     )
     return Client(transport, extensions=[TasksClient()])
+
+
+async def test_an_agents_approval_question_comes_through_the_fleets_task_and_its_answer_goes_back(
+    fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    """The worker's call of ops/delete_file needs approval: the fleet's `tasks/get` shows the
+    question (`input_required`), the fleet's `tasks/update` answers it, the tool runs once."""
+    ran: list[str] = []
+    fake_openai.default = script([Call("ops__delete_file", {"path": "/tmp/t"})])
+    asked: list[str] = []
+
+    async def approve(params: mcp_types.ElicitRequestParams) -> mcp_types.ElicitResult:
+        asked.append(params.message)
+        return mcp_types.ElicitResult(action="accept", content={"approve": True})
+
+    async with serve(ops_mcp(ran)) as ops:
+        docs = fleet_manifests(fake_openai)
+        docs[1]["spec"]["mcpServers"] = {"ops": {"url": ops.url, "requireApproval": {"tools": ["delete_*"]}}}
+        docs[3]["spec"]["servers"] = ["ops"]
+        base = free_ports(3)
+        async with pallas_run(manifest_file(tmp_path, docs), base):
+            await registry_up(base)
+            async with connected(f"http://127.0.0.1:{base}/mcp") as fleet:
+                await ready_agents(fleet, 2)
+                handle = await fleet.session.call_tool("worker", {"message": "clean up"}, allow_claimed=True)
+                assert isinstance(handle, TaskHandle), handle
+                state = await get(fleet.session, handle.task_id)
+                async with asyncio.timeout(20):
+                    while state.status == "working":
+                        await asyncio.sleep(0.1)
+                        state = await get(fleet.session, handle.task_id)
+                assert state.status == "input_required", state
+                [request] = (state.input_requests or {}).values()
+                assert request["method"] == "elicitation/create"
+                assert ran == []  # held at the question
+                final = await poll(fleet.session, handle.task_id, ask=approve)
+    assert outcome(final).content[0].text == "worker got: deleted /tmp/t"  # type: ignore[union-attr]
+    assert ran == ["delete_file /tmp/t"]
+    assert len(asked) == 1
