@@ -27,6 +27,7 @@ from tests.integration.registry.test_fleet import fleet_manifests, manifest_file
 from tests.integration.registry.test_fleet_access import QUIET
 from tests.integration.runtime.test_approvals import ops_mcp, script
 from tests.integration.runtime.test_run_command import pallas_run, registry_up
+from tests.integration.runtime.test_tasks import answer_the_approval
 from tests.support.fake_llm import Call, Delay, FakeOpenAI, Hold, Text
 from tests.support.mcp_peers import free_ports
 from tests.support.mcp_servers import serve
@@ -167,12 +168,6 @@ async def test_an_agents_approval_question_comes_through_the_fleets_task_and_its
     question (`input_required`), the fleet's `tasks/update` answers it, the tool runs once."""
     ran: list[str] = []
     fake_openai.default = script([Call("ops__delete_file", {"path": "/tmp/t"})])
-    asked: list[str] = []
-
-    async def approve(params: mcp_types.ElicitRequestParams) -> mcp_types.ElicitResult:
-        asked.append(params.message)
-        return mcp_types.ElicitResult(action="accept", content={"approve": True})
-
     async with serve(ops_mcp(ran)) as ops:
         docs = fleet_manifests(fake_openai)
         docs[1]["spec"]["mcpServers"] = {"ops": {"url": ops.url, "requireApproval": {"tools": ["delete_*"]}}}
@@ -184,16 +179,7 @@ async def test_an_agents_approval_question_comes_through_the_fleets_task_and_its
                 await ready_agents(fleet, 2)
                 handle = await fleet.session.call_tool("worker", {"message": "clean up"}, allow_claimed=True)
                 assert isinstance(handle, TaskHandle), handle
-                state = await get(fleet.session, handle.task_id)
-                async with asyncio.timeout(20):
-                    while state.status == "working":
-                        await asyncio.sleep(0.1)
-                        state = await get(fleet.session, handle.task_id)
-                assert state.status == "input_required", state
-                [request] = (state.input_requests or {}).values()
-                assert request["method"] == "elicitation/create"
-                assert ran == []  # held at the question
-                final = await poll(fleet.session, handle.task_id, ask=approve)
+                final, asked = await answer_the_approval(fleet.session, handle.task_id, ran)
     assert outcome(final).content[0].text == "worker got: deleted /tmp/t"  # type: ignore[union-attr]
     assert ran == ["delete_file /tmp/t"]
     assert len(asked) == 1
