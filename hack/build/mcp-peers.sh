@@ -7,6 +7,7 @@
 #   server-everything/  @modelcontextprotocol/server-everything (the reference downstream server)
 #   inspector-cli/      @modelcontextprotocol/inspector-cli (v1 CLI; run it from inspector-cli/run)
 #   conformance/        @modelcontextprotocol/conformance (server scenarios; run it with Node 22)
+#   conformance-2026/   the same suite's 0.2.0 pre-release: the 2026-07-28, tasks and MRTR scenarios
 #   a2a-js/             @a2a-js/sdk (the official JavaScript A2A SDK: the tests' second A2A client)
 # Prints the cache dir on stdout. A second run with the cache complete returns in well under a
 # second; the cache is keyed by the locks' hash, and each piece by its own lock's hash, so a changed
@@ -31,6 +32,7 @@ PIECES=(
   "server-everything|@modelcontextprotocol/server-everything|node_modules/@modelcontextprotocol/server-everything/dist/index.js"
   "inspector-cli|@modelcontextprotocol/inspector-cli|node_modules/@modelcontextprotocol/inspector-cli/build/cli.js"
   "conformance|@modelcontextprotocol/conformance|node_modules/@modelcontextprotocol/conformance/dist/index.js"
+  "conformance-2026|@modelcontextprotocol/conformance|node_modules/@modelcontextprotocol/conformance/dist/index.js"
   "a2a-js|@a2a-js/sdk|node_modules/@a2a-js/sdk/dist/client/index.js"
 )
 

@@ -15,8 +15,9 @@ Layers, from pure to I/O:
   tools of `fleet_facts` (`list_agents`, `get_agent_health`, `registry_health`) and one tool per
   agent relaying a message to it through the runtime's peer relay
   (`pallas_runtime.downstream.peer_agent`), behind `fleet_access` (the caller checked by the
-  agents' own rules with the runtime's verifiers, `pallas_runtime.auth`: those two are all the
-  registry takes from the runtime).
+  agents' own rules with the runtime's verifiers, `pallas_runtime.auth`: those two, and the
+  tasks extension's wire shapes `pallas_runtime.task_wire`, are all the registry takes from the
+  runtime); `fleet_tasks` relays an agent tool's task-augmented call as the agent's own task.
 - Around them: `objects` (PallasDeployment / PallasAgent objects → states, pure), `reflector`
   (list-then-watch that survives expiry and outages), `naming` (server names and URLs in the
   schema's shapes), `query` (filters and keyset pages), `responses` (bodies, ETags, the per-version

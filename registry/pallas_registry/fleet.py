@@ -49,12 +49,13 @@ from pallas_api.errors import ErrorCode
 from pallas_registry.catalogue import Entry
 from pallas_registry.fleet_access import FleetDoor, FleetGate, bearer
 from pallas_registry.fleet_facts import FleetFacts, agent_name
+from pallas_registry.fleet_tasks import FleetTasks
 from pallas_registry.providers import ProviderChecks
 from pallas_registry.source import CatalogueSource
 from pallas_runtime.approval.elicit import caller_approver
 from pallas_runtime.approval.question import NO_CHANNEL
 from pallas_runtime.auth.identity import AuthUnavailable
-from pallas_runtime.conversations.caller import one_turn_key
+from pallas_runtime.conversations.caller import one_turn_key, peer_conversation_id
 from pallas_runtime.conversations.model import ConversationKey
 from pallas_runtime.downstream.content import outcome_blocks
 from pallas_runtime.downstream.peer_agent import SEND_MESSAGE, PeerAgentSource
@@ -158,6 +159,7 @@ class Fleet:
             middleware=[_Subscribers(self), CodedErrors()],
             mask_error_details=True,
         )
+        self.mcp.add_extension(FleetTasks(self, bearer))
         facts = self._facts
         for function, description in (
             (facts.list_agents, "The agents of the fleet: name, title, description, capabilities, "
@@ -254,7 +256,7 @@ class Fleet:
             return error_result(ErrorCode.NOT_FOUND, f"agent {name} is no longer in the fleet")
         headers = get_http_headers(include={"authorization", SESSION_HEADER})
         credential = headers.get("authorization")
-        if (refusal := await self._admission(name, bearer(credential))) is not None:
+        if (refusal := await self.admission(name, bearer(credential))) is not None:
             return refusal
         onward = Onward(
             credential=credential,
@@ -270,7 +272,16 @@ class Fleet:
             content=outcome_blocks(outcome), structured_content=outcome.structured, is_error=outcome.is_error
         )
 
-    async def _admission(self, name: str, token: str | None) -> ToolResult | None:
+    def endpoint(self, name: str) -> str | None:
+        """The MCP URL of agent `name` as its tool is offered now; None: no such tool."""
+        offered = self._offered.get(name)
+        return None if offered is None else offered[1]
+
+    def conversation_id(self, name: str, credential: str | None) -> str:
+        """The `conversation_id` a sessionless call to agent `name` passes on: one turn's (kept nowhere)."""
+        return peer_conversation_id(fleet_conversation(credential, None), name)
+
+    async def admission(self, name: str, token: str | None) -> ToolResult | None:
         """None when the caller may invoke agent `name`, else the error result saying why not."""
         live = (e for e in self._source.store.snapshot().entries if e.status != "deleted")
         entry = next((e for e in live if agent_name(e) == name), None)

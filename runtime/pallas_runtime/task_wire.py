@@ -9,13 +9,20 @@ not the SDK's `mcp_types.Task` (the 2025-11-25 experiment, with `ttl`/`pollInter
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 import mcp_types
+from fastmcp.server.extensions import MethodBinding, read_client_extension_settings
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
 from mcp_types import RequestParams, Result
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ConfigDict, Field
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
+"""The revisions the extension lives at (2026-07-28)."""
 TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]
 TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
 TASK_LOST = "the agent process that ran the turn stopped before it finished (the turn is lost)"
@@ -90,3 +97,41 @@ class CancelTask(mcp_types.Request[TaskParams, Literal["tasks/cancel"]]):
 
     method: Literal["tasks/cancel"] = "tasks/cancel"
     params: TaskParams
+
+
+def require_extension(ctx: ServerRequestContext[Any, Any], method: str) -> None:
+    """Refuse `method` unless the request opts the tasks extension in (SEP-2663, SEP-2575).
+
+    The extension is negotiated per request (its `_meta` client capabilities), so a `tasks/*`
+    request that does not name it is -32021 MissingRequiredClientCapability, not "no task": the
+    conformance suite (0.2.0-alpha, `tasks-capability-negotiation`) checks it.
+
+    Raises:
+        MCPError: -32021, its data the capabilities the request needs.
+    """
+    if read_client_extension_settings(ctx, TASKS_EXTENSION) is not None:
+        return
+    needed = mcp_types.MissingRequiredClientCapabilityErrorData(
+        required_capabilities=mcp_types.ClientCapabilities(extensions={TASKS_EXTENSION: {}})
+    )
+    raise MCPError(
+        mcp_types.MISSING_REQUIRED_CLIENT_CAPABILITY,
+        f"{method} needs the {TASKS_EXTENSION} extension in the request's client capabilities",
+        needed.model_dump(by_alias=True, exclude_none=True),
+    )
+
+
+def task_methods(
+    get: Callable[..., Any],
+    update: Callable[..., Any],
+    cancel: Callable[..., Any],
+    *,
+    params: type[RequestParams] = TaskParams,
+    update_params: type[RequestParams] = UpdateParams,
+) -> tuple[MethodBinding, ...]:
+    """`tasks/get`, `tasks/update`, `tasks/cancel` bound to their handlers, at the extension's revisions."""
+    return (
+        MethodBinding("tasks/get", params, get, MODERN),
+        MethodBinding("tasks/update", update_params, update, MODERN),
+        MethodBinding("tasks/cancel", params, cancel, MODERN),
+    )

@@ -16,6 +16,7 @@ server_everything`); a test module can also import them itself.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
 import os
@@ -92,6 +93,11 @@ class McpPeers:
     def conformance(self) -> Path:
         """The conformance suite: `node <this> server --url URL ...` (Node 22 only)."""
         return self.dir / "conformance/node_modules/@modelcontextprotocol/conformance/dist/index.js"
+
+    @property
+    def conformance_2026(self) -> Path:
+        """The suite's 0.2.0 pre-release, with the 2026-07-28, tasks and MRTR scenarios (Node 22)."""
+        return self.dir / "conformance-2026/node_modules/@modelcontextprotocol/conformance/dist/index.js"
 
     @property
     def a2a_js(self) -> Path:
@@ -249,3 +255,24 @@ def server_everything(mcp_peers: McpPeers) -> Iterator[EverythingServer]:
     """server-everything over Streamable HTTP for the whole test session."""
     with run_server_everything(mcp_peers) as server:
         yield server
+
+
+async def run_node(peers: McpPeers, *args: str, cwd: Path, time_limit: float = 60) -> tuple[int, str, str]:
+    """Run a Node tool with Node 22 without blocking the event loop (an agent may be served from it)."""
+    proc = await asyncio.create_subprocess_exec(
+        str(peers.node),
+        *args,
+        cwd=cwd,
+        env={"PATH": f"{peers.node_bin_dir}:/usr/bin:/bin", "HOME": str(cwd), "NO_COLOR": "1"},
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), time_limit)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()

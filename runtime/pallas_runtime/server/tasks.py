@@ -26,7 +26,6 @@ from fastmcp.tools import ToolResult
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolRequestParams
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from pallas_api.names import CHUNKS_META
 from pallas_runtime.approval.elicit import RELAY_META
@@ -35,15 +34,16 @@ from pallas_runtime.conversations.model import StoreUnavailable
 from pallas_runtime.conversations.tasks import TaskRecord
 from pallas_runtime.server.held import POLL_INTERVAL_MS, HeldTurns, TaskNotFound
 from pallas_runtime.task_wire import (
+    MODERN,
     TASKS_EXTENSION,
     Ack,
     CreateTaskResult,
     GetTaskResult,
     TaskParams,
     UpdateParams,
+    require_extension,
+    task_methods,
 )
-
-MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
 
 
 def _stamp(record: TaskRecord) -> str:
@@ -78,11 +78,7 @@ class SendMessageTasks(ServerExtension):
 
     def methods(self) -> Sequence[MethodBinding]:
         """`tasks/get`, `tasks/update`, `tasks/cancel`, at the 2026-07-28 revision (the extension's)."""
-        return (
-            MethodBinding("tasks/get", TaskParams, self._get, MODERN),
-            MethodBinding("tasks/update", UpdateParams, self._update, MODERN),
-            MethodBinding("tasks/cancel", TaskParams, self._cancel, MODERN),
-        )
+        return task_methods(self._get, self._update, self._cancel)
 
     async def intercept_tool_call(
         self, params: CallToolRequestParams, context: Context, call_next: ToolCallContinuation
@@ -116,6 +112,7 @@ class SendMessageTasks(ServerExtension):
         return CreateTaskResult(**fields_of(record, self._held.ttl_seconds))
 
     async def _get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> GetTaskResult:
+        require_extension(ctx, "tasks/get")
         record = await self._found(params.task_id, self._held.get)
         return GetTaskResult(
             **fields_of(record, self._held.ttl_seconds),
@@ -125,6 +122,7 @@ class SendMessageTasks(ServerExtension):
         )
 
     async def _update(self, ctx: ServerRequestContext[Any, Any], params: UpdateParams) -> Ack:
+        require_extension(ctx, "tasks/update")
         owner = current_caller().owner
         try:
             await self._held.answer(owner, params.task_id, params.input_responses)
@@ -133,6 +131,7 @@ class SendMessageTasks(ServerExtension):
         return Ack()
 
     async def _cancel(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> Ack:
+        require_extension(ctx, "tasks/cancel")
         await self._found(params.task_id, self._held.cancel)
         return Ack()
 

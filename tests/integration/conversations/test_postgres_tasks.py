@@ -32,13 +32,13 @@ async def test_a_task_started_on_one_replica_is_followed_and_cancelled_on_anothe
         async with Client(a.url, extensions=[TasksClient()]) as on_a:
             first = await on_a.session.call_tool("send_message", {"message": "one"}, allow_claimed=True)
         assert isinstance(first, TaskHandle)
-        async with Client(b.url) as on_b:
+        async with Client(b.url, extensions=[TasksClient()]) as on_b:  # tasks/* name the extension
             final = await poll(on_b.session, first.task_id)
             assert outcome(final).content[0].text == "kept in postgres"  # type: ignore[union-attr]
         async with Client(a.url, extensions=[TasksClient()]) as on_a:
             second = await on_a.session.call_tool("send_message", {"message": "two"}, allow_claimed=True)
         assert isinstance(second, TaskHandle)
-        async with Client(b.url) as on_b:
+        async with Client(b.url, extensions=[TasksClient()]) as on_b:  # tasks/* name the extension
             await fake_openai.holding_at_least(1)
             await cancel(on_b.session, second.task_id)
             await asyncio.sleep(WATCH_SECONDS * 2.5)

@@ -54,7 +54,6 @@ import socket
 import time
 from collections.abc import AsyncIterator
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -75,6 +74,7 @@ from tests.support.agents import (
 )
 from tests.support.fake_llm import Call, FakeOpenAI, Text, ToolCalls
 from tests.support.mcp_peers import McpPeers
+from tests.support.mcp_peers import run_node as _node
 from tests.support.mcp_servers import RunningServer, progress_server
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -331,27 +331,6 @@ async def test_fastmcp_modern_sessionless_needs_a_conversation_id(agent: ServedA
 
 
 # --- c. the MCP Inspector CLI -------------------------------------------------------------------
-
-
-async def _node(peers: McpPeers, *args: str, cwd: Path, time_limit: float = 60) -> tuple[int, str, str]:
-    """Run a Node tool without blocking the loop the agent is served from."""
-    proc = await asyncio.create_subprocess_exec(
-        str(peers.node),
-        *args,
-        cwd=cwd,
-        env={"PATH": f"{peers.node_bin_dir}:/usr/bin:/bin", "HOME": str(cwd), "NO_COLOR": "1"},
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), time_limit)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 async def _inspector(peers: McpPeers, url: str, *args: str) -> Any:

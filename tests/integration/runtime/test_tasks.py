@@ -19,8 +19,9 @@ import mcp_types
 import pytest
 from fastmcp import Client
 from mcp import MCPError
+from mcp.client.session import ClientSession
 
-from pallas_runtime.commands.chat.tasks import TaskHandle, TasksClient, cancel, get, outcome, poll
+from pallas_runtime.commands.chat.tasks import TaskHandle, TasksClient, TaskState, cancel, get, outcome, poll
 from pallas_runtime.server.held import WATCH_SECONDS
 from tests.integration.runtime.test_approvals import ops_mcp, script
 from tests.support.agents import ServedAgent, agent_config, serve_agent
@@ -68,6 +69,28 @@ async def test_a_turn_survives_its_clients_connection_cut_twice_and_the_result_c
     assert not result.is_error
     assert result.content[0].text == "the long answer"  # type: ignore[union-attr]
     assert len(fake_openai.completions) == 1  # the turn ran once: nothing was sent again
+
+
+async def test_a_60_second_turn_survives_its_clients_connection_cut_twice(fake_openai: FakeOpenAI) -> None:
+    """Issue 51's Done-when at full length: a 60 s model call outlives two dropped connections."""
+    fake_openai.script(Delay(60.0, Text("a minute later")))
+    # The model may take its minute: agent_config's provider times a model request out after 10 s.
+    provider = {"name": "fake", "type": "openai", "baseURL": fake_openai.base_url, "maxRetries": 0,
+                "timeoutSeconds": 90}  # fmt: skip
+    async with agent(fake_openai, provider=provider) as served:
+        async with connected(served.url) as client:
+            handle = await start(client, "think for a minute")
+        for _ in range(2):  # each connection polls a while mid-turn and is then cut
+            await asyncio.sleep(15)
+            async with connected(served.url) as client:
+                state = await get(client.session, handle.task_id)
+            assert state.status == "working", state
+            assert len(fake_openai.completions) == 1  # the model is still on its one call
+        async with connected(served.url) as client:
+            final = await poll(client.session, handle.task_id)
+    assert final.status == "completed"
+    assert outcome(final).content[0].text == "a minute later"  # type: ignore[union-attr]
+    assert len(fake_openai.completions) == 1  # the turn ran once, for its whole minute
 
 
 async def test_a_fastmcp_client_with_the_extension_gets_the_answer_transparently(
@@ -145,33 +168,44 @@ async def test_with_a_database_store_another_replica_answers_tasks_get_and_relay
         release.set()
 
 
-async def test_a_tasks_approval_is_its_input_request_answered_by_tasks_update(
-    fake_openai: FakeOpenAI,
-) -> None:
-    ran: list[str] = []
-    fake_openai.default = script([Call("ops__delete_file", {"path": "/tmp/t"})])
+async def answer_the_approval(
+    session: ClientSession, task_id: str, ran: list[str]
+) -> tuple[TaskState, list[str]]:
+    """Follow task `task_id` to its approval question (its tool not run yet), approve, follow it to the end.
+
+    The task's final state, and the questions asked.
+    """
     asked: list[str] = []
 
     async def approve(params: mcp_types.ElicitRequestParams) -> mcp_types.ElicitResult:
         asked.append(params.message)
         return mcp_types.ElicitResult(action="accept", content={"approve": True})
 
+    state = await get(session, task_id)
+    async with asyncio.timeout(20):
+        while state.status == "working":
+            await asyncio.sleep(0.05)
+            state = await get(session, task_id)
+    assert state.status == "input_required", state
+    [request] = (state.input_requests or {}).values()
+    assert request["method"] == "elicitation/create"
+    assert ran == []  # held at the question
+    return await poll(session, task_id, ask=approve), asked
+
+
+async def test_a_tasks_approval_is_its_input_request_answered_by_tasks_update(
+    fake_openai: FakeOpenAI,
+) -> None:
+    ran: list[str] = []
+    fake_openai.default = script([Call("ops__delete_file", {"path": "/tmp/t"})])
     async with serve(ops_mcp(ran)) as ops:
         servers = [{"name": "ops", "url": ops.url, "requireApproval": {"tools": ["delete_*"]}}]
         async with (
             agent(fake_openai, servers=servers, instruction="worker") as served,
-            Client(served.url, extensions=[TasksClient(approve)]) as client,
+            connected(served.url) as client,
         ):
             handle = await start(client, "clean up")
-            state = await get(client.session, handle.task_id)
-            while state.status == "working":
-                await asyncio.sleep(0.05)
-                state = await get(client.session, handle.task_id)
-            assert state.status == "input_required"
-            [request] = (state.input_requests or {}).values()
-            assert request["method"] == "elicitation/create"
-            assert ran == []  # held at the question
-            final = await poll(client.session, handle.task_id, ask=approve)
+            final, asked = await answer_the_approval(client.session, handle.task_id, ran)
     assert outcome(final).content[0].text == "worker got: deleted /tmp/t"  # type: ignore[union-attr]
     assert ran == ["delete_file /tmp/t"]
     assert len(asked) == 1

@@ -243,7 +243,10 @@ class ChatSession:
             await asyncio.sleep(delay)
             try:
                 transport = StreamableHttpTransport(self.link.url, headers=self.link.headers)
-                async with Client(transport, timeout=self.timeout) as client:  # 2026-07-28: no session
+                # 2026-07-28, no session; `tasks/*` need the extension named in each request.
+                async with Client(
+                    transport, timeout=self.timeout, extensions=[tasks.TasksClient()]
+                ) as client:
                     with self.display.working():
                         final = await tasks.poll(client.session, task_id, ask=ask, seen=seen)
                 if final.status == "failed" and (final.error or {}).get("message") == TASK_LOST:
