@@ -126,7 +126,6 @@ class SendMessage:
         held (`server.held`): a question is this call's `input_required` result, and the client's
         retry with the answer continues the same turn (MRTR, SEP-2322).
         """
-
         if held_channel() is None and self._held is not None:
 
             def body() -> Awaitable[ToolResult]:
