@@ -7,7 +7,9 @@ series with `agent`. Labels stay bounded: never a user, conversation or message.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
+from typing import Any, Self
 
 from prometheus_client import (
     CollectorRegistry,
@@ -38,6 +40,43 @@ AUTH_OUTCOMES = ("allowed", "denied", "unauthenticated", "unavailable")
 """The `outcome` values of `pallas_auth_requests_total`."""
 
 
+class _KnownSeries:
+    """`labels` that returns a series made before without prometheus_client's work.
+
+    Its `labels` checks the names, converts every value with `str` and takes a lock on each
+    call, even for a series it made long ago: about eight calls, and a turn labels some fourteen
+    series (each model call four). A series made before is looked up here in the dict `labels`
+    keeps them in (`_metrics`, keyed by the values as strings), without the lock: a dict read
+    needs none, only a series' creation does. Values that are not the strings they would be
+    converted to miss and take `labels` itself (no runtime label value is a `str` subclass with
+    another `str`, the one case a lookup could tell apart from a conversion).
+    """
+
+    _metrics: dict[Sequence[str], Any]  # only a labelled parent has it (prometheus_client)
+
+    def labels(self, *labelvalues: object, **labelkwargs: object) -> Self:
+        if labelvalues and not labelkwargs:
+            try:
+                known: Self | None = self._metrics.get(labelvalues)  # type: ignore[arg-type]
+            except AttributeError:  # a child or an unlabelled metric: `labels` says what is wrong
+                known = None
+            if known is not None:
+                return known
+        return super().labels(*labelvalues, **labelkwargs)  # type: ignore[misc, no-any-return]
+
+
+class _Counter(_KnownSeries, Counter):
+    pass
+
+
+class _Gauge(_KnownSeries, Gauge):
+    pass
+
+
+class _Histogram(_KnownSeries, Histogram):
+    pass
+
+
 class RuntimeMetrics:
     """The metric families of an agent process."""
 
@@ -48,9 +87,9 @@ class RuntimeMetrics:
             PlatformCollector(registry=self.registry)
             GCCollector(registry=self.registry)
         # Every family of this process goes in its own registry.
-        gauge = partial(Gauge, registry=self.registry)
-        counter = partial(Counter, registry=self.registry)
-        histogram = partial(Histogram, registry=self.registry)
+        gauge = partial(_Gauge, registry=self.registry)
+        counter = partial(_Counter, registry=self.registry)
+        histogram = partial(_Histogram, registry=self.registry)
         self.up = gauge("pallas_up", "1 while the Pallas process runs.")
         self.up.set(1)
         self.agent_info = gauge(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from pallas_api.config import AgentConfig, ModelOption
@@ -72,8 +72,17 @@ class DeferredProvider:
             self._real = self._build()
         return self._real
 
-    async def complete(self, **call: Any) -> Completion:
-        """The adapter's `complete`, once loaded."""
+    def complete(self, **call: Any) -> Coroutine[Any, Any, Completion]:
+        """The adapter's `complete`, once loaded.
+
+        Not a coroutine of its own: once the adapter is built (the SDK is in: building imports
+        it), a model call is the adapter's coroutine itself, no frame or load check more per call.
+        """
+        if self._real is not None:
+            return self._real.complete(**call)
+        return self._complete_after_load(**call)
+
+    async def _complete_after_load(self, **call: Any) -> Completion:
         await self.load()
         return await self._ensure().complete(**call)
 

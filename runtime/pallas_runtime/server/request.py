@@ -22,13 +22,18 @@ def request_meta(ctx: Context) -> Mapping[str, Any] | None:
     return meta if isinstance(meta, Mapping) else None
 
 
-def progress_sender(ctx: Context) -> Send | None:
+_READ: Any = object()
+"""`meta`'s default: read the request's `_meta` from `ctx` (a caller that has it passes it)."""
+
+
+def progress_sender(ctx: Context, meta: Mapping[str, Any] | None = _READ) -> Send | None:
     """Where the turn's progress goes: nowhere unless the caller sent a progress token.
 
     Each notification is sent as MCP's `notifications/progress` for the request, with the
     `_meta` a typed chunk rides in (`agent.progress`) when there is one.
     """
-    meta = request_meta(ctx)
+    if meta is _READ:
+        meta = request_meta(ctx)
     token = meta.get("progressToken") if meta else None
     if token is None:
         return None
@@ -51,15 +56,17 @@ def progress_sender(ctx: Context) -> Send | None:
     return send
 
 
-def wants_chunks(ctx: Context) -> bool:
+def wants_chunks(ctx: Context, meta: Mapping[str, Any] | None = _READ) -> bool:
     """The caller asked for typed chunks with its progress (`_meta["pallas.dev/chunks"]`)."""
-    meta = request_meta(ctx)
+    if meta is _READ:
+        meta = request_meta(ctx)
     return bool(meta and meta.get(CHUNKS_META) is True)
 
 
-def wants_tool_calls(ctx: Context) -> bool:
+def wants_tool_calls(ctx: Context, meta: Mapping[str, Any] | None = _READ) -> bool:
     """The caller asked for the turn's tool calls in the result (`_meta["pallas.dev/toolCalls"]`)."""
-    meta = ctx.request_context.meta if ctx.request_context is not None else None
+    if meta is _READ:
+        meta = ctx.request_context.meta if ctx.request_context is not None else None
     return bool(meta and meta.get(TOOL_CALLS_META) is True)
 
 

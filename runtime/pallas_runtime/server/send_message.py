@@ -126,11 +126,11 @@ class SendMessage:
         held (`server.held`): a question is this call's `input_required` result, and the client's
         retry with the answer continues the same turn (MRTR, SEP-2322).
         """
-
-        def body() -> Awaitable[ToolResult]:
-            return self._turn(ctx, message, images, conversation_id, params)
-
         if held_channel() is None and self._held is not None:
+
+            def body() -> Awaitable[ToolResult]:
+                return self._turn(ctx, message, images, conversation_id, params)
+
             if (request_meta(ctx) or {}).get(RESUMABLE_META) is True:
                 return await self._resumable(ctx, body)
             if _sessionless(ctx) and _declares_elicitation(ctx) and self._may_ask():
@@ -207,17 +207,18 @@ class SendMessage:
         params: SendParams | None,
     ) -> ToolResult:
         channel = held_channel()
+        meta = request_meta(ctx)  # read once for all that the turn takes from it
         request = TurnRequest(
             caller=current_caller(),
             message=message,
-            call_meta=request_meta(ctx),
+            call_meta=meta,
             images=images,
             conversation_id=conversation_id,
             session_id=session_id(),
             inbound_auth=forwarded_credential(verified=self._verified),
             params=params,
-            progress=channel.progress if channel is not None else progress_sender(ctx),
-            chunks=channel.chunks if channel is not None else wants_chunks(ctx),
+            progress=channel.progress if channel is not None else progress_sender(ctx, meta),
+            chunks=channel.chunks if channel is not None else wants_chunks(ctx, meta),
             approver=channel.approver if channel is not None else _approver(ctx),
         )
         try:
@@ -226,7 +227,7 @@ class SendMessage:
             # fastmcp's generic "Error calling tool" line (no agent, no reason) is silenced.
             spent = spend_meta(*exc.spent) if exc.spent else None
             raise CodedToolError(str(exc), exc.code, spent, processed=exc.processed) from None
-        return ToolResult(content=reply.text, meta=_result_meta(reply, wants_tool_calls(ctx)) or None)
+        return ToolResult(content=reply.text, meta=_result_meta(reply, wants_tool_calls(ctx, meta)) or None)
 
 
 def _sessionless(ctx: Context) -> bool:

@@ -103,6 +103,8 @@ class TurnEntry:
         self._budgets = budgets or Budgets(MemoryLedger(), metrics)
         self._metrics = metrics
         self._agent = live.config.name
+        # The agent's name is fixed for the process: its series is looked up once, not per turn.
+        self._last_turn = metrics.last_turn_time.labels(self._agent)
         self._conversations = conversations
         self._inflight = inflight
         self._gauge = gauge
@@ -251,7 +253,7 @@ class TurnEntry:
             audit_turn(self._agent, model, len(choice.system_append) if choice is not None else 0)
         reply: Reply | None = None
         # Scaling's activity signal (docs/operator.md "Scaling"): every protocol's turn passes here.
-        self._metrics.last_turn_time.labels(self._agent).set_to_current_time()
+        self._last_turn.set_to_current_time()
         try:
             with self._inflight.track():
                 reply = await self._conversations.send(
