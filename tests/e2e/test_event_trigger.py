@@ -28,6 +28,8 @@ from tests.support.conversations import user_texts
 from tests.support.fake_llm import FakeOpenAI, Text
 from tests.support.operator import condition, kubectl_apply
 
+pytestmark = pytest.mark.timeout(600)  # the world's start and two kubelet back-offs, on a loaded node
+
 MODEL = "fake-model"
 DEPLOYMENT = "triage"
 AGENT = "triager"
