@@ -226,7 +226,9 @@ def test_each_mcp_peer_is_an_exact_version_with_a_locked_tree(piece: str) -> Non
     manifest = json.loads((folder / "package.json").read_text())
     lock = json.loads((folder / "package-lock.json").read_text())
     ((package, version),) = manifest["dependencies"].items()
-    assert re.fullmatch(r"\d+\.\d+\.\d+", version), f"{piece}: {package} {version} is not an exact version"
+    # Exact: a release or a pre-release such as 0.2.0-alpha.12, never a range (^, ~, x, >=).
+    exact = r"\d+\.\d+\.\d+(-[0-9A-Za-z.]+)?"
+    assert re.fullmatch(exact, version), f"{piece}: {package} {version} is not an exact version"
     packages = lock["packages"]
     assert packages[""]["dependencies"] == manifest["dependencies"], f"{piece}: the lock is stale (--relock)"
     assert packages[f"node_modules/{package}"]["version"] == version
