@@ -136,14 +136,26 @@ async def running(
         yield run
 
 
+READY_WITHIN = 90.0
+"""Seconds for every agent to be ready: `pallas run` starts them one after another, and in the
+full suite's run several other processes share the two cores."""
+
+
 async def all_ready(run: Run) -> None:
-    """Wait for every agent (`pallas_run` waits for the first two only)."""
+    """Wait for every agent (`pallas_run` waits for the first two only); fail naming one that is not.
+
+    It used to give up silently after 15 s, and a test then met an agent still starting (CI,
+    stop 61: `httpx2.ReadError` on its first request)."""
+    deadline = asyncio.get_running_loop().time() + READY_WITHIN
     async with httpx2.AsyncClient() as http:
         for agent in run.agents:
-            for _ in range(300):
+            while True:
                 with contextlib.suppress(httpx2.HTTPError):
                     if (await http.get(run.url(agent).replace("/mcp", "/readyz"))).status_code == 200:
                         break
+                assert asyncio.get_running_loop().time() < deadline, (
+                    f"{agent} not ready within {READY_WITHIN:g}s"
+                )
                 await asyncio.sleep(0.05)
 
 
