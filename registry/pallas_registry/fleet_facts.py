@@ -8,8 +8,11 @@ before the first full list: an empty list then would tell the client there are n
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
+
+from fastmcp.tools import ToolResult
 
 from pallas_api.errors import ErrorCode
 from pallas_registry.builder import VENDOR_META
@@ -77,8 +80,13 @@ class FleetFacts:
 
     async def list_agents(
         self, capability: str | None = None, ready: bool = False, search: str | None = None
-    ) -> list[dict[str, Any]]:
-        """The agents matching every filter given, by server name."""
+    ) -> ToolResult:
+        """The agents matching every filter given, by server name, as one JSON text.
+
+        Built here rather than left to fastmcp: it turns a returned list into a content block per
+        item, so no match would be an answer with no content at all, where a client reading the
+        text (every LLM) expects `[]`.
+        """
         pairs = [("ready", "true" if ready else "false")]
         pairs += [(k, v) for k, v in (("capability", capability), ("search", search)) if v is not None]
         try:
@@ -88,7 +96,8 @@ class FleetFacts:
         if not self._source.ready:
             raise CodedToolError(NOT_LOADED, ErrorCode.SERVER_UNAVAILABLE)
         matching = select(self._source.store.snapshot(), query)
-        return [agent_facts(entry) for entry in await self._visible(matching)]
+        agents = [agent_facts(entry) for entry in await self._visible(matching)]
+        return ToolResult(content=json.dumps(agents, separators=(",", ":")))
 
     async def get_agent_health(self, agent: str) -> dict[str, Any]:
         """Agent `agent`'s phase, readiness and last health report."""

@@ -222,7 +222,7 @@ async def run_agent_process(
     port: int | None = None,
     env: Mapping[str, str] | None = None,
     extra_args: Sequence[str] = (),
-    ready_timeout: float = 20.0,
+    ready_timeout: float = 60.0,
     stop_grace: float = 10.0,
 ) -> AsyncIterator[AgentProcess]:
     """Start `pallas agent --config FILE --port N --host 127.0.0.1` and wait for /readyz 200.
@@ -234,7 +234,9 @@ async def run_agent_process(
         env: Extra environment (e.g. the API key variable); added to this process's
             environment with fastmcp's network calls turned off.
         extra_args: More `pallas agent` arguments (e.g. `["--allowed-host", "x"]`).
-        ready_timeout: Seconds to wait for /readyz; the process is killed after that.
+        ready_timeout: Seconds to wait for /readyz; the process is killed after that. A minute:
+            an agent that says it serves can still take 20 s to answer on a machine running four
+            test lanes beside a cluster (seen in CI).
         stop_grace: Seconds between SIGTERM and SIGKILL when the block ends.
 
     Raises:
@@ -283,7 +285,8 @@ def _tail(path: Path, size: int = 800) -> str:
 async def _wait_ready(
     proc: asyncio.subprocess.Process, base: str, stderr_path: Path, started: float, time_limit: float
 ) -> float:
-    async with httpx2.AsyncClient(timeout=1.0) as http:
+    # Each probe may take 5 s: on a loaded machine a 1 s one timed out again and again.
+    async with httpx2.AsyncClient(timeout=5.0) as http:
         while True:
             if proc.returncode is not None:
                 tail = _tail(stderr_path)

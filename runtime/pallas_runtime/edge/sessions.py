@@ -75,8 +75,16 @@ class _Activity:
 class SessionTable(FastMCPStreamableHTTPSessionManager):
     """fastmcp's session manager with `spec.sessions`' caps, idle timeout and eviction."""
 
-    def __init__(self, limits: SessionLimits, agent: str, **options: Any) -> None:
+    def __init__(
+        self,
+        limits: SessionLimits,
+        agent: str,
+        holds_nothing: Callable[[str], bool] | None = None,
+        **options: Any,
+    ) -> None:
+        """`holds_nothing(session)` says a session is cheap to close (made room from first)."""
         super().__init__(session_idle_timeout=limits.idle_timeout_seconds, **options)
+        self._holds_nothing = holds_nothing or (lambda _: False)
         self.max_sessions = self._max_sessions = limits.max_sessions
         self._per_caller = limits.max_per_caller
         self._agent = agent
@@ -115,15 +123,20 @@ class SessionTable(FastMCPStreamableHTTPSessionManager):
             self._by_caller.setdefault(caller, set()).add(session)
 
     def _close_idlest(self, sessions: Iterable[str], limit: str) -> bool:
-        """Close the session among `sessions` unused longest with nothing in flight; whether one was."""
+        """Close the session among `sessions` unused longest with nothing in flight; whether one was.
+
+        A session that holds nothing goes first, however recently used: a bridge's health probe
+        that ran out of time before its DELETE leaves a session with no server behind it, and
+        making room by the clock alone closed the agent's own session instead (its server lost).
+        """
         idle = [
-            (activity.last_used, session)
+            (not self._holds_nothing(session), activity.last_used, session)
             for session in sessions
             if (activity := self._activity.get(session)) is not None and not activity.in_flight
         ]
         if not idle:
             return False
-        last_used, session = min(idle)
+        _, last_used, session = min(idle)
         transport = self._server_instances.get(session)
         self._forget(session)
         log.info(
@@ -307,6 +320,7 @@ def serve_sessions(
     limits: SessionLimits,
     path: str = "/mcp",
     serving: Callable[[SessionTable | None], None] | None = None,
+    holds_nothing: Callable[[str], bool] | None = None,
 ) -> None:
     """Make `app` (from `server.http_app(path=...)`) keep its sessions in a `SessionTable`.
 
@@ -322,6 +336,7 @@ def serve_sessions(
         table = SessionTable(
             limits,
             server.name,
+            holds_nothing,
             app=server._mcp_server,
             security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         )

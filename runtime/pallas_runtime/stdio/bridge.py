@@ -165,6 +165,8 @@ class Bridge:
         self.shared: StdioServer | None = None if stateful else StdioServer(name, link())
         self._secrets_dir = secrets_dir
         self._per_session: dict[object, StdioServer] = {}
+        self._serving_sessions: set[str] = set()
+        """The MCP session IDs whose own server was started (the others hold nothing)."""
         if stateful:
             self.mcp: FastMCP = FastMCPProxy(client_factory=self._session_client, name=name)
             # It would start a server to copy its instructions into every `initialize` answer: a
@@ -199,16 +201,22 @@ class Bridge:
         server = self._per_session.get(connection)
         if server is None:
             server = self._per_session[connection] = StdioServer(self.name, self._link())
+            session_id = get_context().session_id
+            self._serving_sessions.add(session_id)
             server.start()
             log.info("%s: a server for a new session (%d running)", self.name, len(self._per_session))
 
             async def session_ended() -> None:
                 self._per_session.pop(connection, None)
+                self._serving_sessions.discard(session_id)
                 await server.aclose()
                 log.info("%s: the session's server stopped (%d running)", self.name, len(self._per_session))
 
             connection.exit_stack.push_async_callback(session_ended)
         return ProxyClient(SupervisedTransport(server))
+
+    def _holds_nothing(self, session_id: str) -> bool:
+        return self.stateful and session_id not in self._serving_sessions
 
     @property
     def ready(self) -> bool:
@@ -235,7 +243,9 @@ class Bridge:
 
         app.add_route("/healthz", healthz)
         app.add_route("/readyz", readyz)
-        serve_sessions(app, self.mcp, self.limits)
+        # A session whose server never started (a health probe's, its DELETE cut off by its time
+        # limit) is closed first to make room, before any session running a server.
+        serve_sessions(app, self.mcp, self.limits, holds_nothing=self._holds_nothing)
         sessions_lifespan = app.router.lifespan_context
 
         @contextlib.asynccontextmanager

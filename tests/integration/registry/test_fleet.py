@@ -47,8 +47,11 @@ def manifest_file(directory: Path, docs: list[dict[str, Any]]) -> Path:
 
 
 async def ready_agents(client: Client[Any], count: int) -> list[dict[str, Any]]:
-    """`list_agents(ready=true)` once `count` agents are ready (the registry polls them)."""
-    async with asyncio.timeout(30):
+    """`list_agents(ready=true)` once `count` agents are ready (the registry polls them).
+
+    90 s: agents start slowly on a machine running four test lanes beside a cluster.
+    """
+    async with asyncio.timeout(90):
         while True:
             result = await client.call_tool("list_agents", {"ready": True}, raise_on_error=False)
             if not result.is_error:  # else: not loaded yet

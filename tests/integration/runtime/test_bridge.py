@@ -25,6 +25,7 @@ from pallas_api import names
 from pallas_operator.builders.stdio import EXPORT_SECRETS, SERVER_SHELL
 from tests.support.mcp_peers import McpPeers
 from tests.support.ports import logged_port
+from tests.support.waiting import until
 
 PALLAS = [sys.executable, "-m", "pallas_runtime.cli"]
 SERVING = r"bridge serving on http://[0-9.]+:([0-9]+)/mcp"
@@ -254,3 +255,76 @@ def test_bad_usage_is_one_line_and_exit_2(tmp_path: Path) -> None:
         res = subprocess.run([*PALLAS, "bridge", *argv], capture_output=True, text=True, check=False, env=env)
         assert res.returncode == 2, res.stderr
         assert res.stderr.strip() == f"pallas bridge: {problem}" or problem in res.stderr
+
+
+async def _probe_session(port: int) -> str:
+    """Open an MCP session as a health probe does, and leave it without its DELETE (time ran out)."""
+    async with httpx2.AsyncClient() as http:
+        answer = await http.post(
+            f"http://127.0.0.1:{port}/mcp",
+            json={
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "probe", "version": "1"},
+                },
+            },
+            headers={
+                names.BRIDGE_TOKEN_HEADER: TOKEN,
+                "Accept": "application/json, text/event-stream",
+            },
+        )
+    assert answer.status_code == 200, answer.text
+    return answer.headers["mcp-session-id"]
+
+
+async def _session_closed(port: int, session: str) -> bool:
+    async with httpx2.AsyncClient() as http:
+        answer = await http.post(
+            f"http://127.0.0.1:{port}/mcp",
+            json={"jsonrpc": "2.0", "id": 2, "method": "ping"},
+            headers={
+                names.BRIDGE_TOKEN_HEADER: TOKEN,
+                "Accept": "application/json, text/event-stream",
+                "mcp-session-id": session,
+                "mcp-protocol-version": "2025-06-18",
+            },
+        )
+    return answer.status_code == 404
+
+
+def _servers(bridge: int) -> set[int]:
+    out = subprocess.run(["pgrep", "-P", str(bridge)], capture_output=True, text=True).stdout
+    return {int(pid) for pid in out.split()}
+
+
+async def test_a_full_stateful_bridge_closes_a_probes_leftover_session_before_a_server(
+    mcp_peers: McpPeers, tmp_path: Path
+) -> None:
+    """A probe's session (no server behind it) goes first, though a serving session is idler."""
+    log = tmp_path / "bridge.log"
+    env = {**os.environ, "PALLAS_LOG_FORMAT": "json", names.BRIDGE_TOKEN_ENV: TOKEN}
+    argv = [
+        *PALLAS, "bridge", "--name", "everything", "--stateful", "--max-sessions", "2",
+        "--port", "0", "--host", "127.0.0.1",
+        "--", str(mcp_peers.node), str(mcp_peers.server_everything), "stdio",
+    ]  # fmt: skip
+    with process(argv, log, env) as bridge:
+        port = logged_port(log, SERVING, alive=bridge.poll)
+        await until_ready(port)
+        async with agent_client(port) as first:
+            await first.call_tool("echo", {"message": "one"})
+            first_server = _servers(bridge.pid)
+            assert len(first_server) == 1
+            probe = await _probe_session(port)
+            async with agent_client(port) as second:
+                await second.call_tool("echo", {"message": "two"})
+                await until("the probe's session closed", lambda: _session_closed(port, probe), 20)
+                answer = await first.call_tool("echo", {"message": "again"})
+                assert answer.content[0].text == "Echo: again"
+                servers = _servers(bridge.pid)
+        assert first_server <= servers, log.read_text()[-2000:]  # the first session's server went on
+        assert len(servers) == 2

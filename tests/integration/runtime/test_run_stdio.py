@@ -175,6 +175,9 @@ async def test_a_stateful_stdio_server_runs_a_process_per_conversation(
         await eventually(lambda: _count(proc.pid, len(with_b) - 1), "a's process stopped")
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=20)
+    results = tool_results(fake_openai)
+    assert len(results) == 3
+    assert all("Echo: x" in r for r in results), results  # every call was served
     assert not listing  # nothing runs before a session asks for it (a health probe does not)
     assert len(with_a) == 2  # the agent's session that lists the tools, and conversation a's
     assert len(with_b) == 3

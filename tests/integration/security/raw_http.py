@@ -50,14 +50,18 @@ async def send(
     loop = asyncio.get_running_loop()
     started = loop.time()
     reader, writer = await asyncio.open_connection(LOOPBACK, port)
+    # The first bytes go out in this step, not in a task the loop may start a second later: on a
+    # loaded machine the server's head clock saw such a connection as silent (closed unanswered).
+    writer.write(data[:chunk])
 
     async def write() -> None:
         with contextlib.suppress(ConnectionError, OSError):
-            for start in range(0, len(data), chunk):
-                writer.write(data[start : start + chunk])
-                await writer.drain()
+            await writer.drain()
+            for start in range(chunk, len(data), chunk):
                 if pause:
                     await asyncio.sleep(pause)
+                writer.write(data[start : start + chunk])
+                await writer.drain()
 
     sender = asyncio.create_task(write())
     try:

@@ -41,6 +41,7 @@ async def test_list_agents_filters_as_the_http_catalogue_does() -> None:
         assert await listed(client, ready=True) == ["research"]
         assert await listed(client, capability="prose") == ["writer"]
         assert await listed(client, search="WRIT") == ["writer"]
+        assert await listed(client, search="nobody") == []  # `[]` as text, not an empty answer
         with pytest.raises(ToolError, match="capability"):
             await listed(client, capability="not a tag!")
 
