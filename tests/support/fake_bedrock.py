@@ -428,7 +428,7 @@ class FakeConverse(SigV4Signed, fake_llm._FakeServer):
         return bedrock_error(error)
 
 
-class FakeSts(fake_llm._FakeServer):
+class FakeSts(fake_llm.RecordingServer):
     """STS's `AssumeRoleWithWebIdentity` (query protocol, XML answer), as botocore's web-identity
     provider calls it: it accepts `token` and hands out `key`'s credentials, valid an hour."""
 
@@ -439,18 +439,6 @@ class FakeSts(fake_llm._FakeServer):
 
     def _routes(self) -> list[Route]:
         return [Route("/", self._handle, methods=["POST"])]
-
-    def _authorized(self, recorded: RecordedRequest) -> bool:
-        return True  # AssumeRoleWithWebIdentity is unsigned: the token is the credential
-
-    def _render_reply(self, step: Text | ToolCalls, recorded: RecordedRequest) -> Response:
-        raise NotImplementedError
-
-    def _models_response(self, recorded: RecordedRequest) -> Response:
-        raise NotImplementedError
-
-    def _error(self, error: HttpError) -> Response:
-        return Response(_sts_error("Error", error.message), error.status, media_type="text/xml")
 
     async def _handle(self, request: Request) -> Response:
         form = dict(parse_qsl((await request.body()).decode()))

@@ -28,14 +28,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from tests.support import fake_llm
-from tests.support.fake_llm import HttpError, RecordedRequest, Text, ToolCalls
 
 FLAVOR = {"Metadata-Flavor": "Google"}
 SERVICE_ACCOUNT = "agents@pallas-test.iam.gserviceaccount.com"
 JWT_GRANT = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 
 
-class _TokenServer(fake_llm._FakeServer):
+class _TokenServer(fake_llm.RecordingServer):
     """What both token sources share: tokens `ya29.<prefix>-<n>`, valid `expires_in` seconds."""
 
     def __init__(self, *, prefix: str, expires_in: int) -> None:
@@ -48,18 +47,6 @@ class _TokenServer(fake_llm._FakeServer):
     def _mint(self) -> dict[str, Any]:
         self.minted.append(f"ya29.{self._prefix}-{next(self._serial)}")
         return {"access_token": self.minted[-1], "expires_in": self.expires_in, "token_type": "Bearer"}
-
-    def _authorized(self, recorded: RecordedRequest) -> bool:
-        return True
-
-    def _render_reply(self, step: Text | ToolCalls, recorded: RecordedRequest) -> Response:
-        raise NotImplementedError
-
-    def _models_response(self, recorded: RecordedRequest) -> Response:
-        raise NotImplementedError
-
-    def _error(self, error: HttpError) -> Response:
-        return JSONResponse({"error": error.message}, error.status)
 
 
 class FakeMetadata(_TokenServer):

@@ -170,76 +170,27 @@ class _QuietServer(uvicorn.Server):
         yield
 
 
-class _FakeServer(abc.ABC):
-    completion_path = ""
-    base_path = ""
+class RecordingServer(abc.ABC):
+    """A provider's HTTP API on loopback (or the local node's bridge) recording every request.
 
-    def __init__(
-        self,
-        *,
-        default: Step | None = None,
-        models: Sequence[str] = ("fake-model",),
-        api_key: str | None = None,
-        host: str = "127.0.0.1",
-    ) -> None:
-        self.default: Step = default if default is not None else Text("ok")
+    What every fake shares, the model servers and the credential services beside them (STS, a
+    metadata server, an OAuth token endpoint): a uvicorn server on a port the kernel picks, its
+    routes (`_routes`), and `requests`.
+    """
+
+    def __init__(self, *, host: str = "127.0.0.1") -> None:
         # Loopback unless pods must reach it: then the local node's bridge address (never a
         # wildcard or an address out there).
         self.host = host
-        self.models = list(models)
-        self.api_key = api_key
         self.requests: list[RecordedRequest] = []
-        self.streams: list[list[float]] = []
-        """For each streamed answer, when each of its events was sent (time.monotonic())."""
-        self._steps: deque[Step] = deque()
-        self._model_steps: deque[Step] = deque()
-        self._ids = itertools.count(1)
         self._closing = asyncio.Event()
         self._server: _QuietServer | None = None
         self._task: asyncio.Task[None] | None = None
         self._port = 0
-        self.holding = 0
-        self.abandoned = 0
-        self.held = asyncio.Event()
-        """Set once a request is being held (see `Hold`)."""
-        self._holding_changed = asyncio.Condition()
-
-    # scripting
-
-    def script(self, *steps: Step) -> None:
-        """Queue steps answering the next completion requests, in order."""
-        self._steps.extend(steps)
-
-    def script_models(self, *steps: Step) -> None:
-        """Queue steps answering the next models-endpoint requests, in order."""
-        self._model_steps.extend(steps)
-
-    @property
-    def pending(self) -> int:
-        """Completion steps not consumed yet."""
-        return len(self._steps)
-
-    def reset(self) -> None:
-        """Forget recorded requests and queued steps."""
-        self.requests.clear()
-        self._steps.clear()
-        self._model_steps.clear()
-
-    @property
-    def completions(self) -> list[RecordedRequest]:
-        """The recorded completion requests."""
-        return [r for r in self.requests if r.path == self.completion_path]
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self._port}"
-
-    @property
-    def base_url(self) -> str:
-        """What the provider's `baseURL` should be."""
-        return self.url + self.base_path
-
-    # lifecycle
 
     async def start(self) -> Self:
         self._closing = asyncio.Event()
@@ -280,11 +231,9 @@ class _FakeServer(abc.ABC):
     ) -> None:
         await self.stop()
 
-    # request handling
-
     @abc.abstractmethod
     def _routes(self) -> list[Route]:
-        """Provided by each provider's fake."""
+        """Provided by each fake."""
 
     async def _record(self, request: Request) -> RecordedRequest:
         raw = await request.body()
@@ -297,6 +246,69 @@ class _FakeServer(abc.ABC):
         )
         self.requests.append(recorded)
         return recorded
+
+
+class _FakeServer(RecordingServer):
+    """A model server: scripted steps answer its completion and models requests."""
+
+    completion_path = ""
+    base_path = ""
+
+    def __init__(
+        self,
+        *,
+        default: Step | None = None,
+        models: Sequence[str] = ("fake-model",),
+        api_key: str | None = None,
+        host: str = "127.0.0.1",
+    ) -> None:
+        super().__init__(host=host)
+        self.default: Step = default if default is not None else Text("ok")
+        self.models = list(models)
+        self.api_key = api_key
+        self.streams: list[list[float]] = []
+        """For each streamed answer, when each of its events was sent (time.monotonic())."""
+        self._steps: deque[Step] = deque()
+        self._model_steps: deque[Step] = deque()
+        self._ids = itertools.count(1)
+        self.holding = 0
+        self.abandoned = 0
+        self.held = asyncio.Event()
+        """Set once a request is being held (see `Hold`)."""
+        self._holding_changed = asyncio.Condition()
+
+    # scripting
+
+    def script(self, *steps: Step) -> None:
+        """Queue steps answering the next completion requests, in order."""
+        self._steps.extend(steps)
+
+    def script_models(self, *steps: Step) -> None:
+        """Queue steps answering the next models-endpoint requests, in order."""
+        self._model_steps.extend(steps)
+
+    @property
+    def pending(self) -> int:
+        """Completion steps not consumed yet."""
+        return len(self._steps)
+
+    def reset(self) -> None:
+        """Forget recorded requests and queued steps."""
+        self.requests.clear()
+        self._steps.clear()
+        self._model_steps.clear()
+
+    @property
+    def completions(self) -> list[RecordedRequest]:
+        """The recorded completion requests."""
+        return [r for r in self.requests if r.path == self.completion_path]
+
+    @property
+    def base_url(self) -> str:
+        """What the provider's `baseURL` should be."""
+        return self.url + self.base_path
+
+    # request handling
 
     async def _handle_completion(self, request: Request) -> Response:
         recorded = await self._record(request)
@@ -378,10 +390,22 @@ class _FakeServer(abc.ABC):
     def _render_reply(self, step: Text | ToolCalls, recorded: RecordedRequest) -> Response:
         """Provided by each provider's fake."""
 
+    @abc.abstractmethod
+    def _models_response(self, recorded: RecordedRequest) -> Response:
+        """Provided by each provider's fake."""
+
+    @abc.abstractmethod
+    def _error(self, error: HttpError) -> Response:
+        """Provided by each provider's fake."""
+
+
+class _AnswersWithUsage(_FakeServer):
+    """A model server whose answers are one JSON body or its stream, carrying a scripted usage."""
+
     @staticmethod
+    @abc.abstractmethod
     def _usage(usage: FakeUsage) -> dict[str, Any]:
-        """A scripted usage in this provider's wire form (the fakes that answer with `_answer`)."""
-        raise NotImplementedError
+        """A scripted usage in this provider's wire form."""
 
     def _answer(
         self,
@@ -400,14 +424,6 @@ class _FakeServer(abc.ABC):
             self.streams.append([])
             return _sse(events(), step.interval, headers, self.streams[-1])
         return JSONResponse(body, headers=headers)
-
-    @abc.abstractmethod
-    def _models_response(self, recorded: RecordedRequest) -> Response:
-        """Provided by each provider's fake."""
-
-    @abc.abstractmethod
-    def _error(self, error: HttpError) -> Response:
-        """Provided by each provider's fake."""
 
 
 def _pieces(step: Text | ToolCalls) -> list[str]:
@@ -456,7 +472,7 @@ _OPENAI_ERROR_TYPES = {
 }
 
 
-class FakeOpenAI(_FakeServer):
+class FakeOpenAI(_AnswersWithUsage):
     """`POST /v1/chat/completions` and `GET /v1/models`, as api.openai.com answers them."""
 
     completion_path = "/v1/chat/completions"
@@ -572,7 +588,7 @@ _ANTHROPIC_ERROR_TYPES = {
 }
 
 
-class FakeAnthropic(_FakeServer):
+class FakeAnthropic(_AnswersWithUsage):
     """`POST /v1/messages`, `GET /v1/models` and `GET /v1/models/{model}`, as api.anthropic.com
     answers them (the list pages with `limit`, as the real one)."""
 
