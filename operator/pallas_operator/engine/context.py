@@ -65,7 +65,9 @@ class Operator:
         self.tokens = ProbeTokens(cluster)
         self.prober = Prober(settings.resolver, notify=self._probed, credentials=self._probe_token)
         self.provider_reports = ProviderReports(settings.resolver, notify=self._probed)
-        self.scaler = Scaler(cluster, self._replicas, notify=self._probed, on_write=self.metrics.count_write)
+        self.scaler = Scaler(
+            cluster, self.deployment_replicas, notify=self._probed, on_write=self.metrics.count_write
+        )
         """The scaling loops of the agents whose `scaling` applies (`reconcile.scaling` tracks them)."""
         self.queue = WorkQueue(self._reconcile, workers=settings.workers, fields=key_fields)
         self.metrics.queue_depth.set_function(lambda: self.queue.depth)
@@ -91,7 +93,7 @@ class Operator:
     def _probed(self, key: Hashable) -> None:
         self.queue.add(key)
 
-    def _replicas(self, target: ScaleTarget) -> int | None:
+    def deployment_replicas(self, target: ScaleTarget) -> int | None:
         """The replicas of a scaled agent's Deployment as the watch last showed it."""
         child = self.world.children(target.namespace, target.uid).get(("Deployment", target.name))
         return child.workload.replicas if child is not None and child.workload is not None else None
