@@ -284,7 +284,8 @@ def test_a_round_comes_every_tenth_of_idle_seconds_and_at_least_every_30_s() -> 
 def test_a_pods_exposition_gives_its_turns_in_flight_and_its_last_turn() -> None:
     text = (
         '# TYPE pallas_send_message_in_flight gauge\npallas_send_message_in_flight{agent="a"} 3.0\n'
-        '# TYPE pallas_last_turn_timestamp_seconds gauge\npallas_last_turn_timestamp_seconds{agent="a"} 1.8e+09\n'
+        '# TYPE pallas_last_turn_timestamp_seconds gauge\n'
+        'pallas_last_turn_timestamp_seconds{agent="a"} 1.8e+09\n'
     )
     assert parse_reading(text) == PodReading(3, 1.8e9)
     assert parse_reading(text.split("# TYPE pallas_last")[0]) == PodReading(3, None)  # no turn yet
