@@ -96,20 +96,19 @@ class Elastic:
 def elastic(pallas_crds: LocalCluster) -> Iterator[Elastic]:
     node = e2e.local_node()
     with contextlib.ExitStack() as stack:
+        kube = stack.enter_context(KubeClient(config=pallas_crds.config(), field_manager="pallas-tests"))
         namespace = stack.enter_context(e2e.module_namespace(pallas_crds, "scaling"))
-        loop = stack.enter_context(contextlib.closing(e2e.LoopThread()))
-        release = asyncio.Event()  # bound to the servers' loop when it is first waited on there
-        llm = loop.enter(FakeOpenAI(default=Hold(release, then=Text(ANSWER)), models=[MODEL], host=node.ip))
         operator = e2e.install_operator(pallas_crds, namespace, node.image)
         stack.callback(operator.uninstall)
-        kube = stack.enter_context(KubeClient(config=pallas_crds.config(), field_manager="pallas-tests"))
-        kubectl_apply(
-            pallas_crds,
-            *e2e.quiet_deployment(namespace, DEPLOYMENT, llm.base_url, MODEL),
-            e2e.agent_on_node(
-                namespace, AGENT, DEPLOYMENT, node.name, instruction="Answer briefly.", scaling=SCALING
-            ),
+        # The fake LLM holds every answer until `let_go`; the Event binds to the servers' loop
+        # when it is first waited on there.
+        release = asyncio.Event()
+        loop = stack.enter_context(contextlib.closing(e2e.LoopThread()))
+        llm = loop.enter(FakeOpenAI(default=Hold(release, then=Text(ANSWER)), models=[MODEL], host=node.ip))
+        agent = e2e.agent_on_node(
+            namespace, AGENT, DEPLOYMENT, node.name, instruction="Be brief.", scaling=SCALING
         )
+        kubectl_apply(pallas_crds, *e2e.quiet_deployment(namespace, DEPLOYMENT, llm.base_url, MODEL), agent)
         yield Elastic(kube, pallas_crds, namespace, loop, llm, release, operator)
 
 

@@ -27,19 +27,19 @@ from pallas_operator.k8s.cluster import Cluster, OwnerEvent
 from pallas_operator.status.scaling import Decision, decide_awake
 
 log = logging.getLogger(__name__)
-LONGEST_ROUND = 30.0
-"""Seconds between two readings at most, whatever `idleSeconds` is: load waits no longer."""
-SCALED_REASON = "Scaled"
-"""The Event reason of every change of replicas the loop makes."""
 
 
 @dataclass(frozen=True, slots=True)
 class ScaleTarget:
-    """One scaled agent: where its pods are and the scaling that applies to it."""
+    """One scaled agent: where its pods are and the scaling that applies to it.
+
+    A change of any field (an edit of the scaling, a new port) wakes its loop at once.
+    """
 
     namespace: str
     name: str
     uid: str
+    """Its PallasAgent's (the owner of its Deployment in the world, the object of its Events)."""
     port: int
     """The agent container's port (its MCP endpoint and `/metrics`)."""
     scaling: ScalingSpec
@@ -48,6 +48,12 @@ class ScaleTarget:
     def interval(self) -> float:
         """Seconds between two rounds: a tenth of `idleSeconds`, at most `LONGEST_ROUND`."""
         return min(self.scaling.idle_seconds / 10, LONGEST_ROUND)
+
+
+LONGEST_ROUND = 30.0
+"""Seconds between two readings at most, whatever `idleSeconds` is: load waits no longer."""
+SCALED_REASON = "Scaled"
+"""The Event reason of every change of replicas the loop makes."""
 
 
 @dataclass
@@ -61,8 +67,12 @@ Replicas = Callable[[ScaleTarget], "int | None"]
 """The replicas the agent's Deployment has now (as the watch shows it); None: no Deployment yet."""
 
 
-class Scaler:
-    """The scaling loops of every agent whose `scaling` applies."""
+class Scaler(KeyedLoops[ScaleTarget, _Scaled]):
+    """The scaling loops of every agent whose `scaling` applies, by key.
+
+    `track(key, target)` sizes an agent from now on; `track(key, None)` stops its loop (fixed
+    size, deleted, refused, no Deployment yet); `stop()` ends them all.
+    """
 
     def __init__(
         self,
@@ -73,34 +83,22 @@ class Scaler:
         clock: Callable[[], float] = time.time,
         on_write: Callable[[str, str], None] | None = None,
     ) -> None:
-        self._cluster = cluster
-        self._replicas = replicas
-        self._notify = notify
-        self._read = read
-        self._clock = clock
-        self._on_write = on_write
-        self._agents = KeyedLoops[ScaleTarget, _Scaled](_Scaled, self._run, "scale")
+        super().__init__(_Scaled, self._run, "scale")
+        self._cluster, self._replicas, self._notify = cluster, replicas, notify
+        self._read, self._clock, self._on_write = read, clock, on_write
 
     def decision(self, key: Hashable) -> Decision | None:
         """The loop's latest decision for an agent (None: not scaled, or no round yet)."""
-        agent = self._agents.get(key)
+        agent = self.get(key)
         return agent.decision if agent else None
 
     def running(self, key: Hashable) -> bool:
         """Whether a loop sizes `key`."""
-        return self._agents.get(key) is not None
-
-    def track(self, key: Hashable, target: ScaleTarget | None) -> None:
-        """Size `key` from now on; None stops its loop (fixed size, deleted, no Deployment yet)."""
-        self._agents.track(key, target)
-
-    async def stop(self) -> None:
-        """Stop every loop."""
-        await self._agents.stop()
+        return self.get(key) is not None
 
     async def round(self, key: Hashable) -> Decision | None:
         """One reading and decision for `key` (its loop's step; tests call it with a fake clock)."""
-        agent = self._agents.get(key)
+        agent = self.get(key)
         if agent is None:
             return None
         target = agent.target

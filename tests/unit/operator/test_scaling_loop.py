@@ -262,7 +262,7 @@ async def test_the_deployments_scaling_sizes_an_agent_without_its_own() -> None:
 
 async def test_a_deleted_agent_stops_its_loop() -> None:
     s = await scaled()
-    task = s.op.scaler._agents.get(KEY).task  # type: ignore[union-attr]
+    task = s.op.scaler.get(KEY).task  # type: ignore[union-attr]
     assert task is not None
     assert not task.done()
     s.op.world.record(names.AGENT_KIND, agent("research", spec(scaling=SCALING)), deleted=True)
@@ -284,7 +284,7 @@ def test_a_round_comes_every_tenth_of_idle_seconds_and_at_least_every_30_s() -> 
 def test_a_pods_exposition_gives_its_turns_in_flight_and_its_last_turn() -> None:
     text = (
         '# TYPE pallas_send_message_in_flight gauge\npallas_send_message_in_flight{agent="a"} 3.0\n'
-        '# TYPE pallas_last_turn_timestamp_seconds gauge\n'
+        "# TYPE pallas_last_turn_timestamp_seconds gauge\n"
         'pallas_last_turn_timestamp_seconds{agent="a"} 1.8e+09\n'
     )
     assert parse_reading(text) == PodReading(3, 1.8e9)
