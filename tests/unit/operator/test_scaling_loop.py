@@ -292,3 +292,15 @@ def test_a_pods_exposition_gives_its_turns_in_flight_and_its_last_turn() -> None
     with pytest.raises(ValueError, match="pallas_send_message_in_flight"):
         parse_reading("# TYPE other gauge\nother 1\n")
     assert metrics_url("fd00::5", 8000) == "http://[fd00::5]:8000/metrics"
+
+
+async def test_a_second_reconcile_of_an_unchanged_scaled_agent_writes_nothing() -> None:
+    s = await scaled({**SCALING, "minReplicas": 2})
+    await reconcile_agent(s.op, NS, "research")  # the loop's first decision into the status
+    s.cluster.watch(s.op.world)
+    writes = s.cluster.writes()
+
+    await reconcile_agent(s.op, NS, "research")
+
+    assert s.cluster.writes() == writes
+    await s.op.scaler.stop()
