@@ -84,7 +84,7 @@ class ScalingStatus(_Status):
     desired_replicas: int
     """The pods the loop wants now (it writes them into the agent's Deployment)."""
     reason: Annotated[str, Field(max_length=MAX_SCALING_REASON)] = ""
-    """Why, in the loop's words; also the message of its `Scaled` Event when it changed them."""
+    """Why the loop came to that count, in its words (its `Scaled` Event says the same)."""
 
 
 class PallasAgentStatus(_Status):

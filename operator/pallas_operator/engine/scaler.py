@@ -4,8 +4,8 @@ One task per scaled agent (`KeyedLoops`, as the prober's). Every `min(idleSecond
 reads the turns in flight and the last turn's time off each ready pod's `/metrics`
 (`pod_activity`), asks the pure policy (`status.scaling.decide_awake`) and, when the replicas
 differ, writes them through the `Cluster` seam under the loop's own field manager, with a log
-line and an Event giving the policy's reason. A new decision asks for a reconcile of the agent,
-which puts the desired replicas and the reason into `status.scaling`.
+line and an Event giving the policy's reason. A decision for a new count (and the first) asks
+for a reconcile of the agent, which puts the count and its reason into `status.scaling`.
 
 The operator's own loop, not a HorizontalPodAutoscaler: docs/operator.md "Scaling" says why.
 """
@@ -61,6 +61,7 @@ class _Scaled(Looping[ScaleTarget]):
     changed_at: float | None = None
     """Wall-clock seconds of the loop's last change of replicas (None: none since start)."""
     decision: Decision | None = None
+    """The decision that set the replicas wanted now (the status's), not every round's."""
 
 
 Replicas = Callable[[ScaleTarget], "int | None"]
@@ -88,7 +89,7 @@ class Scaler(KeyedLoops[ScaleTarget, _Scaled]):
         self._read, self._clock, self._on_write = read, clock, on_write
 
     def decision(self, key: Hashable) -> Decision | None:
-        """The loop's latest decision for an agent (None: not scaled, or no round yet)."""
+        """The decision behind the replicas the loop wants now (None: not scaled, or no round yet)."""
         agent = self.get(key)
         return agent.decision if agent else None
 
@@ -114,7 +115,9 @@ class Scaler(KeyedLoops[ScaleTarget, _Scaled]):
         if decision.replicas != current:
             await self._scale(target, current, decision)
             agent.changed_at = now
-        if decision != agent.decision:
+        # Only a new count (or the first) goes to the status: the turns in flight change every
+        # round under load, and a status write each round for each busy agent would be the cost.
+        if agent.decision is None or decision.replicas != agent.decision.replicas:
             agent.decision = decision
             self._notify(key)
         return decision

@@ -304,3 +304,17 @@ async def test_a_second_reconcile_of_an_unchanged_scaled_agent_writes_nothing() 
 
     assert s.cluster.writes() == writes
     await s.op.scaler.stop()
+
+
+async def test_rounds_that_keep_the_count_ask_for_no_status_write() -> None:
+    s = await scaled()
+    s.run_pods(1, in_flight=3)
+    await s.round()  # 2 pods: a new count, reported
+    reported = len(s.notified)
+
+    for in_flight in (4, 3, 4):  # the turns in flight move, the count does not
+        s.run_pods(2, in_flight=in_flight // 2)
+        assert (await s.round()).replicas == 2
+
+    assert len(s.notified) == reported
+    assert "3 turn(s) in flight" in s.op.scaler.decision(KEY).reason  # type: ignore[union-attr]
