@@ -122,7 +122,7 @@ def _replicas(plan: AgentPlan, current: Workload | None, decision: Decision | No
         return plan.spec.fixed_replicas
     if decision is not None:
         return decision.replicas
-    return current.replicas if current is not None else scaling.start_replicas(plan, None)
+    return current.replicas if current is not None else scaling.start_replicas(plan.scaling, None)
 
 
 async def _report(op: Operator, record: OwnerRecord, old: PallasAgentStatus, new: PallasAgentStatus) -> None:

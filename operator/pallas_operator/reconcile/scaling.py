@@ -10,20 +10,20 @@ without replicas (the API server's default, 1), is then sized at `max(minReplica
 
 from __future__ import annotations
 
+from pallas_api.spec.common import ScalingSpec
 from pallas_operator.engine.context import AGENT, Operator
 from pallas_operator.engine.scaler import ScaleTarget
 from pallas_operator.engine.world import ChildRecord, OwnerRecord
 from pallas_operator.reconcile.plan import AgentPlan
 
 
-def start_replicas(plan: AgentPlan, current: int | None) -> int:
+def start_replicas(scaling: ScalingSpec, current: int | None) -> int:
     """The replicas the loop's manager takes over with: `current` within the scaling's bounds.
 
     Never below 1: nothing wakes an agent at 0 pods yet (no activator; docs/api.md "Scaling").
     """
-    assert plan.scaling is not None
-    floor = max(plan.scaling.min_replicas, 1)
-    return floor if current is None else min(max(current, floor), plan.scaling.max_replicas)
+    floor = max(scaling.min_replicas, 1)
+    return floor if current is None else min(max(current, floor), scaling.max_replicas)
 
 
 async def hand_over(
@@ -33,7 +33,7 @@ async def hand_over(
     if plan.scaling is None or deployment is None or deployment.loop_sized:
         return
     current = deployment.workload.replicas if deployment.workload is not None else None
-    await op.cluster.scale(namespace, name, start_replicas(plan, current))
+    await op.cluster.scale(namespace, name, start_replicas(plan.scaling, current))
     op.metrics.count_write("Deployment", "scale")
 
 
@@ -41,7 +41,7 @@ async def size_created(op: Operator, namespace: str, name: str, plan: AgentPlan)
     """After the apply that created the Deployment: its first size, by the loop's manager."""
     if plan.scaling is None:
         return
-    await op.cluster.scale(namespace, name, start_replicas(plan, None))
+    await op.cluster.scale(namespace, name, start_replicas(plan.scaling, None))
     op.metrics.count_write("Deployment", "scale")
 
 
