@@ -37,7 +37,11 @@ API_GROUP: Final = rf"^({DNS_LABEL_FORM}(\.{DNS_LABEL_FORM})*)?$"
 """A Kubernetes API group: "" (the core group) or a DNS subdomain (`apps`, `networking.k8s.io`)."""
 
 FIELD_MANAGER: Final = "pallas-operator"
-"""The one field manager of every server-side apply the operator makes."""
+"""The field manager of every server-side apply the operator makes (bar `SCALING_FIELD_MANAGER`)."""
+SCALING_FIELD_MANAGER: Final = "pallas-operator-scaling"
+"""The field manager of the scaling loop's one write, a scaled agent's Deployment `spec.replicas`:
+its own, so the reconcile's apply (which leaves `replicas` out under scaling) and the loop never
+take the field from each other (docs/operator.md "Scaling")."""
 
 CONVERSATIONS_FINALIZER: Final = f"{GROUP}/conversations"
 """On a PallasAgent whose deployment keeps conversations in PostgreSQL: the operator purges the

@@ -75,6 +75,18 @@ class ServerInfo(_Status):
     """Negotiated MCP protocol version."""
 
 
+MAX_SCALING_REASON = 1024
+
+
+class ScalingStatus(_Status):
+    """What the scaling loop last decided for an agent whose `scaling` applies (issue 53)."""
+
+    desired_replicas: int
+    """The pods the loop wants now (it writes them into the agent's Deployment)."""
+    reason: Annotated[str, Field(max_length=MAX_SCALING_REASON)] = ""
+    """Why the loop came to that count, in its words (its `Scaled` Event says the same)."""
+
+
 class PallasAgentStatus(_Status):
     """The observed state of a PallasAgent."""
 
@@ -114,6 +126,8 @@ class PallasAgentStatus(_Status):
     once a live edit has reached the pod that answered (absent before the first report)."""
     observed_generation: int | None = None
     """The metadata.generation the status was computed from."""
+    scaling: ScalingStatus | None = None
+    """The scaling loop's last decision, while `scaling` applies (absent for a fixed size)."""
 
 
 class AgentCounts(_Status):

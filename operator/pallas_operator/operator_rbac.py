@@ -60,7 +60,8 @@ CLUSTER_RULES: Final[list[dict[str, Any]]] = [
         # After a live config edit: an annotation on each of the agent's pods makes the kubelet
         # write the new ConfigMap into them at once instead of at its next sync (up to 90 s).
         # Listed by label, patched by merge patch; no more than what creating their Deployment
-        # already allows.
+        # already allows. The scaling loop lists a scaled agent's ready pods too (their IPs, to
+        # read each one's /metrics).
         "apiGroups": [""],
         "resources": ["pods"],
         "verbs": ["list", "patch"],

@@ -2,7 +2,9 @@
 
 It keeps objects by (kind, namespace, name) and records every write in order: applies,
 deletions, status writes, Events, pod syncs and minted tokens. An apply stores the applied body
-as it is (no merge: server-side apply's field ownership is the integration tier's subject) with
+as it is (no merge: server-side apply's field ownership is the integration tier's subject, bar
+the one field the scaling loop's manager owns, a Deployment's replicas, which an apply leaving it
+out keeps) with
 a managedFields entry of the operator's field manager, as the API server answers, so the
 applier's no-op check works on it as on the real thing. `load` pre-loads objects; `watch`
 files what is stored into a `World` the way the operator's watches would. `watch_objects` (the
@@ -63,6 +65,8 @@ class FakeCluster:
     tokens: list[tuple[str, str]] = field(default_factory=list)
     finalizer_writes: list[tuple[ObjectKey, list[str]]] = field(default_factory=list)
     """Every finalizer list written, with its owner."""
+    scaled: list[tuple[str, str, int]] = field(default_factory=list)
+    """(namespace, Deployment, replicas) of every write of the scaling loop's field manager."""
     service_monitor_crd: bool = True
     """Whether the ServiceMonitor kind is served (the Prometheus Operator installed)."""
     watches_opened: list[tuple[WatchedKind, str]] = field(default_factory=list)
@@ -92,7 +96,7 @@ class FakeCluster:
         """How many write requests were made (applies, deletes, status writes, Events, finalizers)."""
         return (
             len(self.applied) + len(self.deleted) + len(self.statuses) + len(self.events)
-            + len(self.finalizer_writes)
+            + len(self.finalizer_writes) + len(self.scaled)
         )  # fmt: skip
 
     def _version(self) -> str:
@@ -118,8 +122,9 @@ class FakeCluster:
             "apiVersion": body.get("apiVersion"),
             "fieldsV1": {f"f:{k}": {} for k in sorted(body) if k not in ("apiVersion", "kind")},
         }
-        body["metadata"] = {**body["metadata"], "managedFields": [entry], "resourceVersion": self._version()}
         key = key_of(body)
+        managed = [entry, *_scaling_entries(self.objects.get(key, {}), body)]
+        body["metadata"] = {**body["metadata"], "managedFields": managed, "resourceVersion": self._version()}
         if "status" in self.objects.get(key, {}):  # an apply does not touch what others wrote
             body["status"] = self.objects[key]["status"]
         self.objects[key] = body
@@ -211,6 +216,32 @@ class FakeCluster:
                 patched += 1
         return patched
 
+    async def ready_pod_ips(self, namespace: str, labels: Mapping[str, str]) -> list[str]:
+        """The `status.podIP` of each stored Pod matching `labels` that is Ready and not stopping."""
+        found = []
+        for (kind, ns, _), body in self.objects.items():
+            status = body.get("status") or {}
+            conditions = status.get("conditions") or ()
+            ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+            live = ready and status.get("podIP") and not body["metadata"].get("deletionTimestamp")
+            if kind == "Pod" and ns == namespace and _matches(body, labels) and live:
+                found.append(str(status["podIP"]))
+        return found
+
+    async def scale(self, namespace: str, name: str, replicas: int) -> None:
+        """Set the stored Deployment's replicas, owned by the scaling manager (later applies keep them)."""
+        self.scaled.append((namespace, name, replicas))
+        body = self.objects[("Deployment", namespace, name)]
+        body.setdefault("spec", {})["replicas"] = replicas
+        meta = body["metadata"]
+        others = [
+            m for m in meta.get("managedFields") or [] if m.get("manager") != names.SCALING_FIELD_MANAGER
+        ]
+        scaling = {"manager": names.SCALING_FIELD_MANAGER, "operation": "Apply", "apiVersion": "apps/v1",
+                   "fieldsV1": {"f:spec": {"f:replicas": {}}}}  # fmt: skip
+        meta["managedFields"] = [*others, scaling]
+        meta["resourceVersion"] = self._version()
+
     async def post_event(self, event: OwnerEvent) -> None:
         """Record the Event."""
         self.events.append(event)
@@ -268,6 +299,21 @@ class FakeCluster:
         """A made-up token naming the ServiceAccount."""
         self.tokens.append((namespace, service_account))
         return f"token-of-{namespace}-{service_account}"
+
+
+def _scaling_entries(stored: Mapping[str, Any], body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The scaling manager's entry of `stored`, its replicas carried into `body` when it omits them.
+
+    What server-side apply does to a field another manager still owns: it stays.
+    """
+    entries = [
+        m for m in (stored.get("metadata") or {}).get("managedFields") or []
+        if m.get("manager") == names.SCALING_FIELD_MANAGER
+    ]  # fmt: skip
+    replicas = (stored.get("spec") or {}).get("replicas")
+    if entries and replicas is not None and "replicas" not in body.get("spec", {}):
+        body["spec"] = {**body.get("spec", {}), "replicas": replicas}
+    return entries
 
 
 def _of_kind(kind: WatchedKind, namespace: str, body: Mapping[str, Any]) -> bool:

@@ -72,6 +72,15 @@ def toleration_seconds(w: AgentWorkload) -> int:
     return w.node_failure_seconds if chosen is None else chosen
 
 
+def scaled(w: AgentWorkload) -> bool:
+    """Whether the scaling loop sizes the agent (its `scaling` or its deployment's applies).
+
+    Then its Deployment is applied without `replicas`: the loop's own field manager owns them
+    (`names.SCALING_FIELD_MANAGER`), so the two never take the field from each other.
+    """
+    return w.agent.scaling_with(w.deployment.scaling) is not None
+
+
 def agent_deployment(w: AgentWorkload) -> Manifest:
     """The Deployment running `pallas agent` with its ConfigMap and its Secret volume mounted.
 
@@ -81,6 +90,8 @@ def agent_deployment(w: AgentWorkload) -> Manifest:
     A stopping pod drains (docs/runtime.md): after the preStop pause (kube-proxy forgets it) the
     agent gets SIGTERM, lets its turns in flight finish for `drainSeconds`, and the grace period
     covers both plus what an interrupted turn needs. Rollouts surge first.
+
+    Under `scaling` it carries no `replicas` (`scaled`): the scaling loop sets them.
 
     Losing a node (`builders.scheduling`): replicas spread over nodes unless the spec says how,
     and a failed node's pods are evicted after `toleration_seconds`.
@@ -161,12 +172,13 @@ def agent_deployment(w: AgentWorkload) -> Manifest:
         w.agent.pod.topology_spread_constraints, w.agent.fixed_replicas, agent_selector(w.owner.name)
     ):
         pod_spec["topologySpreadConstraints"] = spread
+    spec: dict[str, object] = {} if scaled(w) else {"replicas": w.agent.fixed_replicas}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": metadata(w.owner.name, w.owner, labels),
         "spec": {
-            "replicas": w.agent.fixed_replicas,
+            **spec,
             "revisionHistoryLimit": 3,
             "strategy": rolling_update(),
             "selector": {"matchLabels": agent_selector(w.owner.name)},

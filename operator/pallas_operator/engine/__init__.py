@@ -8,6 +8,8 @@
 - `loops`, `prober`, `verification`, `provider_reports`: one task per available agent verifying it
   and calling its `get_health` (through the one MCP probe, `pallas_io.probe`), one per registry
   reading its provider checks;
+- `scaler`, `pod_activity`: one task per agent whose `scaling` applies, reading its ready pods'
+  `/metrics` and setting its Deployment's replicas (docs/operator.md "Scaling");
 - `triggers`: the PallasTriggers it fires, a run engine (`pallas_io.triggers`) and a schedule
   loop each, their status written at every change; `event_watches`: the watch of each kind
   event triggers name, shared by the triggers on it;

@@ -14,6 +14,7 @@ from pallas_operator.engine.monitoring_checks import MonitoringChecks
 from pallas_operator.engine.prober import ProbeAccess, Prober
 from pallas_operator.engine.provider_reports import ProviderReports
 from pallas_operator.engine.queue import WorkQueue
+from pallas_operator.engine.scaler import Scaler, ScaleTarget
 from pallas_operator.engine.startup import StartupTracker
 from pallas_operator.engine.triggers import TriggerRunners
 from pallas_operator.engine.world import World
@@ -64,6 +65,10 @@ class Operator:
         self.tokens = ProbeTokens(cluster)
         self.prober = Prober(settings.resolver, notify=self._probed, credentials=self._probe_token)
         self.provider_reports = ProviderReports(settings.resolver, notify=self._probed)
+        self.scaler = Scaler(
+            cluster, self.deployment_replicas, notify=self._probed, on_write=self.metrics.count_write
+        )
+        """The scaling loops of the agents whose `scaling` applies (`reconcile.scaling` tracks them)."""
         self.queue = WorkQueue(self._reconcile, workers=settings.workers, fields=key_fields)
         self.metrics.queue_depth.set_function(lambda: self.queue.depth)
         # The queue starts once the world holds every object that existed at start-up.
@@ -88,6 +93,11 @@ class Operator:
     def _probed(self, key: Hashable) -> None:
         self.queue.add(key)
 
+    def deployment_replicas(self, target: ScaleTarget) -> int | None:
+        """The replicas of a scaled agent's Deployment as the watch last showed it."""
+        child = self.world.children(target.namespace, target.uid).get(("Deployment", target.name))
+        return child.workload.replicas if child is not None and child.workload is not None else None
+
     async def _probe_token(self, access: ProbeAccess) -> str:
         return await self.tokens.token(access.namespace, access.service_account, access.auth.audiences)
 
@@ -108,8 +118,9 @@ class Operator:
                 )
 
     async def close(self) -> None:
-        """Stop the work queue and every probe task."""
+        """Stop the work queue, every probe task and every scaling loop."""
         await self.queue.stop()
         await self.triggers.close()
         await self.prober.stop()
         await self.provider_reports.stop()
+        await self.scaler.stop()

@@ -26,8 +26,12 @@ class Looping(Generic[T]):
     async def pause(self, seconds: float) -> None:
         """Wait `seconds`, or less when the target changes meanwhile."""
         self.wake.clear()
+        # `asyncio.timeout`, not `wait_for`: on Python 3.11 a `wait_for` whose wait ends in the
+        # same step as the task's cancellation returns and drops the cancellation, so a loop
+        # woken by a new target and stopped at once (a reconcile, then `stop`) ran on forever.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.wake.wait(), seconds)
+            async with asyncio.timeout(seconds):
+                await self.wake.wait()
 
 
 S = TypeVar("S", bound=Looping[Any])

@@ -69,6 +69,9 @@ class ChildRecord:
     owner_kind: str
     seen: Seen
     workload: Workload | None
+    loop_sized: bool = False
+    """A Deployment whose `spec.replicas` the scaling loop's field manager owns (so the
+    reconcile's apply may leave them out without the API server resetting them)."""
 
 
 def owner_record(body: Mapping[str, Any]) -> OwnerRecord:
@@ -108,6 +111,15 @@ def child_record(body: Mapping[str, Any]) -> ChildRecord | None:
         owner_kind=owner[0],
         seen=seen(body),
         workload=workload(body) if kind == "Deployment" else None,
+        loop_sized=kind == "Deployment" and _loop_sized(body),
+    )
+
+
+def _loop_sized(body: Mapping[str, Any]) -> bool:
+    return any(
+        m.get("manager") == names.SCALING_FIELD_MANAGER
+        and "f:replicas" in (m.get("fieldsV1") or {}).get("f:spec", {})
+        for m in (body.get("metadata") or {}).get("managedFields") or []
     )
 
 

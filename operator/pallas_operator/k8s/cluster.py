@@ -114,6 +114,18 @@ class Cluster(Protocol):
         """Annotate each live pod matching `labels` with `config_hash` (best effort); how many."""
         ...
 
+    async def ready_pod_ips(self, namespace: str, labels: Mapping[str, str]) -> list[str]:
+        """The IPs of the pods matching `labels` that are Ready and not stopping (the scaling loop's)."""
+        ...
+
+    async def scale(self, namespace: str, name: str, replicas: int) -> None:
+        """Set a Deployment's `spec.replicas`, server-side applied as `SCALING_FIELD_MANAGER`, forcing.
+
+        The scaling loop's one write; its own manager keeps the field when the reconcile's apply
+        (the operator's manager) leaves it out.
+        """
+        ...
+
     async def post_event(self, event: OwnerEvent) -> None:
         """Post one Event about a PallasAgent or PallasDeployment; best effort."""
         ...

@@ -115,6 +115,23 @@ class LightkubeCluster:
         """See `k8s.pods.sync_pods`."""
         return await pods.sync_pods(self.client, namespace, labels, config_hash)
 
+    async def ready_pod_ips(self, namespace: str, labels: Mapping[str, str]) -> list[str]:
+        """See `k8s.pods.ready_pod_ips`."""
+        return await pods.ready_pod_ips(self.client, namespace, labels)
+
+    async def scale(self, namespace: str, name: str, replicas: int) -> None:
+        """Server-side apply `spec.replicas` alone, as the scaling loop's own field manager."""
+        body = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"replicas": replicas},
+        }
+        await self.client.patch(
+            CHILD_KINDS["Deployment"], name, body, namespace=namespace, patch_type=PatchType.APPLY,
+            field_manager=names.SCALING_FIELD_MANAGER, force=True,
+        )  # fmt: skip
+
     async def post_event(self, event: OwnerEvent) -> None:
         """See `k8s.events.post_event`."""
         await events.post_event(self.client, event)

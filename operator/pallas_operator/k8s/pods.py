@@ -48,3 +48,19 @@ async def sync_pods(client: AsyncClient, namespace: str, labels: Mapping[str, st
             dict(labels), namespace, exc.status.message,
         )  # fmt: skip
     return patched
+
+
+async def ready_pod_ips(client: AsyncClient, namespace: str, labels: Mapping[str, str]) -> list[str]:
+    """The IPs of the pods matching `labels` that are Ready and not stopping.
+
+    What the Service's EndpointSlices list as ready endpoints, read from the pods themselves: the
+    operator may already list pods (`sync_pods`), so the scaling loop needs no new permission.
+    """
+    found: list[str] = []
+    async for pod in client.list(Pod, namespace=namespace, labels=dict(labels)):
+        if pod.metadata is None or pod.metadata.deletionTimestamp is not None or pod.status is None:
+            continue
+        ready = any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or ())
+        if ready and pod.status.podIP:
+            found.append(pod.status.podIP)
+    return found

@@ -10,10 +10,12 @@ from pallas_operator.engine.context import AGENT, Operator, now
 from pallas_operator.engine.prober import OPEN, ProbeAccess, ProbeTarget
 from pallas_operator.engine.world import OwnerRecord
 from pallas_operator.k8s.cluster import OwnerEvent
+from pallas_operator.reconcile import scaling
 from pallas_operator.reconcile.children import apply_children, stored_status
 from pallas_operator.reconcile.conversation_purge import finalize, keep_finalizer
 from pallas_operator.reconcile.plan import AgentPlan, plan_agent
 from pallas_operator.status import AgentObservation, Workload, agent_status
+from pallas_operator.status.scaling import Decision
 
 
 async def reconcile_agent(op: Operator, namespace: str, name: str) -> float | None:
@@ -39,7 +41,10 @@ async def reconcile_agent(op: Operator, namespace: str, name: str) -> float | No
         # applied it in an earlier reconcile (an edit right after the agent's creation may come
         # before the Deployment's watch event, while its pods already run).
         pods_may_run = ("Deployment", name) in children or op.applier.applied((namespace, "Deployment", name))
+        await scaling.hand_over(op, namespace, name, plan, children.get(("Deployment", name)))
         applied = await apply_children(op, namespace, plan.desired, children, plan.unwanted, name)
+        if ("Deployment", name) in applied.written and not pods_may_run:
+            await scaling.size_created(op, namespace, name, plan)
         current = applied.workload
         # Pods created from now on mount the new config anyway. Asking for them when none can
         # run cost every new agent a list of its namespace's pods, which the API server filters
@@ -50,6 +55,7 @@ async def reconcile_agent(op: Operator, namespace: str, name: str) -> float | No
         seen = children.get(("Deployment", name))
         current = seen.workload if seen is not None else None
     op.prober.track((AGENT, namespace, name), _probe_target(op, plan, record, current))
+    scaling.track(op, record, plan, deployed=plan.problem is None and current is not None)
     # A deployment that is missing or cannot be read decides nothing: the finalizer stays as it is.
     wanted = plan.purges_on_delete
     again = None if wanted is None else await keep_finalizer(op, record, wanted)
@@ -78,6 +84,7 @@ async def _deliver_config(op: Operator, namespace: str, name: str, plan: AgentPl
 
 def _forget(op: Operator, namespace: str, name: str) -> None:
     op.prober.track((AGENT, namespace, name), None)
+    op.scaler.track((AGENT, namespace, name), None)
     op.applier.forget_owner(namespace, names.AGENT_KIND, name)
     op.metrics.set_phase(names.AGENT_KIND, namespace, name, None)
 
@@ -86,6 +93,7 @@ def _observation(
     op: Operator, plan: AgentPlan, record: OwnerRecord, current: Workload | None
 ) -> AgentObservation:
     verification, health = op.prober.results((AGENT, record.namespace, record.name))
+    decision = op.scaler.decision((AGENT, record.namespace, record.name)) if plan.scaling else None
     spec = plan.spec
     return AgentObservation(
         generation=record.generation,
@@ -98,10 +106,23 @@ def _observation(
         url=names.agent_url(record.name, record.namespace, spec.service.port) if spec else None,
         model=plan.model,
         workflow=spec.workflow.type if spec and spec.workflow else None,
-        replicas=spec.fixed_replicas if spec else 0,
+        replicas=_replicas(plan, current, decision),
+        scaling=decision,
+        scaled=plan.scaling is not None,
         dependencies=tuple(spec.dependencies()) if spec else (),
         config_hash=plan.config_hash,
     )
+
+
+def _replicas(plan: AgentPlan, current: Workload | None, decision: Decision | None) -> int:
+    """Pods wanted: the fixed size, else the loop's last decision, else the Deployment's replicas."""
+    if plan.spec is None:
+        return 0
+    if plan.scaling is None:
+        return plan.spec.fixed_replicas
+    if decision is not None:
+        return decision.replicas
+    return current.replicas if current is not None else scaling.start_replicas(plan.scaling, None)
 
 
 async def _report(op: Operator, record: OwnerRecord, old: PallasAgentStatus, new: PallasAgentStatus) -> None:

@@ -21,6 +21,7 @@ from pallas_api.spec import (
     PallasDeploymentSpec,
     TelemetrySpec,
 )
+from pallas_api.spec.common import ScalingSpec
 from pallas_api.validation import describe
 from pallas_operator.builders import (
     AgentWorkload,
@@ -61,6 +62,8 @@ class AgentPlan:
     purges_on_delete: bool | None = None
     """Deleting the agent purges its conversations (the `pallas.dev/conversations` finalizer);
     None when the deployment could not be read (the finalizer is left as it is)."""
+    scaling: ScalingSpec | None = None
+    """The scaling that applies (the agent's, else its deployment's): the scaling loop sizes it."""
 
 
 def _invalid(what: str, exc: ValidationError) -> Problem:
@@ -97,6 +100,7 @@ def plan_agent(
         plan.health_timeout = deployment.health_check.timeout_seconds
         plan.auth = deployment.auth
         plan.purges_on_delete = purges_on_delete(deployment)
+        plan.scaling = spec.scaling_with(deployment.scaling)
     peers = world.agents_in(ns)
     plan.problem = check_agent(name, spec, deployment, peers)
     if plan.problem is not None or deployment is None:

@@ -13,10 +13,12 @@ from typing import Final
 from pallas_api import conditions as r
 from pallas_api.health import HealthStatus
 from pallas_api.spending import SpendReport
-from pallas_api.status import Health, PallasAgentStatus, Phase, ServerInfo
+from pallas_api.status import MAX_SCALING_REASON as MAX_REASON
+from pallas_api.status import Health, PallasAgentStatus, Phase, ScalingStatus, ServerInfo
 from pallas_api.workflow import WorkflowType
 from pallas_operator.status import conditions as c
 from pallas_operator.status.references import Problem
+from pallas_operator.status.scaling import Decision
 from pallas_operator.status.workload import Workload
 
 HEALTH_REASONS: Final[dict[HealthStatus, str]] = {
@@ -76,6 +78,10 @@ class AgentObservation:
     dependencies: tuple[str, ...] = ()
     config_hash: str | None = None
     """The config the operator wrote into the agent's ConfigMap (None: none written)."""
+    scaled: bool = False
+    """The agent's `scaling` (or its deployment's) applies: the scaling loop sizes it."""
+    scaling: Decision | None = None
+    """The scaling loop's latest decision (None: none since the operator started)."""
 
 
 def _previous(previous: PallasAgentStatus, type_: str) -> c.Verdict | None:
@@ -211,7 +217,17 @@ def agent_status(obs: AgentObservation, previous: PallasAgentStatus, now: str) -
         config_hash=obs.config_hash or previous.config_hash,
         served_config_hash=_served(obs, previous),
         observed_generation=obs.generation,
+        scaling=_scaling(obs, previous),
     )
+
+
+def _scaling(obs: AgentObservation, previous: PallasAgentStatus) -> ScalingStatus | None:
+    """The loop's decision while it sizes the agent; the previous one stands until its first round."""
+    if not obs.scaled:
+        return None
+    if obs.scaling is None:
+        return previous.scaling
+    return ScalingStatus(desired_replicas=obs.scaling.replicas, reason=obs.scaling.reason[:MAX_REASON])
 
 
 def _served(obs: AgentObservation, previous: PallasAgentStatus) -> str | None:

@@ -20,6 +20,7 @@ The rules:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -81,3 +82,45 @@ def decide(
             f"{reason}; holding {replicas} until {SCALE_IN_STABLE_SECONDS:g}s after the last change",
         )
     return Decision(replicas - 1, replicas - 1 == 0, f"{reason}; one pod fewer (it drains its turns first)")
+
+
+@dataclass(frozen=True, slots=True)
+class PodReading:
+    """What one ready pod's `/metrics` says: its turns in flight, when it last started one."""
+
+    in_flight: int
+    last_turn_at: float | None
+
+
+NO_ACTIVATOR = "minReplicas 0 is held at 1 until the activator that wakes a sleeping agent exists"
+
+
+def decide_awake(
+    scaling: ScalingSpec,
+    readings: Sequence[PodReading | None],
+    replicas: int,
+    changed_at: float | None,
+    now: float,
+) -> Decision:
+    """`decide` for the operator's loop as built today: never to sleep, never in on a silent pod.
+
+    Nothing wakes a sleeping agent yet (the activator is not built), so `minReplicas: 0` counts
+    as 1 and an agent never goes to 0 pods. A pod that did not answer (None in `readings`) is
+    unknown, never idle: its turns may be what keeps the agent busy, so the loop then adds pods
+    when the others ask for it but removes none.
+    """
+    known = [r for r in readings if r is not None]
+    turns = [r.last_turn_at for r in known if r.last_turn_at is not None]
+    activity = Activity(max(turns, default=None), tuple(r.in_flight for r in known))
+    awake = scaling.model_copy(update={"min_replicas": max(scaling.min_replicas, 1)})
+    decision = decide(awake, activity, replicas, changed_at, now)
+    if decision.replicas < 1:  # a Deployment someone put at 0: back to one pod
+        decision = Decision(1, False, f"no pod running; {awake.min_replicas} kept (minReplicas)")
+    silent = len(readings) - len(known)
+    if silent and decision.replicas < replicas:
+        decision = Decision(
+            replicas, False, f"{decision.reason}; holding {replicas}: {silent} pod(s) did not answer /metrics"
+        )
+    if scaling.min_replicas == 0:
+        decision = decision._replace(reason=f"{decision.reason}; {NO_ACTIVATOR}")
+    return decision
