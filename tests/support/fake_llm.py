@@ -253,18 +253,20 @@ class _FakeServer(RecordingServer):
 
     completion_path = ""
     base_path = ""
+    default_models: tuple[str, ...] = ("fake-model",)
+    """The models it lists when not told which."""
 
     def __init__(
         self,
         *,
         default: Step | None = None,
-        models: Sequence[str] = ("fake-model",),
+        models: Sequence[str] | None = None,
         api_key: str | None = None,
         host: str = "127.0.0.1",
     ) -> None:
         super().__init__(host=host)
         self.default: Step = default if default is not None else Text("ok")
-        self.models = list(models)
+        self.models = list(models if models is not None else self.default_models)
         self.api_key = api_key
         self.streams: list[list[float]] = []
         """For each streamed answer, when each of its events was sent (time.monotonic())."""
@@ -594,16 +596,7 @@ class FakeAnthropic(_AnswersWithUsage):
 
     completion_path = "/v1/messages"
     base_path = ""
-
-    def __init__(
-        self,
-        *,
-        default: Step | None = None,
-        models: Sequence[str] = ("claude-fake",),
-        api_key: str | None = None,
-        host: str = "127.0.0.1",
-    ) -> None:
-        super().__init__(default=default, models=models, api_key=api_key, host=host)
+    default_models = ("claude-fake",)
 
     def _routes(self) -> list[Route]:
         return [
