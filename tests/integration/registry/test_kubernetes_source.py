@@ -242,7 +242,7 @@ async def test_a_status_change_shows_within_two_seconds(
             # From the write's acceptance: the time the API server takes to store it, long on a
             # loaded machine, is not the registry's to answer for.
             started = time.monotonic()
-            await eventually(lambda ready=ready: _listed(reader, ready), within=5, what="status change")
+            await eventually(lambda ready=ready: _listed(reader, ready), within=30, what="status change")
             delays.append(time.monotonic() - started)
         print(f"status-to-catalogue delays (s): {[round(d, 3) for d in delays]}")
         assert max(delays) <= 2.0, delays
@@ -350,7 +350,7 @@ async def test_a_410_on_resume_relists_without_emptying_the_catalogue(
             async with reader.sampling() as sizes:
                 lists_before = proxy.lists
                 proxy.gone_next_watch = True
-                await eventually(lambda: _expired(source), within=10, what="a 410 on resume")
+                await eventually(lambda: _expired(source), within=30, what="a 410 on resume")
                 await eventually(lambda: _relisted(proxy, lists_before), what="a relist after the 410")
                 await create_agent(kube_client, namespace, "c", ready_status("c", namespace))
                 await kube_client.delete(PallasAgent, "a", namespace=namespace)

@@ -280,7 +280,7 @@ async def agent_status(base: int, agent: str, wanted: str) -> bool:
 
 async def registry_up(base: int) -> None:
     """Wait for the registry's port to answer (`pallas run` waits for its agents only)."""
-    async with asyncio.timeout(30), httpx2.AsyncClient() as http:
+    async with asyncio.timeout(90), httpx2.AsyncClient() as http:  # a loaded CI machine is slow
         while True:
             with contextlib.suppress(httpx2.HTTPError):
                 if (await http.get(f"http://127.0.0.1:{base}/readyz")).status_code == 200:

@@ -110,7 +110,7 @@ async def test_an_idle_session_is_closed_and_the_next_call_starts_afresh(fake_op
         cfg = config(fake_openai, servers=[counter(srv.url, idleTimeoutSeconds=1)])
         async with agent(cfg) as running, client(running.url) as mcp:
             await turn(mcp, conversation_id="a")
-            await until(lambda: deletes(srv) == 1, "the idle session closed", within=10)
+            await until(lambda: deletes(srv) == 1, "the idle session closed", within=30)
             await turn(mcp, conversation_id="a")
     assert counts(fake_openai) == [1, 1]
 

@@ -182,7 +182,7 @@ async def answer_the_approval(
         return mcp_types.ElicitResult(action="accept", content={"approve": True})
 
     state = await get(session, task_id)
-    async with asyncio.timeout(20):
+    async with asyncio.timeout(60):
         while state.status == "working":
             await asyncio.sleep(0.05)
             state = await get(session, task_id)
